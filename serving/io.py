@@ -1,0 +1,120 @@
+"""Reading and writing tables: the one place training and serving agree on file formats.
+
+Everything a user hands us goes through `read_table`, so a bad file gets the same clear message
+(file, line, column, value) whichever stage reads it. Writes are atomic: a temp file in the same
+folder, then `os.replace`, so a kill never leaves half a file under the real name.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import pandas as pd
+
+FORMATS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
+
+
+class DataError(ValueError):
+    """A problem with the user's input that they can fix; CLIs print it without a traceback."""
+
+
+def table_format(path: str | os.PathLike) -> str:
+    suffix = Path(path).suffix.lower()
+    if suffix not in FORMATS:
+        raise DataError(f"{path}: unsupported file type {suffix or '(none)'!r}; use one of {sorted(FORMATS)}")
+    return FORMATS[suffix]
+
+
+def _check_encoding(path: Path, encoding: str) -> None:
+    """Decode line by line so the error names the line, which pandas' message does not."""
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, start=1):
+            try:
+                raw.decode(encoding)
+            except UnicodeDecodeError as e:
+                bad = raw[e.start : e.start + 4]
+                hint = " (Korean files from Excel are often cp949: try --encoding cp949)" if encoding.startswith("utf") else ""
+                raise DataError(
+                    f"{path}: line {lineno} is not valid {encoding} (bytes {bad!r} at column {e.start + 1}){hint}"
+                ) from None
+
+
+def read_table(
+    path: str | os.PathLike,
+    columns: Iterable[str] | None = None,
+    encoding: str = "utf-8",
+) -> pd.DataFrame:
+    """Read CSV/TSV/JSONL/Parquet as strings (no NA guessing: a text "NA" stays text)."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p}: no such file")
+    if p.is_dir():
+        raise DataError(f"{p}: is a folder, expected a file")
+    fmt = table_format(p)
+    if fmt != "parquet":
+        _check_encoding(p, "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding)
+    try:
+        if fmt == "csv":
+            df = pd.read_csv(p, dtype=str, keep_default_na=False, encoding=encoding if encoding != "utf-8" else "utf-8-sig")
+        elif fmt == "tsv":
+            df = pd.read_csv(p, sep="\t", dtype=str, keep_default_na=False, quoting=3, encoding=encoding)
+        elif fmt == "jsonl":
+            df = pd.read_json(p, lines=True, dtype=False, encoding=encoding)
+        else:
+            df = pd.read_parquet(p)
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{p}: the file is empty") from None
+    except (pd.errors.ParserError, ValueError, OSError) as e:
+        raise DataError(f"{p}: cannot parse as {fmt}: {str(e).strip().splitlines()[0]}") from None
+    if columns is not None:
+        require_columns(df, columns, p)
+    return df
+
+
+def require_columns(df: pd.DataFrame, columns: Iterable[str], path: str | os.PathLike) -> None:
+    missing = [c for c in columns if c not in df.columns]
+    if missing:
+        raise DataError(
+            f"{path}: no column {', '.join(repr(c) for c in missing)}; the columns are {list(map(str, df.columns))}"
+        )
+
+
+def missing_text(values: pd.Series) -> pd.Series:
+    """True where a cell holds no usable text: NaN/None or only whitespace."""
+    return values.isna() | values.astype(str).str.strip().eq("")
+
+
+@contextmanager
+def atomic_path(path: str | os.PathLike) -> Iterator[Path]:
+    """Yield a temp path beside `path`; on success it replaces `path` in one rename."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    os.close(fd)
+    try:
+        yield Path(tmp)
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def write_json(path: str | os.PathLike, obj) -> None:
+    with atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
+
+
+def write_table(df: pd.DataFrame, path: str | os.PathLike) -> None:
+    fmt = table_format(path)
+    with atomic_path(path) as tmp:
+        if fmt == "parquet":
+            df.to_parquet(tmp, index=False)
+        elif fmt == "jsonl":
+            df.to_json(tmp, orient="records", lines=True, force_ascii=False)
+        else:
+            df.to_csv(tmp, index=False, sep="\t" if fmt == "tsv" else ",")

@@ -1,0 +1,104 @@
+"""Shared fixtures: a tiny random ELECTRA and tokenizer built locally (no hub, no network).
+
+The vocabulary holds whole Hangul syllables and a few words, so Korean text tokenizes to real ids
+instead of [UNK]; `strip_accents=False` because BERT's default accent stripping decomposes Hangul
+into jamo.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+SPECIAL = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+WORDS = ["꿈", "일기", "일정", "메모", "오류", "회의", "내일", "오늘", "어제", "에러", "dream", "diary", "error", "memo"]
+SYLLABLES = list("가나다라마바사아자차카타파하오늘내일어제꿈에서봤다회의시간약속메모기록오류에러발생했다일기쓰기좋은날씨")
+ASCII = list("abcdefghijklmnopqrstuvwxyz0123456789.,!?'\"-:;()")
+
+# Toy labeled data: each class has its own keywords, so a tiny model can learn something.
+CLASS_WORDS = {
+    "dream": ["꿈", "꿈에서", "dream", "봤다"],
+    "error": ["오류", "에러", "error", "발생했다"],
+    "memo": ["메모", "기록", "memo", "약속"],
+}
+
+
+def build_tokenizer(folder: Path):
+    from transformers import ElectraTokenizerFast
+
+    vocab = list(dict.fromkeys(SPECIAL + WORDS + SYLLABLES + ASCII + ["##" + s for s in SYLLABLES + ASCII]))
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "vocab.txt").write_text("\n".join(vocab) + "\n", encoding="utf-8")
+    tok = ElectraTokenizerFast(vocab_file=str(folder / "vocab.txt"), do_lower_case=True, strip_accents=False,
+                               model_max_length=128)
+    tok.save_pretrained(folder)
+    return tok
+
+
+def tiny_config(vocab_size: int, **overrides):
+    from transformers import ElectraConfig
+
+    kw = dict(vocab_size=vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
+              intermediate_size=64, max_position_embeddings=128)
+    kw.update(overrides)
+    return ElectraConfig(**kw)
+
+
+@pytest.fixture(scope="session")
+def tiny_tokenizer_dir(tmp_path_factory) -> Path:
+    folder = tmp_path_factory.mktemp("tiny-tokenizer")
+    build_tokenizer(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_electra_dir(tmp_path_factory) -> Path:
+    """A tiny random ELECTRA discriminator (ElectraForPreTraining) with its tokenizer, like pretraining/ writes."""
+    import torch
+    from transformers import ElectraForPreTraining
+
+    folder = tmp_path_factory.mktemp("tiny-electra")
+    tok = build_tokenizer(folder)
+    torch.manual_seed(0)
+    ElectraForPreTraining(tiny_config(len(tok))).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="session")
+def tiny_classifier_dir(tmp_path_factory) -> Path:
+    """A tiny random ELECTRA sequence classifier with labels, like `finetune/kfold.py --final` writes."""
+    import torch
+    from transformers import ElectraForSequenceClassification
+
+    folder = tmp_path_factory.mktemp("tiny-classifier")
+    tok = build_tokenizer(folder)
+    labels = sorted(CLASS_WORDS)
+    cfg = tiny_config(len(tok), num_labels=len(labels), id2label=dict(enumerate(labels)),
+                      label2id={k: i for i, k in enumerate(labels)})
+    torch.manual_seed(0)
+    ElectraForSequenceClassification(cfg).save_pretrained(folder)
+    return folder
+
+
+def make_toy_rows(n_per_class: int = 20, seed: int = 0) -> pd.DataFrame:
+    rng = random.Random(seed)
+    filler = ["오늘", "내일", "어제", "회의", "시간", "좋은 날씨", "일기"]
+    rows = []
+    for label, words in CLASS_WORDS.items():
+        for i in range(n_per_class):
+            parts = [rng.choice(words), rng.choice(filler), rng.choice(words)] + rng.sample(filler, rng.randint(0, 4))
+            rng.shuffle(parts)
+            rows.append({"text": " ".join(parts), "label": label, "page": f"{label}-{i % 5}"})
+    rng.shuffle(rows)
+    return pd.DataFrame(rows)
+
+
+@pytest.fixture
+def toy_csv(tmp_path) -> Path:
+    """60 labeled rows, 3 balanced classes, a `page` group column (5 groups per class)."""
+    path = tmp_path / "notes.csv"
+    make_toy_rows().to_csv(path, index=False)
+    return path
