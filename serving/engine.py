@@ -1,0 +1,381 @@
+"""The one inference engine that the HTTP API, the UI and batch scoring share.
+
+    from serving.engine import Classifier
+    clf = Classifier.load("onnx/")            # or a transformers folder: PyTorch fallback
+    clf.predict(["회의 일정 메모"], top_k=3)
+
+What it does once, for every caller:
+- normalises text exactly as training did (`normalization.json` beside the model);
+- truncates to `max_length` tokens (the tokenizer's `model_max_length`, i.e. the training length,
+  never more than the model's position table, so inputs beyond 512 tokens cannot crash). Policy
+  `truncation="head"` keeps the first tokens, like the tokenizer did in training; `"head+tail"`
+  keeps the first quarter and the last three quarters of the budget (Sun et al. 2019: the end of a
+  long text often carries the conclusion);
+- batches by a token budget: texts are sorted by length, each batch is padded only to its own
+  longest text and holds at most `batch_tokens` padded tokens, then results go back in input order;
+- picks the provider: TensorRT, then CUDA, when present and a warm-up run works on them, else CPU;
+  on CUDA, inputs and outputs go through IO binding; on CPU, intra-op threads = usable cores.
+`predict` is thread-safe: sessions and tokenizers are only read after `load`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from serving.labels import labels_from_config
+from serving.text import Normalizer
+
+log = logging.getLogger("serving.engine")
+
+ONNX_FILE = "model.onnx"
+ONNX_INT8_FILE = "model_quantized.onnx"
+REPORT_FILE = "export_report.json"
+PROVIDERS = ("auto", "cpu", "cuda", "tensorrt", "torch")
+TRUNCATIONS = ("head", "head+tail")
+_ORT_NAMES = {"tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
+# Largest batch shape TensorRT is told to expect; beyond it TensorRT would rebuild its engine.
+_TRT_MAX_BATCH = 64
+
+
+class ModelError(ValueError):
+    """The model folder cannot be used (missing, unreadable, incomplete); CLIs print it without a traceback."""
+
+
+@dataclass
+class Prediction:
+    label: str
+    score: float
+    probabilities: dict[str, float]
+
+
+def usable_cores() -> int:
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:  # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def _softmax(logits: np.ndarray) -> np.ndarray:
+    z = logits.astype(np.float32, copy=False)
+    z = np.exp(z - z.max(axis=-1, keepdims=True))
+    return z / z.sum(axis=-1, keepdims=True)
+
+
+class _OrtRunner:
+    backend = "onnx"
+
+    def __init__(self, model_file: Path, provider: str, threads: int | None, max_length: int):
+        import onnxruntime as ort
+
+        opts = ort.SessionOptions()
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.inter_op_num_threads = 1
+        if provider == "cpu":
+            opts.intra_op_num_threads = threads or usable_cores()
+        providers: list = [_ORT_NAMES[provider]]
+        if provider == "tensorrt":
+            cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "electra-classify", "trt")
+            cache.mkdir(parents=True, exist_ok=True)
+            import onnx
+
+            names = [i.name for i in onnx.load(str(model_file), load_external_data=False).graph.input]
+            shapes = lambda b, s: ",".join(f"{n}:{b}x{s}" for n in names)
+            providers = [("TensorrtExecutionProvider", {
+                "trt_fp16_enable": True, "trt_engine_cache_enable": True, "trt_engine_cache_path": str(cache),
+                "trt_profile_min_shapes": shapes(1, 1), "trt_profile_opt_shapes": shapes(16, 64),
+                "trt_profile_max_shapes": shapes(_TRT_MAX_BATCH, max_length),
+            }), "CUDAExecutionProvider"]
+        if provider != "cpu":
+            providers.append("CPUExecutionProvider")
+        self.session = ort.InferenceSession(str(model_file), sess_options=opts, providers=providers)
+        got = self.session.get_providers()[0]
+        if got != _ORT_NAMES[provider]:
+            # ONNX Runtime silently falls back to CPU when CUDA libraries are missing; we want to know.
+            raise RuntimeError(f"asked for {_ORT_NAMES[provider]}, ONNX Runtime gave {got}")
+        self.provider = provider
+        self.input_names = [i.name for i in self.session.get_inputs()]
+        self.output_name = self.session.get_outputs()[0].name
+        self.max_batch = _TRT_MAX_BATCH if provider == "tensorrt" else None
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        feeds = {k: v for k, v in feeds.items() if k in self.input_names}
+        if self.provider == "cpu":
+            return self.session.run([self.output_name], feeds)[0]
+        # IO binding: without it ONNX Runtime on GPU copies through numpy per call and loses to PyTorch.
+        # One binding per call, so concurrent callers never share one.
+        binding = self.session.io_binding()
+        for name, arr in feeds.items():
+            binding.bind_cpu_input(name, arr)
+        binding.bind_output(self.output_name, "cuda")
+        self.session.run_with_iobinding(binding)
+        return binding.copy_outputs_to_cpu()[0]
+
+
+class _TorchRunner:
+    backend = "torch"
+
+    def __init__(self, folder: Path, threads: int | None):
+        import torch
+        from transformers import AutoModelForSequenceClassification
+
+        self.torch = torch
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        if threads and self.device == "cpu":
+            torch.set_num_threads(threads)
+        self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval().to(self.device)
+        self.provider = self.device
+        self.max_batch = None
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
+        with self.torch.inference_mode():
+            inputs = {k: self.torch.from_numpy(v).to(self.device) for k, v in feeds.items()}
+            return self.model(**inputs).logits.float().cpu().numpy()
+
+
+def _resolve_files(path: Path) -> tuple[Path, list[Path]]:
+    """(folder, ONNX files in it); a path to one .onnx file selects that file."""
+    if not path.exists():
+        raise ModelError(f"{path}: no such model folder")
+    if path.is_file():
+        if path.suffix != ".onnx":
+            raise ModelError(f"{path}: expected a model folder or an .onnx file")
+        return path.parent, [path]
+    return path, [p for p in (path / ONNX_FILE, path / ONNX_INT8_FILE) if p.exists()]
+
+
+class Classifier:
+    """Use `Classifier.load(...)`; the constructor takes already-built parts."""
+
+    def __init__(self, folder, runner, tokenizer, config, normalizer, max_length, batch_tokens, truncation, model_file):
+        self.folder = Path(folder)
+        self._run = runner
+        self._config = config
+        self._normalize = normalizer
+        self.labels = labels_from_config(config)
+        self.max_length = max_length
+        self.batch_tokens = batch_tokens
+        self.truncation = truncation
+        self.model_file = model_file
+        # A private copy of the Rust tokenizer with truncation and padding off: we do both ourselves,
+        # and never mutating it after load is what makes concurrent encode_batch calls safe.
+        from tokenizers import Tokenizer
+
+        self._tok = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        self._tok.no_truncation()
+        self._tok.no_padding()
+        template = tokenizer.build_inputs_with_special_tokens([-1])
+        cut = template.index(-1)
+        self._prefix, self._suffix = template[:cut], template[cut + 1 :]
+        self._pad_id = tokenizer.pad_token_id or 0
+        self._budget = max_length - len(self._prefix) - len(self._suffix)
+        # Characters beyond this cannot reach the kept tokens after whitespace is collapsed (a token
+        # covers at least one character); cutting first keeps a 50 MB cell from stalling the tokenizer.
+        self._char_cap = max(4096, 32 * max_length)
+        self._report = None
+        if (self.folder / REPORT_FILE).exists():
+            self._report = json.loads((self.folder / REPORT_FILE).read_text(encoding="utf-8"))
+
+    # ---------------------------------------------------------------- loading
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike,
+        provider: str = "auto",
+        max_length: int | None = None,
+        batch_tokens: int = 8192,
+        threads: int | None = None,
+        truncation: str = "head",
+        quantized: bool | None = None,
+    ) -> Classifier:
+        """Load an exported folder (ONNX) or a transformers folder (PyTorch).
+
+        quantized: None = the INT8 model on CPU when the folder has one, the fp32/fp16 one on GPU;
+        True/False to force. threads: CPU intra-op threads (default: usable cores).
+        """
+        from transformers import AutoConfig, AutoTokenizer
+
+        if provider not in PROVIDERS:
+            raise ValueError(f"provider {provider!r}: use one of {PROVIDERS}")
+        if truncation not in TRUNCATIONS:
+            raise ValueError(f"truncation {truncation!r}: use one of {TRUNCATIONS}")
+        if batch_tokens < 1:
+            raise ValueError("batch_tokens must be positive")
+        folder, onnx_files = _resolve_files(Path(path))
+        try:
+            config = AutoConfig.from_pretrained(folder)
+            tokenizer = AutoTokenizer.from_pretrained(folder, use_fast=True)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{folder}: cannot read config/tokenizer: {str(e).splitlines()[0]}") from None
+        if not getattr(tokenizer, "is_fast", False):
+            raise ModelError(f"{folder}: needs a fast tokenizer (tokenizer.json or a vocab a fast tokenizer can load)")
+        if not getattr(config, "id2label", None):
+            raise ModelError(f"{folder}: config.json has no id2label")
+        try:
+            normalizer = Normalizer.load(folder)
+        except (ValueError, json.JSONDecodeError) as e:
+            raise ModelError(str(e)) from None
+        max_length = _resolve_max_length(max_length, tokenizer, config)
+
+        if provider == "torch" or not onnx_files:
+            if provider not in ("auto", "torch"):
+                raise ModelError(f"{folder}: no {ONNX_FILE} here, so provider {provider!r} is not possible; "
+                                 "export it with `python -m serving.export` or use provider='torch'")
+            runner, model_file = cls._torch(folder, threads), None
+        else:
+            runner, model_file = cls._onnx(folder, onnx_files, provider, threads, quantized, max_length)
+        clf = cls(folder, runner, tokenizer, config, normalizer, max_length, batch_tokens, truncation, model_file)
+        clf.predict(["warm-up", "warm up " * (max_length // 4)])  # first run allocates arenas/kernels
+        log.info("loaded %s: backend=%s provider=%s file=%s max_length=%d", folder, runner.backend,
+                 runner.provider, model_file.name if model_file else "(transformers)", max_length)
+        return clf
+
+    @staticmethod
+    def _torch(folder: Path, threads):
+        if not any((folder / f).exists() for f in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")):
+            raise ModelError(f"{folder}: neither {ONNX_FILE} nor PyTorch weights (model.safetensors) found")
+        try:
+            return _TorchRunner(folder, threads)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{folder}: cannot load the PyTorch model: {str(e).splitlines()[0]}") from None
+
+    @staticmethod
+    def _onnx(folder: Path, files: list[Path], provider: str, threads, quantized, max_length):
+        import onnxruntime as ort
+
+        available = ort.get_available_providers()
+        candidates = ["tensorrt", "cuda", "cpu"] if provider == "auto" else [provider]
+        errors = []
+        for cand in candidates:
+            if _ORT_NAMES[cand] not in available:
+                errors.append(f"{cand}: not in this onnxruntime build ({available})")
+                continue
+            model_file = _pick_file(files, cand, quantized)
+            if model_file is None:
+                errors.append(f"{cand}: no suitable file among {[f.name for f in files]} (INT8 runs on CPU only)")
+                continue
+            try:
+                runner = _OrtRunner(model_file, cand, threads, max_length)
+                # Provider plugins can load and still fail on the first run (driver/library mismatch).
+                n = 4
+                feeds = {"input_ids": np.ones((1, n), np.int64), "attention_mask": np.ones((1, n), np.int64),
+                         "token_type_ids": np.zeros((1, n), np.int64)}
+                runner(feeds)
+                if provider == "auto" and errors:
+                    log.info("provider fallbacks: %s", "; ".join(errors))
+                return runner, model_file
+            except Exception as e:  # noqa: BLE001 - any failure here means "try the next provider"
+                errors.append(f"{cand}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
+                log.warning("provider %s not usable: %s", cand, errors[-1])
+        raise ModelError(f"{folder}: no usable execution provider: " + "; ".join(errors))
+
+    # ---------------------------------------------------------------- inference
+    def info(self) -> dict:
+        return {
+            "name": self.folder.resolve().name,
+            "labels": list(self.labels),
+            "backend": self._run.backend,
+            "provider": self._run.provider,
+            "max_length": self.max_length,
+            "quantized": bool(self.model_file and self.model_file.name == ONNX_INT8_FILE),
+            "truncation": self.truncation,
+            "model_file": self.model_file.name if self.model_file else None,
+            "export_report": self._report,
+        }
+
+    def _encode(self, texts: Sequence[str]) -> list[list[int]]:
+        cap = self._char_cap
+        clean = []
+        for t in texts:
+            t = "" if t is None else str(t)
+            if len(t) > cap:
+                t = t[:cap] if self.truncation == "head" else t[: cap // 4] + " " + t[-(cap - cap // 4):]
+            clean.append(self._normalize(t))
+        encs = self._tok.encode_batch(clean, add_special_tokens=False)
+        out = []
+        budget = self._budget
+        head = budget if self.truncation == "head" else budget // 4
+        for e in encs:
+            ids = e.ids
+            if len(ids) > budget:
+                ids = ids[:head] + (ids[len(ids) - (budget - head):] if budget > head else [])
+            out.append(self._prefix + ids + self._suffix)
+        return out
+
+    def count_tokens(self, texts: Sequence[str]) -> list[int]:
+        """Tokens per text after normalisation, truncation and special tokens (what a batch costs)."""
+        return [len(ids) for ids in self._encode(texts)]
+
+    def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
+        """Probabilities, shape (len(texts), len(labels)), rows in input order."""
+        seqs = self._encode(texts)
+        n = len(seqs)
+        probs = np.empty((n, len(self.labels)), np.float32)
+        if n == 0:
+            return probs
+        lengths = np.fromiter((len(s) for s in seqs), np.int64, n)
+        order = np.argsort(-lengths, kind="stable")
+        start = 0
+        while start < n:
+            longest = int(lengths[order[start]])  # sorted longest first, so this pads the batch
+            size = max(1, self.batch_tokens // longest)
+            if self._run.max_batch:
+                size = min(size, self._run.max_batch)
+            idx = order[start : start + size]
+            ids = np.full((len(idx), longest), self._pad_id, np.int64)
+            mask = np.zeros((len(idx), longest), np.int64)
+            for row, i in enumerate(idx):
+                s = seqs[i]
+                ids[row, : len(s)] = s
+                mask[row, : len(s)] = 1
+            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
+            probs[idx] = _softmax(self._run(feeds))
+            start += size
+        return probs
+
+    def predict(self, texts: Sequence[str], top_k: int | None = None) -> list[Prediction]:
+        """One Prediction per text, in input order. `probabilities` holds every label in id order,
+        or with `top_k` the k most likely, most likely first."""
+        if isinstance(texts, str):
+            raise TypeError("predict takes a list of texts, not one string")
+        probs = self.predict_proba(texts)
+        labels = self.labels
+        out = []
+        for p in probs:
+            best = int(p.argmax())
+            if top_k is None:
+                dist = {labels[j]: float(p[j]) for j in range(len(labels))}
+            else:
+                dist = {labels[j]: float(p[j]) for j in np.argsort(-p, kind="stable")[: max(1, top_k)]}
+            out.append(Prediction(label=labels[best], score=float(p[best]), probabilities=dist))
+        return out
+
+
+def _pick_file(files: list[Path], provider: str, quantized: bool | None) -> Path | None:
+    by_name = {f.name: f for f in files}
+    if len(files) == 1 and files[0].name not in (ONNX_FILE, ONNX_INT8_FILE):
+        return files[0]  # an explicit .onnx path
+    if provider != "cpu":
+        # Dynamic INT8 (MatMulInteger/DynamicQuantizeLinear) has no CUDA/TensorRT kernels.
+        return None if quantized else by_name.get(ONNX_FILE)
+    if quantized is None:
+        return by_name.get(ONNX_INT8_FILE) or by_name.get(ONNX_FILE)
+    return by_name.get(ONNX_INT8_FILE if quantized else ONNX_FILE)
+
+
+def _resolve_max_length(requested: int | None, tokenizer, config) -> int:
+    positions = getattr(config, "max_position_embeddings", None) or 512
+    trained = tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else positions
+    length = requested or trained
+    if length > positions:
+        log.warning("max_length %d > the model's %d positions; using %d", length, positions, positions)
+        length = positions
+    if length < 3:
+        raise ValueError(f"max_length {length} leaves no room for text")
+    return int(length)
