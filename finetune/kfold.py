@@ -1,0 +1,308 @@
+"""Stratified k-fold fine-tuning of an ELECTRA discriminator (or any encoder) as a text classifier.
+
+    python finetune/kfold.py --model KcELECTRA --data notes.csv
+    python finetune/kfold.py --model minilm --data bbcnews --folds 3 --epochs 2     # offline demo
+    python finetune/kfold.py --model runs/pretrain/discriminator --data train.csv --group-column page --final
+
+Per fold: a fresh model from the pretrained weights, early stopping on an inner split of the
+training part, scores on the held-out fold, and a TF-IDF + logistic-regression baseline on the same
+split. Writes OUTPUT/report.json, oof_predictions.csv, plots, and with --final a deployable model/.
+Several GPUs: `accelerate launch finetune/kfold.py ...`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import sys
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from finetune.baseline import baseline_predict
+from finetune.data import bbcnews_csv, inner_split, load_labeled, make_folds
+from finetune.metrics import KEYS, fold_metrics, summarize
+from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model
+from finetune.train import TrainConfig, encode, fit, predict_proba
+from serving.io import DataError, write_json, write_table
+from serving.text import Normalizer
+
+BUILTIN_DATA = {"bbcnews": bbcnews_csv}
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str
+    data: str
+    output: str
+    text_column: str = "text"
+    label_column: str = "label"
+    group_column: str | None = None
+    encoding: str = "utf-8"
+    on_missing: str = "drop"  # drop rows with empty text/label (with a warning) or fail
+    normalize: str = "none"  # none | kc
+    folds: int = 5
+    seed: int = 42
+    max_length: int = 128
+    dropout: float | None = None
+    inner_val: float = 0.1
+    random_init: bool = False  # same architecture, random weights: what pretraining is worth
+    device: str = "auto"
+    final: bool = False
+    resume: bool = False
+    train: TrainConfig = TrainConfig()
+
+
+def parse_args(argv=None) -> Config | None:
+    t = TrainConfig()
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", help="local folder, hub id, or alias (see --list-models)")
+    p.add_argument("--data", help="CSV/TSV/JSONL/Parquet with text and label columns, or 'bbcnews' (built in)")
+    p.add_argument("--list-models", action="store_true", help="print the model aliases and exit")
+    p.add_argument("--output", help="output folder (default runs/<timestamp>-<model>)")
+    p.add_argument("--text-column", default="text")
+    p.add_argument("--label-column", default="label")
+    p.add_argument("--group-column", help="keep each group (source document, user...) inside one fold")
+    p.add_argument("--encoding", default="utf-8", help="input encoding, e.g. cp949 for Korean Excel exports")
+    p.add_argument("--on-missing", choices=["drop", "fail"], default="drop",
+                   help="rows with empty text or label: drop them with a warning (default) or fail")
+    p.add_argument("--normalize", choices=["none", "kc"], default="none",
+                   help="kc: KcELECTRA-style cleaning of noisy text (emoji, URLs, repeats); stored with the model")
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--seed", type=int, default=42)
+    p.add_argument("--max-length", type=int, default=128)
+    p.add_argument("--dropout", type=float, help="override the model's dropout")
+    p.add_argument("--inner-val", type=float, default=0.1, help="share of each training fold used for early stopping")
+    p.add_argument("--random-init", action="store_true", help="same architecture with random weights (ablation)")
+    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
+    p.add_argument("--final", action="store_true", help="after CV, train on all rows and save OUTPUT/model")
+    p.add_argument("--resume", action="store_true", help="reuse finished folds in --output")
+    p.add_argument("--epochs", type=int, default=t.epochs)
+    p.add_argument("--batch-size", type=int, default=t.batch_size)
+    p.add_argument("--lr", type=float, default=t.lr)
+    p.add_argument("--layer-decay", type=float, default=t.layer_decay, help="layer-wise LR decay (1 = off)")
+    p.add_argument("--weight-decay", type=float, default=t.weight_decay)
+    p.add_argument("--warmup", type=float, default=t.warmup, help="warmup share of all steps")
+    p.add_argument("--patience", type=int, default=t.patience, help="early-stopping patience in epochs (0 = off)")
+    p.add_argument("--max-grad-norm", type=float, default=t.max_grad_norm, help="gradient clipping")
+    p.add_argument("--class-weights", action="store_true", help="weight the loss by inverse class frequency")
+    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=t.precision)
+    a = p.parse_args(argv)
+    if a.list_models:
+        print(list_models())
+        return None
+    if not a.model or not a.data:
+        p.error("--model and --data are required (try --model minilm --data bbcnews offline)")
+    if a.folds < 2:
+        p.error("--folds must be at least 2")
+    train = TrainConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig)})
+    output = a.output or f"runs/{datetime.now():%Y%m%d-%H%M%S}-{Path(a.model.rstrip('/')).name}"
+    fields = {f.name for f in dataclasses.fields(Config)} - {"train", "output"}
+    return Config(output=output, train=train, **{k: getattr(a, k) for k in fields})
+
+
+def pick_accelerator(device: str):
+    from accelerate import Accelerator
+
+    if device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            raise DataError("--device cuda: no CUDA device is available")
+    return Accelerator(cpu=device == "cpu")
+
+
+def run(cfg: Config) -> dict:
+    import torch
+
+    import transformers
+
+    started = time.time()
+    transformers.logging.set_verbosity_error()  # "newly initialized: classifier.*" is the point of fine-tuning
+    out = Path(cfg.output)
+    accelerator = pick_accelerator(cfg.device)
+    main = accelerator.is_main_process
+    if accelerator.device.type == "cpu":
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
+
+    data_path = BUILTIN_DATA[cfg.data](Path(".cache")) if cfg.data in BUILTIN_DATA else Path(cfg.data)
+    normalizer = Normalizer(cfg.normalize)
+    data = load_labeled(data_path, cfg.text_column, cfg.label_column, cfg.group_column, cfg.folds,
+                        cfg.on_missing, normalizer, cfg.encoding)
+    resolved = resolve_model(cfg.model)
+    tokenizer = load_tokenizer(cfg.model, resolved, cfg.max_length)
+    ids = encode(tokenizer, data.texts, cfg.max_length)
+    pad_id = tokenizer.pad_token_id or 0
+    folds = make_folds(data.y, data.groups, cfg.folds, cfg.seed)
+
+    fold_dir = out / "folds"
+    fold_dir.mkdir(parents=True, exist_ok=True)
+    config_json = json.loads(json.dumps(asdict(cfg), default=str))
+    if cfg.resume and (out / "config.json").exists():
+        before = json.loads((out / "config.json").read_text())
+        differs = {k for k in config_json if k not in ("resume", "final") and before.get(k) != config_json[k]}
+        if differs:
+            raise DataError(f"--resume: {out} was run with different {sorted(differs)}; use a new --output")
+    if main:
+        write_json(out / "config.json", config_json)
+    print(f"{len(data.y)} rows, {len(data.labels)} classes, {cfg.folds} folds"
+          f"{' grouped by ' + repr(cfg.group_column) if cfg.group_column else ''}; model {resolved} "
+          f"on {accelerator.device}", file=sys.stderr)
+
+    n = len(data.y)
+    oof = np.full((n, len(data.labels)), np.nan, dtype=np.float32)
+    base_oof = np.full((n, len(data.labels)), np.nan, dtype=np.float32)
+    fold_of = np.full(n, -1)
+    results, histories = [], []
+    for k, (train_idx, val_idx) in enumerate(folds):
+        seed = cfg.seed * 1000 + k  # one seed per fold, derived from --seed
+        done = fold_dir / f"fold_{k}.json"
+        if cfg.resume and done.exists():
+            saved = json.loads(done.read_text())
+            arrays = np.load(fold_dir / f"fold_{k}.npz")
+            proba, base_proba = arrays["proba"], arrays["baseline"]
+            print(f"fold {k}: reused from {done}", file=sys.stderr)
+        else:
+            inner_tr, inner_va = inner_split(data.y[train_idx], None if data.groups is None else data.groups[train_idx],
+                                             cfg.inner_val, seed)
+            fit_idx, stop_idx = train_idx[inner_tr], train_idx[inner_va]
+            torch.manual_seed(seed)
+            model = load_classifier(cfg.model, resolved, data.labels, cfg.dropout, cfg.random_init)
+            hist = fit(model, tokenizer, [ids[i] for i in fit_idx], data.y[fit_idx], [ids[i] for i in stop_idx],
+                       data.y[stop_idx], cfg.train, seed, accelerator, desc=f"fold {k + 1}/{cfg.folds}")
+            proba = predict_proba(model, [ids[i] for i in val_idx], pad_id, accelerator.device, cfg.train.precision)
+            base_proba = baseline_predict(data.texts, data.y, train_idx, val_idx, seed)
+            saved = {
+                "fold": k, "seed": seed, "n_train": len(fit_idx), "n_early_stopping": len(stop_idx),
+                "n_val": len(val_idx), **fold_metrics(data.y[val_idx], proba.argmax(1), data.labels),
+                "best_epoch": hist.best_epoch, "train_seconds": round(hist.seconds, 2),
+                "samples_per_second": round(hist.samples_per_second, 2),
+                "baseline": fold_metrics(data.y[val_idx], base_proba.argmax(1), data.labels),
+                "history": dataclasses.asdict(hist),
+            }
+            if main:  # a fold is written whole or not at all, so --resume never reads half a fold
+                np.savez(fold_dir / f"fold_{k}.tmp.npz", proba=proba, baseline=base_proba)
+                os.replace(fold_dir / f"fold_{k}.tmp.npz", fold_dir / f"fold_{k}.npz")
+                write_json(done, saved)
+            del model
+        oof[val_idx], base_oof[val_idx], fold_of[val_idx] = proba, base_proba, k
+        histories.append(saved.pop("history", None) or json.loads(done.read_text())["history"])
+        results.append(saved)
+        print(f"fold {k}: macro-F1 {saved['macro_f1']:.4f} (baseline {saved['baseline']['macro_f1']:.4f}), "
+              f"accuracy {saved['accuracy']:.4f}, best epoch {saved['best_epoch']}", file=sys.stderr)
+
+    report = {
+        "model": cfg.model, "resolved_model": resolved, "data": str(data_path), "labels": data.labels,
+        "n_rows": int(len(data.table)), "n_used": int(n), "dropped": data.dropped,
+        "folds": [{k: v for k, v in r.items() if k != "baseline"} for r in results],
+        **summarize(results),
+        "baseline": {"name": "char TF-IDF + logistic regression", "folds": [r["baseline"] for r in results],
+                     **summarize([r["baseline"] for r in results])},
+        "config": config_json, "seed": cfg.seed, "device": str(accelerator.device),
+    }
+    report["lift_macro_f1"] = report["macro_f1_mean"] - report["baseline"]["macro_f1_mean"]
+    if main:
+        write_outputs(out, cfg, data, oof, base_oof, fold_of, report, histories)
+    if cfg.final:
+        final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, accelerator)
+    report["wall_seconds"] = round(time.time() - started, 1)
+    if main:
+        write_json(out / "report.json", report)
+        print(summary_table(report))
+        print(f"\nwrote {out}/report.json, oof_predictions.csv, confusion_matrix.png, learning_curves.png"
+              + (f", model/" if cfg.final else ""))
+    return report
+
+
+def write_outputs(out, cfg, data, oof, base_oof, fold_of, report, histories) -> None:
+    from finetune.plots import confusion_png, fold_scores_png, learning_curves_png
+
+    table = data.table.copy()
+    n_rows = len(table)
+    pred = np.full(n_rows, "", dtype=object)
+    base_pred = np.full(n_rows, "", dtype=object)
+    score = np.full(n_rows, np.nan)
+    fold = np.full(n_rows, -1)
+    labels = np.array(data.labels, dtype=object)
+    pred[data.keep], score[data.keep] = labels[oof.argmax(1)], oof.max(1)
+    base_pred[data.keep], fold[data.keep] = labels[base_oof.argmax(1)], fold_of
+    table["fold"], table["pred_label"], table["pred_score"] = fold, pred, score
+    for j, name in enumerate(data.labels):
+        col = np.full(n_rows, np.nan)
+        col[data.keep] = oof[:, j]
+        table[f"prob_{name}"] = col
+    table["baseline_pred_label"] = base_pred
+    error = np.full(n_rows, "", dtype=object)
+    error[np.setdiff1d(np.arange(n_rows), data.keep)] = "dropped: empty text or label"
+    table["error"] = error
+    write_table(table, out / "oof_predictions.csv")
+
+    total = np.sum([r["confusion_matrix"] for r in report["folds"]], axis=0)
+    confusion_png(total, data.labels, out / "confusion_matrix.png",
+                  f"out-of-fold confusion, macro-F1 {report['macro_f1_mean']:.3f}")
+    learning_curves_png(histories, out / "learning_curves.png")
+    fold_scores_png([r["macro_f1"] for r in report["folds"]], [b["macro_f1"] for b in report["baseline"]["folds"]],
+                    out / "fold_scores.png")
+
+
+def final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, accelerator) -> None:
+    """Train on every row for the median best epoch of the folds, then save a serving-ready folder."""
+    import torch
+
+    epochs = int(np.median([f["best_epoch"] for f in report["folds"]])) or cfg.train.epochs
+    train_cfg = dataclasses.replace(cfg.train, epochs=max(1, epochs), patience=0)
+    torch.manual_seed(cfg.seed)
+    model = load_classifier(cfg.model, resolved, data.labels, cfg.dropout, cfg.random_init)
+    fit(model, tokenizer, ids, data.y, [], np.array([], dtype=np.int64), train_cfg, cfg.seed, accelerator, desc="final")
+    if not accelerator.is_main_process:
+        return
+    folder = Path(cfg.output) / "model"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    normalizer.save(folder)
+    write_json(folder / "training_config.json", {
+        "config": json.loads(json.dumps(asdict(cfg), default=str)), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
+        "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))},
+    })
+    report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs}
+
+
+def summary_table(report: dict) -> str:
+    head = f"{'fold':>6} {'n_val':>6} {'accuracy':>9} {'macro-F1':>9} {'weighted-F1':>12} {'baseline':>9}"
+    lines = ["", head, "-" * len(head)]
+    for r, b in zip(report["folds"], report["baseline"]["folds"]):
+        lines.append(f"{r['fold']:>6} {r['n_val']:>6} {r['accuracy']:>9.4f} {r['macro_f1']:>9.4f} "
+                     f"{r['weighted_f1']:>12.4f} {b['macro_f1']:>9.4f}")
+    lines.append("-" * len(head))
+    m = {k: f"{report[f'{k}_mean']:.4f}±{report[f'{k}_std']:.3f}" for k in KEYS}
+    base = report["baseline"]
+    lines.append(f"{'mean':>6} {'':>6} {m['accuracy']:>9} {m['macro_f1']:>9} {m['weighted_f1']:>12} "
+                 f"{base['macro_f1_mean']:.4f}±{base['macro_f1_std']:.3f}")
+    lines.append(f"\nmacro-F1 {report['macro_f1_mean']:.4f} ± {report['macro_f1_std']:.4f} vs baseline "
+                 f"{base['macro_f1_mean']:.4f} ± {base['macro_f1_std']:.4f} (lift {report['lift_macro_f1']:+.4f})")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    try:
+        cfg = parse_args(argv)
+        if cfg is None:
+            return 0
+        run(cfg)
+    except DataError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: finished folds are kept; rerun with --resume --output <same folder>", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

