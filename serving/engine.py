@@ -157,7 +157,7 @@ class Classifier:
         self.folder = Path(folder)
         self._run = runner
         self._config = config
-        self._normalize = normalizer
+        self.normalizer = normalizer  # public: batch scoring flags texts it empties
         self.labels = labels_from_config(config)
         self.max_length = max_length
         self.batch_tokens = batch_tokens
@@ -254,7 +254,7 @@ class Classifier:
         errors = []
         for cand in candidates:
             if _ORT_NAMES[cand] not in available:
-                errors.append(f"{cand}: not in this onnxruntime build ({available})")
+                errors.append(f"{cand}: not in this onnxruntime build (it has {available})")
                 continue
             model_file = _pick_file(files, cand, quantized)
             if model_file is None:
@@ -267,8 +267,8 @@ class Classifier:
                 feeds = {"input_ids": np.ones((1, n), np.int64), "attention_mask": np.ones((1, n), np.int64),
                          "token_type_ids": np.zeros((1, n), np.int64)}
                 runner(feeds)
-                if provider == "auto" and errors:
-                    log.info("provider fallbacks: %s", "; ".join(errors))
+                if errors:
+                    log.debug("provider fallbacks: %s", "; ".join(errors))
                 return runner, model_file
             except Exception as e:  # noqa: BLE001 - any failure here means "try the next provider"
                 errors.append(f"{cand}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
@@ -296,7 +296,7 @@ class Classifier:
             t = "" if t is None else str(t)
             if len(t) > cap:
                 t = t[:cap] if self.truncation == "head" else t[: cap // 4] + " " + t[-(cap - cap // 4):]
-            clean.append(self._normalize(t))
+            clean.append(self.normalizer(t))
         encs = self._tok.encode_batch(clean, add_special_tokens=False)
         out = []
         budget = self._budget
@@ -314,11 +314,15 @@ class Classifier:
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         """Probabilities, shape (len(texts), len(labels)), rows in input order."""
+        return _softmax(self.predict_logits(texts))
+
+    def predict_logits(self, texts: Sequence[str]) -> np.ndarray:
+        """Raw logits (float32), shape (len(texts), len(labels)), rows in input order."""
         seqs = self._encode(texts)
         n = len(seqs)
-        probs = np.empty((n, len(self.labels)), np.float32)
+        logits = np.empty((n, len(self.labels)), np.float32)
         if n == 0:
-            return probs
+            return logits
         lengths = np.fromiter((len(s) for s in seqs), np.int64, n)
         order = np.argsort(-lengths, kind="stable")
         start = 0
@@ -335,9 +339,9 @@ class Classifier:
                 ids[row, : len(s)] = s
                 mask[row, : len(s)] = 1
             feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            probs[idx] = _softmax(self._run(feeds))
+            logits[idx] = self._run(feeds)
             start += size
-        return probs
+        return logits
 
     def predict(self, texts: Sequence[str], top_k: int | None = None) -> list[Prediction]:
         """One Prediction per text, in input order. `probabilities` holds every label in id order,

@@ -118,3 +118,76 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike) -> None:
             df.to_json(tmp, orient="records", lines=True, force_ascii=False)
         else:
             df.to_csv(tmp, index=False, sep="\t" if fmt == "tsv" else ",")
+
+
+def count_rows(path: str | os.PathLike) -> int | None:
+    """Row count when it is free (Parquet metadata); None for text formats, which would need a full pass."""
+    if table_format(path) != "parquet":
+        return None
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(path).metadata.num_rows
+
+
+def iter_table(
+    path: str | os.PathLike,
+    chunk_rows: int,
+    columns: Iterable[str] | None = None,
+    encoding: str = "utf-8",
+) -> Iterator[pd.DataFrame]:
+    """`read_table` in chunks of `chunk_rows` rows, so a file larger than memory can be processed.
+
+    Same parsing rules and messages as `read_table`; `columns` are checked on the first chunk, and a
+    file with a header but no rows yields one empty frame so callers still see its columns.
+    """
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p}: no such file")
+    if p.is_dir():
+        raise DataError(f"{p}: is a folder, expected a file")
+    if chunk_rows < 1:
+        raise ValueError("chunk_rows must be positive")
+    fmt = table_format(p)
+    utf8 = encoding.lower().replace("_", "-") in ("utf-8", "utf8")
+    if fmt != "parquet":
+        # A pass over the bytes before the first row is scored: a bad line found after an hour of
+        # scoring would waste the hour.
+        _check_encoding(p, "utf-8-sig" if utf8 else encoding)
+    try:
+        if fmt == "csv":
+            chunks = pd.read_csv(p, dtype=str, keep_default_na=False, chunksize=chunk_rows,
+                                 encoding="utf-8-sig" if utf8 else encoding)
+        elif fmt == "tsv":
+            chunks = pd.read_csv(p, sep="\t", dtype=str, keep_default_na=False, quoting=3, chunksize=chunk_rows,
+                                 encoding=encoding)
+        elif fmt == "jsonl":
+            chunks = pd.read_json(p, lines=True, dtype=False, encoding=encoding, chunksize=chunk_rows)
+        else:
+            import pyarrow.parquet as pq
+
+            pf = pq.ParquetFile(p)
+            schema = pf.schema_arrow
+            batches = pf.iter_batches(batch_size=chunk_rows)
+            chunks = (b.to_pandas() for b in batches)
+            empty = schema.empty_table().to_pandas()
+        first = True
+        for chunk in chunks:
+            if first and columns is not None:
+                require_columns(chunk, columns, p)
+            first = False
+            yield chunk
+        if first:
+            if fmt == "parquet":
+                chunk = empty
+            else:
+                chunk = pd.read_csv(p, dtype=str, nrows=0, sep="\t" if fmt == "tsv" else ",") if fmt != "jsonl" \
+                    else pd.DataFrame()
+            if columns is not None:
+                require_columns(chunk, columns, p)
+            yield chunk
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{p}: the file is empty") from None
+    except (pd.errors.ParserError, ValueError, OSError) as e:
+        if isinstance(e, DataError):
+            raise
+        raise DataError(f"{p}: cannot parse as {fmt}: {str(e).strip().splitlines()[0]}") from None
