@@ -208,11 +208,15 @@ class Classifier:
         if batch_tokens < 1:
             raise ValueError("batch_tokens must be positive")
         folder, onnx_files = _resolve_files(Path(path))
+        if not (folder / "config.json").exists():
+            raise ModelError(f"{folder}: no config.json, so not a model folder (expected the output of "
+                             "serving.export or a transformers save_pretrained folder)")
         try:
             config = AutoConfig.from_pretrained(folder)
             tokenizer = AutoTokenizer.from_pretrained(folder, use_fast=True)
-        except (OSError, ValueError) as e:
-            raise ModelError(f"{folder}: cannot read config/tokenizer: {str(e).splitlines()[0]}") from None
+        except Exception as e:  # noqa: BLE001 - transformers raises many types for a broken folder
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            raise ModelError(f"{folder}: cannot read config/tokenizer: {msg}") from None
         if not getattr(tokenizer, "is_fast", False):
             raise ModelError(f"{folder}: needs a fast tokenizer (tokenizer.json or a vocab a fast tokenizer can load)")
         if not getattr(config, "id2label", None):

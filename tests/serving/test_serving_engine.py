@@ -1,0 +1,140 @@
+from __future__ import annotations
+
+import json
+import random
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import pytest
+
+from serving.engine import Classifier, ModelError, Prediction
+
+TEXTS = ["꿈에서 봤다", "오류 발생했다 error", "메모 기록 약속", "오늘 회의", "a", "꿈 " * 40, "에러 " * 300, ""]
+
+
+@pytest.fixture(scope="module")
+def torch_clf(trained_classifier_dir):
+    return Classifier.load(trained_classifier_dir, provider="torch")
+
+
+@pytest.fixture(scope="module")
+def onnx_clf(exported_dir):
+    return Classifier.load(exported_dir, provider="cpu", quantized=False)
+
+
+@pytest.fixture(scope="module")
+def int8_clf(exported_dir):
+    return Classifier.load(exported_dir)
+
+
+def test_load_picks_backend_and_file(torch_clf, onnx_clf, int8_clf):
+    assert torch_clf.info()["backend"] == "torch"
+    info = onnx_clf.info()
+    assert (info["backend"], info["provider"], info["quantized"]) == ("onnx", "cpu", False)
+    assert info["labels"] == ["dream", "error", "memo"] == onnx_clf.labels
+    assert info["max_length"] == 128
+    assert info["export_report"]["passed"] is True
+    # On CPU the INT8 file is the default when the export made one.
+    assert int8_clf.info()["quantized"] is True
+
+
+def test_onnx_logits_match_pytorch(torch_clf, onnx_clf):
+    ref, got = torch_clf.predict_logits(TEXTS), onnx_clf.predict_logits(TEXTS)
+    assert ref.shape == (len(TEXTS), 3)
+    assert np.abs(ref - got).max() < 1e-4
+    assert np.abs(ref).max() > 0.5  # the trained fixture is far from ties, so agreement below means something
+
+
+def test_int8_argmax_agrees_with_pytorch(torch_clf, int8_clf, toy_rows):
+    texts = toy_rows(n_per_class=30, seed=5)["text"].tolist()
+    agree = (torch_clf.predict_logits(texts).argmax(1) == int8_clf.predict_logits(texts).argmax(1)).mean()
+    assert agree >= 0.95
+
+
+def test_order_restored_under_length_sorting(onnx_clf):
+    rng = random.Random(0)
+    texts = [" ".join(rng.choice(["꿈", "오류", "메모", "회의", "에러", "기록"]) for _ in range(rng.randint(1, 60)))
+             for _ in range(50)]
+    one_by_one = np.stack([onnx_clf.predict_logits([t])[0] for t in texts])
+    # A small token budget forces many batches of different padded widths.
+    small = Classifier.load(onnx_clf.folder, provider="cpu", quantized=False, batch_tokens=64)
+    np.testing.assert_allclose(small.predict_logits(texts), one_by_one, atol=1e-5)
+    preds = small.predict(texts)
+    assert [p.label for p in preds] == [onnx_clf.labels[i] for i in one_by_one.argmax(1)]
+
+
+def test_predict_shapes_and_top_k(onnx_clf):
+    preds = onnx_clf.predict(["꿈에서 봤다", "오류 발생"])
+    assert all(isinstance(p, Prediction) for p in preds)
+    assert list(preds[0].probabilities) == onnx_clf.labels  # all labels, id order
+    assert sum(preds[0].probabilities.values()) == pytest.approx(1, abs=1e-5)
+    assert preds[0].score == max(preds[0].probabilities.values())
+    top = onnx_clf.predict(["꿈에서 봤다"], top_k=2)[0]
+    assert len(top.probabilities) == 2
+    assert list(top.probabilities.values()) == sorted(top.probabilities.values(), reverse=True)
+    assert next(iter(top.probabilities)) == top.label
+    assert onnx_clf.predict([]) == []
+    with pytest.raises(TypeError):
+        onnx_clf.predict("one string")
+
+
+def test_long_text_truncated_not_crashing(trained_classifier_dir, exported_dir):
+    long_text = "꿈에서 봤다 " * 5000  # far beyond the 128 positions
+    for path in (trained_classifier_dir, exported_dir):
+        clf = Classifier.load(path, provider="torch" if path == trained_classifier_dir else "auto")
+        assert clf.count_tokens([long_text, "꿈", ""]) == [128, 3, 2]
+        assert len(clf.predict([long_text])) == 1
+    # A max_length beyond the position table is clamped instead of crashing later.
+    assert Classifier.load(exported_dir, max_length=10_000).max_length == 128
+
+
+def test_head_and_head_tail_policies(exported_dir):
+    head = Classifier.load(exported_dir, quantized=False, truncation="head")
+    both = Classifier.load(exported_dir, quantized=False, truncation="head+tail")
+    start = "꿈 " * 200
+    a, b = start + "오류 " * 200, start + "메모 " * 200
+    # head keeps only the start, so the different endings cannot matter; head+tail keeps the end.
+    np.testing.assert_allclose(head.predict_logits([a]), head.predict_logits([b]), atol=1e-6)
+    assert np.abs(both.predict_logits([a]) - both.predict_logits([b])).max() > 1e-3
+    assert both.count_tokens([a]) == [128]
+
+
+def test_thread_safe(onnx_clf):
+    texts = [f"{w} {i}" for i, w in enumerate(["꿈", "오류", "메모", "회의"] * 25)]
+    expected = onnx_clf.predict_logits(texts)
+    chunks = [texts[i::4] for i in range(4)]
+    with ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(onnx_clf.predict_logits, chunks * 3))
+    for i, got in enumerate(results):
+        np.testing.assert_allclose(got, expected[i % 4 :: 4], atol=1e-5)
+
+
+def test_normalization_json_is_applied(exported_dir, tmp_path):
+    folder = tmp_path / "kc"
+    shutil.copytree(exported_dir, folder)
+    (folder / "normalization.json").write_text(json.dumps({"kind": "kc"}))
+    clf = Classifier.load(folder, quantized=False)
+    np.testing.assert_allclose(clf.predict_logits(["꿈에서 봤다 😀 https://x.y"]), clf.predict_logits(["꿈에서 봤다"]),
+                               atol=1e-6)
+
+
+def test_bad_model_folders(tmp_path, exported_dir, trained_classifier_dir):
+    with pytest.raises(ModelError, match="no such model folder"):
+        Classifier.load(tmp_path / "missing")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(ModelError, match="no config.json"):
+        Classifier.load(tmp_path / "empty")
+    (tmp_path / "no-tokenizer").mkdir()
+    shutil.copy2(trained_classifier_dir / "config.json", tmp_path / "no-tokenizer")
+    with pytest.raises(ModelError, match="cannot read config/tokenizer"):
+        Classifier.load(tmp_path / "no-tokenizer")
+    no_weights = tmp_path / "no-weights"
+    shutil.copytree(trained_classifier_dir, no_weights)
+    (no_weights / "model.safetensors").unlink()
+    with pytest.raises(ModelError, match="model.safetensors"):
+        Classifier.load(no_weights)
+    with pytest.raises(ModelError, match="no usable execution provider"):
+        Classifier.load(exported_dir, provider="cuda")  # CPU-only onnxruntime here
+    with pytest.raises(ValueError, match="truncation"):
+        Classifier.load(exported_dir, truncation="middle")
