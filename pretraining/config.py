@@ -1,0 +1,139 @@
+"""The run configuration: one frozen dataclass, filled from a preset and then from command-line flags.
+
+Every field is a flag (`--hidden-size 128`, `--two-stage`); a preset only changes defaults. The whole
+config, seed included, is written to OUTPUT/config.json and into each checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import asdict, dataclass, fields
+
+from pretraining.model import OBJECTIVES
+
+
+class UsageError(Exception):
+    """Bad input from the user: printed as one line, without a traceback."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    corpus: tuple[str, ...] = ()
+    output: str = ""
+    tokenizer: str | None = None  # a folder; without it a WordPiece vocabulary is trained on the corpus
+    vocab_size: int = 32000  # only for that tokenizer
+    preset: str = "small"
+    # Model (defaults: ELECTRA-Small, Clark et al. 2020, table 6)
+    embedding_size: int = 128
+    hidden_size: int = 256
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 4
+    intermediate_size: int = 1024
+    max_position_embeddings: int = 512
+    dropout: float = 0.1
+    generator_ratio: float = 0.25
+    # Objective
+    objective: str = "electra"
+    two_stage: bool = False
+    mask_prob: float = 0.15
+    disc_weight: float = 50.0
+    # Data
+    seq_len: int = 128
+    cache_dir: str | None = None  # default OUTPUT/cache
+    # Optimisation
+    batch_size: int = 128
+    lr: float = 5e-4
+    warmup_steps: int = 10_000
+    max_steps: int = 1_000_000
+    weight_decay: float = 0.01
+    adam_epsilon: float = 1e-6
+    grad_clip: float = 1.0
+    precision: str = "auto"  # auto: bf16 (or fp16 where bf16 is missing) on CUDA, fp32 on CPU
+    seed: int = 42
+    # Bookkeeping
+    log_every: int = 100
+    save_every: int = 1000
+    stop_after: int | None = None  # stop (with a checkpoint) before max_steps; the schedule still targets max_steps
+    resume: bool = False
+
+    def __post_init__(self):
+        checks = [
+            (self.objective in OBJECTIVES, f"unknown objective {self.objective!r}; choose from {', '.join(OBJECTIVES)}"),
+            (not self.two_stage or self.objective in ("electra", "electra-15"),
+             "--two-stage needs objective electra or electra-15"),
+            (self.hidden_size % self.num_attention_heads == 0,
+             f"hidden size {self.hidden_size} is not a multiple of {self.num_attention_heads} attention heads"),
+            (self.precision in ("auto", "fp32", "bf16", "fp16"), f"unknown precision {self.precision!r}"),
+            (self.seq_len <= self.max_position_embeddings, "seq_len exceeds max_position_embeddings"),
+            (self.seq_len >= 8, "seq_len must be at least 8"),
+            (0 < self.mask_prob < 1, "mask_prob must be between 0 and 1"),
+            (0 < self.generator_ratio <= 1, "generator_ratio must be in (0, 1]"),
+            (min(self.batch_size, self.max_steps, self.log_every, self.save_every) > 0,
+             "batch_size, max_steps, log_every and save_every must be positive"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise UsageError(message)
+
+    @classmethod
+    def from_dict(cls, values: dict) -> TrainConfig:
+        unknown = sorted(set(values) - {f.name for f in fields(cls)})
+        if unknown:
+            raise UsageError(f"unknown config keys: {', '.join(unknown)}")
+        values = dict(values)
+        if "corpus" in values:
+            values["corpus"] = tuple(values["corpus"])
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+_MODEL_AND_SCHEDULE = ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                       "intermediate_size", "max_position_embeddings", "seq_len", "batch_size", "lr",
+                       "warmup_steps", "max_steps", "log_every", "save_every")
+PRESETS: dict[str, dict] = {
+    # Seconds on a laptop CPU: for tests and smoke runs.
+    "tiny": dict(zip(_MODEL_AND_SCHEDULE, (64, 128, 2, 2, 256, 128, 128, 32, 1e-3, 100, 2000, 20, 200))),
+    "small": {},  # the dataclass defaults
+    # ELECTRA-Base (table 6; generator ratio left at 1/4, the paper's best range is 1/4 to 1/2).
+    "base": dict(zip(_MODEL_AND_SCHEDULE, (768, 768, 12, 12, 3072, 512, 128, 256, 2e-4, 10_000, 766_000, 100,
+                                           1000))),
+}
+
+# Flags whose type cannot be read from the default (None).
+_OPTIONAL_TYPES = {"tokenizer": str, "cache_dir": str, "stop_after": int}
+# May differ between a run and its --resume: they change bookkeeping, not the trajectory.
+RESUMABLE_CHANGES = frozenset({"resume", "stop_after", "log_every", "save_every", "cache_dir"})
+
+
+def build_parser(description: str) -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f in fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.name == "corpus":
+            parser.add_argument(flag, nargs="+", required=True, help="text files, one paragraph a line; .gz ok")
+        elif isinstance(f.default, bool):
+            parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS)
+        else:
+            kind = _OPTIONAL_TYPES.get(f.name) or type(f.default)
+            parser.add_argument(flag, type=kind, default=argparse.SUPPRESS,
+                                required=f.name == "output", help=f"default: preset, else {f.default}")
+    return parser
+
+
+def config_from_args(args: argparse.Namespace) -> TrainConfig:
+    given = vars(args)
+    preset = given.get("preset", "small")
+    if preset not in PRESETS:
+        raise UsageError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+    return TrainConfig.from_dict({**PRESETS[preset], **given})
+
+
+def resume_differences(saved: dict, current: TrainConfig) -> list[str]:
+    now = current.to_dict()
+    saved = {**saved, "corpus": list(saved.get("corpus", ()))}
+    now["corpus"] = list(now["corpus"])
+    return [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in now
+            if k not in RESUMABLE_CHANGES and saved.get(k) != now[k]]
+

@@ -1,0 +1,85 @@
+"""Train a WordPiece vocabulary for ELECTRA and save it as a transformers ElectraTokenizerFast.
+
+    python pretraining/tokenizer.py --corpus corpus.txt [more.txt.gz ...] --vocab-size 32000 --output tok/
+
+Normalisation is NFC + lowercase, *without* BERT's accent stripping: stripping runs NFD and drops
+combining marks, which decomposes every Hangul syllable into jamo (한 -> ㅎㅏㄴ). NFC first so that text
+typed on macOS (NFD) tokenizes like everything else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+
+from pretraining.config import UsageError
+from pretraining.corpus import check_corpus, iter_lines
+
+SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+REQUIRED = {"pad_token": "[PAD]", "cls_token": "[CLS]", "sep_token": "[SEP]", "mask_token": "[MASK]"}
+
+
+def train_tokenizer(corpus: list[str], vocab_size: int, output: str | Path, max_length: int = 512):
+    from transformers import ElectraTokenizerFast
+
+    check_corpus(corpus)
+    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
+    tok.normalizer = normalizers.Sequence([
+        normalizers.NFC(),
+        normalizers.BertNormalizer(clean_text=True, handle_chinese_chars=True, strip_accents=False, lowercase=True),
+    ])
+    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tok.decoder = decoders.WordPiece(prefix="##")
+    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS,
+                                        continuing_subword_prefix="##", show_progress=False)
+    tok.train_from_iterator((line for line in iter_lines(corpus) if line), trainer=trainer)
+    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
+    tok.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
+    # do_lower_case/strip_accents must match the normaliser, or transformers rebuilds it on load.
+    fast = ElectraTokenizerFast(tokenizer_object=tok, do_lower_case=True, strip_accents=False,
+                                model_max_length=max_length, **REQUIRED, unk_token="[UNK]")
+    Path(output).mkdir(parents=True, exist_ok=True)
+    fast.save_pretrained(str(output))
+    return fast
+
+
+def load_tokenizer(folder: str | Path):
+    """A tokenizer folder, checked for the special tokens ELECTRA needs."""
+    from transformers import AutoTokenizer
+
+    if not Path(folder).is_dir():
+        raise UsageError(f"tokenizer folder not found: {folder}")
+    try:
+        tok = AutoTokenizer.from_pretrained(str(folder))
+    except Exception as exc:  # transformers raises many types for a folder that is not a tokenizer
+        raise UsageError(f"cannot load a tokenizer from {folder}: {exc}") from exc
+    vocab = tok.get_vocab()
+    missing = [name for attr, name in REQUIRED.items()
+               if getattr(tok, attr) is None or getattr(tok, attr) not in vocab]
+    if missing:
+        raise UsageError(f"tokenizer at {folder} lacks {', '.join(missing)} in its vocabulary; "
+                         "ELECTRA needs [PAD], [CLS], [SEP] and [MASK]")
+    return tok
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--corpus", nargs="+", required=True)
+    parser.add_argument("--vocab-size", type=int, default=32000)
+    parser.add_argument("--output", required=True)
+    args = parser.parse_args(argv)
+    try:
+        tok = train_tokenizer(args.corpus, args.vocab_size, args.output)
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(f"saved a {len(tok)}-token WordPiece vocabulary to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,265 @@
+"""Pretrain an ELECTRA discriminator by replaced token detection.
+
+    python pretraining/train.py --corpus corpus.txt --tokenizer tok/ --preset small --output runs/electra-small
+
+Without --tokenizer, a WordPiece vocabulary (--vocab-size) is trained on the corpus first. Every config
+field is a flag (`python pretraining/train.py --help`); continue a stopped run with the same command
+plus --resume. Several GPUs: `accelerate launch pretraining/train.py ...` (the global batch is split).
+
+OUTPUT/discriminator/  ElectraForPreTraining + tokenizer: what finetune/ loads
+OUTPUT/generator/      ElectraForMaskedLM + tokenizer (for objective mlm: the discriminator-sized MLM)
+OUTPUT/config.json, log.jsonl, rtd_accuracy.png, checkpoint.pt (the latest, for --resume)
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from pretraining.config import (
+    PRESETS,
+    TrainConfig,
+    UsageError,
+    build_parser,
+    config_from_args,
+    resume_differences,
+)
+from pretraining.corpus import Blocks, build_cache, check_corpus
+from pretraining.logbook import Logbook, plot_rtd_curve, summarize
+from pretraining.model import ElectraPretrainer
+from pretraining.tokenizer import load_tokenizer, train_tokenizer
+
+
+def lr_at(step: int, cfg: TrainConfig) -> float:
+    """Linear warmup to cfg.lr, then linear decay to 0 at max_steps (ELECTRA's schedule, power 1)."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    return cfg.lr * max(0.0, (cfg.max_steps - step) / max(1, cfg.max_steps - cfg.warmup_steps))
+
+
+def seed_step(cfg: TrainConfig, step: int, rank: int) -> None:
+    """Masking, sampling and dropout draw from the global RNGs, reseeded from (seed, step, rank) every step:
+    a resumed run, on any number of processes, draws exactly what the uninterrupted run drew."""
+    seed = (cfg.seed * 1_000_003 + step * 97 + rank) % 2**63
+    torch.manual_seed(seed)
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+
+
+def build_model(cfg: TrainConfig, tokenizer) -> ElectraPretrainer:
+    from transformers import ElectraConfig
+
+    disc_config = ElectraConfig(
+        vocab_size=len(tokenizer), embedding_size=cfg.embedding_size, hidden_size=cfg.hidden_size,
+        num_hidden_layers=cfg.num_hidden_layers, num_attention_heads=cfg.num_attention_heads,
+        intermediate_size=cfg.intermediate_size, max_position_embeddings=cfg.max_position_embeddings,
+        hidden_dropout_prob=cfg.dropout, attention_probs_dropout_prob=cfg.dropout, pad_token_id=tokenizer.pad_token_id)
+    special = [tokenizer.pad_token_id, tokenizer.cls_token_id, tokenizer.sep_token_id, tokenizer.mask_token_id]
+    return ElectraPretrainer(disc_config, generator_ratio=cfg.generator_ratio, objective=cfg.objective,
+                             mask_prob=cfg.mask_prob, disc_weight=cfg.disc_weight,
+                             mask_token_id=tokenizer.mask_token_id, special_token_ids=special)
+
+
+def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
+    # No decay on biases and LayerNorm, as in BERT and ELECTRA.
+    decay, no_decay = [], []
+    for name, p in model.named_parameters():
+        (no_decay if p.ndim < 2 else decay).append(p)
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
+    if cfg.precision == "auto":
+        if device.type != "cuda":
+            return torch.float32
+        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
+    if cfg.precision == "fp16" and device.type != "cuda":
+        raise UsageError("fp16 needs CUDA; use --precision fp32 or bf16 on CPU")
+    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.precision]
+
+
+def save_checkpoint(path: Path, state: dict) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save(state, tmp)
+    os.replace(tmp, path)  # atomic: a kill mid-save leaves the previous checkpoint intact
+
+
+def export(model: ElectraPretrainer, tokenizer, out: Path) -> None:
+    """Hand-off folders: plain transformers classes, safetensors, tokenizer beside the weights."""
+    folders = {"discriminator": model.discriminator, "generator": model.generator or model.mlm}
+    if model.generator is not None and model.mlm is not None:
+        folders["mlm"] = model.mlm
+    for name, module in folders.items():
+        module.save_pretrained(out / name, safe_serialization=True)
+        tokenizer.save_pretrained(out / name)
+
+
+def prepare_tokenizer(cfg: TrainConfig, out: Path, is_main: bool, wait):
+    if cfg.tokenizer:
+        return load_tokenizer(cfg.tokenizer)
+    folder = out / "tokenizer"
+    if is_main and not (folder / "tokenizer.json").exists():
+        print(f"no --tokenizer: training a {cfg.vocab_size}-token WordPiece vocabulary in {folder}", file=sys.stderr)
+        train_tokenizer(list(cfg.corpus), cfg.vocab_size, folder, max_length=cfg.max_position_embeddings)
+    wait()
+    return load_tokenizer(folder)
+
+
+def train(cfg: TrainConfig) -> Path:
+    from accelerate import Accelerator
+    from accelerate.utils import DistributedDataParallelKwargs
+    from tqdm import tqdm
+
+    # Two-stage leaves half the parameters without gradients in each stage; DDP must be told.
+    accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.two_stage)])
+    device, rank, world = accelerator.device, accelerator.process_index, accelerator.num_processes
+    is_main = accelerator.is_main_process
+    out = Path(cfg.output)
+    ckpt_path = out / "checkpoint.pt"
+
+    # ---- check inputs before any slow work
+    check_corpus(cfg.corpus)
+    if cfg.batch_size % world:
+        raise UsageError(f"batch size {cfg.batch_size} does not split over {world} processes")
+    saved = None
+    if cfg.resume:
+        if not ckpt_path.exists():
+            raise UsageError(f"--resume: no checkpoint at {ckpt_path}")
+        saved = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+        changed = resume_differences(saved["config"], cfg)
+        if changed:
+            raise UsageError("--resume with a different config: " + "; ".join(changed))
+    elif ckpt_path.exists():
+        raise UsageError(f"{out} already holds a run; add --resume to continue it or choose another --output")
+    out.mkdir(parents=True, exist_ok=True)
+
+    # ---- data: tokenize once into a memory-mapped cache
+    tokenizer = prepare_tokenizer(cfg, out, is_main, accelerator.wait_for_everyone)
+    cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else out / "cache"
+    if is_main:
+        build_cache(cfg.corpus, tokenizer, cfg.seq_len, cache_dir)
+    accelerator.wait_for_everyone()
+    blocks = Blocks(build_cache(cfg.corpus, tokenizer, cfg.seq_len, cache_dir), seed=cfg.seed)
+    if len(blocks) < cfg.batch_size:
+        raise UsageError(f"the corpus gives {len(blocks)} blocks of {cfg.seq_len} tokens, fewer than one batch "
+                         f"({cfg.batch_size}); use more text or a smaller --batch-size")
+
+    # ---- model, optimizer, scaler
+    torch.manual_seed(cfg.seed)  # same initial weights on every process
+    model = build_model(cfg, tokenizer).to(device)
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999),
+                                  eps=cfg.adam_epsilon)
+    dtype = autocast_dtype(cfg, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    switch_step = cfg.max_steps // 2 if cfg.two_stage else None
+    if cfg.two_stage:
+        model.stage = "generator"
+
+    step, position, sums, steps_in_sums = 0, 0, {}, 0
+    if saved is not None:
+        step, position = saved["step"], saved["position"]
+        sums, steps_in_sums = saved["sums"], saved["steps_in_sums"]
+        if switch_step is not None and step >= switch_step:
+            model.start_discriminator_stage()  # before loading: it unties the generator's embeddings
+        model.load_state_dict(saved["model"])
+        optimizer.load_state_dict(saved["optimizer"])
+        scaler.load_state_dict(saved["scaler"])
+        del saved
+
+    # DDP where there are several processes; on one device this only places the model.
+    model = accelerator.prepare_model(model)
+    raw = accelerator.unwrap_model(model)
+    if is_main:
+        record = {**cfg.to_dict(), "vocab_size_used": len(tokenizer), "n_blocks": len(blocks), "processes": world,
+                  "tokenizer_used": cfg.tokenizer or str(out / "tokenizer"), "autocast": str(dtype)}
+        (out / "config.json").write_text(json.dumps(record, indent=1))
+    log = Logbook(out, resume_step=step if cfg.resume else None) if is_main else None
+    local = cfg.batch_size // world
+    last_stop = min(cfg.max_steps, cfg.stop_after or cfg.max_steps)
+    bar = tqdm(total=cfg.max_steps, initial=step, unit="step", dynamic_ncols=True, disable=not is_main)
+    t_log, tokens_since_log = time.perf_counter(), 0
+
+    def checkpoint():
+        if is_main:
+            save_checkpoint(ckpt_path, {
+                "model": raw.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
+                "step": step, "position": position, "sums": sums, "steps_in_sums": steps_in_sums,
+                "config": cfg.to_dict(), "rng": {"scheme": "reseeded from (seed, step, rank)", "seed": cfg.seed}})
+            plot_rtd_curve(log.path, out / "rtd_accuracy.png")
+        accelerator.wait_for_everyone()
+
+    # ---- the loop
+    model.train()
+    while step < last_stop:
+        if step == switch_step:
+            raw.start_discriminator_stage()
+        seed_step(cfg, step, rank)
+        lr = lr_at(step, cfg)
+        for group in optimizer.param_groups:
+            group["lr"] = lr
+
+        rows = blocks.batch(position, cfg.batch_size)[rank * local:(rank + 1) * local]
+        input_ids = torch.from_numpy(rows).to(device)
+        attention_mask = (input_ids != tokenizer.pad_token_id).long()
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            result = model(input_ids, attention_mask)
+        scaler.scale(result.loss).backward()
+        scaler.unscale_(optimizer)
+        torch.nn.utils.clip_grad_norm_(raw.parameters(), cfg.grad_clip)
+        scaler.step(optimizer)
+        scaler.update()
+        optimizer.zero_grad(set_to_none=True)
+        step += 1
+        position += cfg.batch_size
+
+        for key, value in result.stats.items():
+            sums[key] = sums.get(key, 0.0) + float(value)
+        steps_in_sums += 1
+        tokens_since_log += int(attention_mask.sum()) * world
+        if not math.isfinite(sums["loss"]):
+            raise RuntimeError(f"loss is {sums['loss']} at step {step}; lower --lr or use --precision fp32")
+
+        if step % cfg.log_every == 0 or step == cfg.max_steps:
+            elapsed = time.perf_counter() - t_log
+            record = {"step": step, **summarize(sums, steps_in_sums), "lr": lr,
+                      "tokens_per_s": round(tokens_since_log / elapsed, 1), "stage": raw.stage}
+            if is_main:
+                log.write(record)
+                bar.set_postfix(loss=f"{record['loss']:.3f}", rtd_acc=record.get("disc_acc"),
+                                tok_s=f"{record['tokens_per_s']:.0f}")
+            sums, steps_in_sums, tokens_since_log, t_log = {}, 0, 0, time.perf_counter()
+        if step % cfg.save_every == 0 or step == last_stop:
+            checkpoint()
+        bar.update(1)
+    bar.close()
+
+    if is_main:
+        if step >= cfg.max_steps:
+            export(raw, tokenizer, out)
+            print(f"saved discriminator and generator to {out}", file=sys.stderr)
+        else:
+            print(f"stopped at step {step} of {cfg.max_steps}; continue with --resume", file=sys.stderr)
+        log.close()
+    return out
+
+
+def main(argv=None) -> int:
+    parser = build_parser(__doc__ + f"\npresets: {', '.join(PRESETS)}")
+    try:
+        train(config_from_args(parser.parse_args(argv)))
+    except UsageError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
