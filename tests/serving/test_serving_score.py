@@ -1,0 +1,174 @@
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from serving import score
+from serving.io import DataError
+
+ROOT = Path(__file__).resolve().parents[2]
+
+EDGE_TEXTS = ["꿈에서 봤다", "", "   \t ", "오류 " * 3000, "naïve café ✓ 日本語", 'memo, "quoted", comma',
+              "첫 줄\n둘째 줄", "에러 발생했다", "NA", "null"]
+
+
+def _edge_frame() -> pd.DataFrame:
+    return pd.DataFrame({"id": [f"r{i}" for i in range(len(EDGE_TEXTS))], "text": EDGE_TEXTS,
+                         "extra": [f"x{i}" for i in range(len(EDGE_TEXTS))]})
+
+
+def _run(model, inp, out, **kw):
+    kw.setdefault("progress", False)
+    return score.run(score.ScoreConfig(model=model, input=inp, output=out, **kw))
+
+
+def test_every_row_kept_in_order(exported_dir, tmp_path):
+    inp, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    _edge_frame().to_csv(inp, index=False)
+    summary = _run(exported_dir, inp, out, id_column="id", batch_rows=3)
+    got = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert len(got) == len(EDGE_TEXTS) and summary["rows"] == len(EDGE_TEXTS)
+    assert got["text"].tolist() == EDGE_TEXTS and got["extra"].tolist() == _edge_frame()["extra"].tolist()
+    assert got.columns.tolist() == ["id", "text", "extra", "pred_label", "pred_score", "prob_dream", "prob_error",
+                                    "prob_memo", "error"]
+    empty = got["error"] != ""
+    assert empty.tolist() == [False, True, True] + [False] * 7
+    assert (got.loc[empty, "pred_label"] == "").all() and (got.loc[~empty, "pred_label"] != "").all()
+    probs = got.loc[~empty, ["prob_dream", "prob_error", "prob_memo"]].astype(float)
+    np.testing.assert_allclose(probs.sum(axis=1), 1, atol=1e-5)
+    assert summary["errors"] == 2 and summary["error_ids"] == ["r1", "r2"]
+    assert sum(summary["labels"].values()) == 8
+    assert not (tmp_path / "out.csv.parts").exists()
+
+
+def test_parquet_in_and_out_with_top_k(exported_dir, tmp_path):
+    inp = tmp_path / "in.parquet"
+    df = _edge_frame().assign(n=range(len(EDGE_TEXTS)))
+    df.to_parquet(inp, index=False)
+    _run(exported_dir, inp, tmp_path / "out.parquet", top_k=2, batch_rows=4)
+    got = pd.read_parquet(tmp_path / "out.parquet")
+    assert got["n"].tolist() == list(range(len(EDGE_TEXTS))) and got["text"].tolist() == EDGE_TEXTS
+    assert {"top1_label", "top1_score", "top2_label", "top2_score"} <= set(got.columns)
+    assert not any(c.startswith("prob_") for c in got.columns)
+    ok = got["error"].isna()
+    assert (got.loc[ok, "top1_label"] == got.loc[ok, "pred_label"]).all()
+    assert (got.loc[ok, "top1_score"] >= got.loc[ok, "top2_score"]).all()
+    _run(exported_dir, inp, tmp_path / "out.csv")  # Parquet in, CSV out
+    assert len(pd.read_csv(tmp_path / "out.csv")) == len(EDGE_TEXTS)
+
+
+def test_predictions_match_engine(exported_dir, tmp_path):
+    from serving.engine import Classifier
+
+    rows = pd.DataFrame({"text": ["꿈에서 봤다", "오류 발생했다", "메모 기록"]})
+    rows.to_csv(tmp_path / "in.csv", index=False)
+    _run(exported_dir, tmp_path / "in.csv", tmp_path / "out.csv")
+    got = pd.read_csv(tmp_path / "out.csv")
+    expected = [p.label for p in Classifier.load(exported_dir).predict(rows["text"].tolist())]
+    assert got["pred_label"].tolist() == expected
+
+
+def _big_input(path: Path, n: int = 600) -> None:
+    words = ["꿈", "오류", "메모", "회의", "에러, 쉼표", "기록", "", "약속"]
+    texts = [" ".join(words[(i * 7 + j) % len(words)] for j in range(1 + i % 13)) for i in range(n)]
+    pd.DataFrame({"id": range(n), "text": texts}).to_csv(path, index=False)
+
+
+def test_resume_after_interruption_equals_uninterrupted(exported_dir, tmp_path, monkeypatch):
+    inp = tmp_path / "in.csv"
+    _big_input(inp)
+    _run(exported_dir, inp, tmp_path / "full.csv", batch_rows=50)
+
+    real, calls = score._write_part, []
+
+    def dying(df, path, fmt):
+        if len(calls) == 4:
+            raise KeyboardInterrupt  # as if killed after four parts
+        calls.append(path)
+        real(df, path, fmt)
+
+    monkeypatch.setattr(score, "_write_part", dying)
+    out = tmp_path / "resumed.csv"
+    with pytest.raises(KeyboardInterrupt):
+        _run(exported_dir, inp, out, batch_rows=50)
+    assert not out.exists() and len(list((tmp_path / "resumed.csv.parts").glob("part-*"))) == 4
+    monkeypatch.setattr(score, "_write_part", real)
+    summary = _run(exported_dir, inp, out, batch_rows=50, resume=True)
+    assert summary["scored_this_run"] == 600 - 200 and summary["rows"] == 600
+    assert out.read_bytes() == (tmp_path / "full.csv").read_bytes()
+
+
+def test_resume_refuses_changed_options(exported_dir, tmp_path, monkeypatch):
+    inp = tmp_path / "in.csv"
+    _big_input(inp, 120)
+    monkeypatch.setattr(score, "_write_part", lambda *a: (_ for _ in ()).throw(KeyboardInterrupt))
+    with pytest.raises(KeyboardInterrupt):
+        _run(exported_dir, inp, tmp_path / "out.csv", batch_rows=50)
+    with pytest.raises(DataError, match=r"different input, model or options .*top_k"):
+        _run(exported_dir, inp, tmp_path / "out.csv", batch_rows=50, top_k=1, resume=True)
+
+
+def _cli(*args, **kw):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "serving.score", *map(str, args)], capture_output=True, text=True, check=False,
+                          env=env, cwd=ROOT, timeout=300, **kw)
+
+
+def test_cli_resume_after_kill(exported_dir, tmp_path):
+    inp, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    _big_input(inp, 3000)
+    full = _cli("--model", exported_dir, "--input", inp, "--output", tmp_path / "full.csv", "--batch-rows", "20")
+    assert full.returncode == 0, full.stderr
+    assert "scored 3000 rows" in full.stdout
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    proc = subprocess.Popen([sys.executable, "-m", "serving.score", "--model", str(exported_dir), "--input", str(inp),
+                             "--output", str(out), "--batch-rows", "20", "--threads", "1"],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    parts = tmp_path / "out.csv.parts"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(parts.glob("part-*"))) < 3 and proc.poll() is None:
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    killed_early = not out.exists()
+    r = _cli("--model", exported_dir, "--input", inp, "--output", out, "--batch-rows", "20", "--resume")
+    assert r.returncode == 0, r.stderr
+    assert out.read_bytes() == (tmp_path / "full.csv").read_bytes()
+    if killed_early:  # the usual case; on a very fast machine the first run may have finished
+        assert "this run" in r.stdout and "scored 3000 rows (3000 this run" not in r.stdout
+
+
+def test_cli_bad_inputs(exported_dir, tmp_path):
+    inp = tmp_path / "in.csv"
+    pd.DataFrame({"body": ["꿈"], "id": [1]}).to_csv(inp, index=False)
+    r = _cli("--model", exported_dir, "--input", inp, "--output", tmp_path / "o.csv")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert "error:" in r.stderr and "no column 'text'" in r.stderr and "['body', 'id']" in r.stderr
+
+    bad = tmp_path / "cp949.csv"
+    bad.write_bytes("text\n좋은 날\n".encode() + "꿈에서 봤다\n".encode("cp949"))
+    r = _cli("--model", exported_dir, "--input", bad, "--output", tmp_path / "o.csv")
+    assert r.returncode == 2 and "line 3" in r.stderr and "cp949" in r.stderr
+
+    (tmp_path / "empty-model").mkdir()
+    r = _cli("--model", tmp_path / "empty-model", "--input", inp, "--output", tmp_path / "o.csv", "--text-column",
+             "body")
+    assert r.returncode == 2 and "error:" in r.stderr and "not a model folder" in r.stderr
+
+
+def test_header_only_and_column_clash(exported_dir, tmp_path):
+    (tmp_path / "h.csv").write_text("id,text\n")
+    summary = _run(exported_dir, tmp_path / "h.csv", tmp_path / "o.csv")
+    assert summary["rows"] == 0
+    assert pd.read_csv(tmp_path / "o.csv").columns.tolist()[:3] == ["id", "text", "pred_label"]
+    pd.DataFrame({"text": ["꿈"], "pred_label": ["x"]}).to_csv(tmp_path / "c.csv", index=False)
+    with pytest.raises(DataError, match="already has column"):
+        _run(exported_dir, tmp_path / "c.csv", tmp_path / "o2.csv")
