@@ -1,0 +1,62 @@
+"""Serve a classifier: JSON API at /v1, labeling UI at /ui, one process.
+
+    python -m app --model OUT [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+                  [--max-batch-tokens 8192] [--max-wait-ms 5] [--max-queue 512] [--no-ui]
+
+OUT is a `serving.export` folder (ONNX) or a transformers folder. `python -m app --help` lists every
+limit. SIGTERM drains: in-flight requests finish, new ones get 503, then the process exits 0.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import uvicorn
+
+from . import logs
+from .api import ServerState
+from .config import parse_args
+
+log = logging.getLogger("app")
+
+
+class DrainingServer(uvicorn.Server):
+    """Marks the app as draining the moment SIGTERM/SIGINT arrives, before uvicorn closes sockets,
+    so requests already on open keep-alive connections get 503 instead of starting new work."""
+
+    def __init__(self, config: uvicorn.Config, state: ServerState):
+        super().__init__(config)
+        self.app_state = state
+
+    def handle_exit(self, sig, frame) -> None:
+        self.app_state.draining = True
+        super().handle_exit(sig, frame)
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    logs.setup(cfg.log_level)
+    from serving.engine import Classifier, ModelError
+
+    try:
+        clf = Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length,
+                              batch_tokens=cfg.max_batch_tokens, threads=cfg.threads)
+    except (ModelError, ValueError) as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    from .server import create_app
+
+    state = ServerState()
+    app = create_app(cfg, clf, state)
+    server = DrainingServer(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,
+                                           timeout_graceful_shutdown=cfg.shutdown_timeout_s,
+                                           timeout_keep_alive=5), state)
+    log.info("serving", extra={"fields": {"event": "start", "url": f"http://{cfg.host}:{cfg.port}",
+                                          "model": cfg.model, "auth": bool(cfg.api_key), "ui": cfg.ui}})
+    server.run()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,190 @@
+"""The JSON API: /v1/classify, /v1/labels, /v1/model, health, readiness, metrics.
+
+Every failure a client can cause has its own status: 422 names the field, 413 for a body over the limit,
+429 with Retry-After when the queue is full, 503 while starting or draining, 504 when the answer takes
+longer than --request-timeout. None of them reaches the engine or affects other requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import logging
+from dataclasses import dataclass
+from urllib.parse import parse_qs
+
+from fastapi import FastAPI, HTTPException, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from .batcher import Closed, MicroBatcher, QueueFull
+from .config import Config
+from .gate import LOGIN_PAGE, SESSION_COOKIE, session_token
+from .metrics import Metrics
+
+log = logging.getLogger("app")
+
+
+@dataclass
+class ServerState:
+    ready: bool = False  # model warmed through the batcher
+    draining: bool = False  # SIGTERM received: finish in-flight work, take no new work
+    batcher: MicroBatcher | None = None
+
+
+class ClassifyRequest(BaseModel):
+    # Unknown fields are errors: a typo such as "txt" should fail loudly, not classify nothing.
+    model_config = ConfigDict(extra="forbid")
+    texts: list[StrictStr] | None = Field(None, description="texts to classify, answered in the same order")
+    text: StrictStr | None = Field(None, description="one text (instead of `texts`)")
+    top_k: StrictInt | None = Field(None, ge=1, description="keep only the k most likely labels in `probabilities`")
+
+
+class LabelScore(BaseModel):
+    label: str
+    score: float
+    probabilities: dict[str, float]
+
+
+class ClassifyResponse(BaseModel):
+    model: str
+    predictions: list[LabelScore]
+
+
+def _invalid(loc: list, msg: str, kind: str) -> HTTPException:
+    return HTTPException(422, [{"type": kind, "loc": loc, "msg": msg}])
+
+
+def _describe(error: dict) -> str:
+    """'texts.1: Input should be a valid string': the field a client must fix, then what is wrong."""
+    loc = error.get("loc", [])
+    if error.get("type") == "json_invalid":
+        return f"body: invalid JSON near character {loc[-1] if len(loc) > 1 else '?'}"
+    return (".".join(str(p) for p in loc if p != "body") or "body") + f": {error.get('msg')}"
+
+
+def _texts_of(req: ClassifyRequest, cfg: Config) -> list[str]:
+    if (req.texts is None) == (req.text is None):
+        raise _invalid(["body"], "send exactly one of 'texts' (a list) or 'text' (a string)", "missing")
+    texts = [req.text] if req.text is not None else req.texts
+    if not texts:
+        raise _invalid(["body", "texts"], "'texts' is empty: send at least one text", "too_short")
+    if len(texts) > cfg.max_texts:
+        raise _invalid(["body", "texts"], f"{len(texts)} texts; the limit is {cfg.max_texts} per request "
+                       "(--max-texts)", "too_long")
+    field = "text" if req.text is not None else "texts"
+    for i, t in enumerate(texts):
+        if len(t) > cfg.max_chars:
+            loc = ["body", field] if req.text is not None else ["body", field, i]
+            raise _invalid(loc, f"{len(t)} characters; the limit is {cfg.max_chars} per text (--max-chars)",
+                           "string_too_long")
+    return texts
+
+
+def _shape(pred, top_k: int | None) -> dict:
+    probs = pred.probabilities
+    if top_k is not None:
+        probs = dict(sorted(probs.items(), key=lambda kv: -kv[1])[:top_k])
+    return {"label": pred.label, "score": pred.score, "probabilities": probs}
+
+
+def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI:
+    app = FastAPI(title="ELECTRA classifier", version="1", docs_url="/docs", redoc_url=None)
+
+    @app.exception_handler(RequestValidationError)
+    async def validation_error(request: Request, exc: RequestValidationError):
+        errors = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()]
+        return _validation_response(errors)
+
+    @app.exception_handler(HTTPException)
+    async def http_error(request: Request, exc: HTTPException):
+        if exc.status_code == 422 and isinstance(exc.detail, list):
+            return _validation_response(exc.detail)
+        return JSONResponse({"detail": exc.detail}, exc.status_code, headers=exc.headers)
+
+    @app.post("/v1/classify", response_model=ClassifyResponse, responses={
+        413: {"description": "body over --max-body-bytes"}, 422: {"description": "invalid field (named)"},
+        429: {"description": "queue full; see Retry-After"}, 503: {"description": "starting or shutting down"},
+        504: {"description": "no answer within --request-timeout"}})
+    async def classify(req: ClassifyRequest, request: Request):
+        texts = _texts_of(req, cfg)
+        request.state.n_texts = len(texts)
+        batcher = state.batcher
+        if batcher is None:
+            raise HTTPException(503, "model is starting", headers={"Retry-After": "1"})
+        # Tokenizing in a thread: a 64 x 5000-character request would otherwise stall the event loop.
+        tokens = sum(await asyncio.to_thread(clf.count_tokens, texts))
+        try:
+            preds = await asyncio.wait_for(batcher.submit(texts, tokens), cfg.request_timeout_s)
+        except QueueFull as e:
+            metrics.rejected.labels("queue_full").inc()
+            raise HTTPException(429, f"busy: {e}; retry later", headers={"Retry-After": "1"}) from None
+        except Closed:
+            raise HTTPException(503, "server is shutting down", headers={"Retry-After": "1"}) from None
+        except asyncio.TimeoutError:
+            metrics.rejected.labels("timeout").inc()
+            raise HTTPException(504, f"no answer within {cfg.request_timeout_s:g} s (--request-timeout)") from None
+        except Exception:
+            log.exception("inference failed")
+            raise HTTPException(500, "inference failed; see the server log") from None
+        return {"model": clf.info()["name"], "predictions": [_shape(p, req.top_k) for p in preds]}
+
+    @app.get("/v1/labels")
+    async def labels():
+        return {"labels": list(clf.labels)}
+
+    info = clf.info()
+
+    @app.get("/v1/model")
+    async def model():
+        return {**info, "batching": {"enabled": cfg.batching, "max_batch_tokens": cfg.max_batch_tokens,
+                                     "max_wait_ms": cfg.max_wait_ms, "workers": cfg.workers},
+                "limits": {"max_texts": cfg.max_texts, "max_chars": cfg.max_chars,
+                           "max_body_bytes": cfg.max_body_bytes, "max_queue": cfg.max_queue,
+                           "request_timeout_s": cfg.request_timeout_s}}
+
+    @app.get("/healthz")
+    async def healthz():
+        return {"status": "ok"}
+
+    @app.get("/readyz")
+    async def readyz():
+        if state.draining:
+            return JSONResponse({"status": "draining"}, 503, headers={"Retry-After": "1"})
+        if not state.ready:
+            return JSONResponse({"status": "warming up"}, 503, headers={"Retry-After": "1"})
+        return {"status": "ready"}
+
+    @app.get("/metrics")
+    async def metrics_endpoint():
+        return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    @app.get("/login", include_in_schema=False)
+    async def login_page():
+        return HTMLResponse(LOGIN_PAGE)
+
+    @app.post("/login", include_in_schema=False)
+    async def login(request: Request):
+        if not cfg.api_key:
+            return RedirectResponse("/ui/", 303)
+        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        given = (form.get("key") or [""])[0]
+        if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
+            return HTMLResponse(LOGIN_PAGE.replace("<h2>API key required</h2>", "<h2>Wrong key</h2>"), 401)
+        resp = RedirectResponse("/ui/", 303)
+        resp.set_cookie(SESSION_COOKIE, session_token(cfg.api_key), httponly=True, samesite="strict")
+        return resp
+
+    @app.get("/", include_in_schema=False)
+    async def root():
+        return RedirectResponse("/ui/" if cfg.ui else "/docs", 307)
+
+    return app
+
+
+def _validation_response(errors: list) -> JSONResponse:
+    errors = jsonable_encoder(errors)
+    message = "; ".join(_describe(e) for e in errors)
+    return JSONResponse({"detail": errors, "message": message}, 422)

@@ -1,0 +1,163 @@
+"""Micro-batching: concurrent requests share one forward pass.
+
+Requests wait in a bounded queue. A batch closes when its texts reach `max_batch_tokens` or when its
+oldest request has waited `max_wait_ms`; while the engine is busy, requests pile up and the next batch
+takes them all at once, so batches grow with load instead of requests queuing single forwards. The
+engine runs in its own thread pool: the event loop keeps answering health checks and new requests
+while a batch computes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+
+class QueueFull(Exception):
+    """More texts are waiting than the queue allows; the caller should retry later (429)."""
+
+
+class Closed(Exception):
+    """The batcher is shutting down and takes no new work (503)."""
+
+
+@dataclass
+class _Item:
+    texts: Sequence[str]
+    tokens: int
+    future: asyncio.Future
+    enqueued: float = field(default_factory=time.monotonic)
+
+
+class MicroBatcher:
+    def __init__(
+        self,
+        predict: Callable[[list[str]], list],
+        *,
+        max_batch_tokens: int = 8192,
+        max_wait_ms: float = 5.0,
+        max_queue: int = 512,
+        workers: int = 1,
+        batching: bool = True,
+        on_batch: Callable[[int, int, float], None] | None = None,
+    ):
+        self.predict = predict
+        self.max_batch_tokens = max_batch_tokens
+        self.max_wait = max_wait_ms / 1000
+        self.max_queue = max_queue
+        self.workers = workers
+        self.batching = batching
+        self.on_batch = on_batch
+        self.queued_texts = 0
+        self._pending: deque[_Item] = deque()
+        self._wakeup = asyncio.Event()
+        self._slots = asyncio.Semaphore(workers)
+        self._running: set[asyncio.Task] = set()
+        self._executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="engine")
+        self._closing = False
+        self._loop_task: asyncio.Task | None = None
+
+    def start(self) -> None:
+        self._loop_task = asyncio.get_running_loop().create_task(self._run(), name="micro-batcher")
+
+    async def submit(self, texts: Sequence[str], tokens: int) -> list:
+        """Predictions for `texts`, in order. Cancelling the caller drops the texts if not yet started."""
+        if self._closing:
+            raise Closed("shutting down")
+        if self.queued_texts + len(texts) > self.max_queue:
+            raise QueueFull(f"{self.queued_texts} texts are waiting; the queue holds {self.max_queue}")
+        item = _Item(texts, max(tokens, 1), asyncio.get_running_loop().create_future())
+        self._pending.append(item)
+        self.queued_texts += len(texts)
+        self._wakeup.set()
+        return await item.future
+
+    async def close(self) -> None:
+        """Refuse new work, finish what is queued and running, then stop the engine threads."""
+        self._closing = True
+        self._wakeup.set()
+        if self._loop_task is not None:
+            await self._loop_task
+        if self._running:
+            await asyncio.gather(*self._running, return_exceptions=True)
+        self._executor.shutdown(wait=True)
+
+    def _pop(self) -> _Item | None:
+        """The next request still waiting for an answer (timed-out callers have cancelled theirs)."""
+        while self._pending:
+            item = self._pending.popleft()
+            if not item.future.done():
+                return item
+            self.queued_texts -= len(item.texts)
+        return None
+
+    async def _wait(self, timeout: float | None) -> bool:
+        self._wakeup.clear()
+        try:
+            await asyncio.wait_for(self._wakeup.wait(), timeout)
+            return True
+        except asyncio.TimeoutError:
+            return False
+
+    async def _collect(self) -> list[_Item] | None:
+        first = self._pop()
+        while first is None:
+            if self._closing:
+                return None
+            await self._wait(None)
+            first = self._pop()
+        batch, tokens = [first], first.tokens
+        if not self.batching:
+            return batch
+        deadline = first.enqueued + self.max_wait
+        while tokens < self.max_batch_tokens:
+            if self._pending:
+                nxt = self._pending[0]
+                if not nxt.future.done() and tokens + nxt.tokens > self.max_batch_tokens:
+                    break  # it opens the next batch
+                item = self._pop()
+                if item is not None:
+                    batch.append(item)
+                    tokens += item.tokens
+                continue
+            remaining = deadline - time.monotonic()
+            if remaining <= 0 or self._closing or not await self._wait(remaining):
+                break
+        return batch
+
+    async def _run(self) -> None:
+        while True:
+            await self._slots.acquire()
+            batch = await self._collect()
+            if batch is None:
+                self._slots.release()
+                return
+            # Texts in a forming batch still count as queued: they wait just the same.
+            self.queued_texts -= sum(len(item.texts) for item in batch)
+            task = asyncio.get_running_loop().create_task(self._execute(batch))
+            self._running.add(task)
+            task.add_done_callback(self._running.discard)
+
+    async def _execute(self, batch: list[_Item]) -> None:
+        texts = [t for item in batch for t in item.texts]
+        start = time.perf_counter()
+        try:
+            preds = await asyncio.get_running_loop().run_in_executor(self._executor, self.predict, texts)
+        except Exception as e:  # noqa: BLE001 - one bad batch fails its own requests, never the loop
+            for item in batch:
+                if not item.future.done():
+                    item.future.set_exception(e)
+            return
+        finally:
+            self._slots.release()
+        if self.on_batch is not None:
+            self.on_batch(len(texts), sum(item.tokens for item in batch), time.perf_counter() - start)
+        i = 0
+        for item in batch:
+            if not item.future.done():
+                item.future.set_result(preds[i : i + len(item.texts)])
+            i += len(item.texts)

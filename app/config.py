@@ -1,0 +1,87 @@
+"""Server settings: one frozen dataclass, built from the command line (and ELECTRA_API_KEY).
+
+Every limit lives here with its default, so the README, `--help` and the tests read the same numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+API_KEY_ENV = "ELECTRA_API_KEY"
+
+
+@dataclass(frozen=True)
+class Config:
+    model: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    api_key: str | None = None
+    # Engine
+    provider: str = "auto"
+    max_length: int | None = None
+    threads: int | None = None
+    # Micro-batching: a batch closes when its texts reach max_batch_tokens or its oldest request has
+    # waited max_wait_ms. With batching off every request is its own forward pass (the baseline).
+    batching: bool = True
+    max_batch_tokens: int = 8192
+    max_wait_ms: float = 5.0
+    workers: int = 1
+    # Limits
+    max_queue: int = 512  # texts waiting for the engine; beyond it requests get 429
+    max_texts: int = 64
+    max_chars: int = 5000
+    max_body_bytes: int = 2 * 1024 * 1024
+    request_timeout_s: float = 30.0
+    shutdown_timeout_s: float = 30.0
+    cors_origins: tuple[str, ...] = field(default_factory=tuple)
+    # UI
+    ui: bool = True
+    data_dir: Path = Path("app-data")
+    max_upload_mb: float = 20.0
+    max_upload_rows: int = 50_000
+    ui_concurrency: int = 2
+    log_level: str = "info"
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    d = Config(model="")
+    p = argparse.ArgumentParser(prog="python -m app", description="Serve an ELECTRA classifier: JSON API and labeling UI.")
+    p.add_argument("--model", required=True, help="ONNX export folder (serving.export) or transformers model folder")
+    p.add_argument("--host", default=d.host)
+    p.add_argument("--port", type=int, default=d.port)
+    p.add_argument("--api-key", default=None,
+                   help=f"require 'Authorization: Bearer KEY' on the API and the UI (or set {API_KEY_ENV})")
+    p.add_argument("--provider", default=d.provider, help="ONNX Runtime provider: auto, cpu, cuda")
+    p.add_argument("--max-length", type=int, default=d.max_length, help="truncate texts to this many tokens")
+    p.add_argument("--threads", type=int, default=d.threads, help="engine intra-op threads (default: engine's choice)")
+    p.add_argument("--no-batching", dest="batching", action="store_false", help="one forward pass per request")
+    p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens)
+    p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms)
+    p.add_argument("--workers", type=int, default=d.workers, help="batches run at once (engine threads)")
+    p.add_argument("--max-queue", type=int, default=d.max_queue, help="texts waiting before requests get 429")
+    p.add_argument("--max-texts", type=int, default=d.max_texts, help="texts per request")
+    p.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per text")
+    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
+    p.add_argument("--request-timeout", dest="request_timeout_s", type=float, default=d.request_timeout_s)
+    p.add_argument("--shutdown-timeout", dest="shutdown_timeout_s", type=float, default=d.shutdown_timeout_s)
+    p.add_argument("--cors-origin", dest="cors_origins", action="append", default=[],
+                   help="allow this browser origin (repeatable); CORS is off without it")
+    p.add_argument("--no-ui", dest="ui", action="store_false", help="API only")
+    p.add_argument("--data-dir", type=Path, default=d.data_dir, help="where the UI keeps labeling sessions")
+    p.add_argument("--max-upload-mb", type=float, default=d.max_upload_mb)
+    p.add_argument("--max-upload-rows", type=int, default=d.max_upload_rows)
+    p.add_argument("--ui-concurrency", type=int, default=d.ui_concurrency,
+                   help="UI scoring jobs (label upload, batch) running at once")
+    p.add_argument("--log-level", default=d.log_level)
+    a = p.parse_args(argv)
+    for name in ("max_batch_tokens", "workers", "max_queue", "max_texts", "max_chars", "max_body_bytes",
+                 "max_upload_rows", "ui_concurrency"):
+        if getattr(a, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be at least 1")
+    values = vars(a)
+    values["api_key"] = a.api_key or os.environ.get(API_KEY_ENV) or None
+    values["cors_origins"] = tuple(a.cors_origins)
+    return Config(**values)

@@ -1,0 +1,33 @@
+"""One JSON object per line on stderr, so request logs can be shipped and queried without parsing prose."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+import time
+
+
+class JsonFormatter(logging.Formatter):
+    def format(self, record: logging.LogRecord) -> str:
+        out = {"ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created)) + f".{int(record.msecs):03d}Z",
+               "level": record.levelname.lower(), "logger": record.name, "msg": record.getMessage()}
+        out.update(getattr(record, "fields", {}))
+        if record.exc_info:
+            out["exc"] = self.formatException(record.exc_info)
+        return json.dumps(out, ensure_ascii=False, default=str)
+
+
+def setup(level: str = "info") -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(JsonFormatter())
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level.upper())
+    # uvicorn's own loggers would print prose beside our JSON; route them through the same handler.
+    for name in ("uvicorn", "uvicorn.error", "uvicorn.access"):
+        lg = logging.getLogger(name)
+        lg.handlers[:] = []
+        lg.propagate = True
+    # httpx logs every request Gradio makes to itself at INFO.
+    logging.getLogger("httpx").setLevel(logging.WARNING)

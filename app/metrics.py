@@ -1,0 +1,54 @@
+"""Prometheus metrics, in a registry per app so two servers in one process (tests) never collide."""
+
+from __future__ import annotations
+
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    disable_created_metrics,
+    generate_latest,
+)
+
+# The *_created series double the output and no dashboard reads them.
+disable_created_metrics()
+
+ENDPOINTS = {"/v1/classify", "/v1/labels", "/v1/model", "/healthz", "/readyz", "/metrics", "/login"}
+
+
+def endpoint_label(path: str) -> str:
+    """A fixed set of label values: arbitrary paths from scanners must not grow the series count."""
+    if path in ENDPOINTS:
+        return path
+    if path == "/ui" or path.startswith("/ui/"):
+        return "/ui"
+    return "other"
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = r = CollectorRegistry()
+        self.requests = Counter("app_requests_total", "HTTP requests by endpoint and status code",
+                                ["endpoint", "status"], registry=r)
+        self.latency = Histogram("app_request_duration_seconds", "HTTP request latency", ["endpoint"], registry=r,
+                                 buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30))
+        self.batch_size = Histogram("app_batch_size_texts", "Texts per engine call", registry=r,
+                                    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512))
+        self.batch_tokens = Histogram("app_batch_tokens", "Tokens per engine call", registry=r,
+                                      buckets=(16, 64, 256, 1024, 4096, 8192, 16384, 65536))
+        self.batch_seconds = Histogram("app_batch_duration_seconds", "Engine time per batch", registry=r,
+                                       buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
+        self.queue_depth = Gauge("app_queue_depth_texts", "Texts waiting for the engine", registry=r)
+        self.texts = Counter("app_texts_classified_total", "Texts classified through the API and UI", registry=r)
+        self.rejected = Counter("app_rejected_total", "Requests turned away before the engine", ["reason"],
+                                registry=r)
+
+    def observe_batch(self, n_texts: int, tokens: int, seconds: float) -> None:
+        self.batch_size.observe(n_texts)
+        self.batch_tokens.observe(tokens)
+        self.batch_seconds.observe(seconds)
+        self.texts.inc(n_texts)
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)

@@ -1,0 +1,162 @@
+"""MicroBatcher with a fake engine: coalescing, budgets, the bounded queue, cancellation, failures."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+
+import pytest
+
+from app.batcher import Closed, MicroBatcher, QueueFull
+
+
+class FakeEngine:
+    """Echoes each text with its batch number, and records batch sizes and the thread it ran on."""
+
+    def __init__(self, delay: float = 0.0, fail_on: str | None = None):
+        self.batches: list[list[str]] = []
+        self.threads: set[str] = set()
+        self.delay = delay
+        self.fail_on = fail_on
+
+    def __call__(self, texts):
+        self.threads.add(threading.current_thread().name)
+        if self.fail_on in texts:
+            raise RuntimeError("engine failed")
+        time.sleep(self.delay)
+        self.batches.append(list(texts))
+        return [f"{t}@{len(self.batches)}" for t in texts]
+
+
+def run(coro):
+    return asyncio.run(coro)
+
+
+def test_concurrent_requests_share_a_batch_and_get_their_own_answers():
+    engine = FakeEngine()
+
+    async def main():
+        b = MicroBatcher(engine, max_wait_ms=50, max_batch_tokens=10_000)
+        b.start()
+        results = await asyncio.gather(*(b.submit([f"r{i}a", f"r{i}b"], 4) for i in range(10)))
+        await b.close()
+        return results
+
+    results = run(main())
+    assert [r[0].split("@")[0] for r in results] == [f"r{i}a" for i in range(10)]
+    assert [r[1].split("@")[0] for r in results] == [f"r{i}b" for i in range(10)]
+    assert len(engine.batches) == 1 and len(engine.batches[0]) == 20
+    assert all(name.startswith("engine") for name in engine.threads)  # never on the event loop's thread
+
+
+def test_token_budget_closes_a_batch():
+    engine = FakeEngine()
+
+    async def main():
+        b = MicroBatcher(engine, max_wait_ms=200, max_batch_tokens=10)
+        b.start()
+        await asyncio.gather(*(b.submit([f"t{i}"], 4) for i in range(5)))
+        await b.close()
+
+    run(main())
+    # 4 + 4 fits in 10, a third would not: batches of 2, 2, 1.
+    assert [len(x) for x in engine.batches] == [2, 2, 1]
+
+
+def test_batching_off_runs_one_request_per_forward():
+    engine = FakeEngine()
+
+    async def main():
+        b = MicroBatcher(engine, max_wait_ms=50, batching=False)
+        b.start()
+        await asyncio.gather(*(b.submit([f"t{i}", "x"], 2) for i in range(4)))
+        await b.close()
+
+    run(main())
+    assert [len(x) for x in engine.batches] == [2, 2, 2, 2]
+
+
+def test_batches_grow_while_the_engine_is_busy():
+    engine = FakeEngine(delay=0.1)
+
+    async def main():
+        b = MicroBatcher(engine, max_wait_ms=0)
+        b.start()
+        first = asyncio.create_task(b.submit(["first"], 1))
+        await asyncio.sleep(0.02)  # the engine is now busy with "first"
+        rest = [asyncio.create_task(b.submit([f"t{i}"], 1)) for i in range(6)]
+        await asyncio.gather(first, *rest)
+        await b.close()
+
+    run(main())
+    assert [len(x) for x in engine.batches] == [1, 6]
+
+
+def test_full_queue_refuses_instead_of_waiting():
+    engine = FakeEngine()
+
+    async def main():
+        b = MicroBatcher(engine, max_wait_ms=300, max_queue=4)
+        b.start()
+        waiting = asyncio.create_task(b.submit(["a", "b", "c"], 3))
+        await asyncio.sleep(0.05)
+        assert b.queued_texts == 3  # a forming batch still counts as waiting
+        with pytest.raises(QueueFull):
+            await b.submit(["d", "e"], 2)
+        assert await b.submit(["d"], 1) == ["d@1"]  # exactly fills the queue: accepted, same batch
+        assert await waiting == ["a@1", "b@1", "c@1"]
+        assert b.queued_texts == 0
+        await b.close()
+
+    run(main())
+
+
+def test_cancelled_request_is_dropped_before_the_engine():
+    engine = FakeEngine(delay=0.1)
+
+    async def main():
+        b = MicroBatcher(engine, max_wait_ms=0)
+        b.start()
+        busy = asyncio.create_task(b.submit(["busy"], 1))
+        await asyncio.sleep(0.02)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(b.submit(["late"], 1), 0.01)
+        kept = await b.submit(["kept"], 1)
+        await busy
+        await b.close()
+        return kept
+
+    assert run(main()) == ["kept@2"]
+    assert engine.batches == [["busy"], ["kept"]]
+
+
+def test_engine_failure_fails_only_its_batch():
+    engine = FakeEngine(fail_on="boom")
+
+    async def main():
+        b = MicroBatcher(engine, max_wait_ms=0)
+        b.start()
+        with pytest.raises(RuntimeError, match="engine failed"):
+            await b.submit(["boom"], 1)
+        ok = await b.submit(["fine"], 1)
+        await b.close()
+        return ok
+
+    assert run(main()) == ["fine@1"]
+
+
+def test_close_finishes_queued_work_and_refuses_new():
+    engine = FakeEngine(delay=0.05)
+
+    async def main():
+        b = MicroBatcher(engine, max_wait_ms=100)
+        b.start()
+        pending = asyncio.create_task(b.submit(["queued"], 1))
+        await asyncio.sleep(0.01)
+        await b.close()
+        with pytest.raises(Closed):
+            await b.submit(["new"], 1)
+        return await pending
+
+    assert run(main()) == ["queued@1"]
