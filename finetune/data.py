@@ -57,7 +57,7 @@ def load_labeled(
     group_column: str | None = None,
     folds: int = 5,
     on_missing: str = "drop",
-    normalizer: Normalizer = Normalizer(),
+    normalizer: Normalizer | None = None,
     encoding: str = "utf-8",
 ) -> LabeledData:
     columns = [text_column, label_column] + ([group_column] if group_column else [])
@@ -107,7 +107,7 @@ def load_labeled(
     return LabeledData(
         table=table,
         keep=keep,
-        texts=[normalizer(t) for t in kept[text_column].astype(str)],
+        texts=[(normalizer or Normalizer())(t) for t in kept[text_column].astype(str)],
         y=raw_labels.map(label2id).to_numpy(dtype=np.int64),
         groups=groups,
         labels=labels,

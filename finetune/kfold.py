@@ -23,7 +23,6 @@ from datetime import datetime
 from pathlib import Path
 
 import numpy as np
-import pandas as pd
 
 from finetune.baseline import baseline_predict
 from finetune.data import bbcnews_csv, inner_split, load_labeled, make_folds
@@ -56,7 +55,7 @@ class Config:
     device: str = "auto"
     final: bool = False
     resume: bool = False
-    train: TrainConfig = TrainConfig()
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
 
 
 def parse_args(argv=None) -> Config | None:
@@ -120,7 +119,6 @@ def pick_accelerator(device: str):
 
 def run(cfg: Config) -> dict:
     import torch
-
     import transformers
 
     started = time.time()
@@ -199,7 +197,7 @@ def run(cfg: Config) -> dict:
 
     report = {
         "model": cfg.model, "resolved_model": resolved, "data": str(data_path), "labels": data.labels,
-        "n_rows": int(len(data.table)), "n_used": int(n), "dropped": data.dropped,
+        "n_rows": len(data.table), "n_used": int(n), "dropped": data.dropped,
         "folds": [{k: v for k, v in r.items() if k != "baseline"} for r in results],
         **summarize(results),
         "baseline": {"name": "char TF-IDF + logistic regression", "folds": [r["baseline"] for r in results],
@@ -216,7 +214,7 @@ def run(cfg: Config) -> dict:
         write_json(out / "report.json", report)
         print(summary_table(report))
         print(f"\nwrote {out}/report.json, oof_predictions.csv, confusion_matrix.png, learning_curves.png"
-              + (f", model/" if cfg.final else ""))
+              + (", model/" if cfg.final else ""))
     return report
 
 

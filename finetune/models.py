@@ -104,7 +104,8 @@ def load_classifier(name: str, resolved: str, labels: list[str], dropout: float 
     """A sequence classifier with a fresh head for `labels` on the pretrained encoder (or random weights)."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
-    kwargs = dict(num_labels=len(labels), id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)})
+    kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
+              "label2id": {v: i for i, v in enumerate(labels)}}
     if dropout is not None:
         kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, classifier_dropout=dropout)
     try:

@@ -43,16 +43,16 @@ class Normalizer:
             text = _URL.sub(" ", text)
             text = _EMOJI.sub(" ", text)
             n = self.max_repeats
-            text = re.sub(r"(.)\1{%d,}" % n, lambda m: m.group(1) * n, text)
+            text = re.sub(rf"(.)\1{{{n},}}", lambda m: m.group(1) * n, text)
             # Two-syllable repeats too (ㅋㅋ, 하하하하 -> 하하), as soynlp's repeat_normalize does.
-            text = re.sub(r"(..)\1{%d,}" % n, lambda m: m.group(1) * n, text)
+            text = re.sub(rf"(..)\1{{{n},}}", lambda m: m.group(1) * n, text)
         return _SPACE.sub(" ", text).strip()
 
     def save(self, folder: str | Path) -> None:
         Path(folder, FILENAME).write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
 
     @classmethod
-    def load(cls, folder: str | Path) -> "Normalizer":
+    def load(cls, folder: str | Path) -> Normalizer:
         """The folder's normalisation, or the plain one for models trained elsewhere."""
         path = Path(folder, FILENAME)
         if not path.exists():

@@ -41,8 +41,8 @@ def build_tokenizer(folder: Path):
 def tiny_config(vocab_size: int, **overrides):
     from transformers import ElectraConfig
 
-    kw = dict(vocab_size=vocab_size, embedding_size=16, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-              intermediate_size=64, max_position_embeddings=128)
+    kw = {"vocab_size": vocab_size, "embedding_size": 16, "hidden_size": 32, "num_hidden_layers": 2,
+          "num_attention_heads": 2, "intermediate_size": 64, "max_position_embeddings": 128}
     kw.update(overrides)
     return ElectraConfig(**kw)
 
