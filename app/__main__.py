@@ -32,6 +32,9 @@ class DrainingServer(uvicorn.Server):
     def handle_exit(self, sig, frame) -> None:
         self.app_state.draining = True
         super().handle_exit(sig, frame)
+        # uvicorn re-raises the signal after its shutdown, so the exit status would read "killed";
+        # a completed drain is a clean exit, and supervisors should see 0.
+        self._captured_signals.clear()
 
 
 def main(argv: list[str] | None = None) -> int:

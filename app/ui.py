@@ -1,15 +1,337 @@
-"""Gradio UI mounted at /ui: Classify, Label, Batch."""
+"""The Gradio UI at /ui: Classify (one text), Label (active-learning labeling), Batch (score a file).
+
+Deliberate limits: uploads are capped by --max-upload-mb (Gradio answers 413) and --max-upload-rows;
+scoring jobs (a Label upload, a Batch file) share --ui-concurrency slots, quick actions run up to 16 at
+once, and at most 64 events wait. Files the UI hands out are copies in a private temp folder; nothing
+else on the server is reachable through it. The Classify tab goes through the API's micro-batcher and
+queue, so the UI and API share one set of limits.
+"""
 
 from __future__ import annotations
 
+import asyncio
+import html
+import shutil
+import tempfile
+import time
+from functools import partial
+from pathlib import Path
+
 import gradio as gr
+import pandas as pd
+
+from serving.io import DataError, missing_text, read_table, write_table
+from serving.score import score_frame
+
+from .batcher import QueueFull
+from .labeling import ORDERS, SessionError, SessionStore
+
+MAX_LABEL_BUTTONS = 20
+QUICK = 16  # concurrent quick events (classify, label clicks): milliseconds each
+SCORE_CHUNK = 256  # rows per engine call in scoring jobs: the progress bar moves at this step
+
+SHORTCUTS_JS = """
+<script>
+document.addEventListener('keydown', (e) => {
+  const t = e.target;
+  if (e.ctrlKey || e.metaKey || e.altKey || e.repeat) return;
+  if (t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.tagName === 'SELECT' || t.isContentEditable)) return;
+  const panel = document.getElementById('label-panel');
+  if (!panel || panel.offsetParent === null) return;  // only while the Label tab is shown
+  let id = null;
+  if (e.key === 'Enter' || e.key === 'a') id = 'accept-btn';
+  else if (e.key === 's') id = 'skip-btn';
+  else if (e.key === 'u' || e.key === 'z') id = 'undo-btn';
+  else if (/^[1-9]$/.test(e.key)) id = 'label-btn-' + e.key;
+  const b = id && document.getElementById(id);
+  if (b && b.offsetParent !== null && !b.disabled) { e.preventDefault(); b.click(); }
+});
+</script>
+"""
+
+CSS = """
+#label-text textarea { font-size: 1.15rem; line-height: 1.5; }
+.shortcut-help { opacity: .7; font-size: .9rem; }
+"""
 
 
-def mount_ui(app, cfg, clf, state):
-    with gr.Blocks(title="ELECTRA classifier") as demo, gr.Tab("Classify"):
-        text = gr.Textbox(label="Text", lines=4)
-        out = gr.Label(label="Prediction")
-        gr.Button("Classify").click(lambda t: {p: v for p, v in clf.predict([t])[0].probabilities.items()},
-                                    text, out)
-    demo.queue(default_concurrency_limit=cfg.ui_concurrency)
-    gr.mount_gradio_app(app, demo, path="/ui", ssr_mode=False, max_file_size=int(cfg.max_upload_mb * 1024 * 1024))
+class Exports:
+    """Copies of files handed to the browser, in a private temp folder; old ones are removed."""
+
+    def __init__(self, max_age_s: float = 3600):
+        self.root = Path(tempfile.mkdtemp(prefix="electra-app-"))
+        self.max_age_s = max_age_s
+
+    def path(self, name: str) -> Path:
+        now = time.time()
+        for old in self.root.glob("*/*"):
+            if now - old.stat().st_mtime > self.max_age_s:
+                shutil.rmtree(old.parent, ignore_errors=True)
+        folder = Path(tempfile.mkdtemp(dir=self.root))  # a folder per export keeps the nice file name
+        return folder / name
+
+
+def _read_upload(cfg, file, text_column: str) -> tuple[pd.DataFrame, str]:
+    if not file:
+        raise gr.Error("Upload a file first.")
+    path = Path(file)
+    if path.stat().st_size > cfg.max_upload_mb * 1024 * 1024:
+        raise gr.Error(f"The file is over {cfg.max_upload_mb:g} MB (--max-upload-mb).")
+    try:
+        df = read_table(path)
+    except DataError as e:
+        raise gr.Error(str(e).replace(str(path), path.name)) from None  # never show server paths
+    wanted = (text_column or "").strip() or "text"
+    if wanted in df.columns:
+        column = wanted
+    elif len(df.columns) == 1:
+        column = str(df.columns[0])
+    else:
+        raise gr.Error(f"No column {wanted!r}; the columns are {[str(c) for c in df.columns]}. "
+                       "Type the name of the text column.")
+    if len(df) == 0:
+        raise gr.Error("The file has no rows.")
+    if len(df) > cfg.max_upload_rows:
+        raise gr.Error(f"{len(df)} rows; the limit is {cfg.max_upload_rows} (--max-upload-rows).")
+    return df, column
+
+
+def build_ui(cfg, clf, state) -> gr.Blocks:
+    store = SessionStore(Path(cfg.data_dir) / "label")
+    exports = Exports()
+    labels = list(clf.labels)
+    name = clf.info()["name"]
+
+    # ---------------------------------------------------------------- Classify
+    async def classify(text: str):
+        text = (text or "").strip()
+        if not text:
+            raise gr.Error("Type or paste a text first.")
+        if len(text) > cfg.max_chars:
+            raise gr.Error(f"{len(text)} characters; the limit is {cfg.max_chars}.")
+        if state.batcher is None or state.draining:
+            raise gr.Error("The server is starting or shutting down; try again in a moment.")
+        tokens = sum(await asyncio.to_thread(clf.count_tokens, [text]))
+        try:
+            (pred,) = await asyncio.wait_for(state.batcher.submit([text], tokens), cfg.request_timeout_s)
+        except (QueueFull, asyncio.TimeoutError):
+            raise gr.Error("The server is busy; try again in a moment.") from None
+        return pred.probabilities, f"**{html.escape(pred.label)}** · {pred.score:.1%}"
+
+    # ---------------------------------------------------------------- Label
+    def render(session, message: str = "") -> list:
+        """Every output of the Label tab, for whatever state the session is in."""
+        if session is None:
+            hidden = [gr.update(visible=False)] * MAX_LABEL_BUTTONS
+            return ["", None, gr.update(value="", label="Text"), "Upload a CSV with a `text` column to start.",
+                    None, "", gr.update(visible=False), *hidden, gr.update(choices=labels, value=None),
+                    gr.update(value=ORDERS[0]), message, _sessions_update(None)]
+        row = session.current()
+        prog = session.progress()
+        done = prog["labeled"]
+        bar = (f'<progress value="{done}" max="{prog["total"]}" style="width:100%"></progress>'
+               f'<div><b>{done}</b> labeled · <b>{prog["skipped"]}</b> skipped · <b>{prog["todo"]}</b> to go · '
+               f'{prog["total"]} in {html.escape(session.meta["source"])}</div>')
+        session_labels = session.labels
+        if row is None:
+            text = gr.update(value="", label="All done")
+            hint = f"All {prog['total']} texts are labeled. Download the labeled CSV below."
+            probs, accept, suggestion = None, gr.update(visible=False), None
+        else:
+            suggestion = session.suggestion[row]
+            again = " (skipped earlier)" if session.status[row] == 1 else ""
+            text = gr.update(value=session.texts[row], label=f"Row {row + 1}{again}")
+            hint = f"Model suggests **{html.escape(suggestion)}** at {session.confidence[row]:.1%}"
+            probs = session.probs[row]
+            accept = gr.update(value=f"✓ Accept: {suggestion}  [Enter]", visible=True)
+        buttons = []
+        for i in range(MAX_LABEL_BUTTONS):
+            if i < len(session_labels) and row is not None:
+                key = f"[{i + 1}] " if i < 9 else ""
+                buttons.append(gr.update(value=f"{key}{session_labels[i]}", visible=True,
+                                         variant="primary" if session_labels[i] == suggestion else "secondary"))
+            else:
+                buttons.append(gr.update(visible=False))
+        return [session.id, row, text, hint, probs, bar, accept, *buttons,
+                gr.update(choices=session_labels, value=None), gr.update(value=session.order), message,
+                _sessions_update(session.id)]
+
+    def _sessions_update(current_id):
+        choices = [(f"{m['source']} · {m['rows']} rows · {time.strftime('%Y-%m-%d %H:%M', time.localtime(m['created']))}",
+                    m["id"]) for m in store.list()[:50]]
+        return gr.update(choices=choices, value=current_id)
+
+    def start(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
+        df, column = _read_upload(cfg, file, text_column)
+        keep = ~missing_text(df[column])
+        texts = df.loc[keep, column].astype(str).tolist()
+        if not texts:
+            raise gr.Error(f"Column {column!r} has no text.")
+        preds = []
+        for i in range(0, len(texts), SCORE_CHUNK):
+            progress((i, len(texts)), desc="Model suggestions", unit="texts")
+            preds += clf.predict(texts[i : i + SCORE_CHUNK])
+        session = store.create(Path(file).name, texts, preds, labels)
+        skipped = int((~keep).sum())
+        note = f" ({skipped} empty rows left out)" if skipped else ""
+        return render(session, f"Loaded {len(texts)} texts{note}. Least confident first; change the order below.")
+
+    def resume(sid):
+        return render(store.get(sid))
+
+    def act(action, sid, row, *args):
+        session = store.get(sid)
+        if session is None:
+            return render(None, "No labeling session: upload a file to start.")
+        try:
+            message = action(session, row, *args) or ""
+        except SessionError as e:
+            message = f"⚠ {e}"
+        return render(session, message)
+
+    def accept(session, row):
+        if row is not None and session.current() == row:
+            session.decide(row, session.suggestion[row])
+
+    def choose(i, session, row):
+        if row is not None and i < len(session.labels):
+            session.decide(int(row), session.labels[i])
+
+    def choose_other(session, row, label):
+        if row is not None and label:
+            session.decide(int(row), label)
+
+    def skip(session, row):
+        if row is not None and not session.skip(int(row)) and session.status[int(row)] == 1:
+            return "Only skipped texts are left: label them, or stop here."
+
+    def undo(session, row):
+        if session.undo() is None:
+            return "Nothing to undo."
+
+    def add_label(session, row, name):
+        added = session.add_label(name)
+        if len(session.labels) > MAX_LABEL_BUTTONS:
+            return f"Added {added!r}: pick it from 'Other label' (buttons stop at {MAX_LABEL_BUTTONS})."
+        return f"Added label {added!r}."
+
+    def set_order(session, row, order):
+        session.set_order(order)
+
+    def export(sid):
+        session = store.get(sid)
+        if session is None:
+            raise gr.Error("No labeling session yet.")
+        out = exports.path(f"{Path(session.meta['source']).stem}-labeled.csv")
+        with session.lock:
+            shutil.copyfile(session.labeled_path, out)
+        return str(out)
+
+    # ---------------------------------------------------------------- Batch
+    def score_file(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
+        df, column = _read_upload(cfg, file, text_column)
+        parts = []
+        for i in range(0, len(df), SCORE_CHUNK):
+            progress((i, len(df)), desc="Scoring", unit="rows")
+            parts.append(score_frame(clf, df.iloc[i : i + SCORE_CHUNK], column, None))
+        scored = pd.concat(parts)
+        out = exports.path(f"{Path(file).stem}-scored.csv")
+        write_table(scored, out)
+        counts = scored["pred_label"].value_counts()
+        errors = int(scored["error"].notna().sum())
+        summary = (f"Scored **{len(scored)}** rows: " + ", ".join(f"{html.escape(str(k))} {v}" for k, v in counts.items())
+                   + (f" · {errors} rows without text (see `error`)" if errors else ""))
+        return str(out), summary, scored.head(20)
+
+    # ---------------------------------------------------------------- layout
+    theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
+    with gr.Blocks(title=f"{name} · ELECTRA classifier", analytics_enabled=False,
+                   delete_cache=(3600, 24 * 3600)) as demo:
+        gr.Markdown(f"## {html.escape(name)}\nLabels: {', '.join(html.escape(x) for x in labels)}")
+        with gr.Tabs():
+            with gr.Tab("Classify", id="classify", elem_id="tab-classify"):
+                c_text = gr.Textbox(label="Text", lines=5, max_length=cfg.max_chars, elem_id="classify-text",
+                                    placeholder="Type or paste a text")
+                c_button = gr.Button("Classify", variant="primary", elem_id="classify-btn")
+                c_top = gr.Markdown(elem_id="classify-top")
+                c_probs = gr.Label(label="Probabilities", num_top_classes=len(labels), elem_id="classify-probs")
+                c_button.click(classify, c_text, [c_probs, c_top], concurrency_limit=QUICK)
+                c_text.submit(classify, c_text, [c_probs, c_top], concurrency_limit=QUICK)
+
+            with gr.Tab("Label", id="label", elem_id="tab-label"):
+                sid = gr.BrowserState("", storage_key="electra-label-session")
+                row = gr.State(None)
+                with gr.Accordion("Start or resume a session", open=True), gr.Row():
+                    l_file = gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
+                                     elem_id="label-file")
+                    with gr.Column():
+                        l_column = gr.Textbox(label="Text column", value="text", elem_id="label-column")
+                        l_start = gr.Button("Start labeling", variant="primary", elem_id="label-start")
+                        l_sessions = gr.Dropdown(label="Earlier sessions", choices=[], elem_id="label-sessions")
+                with gr.Column(elem_id="label-panel"):
+                    l_progress = gr.HTML(elem_id="label-progress")
+                    l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
+                    with gr.Row():
+                        l_hint = gr.Markdown(elem_id="label-hint")
+                        l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs")
+                    l_accept = gr.Button("Accept", variant="primary", visible=False, elem_id="accept-btn")
+                    with gr.Row():
+                        l_buttons = [gr.Button(visible=False, size="sm", elem_id=f"label-btn-{i + 1}", min_width=80)
+                                     for i in range(MAX_LABEL_BUTTONS)]
+                    with gr.Row():
+                        l_skip = gr.Button("Skip  [S]", size="sm", elem_id="skip-btn")
+                        l_undo = gr.Button("↶ Undo  [U]", size="sm", elem_id="undo-btn")
+                    l_message = gr.Markdown(elem_id="label-message")
+                    gr.Markdown("Keys: **Enter** accept · **1–9** choose a label · **S** skip · **U** undo. "
+                                "Every decision is saved on the server as you go.", elem_classes="shortcut-help")
+                    with gr.Accordion("Order, other labels, download", open=True):
+                        with gr.Row():
+                            l_order = gr.Dropdown(ORDERS, value=ORDERS[0], label="Queue order", elem_id="label-order")
+                            l_other = gr.Dropdown(choices=labels, label="Other label", elem_id="label-other")
+                            l_other_btn = gr.Button("Label as selected", size="sm", elem_id="label-other-btn")
+                        with gr.Row():
+                            l_new = gr.Textbox(label="New label", max_length=60, elem_id="label-new")
+                            l_add = gr.Button("Add label", size="sm", elem_id="label-add")
+                        with gr.Row():
+                            l_export = gr.Button("Download labeled CSV (text,label)", elem_id="label-export")
+                            l_file_out = gr.File(label="Labeled CSV", elem_id="label-download")
+                outputs = [sid, row, l_text, l_hint, l_probs, l_progress, l_accept, *l_buttons, l_other, l_order,
+                           l_message, l_sessions]
+                quick = {"concurrency_limit": QUICK, "concurrency_id": "label", "trigger_mode": "once"}
+                l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
+                              concurrency_limit=cfg.ui_concurrency)
+                l_sessions.input(resume, l_sessions, outputs, **quick)
+                l_accept.click(partial(act, accept), [sid, row], outputs, **quick)
+                for i, b in enumerate(l_buttons):
+                    b.click(partial(act, partial(choose, i)), [sid, row], outputs, **quick)
+                l_other_btn.click(partial(act, choose_other), [sid, row, l_other], outputs, **quick)
+                l_skip.click(partial(act, skip), [sid, row], outputs, **quick)
+                l_undo.click(partial(act, undo), [sid, row], outputs, **quick)
+                l_order.input(partial(act, set_order), [sid, row, l_order], outputs, **quick)
+                l_add.click(partial(act, add_label), [sid, row, l_new], outputs, **quick).then(lambda: "", None, l_new)
+                l_export.click(export, sid, l_file_out, **quick)
+                demo.load(resume, sid, outputs)
+
+            with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
+                with gr.Row():
+                    b_file = gr.File(label="CSV to score", file_types=[".csv", ".tsv", ".jsonl", ".parquet"],
+                                     elem_id="batch-file")
+                    with gr.Column():
+                        b_column = gr.Textbox(label="Text column", value="text", elem_id="batch-column")
+                        b_go = gr.Button("Score", variant="primary", elem_id="batch-go")
+                b_summary = gr.Markdown(elem_id="batch-summary")
+                b_out = gr.File(label="Scored CSV (every input column + pred_label, pred_score, prob_*, error)",
+                                elem_id="batch-download")
+                b_preview = gr.Dataframe(label="First rows", interactive=False, elem_id="batch-preview")
+                b_go.click(score_file, [b_file, b_column], [b_out, b_summary, b_preview], concurrency_id="scoring",
+                           concurrency_limit=cfg.ui_concurrency)
+    demo.queue(max_size=64, default_concurrency_limit=cfg.ui_concurrency)
+    demo.ui_theme = theme
+    return demo
+
+
+def mount_ui(app, cfg, clf, state) -> None:
+    demo = build_ui(cfg, clf, state)
+    gr.mount_gradio_app(app, demo, path="/ui", ssr_mode=False, footer_links=["settings"],
+                        max_file_size=int(cfg.max_upload_mb * 1024 * 1024), theme=demo.ui_theme, css=CSS,
+                        head=SHORTCUTS_JS, show_error=True)

@@ -1,0 +1,270 @@
+"""Labeling sessions for the UI's Label tab: the queue, decisions, undo, all kept on disk.
+
+A session is a folder under `<data-dir>/label/<id>/`:
+- `items.parquet`: the uploaded texts with the model's suggestion and confidence;
+- `meta.json`: source file name, labels, queue order;
+- `journal.jsonl`: every action (label, skip, undo, new label, order), appended and fsynced as it
+  happens, so a crash or a closed tab loses nothing; state is rebuilt by replaying it;
+- `labeled.csv`: `text,label`, UTF-8, the format `finetune/kfold.py` reads, appended at each decision
+  (rewritten only on undo) so it can be picked up at any moment.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import re
+import secrets
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from serving.io import atomic_path
+
+ORDERS = ("least confident first", "most confident first", "file order", "random")
+_SESSION_ID = re.compile(r"^[0-9a-f]{12}$")
+MAX_LABEL_CHARS = 60
+
+
+class SessionError(ValueError):
+    """Something the person can fix (a bad label name, an unknown session); shown in the UI."""
+
+
+def valid_session_id(sid: str | None) -> bool:
+    # The id comes from the browser: it must never be able to name a path outside the data folder.
+    return isinstance(sid, str) and bool(_SESSION_ID.match(sid))
+
+
+def _csv_line(text: str, label: str) -> str:
+    buf = io.StringIO()
+    csv.writer(buf, lineterminator="\n").writerow([text, label])
+    return buf.getvalue()
+
+
+class LabelSession:
+    def __init__(self, folder: Path):
+        self.folder = folder
+        self.lock = threading.RLock()
+        self.meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        items = pd.read_parquet(folder / "items.parquet")
+        self.texts: list[str] = items["text"].tolist()
+        self.suggestion: list[str] = items["suggestion"].tolist()
+        self.confidence = items["confidence"].to_numpy(np.float64)
+        self.probs: list[dict] = [json.loads(p) for p in items["probabilities"]]
+        self._orders: dict[str, np.ndarray] = {}
+        self._pin: int | None = None  # a row just undone is shown next, whatever the order says
+        self._replay()
+        self._rewrite_labeled()  # repairs a labeled.csv cut short by a crash between the two writes
+
+    # ------------------------------------------------------------ creation and lookup
+    @classmethod
+    def create(cls, root: Path, source: str, texts: list[str], predictions: list, labels: list[str]) -> LabelSession:
+        """`predictions`: engine Predictions for `texts` (label, score, probabilities)."""
+        sid = secrets.token_hex(6)
+        folder = root / sid
+        folder.mkdir(parents=True)
+        pd.DataFrame({
+            "text": texts,
+            "suggestion": [p.label for p in predictions],
+            "confidence": [p.score for p in predictions],
+            "probabilities": [json.dumps(p.probabilities) for p in predictions],
+        }).to_parquet(folder / "items.parquet", index=False)
+        meta = {"id": sid, "source": Path(source).name, "created": time.time(), "labels": list(labels),
+                "order": ORDERS[0], "rows": len(texts)}
+        with atomic_path(folder / "meta.json") as tmp:
+            tmp.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
+        (folder / "journal.jsonl").touch()
+        return cls(folder)
+
+    @property
+    def id(self) -> str:
+        return self.meta["id"]
+
+    @property
+    def labeled_path(self) -> Path:
+        return self.folder / "labeled.csv"
+
+    # ------------------------------------------------------------ journal
+    def _replay(self) -> None:
+        self.labels = list(self.meta["labels"])
+        self.order = self.meta["order"]
+        self.stack: list[dict] = []  # effective decisions, oldest first; undo pops
+        path = self.folder / "journal.jsonl"
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                event = json.loads(line)
+            except json.JSONDecodeError:
+                continue  # a line torn by a crash mid-write: the action never completed
+            self._apply(event)
+        self._status()
+
+    def _apply(self, event: dict) -> None:
+        op = event.get("op")
+        if op in ("label", "skip"):
+            self.stack.append(event)
+        elif op == "undo" and self.stack:
+            self.stack.pop()
+        elif op == "add_label" and event["label"] not in self.labels:
+            self.labels.append(event["label"])
+        elif op == "order" and event["order"] in ORDERS:
+            self.order = event["order"]
+
+    def _status(self) -> None:
+        """Per row: 0 to do, 1 skipped, 2 labeled (the latest effective decision wins)."""
+        status = np.zeros(len(self.texts), np.int8)
+        for e in self.stack:
+            status[e["row"]] = 2 if e["op"] == "label" else 1
+        self.status = status
+
+    def _log(self, event: dict) -> None:
+        event = {**event, "ts": round(time.time(), 3)}
+        with open(self.folder / "journal.jsonl", "a", encoding="utf-8") as f:
+            f.write(json.dumps(event, ensure_ascii=False) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        self._apply(event)
+
+    def _rewrite_labeled(self) -> None:
+        with atomic_path(self.labeled_path) as tmp, open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write(_csv_line("text", "label"))
+            for e in self.stack:
+                if e["op"] == "label":
+                    f.write(_csv_line(self.texts[e["row"]], e["label"]))
+
+    # ------------------------------------------------------------ the queue
+    def _order(self) -> np.ndarray:
+        if self.order not in self._orders:
+            n = len(self.texts)
+            if self.order == "least confident first":
+                idx = np.argsort(self.confidence, kind="stable")
+            elif self.order == "most confident first":
+                idx = np.argsort(-self.confidence, kind="stable")
+            elif self.order == "random":
+                idx = np.random.default_rng(int(self.id, 16)).permutation(n)  # same order after a resume
+            else:
+                idx = np.arange(n)
+            self._orders[self.order] = idx
+        return self._orders[self.order]
+
+    def current(self) -> int | None:
+        """The row to show: the next undecided one in the chosen order, then the skipped ones."""
+        with self.lock:
+            if self._pin is not None and self.status[self._pin] != 2:
+                return self._pin
+            order = self._order()
+            status = self.status[order]
+            for wanted in (0, 1):
+                hits = np.flatnonzero(status == wanted)
+                if len(hits):
+                    return int(order[hits[0]])
+            return None
+
+    def progress(self) -> dict:
+        with self.lock:
+            labeled = int((self.status == 2).sum())
+            skipped = int((self.status == 1).sum())
+            return {"total": len(self.texts), "labeled": labeled, "skipped": skipped,
+                    "todo": len(self.texts) - labeled - skipped}
+
+    # ------------------------------------------------------------ actions
+    def decide(self, row: int, label: str) -> bool:
+        """Label `row`; False (and nothing written) when it is no longer the row on screen (double click)."""
+        with self.lock:
+            if label not in self.labels:
+                raise SessionError(f"unknown label {label!r}")
+            if row != self.current():
+                return False
+            self._pin = None
+            self._log({"op": "label", "row": row, "label": label, "suggested": self.suggestion[row],
+                       "confidence": round(float(self.confidence[row]), 6)})
+            self.status[row] = 2
+            with open(self.labeled_path, "a", encoding="utf-8", newline="") as f:
+                f.write(_csv_line(self.texts[row], label))
+                f.flush()
+                os.fsync(f.fileno())
+            return True
+
+    def skip(self, row: int) -> bool:
+        with self.lock:
+            if row != self.current() or self.status[row] == 1:
+                return False  # skipping the only skipped row left would loop on it
+            self._pin = None
+            self._log({"op": "skip", "row": row})
+            self.status[row] = 1
+            return True
+
+    def undo(self) -> int | None:
+        """Take back the latest decision; returns its row, which becomes the current one again."""
+        with self.lock:
+            if not self.stack:
+                return None
+            last = self.stack[-1]
+            self._log({"op": "undo", "row": last["row"]})
+            self._status()
+            if last["op"] == "label":
+                self._rewrite_labeled()
+            self._pin = last["row"]
+            return last["row"]
+
+    def add_label(self, name: str) -> str:
+        name = " ".join((name or "").split())
+        if not name:
+            raise SessionError("type a label name first")
+        if len(name) > MAX_LABEL_CHARS:
+            raise SessionError(f"label names are at most {MAX_LABEL_CHARS} characters")
+        with self.lock:
+            if name in self.labels:
+                raise SessionError(f"{name!r} is already a label")
+            self._log({"op": "add_label", "label": name})
+            return name
+
+    def set_order(self, order: str) -> None:
+        if order not in ORDERS:
+            raise SessionError(f"unknown order {order!r}")
+        with self.lock:
+            if order != self.order:
+                self._log({"op": "order", "order": order})
+
+
+class SessionStore:
+    """Open sessions by id, one object per session so concurrent tabs share its lock."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self._open: dict[str, LabelSession] = {}
+        self._lock = threading.Lock()
+
+    def get(self, sid: str | None) -> LabelSession | None:
+        if not valid_session_id(sid):
+            return None
+        with self._lock:
+            if sid not in self._open:
+                folder = self.root / sid
+                if not (folder / "meta.json").exists():
+                    return None
+                self._open[sid] = LabelSession(folder)
+            return self._open[sid]
+
+    def create(self, source: str, texts: list[str], predictions: list, labels: list[str]) -> LabelSession:
+        session = LabelSession.create(self.root, source, texts, predictions, labels)
+        with self._lock:
+            self._open[session.id] = session
+        return session
+
+    def list(self) -> list[dict]:
+        """Earlier sessions, newest first, for the resume menu."""
+        out = []
+        if self.root.exists():
+            for meta in self.root.glob("*/meta.json"):
+                try:
+                    m = json.loads(meta.read_text(encoding="utf-8"))
+                except (OSError, json.JSONDecodeError):
+                    continue
+                if valid_session_id(m.get("id")):
+                    out.append(m)
+        return sorted(out, key=lambda m: -m.get("created", 0))

@@ -1,0 +1,96 @@
+"""Helpers shared by the app tests: start `python -m app` on a free port, read the Dockerfile's commands.
+
+A module of its own (not conftest.py) so test files can import it: tests/ has no __init__.py, and a
+package named `app` here would shadow the real one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+API_KEY = "test-key-7f3a"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def dockerfile_exec_forms() -> dict[str, list[str]]:
+    """ENTRYPOINT, CMD and HEALTHCHECK's CMD of the final stage, as argv lists (exec form only)."""
+    found: dict[str, list[str]] = {}
+    text = DOCKERFILE.read_text(encoding="utf-8").replace("\\\n", " ")
+    for line in text.splitlines():
+        line = line.strip()
+        m = re.match(r"^(ENTRYPOINT|CMD)\s+(\[.*\])\s*$", line)
+        if m:
+            found[m.group(1)] = json.loads(m.group(2))
+        m = re.match(r"^HEALTHCHECK\s+.*?\bCMD\s+(\[.*\])\s*$", line)
+        if m:
+            found["HEALTHCHECK"] = json.loads(m.group(1))
+    return found
+
+
+def docker_argv(model: Path, port: int) -> list[str]:
+    forms = dockerfile_exec_forms()
+    argv = [str(model) if a == "/model" else a for a in forms["ENTRYPOINT"] + forms.get("CMD", [])]
+    return [sys.executable if a == "python" else a.replace("8000", str(port)) for a in argv]
+
+
+class Server:
+    def __init__(self, argv: list[str], cwd: Path, port: int, env: dict | None = None):
+        self.port = port
+        self.url = f"http://127.0.0.1:{port}"
+        self.cwd = cwd
+        self.log_path = cwd / "server.log"
+        # A key in the developer's shell must not silently switch auth on for every test server.
+        full_env = {k: v for k, v in os.environ.items() if k != "ELECTRA_API_KEY"}
+        full_env.update({"PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False", **(env or {})})
+        self.log_file = open(self.log_path, "wb")  # noqa: SIM115 - open for the process lifetime
+        self.proc = subprocess.Popen(argv, cwd=cwd, env=full_env, stdout=self.log_file, stderr=subprocess.STDOUT)
+
+    def log(self) -> str:
+        return self.log_path.read_text(encoding="utf-8", errors="replace")
+
+    def wait_ready(self, timeout: float = 180, headers: dict | None = None) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited with {self.proc.returncode}:\n{self.log()[-3000:]}")
+            try:
+                if httpx.get(self.url + "/readyz", headers=headers, timeout=2).status_code == 200:
+                    return
+            except httpx.TransportError:
+                pass
+            time.sleep(0.3)
+        raise RuntimeError(f"server not ready after {timeout} s:\n{self.log()[-3000:]}")
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log_file.close()
+        return self.proc.returncode
+
+
+def start_server(model: Path, cwd: Path, *args: str, env: dict | None = None) -> Server:
+    port = free_port()
+    argv = [sys.executable, "-m", "app", "--model", str(model), "--port", str(port), *args]
+    return Server(argv, cwd, port, env)

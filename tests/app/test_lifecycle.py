@@ -1,0 +1,88 @@
+"""Process lifecycle: SIGTERM drains in-flight work; the Dockerfile's commands; CLI settings."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import httpx
+import pytest
+from app_testkit import dockerfile_exec_forms, free_port
+
+from app.config import Config, parse_args
+
+
+def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(drain_server, engine):
+    srv = drain_server  # batches wait 2 s here, so the request below is still in flight at SIGTERM
+    got: dict = {}
+
+    def in_flight():
+        got["r"] = httpx.post(srv.url + "/v1/classify", json={"texts": ["꿈 메모", "에러"]}, timeout=30)
+
+    t = threading.Thread(target=in_flight)
+    t.start()
+    time.sleep(0.5)
+    srv.proc.send_signal(signal.SIGTERM)
+    time.sleep(0.5)
+    with pytest.raises(httpx.TransportError):  # the listening socket is closed
+        httpx.post(srv.url + "/v1/classify", json={"text": "late"}, timeout=5)
+    t.join(30)
+    r = got["r"]
+    assert r.status_code == 200, r.text
+    expected = engine.predict(["꿈 메모", "에러"])
+    assert [p["label"] for p in r.json()["predictions"]] == [p.label for p in expected]
+    assert srv.proc.wait(20) == 0
+    assert '"msg": "stopped"' in srv.log()
+
+
+def test_dockerfile_commands_are_the_tested_ones(server):
+    forms = dockerfile_exec_forms()
+    assert forms["ENTRYPOINT"] == ["python", "-m", "app", "--model", "/model", "--host", "0.0.0.0"]
+    # The session's main server was started from ENTRYPOINT + CMD (conftest.docker_argv).
+    assert server.proc.args[1:7] == ["-m", "app", "--model", server.proc.args[4], "--host", "0.0.0.0"]
+    health = forms["HEALTHCHECK"]
+    assert health[0] == "python"
+
+    def probe(port: int) -> int:
+        argv = [sys.executable] + [a.replace("8000", str(port)) for a in health[1:]]
+        return subprocess.run(argv, check=False, capture_output=True, timeout=30).returncode
+
+    assert probe(server.port) == 0
+    assert probe(free_port()) != 0  # nothing listening: unhealthy
+
+
+def test_dockerfile_runs_as_non_root_and_pins_the_cpu_torch_index():
+    from app_testkit import DOCKERFILE
+
+    lines = [x.strip() for x in DOCKERFILE.read_text().splitlines()]
+    users = [x.split()[1] for x in lines if x.startswith("USER ")]
+    assert users and users[-1] not in ("root", "0")
+    assert "RUN pip install torch --index-url https://download.pytorch.org/whl/cpu" in lines
+    assert any(x.startswith("HEALTHCHECK") and "/healthz" in x for x in lines)
+    assert "ARG VARIANT=cpu" in lines
+
+
+def test_cli_flags_build_a_frozen_config(monkeypatch, tmp_path):
+    monkeypatch.delenv("ELECTRA_API_KEY", raising=False)
+    cfg = parse_args(["--model", "m", "--max-batch-tokens", "4096", "--max-wait-ms", "2", "--max-queue", "9",
+                      "--no-batching", "--cors-origin", "https://a.example", "--data-dir", str(tmp_path)])
+    assert (cfg.max_batch_tokens, cfg.max_wait_ms, cfg.max_queue, cfg.batching) == (4096, 2.0, 9, False)
+    assert cfg.cors_origins == ("https://a.example",) and cfg.api_key is None
+    with pytest.raises(AttributeError):
+        cfg.port = 1  # frozen
+    monkeypatch.setenv("ELECTRA_API_KEY", "from-env")
+    assert parse_args(["--model", "m"]).api_key == "from-env"
+    assert parse_args(["--model", "m", "--api-key", "flag"]).api_key == "flag"
+    defaults = Config(model="m")
+    assert (defaults.max_texts, defaults.max_chars, defaults.max_body_bytes) == (64, 5000, 2 * 1024 * 1024)
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "m", "--max-texts", "0"])
+
+
+def test_bad_model_folder_exits_with_a_message(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "app", "--model", str(tmp_path / "nope"), "--no-ui"],
+                       check=False, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "no such model folder" in r.stderr
