@@ -191,8 +191,9 @@ def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, 
             step += 1
             seen += len(rows) * n_proc
             hist.steps.append(step)
-            hist.train_loss.append(float(loss))
-            bar.set_postfix(epoch=epoch + 1, loss=f"{float(loss):.3f}")
+            loss_value = loss.item()
+            hist.train_loss.append(loss_value)
+            bar.set_postfix(epoch=epoch + 1, loss=f"{loss_value:.3f}")
             bar.update()
 
         if len(val_ids):  # early stopping looks only at the inner split, never at the fold being scored
