@@ -301,7 +301,11 @@ class Classifier:
             if len(t) > cap:
                 t = t[:cap] if self.truncation == "head" else t[: cap // 4] + " " + t[-(cap - cap // 4):]
             clean.append(self.normalizer(t))
-        encs = self._tok.encode_batch(clean, add_special_tokens=False)
+        # encode_batch fans out to a thread pool: worth it for a batch, pure overhead for one text.
+        if len(clean) == 1:
+            encs = [self._tok.encode(clean[0], add_special_tokens=False)]
+        else:
+            encs = self._tok.encode_batch(clean, add_special_tokens=False)
         out = []
         budget = self._budget
         head = budget if self.truncation == "head" else budget // 4

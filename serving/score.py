@@ -53,6 +53,7 @@ class ScoreConfig:
     truncation: str = "head"
     batch_tokens: int = 8192
     threads: int | None = None
+    quantized: bool | None = None  # None: INT8 on CPU when the export has it
     progress: bool = True
 
 
@@ -212,7 +213,8 @@ def run(cfg: ScoreConfig) -> dict:
     first = next(chunks)  # parses the header and checks columns before the model loads
     t0 = time.time()
     clf = Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length,
-                          batch_tokens=cfg.batch_tokens, threads=cfg.threads, truncation=cfg.truncation)
+                          batch_tokens=cfg.batch_tokens, threads=cfg.threads, truncation=cfg.truncation,
+                          quantized=cfg.quantized)
     top_k = min(cfg.top_k, len(clf.labels)) if cfg.top_k else None
     pred_cols = prediction_columns(clf.labels, top_k)
     clash = [c for c in pred_cols if c in first.columns]
@@ -311,6 +313,8 @@ def parse_args(argv: list[str] | None = None) -> ScoreConfig:
     ap.add_argument("--truncation", default="head", choices=["head", "head+tail"])
     ap.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per inference batch")
     ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: usable cores)")
+    ap.add_argument("--fp32", dest="quantized", action="store_const", const=False, default=None,
+                    help="use model.onnx even where model_quantized.onnx exists")
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     return ScoreConfig(**vars(ap.parse_args(argv)))
 
