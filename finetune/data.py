@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
+from sklearn.model_selection import GroupShuffleSplit, StratifiedGroupKFold, StratifiedKFold
 
 from serving.io import DataError, missing_text, read_table
 from serving.labels import label_order
@@ -130,13 +130,18 @@ def inner_split(y: np.ndarray, groups: np.ndarray | None, fraction: float, seed:
     Returns positions into `y`. Classes too small to split stay wholly in training.
     """
     n_splits = max(2, round(1 / fraction))
-    if groups is not None and len(set(groups)) >= n_splits:
-        splitter = StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
-        tr, va = next(splitter.split(np.zeros(len(y)), y, groups))
-        return tr, va
+    if groups is not None and len(set(groups)) >= 2:
+        try:
+            splitter = StratifiedGroupKFold(n_splits=n_splits, shuffle=True, random_state=seed)
+            return next(splitter.split(np.zeros(len(y)), y, groups))
+        except ValueError:  # every class smaller than n_splits: keep groups apart, give up on strata
+            splitter = GroupShuffleSplit(n_splits=1, test_size=fraction, random_state=seed)
+            return next(splitter.split(np.zeros(len(y)), y, groups))
     counts = np.bincount(y)
     splittable = np.isin(y, np.flatnonzero(counts >= n_splits))
     idx = np.flatnonzero(splittable)
+    if len(idx) < n_splits:  # too little data to hold any out: train on all, no early stopping
+        return np.arange(len(y)), np.array([], dtype=np.int64)
     splitter = StratifiedKFold(n_splits=n_splits, shuffle=True, random_state=seed)
     tr, va = next(splitter.split(np.zeros(len(idx)), y[idx]))
     return np.sort(np.concatenate([idx[tr], np.flatnonzero(~splittable)])), idx[va]

@@ -1,0 +1,118 @@
+"""The command users run, end to end in a subprocess, on the tiny fixture."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+ROOT = Path(__file__).resolve().parents[2]
+ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def kfold(*args, check=True):
+    proc = subprocess.run([sys.executable, "finetune/kfold.py", *map(str, args)], cwd=ROOT, env=ENV,
+                          capture_output=True, text=True, timeout=600, check=False)
+    if check and proc.returncode != 0:
+        raise AssertionError(proc.stderr[-3000:])
+    return proc
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory, tiny_electra_dir):
+    from conftest import make_toy_rows
+
+    folder = tmp_path_factory.mktemp("kfold")
+    df = make_toy_rows(n_per_class=12)
+    df.loc[5, "text"] = "   "  # dropped from training, but still in oof_predictions.csv
+    df.loc[7, "text"] = "ㅋㅋㅋㅋㅋ 꿈에서 봤다!!!!! 😀"
+    data = folder / "notes.csv"
+    df.to_csv(data, index=False)
+    out = folder / "run"
+    proc = kfold("--model", tiny_electra_dir, "--data", data, "--folds", 3, "--epochs", 2, "--batch-size", 8,
+                 "--normalize", "kc", "--group-column", "page", "--output", out, "--final")
+    return df, out, proc
+
+
+def test_report_has_folds_summary_baseline_and_config(finished_run):
+    df, out, proc = finished_run
+    report = json.loads((out / "report.json").read_text())
+    assert len(report["folds"]) == 3
+    for fold in report["folds"]:
+        assert {"macro_f1", "weighted_f1", "accuracy", "per_class", "confusion_matrix", "seed"} <= set(fold)
+    f1s = [f["macro_f1"] for f in report["folds"]]
+    assert report["macro_f1_mean"] == pytest.approx(np.mean(f1s))
+    assert report["macro_f1_std"] == pytest.approx(np.std(f1s))
+    assert {"folds", "macro_f1_mean", "macro_f1_std", "accuracy_mean"} <= set(report["baseline"])
+    assert report["config"]["group_column"] == "page" and report["seed"] == 42
+    assert report["n_rows"] == len(df) and report["n_used"] == len(df) - 1
+    assert "macro-F1" in proc.stdout and "baseline" in proc.stdout  # the summary table
+    for png in ("confusion_matrix.png", "learning_curves.png", "fold_scores.png"):
+        assert (out / png).read_bytes()[:4] == b"\x89PNG"
+
+
+def test_oof_predictions_keep_every_row_in_order(finished_run):
+    df, out, _ = finished_run
+    oof = pd.read_csv(out / "oof_predictions.csv", keep_default_na=False)
+    assert len(oof) == len(df)
+    assert oof["text"].tolist() == df["text"].tolist()
+    assert oof.loc[5, "error"] != "" and oof.loc[5, "pred_label"] == ""
+    used = oof.drop(index=5)
+    assert set(used["pred_label"]) <= {"dream", "error", "memo"}
+    probs = used[["prob_dream", "prob_error", "prob_memo"]].astype(float).to_numpy()
+    np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-4)
+    # groups never straddle folds
+    assert used.groupby("page")["fold"].nunique().max() == 1
+
+
+def test_final_model_reloads_with_labels_and_normalisation(finished_run):
+    _, out, _ = finished_run
+    folder = out / "model"
+    assert (folder / "model.safetensors").exists() and not list(folder.glob("*.bin"))
+    model = AutoModelForSequenceClassification.from_pretrained(folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert model.config.id2label == {0: "dream", 1: "error", 2: "memo"}
+    assert tok.model_max_length == 128
+    assert json.loads((folder / "normalization.json").read_text())["kind"] == "kc"
+    assert json.loads((folder / "training_config.json").read_text())["seed"] == 42
+    with torch.no_grad():
+        logits = model(**tok(["꿈에서 봤다"], return_tensors="pt")).logits
+    assert logits.shape == (1, 3)
+
+
+def test_resume_reuses_finished_folds(finished_run, tmp_path):
+    _, out, _ = finished_run
+    before = json.loads((out / "report.json").read_text())
+    (out / "folds" / "fold_2.json").unlink()  # as if killed during the last fold
+    data = out.parent / "notes.csv"
+    proc = kfold("--model", before["resolved_model"], "--data", data, "--folds", 3, "--epochs", 2, "--batch-size", 8,
+                 "--normalize", "kc", "--group-column", "page", "--output", out, "--resume")
+    assert "fold 0: reused" in proc.stderr and "fold 1: reused" in proc.stderr and "fold 2: reused" not in proc.stderr
+    after = json.loads((out / "report.json").read_text())
+    assert [f["macro_f1"] for f in after["folds"][:2]] == [f["macro_f1"] for f in before["folds"][:2]]
+    # same seed, same fold, same data: the rerun fold reproduces
+    assert after["folds"][2]["macro_f1"] == pytest.approx(before["folds"][2]["macro_f1"], abs=1e-6)
+    changed = kfold("--model", before["resolved_model"], "--data", data, "--folds", 3, "--epochs", 2, "--batch-size", 8,
+                    "--seed", 7,
+                    "--normalize", "kc", "--group-column", "page", "--output", out, "--resume", check=False)
+    assert changed.returncode == 2 and "different ['seed']" in changed.stderr
+
+
+def test_list_models_and_offline_hub_id_message():
+    listing = kfold("--list-models").stdout
+    assert "KcELECTRA" in listing and "beomi/KcELECTRA-base-v2022" in listing and "minilm" in listing
+    data = ROOT / "tests" / "finetune" / "_never_read.csv"
+    pd.DataFrame({"text": ["a", "b"] * 5, "label": ["x", "y"] * 5}).to_csv(data, index=False)
+    try:
+        proc = kfold("--model", "KcELECTRA", "--data", data, "--folds", 2, check=False)
+    finally:
+        data.unlink()
+    assert proc.returncode == 2
+    assert "beomi/KcELECTRA-base-v2022" in proc.stderr and "local folder" in proc.stderr
+    assert "Traceback" not in proc.stderr
