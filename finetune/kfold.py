@@ -129,7 +129,8 @@ def run(cfg: Config) -> dict:
     if accelerator.device.type == "cpu":
         torch.set_num_threads(max(1, os.cpu_count() or 1))
 
-    data_path = BUILTIN_DATA[cfg.data](Path(".cache")) if cfg.data in BUILTIN_DATA else Path(cfg.data)
+    cache = Path.home() / ".cache" / "electra-classify"
+    data_path = BUILTIN_DATA[cfg.data](cache) if cfg.data in BUILTIN_DATA else Path(cfg.data)
     normalizer = Normalizer(cfg.normalize)
     data = load_labeled(data_path, cfg.text_column, cfg.label_column, cfg.group_column, cfg.folds,
                         cfg.on_missing, normalizer, cfg.encoding)
