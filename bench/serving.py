@@ -94,7 +94,7 @@ def finetune(work: Path, tok, train: pd.DataFrame, epochs: int) -> Path:
     t0 = time.time()
     for epoch in range(epochs):
         total = 0.0
-        for b in rng.permutation(len(batches)):
+        for step, b in enumerate(rng.permutation(len(batches))):
             idx = batches[b]
             padded = tok.pad({"input_ids": [enc[i] for i in idx]}, return_tensors="pt")
             loss = model(**padded, labels=torch.tensor(y[idx])).loss
@@ -104,6 +104,8 @@ def finetune(work: Path, tok, train: pd.DataFrame, epochs: int) -> Path:
             sched.step()
             opt.zero_grad()
             total += loss.item()
+            if step % 50 == 49:
+                print(f"    step {step + 1}/{len(batches)} ({time.time() - t0:.0f} s)", flush=True)
         print(f"  epoch {epoch + 1}/{epochs}: loss {total / len(batches):.3f} ({time.time() - t0:.0f} s)", flush=True)
     model.eval().save_pretrained(folder)
     tok.save_pretrained(folder)

@@ -243,7 +243,8 @@ class Classifier:
     @staticmethod
     def _torch(folder: Path, threads):
         if not any((folder / f).exists() for f in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")):
-            raise ModelError(f"{folder}: neither {ONNX_FILE} nor PyTorch weights (model.safetensors) found")
+            what = "no PyTorch weights (model.safetensors)" + ("" if (folder / ONNX_FILE).exists() else f" and no {ONNX_FILE}")
+            raise ModelError(f"{folder}: {what}")
         try:
             return _TorchRunner(folder, threads)
         except (OSError, ValueError) as e:
