@@ -95,6 +95,15 @@ def gumbel_sample(logits: torch.Tensor) -> torch.Tensor:
     return (logits.float() - torch.log(-torch.log(u + 1e-9) + 1e-9)).argmax(-1)
 
 
+def replace_tokens(input_ids, chosen, gen_logits) -> tuple[torch.Tensor, torch.Tensor]:
+    """The discriminator's input and labels: generator samples at the chosen positions. Integer ids carry no
+    gradient, so nothing from the discriminator's loss reaches the generator. A sample equal to the original
+    is labelled original (paper, section 2), hence labels from comparing ids, not from `chosen`."""
+    fake_ids = input_ids.clone()
+    fake_ids[chosen] = gumbel_sample(gen_logits.detach())
+    return fake_ids, fake_ids != input_ids
+
+
 def mlm_logits_at(mlm: ElectraForMaskedLM, input_ids, attention_mask, positions) -> torch.Tensor:
     """Vocabulary logits only where `positions` is True, (n_positions, vocab): gather the hidden states first
     so the (batch, length, vocab) tensor is never built. Rows are in row-major order of `positions`."""
@@ -151,10 +160,12 @@ class ElectraPretrainer(nn.Module):
     def start_discriminator_stage(self) -> None:
         """--two-stage, second half (paper, section 3.2): freeze the generator, with a private copy of the
         embeddings as they are now so the discriminator's updates do not move it; when both have the same
-        size, start the discriminator from the generator's weights, as the paper does."""
+        architecture (--generator-ratio 1), start the discriminator from the generator's weights, as the paper
+        does."""
         gen, disc = self.generator, self.discriminator
-        if gen.config.hidden_size == disc.config.hidden_size:
-            disc.electra.load_state_dict(gen.electra.state_dict())
+        gen_state, disc_state = gen.electra.state_dict(), disc.electra.state_dict()
+        if gen_state.keys() == disc_state.keys() and all(gen_state[k].shape == v.shape for k, v in disc_state.items()):
+            disc.electra.load_state_dict(gen_state)
         self._share_embeddings(gen, copy.deepcopy(gen.electra.embeddings))
         gen.requires_grad_(False)
         self.stage = "discriminator"
@@ -179,12 +190,7 @@ class ElectraPretrainer(nn.Module):
             return StepOutput(mlm_loss, mlm_loss, None, {**stats, "loss": mlm_loss.detach(),
                                                           "mlm_loss": mlm_loss.detach()})
 
-        # Integer ids carry no gradient: nothing from the discriminator's loss reaches the generator.
-        sampled = gumbel_sample(gen_logits.detach())
-        fake_ids = input_ids.clone()
-        fake_ids[chosen] = sampled
-        # A sample equal to the original is labelled original (paper, section 2).
-        replaced = fake_ids != input_ids
+        fake_ids, replaced = replace_tokens(input_ids, chosen, gen_logits)
 
         if self.objective in ("electra", "electra-15"):
             disc_logits = self.discriminator(fake_ids, attention_mask=attention_mask).logits
