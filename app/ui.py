@@ -121,10 +121,12 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
     # ---------------------------------------------------------------- Label
     def render(session, message: str = "") -> list:
         """Every output of the Label tab, for whatever state the session is in."""
+        # "hidden", not False: Gradio 6 drops components with visible=False from the page, and when one
+        # is shown again it replays stale updates from the page-load event and hides itself.
         if session is None:
-            hidden = [gr.update(visible=False)] * MAX_LABEL_BUTTONS
+            hidden = [gr.update(visible="hidden")] * MAX_LABEL_BUTTONS
             return ["", None, gr.update(value="", label="Text"), "Upload a CSV with a `text` column to start.",
-                    None, "", gr.update(visible=False), *hidden, gr.update(choices=labels, value=None),
+                    None, "", gr.update(visible="hidden"), *hidden, gr.update(choices=labels, value=None),
                     gr.update(value=ORDERS[0]), message, _sessions_update(None)]
         row = session.current()
         prog = session.progress()
@@ -136,7 +138,7 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
         if row is None:
             text = gr.update(value="", label="All done")
             hint = f"All {prog['total']} texts are labeled. Download the labeled CSV below."
-            probs, accept, suggestion = None, gr.update(visible=False), None
+            probs, accept, suggestion = None, gr.update(visible="hidden"), None
         else:
             suggestion = session.suggestion[row]
             again = " (skipped earlier)" if session.status[row] == 1 else ""
@@ -151,7 +153,7 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
                 buttons.append(gr.update(value=f"{key}{session_labels[i]}", visible=True,
                                          variant="primary" if session_labels[i] == suggestion else "secondary"))
             else:
-                buttons.append(gr.update(visible=False))
+                buttons.append(gr.update(visible="hidden"))
         return [session.id, row, text, hint, probs, bar, accept, *buttons,
                 gr.update(choices=session_labels, value=None), gr.update(value=session.order), message,
                 _sessions_update(session.id)]
@@ -258,7 +260,7 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
                 c_button.click(classify, c_text, [c_probs, c_top], concurrency_limit=QUICK)
                 c_text.submit(classify, c_text, [c_probs, c_top], concurrency_limit=QUICK)
 
-            with gr.Tab("Label", id="label", elem_id="tab-label"):
+            with gr.Tab("Label", id="label", elem_id="tab-label") as label_tab:
                 sid = gr.BrowserState("", storage_key="electra-label-session")
                 row = gr.State(None)
                 with gr.Accordion("Start or resume a session", open=True), gr.Row():
@@ -274,9 +276,9 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
                     with gr.Row():
                         l_hint = gr.Markdown(elem_id="label-hint")
                         l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs")
-                    l_accept = gr.Button("Accept", variant="primary", visible=False, elem_id="accept-btn")
+                    l_accept = gr.Button("Accept", variant="primary", visible="hidden", elem_id="accept-btn")
                     with gr.Row():
-                        l_buttons = [gr.Button(visible=False, size="sm", elem_id=f"label-btn-{i + 1}", min_width=80)
+                        l_buttons = [gr.Button(visible="hidden", size="sm", elem_id=f"label-btn-{i + 1}", min_width=80)
                                      for i in range(MAX_LABEL_BUTTONS)]
                     with gr.Row():
                         l_skip = gr.Button("Skip  [S]", size="sm", elem_id="skip-btn")
@@ -310,7 +312,9 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
                 l_order.input(partial(act, set_order), [sid, row, l_order], outputs, **quick)
                 l_add.click(partial(act, add_label), [sid, row, l_new], outputs, **quick).then(lambda: "", None, l_new)
                 l_export.click(export, sid, l_file_out, **quick)
-                demo.load(resume, sid, outputs)
+                # On opening the tab rather than on page load: Gradio 6 applies page-load updates to a tab
+                # not yet shown and then re-mounts it with its initial props, losing them.
+                label_tab.select(resume, sid, outputs, **quick)
 
             with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
                 with gr.Row():

@@ -1,0 +1,166 @@
+"""The UI in a real browser (Debian's chromium driven by Playwright): classify, a labeling session with
+accept / correct / undo / reload-and-resume / download, and a batch upload. Screenshots of each tab go
+to docs/img/ for the README."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from serving.io import read_table
+
+CHROMIUM = Path("/usr/bin/chromium")
+DOCS_IMG = Path(__file__).resolve().parents[2] / "docs" / "img"
+ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+        "--disable-component-update", "--disable-sync", "--no-first-run"]
+TEXTS = ["꿈에서 봤다 오늘", "에러 발생했다 회의", "메모 약속 내일", "dream diary 일기", "error memo",
+         "좋은 날씨 일기", "회의 시간 메모", "오류 기록"]
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists() or shutil.which("chromium") is None,
+                                reason="needs Debian's chromium at /usr/bin/chromium (apt-get install chromium)")
+
+
+@pytest.fixture(scope="module")
+def page(server):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+        context.set_default_timeout(60_000)
+        pg = context.new_page()
+        pg.goto(server.url + "/ui/")
+        pg.wait_for_selector("#classify-text textarea")
+        yield pg
+        context.close()
+        browser.close()
+
+
+def progress(pg) -> tuple[int, int]:
+    m = re.search(r"(\d+) labeled · (\d+) skipped", pg.inner_text("#label-progress"))
+    return int(m.group(1)), int(m.group(2))
+
+
+def wait_labeled(pg, n: int) -> None:
+    pg.wait_for_function(f"() => /(^|\\s){n} labeled/.test(document.querySelector('#label-progress').innerText)")
+
+
+def visible(pg, selector: str) -> None:
+    """Wait for `selector` to show; on failure, say what the page said (a Gradio error toast, a message)."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        pg.wait_for_selector(selector, state="visible")
+    except PlaywrightTimeout:
+        said = pg.evaluate("() => Array.from(document.querySelectorAll('.toast-body, #label-message'))"
+                           ".map(e => e.innerText).join(' | ')")
+        raise AssertionError(f"{selector} never showed; the page said: {said!r}") from None
+
+
+def shown_text(pg) -> str:
+    return pg.input_value("#label-text textarea")
+
+
+def labeled_csv(server) -> pd.DataFrame:
+    (path,) = (server.cwd / "app-data" / "label").glob("*/labeled.csv")
+    return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def download(pg, link_selector: str, tmp_path: Path) -> Path:
+    with pg.expect_download() as d:
+        pg.click(link_selector)
+    out = tmp_path / d.value.suggested_filename
+    d.value.save_as(out)
+    return out
+
+
+def test_classify_tab(page, engine):
+    page.fill("#classify-text textarea", "꿈에서 봤다 오늘")
+    page.click("#classify-btn")
+    expected = engine.predict(["꿈에서 봤다 오늘"])[0]
+    page.wait_for_function("() => document.querySelector('#classify-top').innerText.includes('%')")
+    assert page.inner_text("#classify-top").startswith(expected.label)
+    probs = page.inner_text("#classify-probs")
+    assert all(label in probs for label in engine.labels)
+    DOCS_IMG.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(DOCS_IMG / "ui-classify.png"), full_page=True)
+
+
+def test_label_session_accept_correct_undo_resume_download(page, server, engine, tmp_path):
+    source = tmp_path / "unlabeled.csv"
+    pd.DataFrame({"text": TEXTS, "id": range(len(TEXTS))}).to_csv(source, index=False)
+    page.get_by_role("tab", name="Label").click()
+    page.set_input_files("#label-file input[type=file]", str(source))
+    page.wait_for_selector("#label-file a[href*='file=']")  # the upload has reached the server
+    page.click("#label-start")
+    visible(page, "#accept-btn")
+    wait_labeled(page, 0)
+
+    # Least confident first: the first text shown is the one the model is least sure about.
+    preds = dict(zip(TEXTS, engine.predict(TEXTS)))
+    least = min(TEXTS, key=lambda t: preds[t].score)
+    assert shown_text(page) == least
+    page.click("#label-progress")  # focus off the buttons, as a person reading the text would be
+
+    # Accept with the keyboard: Enter takes the suggestion, and the CSV has it at once.
+    page.keyboard.press("Enter")
+    wait_labeled(page, 1)
+    assert labeled_csv(server).to_dict("records") == [{"text": least, "label": preds[least].label}]
+
+    # Correct with one click on another label's button.
+    second = shown_text(page)
+    other = next(i for i, lab in enumerate(engine.labels) if lab != preds[second].label)
+    page.click(f"#label-btn-{other + 1}")
+    wait_labeled(page, 2)
+    assert labeled_csv(server).iloc[1].to_dict() == {"text": second, "label": engine.labels[other]}
+
+    # Undo with the keyboard: the correction is gone from the CSV and its text is back on screen.
+    page.keyboard.press("u")
+    wait_labeled(page, 1)
+    assert shown_text(page) == second and len(labeled_csv(server)) == 1
+
+    # Correct it again with a digit key, then skip the next one.
+    page.keyboard.press(str(other + 1))
+    wait_labeled(page, 2)
+    third = shown_text(page)
+    page.keyboard.press("s")
+    page.wait_for_function("() => /1 skipped/.test(document.querySelector('#label-progress').innerText)")
+    fourth = shown_text(page)
+    assert fourth != third
+    page.screenshot(path=str(DOCS_IMG / "ui-label.png"), full_page=True)
+
+    # Close and reopen: the browser remembers the session, the server has every decision.
+    page.reload()
+    page.wait_for_selector("#classify-text textarea")
+    page.get_by_role("tab", name="Label").click()
+    visible(page, "#accept-btn")
+    assert progress(page) == (2, 1)
+    assert shown_text(page) == fourth
+
+    page.click("#label-export")
+    path = download(page, "#label-download a", tmp_path)
+    df = read_table(path, ["text", "label"])  # what finetune/kfold.py reads
+    assert list(df.columns) == ["text", "label"]
+    assert df.to_dict("records") == [{"text": least, "label": preds[least].label},
+                                     {"text": second, "label": engine.labels[other]}]
+    assert path.read_bytes().startswith(b"text,label\n")
+
+
+def test_batch_tab(page, engine, tmp_path):
+    source = tmp_path / "to-score.csv"
+    pd.DataFrame({"id": range(len(TEXTS) + 1), "text": [*TEXTS, ""]}).to_csv(source, index=False)
+    page.get_by_role("tab", name="Batch").click()
+    page.set_input_files("#batch-file input[type=file]", str(source))
+    page.wait_for_selector("#batch-file a[href*='file=']")
+    page.click("#batch-go")
+    page.wait_for_function("() => document.querySelector('#batch-summary').innerText.includes('Scored')")
+    assert "Scored 9 rows" in page.inner_text("#batch-summary")
+    page.screenshot(path=str(DOCS_IMG / "ui-batch.png"), full_page=True)
+    out = pd.read_csv(download(page, "#batch-download a", tmp_path), dtype=str, keep_default_na=False)
+    assert list(out.columns[:2]) == ["id", "text"]
+    assert {"pred_label", "pred_score", "error", *(f"prob_{lab}" for lab in engine.labels)} <= set(out.columns)
+    assert out["pred_label"].tolist()[:-1] == [p.label for p in engine.predict(TEXTS)]
+    assert out["error"].iloc[-1] == "empty text"
