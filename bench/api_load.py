@@ -1,0 +1,273 @@
+"""HTTP API load test on loopback: micro-batching on vs off, in one run.
+
+    python bench/api_load.py [--clients 32] [--duration 30] [--work /tmp/bench-api] [--backend onnx|torch]
+
+Builds (cached in --work) an ELECTRA-Small-shaped classifier with random weights (hidden 256, 12 layers,
+4 heads, FFN 1024, embeddings 128; a WordPiece vocabulary trained on the request texts; the 8 ko-help
+labels) and, with --backend onnx (default), its `serving.export --quantize` folder, which the server runs
+as INT8 on CPU. Random weights cost exactly what trained ones do, and throughput is all this measures.
+
+Then, for each mode, starts `python -m app --model M --no-ui` (`--no-batching` for "off") on a free
+loopback port and runs --clients closed-loop clients for --duration seconds, each sending one
+ko-help paragraph per request (`{"text": ...}`) and the next as soon as the answer arrives. Reports
+requests/s, p50/p99 latency, the mean batch size the server formed (from /metrics), errors (any non-200
+or transport failure) and unanswered requests (still open --grace seconds after the end), prints a table
+with the on/off ratio and writes bench/results/api_load.json. The 2 CPU cores may be shared: the load
+average is recorded beside the numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data" / "ko-help" / "train.csv"
+MAX_LENGTH = 128
+
+
+def load_texts() -> tuple[list[str], list[str]]:
+    if DATA.exists():
+        df = pd.read_csv(DATA, dtype=str, keep_default_na=False)
+        return df["text"].tolist(), sorted(df["label"].unique())
+    # Without the shared data: synthetic Korean-ish sentences of ko-help's typical length.
+    rng = random.Random(0)
+    syllables = "가나다라마바사아자차카타파하오늘내일회의메모오류기록설정파일저장열기대화상자"
+    texts = [" ".join("".join(rng.choices(syllables, k=rng.randint(2, 5))) for _ in range(rng.randint(4, 14)))
+             for _ in range(2000)]
+    return texts, ["sbasic", "scalc", "schart", "sdraw", "shared", "simpress", "smath", "swriter"]
+
+
+def build_model(work: Path, texts: list[str], labels: list[str], backend: str) -> Path:
+    model_dir, onnx_dir = work / "model", work / "onnx"
+    if not (model_dir / "config.json").exists():
+        import torch
+        from tokenizers import BertWordPieceTokenizer
+        from transformers import ElectraConfig, ElectraForSequenceClassification, ElectraTokenizerFast
+
+        model_dir.mkdir(parents=True, exist_ok=True)
+        corpus = work / "corpus.txt"
+        corpus.write_text("\n".join(texts), encoding="utf-8")
+        wp = BertWordPieceTokenizer(clean_text=True, strip_accents=False, lowercase=False)
+        wp.train([str(corpus)], vocab_size=8000, min_frequency=2)
+        wp.save_model(str(model_dir))
+        tok = ElectraTokenizerFast(vocab_file=str(model_dir / "vocab.txt"), do_lower_case=False, strip_accents=False,
+                                   model_max_length=MAX_LENGTH)
+        tok.save_pretrained(model_dir)
+        cfg = ElectraConfig(vocab_size=len(tok), embedding_size=128, hidden_size=256, num_hidden_layers=12,
+                            num_attention_heads=4, intermediate_size=1024, max_position_embeddings=512,
+                            num_labels=len(labels), id2label=dict(enumerate(labels)),
+                            label2id={k: i for i, k in enumerate(labels)})
+        torch.manual_seed(0)
+        ElectraForSequenceClassification(cfg).save_pretrained(model_dir)
+    if backend == "torch":
+        return model_dir
+    if not (onnx_dir / "model_quantized.onnx").exists():
+        print("exporting to ONNX (once; cached in --work)...", flush=True)
+        # Random weights put the labels in a near-tie, so INT8 may pick other argmaxes; parity is not what
+        # this bench measures, hence the minimal agreement gate.
+        subprocess.run([sys.executable, "-m", "serving.export", "--model", str(model_dir), "--output", str(onnx_dir),
+                        "--quantize", "--min-agreement", "0.001"], check=True, cwd=ROOT)
+    return onnx_dir
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def start_server(model: Path, extra: list[str], log_path: Path) -> tuple[subprocess.Popen, str]:
+    port = free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("ELECTRA_API_KEY", None)
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "app", "--model", str(model), "--no-ui", "--port", str(port),
+                                 "--log-level", "warning", *extra], stdout=log, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}; see {log_path}")
+        try:
+            if httpx.get(url + "/readyz", timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.3)
+    proc.kill()
+    raise SystemExit(f"server not ready after 300 s; see {log_path}")
+
+
+def batch_stats(url: str) -> tuple[float, float]:
+    text = httpx.get(url + "/metrics", timeout=10).text
+
+    def value(name):
+        m = re.search(rf"^{name} ([0-9.e+-]+)$", text, re.MULTILINE)
+        return float(m.group(1)) if m else 0.0
+
+    return value("app_batch_size_texts_sum"), value("app_batch_size_texts_count")
+
+
+class Connection:
+    """A minimal HTTP/1.1 keep-alive client: the load generator shares the 2 cores with the server, and
+    httpx spends about as much CPU per request as the server does, which would cap what is measured."""
+
+    def __init__(self, host: str, port: int, timeout: float):
+        self.host, self.port, self.timeout = host, port, timeout
+        self.reader = self.writer = None
+
+    async def post_json(self, path: str, body: bytes) -> int:
+        if self.writer is None:
+            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
+        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+                f"Content-Length: {len(body)}\r\n\r\n").encode()
+        self.writer.write(head + body)
+        try:
+            return await asyncio.wait_for(self._response(), self.timeout)
+        except BaseException:
+            self.close()  # a half-read response would corrupt the next one
+            raise
+
+    async def _response(self) -> int:
+        headers = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(headers[9:12])
+        m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", headers)
+        await self.reader.readexactly(int(m.group(1)) if m else 0)
+        if re.search(rb"(?i)\r\nconnection: *close", headers):
+            self.close()
+        return status
+
+    def close(self) -> None:
+        if self.writer is not None:
+            self.writer.close()
+        self.reader = self.writer = None
+
+
+async def load(url: str, texts: list[str], clients: int, duration: float, warmup: float, grace: float,
+               timeout: float) -> dict:
+    host, port = url.removeprefix("http://").split(":")
+    bodies = [json.dumps({"text": t}, ensure_ascii=False).encode() for t in texts]
+    latencies: list[float] = []
+    errors: dict[str, int] = {}
+    sent = answered = 0
+    rng = random.Random(1)
+    start = time.perf_counter()
+    measure_from, stop_at = start + warmup, start + warmup + duration
+
+    async def client():
+        nonlocal sent, answered
+        conn = Connection(host, int(port), timeout)
+        while time.perf_counter() < stop_at:
+            body = rng.choice(bodies)
+            t0 = time.perf_counter()
+            sent += 1
+            try:
+                status = await conn.post_json("/v1/classify", body)
+                kind = None if status == 200 else f"HTTP {status}"
+            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError) as e:
+                kind = type(e).__name__
+            t1 = time.perf_counter()
+            answered += 1
+            if kind:
+                errors[kind] = errors.get(kind, 0) + 1
+            elif measure_from <= t0 and t1 <= stop_at:
+                latencies.append(t1 - t0)
+        conn.close()
+
+    tasks = [asyncio.create_task(client()) for _ in range(clients)]
+    await asyncio.sleep(max(0.0, stop_at - time.perf_counter()))
+    _, pending = await asyncio.wait(tasks, timeout=grace)
+    for t in pending:
+        t.cancel()
+    lat = np.array(latencies) * 1000
+    return {"requests": len(lat), "rps": round(len(lat) / duration, 1),
+            "p50_ms": round(float(np.percentile(lat, 50)), 1) if len(lat) else None,
+            "p99_ms": round(float(np.percentile(lat, 99)), 1) if len(lat) else None,
+            "errors": sum(errors.values()), "error_kinds": errors, "unanswered": sent - answered}
+
+
+def run_mode(name: str, model: Path, extra: list[str], texts: list[str], args) -> dict:
+    log = args.work / f"server-{name}.log"
+    proc, url = start_server(model, extra, log)
+    try:
+        before = batch_stats(url)
+        result = asyncio.run(load(url, texts, args.clients, args.duration, args.warmup, args.grace, args.timeout))
+        after = batch_stats(url)
+        batches = after[1] - before[1]
+        result["mean_batch_texts"] = round((after[0] - before[0]) / batches, 2) if batches else None
+        result["p99_over_p50"] = round(result["p99_ms"] / result["p50_ms"], 2) if result["p50_ms"] else None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    return {"mode": name, "server_flags": extra, **result}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--duration", type=float, default=30, help="measured seconds per mode")
+    ap.add_argument("--warmup", type=float, default=3, help="seconds of load before measuring")
+    ap.add_argument("--grace", type=float, default=30, help="seconds to wait for open requests at the end")
+    ap.add_argument("--timeout", type=float, default=60, help="client timeout per request")
+    ap.add_argument("--backend", choices=["onnx", "torch"], default="onnx")
+    ap.add_argument("--server-args", default="", help="extra flags for both servers, e.g. '--max-wait-ms 2'")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/bench-api"))
+    ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "api_load.json")
+    args = ap.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+
+    texts, labels = load_texts()
+    model = build_model(args.work, texts, labels, args.backend)
+    common = args.server_args.split()
+    load_before = os.getloadavg()
+    results = [run_mode("batching on", model, common, texts, args),
+               run_mode("batching off", model, [*common, "--no-batching"], texts, args)]
+    on, off = results
+    ratio = round(on["rps"] / off["rps"], 2) if off["rps"] else None
+
+    header = f"{'mode':<14}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'p99/p50':>9}{'batch':>7}{'errors':>8}{'unanswered':>12}"
+    print(f"\n{args.clients} clients, {args.duration:g} s per mode, backend {args.backend}, {os.cpu_count()} CPUs, "
+          f"load avg {load_before[0]:.1f}")
+    print(header)
+    for r in results:
+        print(f"{r['mode']:<14}{r['rps']:>9}{r['p50_ms']:>9}{r['p99_ms']:>9}{r['p99_over_p50']:>9}"
+              f"{r['mean_batch_texts']!s:>7}{r['errors']:>8}{r['unanswered']:>12}")
+    print(f"throughput ratio on/off: {ratio}x (target >= 3x); p99/p50 with batching: {on['p99_over_p50']} (target <= 5)")
+
+    report = {"clients": args.clients, "duration_s": args.duration, "warmup_s": args.warmup, "backend": args.backend,
+              "model": "ELECTRA-Small shape (hidden 256, 12 layers, 4 heads, FFN 1024, emb 128), random weights, "
+                       f"{len(labels)} labels, max_length {MAX_LENGTH}",
+              "texts": "ko-help paragraphs, one per request" if DATA.exists() else "synthetic",
+              "results": results, "throughput_ratio": ratio,
+              "targets": {"ratio_min": 3, "p99_over_p50_max": 5},
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                          "load_avg_before": [round(x, 2) for x in load_before],
+                          "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
