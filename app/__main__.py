@@ -9,7 +9,9 @@ limit. SIGTERM drains: in-flight requests finish, new ones get 503, then the pro
 
 from __future__ import annotations
 
+import asyncio
 import logging
+import signal
 import sys
 
 import uvicorn
@@ -30,7 +32,15 @@ class DrainingServer(uvicorn.Server):
         self.app_state = state
 
     def handle_exit(self, sig, frame) -> None:
+        if not self.app_state.draining:
+            log.info("draining", extra={"fields": {"event": "draining", "signal": signal.Signals(sig).name}})
         self.app_state.draining = True
+        try:
+            loop = asyncio.get_running_loop()  # signal handlers run on the loop's own thread
+            for callback in self.app_state.on_drain:
+                loop.call_soon_threadsafe(callback)
+        except RuntimeError:
+            pass
         super().handle_exit(sig, frame)
         # uvicorn re-raises the signal after its shutdown, so the exit status would read "killed";
         # a completed drain is a clean exit, and supervisors should see 0.
@@ -44,7 +54,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         clf = Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length,
-                              batch_tokens=cfg.max_batch_tokens, threads=cfg.threads)
+                              batch_tokens=cfg.engine_batch_tokens, threads=cfg.threads,
+                              quantized=False if cfg.fp32 else None)
     except (ModelError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, HTTPException, Request
@@ -33,6 +33,7 @@ class ServerState:
     ready: bool = False  # model warmed through the batcher
     draining: bool = False  # SIGTERM received: finish in-flight work, take no new work
     batcher: MicroBatcher | None = None
+    on_drain: list = field(default_factory=list)  # called on the event loop when SIGTERM arrives
 
 
 class ClassifyRequest(BaseModel):
@@ -148,7 +149,8 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
     @app.get("/v1/model")
     async def model():
         return {**info, "batching": {"enabled": cfg.batching, "max_batch_tokens": cfg.max_batch_tokens,
-                                     "max_wait_ms": cfg.max_wait_ms, "workers": cfg.workers},
+                                     "max_wait_ms": cfg.max_wait_ms, "workers": cfg.workers,
+                                     "engine_batch_tokens": cfg.engine_batch_tokens},
                 "limits": {"max_texts": cfg.max_texts, "max_chars": cfg.max_chars,
                            "max_body_bytes": cfg.max_body_bytes, "max_queue": cfg.max_queue,
                            "request_timeout_s": cfg.request_timeout_s}}

@@ -23,6 +23,10 @@ class Config:
     provider: str = "auto"
     max_length: int | None = None
     threads: int | None = None
+    fp32: bool = False  # use model.onnx even where model_quantized.onnx exists
+    # Padded tokens per forward pass inside the engine. A batch is padded to its longest text, so with
+    # mixed lengths a large budget on CPU pays for padding; GPUs want it large.
+    engine_batch_tokens: int = 512
     # Micro-batching: a batch closes when its texts reach max_batch_tokens or its oldest request has
     # waited max_wait_ms. With batching off every request is its own forward pass (the baseline).
     batching: bool = True
@@ -57,6 +61,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--provider", default=d.provider, help="ONNX Runtime provider: auto, cpu, cuda")
     p.add_argument("--max-length", type=int, default=d.max_length, help="truncate texts to this many tokens")
     p.add_argument("--threads", type=int, default=d.threads, help="engine intra-op threads (default: engine's choice)")
+    p.add_argument("--fp32", action="store_true", help="use model.onnx even where model_quantized.onnx exists")
+    p.add_argument("--engine-batch-tokens", type=int, default=d.engine_batch_tokens,
+                   help="padded tokens per forward pass (raise to 8192+ on a GPU)")
     p.add_argument("--no-batching", dest="batching", action="store_false", help="one forward pass per request")
     p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens)
     p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms)
@@ -77,7 +84,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
                    help="UI scoring jobs (label upload, batch) running at once")
     p.add_argument("--log-level", default=d.log_level)
     a = p.parse_args(argv)
-    for name in ("max_batch_tokens", "workers", "max_queue", "max_texts", "max_chars", "max_body_bytes",
+    for name in ("max_batch_tokens", "engine_batch_tokens", "workers", "max_queue", "max_texts", "max_chars", "max_body_bytes",
                  "max_upload_rows", "ui_concurrency"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")

@@ -339,3 +339,8 @@ def mount_ui(app, cfg, clf, state) -> None:
     gr.mount_gradio_app(app, demo, path="/ui", ssr_mode=False, footer_links=["settings"],
                         max_file_size=int(cfg.max_upload_mb * 1024 * 1024), theme=demo.ui_theme, css=CSS,
                         head=SHORTCUTS_JS, show_error=True)
+    # Every open tab holds a heartbeat stream that only ends on Gradio's stop event, which Gradio sets
+    # after uvicorn has waited for open connections: without this, SIGTERM with a tab open would always
+    # wait the full --shutdown-timeout.
+    gradio_app = next(r.app for r in app.routes if getattr(r, "path", None) == "/ui")
+    state.on_drain.append(gradio_app.stop_event.set)
