@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import signal
 import subprocess
 import sys
@@ -82,7 +83,13 @@ def test_cli_flags_build_a_frozen_config(monkeypatch, tmp_path):
         parse_args(["--model", "m", "--max-texts", "0"])
 
 
-def test_bad_model_folder_exits_with_a_message(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "app", "--model", str(tmp_path / "nope"), "--no-ui"],
-                       check=False, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 2 and "no such model folder" in r.stderr
+def test_bad_model_folder_exits_with_a_message(tmp_path, capsys):
+    from app.__main__ import main
+
+    root = logging.getLogger()
+    saved = root.handlers[:], root.level
+    try:
+        assert main(["--model", str(tmp_path / "nope"), "--no-ui"]) == 2
+    finally:  # main() installs the JSON log handler; give pytest its own back
+        root.handlers[:], _ = saved[0], root.setLevel(saved[1])
+    assert "no such model folder" in capsys.readouterr().err
