@@ -91,5 +91,6 @@ def test_bad_model_folder_exits_with_a_message(tmp_path, capsys):
     try:
         assert main(["--model", str(tmp_path / "nope"), "--no-ui"]) == 2
     finally:  # main() installs the JSON log handler; give pytest its own back
-        root.handlers[:], _ = saved[0], root.setLevel(saved[1])
+        root.handlers[:] = saved[0]
+        root.setLevel(saved[1])
     assert "no such model folder" in capsys.readouterr().err
