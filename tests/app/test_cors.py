@@ -1,0 +1,41 @@
+"""CORS when asked for, in-process (a configuration check; the real-process tests cover the default)."""
+
+from __future__ import annotations
+
+from fastapi.testclient import TestClient
+
+from app.config import Config
+from app.server import create_app
+from serving.engine import Prediction
+
+
+class FakeClassifier:
+    def __init__(self):
+        self.labels = ["a", "b"]
+
+    def info(self):
+        return {"name": "fake", "labels": self.labels}
+
+    def count_tokens(self, texts):
+        return [len(t.split()) + 2 for t in texts]
+
+    def predict(self, texts, top_k=None):
+        return [Prediction("a", 0.75, {"a": 0.75, "b": 0.25}) for _ in texts]
+
+
+def test_allowed_origin_gets_cors_headers_and_preflight_skips_auth():
+    cfg = Config(model="m", ui=False, api_key="k", cors_origins=("https://app.example",))
+    with TestClient(create_app(cfg, FakeClassifier())) as client:
+        pre = client.options("/v1/classify", headers={"Origin": "https://app.example",
+                                                      "Access-Control-Request-Method": "POST",
+                                                      "Access-Control-Request-Headers": "authorization,content-type"})
+        assert pre.status_code == 200  # browsers send preflights without credentials
+        assert pre.headers["access-control-allow-origin"] == "https://app.example"
+        r = client.post("/v1/classify", json={"text": "x"},
+                        headers={"Origin": "https://app.example", "Authorization": "Bearer k"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
+        assert r.json()["predictions"][0]["label"] == "a"
+        other = client.post("/v1/classify", json={"text": "x"},
+                            headers={"Origin": "https://evil.example", "Authorization": "Bearer k"})
+        assert "access-control-allow-origin" not in other.headers
+        assert client.post("/v1/classify", json={"text": "x"}).status_code == 401
