@@ -124,17 +124,15 @@ def _cli(*args, **kw):
 
 def test_cli_resume_after_kill(exported_dir, tmp_path):
     inp, out = tmp_path / "in.csv", tmp_path / "out.csv"
-    _big_input(inp, 3000)
-    full = _cli("--model", exported_dir, "--input", inp, "--output", tmp_path / "full.csv", "--batch-rows", "20")
-    assert full.returncode == 0, full.stderr
-    assert "scored 3000 rows" in full.stdout
+    _big_input(inp, 1000)
+    _run(exported_dir, inp, tmp_path / "full.csv", batch_rows=20)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "serving.score", "--model", str(exported_dir), "--input", str(inp),
                              "--output", str(out), "--batch-rows", "20", "--threads", "1"],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     parts = tmp_path / "out.csv.parts"
     deadline = time.time() + 120
-    while time.time() < deadline and len(list(parts.glob("part-*"))) < 3 and proc.poll() is None:
+    while time.time() < deadline and len(list(parts.glob("part-*"))) < 2 and proc.poll() is None:
         time.sleep(0.01)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
@@ -143,7 +141,7 @@ def test_cli_resume_after_kill(exported_dir, tmp_path):
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == (tmp_path / "full.csv").read_bytes()
     if killed_early:  # the usual case; on a very fast machine the first run may have finished
-        assert "this run" in r.stdout and "scored 3000 rows (3000 this run" not in r.stdout
+        assert "scored 1000 rows (" in r.stdout and "(1000 this run" not in r.stdout
 
 
 def test_cli_bad_inputs(exported_dir, tmp_path):
@@ -153,15 +151,22 @@ def test_cli_bad_inputs(exported_dir, tmp_path):
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "error:" in r.stderr and "no column 'text'" in r.stderr and "['body', 'id']" in r.stderr
 
+    assert not (tmp_path / "o.csv").exists()
+
+
+def test_bad_encoding_and_bad_model_messages(exported_dir, tmp_path, capsys):
     bad = tmp_path / "cp949.csv"
     bad.write_bytes("text\n좋은 날\n".encode() + "꿈에서 봤다\n".encode("cp949"))
-    r = _cli("--model", exported_dir, "--input", bad, "--output", tmp_path / "o.csv")
-    assert r.returncode == 2 and "line 3" in r.stderr and "cp949" in r.stderr
+    assert score.main(["--model", str(exported_dir), "--input", str(bad), "--output", str(tmp_path / "o.csv")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error:") and "line 3" in err and "cp949" in err
 
+    pd.DataFrame({"body": ["꿈"]}).to_csv(tmp_path / "in.csv", index=False)
     (tmp_path / "empty-model").mkdir()
-    r = _cli("--model", tmp_path / "empty-model", "--input", inp, "--output", tmp_path / "o.csv", "--text-column",
-             "body")
-    assert r.returncode == 2 and "error:" in r.stderr and "not a model folder" in r.stderr
+    args = ["--model", str(tmp_path / "empty-model"), "--input", str(tmp_path / "in.csv"), "--output",
+            str(tmp_path / "o.csv"), "--text-column", "body"]
+    assert score.main(args) == 2
+    assert "not a model folder" in capsys.readouterr().err
 
 
 def test_header_only_and_column_clash(exported_dir, tmp_path):
