@@ -56,6 +56,10 @@ class Logbook:
             self.tensorboard.close()
 
 
+def _nan(value) -> float:
+    return float("nan") if value is None else value
+
+
 def plot_rtd_curve(log_path: Path, png_path: Path) -> bool:
     """Discriminator accuracy against the all-"original" baseline (1 - replaced rate): RTD is learning only
     where the first line is above the second. Also generator accuracy at masked positions."""
@@ -73,9 +77,9 @@ def plot_rtd_curve(log_path: Path, png_path: Path) -> bool:
     for key, label in [("disc_acc", "discriminator accuracy (RTD)"), ("disc_recall", "recall on replaced tokens"),
                        ("gen_acc", "generator accuracy at masked positions")]:
         if any(r.get(key) is not None for r in records):
-            ax.plot(steps, [r.get(key) for r in records], label=label)
+            ax.plot(steps, [_nan(r.get(key)) for r in records], label=label)
     if any(r.get("replaced_rate") is not None for r in records):
-        ax.plot(steps, [1 - r["replaced_rate"] if r.get("replaced_rate") is not None else None for r in records],
+        ax.plot(steps, [1 - _nan(r.get("replaced_rate")) for r in records],
                 "--", color="gray", label="baseline: call every token original")
     ax.set_xlabel("step")
     ax.set_ylim(0, 1)

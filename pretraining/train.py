@@ -167,7 +167,7 @@ def train(cfg: TrainConfig) -> Path:
     if saved is not None:
         step, position = saved["step"], saved["position"]
         sums, steps_in_sums = saved["sums"], saved["steps_in_sums"]
-        if switch_step is not None and step >= switch_step:
+        if switch_step is not None and step > switch_step:
             model.start_discriminator_stage()  # before loading: it unties the generator's embeddings
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
