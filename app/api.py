@@ -120,11 +120,11 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
         # Big requests are tokenized in a thread (64 x 5000 characters would stall the event loop); a
         # short one costs microseconds, less than the thread hop.
         if sum(map(len, texts)) > INLINE_TOKENIZE_CHARS:
-            tokens = sum(await asyncio.to_thread(clf.count_tokens, texts))
+            lengths = await asyncio.to_thread(clf.count_tokens, texts)
         else:
-            tokens = sum(clf.count_tokens(texts))
+            lengths = clf.count_tokens(texts)
         try:
-            preds = await asyncio.wait_for(batcher.submit(texts, tokens), cfg.request_timeout_s)
+            preds = await asyncio.wait_for(batcher.submit(texts, lengths), cfg.request_timeout_s)
         except QueueFull as e:
             metrics.rejected.labels("queue_full").inc()
             raise HTTPException(429, f"busy: {e}; retry later", headers={"Retry-After": "1"}) from None

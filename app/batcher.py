@@ -28,15 +28,19 @@ class Closed(Exception):
 @dataclass
 class _Item:
     texts: Sequence[str]
-    tokens: int
+    lengths: Sequence[int]  # tokens per text
     future: asyncio.Future
     enqueued: float = field(default_factory=time.monotonic)
+
+    @property
+    def tokens(self) -> int:
+        return max(1, sum(self.lengths))
 
 
 class MicroBatcher:
     def __init__(
         self,
-        predict: Callable[[list[str]], list],
+        predict: Callable[[list[str], list[int]], list],
         *,
         max_batch_tokens: int = 8192,
         max_wait_ms: float = 5.0,
@@ -64,13 +68,14 @@ class MicroBatcher:
     def start(self) -> None:
         self._loop_task = asyncio.get_running_loop().create_task(self._run(), name="micro-batcher")
 
-    async def submit(self, texts: Sequence[str], tokens: int) -> list:
-        """Predictions for `texts`, in order. Cancelling the caller drops the texts if not yet started."""
+    async def submit(self, texts: Sequence[str], lengths: Sequence[int]) -> list:
+        """Predictions for `texts` (`lengths`: tokens per text), in order. Cancelling the caller drops the
+        texts if they have not started."""
         if self._closing:
             raise Closed("shutting down")
         if self.queued_texts + len(texts) > self.max_queue:
             raise QueueFull(f"{self.queued_texts} texts are waiting; the queue holds {self.max_queue}")
-        item = _Item(texts, max(tokens, 1), asyncio.get_running_loop().create_future())
+        item = _Item(texts, lengths, asyncio.get_running_loop().create_future())
         self._pending.append(item)
         self.queued_texts += len(texts)
         self._wakeup.set()
@@ -144,9 +149,10 @@ class MicroBatcher:
 
     async def _execute(self, batch: list[_Item]) -> None:
         texts = [t for item in batch for t in item.texts]
+        lengths = [n for item in batch for n in item.lengths]
         start = time.perf_counter()
         try:
-            preds = await asyncio.get_running_loop().run_in_executor(self._executor, self.predict, texts)
+            preds = await asyncio.get_running_loop().run_in_executor(self._executor, self.predict, texts, lengths)
         except Exception as e:  # noqa: BLE001 - one bad batch fails its own requests, never the loop
             for item in batch:
                 if not item.future.done():

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from functools import partial
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -26,7 +27,8 @@ def create_app(cfg: Config, clf, state: ServerState | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        batcher = MicroBatcher(clf.predict, max_batch_tokens=cfg.max_batch_tokens, max_wait_ms=cfg.max_wait_ms,
+        batcher = MicroBatcher(partial(predict_by_length, clf, max_tokens=cfg.engine_batch_tokens),
+                               max_batch_tokens=cfg.max_batch_tokens, max_wait_ms=cfg.max_wait_ms,
                                max_queue=cfg.max_queue, workers=cfg.workers, batching=cfg.batching,
                                on_batch=metrics.observe_batch)
         batcher.start()
@@ -52,8 +54,36 @@ def create_app(cfg: Config, clf, state: ServerState | None = None) -> FastAPI:
     return app
 
 
+def predict_by_length(clf, texts: list[str], lengths: list[int], max_tokens: int = 512,
+                      spread: float = 1.3) -> list:
+    """`clf.predict` on groups of similar length, answers in input order.
+
+    A forward pass is padded to its longest text and on CPU every padded token costs as much as a real
+    one: 16 mixed-length requests in one pass cost more than 16 single passes. Sorted and cut where a
+    text is `spread` times longer than its group's shortest (or the group would pass `max_tokens`
+    padded tokens), a batch keeps the shared-pass gain without the padding.
+    """
+    order = sorted(range(len(texts)), key=lengths.__getitem__)
+    out: list = [None] * len(texts)
+    group: list[int] = []
+
+    def flush():
+        for i, pred in zip(group, clf.predict([texts[j] for j in group])):
+            out[i] = pred
+
+    for i in order:
+        n = lengths[i]
+        if group and (n > spread * lengths[group[0]] + 2 or (len(group) + 1) * n > max_tokens):
+            flush()
+            group = []
+        group.append(i)
+    if group:
+        flush()
+    return out
+
+
 async def _warm_up(batcher: MicroBatcher, state: ServerState) -> None:
     """Ready means a request has gone through the whole path (queue, worker thread, engine)."""
-    await batcher.submit(["warm up"], 4)
+    await batcher.submit(["warm up"], [4])
     state.ready = True
     log.info("ready", extra={"fields": {"event": "ready"}})

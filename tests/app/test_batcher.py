@@ -20,7 +20,8 @@ class FakeEngine:
         self.delay = delay
         self.fail_on = fail_on
 
-    def __call__(self, texts):
+    def __call__(self, texts, lengths):
+        assert len(lengths) == len(texts)
         self.threads.add(threading.current_thread().name)
         if self.fail_on in texts:
             raise RuntimeError("engine failed")
@@ -39,7 +40,7 @@ def test_concurrent_requests_share_a_batch_and_get_their_own_answers():
     async def main():
         b = MicroBatcher(engine, max_wait_ms=50, max_batch_tokens=10_000)
         b.start()
-        results = await asyncio.gather(*(b.submit([f"r{i}a", f"r{i}b"], 4) for i in range(10)))
+        results = await asyncio.gather(*(b.submit([f"r{i}a", f"r{i}b"], [2, 2]) for i in range(10)))
         await b.close()
         return results
 
@@ -56,7 +57,7 @@ def test_token_budget_closes_a_batch():
     async def main():
         b = MicroBatcher(engine, max_wait_ms=200, max_batch_tokens=10)
         b.start()
-        await asyncio.gather(*(b.submit([f"t{i}"], 4) for i in range(5)))
+        await asyncio.gather(*(b.submit([f"t{i}"], [4]) for i in range(5)))
         await b.close()
 
     run(main())
@@ -70,7 +71,7 @@ def test_batching_off_runs_one_request_per_forward():
     async def main():
         b = MicroBatcher(engine, max_wait_ms=50, batching=False)
         b.start()
-        await asyncio.gather(*(b.submit([f"t{i}", "x"], 2) for i in range(4)))
+        await asyncio.gather(*(b.submit([f"t{i}", "x"], [1, 1]) for i in range(4)))
         await b.close()
 
     run(main())
@@ -83,9 +84,9 @@ def test_batches_grow_while_the_engine_is_busy():
     async def main():
         b = MicroBatcher(engine, max_wait_ms=0)
         b.start()
-        first = asyncio.create_task(b.submit(["first"], 1))
+        first = asyncio.create_task(b.submit(["first"], [1]))
         await asyncio.sleep(0.02)  # the engine is now busy with "first"
-        rest = [asyncio.create_task(b.submit([f"t{i}"], 1)) for i in range(6)]
+        rest = [asyncio.create_task(b.submit([f"t{i}"], [1])) for i in range(6)]
         await asyncio.gather(first, *rest)
         await b.close()
 
@@ -99,12 +100,12 @@ def test_full_queue_refuses_instead_of_waiting():
     async def main():
         b = MicroBatcher(engine, max_wait_ms=300, max_queue=4)
         b.start()
-        waiting = asyncio.create_task(b.submit(["a", "b", "c"], 3))
+        waiting = asyncio.create_task(b.submit(["a", "b", "c"], [1, 1, 1]))
         await asyncio.sleep(0.05)
         assert b.queued_texts == 3  # a forming batch still counts as waiting
         with pytest.raises(QueueFull):
-            await b.submit(["d", "e"], 2)
-        assert await b.submit(["d"], 1) == ["d@1"]  # exactly fills the queue: accepted, same batch
+            await b.submit(["d", "e"], [1, 1])
+        assert await b.submit(["d"], [1]) == ["d@1"]  # exactly fills the queue: accepted, same batch
         assert await waiting == ["a@1", "b@1", "c@1"]
         assert b.queued_texts == 0
         await b.close()
@@ -118,11 +119,11 @@ def test_cancelled_request_is_dropped_before_the_engine():
     async def main():
         b = MicroBatcher(engine, max_wait_ms=0)
         b.start()
-        busy = asyncio.create_task(b.submit(["busy"], 1))
+        busy = asyncio.create_task(b.submit(["busy"], [1]))
         await asyncio.sleep(0.02)
         with pytest.raises(asyncio.TimeoutError):
-            await asyncio.wait_for(b.submit(["late"], 1), 0.01)
-        kept = await b.submit(["kept"], 1)
+            await asyncio.wait_for(b.submit(["late"], [1]), 0.01)
+        kept = await b.submit(["kept"], [1])
         await busy
         await b.close()
         return kept
@@ -138,8 +139,8 @@ def test_engine_failure_fails_only_its_batch():
         b = MicroBatcher(engine, max_wait_ms=0)
         b.start()
         with pytest.raises(RuntimeError, match="engine failed"):
-            await b.submit(["boom"], 1)
-        ok = await b.submit(["fine"], 1)
+            await b.submit(["boom"], [1])
+        ok = await b.submit(["fine"], [1])
         await b.close()
         return ok
 
@@ -152,11 +153,32 @@ def test_close_finishes_queued_work_and_refuses_new():
     async def main():
         b = MicroBatcher(engine, max_wait_ms=100)
         b.start()
-        pending = asyncio.create_task(b.submit(["queued"], 1))
+        pending = asyncio.create_task(b.submit(["queued"], [1]))
         await asyncio.sleep(0.01)
         await b.close()
         with pytest.raises(Closed):
-            await b.submit(["new"], 1)
+            await b.submit(["new"], [1])
         return await pending
 
     assert run(main()) == ["queued@1"]
+
+
+def test_predict_by_length_groups_similar_lengths_and_keeps_order():
+    from app.server import predict_by_length
+
+    class Recorder:
+        def __init__(self):
+            self.calls = []
+
+        def predict(self, texts):
+            self.calls.append(list(texts))
+            return [f"p({t})" for t in texts]
+
+    clf = Recorder()
+    texts = ["l100", "s10", "m30", "s11", "m32", "s12", "l90"]
+    lengths = [100, 10, 30, 11, 32, 12, 90]
+    assert predict_by_length(clf, texts, lengths, max_tokens=512) == [f"p({t})" for t in texts]
+    assert clf.calls == [["s10", "s11", "s12"], ["m30", "m32"], ["l90", "l100"]]
+    clf.calls.clear()
+    predict_by_length(clf, ["a"] * 6, [100] * 6, max_tokens=300)  # the padded-token cap cuts too
+    assert [len(c) for c in clf.calls] == [3, 3]
