@@ -1,11 +1,14 @@
 """HTTP API load test on loopback: micro-batching on vs off, in one run.
 
     python bench/api_load.py [--clients 32] [--duration 30] [--work /tmp/bench-api] [--backend onnx|torch]
+                             [--shape small|mini] [--server-args "--threads 1"] [--output FILE]
 
 Builds (cached in --work) an ELECTRA-Small-shaped classifier with random weights (hidden 256, 12 layers,
 4 heads, FFN 1024, embeddings 128; a WordPiece vocabulary trained on the request texts; the 8 ko-help
 labels) and, with --backend onnx (default), its `serving.export --quantize` folder, which the server runs
 as INT8 on CPU. Random weights cost exactly what trained ones do, and throughput is all this measures.
+`--shape mini` (hidden 64, 2 layers) shows the other regime: a model so small that per-request overhead,
+which batching shares, outweighs the arithmetic, which it does not.
 
 Then, for each mode, starts `python -m app --model M --no-ui` (`--no-batching` for "off") on a free
 loopback port and runs --clients closed-loop clients for --duration seconds, each sending one
@@ -53,7 +56,16 @@ def load_texts() -> tuple[list[str], list[str]]:
     return texts, ["sbasic", "scalc", "schart", "sdraw", "shared", "simpress", "smath", "swriter"]
 
 
-def build_model(work: Path, texts: list[str], labels: list[str], backend: str) -> Path:
+SHAPES = {  # ELECTRA-Small; and a much smaller one where per-call overhead, not arithmetic, dominates
+    "small": {"embedding_size": 128, "hidden_size": 256, "num_hidden_layers": 12, "num_attention_heads": 4,
+              "intermediate_size": 1024},
+    "mini": {"embedding_size": 64, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
+             "intermediate_size": 256},
+}
+
+
+def build_model(work: Path, texts: list[str], labels: list[str], backend: str, shape: str) -> Path:
+    work = work / shape
     model_dir, onnx_dir = work / "model", work / "onnx"
     if not (model_dir / "config.json").exists():
         import torch
@@ -69,8 +81,7 @@ def build_model(work: Path, texts: list[str], labels: list[str], backend: str) -
         tok = ElectraTokenizerFast(vocab_file=str(model_dir / "vocab.txt"), do_lower_case=False, strip_accents=False,
                                    model_max_length=MAX_LENGTH)
         tok.save_pretrained(model_dir)
-        cfg = ElectraConfig(vocab_size=len(tok), embedding_size=128, hidden_size=256, num_hidden_layers=12,
-                            num_attention_heads=4, intermediate_size=1024, max_position_embeddings=512,
+        cfg = ElectraConfig(vocab_size=len(tok), **SHAPES[shape], max_position_embeddings=512,
                             num_labels=len(labels), id2label=dict(enumerate(labels)),
                             label2id={k: i for i, k in enumerate(labels)})
         torch.manual_seed(0)
@@ -229,6 +240,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--grace", type=float, default=30, help="seconds to wait for open requests at the end")
     ap.add_argument("--timeout", type=float, default=60, help="client timeout per request")
     ap.add_argument("--backend", choices=["onnx", "torch"], default="onnx")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="small", help="small: ELECTRA-Small (the target)")
     ap.add_argument("--server-args", default="", help="extra flags for both servers, e.g. '--max-wait-ms 2'")
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-api"))
     ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "api_load.json")
@@ -236,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
 
     texts, labels = load_texts()
-    model = build_model(args.work, texts, labels, args.backend)
+    model = build_model(args.work, texts, labels, args.backend, args.shape)
     common = args.server_args.split()
     load_before = os.getloadavg()
     results = [run_mode("batching on", model, common, texts, args),
@@ -245,7 +257,8 @@ def main(argv: list[str] | None = None) -> int:
     ratio = round(on["rps"] / off["rps"], 2) if off["rps"] else None
 
     header = f"{'mode':<14}{'req/s':>9}{'p50 ms':>9}{'p99 ms':>9}{'p99/p50':>9}{'batch':>7}{'errors':>8}{'unanswered':>12}"
-    print(f"\n{args.clients} clients, {args.duration:g} s per mode, backend {args.backend}, {os.cpu_count()} CPUs, "
+    print(f"\n{args.shape} model, {args.clients} clients, {args.duration:g} s per mode, backend {args.backend}, "
+          f"{os.cpu_count()} CPUs, "
           f"load avg {load_before[0]:.1f}")
     print(header)
     for r in results:
@@ -254,8 +267,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"throughput ratio on/off: {ratio}x (target >= 3x); p99/p50 with batching: {on['p99_over_p50']} (target <= 5)")
 
     report = {"clients": args.clients, "duration_s": args.duration, "warmup_s": args.warmup, "backend": args.backend,
-              "model": "ELECTRA-Small shape (hidden 256, 12 layers, 4 heads, FFN 1024, emb 128), random weights, "
-                       f"{len(labels)} labels, max_length {MAX_LENGTH}",
+              "shape": args.shape, "model": {**SHAPES[args.shape], "weights": "random", "labels": len(labels),
+                                             "max_length": MAX_LENGTH},
               "texts": "ko-help paragraphs, one per request" if DATA.exists() else "synthetic",
               "results": results, "throughput_ratio": ratio,
               "targets": {"ratio_min": 3, "p99_over_p50_max": 5},
