@@ -1,1 +1,1 @@
-"""placeholder"""
+"""ELECTRA pretraining (replaced token detection): `python pretraining/train.py --help`."""

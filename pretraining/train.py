@@ -71,7 +71,7 @@ def build_model(cfg: TrainConfig, tokenizer) -> ElectraPretrainer:
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     # No decay on biases and LayerNorm, as in BERT and ELECTRA.
     decay, no_decay = [], []
-    for name, p in model.named_parameters():
+    for p in model.parameters():
         (no_decay if p.ndim < 2 else decay).append(p)
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
