@@ -105,7 +105,7 @@ def free_port() -> int:
 
 def start_server(model: Path, extra: list[str], log_path: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("ELECTRA_API_KEY", None)
     with open(log_path, "wb") as log:
         proc = subprocess.Popen([sys.executable, "-m", "app", "--model", str(model), "--no-ui", "--port", str(port),
