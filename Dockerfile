@@ -10,6 +10,8 @@
 # (or pass -e ELECTRA_API_KEY=K). To bake a model in instead of mounting it: `COPY onnx/ /model/` in a
 # Dockerfile FROM this image.
 #
+# Needs BuildKit (Docker 23+ default), which builds only the base stage that VARIANT selects.
+#
 # tests/app/conftest.py starts the test server with this file's ENTRYPOINT + CMD and runs its HEALTHCHECK
 # command, so edit them with the tests in view.
 
