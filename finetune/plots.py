@@ -9,6 +9,7 @@ import matplotlib
 matplotlib.use("Agg")  # no display on servers and CI
 import matplotlib.pyplot as plt
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 
 def confusion_png(matrix: np.ndarray, labels: list[str], path: Path, title: str) -> None:
@@ -47,6 +48,7 @@ def learning_curves_png(histories: list[dict], path: Path) -> None:
     ax_loss.set(xlabel="step", ylabel="training loss", title="training loss")
     ax_f1.set(xlabel="epoch", ylabel="macro-F1", title="inner validation (early stopping)")
     ax_f1.set_ylim(0, 1)
+    ax_f1.xaxis.set_major_locator(MaxNLocator(integer=True))
     for ax in (ax_loss, ax_f1):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
