@@ -65,7 +65,7 @@ class Server:
     def log(self) -> str:
         return self.log_path.read_text(encoding="utf-8", errors="replace")
 
-    def wait_ready(self, timeout: float = 180, headers: dict | None = None) -> None:
+    def wait_ready(self, timeout: float = 300, headers: dict | None = None) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -53,10 +53,7 @@ def servers(spread_model_dir, tmp_path_factory):
     # "drain": for the SIGTERM test; a 2 s batching wait keeps a request in flight while the signal arrives.
     drain = start_server(spread_model_dir, tmp_path_factory.mktemp("drain-server"), "--no-ui", "--max-wait-ms", "2000")
     try:
-        main.wait_ready()
-        strict.wait_ready(headers={"Authorization": f"Bearer {API_KEY}"})
-        drain.wait_ready()
-        yield {"main": main, "strict": strict, "drain": drain}
+        yield {"main": main, "strict": strict, "drain": drain}  # each fixture below waits for its own
     finally:
         for s in (main, strict, drain):
             s.stop()
@@ -64,16 +61,19 @@ def servers(spread_model_dir, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def server(servers) -> Server:
+    servers["main"].wait_ready()
     return servers["main"]
 
 
 @pytest.fixture(scope="session")
 def strict_server(servers) -> Server:
+    servers["strict"].wait_ready(headers={"Authorization": f"Bearer {API_KEY}"})
     return servers["strict"]
 
 
 @pytest.fixture(scope="session")
 def drain_server(servers) -> Server:
+    servers["drain"].wait_ready()
     return servers["drain"]
 
 
