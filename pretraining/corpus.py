@@ -64,7 +64,8 @@ def _write_blocks(paths, tokenizer, seq_len: int, out, dtype, batch_lines: int =
 
     def consume(lines):
         nonlocal buffer
-        encoded = tokenizer(lines, add_special_tokens=False)["input_ids"] if lines else []
+        # verbose=False: lines longer than the model's max length are fine here, blocks cut them.
+        encoded = tokenizer(lines, add_special_tokens=False, verbose=False)["input_ids"] if lines else []
         for line, ids in zip(lines, encoded):
             if line == "":  # document break
                 if buffer:

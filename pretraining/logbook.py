@@ -84,8 +84,8 @@ def plot_rtd_curve(log_path: Path, png_path: Path) -> bool:
     left.plot(steps, [1 - v for v in series("replaced_rate")], "--", color="gray",
               label="baseline: call every token original")
     baseline = [1 - r["replaced_rate"] for r in records if r.get("replaced_rate") is not None]
-    top = max([r["disc_acc"] for r in records if r.get("disc_acc") is not None] + baseline)
     if baseline:  # early steps below the baseline are cut off: the gap above it is what matters
+        top = max([r["disc_acc"] for r in records if r.get("disc_acc") is not None] + baseline)
         left.set_ylim(min(baseline) - 0.03, min(1.0, top + 0.02))
     left.set_title("replaced token detection accuracy")
     for key, label in [("disc_recall", "recall on replaced tokens"), ("disc_precision", "precision on replaced tokens"),
