@@ -191,7 +191,7 @@ def run(cfg: Config) -> dict:
                 write_json(done, saved)
             del model
         oof[val_idx], base_oof[val_idx], fold_of[val_idx] = proba, base_proba, k
-        histories.append(saved.pop("history", None) or json.loads(done.read_text())["history"])
+        histories.append(saved.pop("history"))
         results.append(saved)
         print(f"fold {k}: macro-F1 {saved['macro_f1']:.4f} (baseline {saved['baseline']['macro_f1']:.4f}), "
               f"accuracy {saved['accuracy']:.4f}, best epoch {saved['best_epoch']}", file=sys.stderr)

@@ -129,7 +129,7 @@ def predict_proba(model, ids: list[list[int]], pad_id: int, device, precision: s
     out = np.zeros((len(ids), model.config.num_labels), dtype=np.float32)
     start = 0
     while start < len(order):
-        longest = len(ids[order[min(len(order) - 1, start)]])
+        longest = len(ids[order[start]])
         end = start + 1
         while end < len(order) and (end - start + 1) * max(longest, len(ids[order[end]])) <= batch_tokens:
             longest = max(longest, len(ids[order[end]]))

@@ -110,15 +110,16 @@ def write_json(path: str | os.PathLike, obj) -> None:
         tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
 
 
-def write_table(df: pd.DataFrame, path: str | os.PathLike) -> None:
-    fmt = table_format(path)
+def write_table(df: pd.DataFrame, path: str | os.PathLike, fmt: str | None = None, header: bool = True) -> None:
+    """Atomic write; `fmt` defaults to the extension; `header=False` for CSV/TSV parts joined later."""
+    fmt = fmt or table_format(path)
     with atomic_path(path) as tmp:
         if fmt == "parquet":
             df.to_parquet(tmp, index=False)
         elif fmt == "jsonl":
             df.to_json(tmp, orient="records", lines=True, force_ascii=False)
         else:
-            df.to_csv(tmp, index=False, sep="\t" if fmt == "tsv" else ",")
+            df.to_csv(tmp, index=False, header=header, sep="\t" if fmt == "tsv" else ",")
 
 
 def count_rows(path: str | os.PathLike) -> int | None:

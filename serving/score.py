@@ -30,7 +30,16 @@ import numpy as np
 import pandas as pd
 
 from serving.engine import Classifier, ModelError
-from serving.io import DataError, atomic_path, count_rows, iter_table, missing_text, table_format, write_json
+from serving.io import (
+    DataError,
+    atomic_path,
+    count_rows,
+    iter_table,
+    missing_text,
+    table_format,
+    write_json,
+    write_table,
+)
 
 log = logging.getLogger("serving.score")
 PARTS_SUFFIX = ".parts"
@@ -164,13 +173,7 @@ def _prepare_parts(cfg: ScoreConfig, manifest: dict, ext: str) -> tuple[Path, li
 
 
 def _write_part(df: pd.DataFrame, path: Path, fmt: str) -> None:
-    with atomic_path(path) as tmp:
-        if fmt == "parquet":
-            df.to_parquet(tmp, index=False)
-        elif fmt == "jsonl":
-            df.to_json(tmp, orient="records", lines=True, force_ascii=False)
-        else:
-            df.to_csv(tmp, index=False, header=False, sep="\t" if fmt == "tsv" else ",")
+    write_table(df, path, fmt, header=False)  # headerless: parts are concatenated under one header
 
 
 def _join_parts(done: list[tuple[Path, int]], columns: list[str], output: Path, fmt: str) -> None:
