@@ -117,14 +117,15 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
         batcher = state.batcher
         if batcher is None:
             raise HTTPException(503, "model is starting", headers={"Retry-After": "1"})
-        # Big requests are tokenized in a thread (64 x 5000 characters would stall the event loop); a
-        # short one costs microseconds, less than the thread hop.
+        # Tokenized once, here: the batcher needs lengths, and the engine takes the ids as they are. Big
+        # requests go to a thread (64 x 5000 characters would stall the event loop); a short one costs
+        # less than the thread hop.
         if sum(map(len, texts)) > INLINE_TOKENIZE_CHARS:
-            lengths = await asyncio.to_thread(clf.count_tokens, texts)
+            seqs = await asyncio.to_thread(clf.encode, texts)
         else:
-            lengths = clf.count_tokens(texts)
+            seqs = clf.encode(texts)
         try:
-            preds = await asyncio.wait_for(batcher.submit(texts, lengths), cfg.request_timeout_s)
+            preds = await asyncio.wait_for(batcher.submit(seqs, [len(s) for s in seqs]), cfg.request_timeout_s)
         except QueueFull as e:
             metrics.rejected.labels("queue_full").inc()
             raise HTTPException(429, f"busy: {e}; retry later", headers={"Retry-After": "1"}) from None

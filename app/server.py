@@ -34,7 +34,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None) -> FastAPI:
         batcher.start()
         state.batcher = batcher
         metrics.queue_depth.set_function(lambda: batcher.queued_texts)
-        warm = asyncio.create_task(_warm_up(batcher, state))
+        warm = asyncio.create_task(_warm_up(batcher, state, clf))
         yield
         warm.cancel()
         state.draining = True
@@ -54,21 +54,21 @@ def create_app(cfg: Config, clf, state: ServerState | None = None) -> FastAPI:
     return app
 
 
-def predict_by_length(clf, texts: list[str], lengths: list[int], max_tokens: int = 512,
+def predict_by_length(clf, seqs: list[list[int]], lengths: list[int], max_tokens: int = 512,
                       spread: float = 1.3) -> list:
-    """`clf.predict` on groups of similar length, answers in input order.
+    """`clf.predict_encoded` on groups of similar length, answers in input order.
 
     A forward pass is padded to its longest text and on CPU every padded token costs as much as a real
     one: 16 mixed-length requests in one pass cost more than 16 single passes. Sorted and cut where a
     text is `spread` times longer than its group's shortest (or the group would pass `max_tokens`
     padded tokens), a batch keeps the shared-pass gain without the padding.
     """
-    order = sorted(range(len(texts)), key=lengths.__getitem__)
-    out: list = [None] * len(texts)
+    order = sorted(range(len(seqs)), key=lengths.__getitem__)
+    out: list = [None] * len(seqs)
     group: list[int] = []
 
     def flush():
-        for i, pred in zip(group, clf.predict([texts[j] for j in group])):
+        for i, pred in zip(group, clf.predict_encoded([seqs[j] for j in group])):
             out[i] = pred
 
     for i in order:
@@ -82,8 +82,9 @@ def predict_by_length(clf, texts: list[str], lengths: list[int], max_tokens: int
     return out
 
 
-async def _warm_up(batcher: MicroBatcher, state: ServerState) -> None:
+async def _warm_up(batcher: MicroBatcher, state: ServerState, clf) -> None:
     """Ready means a request has gone through the whole path (queue, worker thread, engine)."""
-    await batcher.submit(["warm up"], [4])
+    seqs = clf.encode(["warm up"])
+    await batcher.submit(seqs, [len(seqs[0])])
     state.ready = True
     log.info("ready", extra={"fields": {"event": "ready"}})

@@ -111,9 +111,9 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
             raise gr.Error(f"{len(text)} characters; the limit is {cfg.max_chars}.")
         if state.batcher is None or state.draining:
             raise gr.Error("The server is starting or shutting down; try again in a moment.")
-        lengths = await asyncio.to_thread(clf.count_tokens, [text])
+        seqs = await asyncio.to_thread(clf.encode, [text])
         try:
-            (pred,) = await asyncio.wait_for(state.batcher.submit([text], lengths), cfg.request_timeout_s)
+            (pred,) = await asyncio.wait_for(state.batcher.submit(seqs, [len(seqs[0])]), cfg.request_timeout_s)
         except (QueueFull, asyncio.TimeoutError):
             raise gr.Error("The server is busy; try again in a moment.") from None
         return pred.probabilities, f"**{html.escape(pred.label)}** · {pred.score:.1%}"

@@ -294,7 +294,10 @@ class Classifier:
             "export_report": self._report,
         }
 
-    def _encode(self, texts: Sequence[str]) -> list[list[int]]:
+    def encode(self, texts: Sequence[str]) -> list[list[int]]:
+        """Token ids per text exactly as the model sees them (normalised, truncated, special tokens).
+        A server that needs lengths before batching encodes once and hands these to `predict_encoded`:
+        tokenizing is about a third of a small model's CPU time per text."""
         cap = self._char_cap
         clean = []
         for t in texts:
@@ -319,7 +322,7 @@ class Classifier:
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
         """Tokens per text after normalisation, truncation and special tokens (what a batch costs)."""
-        return [len(ids) for ids in self._encode(texts)]
+        return [len(ids) for ids in self.encode(texts)]
 
     def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
         """Probabilities, shape (len(texts), len(labels)), rows in input order."""
@@ -327,7 +330,9 @@ class Classifier:
 
     def predict_logits(self, texts: Sequence[str]) -> np.ndarray:
         """Raw logits (float32), shape (len(texts), len(labels)), rows in input order."""
-        seqs = self._encode(texts)
+        return self._logits(self.encode(texts))
+
+    def _logits(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
         n = len(seqs)
         logits = np.empty((n, len(self.labels)), np.float32)
         if n == 0:
@@ -357,7 +362,11 @@ class Classifier:
         or with `top_k` the k most likely, most likely first."""
         if isinstance(texts, str):
             raise TypeError("predict takes a list of texts, not one string")
-        probs = self.predict_proba(texts)
+        return self.predict_encoded(self.encode(texts), top_k)
+
+    def predict_encoded(self, seqs: Sequence[Sequence[int]], top_k: int | None = None) -> list[Prediction]:
+        """`predict` for token ids from `encode`."""
+        probs = _softmax(self._logits(seqs))
         labels = self.labels
         out = []
         for p in probs:

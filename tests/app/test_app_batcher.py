@@ -170,7 +170,7 @@ def test_predict_by_length_groups_similar_lengths_and_keeps_order():
         def __init__(self):
             self.calls = []
 
-        def predict(self, texts):
+        def predict_encoded(self, texts):
             self.calls.append(list(texts))
             return [f"p({t})" for t in texts]
 

@@ -16,11 +16,11 @@ class FakeClassifier:
     def info(self):
         return {"name": "fake", "labels": self.labels}
 
-    def count_tokens(self, texts):
-        return [len(t.split()) + 2 for t in texts]
+    def encode(self, texts):
+        return [[0] * (len(t.split()) + 2) for t in texts]
 
-    def predict(self, texts, top_k=None):
-        return [Prediction("a", 0.75, {"a": 0.75, "b": 0.25}) for _ in texts]
+    def predict_encoded(self, seqs, top_k=None):
+        return [Prediction("a", 0.75, {"a": 0.75, "b": 0.25}) for _ in seqs]
 
 
 def test_allowed_origin_gets_cors_headers_and_preflight_skips_auth():

@@ -79,6 +79,14 @@ def test_predict_shapes_and_top_k(onnx_clf):
         onnx_clf.predict("one string")
 
 
+def test_encode_once_then_predict_encoded_matches_predict(onnx_clf):
+    seqs = onnx_clf.encode(TEXTS)
+    assert [len(s) for s in seqs] == onnx_clf.count_tokens(TEXTS)
+    assert all(len(s) <= onnx_clf.max_length for s in seqs)
+    assert seqs[-1] == onnx_clf.encode([""])[0] and len(seqs[-1]) == 2  # [CLS] [SEP] only
+    assert onnx_clf.predict_encoded(seqs, top_k=2) == onnx_clf.predict(TEXTS, top_k=2)
+
+
 def test_long_text_truncated_not_crashing(trained_classifier_dir, exported_dir):
     long_text = "꿈에서 봤다 " * 5000  # far beyond the 128 positions
     for path in (trained_classifier_dir, exported_dir):
