@@ -34,6 +34,8 @@ class ServerState:
     draining: bool = False  # SIGTERM received: finish in-flight work, take no new work
     batcher: MicroBatcher | None = None
     on_drain: list = field(default_factory=list)  # called on the event loop when SIGTERM arrives
+    # Fixed cost of one engine pass in tokens' worth, measured at start-up; decides how batches are cut.
+    call_overhead_tokens: float = 12.0
 
 
 class ClassifyRequest(BaseModel):
@@ -151,7 +153,8 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
     async def model():
         return {**info, "batching": {"enabled": cfg.batching, "max_batch_tokens": cfg.max_batch_tokens,
                                      "max_wait_ms": cfg.max_wait_ms, "workers": cfg.workers,
-                                     "engine_batch_tokens": cfg.engine_batch_tokens},
+                                     "engine_batch_tokens": cfg.engine_batch_tokens,
+                                     "call_overhead_tokens": round(state.call_overhead_tokens, 1)},
                 "limits": {"max_texts": cfg.max_texts, "max_chars": cfg.max_chars,
                            "max_body_bytes": cfg.max_body_bytes, "max_queue": cfg.max_queue,
                            "request_timeout_s": cfg.request_timeout_s}}

@@ -5,7 +5,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from functools import partial
+import statistics
+import time
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -27,7 +28,11 @@ def create_app(cfg: Config, clf, state: ServerState | None = None) -> FastAPI:
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        batcher = MicroBatcher(partial(predict_by_length, clf, max_tokens=cfg.engine_batch_tokens),
+        def predict(seqs, lengths):
+            return predict_by_length(clf, seqs, lengths, max_tokens=cfg.engine_batch_tokens,
+                                     overhead_tokens=state.call_overhead_tokens)
+
+        batcher = MicroBatcher(predict,
                                max_batch_tokens=cfg.max_batch_tokens, max_wait_ms=cfg.max_wait_ms,
                                max_queue=cfg.max_queue, workers=cfg.workers, batching=cfg.batching,
                                on_batch=metrics.observe_batch)
@@ -55,13 +60,15 @@ def create_app(cfg: Config, clf, state: ServerState | None = None) -> FastAPI:
 
 
 def predict_by_length(clf, seqs: list[list[int]], lengths: list[int], max_tokens: int = 512,
-                      spread: float = 1.3) -> list:
+                      overhead_tokens: float = 12) -> list:
     """`clf.predict_encoded` on groups of similar length, answers in input order.
 
-    A forward pass is padded to its longest text and on CPU every padded token costs as much as a real
-    one: 16 mixed-length requests in one pass cost more than 16 single passes. Sorted and cut where a
-    text is `spread` times longer than its group's shortest (or the group would pass `max_tokens`
-    padded tokens), a batch keeps the shared-pass gain without the padding.
+    A forward pass is padded to its longest text, and every padded token costs as much as a real one;
+    each pass also has a fixed cost (`overhead_tokens`, in tokens' worth of compute: ~10 for ONNX on
+    CPU, ~150 for eager PyTorch, see `call_overhead_tokens`). Texts are sorted by length and a group is
+    cut where the padding that the next, longer text would add to it costs more than a new pass (or the
+    group would pass `max_tokens` padded tokens). One rule for both regimes: ONNX on CPU gets several
+    tight groups, PyTorch gets one wide pass.
     """
     order = sorted(range(len(seqs)), key=lengths.__getitem__)
     out: list = [None] * len(seqs)
@@ -73,7 +80,7 @@ def predict_by_length(clf, seqs: list[list[int]], lengths: list[int], max_tokens
 
     for i in order:
         n = lengths[i]
-        if group and (n > spread * lengths[group[0]] + 2 or (len(group) + 1) * n > max_tokens):
+        if group and (len(group) * (n - lengths[group[-1]]) > overhead_tokens or (len(group) + 1) * n > max_tokens):
             flush()
             group = []
         group.append(i)
@@ -82,8 +89,31 @@ def predict_by_length(clf, seqs: list[list[int]], lengths: list[int], max_tokens
     return out
 
 
+def call_overhead_tokens(clf, repeats: int = 5) -> float:
+    """The engine's fixed cost per forward pass, in tokens' worth of compute: medians of one 16-token
+    text and of 8 x 64 tokens give the per-token cost, and what one pass costs beyond its tokens."""
+
+    def median_time(seqs):
+        times = []
+        for _ in range(repeats):
+            start = time.perf_counter()
+            clf.predict_encoded(seqs)
+            times.append(time.perf_counter() - start)
+        return statistics.median(times)
+
+    ids = clf.encode(["warm up " * 64])[0]  # real token ids, truncated to the model's max length
+    short, wide = ids[: min(16, len(ids))], ids[:64]
+    t_short, t_wide = median_time([short]), median_time([wide] * 8)
+    per_token = max(t_wide - t_short, 1e-9) / (8 * len(wide) - len(short))
+    return float(min(1000.0, max(0.0, t_short / per_token - len(short))))
+
+
 async def _warm_up(batcher: MicroBatcher, state: ServerState, clf) -> None:
-    """Ready means a request has gone through the whole path (queue, worker thread, engine)."""
+    """Ready means the engine's per-pass cost is measured and a request has gone through the whole path
+    (queue, worker thread, engine)."""
+    state.call_overhead_tokens = await asyncio.to_thread(call_overhead_tokens, clf)
+    log.info("engine pass overhead: %.0f tokens' worth", state.call_overhead_tokens,
+             extra={"fields": {"event": "calibrated", "call_overhead_tokens": round(state.call_overhead_tokens)}})
     seqs = clf.encode(["warm up"])
     await batcher.submit(seqs, [len(seqs[0])])
     state.ready = True
