@@ -33,12 +33,13 @@ ENV PYTHONUNBUFFERED=1 PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
 RUN python3 -m venv /opt/venv
 # CPU wheels of torch: the default index pulls ~3 GB of CUDA libraries the runtime never uses
 # (inference runs on ONNX Runtime; torch serves only un-exported transformers folders).
-RUN pip install torch --index-url https://download.pytorch.org/whl/cpu
+RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 WORKDIR /src
-COPY pyproject.toml README.md ./
+COPY pyproject.toml README.md constraints.txt ./
 COPY serving/ serving/
 COPY app/ app/
-RUN pip install . \
+# constraints.txt: the versions CI tests, so the image runs what passed (pip otherwise takes the newest).
+RUN pip install -c constraints.txt . \
  && if [ "$VARIANT" = gpu ]; then pip uninstall -y onnxruntime && pip install "onnxruntime-gpu>=1.20"; fi
 
 RUN useradd --create-home --uid 10001 app
