@@ -1,9 +1,11 @@
 """The UI in a real browser (Debian's chromium driven by Playwright): classify, a labeling session with
-accept / correct / undo / reload-and-resume / download, and a batch upload. Screenshots of each tab go
-to a temp folder, or with SCREENSHOTS=docs/img to the README's pictures."""
+accept / correct / undo / reload-and-resume / download, a second one with queue order / Enter to accept /
+a new label, and a batch upload. Screenshots of each tab go to a temp folder, or with SCREENSHOTS=docs/img
+to the README's pictures."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -68,9 +70,47 @@ def shown_text(pg) -> str:
     return pg.input_value("#label-text textarea")
 
 
-def labeled_csv(server) -> pd.DataFrame:
-    (path,) = (server.cwd / "app-data" / "label").glob("*/labeled.csv")
-    return pd.read_csv(path, dtype=str, keep_default_na=False)
+def wait_shown(pg, text: str) -> None:
+    """Wait until the Label tab shows `text`; on failure, say what it shows instead."""
+    from playwright.sync_api import TimeoutError as PlaywrightTimeout
+
+    try:
+        pg.wait_for_function("t => document.querySelector('#label-text textarea').value === t", arg=text)
+    except PlaywrightTimeout:
+        raise AssertionError(f"expected {text!r} on screen, it shows {shown_text(pg)!r}") from None
+
+
+def start_session(pg, source: Path) -> None:
+    """Upload `source` on the Label tab and start labeling it (a new session, even if one is open)."""
+    pg.get_by_role("tab", name="Label").click()
+    pg.set_input_files("#label-file input[type=file]", str(source))
+    pg.wait_for_selector("#label-file a[href*='file=']")  # the upload has reached the server
+    pg.click("#label-start")
+    visible(pg, "#accept-btn")
+    pg.wait_for_function("name => document.querySelector('#label-progress').innerText.endsWith(' in ' + name)",
+                         arg=source.name)
+
+
+def pick(pg, dropdown: str, option: str) -> None:
+    """Choose `option` in a Gradio dropdown, as a person does: open it, click the option."""
+    pg.click(f"{dropdown} input")
+    # Each option reads "✓ <name>" (the tick shows on the selected one): match the name exactly.
+    pg.get_by_role("option").filter(has_text=re.compile(rf"(^|\s){re.escape(option)}$")).click()
+
+
+def session_dir(server, source: str) -> Path:
+    """The server's folder for the session started from the file named `source`."""
+    (folder,) = [m.parent for m in (server.cwd / "app-data" / "label").glob("*/meta.json")
+                 if json.loads(m.read_text(encoding="utf-8"))["source"] == source]
+    return folder
+
+
+def labeled_csv(server, source: str = "unlabeled.csv") -> pd.DataFrame:
+    return pd.read_csv(session_dir(server, source) / "labeled.csv", dtype=str, keep_default_na=False)
+
+
+def journal(server, source: str) -> list[dict]:
+    return [json.loads(line) for line in (session_dir(server, source) / "journal.jsonl").read_text("utf-8").splitlines()]
 
 
 def download(pg, link_selector: str, tmp_path: Path) -> Path:
@@ -96,11 +136,7 @@ def test_classify_tab(page, engine):
 def test_label_session_accept_correct_undo_resume_download(page, server, engine, tmp_path):
     source = tmp_path / "unlabeled.csv"
     pd.DataFrame({"text": TEXTS, "id": range(len(TEXTS))}).to_csv(source, index=False)
-    page.get_by_role("tab", name="Label").click()
-    page.set_input_files("#label-file input[type=file]", str(source))
-    page.wait_for_selector("#label-file a[href*='file=']")  # the upload has reached the server
-    page.click("#label-start")
-    visible(page, "#accept-btn")
+    start_session(page, source)
     wait_labeled(page, 0)
 
     # Least confident first: the first text shown is the one the model is least sure about.
@@ -151,6 +187,72 @@ def test_label_session_accept_correct_undo_resume_download(page, server, engine,
     assert df.to_dict("records") == [{"text": least, "label": preds[least].label},
                                      {"text": second, "label": engine.labels[other]}]
     assert path.read_bytes().startswith(b"text,label\n")
+
+
+def test_label_queue_order_new_label_and_enter(page, server, engine, tmp_path):
+    source = tmp_path / "queue.csv"
+    pd.DataFrame({"text": TEXTS}).to_csv(source, index=False)
+    page.reload()  # a fresh page: the file box is empty again (the last session, if any, resumes)
+    page.wait_for_selector("#classify-text textarea")
+    start_session(page, source)
+    preds = dict(zip(TEXTS, engine.predict(TEXTS)))  # what the server scored the upload with
+    score = {t: p.score for t, p in preds.items()}
+    suggestion = {t: p.label for t, p in preds.items()}
+    wait_shown(page, min(TEXTS, key=score.get))  # the default order: least confident first
+
+    # Most confident first: the queue jumps to the text the model is surest about (sorted() keeps file
+    # order among equals, as the session's stable sort does).
+    most = sorted(TEXTS, key=lambda t: -score[t])
+    pick(page, "#label-order", "most confident first")
+    wait_shown(page, most[0])
+
+    # Enter accepts (the Accept button says so): the decision is in the journal and the CSV at once,
+    # and the queue goes on in the chosen order.
+    assert "[Enter]" in page.inner_text("#accept-btn")
+    page.keyboard.press("Enter")  # straight after the pick: the dropdown lets go of the focus
+    wait_labeled(page, 1)
+    last = journal(server, source.name)[-1]
+    assert (last["op"], last["row"], last["label"]) == ("label", TEXTS.index(most[0]), suggestion[most[0]])
+    assert labeled_csv(server, source.name).to_dict("records") == [{"text": most[0], "label": suggestion[most[0]]}]
+    wait_shown(page, most[1])
+
+    # File order: the first text of the file not labeled yet.
+    first_in_file = next(t for t in TEXTS if t != most[0])
+    assert first_in_file != most[1], "test data: the switch to file order must change the text shown"
+    pick(page, "#label-order", "file order")
+    wait_shown(page, first_in_file)
+
+    # A new label gets a button (and the next number key) after the model's labels. Enter in the name
+    # field must not accept the text on screen.
+    new, key = "needs review", len(engine.labels) + 1
+    page.fill("#label-new textarea", new)
+    page.keyboard.press("Enter")
+    page.click("#label-add")
+    page.wait_for_function("([id, t]) => document.getElementById(id).innerText.includes(t)", arg=[f"label-btn-{key}", new])
+    assert progress(page) == (1, 0) and shown_text(page) == first_in_file
+    page.wait_for_function("() => document.querySelector('#label-new textarea').value === ''")  # cleared by a .then
+    page.click(f"#label-btn-{key}")
+    wait_labeled(page, 2)
+    assert labeled_csv(server, source.name).iloc[1].to_dict() == {"text": first_in_file, "label": new}
+    assert {"op": "add_label", "label": new}.items() <= journal(server, source.name)[-2].items()
+
+    # After a reload the session still has the new label and the order: label the next text in file
+    # order with the new label's number key.
+    page.reload()
+    page.wait_for_selector("#classify-text textarea")
+    page.get_by_role("tab", name="Label").click()
+    visible(page, "#accept-btn")
+    following = next(t for t in TEXTS if t not in (most[0], first_in_file))
+    wait_shown(page, following)
+    assert progress(page) == (2, 0)
+    assert new in page.inner_text(f"#label-btn-{key}")
+    assert page.input_value("#label-order input") == "file order"
+    page.click("#label-progress")
+    page.keyboard.press(str(key))
+    wait_labeled(page, 3)
+    assert labeled_csv(server, source.name).to_dict("records") == [
+        {"text": most[0], "label": suggestion[most[0]]}, {"text": first_in_file, "label": new},
+        {"text": following, "label": new}]
 
 
 def test_batch_tab(page, engine, tmp_path):
