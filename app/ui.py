@@ -310,7 +310,8 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
                 l_skip.click(partial(act, skip), [sid, row], outputs, **quick)
                 l_undo.click(partial(act, undo), [sid, row], outputs, **quick)
                 l_order.input(partial(act, set_order), [sid, row, l_order], outputs, **quick)
-                l_add.click(partial(act, add_label), [sid, row, l_new], outputs, **quick).then(lambda: "", None, l_new)
+                for trigger in (l_add.click, l_new.submit):  # the button, or Enter in the box
+                    trigger(partial(act, add_label), [sid, row, l_new], outputs, **quick).then(lambda: "", None, l_new)
                 l_export.click(export, sid, l_file_out, **quick)
                 # On opening the tab rather than on page load: Gradio 6 applies page-load updates to a tab
                 # not yet shown and then re-mounts it with its initial props, losing them.

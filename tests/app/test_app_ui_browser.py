@@ -223,11 +223,10 @@ def test_label_queue_order_new_label_and_enter(page, server, engine, tmp_path):
     wait_shown(page, first_in_file)
 
     # A new label gets a button (and the next number key) after the model's labels. Enter in the name
-    # field must not accept the text on screen.
+    # field adds it (like the Add button) and must not accept the text on screen.
     new, key = "needs review", len(engine.labels) + 1
     page.fill("#label-new textarea", new)
     page.keyboard.press("Enter")
-    page.click("#label-add")
     page.wait_for_function("([id, t]) => document.getElementById(id).innerText.includes(t)", arg=[f"label-btn-{key}", new])
     assert progress(page) == (1, 0) and shown_text(page) == first_in_file
     page.wait_for_function("() => document.querySelector('#label-new textarea').value === ''")  # cleared by a .then
