@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import re
 import signal
 import subprocess
 import sys
@@ -55,13 +56,20 @@ def test_dockerfile_commands_are_the_tested_ones(server):
     assert probe(free_port()) != 0  # nothing listening: unhealthy
 
 
-def test_dockerfile_runs_as_non_root_and_pins_the_cpu_torch_index():
+def test_dockerfile_runs_as_non_root_and_installs_what_ci_tests():
     from app_testkit import DOCKERFILE
 
     lines = [x.strip() for x in DOCKERFILE.read_text().splitlines()]
     users = [x.split()[1] for x in lines if x.startswith("USER ")]
     assert users and users[-1] not in ("root", "0")
-    assert "RUN pip install torch --index-url https://download.pytorch.org/whl/cpu" in lines
+    # The image installs what CI tests: the same torch pin as .ci/run, CPU wheels, and constraints.txt.
+    ci = (DOCKERFILE.parent / ".ci" / "run").read_text()
+    (torch_pin,) = re.findall(r"torch==[0-9.]+", ci)
+    assert f"RUN pip install {torch_pin} --index-url https://download.pytorch.org/whl/cpu" in lines
+    assert any(x.startswith("RUN pip install -c constraints.txt .") for x in lines)
+    copied = [name for x in lines if x.startswith("COPY ") for name in x.split()[1:-1]]
+    assert "constraints.txt" in copied
+    assert all((DOCKERFILE.parent / name).exists() for name in copied), copied
     assert any(x.startswith("HEALTHCHECK") and "/healthz" in x for x in lines)
     assert "ARG VARIANT=cpu" in lines
 
