@@ -10,6 +10,7 @@ limit. SIGTERM drains: in-flight requests finish, new ones get 503, then the pro
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 import sys
@@ -18,7 +19,7 @@ import uvicorn
 
 from . import logs
 from .api import ServerState
-from .config import parse_args
+from .config import GPU_PASS_TOKENS, parse_args, pass_tokens
 
 log = logging.getLogger("app")
 
@@ -54,11 +55,14 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         clf = Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length,
-                              batch_tokens=cfg.engine_batch_tokens, threads=cfg.threads,
+                              batch_tokens=cfg.engine_batch_tokens or GPU_PASS_TOKENS, threads=cfg.threads,
                               quantized=False if cfg.fp32 else None)
     except (ModelError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    # The device is known only now: settle the pass size for it.
+    cfg = dataclasses.replace(cfg, engine_batch_tokens=pass_tokens(cfg, clf.info()["provider"]))
+    clf.batch_tokens = cfg.engine_batch_tokens
     from .server import create_app
 
     state = ServerState()

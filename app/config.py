@@ -11,6 +11,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 API_KEY_ENV = "ELECTRA_API_KEY"
+# Padded tokens per engine pass when --engine-batch-tokens is not given: on CPU every padded token costs
+# as much as a real one; a GPU computes a wide pass in about the time of a narrow one.
+CPU_PASS_TOKENS, GPU_PASS_TOKENS = 512, 8192
+
+
+def pass_tokens(cfg: Config, provider: str) -> int:
+    """--engine-batch-tokens, or the default for the device the engine runs on."""
+    if cfg.engine_batch_tokens is not None:
+        return cfg.engine_batch_tokens
+    return CPU_PASS_TOKENS if provider == "cpu" else GPU_PASS_TOKENS
 
 
 @dataclass(frozen=True)
@@ -25,8 +35,8 @@ class Config:
     threads: int | None = None
     fp32: bool = False  # use model.onnx even where model_quantized.onnx exists
     # Padded tokens per forward pass inside the engine. A batch is padded to its longest text, so with
-    # mixed lengths a large budget on CPU pays for padding; GPUs want it large.
-    engine_batch_tokens: int = 512
+    # mixed lengths a large budget on CPU pays for padding; GPUs want it large. None: by device.
+    engine_batch_tokens: int | None = None
     # Micro-batching: a batch closes when its texts reach max_batch_tokens or its oldest request has
     # waited max_wait_ms. With batching off every request is its own forward pass (the baseline).
     batching: bool = True
@@ -63,7 +73,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--threads", type=int, default=d.threads, help="engine intra-op threads (default: engine's choice)")
     p.add_argument("--fp32", action="store_true", help="use model.onnx even where model_quantized.onnx exists")
     p.add_argument("--engine-batch-tokens", type=int, default=d.engine_batch_tokens,
-                   help="padded tokens per forward pass (raise to 8192+ on a GPU)")
+                   help=f"padded tokens per forward pass (default: {CPU_PASS_TOKENS} on CPU, {GPU_PASS_TOKENS} on a GPU)")
     p.add_argument("--no-batching", dest="batching", action="store_false", help="one forward pass per request")
     p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens)
     p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms)
@@ -84,7 +94,9 @@ def parse_args(argv: list[str] | None = None) -> Config:
                    help="UI scoring jobs (label upload, batch) running at once")
     p.add_argument("--log-level", default=d.log_level)
     a = p.parse_args(argv)
-    for name in ("max_batch_tokens", "engine_batch_tokens", "workers", "max_queue", "max_texts", "max_chars", "max_body_bytes",
+    if a.engine_batch_tokens is not None and a.engine_batch_tokens < 1:
+        p.error("--engine-batch-tokens must be at least 1")
+    for name in ("max_batch_tokens", "workers", "max_queue", "max_texts", "max_chars", "max_body_bytes",
                  "max_upload_rows", "ui_concurrency"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")

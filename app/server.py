@@ -13,7 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from .api import ServerState, build_api
 from .batcher import MicroBatcher
-from .config import Config
+from .config import CPU_PASS_TOKENS, Config
 from .gate import Gate
 from .metrics import Metrics
 
@@ -29,7 +29,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None) -> FastAPI:
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         def predict(seqs, lengths):
-            return predict_by_length(clf, seqs, lengths, max_tokens=cfg.engine_batch_tokens,
+            return predict_by_length(clf, seqs, lengths, max_tokens=cfg.engine_batch_tokens or CPU_PASS_TOKENS,
                                      overhead_tokens=state.call_overhead_tokens)
 
         batcher = MicroBatcher(predict,

@@ -60,6 +60,8 @@ def test_labels_model_health_ready(server, engine):
     assert model["limits"] == {"max_texts": 64, "max_chars": 5000, "max_body_bytes": 2 * 1024 * 1024,
                                "max_queue": 512, "request_timeout_s": 30.0}
     assert model["batching"]["enabled"] is True
+    assert model["batching"]["engine_batch_tokens"] == 512  # no flag, CPU: the CPU default
+    assert model["batching"]["call_overhead_tokens"] >= 0  # measured before /readyz said ready
     assert httpx.get(server.url + "/healthz").json() == {"status": "ok"}
     assert httpx.get(server.url + "/readyz").json() == {"status": "ready"}
     assert httpx.get(server.url + "/docs").status_code == 200

@@ -89,6 +89,17 @@ def test_cli_flags_build_a_frozen_config(monkeypatch, tmp_path):
     assert (defaults.max_texts, defaults.max_chars, defaults.max_body_bytes) == (64, 5000, 2 * 1024 * 1024)
     with pytest.raises(SystemExit):
         parse_args(["--model", "m", "--max-texts", "0"])
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "m", "--engine-batch-tokens", "0"])
+
+
+def test_pass_size_follows_the_device_unless_given():
+    from app.config import pass_tokens
+
+    auto = parse_args(["--model", "m"])
+    assert (pass_tokens(auto, "cpu"), pass_tokens(auto, "cuda"), pass_tokens(auto, "tensorrt")) == (512, 8192, 8192)
+    given = parse_args(["--model", "m", "--engine-batch-tokens", "2048"])
+    assert pass_tokens(given, "cpu") == pass_tokens(given, "cuda") == 2048
 
 
 def test_bad_model_folder_exits_with_a_message(tmp_path, capsys):
