@@ -14,6 +14,7 @@ import html
 import shutil
 import tempfile
 import time
+import weakref
 from functools import partial
 from pathlib import Path
 
@@ -61,6 +62,8 @@ class Exports:
     def __init__(self, max_age_s: float = 3600):
         self.root = Path(tempfile.mkdtemp(prefix="electra-app-"))
         self.max_age_s = max_age_s
+        # Removed when the server exits (SIGTERM included): otherwise every start leaves a folder behind.
+        self.close = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
 
     def path(self, name: str) -> Path:
         now = time.time()

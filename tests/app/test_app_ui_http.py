@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import gradio as gr
 import httpx
 import pandas as pd
@@ -48,3 +53,15 @@ def test_upload_checks(tmp_path):
     with pytest.raises(gr.Error) as e:
         _read_upload(cfg, str(broken), "text")
     assert str(tmp_path) not in e.value.message and "broken.csv" in e.value.message
+
+
+def test_export_folder_is_removed_when_the_process_exits(tmp_path):
+    code = ("from app.ui import Exports\n"
+            "e = Exports()\n"
+            "e.path('labeled.csv').write_text('text,label\\n')\n"
+            "print(e.root)\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120, check=True)
+    root = Path(out.stdout.strip().splitlines()[-1])
+    assert root.parent == tmp_path and root.name.startswith("electra-app-")
+    assert not root.exists() and not list(tmp_path.glob("electra-app-*"))
