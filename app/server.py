@@ -64,7 +64,7 @@ def predict_by_length(clf, seqs: list[list[int]], lengths: list[int], max_tokens
     """`clf.predict_encoded` on groups of similar length, answers in input order.
 
     A forward pass is padded to its longest text, and every padded token costs as much as a real one;
-    each pass also has a fixed cost (`overhead_tokens`, in tokens' worth of compute: ~10 for ONNX on
+    each pass also has a fixed cost (`overhead_tokens`, in tokens' worth of compute: 10-20 for ONNX on
     CPU, ~150 for eager PyTorch, see `call_overhead_tokens`). Texts are sorted by length and a group is
     cut where the padding that the next, longer text would add to it costs more than a new pass (or the
     group would pass `max_tokens` padded tokens). One rule for both regimes: ONNX on CPU gets several
