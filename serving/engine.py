@@ -15,6 +15,8 @@ What it does once, for every caller:
   longest text and holds at most `batch_tokens` padded tokens, then results go back in input order;
 - picks the provider: TensorRT, then CUDA, when present and a warm-up run works on them, else CPU;
   on CUDA, inputs and outputs go through IO binding; on CPU, intra-op threads = usable cores.
+  On a CUDA machine whose onnxruntime has no CUDA provider (the usual CPU wheel), `auto` serves the
+  PyTorch weights instead of ONNX on CPU: bf16 weights and CUDA graphs (`serving/torch_runner.py`);
 `predict` is thread-safe: sessions and tokenizers are only read after `load`.
 """
 
@@ -31,6 +33,7 @@ import numpy as np
 
 from serving.labels import labels_from_config
 from serving.text import Normalizer
+from serving.torch_runner import PRECISIONS, TorchRunner, check_options, cuda_available, probe_ids
 
 log = logging.getLogger("serving.engine")
 
@@ -118,27 +121,6 @@ class _OrtRunner:
         return binding.copy_outputs_to_cpu()[0]
 
 
-class _TorchRunner:
-    backend = "torch"
-
-    def __init__(self, folder: Path, threads: int | None):
-        import torch
-        from transformers import AutoModelForSequenceClassification
-
-        self.torch = torch
-        self.device = "cuda" if torch.cuda.is_available() else "cpu"
-        if threads and self.device == "cpu":
-            torch.set_num_threads(threads)
-        self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval().to(self.device)
-        self.provider = self.device
-        self.max_batch = None
-
-    def __call__(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        with self.torch.inference_mode():
-            inputs = {k: self.torch.from_numpy(v).to(self.device) for k, v in feeds.items()}
-            return self.model(**inputs).logits.float().cpu().numpy()
-
-
 def _resolve_files(path: Path) -> tuple[Path, list[Path]]:
     """(folder, ONNX files in it); a path to one .onnx file selects that file."""
     if not path.exists():
@@ -193,11 +175,17 @@ class Classifier:
         threads: int | None = None,
         truncation: str = "head",
         quantized: bool | None = None,
+        precision: str = "auto",
+        cuda_graphs: bool | None = None,
+        parity_texts: Sequence[str] | None = None,
     ) -> Classifier:
         """Load an exported folder (ONNX) or a transformers folder (PyTorch).
 
         quantized: None = the INT8 model on CPU when the folder has one, the fp32/fp16 one on GPU;
         True/False to force. threads: CPU intra-op threads (default: usable cores).
+        PyTorch backend only: precision auto = bf16 (fp16 without bf16) on CUDA, fp32 on CPU; cuda_graphs
+        None = on CUDA; parity_texts: texts for the reduced-precision check against fp32 (default: random
+        token sequences), reported in info()["precision_check"].
         """
         from transformers import AutoConfig, AutoTokenizer
 
@@ -207,6 +195,8 @@ class Classifier:
             raise ValueError(f"truncation {truncation!r}: use one of {TRUNCATIONS}")
         if batch_tokens < 1:
             raise ValueError("batch_tokens must be positive")
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r}: use one of {PRECISIONS}")
         folder, onnx_files = _resolve_files(Path(path))
         if not (folder / "config.json").exists():
             raise ModelError(f"{folder}: no config.json, so not a model folder (expected the output of "
@@ -227,26 +217,39 @@ class Classifier:
             raise ModelError(str(e)) from None
         max_length = _resolve_max_length(max_length, tokenizer, config)
 
+        torch_folder = folder
+        if provider == "auto" and onnx_files and _gpu_without_ort_gpu():
+            torch_folder = _torch_weights_folder(folder)
+            if torch_folder is not None:
+                log.warning("CUDA is here but onnxruntime has no CUDA provider (onnxruntime-gpu is not "
+                            "installed): serving %s with PyTorch on the GPU", torch_folder)
+                onnx_files = []
         if provider == "torch" or not onnx_files:
             if provider not in ("auto", "torch"):
                 raise ModelError(f"{folder}: no {ONNX_FILE} here, so provider {provider!r} is not possible; "
                                  "export it with `python -m serving.export` or use provider='torch'")
-            runner, model_file = cls._torch(folder, threads), None
+            runner = cls._torch(torch_folder or folder, threads, precision=precision, cuda_graphs=cuda_graphs,
+                                max_length=max_length, batch_tokens=batch_tokens)
+            model_file = None
         else:
             runner, model_file = cls._onnx(folder, onnx_files, provider, threads, quantized, max_length)
         clf = cls(folder, runner, tokenizer, config, normalizer, max_length, batch_tokens, truncation, model_file)
+        if runner.backend == "torch":
+            runner.finish_load(lambda: clf.encode(parity_texts) if parity_texts
+                               else probe_ids(config.vocab_size, max_length))
         clf.predict(["warm-up", "warm up " * (max_length // 4)])  # first run allocates arenas/kernels
         log.info("loaded %s: backend=%s provider=%s file=%s max_length=%d", folder, runner.backend,
                  runner.provider, model_file.name if model_file else "(transformers)", max_length)
         return clf
 
     @staticmethod
-    def _torch(folder: Path, threads):
+    def _torch(folder: Path, threads, **options):
         if not any((folder / f).exists() for f in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")):
             what = "no PyTorch weights (model.safetensors)" + ("" if (folder / ONNX_FILE).exists() else f" and no {ONNX_FILE}")
             raise ModelError(f"{folder}: {what}")
+        check_options(options["precision"], options["cuda_graphs"], "cuda" if cuda_available() else "cpu")
         try:
-            return _TorchRunner(folder, threads)
+            return TorchRunner(folder, threads, **options)
         except (OSError, ValueError) as e:
             raise ModelError(f"{folder}: cannot load the PyTorch model: {str(e).splitlines()[0]}") from None
 
@@ -292,6 +295,9 @@ class Classifier:
             "truncation": self.truncation,
             "model_file": self.model_file.name if self.model_file else None,
             "export_report": self._report,
+            "precision": str(getattr(self._run, "dtype", "float32")).removeprefix("torch."),
+            "cuda_graphs": len(getattr(self._run, "_graphs", ())),
+            "precision_check": getattr(self._run, "precision_check", None),
         }
 
     def encode(self, texts: Sequence[str]) -> list[list[int]]:
@@ -342,6 +348,7 @@ class Classifier:
         start = 0
         while start < n:
             longest = int(lengths[order[start]])  # sorted longest first, so this pads the batch
+            longest = self._run.width(longest) if hasattr(self._run, "width") else longest  # a graph's bucket
             size = max(1, self.batch_tokens // longest)
             if self._run.max_batch:
                 size = min(size, self._run.max_batch)
@@ -377,6 +384,22 @@ class Classifier:
                 dist = {labels[j]: float(p[j]) for j in np.argsort(-p, kind="stable")[: max(1, top_k)]}
             out.append(Prediction(label=labels[best], score=float(p[best]), probabilities=dist))
         return out
+
+
+def _gpu_without_ort_gpu() -> bool:
+    import onnxruntime as ort
+
+    return cuda_available() and _ORT_NAMES["cuda"] not in ort.get_available_providers()
+
+
+def _torch_weights_folder(folder: Path) -> Path | None:
+    """PyTorch weights for an exported folder: its own, or those of the model it was exported from."""
+    candidates = [folder]
+    report = folder / REPORT_FILE
+    if report.exists():
+        candidates.append(Path(json.loads(report.read_text(encoding="utf-8")).get("source", "")))
+    weights = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
+    return next((c for c in candidates if any((c / w).exists() for w in weights)), None)
 
 
 def _pick_file(files: list[Path], provider: str, quantized: bool | None) -> Path | None:
