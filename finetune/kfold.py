@@ -92,6 +92,10 @@ def parse_args(argv=None) -> Config | None:
     p.add_argument("--max-grad-norm", type=float, default=t.max_grad_norm, help="gradient clipping")
     p.add_argument("--class-weights", action="store_true", help="weight the loss by inverse class frequency")
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=t.precision)
+    p.add_argument("--static-shapes", choices=["auto", "on", "off"], default=t.static_shapes,
+                   help="pad batches to a few fixed shapes (auto: on CUDA); same loss, fewer distinct kernels")
+    p.add_argument("--compile", choices=["auto", "on", "off"], default=t.compile,
+                   help="torch.compile the training step (auto: on CUDA; first steps compile, slow)")
     a = p.parse_args(argv)
     if a.list_models:
         print(list_models())

@@ -57,12 +57,16 @@ def check_options(precision: str, cuda_graphs: bool | None, device: str):
     return resolve_dtype(precision, device)
 
 
+def bucket_widths(max_length: int) -> list[int]:
+    """Padded widths for fixed-shape batches: steps of 1.33x to 2x, few enough to compile or capture each."""
+    return sorted({w for w in _WIDTHS if w < max_length} | {max_length})
+
+
 def bucket_grid(max_length: int, batch_tokens: int) -> dict[int, list[int]]:
     """width -> row counts captured for it: powers of two up to the budget, plus the budget itself, so
     every batch the engine forms (rows <= batch_tokens // width) fits a bucket without exceeding it."""
-    widths = sorted({w for w in _WIDTHS if w < max_length} | {max_length})
     grid = {}
-    for w in widths:
+    for w in bucket_widths(max_length):
         cap = max(1, batch_tokens // w)
         rows = [1 << i for i in range(cap.bit_length()) if 1 << i <= cap]
         grid[w] = sorted(set(rows) | {cap})
