@@ -86,6 +86,22 @@ def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
     return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[cfg.precision]
 
 
+# Options for torch.compile; the CPU test swaps in a cheaper backend.
+COMPILE_OPTIONS: dict = {"dynamic": False}
+
+
+def compile_encoders(model: ElectraPretrainer, cfg: TrainConfig, device: torch.device) -> bool:
+    """torch.compile each encoder in place (state_dict keys unchanged). Only the encoders: their inputs are
+    always (batch, seq_len) blocks, while the heads see a data-dependent number of masked positions."""
+    if cfg.compile == "off" or (cfg.compile == "auto" and device.type != "cuda"):
+        return False
+    mlms = (model.generator, model.mlm)
+    encoders = {id(m): m for m in [model.discriminator.electra] + [x.electra for x in mlms if x is not None]}
+    for encoder in encoders.values():
+        encoder.compile(**COMPILE_OPTIONS)
+    return True
+
+
 def save_checkpoint(path: Path, state: dict) -> None:
     tmp = path.with_suffix(".tmp")
     torch.save(state, tmp)
@@ -156,7 +172,7 @@ def train(cfg: TrainConfig) -> Path:
     torch.manual_seed(cfg.seed)  # same initial weights on every process
     model = build_model(cfg, tokenizer).to(device)
     optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999),
-                                  eps=cfg.adam_epsilon)
+                                  eps=cfg.adam_epsilon, fused=device.type == "cuda")
     dtype = autocast_dtype(cfg, device)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     switch_step = cfg.max_steps // 2 if cfg.two_stage else None
@@ -174,12 +190,14 @@ def train(cfg: TrainConfig) -> Path:
         scaler.load_state_dict(saved["scaler"])
         del saved
 
+    compiled = compile_encoders(model, cfg, device)
     # DDP where there are several processes; on one device this only places the model.
     model = accelerator.prepare_model(model)
     raw = accelerator.unwrap_model(model)
     if is_main:
         record = {**cfg.to_dict(), "vocab_size_used": len(tokenizer), "n_blocks": len(blocks), "processes": world,
-                  "tokenizer_used": cfg.tokenizer or str(out / "tokenizer"), "autocast": str(dtype)}
+                  "tokenizer_used": cfg.tokenizer or str(out / "tokenizer"), "autocast": str(dtype),
+                  "compiled": compiled}
         (out / "config.json").write_text(json.dumps(record, indent=1))
     log = Logbook(out, resume_step=step if cfg.resume else None) if is_main else None
     local = cfg.batch_size // world
@@ -191,7 +209,7 @@ def train(cfg: TrainConfig) -> Path:
         if is_main:
             save_checkpoint(ckpt_path, {
                 "model": raw.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                "step": step, "position": position, "sums": sums, "steps_in_sums": steps_in_sums,
+                "step": step, "position": position, "sums": read_sums(sums), "steps_in_sums": steps_in_sums,
                 "config": cfg.to_dict(), "rng": {"scheme": "reseeded from (seed, step, rank)", "seed": cfg.seed}})
             plot_rtd_curve(log.path, out / "rtd_accuracy.png")
         accelerator.wait_for_everyone()
@@ -207,7 +225,9 @@ def train(cfg: TrainConfig) -> Path:
             group["lr"] = lr
 
         rows = blocks.batch(position, cfg.batch_size)[rank * local:(rank + 1) * local]
-        input_ids = torch.from_numpy(rows).to(device)
+        input_ids = torch.from_numpy(rows)
+        # Pinned memory: the copy is queued behind the previous step instead of waiting for it to finish.
+        input_ids = input_ids.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else input_ids
         attention_mask = (input_ids != tokenizer.pad_token_id).long()
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
             result = model(input_ids, attention_mask)
@@ -220,17 +240,19 @@ def train(cfg: TrainConfig) -> Path:
         step += 1
         position += cfg.batch_size
 
+        # Statistics add up on the device and are read at log time: a read per step would stall the GPU.
         for key, value in result.stats.items():
-            sums[key] = sums.get(key, 0.0) + float(value)
+            sums[key] = sums.get(key, 0.0) + value.detach().double()
         steps_in_sums += 1
-        tokens_since_log += int(attention_mask.sum()) * world
-        if not math.isfinite(sums["loss"]):
-            raise RuntimeError(f"loss is {sums['loss']} at step {step}; lower --lr or use --precision fp32")
+        tokens_since_log += attention_mask.sum() * world
 
         if step % cfg.log_every == 0 or step == cfg.max_steps:
+            host = read_sums(sums)
+            if not math.isfinite(host["loss"]):
+                raise RuntimeError(f"loss is {host['loss']} by step {step}; lower --lr or use --precision fp32")
             elapsed = time.perf_counter() - t_log
-            record = {"step": step, **summarize(sums, steps_in_sums), "lr": lr,
-                      "tokens_per_s": round(tokens_since_log / elapsed, 1), "stage": raw.stage}
+            record = {"step": step, **summarize(host, steps_in_sums), "lr": lr,
+                      "tokens_per_s": round(float(tokens_since_log) / elapsed, 1), "stage": raw.stage}
             if is_main:
                 log.write(record)
                 bar.set_postfix(loss=f"{record['loss']:.3f}", rtd_acc=record.get("disc_acc"),
@@ -249,6 +271,15 @@ def train(cfg: TrainConfig) -> Path:
             print(f"stopped at step {step} of {cfg.max_steps}; continue with --resume", file=sys.stderr)
         log.close()
     return out
+
+
+def read_sums(sums: dict) -> dict[str, float]:
+    """Device-side sums (or floats from a checkpoint) as Python floats, in one transfer."""
+    if not sums:
+        return {}
+    device = next((v.device for v in sums.values() if isinstance(v, torch.Tensor)), "cpu")
+    values = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device) for v in sums.values()])
+    return dict(zip(sums, values.tolist(), strict=True))
 
 
 def main(argv=None) -> int:

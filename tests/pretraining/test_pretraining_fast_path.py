@@ -1,0 +1,60 @@
+"""The GPU fast path of pretraining, run on CPU: compiled encoders and device-side statistics give the
+losses of the plain eager loop; --compile is validated and may change on --resume."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from pretraining import train as train_module
+from pretraining.config import TrainConfig, UsageError, resume_differences
+from pretraining.train import compile_encoders, read_sums, train
+
+
+def read_log(folder) -> list[dict]:
+    return [json.loads(line) for line in (Path(folder) / "log.jsonl").read_text().splitlines()]
+
+
+def test_compiled_encoders_give_the_eager_losses(make_config, tmp_path, monkeypatch):
+    # aot_eager runs dynamo's capture and AOT autograd (what can break a model) without inductor's C++ build;
+    # inductor itself is what CUDA gets by default.
+    monkeypatch.setattr(train_module, "COMPILE_OPTIONS", {"dynamic": False, "backend": "aot_eager"})
+    from torch._dynamo.utils import counters
+
+    common = {"max_steps": 6, "log_every": 2, "save_every": 6}
+    eager = train(make_config(output=str(tmp_path / "eager"), compile="off", **common))
+    counters.clear()
+    fast = train(make_config(output=str(tmp_path / "fast"), compile="on", **common))
+    assert counters["stats"]["unique_graphs"] >= 2  # both encoders were captured
+    assert json.loads((fast / "config.json").read_text())["compiled"] is True
+    assert json.loads((eager / "config.json").read_text())["compiled"] is False
+    a, b = read_log(eager), read_log(fast)
+    assert [r["step"] for r in a] == [r["step"] for r in b] == [2, 4, 6]
+    assert a[0]["loss"] != a[-1]["loss"]  # it trained
+    for ra, rb in zip(a, b, strict=True):
+        for key in ("loss", "mlm_loss", "disc_loss", "disc_acc", "gen_acc", "replaced_rate"):
+            assert ra[key] == pytest.approx(rb[key], rel=1e-4, abs=1e-6), (ra["step"], key)
+
+
+def test_compile_auto_is_off_on_cpu_and_keeps_state_dict_keys(make_model, make_config):
+    model, _ = make_model()
+    keys = list(model.state_dict())
+    assert compile_encoders(model, make_config(compile="auto"), torch.device("cpu")) is False
+    assert compile_encoders(model, make_config(compile="on"), torch.device("cpu")) is True
+    assert list(model.state_dict()) == keys  # checkpoints from compiled runs load into plain models
+
+
+def test_read_sums_mixes_checkpoint_floats_and_device_tensors():
+    sums = {"loss": 1.5 + torch.tensor(2.0, dtype=torch.float64), "n_tokens": torch.tensor(7, dtype=torch.float64)}
+    assert read_sums(sums) == {"loss": 3.5, "n_tokens": 7.0}
+    assert read_sums({"loss": 0.25}) == {"loss": 0.25} and read_sums({}) == {}
+
+
+def test_compile_flag_is_validated_and_resumable():
+    with pytest.raises(UsageError, match="unknown compile 'always'"):
+        TrainConfig(corpus=("x",), output="o", compile="always")
+    before = TrainConfig(corpus=("x",), output="o", compile="on").to_dict()
+    assert resume_differences(before, TrainConfig(corpus=("x",), output="o", compile="off")) == []
