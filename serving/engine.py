@@ -297,6 +297,7 @@ class Classifier:
             "export_report": self._report,
             "precision": str(getattr(self._run, "dtype", "float32")).removeprefix("torch."),
             "cuda_graphs": len(getattr(self._run, "_graphs", ())),
+            "cuda_graph_error": getattr(self._run, "graph_error", None),
             "precision_check": getattr(self._run, "precision_check", None),
         }
 

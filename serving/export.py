@@ -145,7 +145,9 @@ def run(cfg: ExportConfig) -> dict:
     if not cfg.model.is_dir():
         raise ModelError(f"{cfg.model}: no such model folder")
     t0 = time.time()
-    reference = Classifier.load(cfg.model, provider="torch")  # also validates config, labels, tokenizer
+    # fp32 eager on every device (on CUDA the torch default is bf16): the parity gate's reference.
+    # Loading also validates config, labels and tokenizer.
+    reference = Classifier.load(cfg.model, provider="torch", precision="fp32", cuda_graphs=False)
     texts, y_true = _eval_rows(cfg)
     cfg.output.mkdir(parents=True, exist_ok=True)
 

@@ -101,6 +101,7 @@ class TorchRunner:
         # Graphs need fixed shapes; `buckets` alone (no capture) exists so CPU tests run the padding logic.
         self.grid = bucket_grid(max_length, batch_tokens) if (self.cuda_graphs if buckets is None else buckets) else None
         self.precision_check = None
+        self.graph_error = None
         self._graphs: dict = {}
         self._lock = threading.Lock()  # graph replay writes shared static buffers
         self._pad_id = self.model.config.pad_token_id or 0
@@ -145,12 +146,22 @@ class TorchRunner:
 
     def _capture_all(self) -> None:
         torch = self.torch
-        self._pool = torch.cuda.graph_pool_handle()
         # Largest first: later, smaller graphs reuse the pool's blocks instead of growing it.
         shapes = sorted(((r, w) for w, rows in self.grid.items() for r in rows), key=lambda s: -s[0] * s[1])
-        with torch.inference_mode():
-            for rows, width in shapes:
-                self._graphs[rows, width] = self._capture(rows, width)
+        try:
+            self._pool = torch.cuda.graph_pool_handle()
+            with torch.inference_mode():
+                for rows, width in shapes:
+                    self._graphs[rows, width] = self._capture(rows, width)
+        except RuntimeError as e:
+            # A model whose forward reads a value back (e.g. an SDPA mask check on all-ones masks) cannot
+            # be captured: serve it eagerly rather than not at all.
+            self.graph_error = str(e).splitlines()[0] if str(e) else type(e).__name__
+            log.warning("CUDA graph capture failed (%s): serving eagerly", self.graph_error)
+            self._graphs.clear()
+            self.grid = None
+            torch.cuda.synchronize()
+            return
         log.info("captured %d CUDA graphs (%s)", len(self._graphs), str(self.dtype).removeprefix("torch."))
 
     def _capture(self, rows: int, width: int):

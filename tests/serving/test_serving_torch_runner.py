@@ -92,3 +92,23 @@ def test_auto_on_cuda_without_onnxruntime_gpu_serves_pytorch(exported_dir, monke
     assert Classifier.load(exported_dir, provider="cpu").info()["backend"] == "onnx"
     onnx = Classifier.load(exported_dir, provider="cpu", quantized=False)
     assert np.abs(onnx.predict_logits(TEXTS) - clf.predict_logits(TEXTS)).max() < 1e-4
+
+
+def test_a_failed_graph_capture_falls_back_to_eager(trained_classifier_dir, monkeypatch):
+    import torch
+
+    runner = TorchRunner(trained_classifier_dir, None, max_length=128, batch_tokens=256, device="cpu", buckets=True)
+    plain = TorchRunner(trained_classifier_dir, None, max_length=128, batch_tokens=256, device="cpu")
+
+    def refuse(self, rows, width):
+        raise RuntimeError("operation not permitted when stream is capturing\nmore")
+
+    monkeypatch.setattr(TorchRunner, "_capture", refuse)
+    monkeypatch.setattr(torch.cuda, "graph_pool_handle", lambda: None)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda: None)
+    runner._capture_all()
+    assert runner.graph_error == "operation not permitted when stream is capturing"
+    assert runner.grid is None and not runner._graphs
+    feeds = {"input_ids": np.array([[2, 7, 9, 3]]), "attention_mask": np.ones((1, 4), np.int64)}
+    assert runner.width(4) == 4  # exact shapes again
+    np.testing.assert_allclose(runner(feeds), plain(feeds), atol=1e-6)
