@@ -15,7 +15,7 @@ Three stages, each: the fast path (what the code does now by default on this dev
 - serving the fine-tuned model: one short text p50 and rows/s over all ko-help rows. fast =
   Classifier provider torch defaults (CUDA: bf16 + CUDA graphs); plain = fp32 eager, no graphs; peer =
   transformers pipeline (batch 64). Parity: argmax agreement and macro-F1 change, fast vs fp32.
-Rounds are interleaved and medians reported; load average is recorded. Writes bench/results/gpu-<device>.json.
+Rounds are interleaved (each starts with a different contender) and medians reported; load average is recorded. Writes bench/results/gpu-<device>.json.
 Without CUDA it says so: the GPU columns are not measured, never filled in.
 """
 
@@ -54,6 +54,12 @@ def sibling(name: str):
 def sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize()
+
+
+def rotated(contenders: dict, r: int) -> list:
+    """Round r starts with a different contender, so none always runs right after the same one."""
+    items = list(contenders.items())
+    return items[r % len(items):] + items[:r % len(items)]
 
 
 def median(xs):
@@ -116,8 +122,8 @@ def pretraining(device, args) -> list[dict]:
                 warm()
         sync(device)
         times = {k: [] for k in contenders}
-        for _ in range(args.repeats):
-            for name, run_step in contenders.items():
+        for r in range(args.repeats):
+            for name, run_step in rotated(contenders, r):
                 t = time.perf_counter()
                 for _ in range(steps):
                     run_step()
@@ -192,12 +198,14 @@ def finetuning(device, args, work: Path):
         return {"samples_per_s": len(tr) * args.epochs / seconds, "macro_f1": f1(pred.argmax(1))}
 
     rounds = {"fast": [], "plain": [], "peer": []}
-    trained = None
-    for _ in range(args.repeats):
-        result, trained = ours("auto")
-        rounds["fast"].append(result)
-        rounds["plain"].append(ours("off")[0])
-        rounds["peer"].append(peer())
+    trained = []
+    contenders = {"fast": lambda: ours("auto"), "plain": lambda: ours("off"), "peer": lambda: (peer(), None)}
+    for r in range(args.repeats):
+        for name, run in rotated(contenders, r):
+            result, model = run()
+            rounds[name].append(result)
+            trained = [model] if name == "fast" else trained
+    trained = trained[0]
     folder = work / "ft-trained"
     trained.save_pretrained(folder)
     tok.save_pretrained(folder)
@@ -230,8 +238,8 @@ def serving(device, args, folder: Path) -> list[dict]:
                   "peer": lambda xs: pipe(xs, batch_size=64, truncation=True)}
     calls = args.latency_calls or (200 if device.type == "cuda" else 30)
     p50, rows_s = {k: [] for k in contenders}, {k: [] for k in contenders}
-    for _ in range(args.repeats):
-        for name, fn in contenders.items():
+    for r in range(args.repeats):
+        for name, fn in rotated(contenders, r):
             for _ in range(10):
                 fn([SHORT_TEXT])
             ms = []
