@@ -200,6 +200,7 @@ def finetuning(device, args, work: Path):
     rounds = {"fast": [], "plain": [], "peer": []}
     trained = []
     contenders = {"fast": lambda: ours("auto"), "plain": lambda: ours("off"), "peer": lambda: (peer(), None)}
+    ours("off")  # warm-up: the first fit in a process also pays for thread pools and the allocator
     for r in range(args.repeats):
         for name, run in rotated(contenders, r):
             result, model = run()
