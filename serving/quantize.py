@@ -18,7 +18,7 @@ import numpy as np
 @dataclass(frozen=True)
 class Recipe:
     name: str
-    method: str = "dynamic"  # dynamic | static | weight_only
+    method: str = "dynamic"  # dynamic | static
     per_channel: bool = False
     reduce_range: bool = False
     ops: tuple[str, ...] = ("MatMul", "Attention")
@@ -32,11 +32,10 @@ RECIPES = [
     Recipe("dynamic-keep-ffn-out", keep_fp32=("ffn_out",)),
     Recipe("dynamic-keep-last-layer", keep_fp32=("last_layer",)),
     Recipe("static-qdq", method="static", per_channel=True, ops=("MatMul",)),
-    Recipe("weight-only-int8", method="weight_only", ops=("MatMul",)),
 ]
 BY_NAME = {r.name: r for r in RECIPES}
 # Tried in this order by `serving.export --quantize` (measured: docs/serving.md, "Which INT8").
-DEFAULT_ORDER = ("dynamic-per-channel", "static-qdq", "dynamic-keep-ffn-out")
+DEFAULT_ORDER = ("dynamic-per-channel", "dynamic-keep-ffn-out", "static-qdq")  # fastest first
 
 
 def cpu_isa() -> str:
@@ -119,16 +118,6 @@ def quantize(src: Path, dst: Path, recipe: Recipe, isa: str, nodes_to_quantize: 
                         op_types_to_quantize=list(recipe.ops), nodes_to_quantize=nodes_to_quantize,
                         nodes_to_exclude=exclude, extra_options=extra)
         info.update(weight_type="QInt8", calibration_texts=len(calibration_texts))
-    elif recipe.method == "weight_only":
-        from onnxruntime.quantization.matmul_nbits_quantizer import MatMulNBitsQuantizer
-
-        # accuracy_level 4: the kernel quantizes activations to int8 per block at run time (VNNI/AVX-512).
-        q = MatMulNBitsQuantizer(model, bits=8, block_size=32, is_symmetric=True, accuracy_level=4,
-                                 nodes_to_exclude=exclude, nodes_to_include=nodes_to_quantize,
-                                 op_types_to_quantize=recipe.ops)
-        q.process()
-        q.model.save_model_to_file(str(dst))
-        info.update(weight_type="int8 blocks of 32 (MatMulNBits)")
     else:
         raise ValueError(f"unknown quantization method {recipe.method!r}")
     return info
