@@ -139,7 +139,7 @@ def prepare_built(args, df: pd.DataFrame, onnx_dir: Path):
     info = {"shape": "ELECTRA-Small (hidden 256, 12 layers, 4 heads, FFN 1024, emb 128)", "vocab": len(tok),
             "max_length": MAX_LENGTH, "weights": f"random init, fine-tuned {trained['epochs']} epochs on 80% of "
             "ko-help pages (no pretraining)", "finetune_seconds": round(trained["seconds"])}
-    return model_dir, heldout_csv, tok, info, len(heldout)
+    return model_dir, tok, info, len(heldout)
 
 
 def prepare_finetuned(args, onnx_dir: Path):
@@ -159,7 +159,7 @@ def prepare_finetuned(args, onnx_dir: Path):
     cfg = AutoConfig.from_pretrained(args.finetuned)
     info = {"shape": f"{cfg.model_type} (hidden {cfg.hidden_size}, {cfg.num_hidden_layers} layers)",
             "vocab": len(tok), "max_length": tok.model_max_length, "weights": str(args.finetuned)}
-    return args.finetuned, args.eval_csv, tok, info
+    return args.finetuned, tok, info
 
 
 def percentiles(times: list[float]) -> tuple[float, float]:
@@ -241,15 +241,16 @@ def main() -> None:
     load_before = os.getloadavg()
     onnx_dir = args.work / "onnx"
     if args.finetuned:
-        model_dir, heldout_csv, tok, info = prepare_finetuned(args, onnx_dir)
+        model_dir, tok, info = prepare_finetuned(args, onnx_dir)
         csv = args.score_csv or args.eval_csv
         df = pd.read_csv(csv, dtype=str, keep_default_na=False)
-        heldout_rows = len(pd.read_csv(heldout_csv, dtype=str, keep_default_na=False))
+        heldout_rows = None  # the rows the gate judged, read from the report below
     else:
         csv = DATA / "ko-help" / "train.csv"
         df = pd.read_csv(csv, dtype=str, keep_default_na=False)
-        model_dir, heldout_csv, tok, info, heldout_rows = prepare_built(args, df, onnx_dir)
+        model_dir, tok, info, heldout_rows = prepare_built(args, df, onnx_dir)
     report = json.loads((onnx_dir / "export_report.json").read_text())
+    heldout_rows = heldout_rows or report["gate"]["rows"]
 
     torch.set_num_threads(2)
     model = AutoModelForSequenceClassification.from_pretrained(model_dir).eval()
