@@ -1,21 +1,23 @@
 """Export a fine-tuned classifier to ONNX, optimise it for its target, optionally quantize, and gate on parity.
 
     python -m serving.export --model model/ --output onnx/ --quantize \\
-        [--target cpu|cuda] [--eval-csv labeled.csv --text-column text --label-column label] [--min-agreement 0.99]
+        [--target cpu|cuda] [--eval-csv labeled.csv --text-column text --label-column label]
+        [--min-agreement 0.99] [--max-f1-drop 0.5] [--int8-recipes static-qdq,dynamic-per-channel,...]
 
 Writes into OUT: model.onnx (Optimum export, dynamic batch/sequence axes, ONNX Runtime transformer
-fusions; fp16 for --target cuda), model_quantized.onnx (--quantize: dynamic INT8, CPU only), the
-tokenizer, config.json (id2label), labels.json, normalization.json / training_config.json when the
-model has them, and export_report.json: max |Δlogit|, argmax agreement and (with --eval-csv) macro-F1
-of PyTorch and of each ONNX file. A file whose argmax agreement with PyTorch is below
---min-agreement is deleted and the command exits 2, so a folder never serves a model that failed.
+fusions; fp16 for --target cuda), model_quantized.onnx (--quantize: INT8 for CPU, the first recipe
+of --int8-recipes that passes the gate), the tokenizer, config.json (id2label), labels.json,
+normalization.json / training_config.json when the model has them, and export_report.json.
+The gate (serving/parity.py) compares each file with PyTorch on up to --max-eval-rows rows of
+--eval-csv (argmax agreement and macro-F1 change) or, without labels, on a built-in sample
+(agreement only, with a warning). A file that fails is not kept and the command exits 2; when only
+INT8 fails, model.onnx is kept and the report lists every recipe tried and why each failed.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
-import platform
 import shutil
 import sys
 import tempfile
@@ -23,25 +25,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
-
 from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, ModelError
 from serving.io import DataError, missing_text, read_table, write_json
+from serving.parity import builtin_sample, compare, verdict
+from serving.quantize import BY_NAME, DEFAULT_ORDER, cpu_isa, quantize
 
 log = logging.getLogger("serving.export")
 
 # Files that travel with the model besides what Optimum writes (our own contracts from finetune/).
 SIDECARS = ("normalization.json", "training_config.json")
-
-# Parity texts when no --eval-csv is given: short and long, Korean, English, mixed, noisy.
-SAMPLE_TEXTS = [
-    "오늘 회의 일정 메모", "어제 꿈에서 바다를 봤다", "로그인할 때 오류가 발생했다", "내일 약속 기록해 두기",
-    "error 500 when saving", "dream about flying", "memo: buy milk", "ㅋㅋㅋㅋ 진짜 웃기네",
-    "서버 에러 다시 발생함!!", "회의록 정리", "꿈 일기 쓰기 좋은 날씨", "a", "1234", "?!",
-    "파일을 저장하면 프로그램이 멈추고 오류 메시지가 나타납니다. 다시 시작해도 같은 문제가 생깁니다.",
-    "Calc에서 셀 서식을 바꾸려면 서식 메뉴를 선택합니다.", "https://example.com 링크 메모 😀",
-    " ".join(["긴 문장을 반복해서 모델의 최대 길이를 넘기는 입력입니다"] * 60),
-]
+CANDIDATE = ".int8-candidate.onnx"  # a recipe's output while it is judged; never served
 
 
 @dataclass(frozen=True)
@@ -54,41 +47,11 @@ class ExportConfig:
     text_column: str = "text"
     label_column: str = "label"
     min_agreement: float = 0.99
+    max_f1_drop: float = 0.5
+    int8_recipes: tuple[str, ...] = DEFAULT_ORDER
     opset: int | None = None
     max_eval_rows: int = 2000
-
-
-def cpu_isa() -> str:
-    """The best x86 instruction set for INT8 kernels here: avx512_vnni, avx512, avx2 (the fallback) or arm64."""
-    if platform.machine().lower() in ("arm64", "aarch64"):
-        return "arm64"
-    try:
-        flags = set(Path("/proc/cpuinfo").read_text().split())
-    except OSError:
-        return "avx2"
-    if "avx512_vnni" in flags or "avx_vnni" in flags:
-        return "avx512_vnni"
-    return "avx512" if "avx512f" in flags else "avx2"
-
-
-def quantize(src: Path, dst: Path, isa: str) -> dict:
-    """Dynamic INT8 of MatMul/Attention weights; activations quantized per batch at run time.
-
-    Why not Optimum's ORTQuantizer: its shape inference fails on the fused (Attention,
-    SkipLayerNormalization) graph. quantize_dynamic with DefaultTensorType handles the contrib ops.
-    Weight type follows Optimum's per-ISA presets: signed weights where VNNI/AVX-512/ARM have fast
-    u8s8 kernels; on plain AVX2, u8u8, because AVX2's u8s8 multiply-add can saturate.
-    """
-    import onnx
-    from onnxruntime.quantization import QuantType, quantize_dynamic
-
-    weight_type = QuantType.QUInt8 if isa == "avx2" else QuantType.QInt8
-    ops = ["MatMul", "Attention"]
-    quantize_dynamic(
-        str(src), str(dst), weight_type=weight_type, per_channel=False, reduce_range=False,
-        op_types_to_quantize=ops, extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-    )
-    return {"isa": isa, "weight_type": weight_type.name, "ops": ops, "method": "onnxruntime quantize_dynamic"}
+    sample_size: int = 500
 
 
 def _onnx_export(cfg: ExportConfig, work: Path) -> tuple[Path, Path]:
@@ -108,32 +71,52 @@ def _onnx_export(cfg: ExportConfig, work: Path) -> tuple[Path, Path]:
     return opt / "model_optimized.onnx", raw
 
 
-def _eval_rows(cfg: ExportConfig) -> tuple[list[str], list[str] | None]:
+def _eval_rows(cfg: ExportConfig) -> tuple[list[str], list[str] | None, list[str]]:
+    """(judged texts, their labels or None, calibration texts for static INT8, disjoint from the judged)."""
     if cfg.eval_csv is None:
-        return list(SAMPLE_TEXTS), None
+        return builtin_sample(cfg.sample_size), None, builtin_sample(200, seed=1)
     df = read_table(cfg.eval_csv, columns=[cfg.text_column, cfg.label_column])
     df = df[~missing_text(df[cfg.text_column])]
-    if len(df) > cfg.max_eval_rows:
-        df = df.sample(cfg.max_eval_rows, random_state=0)
     if df.empty:
         raise DataError(f"{cfg.eval_csv}: no rows with text in column {cfg.text_column!r}")
-    return SAMPLE_TEXTS + df[cfg.text_column].astype(str).tolist(), df[cfg.label_column].astype(str).tolist()
+    df = df.sample(frac=1.0, random_state=0)
+    n_calib = min(200, len(df) // 5)
+    calib, judged = df.iloc[:n_calib], df.iloc[n_calib : n_calib + cfg.max_eval_rows]
+    texts = judged[cfg.text_column].astype(str).tolist()
+    return texts, judged[cfg.label_column].astype(str).tolist(), calib[cfg.text_column].astype(str).tolist() or texts
 
 
-def _compare(ref: np.ndarray, got: np.ndarray, labels: list[str], y_true: list[str] | None) -> dict:
-    from sklearn.metrics import f1_score
+def _check(cfg: ExportConfig, file: Path, ref, texts, labels, y_true, ref_f1) -> tuple[dict, list[str]]:
+    clf = Classifier.load(file, provider="cuda" if cfg.target == "cuda" else "cpu")
+    stats = compare(ref, clf.predict_logits(texts), labels, y_true)
+    return stats, verdict(stats, ref_f1, cfg.min_agreement, cfg.max_f1_drop)
 
-    out = {
-        "texts": len(ref),
-        "max_abs_logit_diff": float(np.abs(ref - got).max()),
-        "mean_abs_logit_diff": float(np.abs(ref - got).mean()),
-        "argmax_agreement": float((ref.argmax(1) == got.argmax(1)).mean()),
-    }
-    if y_true is not None:
-        n = len(y_true)
-        pred = [labels[i] for i in got[-n:].argmax(1)]
-        out["macro_f1"] = float(f1_score(y_true, pred, average="macro", zero_division=0))
-    return out
+
+def _quantize_gated(cfg: ExportConfig, ref, texts, labels, y_true, ref_f1, calib: list[str]) -> tuple[dict | None, list]:
+    """Try the recipes in order; the first that passes becomes model_quantized.onnx. Returns (its
+    quantization info or None, every attempt with its numbers and why it failed)."""
+    src, cand, isa = cfg.output / ONNX_FILE, cfg.output / CANDIDATE, cpu_isa()
+    encoder = Classifier.load(src, provider="cpu")
+    attempts = []
+    try:
+        for name in cfg.int8_recipes:
+            t = time.time()
+            try:
+                info = quantize(src, cand, BY_NAME[name], isa, calibration_texts=calib, encoder=encoder)
+            except Exception as e:  # noqa: BLE001 - a recipe this graph cannot take is a failed try, not the end
+                attempts.append({"recipe": name, "passed": False, "why": [f"quantization failed: {e!r}"[:300]]})
+                log.warning("INT8 recipe %s: quantization failed (%r); trying the next", name, e)
+                continue
+            stats, why = _check(cfg, cand, ref, texts, labels, y_true, ref_f1)
+            stats.update(recipe=name, passed=not why, why=why, seconds=round(time.time() - t, 1))
+            attempts.append(stats)
+            log.info("INT8 recipe %s: %s", name, "passed" if not why else "failed: " + "; ".join(why))
+            if not why:
+                cand.replace(cfg.output / ONNX_INT8_FILE)
+                return info, attempts
+    finally:
+        cand.unlink(missing_ok=True)
+    return None, attempts
 
 
 def run(cfg: ExportConfig) -> dict:
@@ -142,24 +125,28 @@ def run(cfg: ExportConfig) -> dict:
                          "(it would run on the CPU); export fp16 for CUDA, or INT8 with --target cpu")
     if not (0.0 < cfg.min_agreement <= 1.0):
         raise DataError(f"--min-agreement {cfg.min_agreement}: use a fraction in (0, 1]")
+    if cfg.max_f1_drop < 0:
+        raise DataError(f"--max-f1-drop {cfg.max_f1_drop}: use points of macro-F1 >= 0 (0.5 = half a point)")
+    unknown = [r for r in cfg.int8_recipes if r not in BY_NAME]
+    if unknown or not cfg.int8_recipes:
+        raise DataError(f"--int8-recipes {','.join(cfg.int8_recipes)}: unknown {unknown or 'empty'}; "
+                        f"known: {', '.join(BY_NAME)}")
     if not cfg.model.is_dir():
         raise ModelError(f"{cfg.model}: no such model folder")
     t0 = time.time()
     # fp32 eager on every device (on CUDA the torch default is bf16): the parity gate's reference.
     # Loading also validates config, labels and tokenizer.
     reference = Classifier.load(cfg.model, provider="torch", precision="fp32", cuda_graphs=False)
-    texts, y_true = _eval_rows(cfg)
+    texts, y_true, calib = _eval_rows(cfg)
+    if y_true is None:
+        log.warning("no --eval-csv: the parity gate judges argmax agreement on %d built-in texts, not on your "
+                    "data, and cannot judge macro-F1; pass --eval-csv with labeled rows to judge on them", len(texts))
     cfg.output.mkdir(parents=True, exist_ok=True)
 
     with tempfile.TemporaryDirectory(prefix=".export-", dir=cfg.output) as tmp:
         work = Path(tmp)
         model_file, raw = _onnx_export(cfg, work)
-        files = {ONNX_FILE: model_file}
-        quant_info = None
-        if cfg.quantize:
-            quant_info = quantize(model_file, work / ONNX_INT8_FILE, cpu_isa())
-            files[ONNX_INT8_FILE] = work / ONNX_INT8_FILE
-        for name in (ONNX_FILE, ONNX_INT8_FILE):
+        for name in (ONNX_FILE, ONNX_INT8_FILE, CANDIDATE):
             (cfg.output / name).unlink(missing_ok=True)  # a stale file must not outlive this export
         for p in raw.iterdir():
             if p.suffix != ".onnx":
@@ -168,50 +155,55 @@ def run(cfg: ExportConfig) -> dict:
             if (cfg.model / name).exists():
                 shutil.copy2(cfg.model / name, cfg.output / name)
         write_json(cfg.output / "labels.json", reference.labels)
-        for name, src in files.items():
-            shutil.move(src, cfg.output / name)
+        shutil.move(model_file, cfg.output / ONNX_FILE)
 
+    labels = reference.labels
     ref_logits = reference.predict_logits(texts)
+    ref_f1 = compare(ref_logits, ref_logits, labels, y_true).get("macro_f1")
     report = {
         "source": str(cfg.model.resolve()),
         "target": cfg.target,
         "precision": "fp16" if cfg.target == "cuda" else "fp32",
         "optimization": "optimum O2 (ONNX Runtime transformer fusions)",
-        "quantization": quant_info,
+        "quantization": None,
         "max_length": reference.max_length,
-        "labels": reference.labels,
-        "min_agreement": cfg.min_agreement,
+        "labels": labels,
+        "gate": {"judged_on": "eval_csv" if y_true else "builtin_sample", "rows": len(texts),
+                 "min_agreement": cfg.min_agreement, "max_f1_drop_points": cfg.max_f1_drop if y_true else None},
         "eval_csv": str(cfg.eval_csv) if cfg.eval_csv else None,
-        "sample_texts": len(SAMPLE_TEXTS),
         "eval_rows": len(y_true) if y_true else 0,
-        "pytorch": {},
+        "pytorch": {"macro_f1": ref_f1} if y_true else {},
         "files": {},
     }
-    if y_true is not None:
-        report["pytorch"] = _compare(ref_logits, ref_logits, reference.labels, y_true)
-    failed = []
-    for name in files:
-        if cfg.target == "cuda" and not _has_cuda():
-            report["files"][name] = {"checked": False, "why": "fp16 CUDA model and no CUDA provider here"}
-            log.warning("%s not checked against PyTorch: no CUDA provider on this machine", name)
-            continue
-        onnx_clf = Classifier.load(cfg.output / name, provider="cuda" if cfg.target == "cuda" else "cpu")
-        stats = _compare(ref_logits, onnx_clf.predict_logits(texts), reference.labels, y_true)
-        stats["checked"] = True
-        stats["passed"] = stats["argmax_agreement"] >= cfg.min_agreement
-        stats["size_mb"] = round((cfg.output / name).stat().st_size / 2**20, 2)
-        report["files"][name] = stats
-        if not stats["passed"]:
-            failed.append(name)
+    failed = {}
+    if cfg.target == "cuda" and not _has_cuda():
+        report["files"][ONNX_FILE] = {"checked": False, "why": "fp16 CUDA model and no CUDA provider here"}
+        log.warning("%s not checked against PyTorch: no CUDA provider on this machine", ONNX_FILE)
+    else:
+        stats, why = _check(cfg, cfg.output / ONNX_FILE, ref_logits, texts, labels, y_true, ref_f1)
+        report["files"][ONNX_FILE] = {**stats, "checked": True, "passed": not why, "why": why,
+                                      "size_mb": round((cfg.output / ONNX_FILE).stat().st_size / 2**20, 2)}
+        if why:
+            failed[ONNX_FILE] = "; ".join(why)
+    if cfg.quantize and not failed:
+        info, attempts = _quantize_gated(cfg, ref_logits, texts, labels, y_true, ref_f1, calib)
+        report["quantization"], report["int8_attempts"] = info, attempts
+        if info:
+            best = attempts[-1]
+            report["files"][ONNX_INT8_FILE] = {**best, "checked": True,
+                                               "size_mb": round((cfg.output / ONNX_INT8_FILE).stat().st_size / 2**20, 2)}
+        else:
+            failed[ONNX_INT8_FILE] = "every recipe failed (" + "; ".join(
+                f"{a['recipe']}: {', '.join(a['why'])}" for a in attempts) + ")"
     report["passed"] = not failed
     report["seconds"] = round(time.time() - t0, 1)
     write_json(cfg.output / REPORT_FILE, report)
     if failed:
-        for name in failed:
-            (cfg.output / name).unlink()
-        details = ", ".join(f"{n}: argmax agreement {report['files'][n]['argmax_agreement']:.4f}" for n in failed)
-        raise ModelError(f"parity gate failed ({details} < --min-agreement {cfg.min_agreement}); deleted "
-                         f"{', '.join(failed)}; details in {cfg.output / REPORT_FILE}")
+        if ONNX_FILE in failed:  # fp32 stays when only INT8 failed: it still serves
+            (cfg.output / ONNX_FILE).unlink()
+        kept = "" if ONNX_FILE in failed else f"; {ONNX_FILE} (fp32) passed and is kept"
+        details = ", ".join(f"{n}: {w}" for n, w in failed.items())
+        raise ModelError(f"parity gate failed ({details}){kept}; details in {cfg.output / REPORT_FILE}")
     return report
 
 
@@ -231,10 +223,16 @@ def parse_args(argv: list[str] | None = None) -> ExportConfig:
     ap.add_argument("--text-column", default="text")
     ap.add_argument("--label-column", default="label")
     ap.add_argument("--min-agreement", type=float, default=0.99, help="argmax agreement with PyTorch required")
+    ap.add_argument("--max-f1-drop", type=float, default=0.5,
+                    help="macro-F1 points a file may lose against PyTorch on --eval-csv rows")
+    ap.add_argument("--int8-recipes", default=",".join(DEFAULT_ORDER),
+                    help=f"INT8 recipes to try in order, first that passes wins (known: {', '.join(BY_NAME)})")
     ap.add_argument("--opset", type=int, default=None)
-    ap.add_argument("--max-eval-rows", type=int, default=2000, help="sample of --eval-csv rows to compare on")
-    a = ap.parse_args(argv)
-    return ExportConfig(**vars(a))
+    ap.add_argument("--max-eval-rows", type=int, default=2000, help="--eval-csv rows the gate judges (seeded sample)")
+    ap.add_argument("--sample-size", type=int, default=500, help="built-in texts judged when there is no --eval-csv")
+    a = vars(ap.parse_args(argv))
+    a["int8_recipes"] = tuple(r.strip() for r in a["int8_recipes"].split(",") if r.strip())
+    return ExportConfig(**a)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -247,13 +245,15 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, ModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    f1_ref = report["pytorch"].get("macro_f1")
     for name, s in report["files"].items():
-        if s.get("checked"):
-            f1 = f", macro-F1 {s['macro_f1']:.4f} (PyTorch {report['pytorch']['macro_f1']:.4f})" if "macro_f1" in s else ""
-            print(f"{name}: {s['size_mb']} MB, max |Δlogit| {s['max_abs_logit_diff']:.2e}, "
-                  f"argmax agreement {s['argmax_agreement']:.4f} on {s['texts']} texts{f1}")
-        else:
+        if not s.get("checked"):
             print(f"{name}: not checked ({s['why']})")
+            continue
+        f1 = f", macro-F1 {s['macro_f1']:.4f} (PyTorch {f1_ref:.4f})" if "macro_f1" in s else ""
+        recipe = f", INT8 recipe {s['recipe']}" if "recipe" in s else ""
+        print(f"{name}: {s['size_mb']} MB, max |Δlogit| {s['max_abs_logit_diff']:.2e}, "
+              f"argmax agreement {s['argmax_agreement']:.4f} on {s['texts']} texts{f1}{recipe}")
     print(f"wrote {cfg.output} ({report['seconds']} s); report: {cfg.output / REPORT_FILE}")
     return 0
 

@@ -32,13 +32,17 @@ def test_export_folder_contents(exported_dir, trained_classifier_dir):
 
 def test_export_report_numbers(exported_dir):
     r = json.loads((exported_dir / "export_report.json").read_text())
-    assert r["passed"] is True and r["target"] == "cpu" and r["eval_rows"] == 45
+    # 45 labeled rows: 9 calibrate static INT8, the other 36 are judged.
+    assert r["passed"] is True and r["target"] == "cpu" and r["eval_rows"] == 36
+    assert r["gate"]["judged_on"] == "eval_csv" and r["gate"]["rows"] == 36
     fp32, int8 = r["files"]["model.onnx"], r["files"]["model_quantized.onnx"]
     assert fp32["max_abs_logit_diff"] < 1e-4 and fp32["argmax_agreement"] == 1.0
-    assert int8["argmax_agreement"] >= 0.95
+    assert int8["argmax_agreement"] >= 0.95 and int8["macro_f1_change_points"] >= -0.5
     assert 0 <= int8["macro_f1"] <= 1 and r["pytorch"]["macro_f1"] > 0.5  # the fixture did learn
     assert abs(fp32["macro_f1"] - r["pytorch"]["macro_f1"]) < 1e-9
-    assert r["quantization"]["weight_type"] in ("QInt8", "QUInt8")
+    # The first recipe tried that passed is the one written, and the report says which.
+    assert r["int8_attempts"][-1]["passed"] and not any(a["passed"] for a in r["int8_attempts"][:-1])
+    assert int8["recipe"] == r["quantization"]["recipe"] == r["int8_attempts"][-1]["recipe"]
 
 
 def test_normalization_and_training_config_travel(trained_classifier_dir, tmp_path):
@@ -56,7 +60,7 @@ def test_normalization_and_training_config_travel(trained_classifier_dir, tmp_pa
 
 
 def test_parity_gate_failure_deletes_file(trained_classifier_dir, tmp_path, monkeypatch):
-    real = export._compare
+    real = export.compare
 
     def worse(ref, got, labels, y_true):
         stats = real(ref, got, labels, y_true)
@@ -64,7 +68,7 @@ def test_parity_gate_failure_deletes_file(trained_classifier_dir, tmp_path, monk
             stats["argmax_agreement"] = 0.5
         return stats
 
-    monkeypatch.setattr(export, "_compare", worse)
+    monkeypatch.setattr(export, "compare", worse)
     out = tmp_path / "onnx"
     with pytest.raises(ModelError, match=r"parity gate failed .*argmax agreement 0\.5000"):
         export.run(export.ExportConfig(model=trained_classifier_dir, output=out, quantize=True))
@@ -86,3 +90,47 @@ def test_cli_refuses_int8_for_cuda_and_bad_folders(trained_classifier_dir, tmp_p
     r = _cli("--model", tmp_path / "nope", "--output", tmp_path / "o")
     assert r.returncode == 2 and "error:" in r.stderr and "no such model folder" in r.stderr
     assert "Traceback" not in r.stderr
+
+
+def test_int8_fallback_keeps_fp32_and_names_every_recipe(trained_classifier_dir, tmp_path, monkeypatch):
+    real = export._check
+
+    def int8_fails(cfg, file, *a):
+        stats, why = real(cfg, file, *a)
+        return stats, why + (["forced"] if file.name == export.CANDIDATE else [])
+
+    monkeypatch.setattr(export, "_check", int8_fails)
+    out = tmp_path / "onnx"
+    cfg = export.ExportConfig(model=trained_classifier_dir, output=out, quantize=True, sample_size=60,
+                              int8_recipes=("dynamic", "dynamic-keep-ffn-out"))
+    with pytest.raises(ModelError, match=r"model_quantized.onnx: every recipe failed \(dynamic: .*forced; "
+                                         r"dynamic-keep-ffn-out: .*forced\)\); model.onnx \(fp32\) passed and is kept"):
+        export.run(cfg)
+    r = json.loads((out / "export_report.json").read_text())
+    assert [a["recipe"] for a in r["int8_attempts"]] == ["dynamic", "dynamic-keep-ffn-out"]
+    assert r["passed"] is False and r["files"]["model.onnx"]["passed"] is True and r["quantization"] is None
+    assert (out / "model.onnx").exists() and not (out / "model_quantized.onnx").exists()
+    assert not (out / export.CANDIDATE).exists()
+    # The fp32 model that stayed still serves.
+    from serving.engine import Classifier
+
+    assert Classifier.load(out).predict(["memo: buy milk"])[0].label in ("dream", "error", "memo")
+
+
+def test_gate_without_labels_uses_builtin_sample_and_warns(trained_classifier_dir, tmp_path, caplog):
+    out = tmp_path / "onnx"
+    with caplog.at_level("WARNING", logger="serving.export"):
+        report = export.run(export.ExportConfig(model=trained_classifier_dir, output=out, sample_size=120))
+    assert report["gate"] == {"judged_on": "builtin_sample", "rows": 120, "min_agreement": 0.99,
+                              "max_f1_drop_points": None}
+    assert report["files"]["model.onnx"]["texts"] == 120 and "macro_f1" not in report["files"]["model.onnx"]
+    assert "no --eval-csv" in caplog.text and "120 built-in texts" in caplog.text
+
+
+def test_cli_refuses_unknown_recipe_and_negative_f1_drop(trained_classifier_dir, tmp_path):
+    with pytest.raises(export.DataError, match=r"unknown \['nope'\]; known: dynamic"):
+        export.run(export.ExportConfig(model=trained_classifier_dir, output=tmp_path, int8_recipes=("nope",)))
+    with pytest.raises(export.DataError, match="--max-f1-drop -1"):
+        export.run(export.ExportConfig(model=trained_classifier_dir, output=tmp_path, max_f1_drop=-1))
+    assert export.parse_args(["--model", "m", "--output", "o", "--int8-recipes", "static-qdq, dynamic"]).int8_recipes \
+        == ("static-qdq", "dynamic")

@@ -1,0 +1,92 @@
+"""The parity gate of `serving.export`: which rows an exported file is judged on, and what it must keep.
+
+With labeled rows (--eval-csv) a file must keep PyTorch's argmax on --min-agreement of them AND lose
+at most --max-f1-drop points of macro-F1. Without labels only agreement can be judged, on a built-in
+sample: the hand-written texts below plus seeded recombinations of their sentences (real words,
+lengths from a few tokens to past any max_length), so that one flipped near-tie is 0.2% and not 6%.
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+# Short and long, Korean, English, mixed, noisy: the edge cases tokenisation and truncation must survive.
+SAMPLE_TEXTS = [
+    "오늘 회의 일정 메모", "어제 꿈에서 바다를 봤다", "로그인할 때 오류가 발생했다", "내일 약속 기록해 두기",
+    "error 500 when saving", "dream about flying", "memo: buy milk", "ㅋㅋㅋㅋ 진짜 웃기네",
+    "서버 에러 다시 발생함!!", "회의록 정리", "꿈 일기 쓰기 좋은 날씨", "a", "1234", "?!",
+    "파일을 저장하면 프로그램이 멈추고 오류 메시지가 나타납니다. 다시 시작해도 같은 문제가 생깁니다.",
+    "Calc에서 셀 서식을 바꾸려면 서식 메뉴를 선택합니다.", "https://example.com 링크 메모 😀",
+    " ".join(["긴 문장을 반복해서 모델의 최대 길이를 넘기는 입력입니다"] * 60),
+]
+
+# Sentences the generated sample is built from: news, software help and notes, in English and Korean.
+_SENTENCES = [
+    "Shares in the company rose sharply after it reported record quarterly profits.",
+    "The central bank kept interest rates unchanged despite rising inflation.",
+    "The striker scored twice in the second half to secure the title.",
+    "The coach said the team would need to improve its defence before the final.",
+    "The minister announced a new bill to reform the tax system.",
+    "Opposition leaders criticised the government over the delayed election.",
+    "The new phone has a faster chip and a longer battery life.",
+    "Engineers released a software update that fixes the security flaw.",
+    "The film won three awards, including best actress, at the ceremony.",
+    "The band will start a world tour next spring after releasing its album.",
+    "Click the Save button or press Ctrl+S to keep your changes.",
+    "If the program stops responding, close it and open the file again.",
+    "To insert a chart, select the data and choose Insert, then Chart.",
+    "The formula returns an error when the cell is empty.",
+    "Remember to call the bank tomorrow morning.",
+    "Meeting notes: budget review moved to Friday.",
+    "주가가 실적 발표 이후 크게 올랐다.", "중앙은행이 기준금리를 동결했다.",
+    "공격수가 후반전에 두 골을 넣어 우승을 확정했다.", "정부가 새로운 세제 개편안을 발표했다.",
+    "새 휴대폰은 배터리가 오래가고 처리 속도가 빠르다.", "보안 문제를 고친 업데이트가 배포되었다.",
+    "영화가 시상식에서 세 개의 상을 받았다.", "저장 버튼을 누르거나 Ctrl+S를 눌러 변경 내용을 저장합니다.",
+    "셀이 비어 있으면 수식이 오류를 반환합니다.", "차트를 삽입하려면 데이터를 선택하고 삽입 메뉴를 누르세요.",
+    "프레젠테이션에서 슬라이드 전환 효과를 바꿀 수 있습니다.", "수식 편집기에서 분수를 입력하는 방법",
+    "내일 아침에 은행에 전화하기", "회의 메모: 예산 검토는 금요일로 변경",
+]
+
+
+def builtin_sample(n: int = 500, seed: int = 0) -> list[str]:
+    """SAMPLE_TEXTS plus seeded texts of 1-12 sentences or fragments of 1-8 words, n texts in all."""
+    rng = random.Random(seed)
+    out = list(SAMPLE_TEXTS)
+    while len(out) < n:
+        words = " ".join(rng.choice(_SENTENCES) for _ in range(rng.choice((1, 2, 3, 5, 8, 12)))).split()
+        if rng.random() < 0.3:  # a fragment of 1-8 words, as people type into a search box
+            start = rng.randrange(len(words))
+            words = words[start : start + rng.randint(1, 8)]
+        out.append(" ".join(words))
+    return out[:n]
+
+
+def compare(ref: np.ndarray, got: np.ndarray, labels: list[str], y_true: list[str] | None) -> dict:
+    """Logit differences, argmax agreement with `ref`, and macro-F1 when labels are known."""
+    from sklearn.metrics import f1_score
+
+    out = {
+        "texts": len(ref),
+        "max_abs_logit_diff": float(np.abs(ref - got).max()),
+        "mean_abs_logit_diff": float(np.abs(ref - got).mean()),
+        "argmax_agreement": float((ref.argmax(1) == got.argmax(1)).mean()),
+    }
+    if y_true is not None:
+        pred = [labels[i] for i in got.argmax(1)]
+        out["macro_f1"] = float(f1_score(y_true, pred, average="macro", zero_division=0))
+    return out
+
+
+def verdict(stats: dict, reference_f1: float | None, min_agreement: float, max_f1_drop: float) -> list[str]:
+    """Why `stats` fails the gate; empty when it passes. max_f1_drop is in points (0.5 = half a point)."""
+    why = []
+    if stats["argmax_agreement"] < min_agreement:
+        why.append(f"argmax agreement {stats['argmax_agreement']:.4f} < {min_agreement}")
+    if reference_f1 is not None and "macro_f1" in stats:
+        drop = 100 * (reference_f1 - stats["macro_f1"])
+        stats["macro_f1_change_points"] = -drop
+        if drop > max_f1_drop:
+            why.append(f"macro-F1 {-drop:+.2f} points > -{max_f1_drop}")
+    return why

@@ -1,0 +1,123 @@
+"""INT8 recipes for the fused (Optimum O2) ONNX graph, tried in order by `serving.export --quantize`.
+
+Each recipe is one call into ONNX Runtime's quantization tools; which ones exist and in what order
+they are tried was chosen by measurement on fine-tuned MiniLM (bench/int8_recipes.py, docs/serving.md).
+"""
+
+from __future__ import annotations
+
+import platform
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    method: str = "dynamic"  # dynamic | static
+    per_channel: bool = False
+    reduce_range: bool = False
+    ops: tuple[str, ...] = ("MatMul", "Attention")
+    keep_fp32: tuple[str, ...] = ()  # node groups left in fp32: "ffn_out", "last_layer", "attention"
+
+
+RECIPES = [
+    Recipe("dynamic"),
+    Recipe("dynamic-per-channel", per_channel=True),
+    Recipe("dynamic-matmul-only", ops=("MatMul",)),
+    Recipe("dynamic-keep-ffn-out", keep_fp32=("ffn_out",)),
+    Recipe("dynamic-keep-last-layer", keep_fp32=("last_layer",)),
+    Recipe("static-qdq", method="static", per_channel=True, ops=("MatMul",)),
+]
+BY_NAME = {r.name: r for r in RECIPES}
+# Tried in this order by `serving.export --quantize` (measured: docs/serving.md, "Which INT8").
+DEFAULT_ORDER = ("dynamic-per-channel", "dynamic-keep-ffn-out", "static-qdq")  # fastest first
+
+
+def cpu_isa() -> str:
+    """The best x86 instruction set for INT8 kernels here: avx512_vnni, avx512, avx2 (the fallback) or arm64."""
+    if platform.machine().lower() in ("arm64", "aarch64"):
+        return "arm64"
+    try:
+        flags = set(Path("/proc/cpuinfo").read_text().split())
+    except OSError:
+        return "avx2"
+    if "avx512_vnni" in flags or "avx_vnni" in flags:
+        return "avx512_vnni"
+    return "avx512" if "avx512f" in flags else "avx2"
+
+
+def node_groups(model) -> dict[str, list[str]]:
+    """Names of the quantizable nodes by role. Names come from the HF module path that Optimum keeps
+    (encoder.layer.N.output.dense) and from the fusion (Attention_N, numbered in graph order)."""
+    nodes = [n for n in model.graph.node if n.op_type in ("MatMul", "Attention")]
+    layer = {}
+    for n in nodes:
+        m = re.search(r"layer\.(\d+)/", n.name) or re.fullmatch(r"Attention_(\d+)", n.name)
+        if m:
+            layer[n.name] = int(m.group(1))
+    last = max(layer.values(), default=-1)
+    return {
+        "ffn_out": [n.name for n in nodes if re.search(r"layer\.\d+/output/dense/MatMul$", n.name)],
+        "last_layer": [name for name, i in layer.items() if i == last],
+        "attention": [n.name for n in nodes if n.op_type == "Attention"],
+    }
+
+
+class _Feeds:
+    """CalibrationDataReader over texts, one text per batch so that no padding enters the ranges."""
+
+    def __init__(self, encoder, texts: Sequence[str], input_names: list[str]):
+        self._it = iter(encoder.encode(list(texts)))
+        self._names = input_names
+
+    def get_next(self):
+        ids = next(self._it, None)
+        if ids is None:
+            return None
+        a = np.asarray([ids], np.int64)
+        feeds = {"input_ids": a, "attention_mask": np.ones_like(a), "token_type_ids": np.zeros_like(a)}
+        return {k: v for k, v in feeds.items() if k in self._names}
+
+
+def quantize(src: Path, dst: Path, recipe: Recipe, isa: str, nodes_to_quantize: list[str] | None = None,
+             calibration_texts: Sequence[str] | None = None, encoder=None) -> dict:
+    """Write `dst`, the INT8 version of `src` by `recipe`; returns what was done (for export_report.json).
+
+    Why not Optimum's ORTQuantizer: its shape inference fails on the fused (Attention,
+    SkipLayerNormalization) graph; ONNX Runtime's own tools with DefaultTensorType handle the contrib ops.
+    Weight type follows Optimum's per-ISA presets: signed weights where VNNI/AVX-512/ARM have fast
+    u8s8 kernels; on plain AVX2, u8u8, because AVX2's u8s8 multiply-add can saturate.
+    """
+    import onnx
+    from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
+
+    model = onnx.load(str(src))
+    groups = node_groups(model)
+    exclude = sorted({n for g in recipe.keep_fp32 for n in groups[g]})
+    weight_type = QuantType.QUInt8 if isa == "avx2" else QuantType.QInt8
+    info = {"recipe": recipe.name, "method": recipe.method, "isa": isa, "ops": list(recipe.ops),
+            "per_channel": recipe.per_channel, "reduce_range": recipe.reduce_range, "fp32_nodes": exclude}
+    extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}
+    if recipe.method == "dynamic":
+        quantize_dynamic(src, dst, weight_type=weight_type, per_channel=recipe.per_channel,
+                         reduce_range=recipe.reduce_range, op_types_to_quantize=list(recipe.ops),
+                         nodes_to_quantize=nodes_to_quantize, nodes_to_exclude=exclude, extra_options=extra)
+        info["weight_type"] = weight_type.name
+    elif recipe.method == "static":
+        if not calibration_texts or encoder is None:
+            raise ValueError("static quantization needs calibration texts and an encoder")
+        names = [i.name for i in model.graph.input]
+        quantize_static(src, dst, _Feeds(encoder, calibration_texts, names), quant_format=QuantFormat.QDQ,
+                        per_channel=recipe.per_channel, reduce_range=recipe.reduce_range,
+                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        op_types_to_quantize=list(recipe.ops), nodes_to_quantize=nodes_to_quantize,
+                        nodes_to_exclude=exclude, extra_options=extra)
+        info.update(weight_type="QInt8", calibration_texts=len(calibration_texts))
+    else:
+        raise ValueError(f"unknown quantization method {recipe.method!r}")
+    return info
