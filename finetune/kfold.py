@@ -142,7 +142,8 @@ def run(cfg: Config) -> dict:
     out = Path(cfg.output)
     accelerator = pick_accelerator(cfg.device)
     main = accelerator.is_main_process
-    if accelerator.device.type == "cpu":
+    if accelerator.device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        # An explicit OMP_NUM_THREADS wins: on a CPU shared with other jobs, spin-waiting threads cost 5-10x.
         torch.set_num_threads(max(1, os.cpu_count() or 1))
 
     cache = Path.home() / ".cache" / "electra-classify"
