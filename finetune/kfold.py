@@ -3,7 +3,7 @@
     python finetune/kfold.py --model KcELECTRA --data notes.csv
     python finetune/kfold.py --model minilm --data bbcnews --folds 3 --epochs 2     # offline demo
     python finetune/kfold.py --model runs/pretrain/discriminator --data train.csv --group-column page --final
-    python finetune/kfold.py --model runs/pretrain/discriminator --data train.csv --group-column page \
+    python finetune/kfold.py --model runs/pretrain/discriminator --data train.csv --group-column page \\
         --adapt-steps 300
 
 Per fold: (with --adapt-steps) replaced-token detection continued on the fold's training texts only, see

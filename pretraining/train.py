@@ -5,7 +5,7 @@
 Without --tokenizer, a WordPiece vocabulary is trained on the corpus first (--vocab-size, default sized to
 the corpus). Task-adaptive pretraining: continue from a pretrained discriminator on your own text,
 
-    python pretraining/train.py --init-from runs/electra-small --corpus notes.csv --text-column text \
+    python pretraining/train.py --init-from runs/electra-small --corpus notes.csv --text-column text \\
         --max-steps 1000 --warmup-steps 100 --lr 5e-4 --batch-size 32 --output runs/electra-notes
 
 which takes the model shape and vocabulary from the folder (a run folder or a discriminator folder; the
