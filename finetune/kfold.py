@@ -3,8 +3,11 @@
     python finetune/kfold.py --model KcELECTRA --data notes.csv
     python finetune/kfold.py --model minilm --data bbcnews --folds 3 --epochs 2     # offline demo
     python finetune/kfold.py --model runs/pretrain/discriminator --data train.csv --group-column page --final
+    python finetune/kfold.py --model runs/pretrain/discriminator --data train.csv --group-column page \\
+        --adapt-steps 300
 
-Per fold: a fresh model from the pretrained weights, early stopping on an inner split of the
+Per fold: (with --adapt-steps) replaced-token detection continued on the fold's training texts only, see
+finetune/adapt.py; a fresh model from the pretrained weights, early stopping on an inner split of the
 training part, scores on the held-out fold, and a TF-IDF + logistic-regression baseline on the same
 split. Writes OUTPUT/report.json, oof_predictions.csv, plots, and with --final a deployable model/.
 Several GPUs: `accelerate launch finetune/kfold.py ...`.
@@ -24,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
+from finetune.adapt import AdaptConfig, adapt
 from finetune.baseline import baseline_predict
 from finetune.data import bbcnews_csv, inner_split, load_labeled, make_folds
 from finetune.metrics import KEYS, fold_metrics, summarize
@@ -56,6 +60,7 @@ class Config:
     final: bool = False
     resume: bool = False
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    adapt: AdaptConfig = dataclasses.field(default_factory=AdaptConfig)
 
 
 def parse_args(argv=None) -> Config | None:
@@ -96,6 +101,13 @@ def parse_args(argv=None) -> Config | None:
                    help="pad batches to a few fixed shapes (auto: on CUDA); same loss, fewer distinct kernels")
     p.add_argument("--compile", choices=["auto", "on", "off"], default=t.compile,
                    help="torch.compile the training step (auto: on CUDA; first steps compile, slow)")
+    d = AdaptConfig()
+    p.add_argument("--adapt-steps", type=int, default=d.steps,
+                   help="task-adaptive pretraining: this many replaced-token-detection steps per fold on the fold's "
+                        "training texts, from --model (an ELECTRA folder from pretraining/train.py); 0 = off")
+    p.add_argument("--adapt-lr", type=float, default=d.lr)
+    p.add_argument("--adapt-batch-size", type=int, default=d.batch_size, help="blocks of 128 tokens per step")
+    p.add_argument("--adapt-corpus", nargs="+", default=[], help="extra unlabeled text files read in every fold")
     a = p.parse_args(argv)
     if a.list_models:
         print(list_models())
@@ -104,10 +116,14 @@ def parse_args(argv=None) -> Config | None:
         p.error("--model and --data are required (try --model minilm --data bbcnews offline)")
     if a.folds < 2:
         p.error("--folds must be at least 2")
+    if a.adapt_steps < 0 or (a.adapt_steps and a.random_init):
+        p.error("--adapt-steps must be >= 0, and adapts pretrained weights: it does not go with --random-init")
+    adapt_cfg = AdaptConfig(steps=a.adapt_steps, lr=a.adapt_lr, batch_size=a.adapt_batch_size,
+                            corpus=tuple(a.adapt_corpus))
     train = TrainConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig)})
     output = a.output or f"runs/{datetime.now():%Y%m%d-%H%M%S}-{Path(a.model.rstrip('/')).name}"
-    fields = {f.name for f in dataclasses.fields(Config)} - {"train", "output"}
-    return Config(output=output, train=train, **{k: getattr(a, k) for k in fields})
+    fields = {f.name for f in dataclasses.fields(Config)} - {"train", "adapt", "output"}
+    return Config(output=output, train=train, adapt=adapt_cfg, **{k: getattr(a, k) for k in fields})
 
 
 def pick_accelerator(device: str):
@@ -130,7 +146,8 @@ def run(cfg: Config) -> dict:
     out = Path(cfg.output)
     accelerator = pick_accelerator(cfg.device)
     main = accelerator.is_main_process
-    if accelerator.device.type == "cpu":
+    if accelerator.device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        # An explicit OMP_NUM_THREADS wins: on a CPU shared with other jobs, spin-waiting threads cost 5-10x.
         torch.set_num_threads(max(1, os.cpu_count() or 1))
 
     cache = Path.home() / ".cache" / "electra-classify"
@@ -139,6 +156,8 @@ def run(cfg: Config) -> dict:
     data = load_labeled(data_path, cfg.text_column, cfg.label_column, cfg.group_column, cfg.folds,
                         cfg.on_missing, normalizer, cfg.encoding)
     resolved = resolve_model(cfg.model)
+    if cfg.adapt.steps and not Path(resolved).is_dir():
+        raise DataError(f"--adapt-steps needs a local ELECTRA folder as --model, not {cfg.model!r}")
     tokenizer = load_tokenizer(cfg.model, resolved, cfg.max_length)
     ids = encode(tokenizer, data.texts, cfg.max_length)
     pad_id = tokenizer.pad_token_id or 0
@@ -175,8 +194,11 @@ def run(cfg: Config) -> dict:
             inner_tr, inner_va = inner_split(data.y[train_idx], None if data.groups is None else data.groups[train_idx],
                                              cfg.inner_val, seed)
             fit_idx, stop_idx = train_idx[inner_tr], train_idx[inner_va]
+            start = resolved
+            if cfg.adapt.steps:  # the fold's training texts only: the held-out rows are what it is scored on
+                start = str(adapt(resolved, [data.texts[i] for i in train_idx], fold_dir / f"adapt_{k}", cfg.adapt, seed))
             torch.manual_seed(seed)
-            model = load_classifier(cfg.model, resolved, data.labels, cfg.dropout, cfg.random_init)
+            model = load_classifier(cfg.model, start, data.labels, cfg.dropout, cfg.random_init)
             hist = fit(model, tokenizer, [ids[i] for i in fit_idx], data.y[fit_idx], [ids[i] for i in stop_idx],
                        data.y[stop_idx], cfg.train, seed, accelerator, desc=f"fold {k + 1}/{cfg.folds}")
             proba = predict_proba(model, [ids[i] for i in val_idx], pad_id, accelerator.device, cfg.train.precision)
@@ -260,6 +282,8 @@ def final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, acceler
 
     epochs = int(np.median([f["best_epoch"] for f in report["folds"]])) or cfg.train.epochs
     train_cfg = dataclasses.replace(cfg.train, epochs=max(1, epochs), patience=0)
+    if cfg.adapt.steps:  # every row is training data for the final model
+        resolved = str(adapt(resolved, data.texts, Path(cfg.output) / "adapt_final", cfg.adapt, cfg.seed))
     torch.manual_seed(cfg.seed)
     model = load_classifier(cfg.model, resolved, data.labels, cfg.dropout, cfg.random_init)
     fit(model, tokenizer, ids, data.y, [], np.array([], dtype=np.int64), train_cfg, cfg.seed, accelerator, desc="final")

@@ -21,7 +21,11 @@ class TrainConfig:
     corpus: tuple[str, ...] = ()
     output: str = ""
     tokenizer: str | None = None  # a folder; without it a WordPiece vocabulary is trained on the corpus
-    vocab_size: int = 32000  # only for that tokenizer
+    vocab_size: int | None = None  # only for that tokenizer; None = sized to the corpus (tokenizer.vocab_size_for)
+    # Continue from a pretrained discriminator (a run folder or a discriminator folder): its weights, vocabulary
+    # and shape; the generator beside it when there is one, else a fresh one. Task-adaptive pretraining.
+    init_from: str | None = None
+    text_column: str = "text"  # for corpus files that are tables (.csv, .tsv, .jsonl, .parquet)
     preset: str = "small"
     # Model (defaults: ELECTRA-Small, Clark et al. 2020, table 6)
     embedding_size: int = 128
@@ -70,6 +74,8 @@ class TrainConfig:
             (self.seq_len >= 8, "seq_len must be at least 8"),
             (0 < self.mask_prob < 1, "mask_prob must be between 0 and 1"),
             (0 < self.generator_ratio <= 1, "generator_ratio must be in (0, 1]"),
+            (not (self.init_from and self.tokenizer), "--init-from brings its own vocabulary; leave out --tokenizer"),
+            (self.vocab_size is None or self.vocab_size > 5, f"vocab_size {self.vocab_size} is too small"),
             (min(self.batch_size, self.max_steps, self.log_every, self.save_every) > 0,
              "batch_size, max_steps, log_every and save_every must be positive"),
         ]
@@ -103,8 +109,19 @@ PRESETS: dict[str, dict] = {
                                            1000))),
 }
 
+
+
+def _vocab_size_flag(value: str) -> int | None:
+    if value == "auto":
+        return None
+    try:
+        return int(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"a number or 'auto', not {value!r}") from None
+
+
 # Flags whose type cannot be read from the default (None).
-_OPTIONAL_TYPES = {"tokenizer": str, "cache_dir": str, "stop_after": int}
+_OPTIONAL_TYPES = {"tokenizer": str, "cache_dir": str, "stop_after": int, "init_from": str, "vocab_size": _vocab_size_flag}
 # May differ between a run and its --resume: they change bookkeeping, not the trajectory.
 RESUMABLE_CHANGES = frozenset({"resume", "stop_after", "log_every", "save_every", "cache_dir", "compile"})
 
@@ -114,7 +131,9 @@ def build_parser(description: str) -> argparse.ArgumentParser:
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.name == "corpus":
-            parser.add_argument(flag, nargs="+", required=True, help="text files, one paragraph a line; .gz ok")
+            parser.add_argument(flag, nargs="+", required=True,
+                                help="text files, one paragraph a line (.gz ok), or tables (.csv .tsv .jsonl .parquet) "
+                                     "whose --text-column is read, one row a paragraph")
         elif isinstance(f.default, bool):
             parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS)
         else:

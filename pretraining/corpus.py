@@ -1,6 +1,7 @@
 """Corpus files -> a memory-mapped cache of fixed-length token blocks, read in a seeded order.
 
-Input: text files (`.gz` too), one paragraph a line, a blank line between documents. Lines of a
+Input: text files (`.gz` too), one paragraph a line, a blank line between documents; tables (`.csv`,
+`.tsv`, `.jsonl`, `.parquet`) are first written out as such a file from their text column, one row a line. Lines of a
 document are concatenated and cut into blocks of `[CLS] <seq_len - 2 tokens> [SEP]`; a document's last
 block is padded rather than continued with the next document. Tokenizing happens once: the blocks are
 written to `cache_dir/blocks-<key>.bin` (key = corpus files' paths, sizes and mtimes, the vocabulary and
@@ -39,6 +40,46 @@ def check_corpus(paths) -> None:
         with _open(path) as f:
             if not any(line.strip() for line in f):
                 raise UsageError(f"corpus file is empty: {path}")
+
+
+TABLE_SUFFIXES = (".csv", ".tsv", ".jsonl", ".parquet")
+
+
+def table_as_text(path: str, text_column: str, folder: str | Path) -> str:
+    """The text column of a table as a one-paragraph-a-line file in `folder` (rewritten only when the table
+    is newer), so tables go through the same cache and block cutting as text files."""
+    out = Path(folder) / (Path(path).name + ".txt")
+    if out.exists() and out.stat().st_mtime_ns >= os.stat(path).st_mtime_ns:
+        return str(out)
+    import pandas as pd
+
+    readers = {".csv": pd.read_csv, ".tsv": lambda p, **kw: pd.read_csv(p, sep="\t", **kw),
+               ".jsonl": lambda p, **kw: pd.read_json(p, lines=True), ".parquet": pd.read_parquet}
+    suffix = Path(path).suffix.lower()
+    try:
+        table = readers[suffix](path, **({} if suffix in (".jsonl", ".parquet") else {"dtype": str}))
+    except Exception as exc:  # pandas raises many types for a malformed file
+        raise UsageError(f"cannot read {path} as {suffix[1:]}: {exc}") from exc
+    if text_column not in table.columns:
+        raise UsageError(f"{path}: no column {text_column!r} (columns: {', '.join(map(str, table.columns))}); "
+                         "choose one with --text-column")
+    texts = [" ".join(str(t).split()) for t in table[text_column] if isinstance(t, str) and t.strip()]
+    if not texts:
+        raise UsageError(f"{path}: column {text_column!r} holds no text")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_suffix(".tmp")
+    tmp.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    os.replace(tmp, out)
+    return str(out)
+
+
+def corpus_as_text(paths, text_column: str, folder: str | Path) -> tuple[str, ...]:
+    """`paths` with every table replaced by its text file (see table_as_text)."""
+    for path in paths:
+        if not Path(path).is_file():
+            raise UsageError(f"corpus file not found: {path}")
+    return tuple(table_as_text(p, text_column, folder) if str(p).lower().endswith(TABLE_SUFFIXES) else str(p)
+                 for p in paths)
 
 
 def iter_lines(paths) -> Iterator[str]:

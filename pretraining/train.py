@@ -2,7 +2,14 @@
 
     python pretraining/train.py --corpus corpus.txt --tokenizer tok/ --preset small --output runs/electra-small
 
-Without --tokenizer, a WordPiece vocabulary (--vocab-size) is trained on the corpus first. Every config
+Without --tokenizer, a WordPiece vocabulary is trained on the corpus first (--vocab-size, default sized to
+the corpus). Task-adaptive pretraining: continue from a pretrained discriminator on your own text,
+
+    python pretraining/train.py --init-from runs/electra-small --corpus notes.csv --text-column text \\
+        --max-steps 1000 --warmup-steps 100 --lr 5e-4 --batch-size 32 --output runs/electra-notes
+
+which takes the model shape and vocabulary from the folder (a run folder or a discriminator folder; the
+generator beside it is reused when there is one). Every config
 field is a flag (`python pretraining/train.py --help`); continue a stopped run with the same command
 plus --resume. Several GPUs: `accelerate launch pretraining/train.py ...` (the global batch is split).
 
@@ -13,6 +20,7 @@ OUTPUT/config.json, log.jsonl, rtd_accuracy.png, checkpoint.pt (the latest, for 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -32,10 +40,10 @@ from pretraining.config import (
     config_from_args,
     resume_differences,
 )
-from pretraining.corpus import Blocks, build_cache, check_corpus
+from pretraining.corpus import Blocks, build_cache, check_corpus, corpus_as_text
 from pretraining.logbook import Logbook, plot_rtd_curve, summarize
 from pretraining.model import ElectraPretrainer
-from pretraining.tokenizer import load_tokenizer, train_tokenizer
+from pretraining.tokenizer import load_tokenizer, resolve_vocab_size, train_tokenizer
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -66,6 +74,39 @@ def build_model(cfg: TrainConfig, tokenizer) -> ElectraPretrainer:
     return ElectraPretrainer(disc_config, generator_ratio=cfg.generator_ratio, objective=cfg.objective,
                              mask_prob=cfg.mask_prob, disc_weight=cfg.disc_weight,
                              mask_token_id=tokenizer.mask_token_id, special_token_ids=special)
+
+
+def init_source(folder: str) -> tuple[Path, Path | None, dict]:
+    """--init-from: the discriminator folder, the generator folder beside it (None if there is none), and the
+    config fields that fix the model's shape, from their config.json."""
+    from transformers import AutoConfig
+
+    root = Path(folder)
+    disc = root / "discriminator" if (root / "discriminator" / "config.json").is_file() else root
+    if not (disc / "config.json").is_file():
+        raise UsageError(f"--init-from {folder}: no config.json there or in {root / 'discriminator'}")
+    d = AutoConfig.from_pretrained(disc, trust_remote_code=False)
+    if d.model_type != "electra":
+        raise UsageError(f"--init-from {disc}: a {d.model_type!r} model; replaced token detection needs an ELECTRA")
+    shape = {k: getattr(d, k) for k in ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                                        "intermediate_size", "max_position_embeddings")}
+    gen = disc.parent / "generator"
+    if (gen / "config.json").is_file() and gen != disc:
+        shape["generator_ratio"] = AutoConfig.from_pretrained(gen).hidden_size / d.hidden_size
+        return disc, gen, shape
+    return disc, None, shape
+
+
+def load_init(model: ElectraPretrainer, disc: Path, gen: Path | None) -> None:
+    from transformers import ElectraForMaskedLM, ElectraForPreTraining
+
+    try:
+        # Generator first: it shares the embedding block, which the discriminator's weights then overwrite.
+        if gen is not None and model.generator is not None:
+            model.generator.load_state_dict(ElectraForMaskedLM.from_pretrained(gen).state_dict())
+        model.discriminator.load_state_dict(ElectraForPreTraining.from_pretrained(disc).state_dict())
+    except RuntimeError as exc:
+        raise UsageError(f"--init-from {disc}: its weights do not fit: {str(exc).splitlines()[0][:300]}") from None
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -118,13 +159,16 @@ def export(model: ElectraPretrainer, tokenizer, out: Path) -> None:
         tokenizer.save_pretrained(out / name)
 
 
-def prepare_tokenizer(cfg: TrainConfig, out: Path, is_main: bool, wait):
-    if cfg.tokenizer:
-        return load_tokenizer(cfg.tokenizer)
+def prepare_tokenizer(cfg: TrainConfig, out: Path, is_main: bool, wait, corpus=None, init_folder=None):
+    if init_folder or cfg.tokenizer:
+        return load_tokenizer(init_folder or cfg.tokenizer)
+    corpus = list(corpus or cfg.corpus)
     folder = out / "tokenizer"
     if is_main and not (folder / "tokenizer.json").exists():
-        print(f"no --tokenizer: training a {cfg.vocab_size}-token WordPiece vocabulary in {folder}", file=sys.stderr)
-        train_tokenizer(list(cfg.corpus), cfg.vocab_size, folder, max_length=cfg.max_position_embeddings)
+        size = resolve_vocab_size(cfg.vocab_size, corpus)
+        print(f"no --tokenizer: training a {size}-token WordPiece vocabulary in {folder}"
+              f"{' (sized to the corpus)' if cfg.vocab_size is None else ''}", file=sys.stderr)
+        train_tokenizer(corpus, size, folder, max_length=cfg.max_position_embeddings)
     wait()
     return load_tokenizer(folder)
 
@@ -142,7 +186,11 @@ def train(cfg: TrainConfig) -> Path:
     ckpt_path = out / "checkpoint.pt"
 
     # ---- check inputs before any slow work
-    check_corpus(cfg.corpus)
+    init = init_source(cfg.init_from) if cfg.init_from else None
+    if init is not None:
+        cfg = dataclasses.replace(cfg, **init[2])  # the folder's shape, recorded in config.json and checkpoints
+    corpus = corpus_as_text(cfg.corpus, cfg.text_column, out / "corpus")
+    check_corpus(corpus)
     if cfg.batch_size % world:
         raise UsageError(f"batch size {cfg.batch_size} does not split over {world} processes")
     saved = None
@@ -158,19 +206,22 @@ def train(cfg: TrainConfig) -> Path:
     out.mkdir(parents=True, exist_ok=True)
 
     # ---- data: tokenize once into a memory-mapped cache
-    tokenizer = prepare_tokenizer(cfg, out, is_main, accelerator.wait_for_everyone)
+    tokenizer = prepare_tokenizer(cfg, out, is_main, accelerator.wait_for_everyone, corpus, init and init[0])
     cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else out / "cache"
     if is_main:
-        build_cache(cfg.corpus, tokenizer, cfg.seq_len, cache_dir)
+        build_cache(corpus, tokenizer, cfg.seq_len, cache_dir)
     accelerator.wait_for_everyone()
-    blocks = Blocks(build_cache(cfg.corpus, tokenizer, cfg.seq_len, cache_dir), seed=cfg.seed)
+    blocks = Blocks(build_cache(corpus, tokenizer, cfg.seq_len, cache_dir), seed=cfg.seed)
     if len(blocks) < cfg.batch_size:
         raise UsageError(f"the corpus gives {len(blocks)} blocks of {cfg.seq_len} tokens, fewer than one batch "
                          f"({cfg.batch_size}); use more text or a smaller --batch-size")
 
     # ---- model, optimizer, scaler
     torch.manual_seed(cfg.seed)  # same initial weights on every process
-    model = build_model(cfg, tokenizer).to(device)
+    model = build_model(cfg, tokenizer)
+    if init is not None and saved is None:
+        load_init(model, init[0], init[1])
+    model = model.to(device)
     optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999),
                                   eps=cfg.adam_epsilon, fused=device.type == "cuda")
     dtype = autocast_dtype(cfg, device)
@@ -196,8 +247,10 @@ def train(cfg: TrainConfig) -> Path:
     raw = accelerator.unwrap_model(model)
     if is_main:
         record = {**cfg.to_dict(), "vocab_size_used": len(tokenizer), "n_blocks": len(blocks), "processes": world,
-                  "tokenizer_used": cfg.tokenizer or str(out / "tokenizer"), "autocast": str(dtype),
-                  "compiled": compiled}
+                  "tokenizer_used": str(init[0]) if init else cfg.tokenizer or str(out / "tokenizer"),
+                  "autocast": str(dtype), "compiled": compiled}
+        if init is not None:
+            record["initialized_from"] = {"discriminator": str(init[0]), "generator": str(init[1] or "fresh")}
         (out / "config.json").write_text(json.dumps(record, indent=1))
     log = Logbook(out, resume_step=step if cfg.resume else None) if is_main else None
     local = cfg.batch_size // world
