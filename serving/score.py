@@ -12,6 +12,9 @@ The input is read --batch-rows rows at a time. Each scored chunk is written atom
 `OUT.parts/`; at the end the parts are joined into OUT through a temp file and one rename, and the
 parts are removed. After a kill, `--resume` skips the rows whose parts exist (checking that the
 input, model and options are unchanged) and continues, so no row is scored twice or lost.
+
+`--engine ray [--address auto] [--num-workers N] [--gpus-per-worker F]` scores on Ray Data workers
+instead, with the same output: see serving/score_ray.py.
 """
 
 from __future__ import annotations
@@ -216,7 +219,7 @@ def run(cfg: ScoreConfig) -> dict:
     ray_only = [f for f, v in (("--address", cfg.address), ("--num-workers", cfg.num_workers),
                                ("--gpus-per-worker", cfg.gpus_per_worker)) if v is not None]
     if ray_only:
-        raise DataError(f"{', '.join(ray_only)} need --engine ray")
+        raise DataError(f"{', '.join(ray_only)}: only with --engine ray")
     if cfg.batch_rows < 1:
         raise DataError("--batch-rows must be positive")
     if cfg.top_k is not None and cfg.top_k < 1:

@@ -60,6 +60,13 @@ def import_ray():
         import ray.data
     except ImportError:
         raise DataError(INSTALL_HINT) from None
+    try:
+        import fsspec.implementations.http  # noqa: F401
+    except ImportError:
+        # Without aiohttp this import fails, and Ray Data retries it on every read plan, from more than
+        # one thread: a thread can then see the half-imported module and fail with an ImportError Ray does
+        # not catch (seen once in the test suite). Marking it absent makes every later try fail the same way.
+        sys.modules["fsspec.implementations.http"] = None
     return ray
 
 

@@ -132,7 +132,7 @@ def test_bad_input_messages(ray_session, exported_dir, tmp_path, capsys):
     fails("--input", str(bad), match="line 60002 is not valid utf-8")  # found by a Ray read task, past the header
     assert score.main(["--model", str(exported_dir), "--input", str(mixed / "a.csv"), "--output",
                        str(tmp_path / "o.csv"), "--num-workers", "2"]) == 2
-    assert "--num-workers need --engine ray" in capsys.readouterr().err
+    assert "--num-workers: only with --engine ray" in capsys.readouterr().err
     fails("--input", str(mixed / "a.csv"), "--num-workers", "3", match="must stay free for reading")
 
 
