@@ -12,6 +12,9 @@ The input is read --batch-rows rows at a time. Each scored chunk is written atom
 `OUT.parts/`; at the end the parts are joined into OUT through a temp file and one rename, and the
 parts are removed. After a kill, `--resume` skips the rows whose parts exist (checking that the
 input, model and options are unchanged) and continues, so no row is scored twice or lost.
+
+`--engine ray [--address auto] [--num-workers N] [--gpus-per-worker F]` scores on Ray Data workers
+instead, with the same output: see serving/score_ray.py.
 """
 
 from __future__ import annotations
@@ -64,6 +67,11 @@ class ScoreConfig:
     threads: int | None = None
     quantized: bool | None = None  # None: INT8 on CPU when the export has it
     progress: bool = True
+    # --engine ray (serving/score_ray.py): Ray Data workers, each with one Classifier
+    engine: str = "local"
+    address: str | None = None
+    num_workers: int | None = None
+    gpus_per_worker: float | None = None
 
 
 def prediction_columns(labels: list[str], top_k: int | None) -> list[str]:
@@ -137,7 +145,8 @@ def _existing_parts(parts: Path, ext: str) -> list[tuple[Path, int]]:
 def _fingerprint(cfg: ScoreConfig, clf: Classifier, columns: list[str]) -> dict:
     st = cfg.input.stat()
     opts = asdict(cfg)
-    for k in ("resume", "progress", "provider", "threads", "batch_tokens"):  # don't change results
+    for k in ("resume", "progress", "provider", "threads", "batch_tokens",  # don't change results
+              "engine", "address", "num_workers", "gpus_per_worker"):
         opts.pop(k)
     opts = {k: str(v) if isinstance(v, Path) else v for k, v in opts.items()}
     opts["input"], opts["model"] = str(cfg.input.resolve()), str(cfg.model.resolve())
@@ -203,6 +212,14 @@ def _join_parts(done: list[tuple[Path, int]], columns: list[str], output: Path, 
 
 # ---------------------------------------------------------------- the run
 def run(cfg: ScoreConfig) -> dict:
+    if cfg.engine == "ray":
+        from serving.score_ray import run as run_ray
+
+        return run_ray(cfg)
+    ray_only = [f for f, v in (("--address", cfg.address), ("--num-workers", cfg.num_workers),
+                               ("--gpus-per-worker", cfg.gpus_per_worker)) if v is not None]
+    if ray_only:
+        raise DataError(f"{', '.join(ray_only)}: only with --engine ray")
     if cfg.batch_rows < 1:
         raise DataError("--batch-rows must be positive")
     if cfg.top_k is not None and cfg.top_k < 1:
@@ -250,26 +267,42 @@ def run(cfg: ScoreConfig) -> dict:
             raise DataError(f"--resume: the parts end at row {skip}, inside a chunk of --batch-rows "
                             f"{cfg.batch_rows}; delete {parts} and start over")
         out = score_frame(clf, chunk, cfg.text_column, top_k)
-        path = parts / _part_name(len(done), len(out), ext)
-        _write_part(out, path, out_fmt)
-        done.append((path, len(out)))
-        tally.add(out)
+        append_part(parts, done, out, ext, out_fmt, tally)
         scored_now += len(out)
         bar.update(len(out))
     bar.close()
     elapsed = time.time() - t_score
+    finish_parts(parts, done, rows_in, columns, cfg.output, out_fmt)
+    return summary(cfg, rows_in, scored_now, elapsed, time.time() - t0, tally, clf.info())
 
+
+# Shared with serving/score_ray.py, which writes the batches its workers return the same way.
+def append_part(parts: Path, done: list[tuple[Path, int]], df: pd.DataFrame, ext: str, fmt: str,
+                tally: _Tally) -> None:
+    """Write one scored chunk as the next part (atomic) and count it."""
+    path = parts / _part_name(len(done), len(df), ext)
+    _write_part(df, path, fmt)
+    done.append((path, len(df)))
+    tally.add(df)
+
+
+def finish_parts(parts: Path, done: list[tuple[Path, int]], rows_in: int, columns: list[str], output: Path,
+                 fmt: str) -> None:
+    """Check that the parts hold every input row, join them into `output`, remove them."""
     written = sum(n for _, n in done)
     if written != rows_in:
-        raise DataError(f"row count check failed: read {rows_in} rows from {cfg.input} but the parts hold {written}; "
+        raise DataError(f"row count check failed: the input has {rows_in} rows but the parts hold {written}; "
                         f"{parts} is kept for inspection")
-    _join_parts(done, columns, cfg.output, out_fmt)
+    _join_parts(done, columns, output, fmt)
     shutil.rmtree(parts)
-    info = clf.info()
+
+
+def summary(cfg: ScoreConfig, rows_in: int, scored_now: int, elapsed: float, seconds: float, tally: _Tally,
+            info: dict) -> dict:
     return {
         "rows": rows_in, "scored_this_run": scored_now, "errors": sum(tally.errors.values()),
         "error_kinds": dict(tally.errors), "error_ids": tally.error_ids if cfg.id_column else None,
-        "labels": dict(tally.labels.most_common()), "seconds": round(time.time() - t0, 2),
+        "labels": dict(tally.labels.most_common()), "seconds": round(seconds, 2),
         "rows_per_second": round(scored_now / elapsed, 1) if elapsed > 0 and scored_now else None,
         "output": str(cfg.output), "backend": info["backend"], "provider": info["provider"],
         "model_file": info["model_file"],
@@ -315,10 +348,16 @@ def parse_args(argv: list[str] | None = None) -> ScoreConfig:
     ap.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the training length)")
     ap.add_argument("--truncation", default="head", choices=["head", "head+tail"])
     ap.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per inference batch")
-    ap.add_argument("--threads", type=int, default=None, help="CPU threads (default: usable cores)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="CPU threads (default: usable cores; with --engine ray: per worker, default 1)")
     ap.add_argument("--fp32", dest="quantized", action="store_const", const=False, default=None,
                     help="use model.onnx even where model_quantized.onnx exists")
     ap.add_argument("--no-progress", dest="progress", action="store_false")
+    ap.add_argument("--engine", default="local", choices=["local", "ray"],
+                    help="ray: score on Ray Data workers (pip install -e '.[ray]'), see serving/score_ray.py")
+    ap.add_argument("--address", default=None, help="Ray cluster to join (e.g. auto); default: start Ray here")
+    ap.add_argument("--num-workers", type=int, default=None, help="Ray workers (default: CPUs or GPUs // per worker)")
+    ap.add_argument("--gpus-per-worker", type=float, default=None, help="GPUs per Ray worker, e.g. 0.5")
     return ScoreConfig(**vars(ap.parse_args(argv)))
 
 

@@ -1,0 +1,131 @@
+"""Batch scoring past one process: `serving.score` local vs `--engine ray` with 1 and 2 workers, same file.
+
+    python bench/scoring_scale.py [--work /tmp/bench-scale] [--rounds 3] [--rows N]
+
+Model: an ELECTRA-Small-shaped classifier (hidden 256, 12 layers, 8 labels, max_length 128) with the
+WordPiece tokenizer bench/serving.py trains on the Korean corpus, randomly initialised (throughput does
+not depend on the weights) and exported with `serving.export --quantize` (INT8 on CPU, as served).
+Input: ko-help/train.csv texts (6,214 rows; --rows takes a seeded sample).
+
+Per round, interleaved, in this order: local (one process, ONNX Runtime with one thread per core),
+ray with 1 worker x all cores' threads, ray with 2 workers x 1 thread. Each ray run is a fresh CLI run:
+it starts Ray on this machine, loads the model in each worker, scores and stops Ray, as a user would.
+Reported, medians over rounds: end-to-end rows/s (input read to output renamed, Ray start included)
+and scoring-loop rows/s (first batch requested to last batch written), with ratios over local.
+Writes bench/results/scoring_scale.json with the load average beside every run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DATA = ROOT.parent / "shared" / "data"
+
+
+def build_model(work: Path) -> Path:
+    onnx_dir = work / "onnx"
+    if (onnx_dir / "model_quantized.onnx").exists():
+        return onnx_dir
+    # bench/serving.py's tokenizer, imported by path: its module name would shadow the serving package.
+    spec = importlib.util.spec_from_file_location("bench_serving", ROOT / "bench" / "serving.py")
+    bench_serving = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench_serving)
+    import torch
+    from transformers import ElectraConfig, ElectraForSequenceClassification
+
+    from serving.export import ExportConfig, run
+
+    tok = bench_serving.build_tokenizer(work)
+    labels = sorted(pd.read_csv(DATA / "ko-help" / "train.csv", usecols=["label"])["label"].unique())
+    cfg = ElectraConfig(vocab_size=len(tok), embedding_size=128, hidden_size=256, num_hidden_layers=12,
+                        num_attention_heads=4, intermediate_size=1024, max_position_embeddings=512,
+                        num_labels=len(labels), id2label=dict(enumerate(labels)),
+                        label2id={k: i for i, k in enumerate(labels)})
+    torch.manual_seed(0)
+    model_dir = work / "model"
+    ElectraForSequenceClassification(cfg).eval().save_pretrained(model_dir)
+    tok.save_pretrained(model_dir)
+    # Random weights: INT8 agreement with fp32 is not the point here, so the gate is nearly off.
+    run(ExportConfig(model=model_dir, output=onnx_dir, quantize=True, min_agreement=0.01))
+    return onnx_dir
+
+
+def one_run(name: str, model: Path, inp: Path, work: Path, **kw) -> dict:
+    from serving import score
+
+    out = work / f"out-{name}.parquet"
+    load = os.getloadavg()[0]
+    t = time.perf_counter()
+    s = score.run(score.ScoreConfig(model=model, input=inp, output=out, progress=False, **kw))
+    wall = time.perf_counter() - t
+    assert len(pd.read_parquet(out, columns=["pred_label"])) == s["rows"]
+    return {"run": name, "rows": s["rows"], "wall_s": round(wall, 2), "rows_per_s_end_to_end": round(s["rows"] / wall, 1),
+            "rows_per_s_scoring_loop": s["rows_per_second"], "load_avg_1m_before": round(load, 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--work", type=Path, default=Path("/tmp/bench-scale"))
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rows", type=int, default=None, help="a seeded sample of this many rows (default: all)")
+    ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "scoring_scale.json")
+    args = ap.parse_args()
+    args.work.mkdir(parents=True, exist_ok=True)
+    from serving.engine import usable_cores
+
+    model = build_model(args.work)
+    df = pd.read_csv(DATA / "ko-help" / "train.csv", dtype=str, keep_default_na=False)[["text"]]
+    if args.rows:
+        df = df.sample(n=min(args.rows, len(df)), random_state=0)
+    inp = args.work / "input.parquet"
+    df.reset_index(drop=True).to_parquet(inp, index=False)
+    cores = usable_cores()
+    configs = {
+        "local": {"threads": cores},
+        f"ray_1x{cores}": {"engine": "ray", "num_workers": 1, "threads": cores},
+        "ray_2x1": {"engine": "ray", "num_workers": 2, "threads": 1},
+    }
+    runs = []
+    for r in range(args.rounds):
+        for name, kw in configs.items():
+            runs.append(one_run(name, model, inp, args.work, **kw) | {"round": r})
+            print(json.dumps(runs[-1]), flush=True)
+
+    def median(name, key):
+        return statistics.median(x[key] for x in runs if x["run"] == name)
+
+    table = {}
+    for name in configs:
+        e2e, loop = median(name, "rows_per_s_end_to_end"), median(name, "rows_per_s_scoring_loop")
+        table[name] = {"rows_per_s_end_to_end": e2e, "rows_per_s_scoring_loop": loop,
+                       "ratio_end_to_end_over_local": round(e2e / median("local", "rows_per_s_end_to_end"), 3),
+                       "ratio_scoring_loop_over_local": round(loop / median("local", "rows_per_s_scoring_loop"), 3)}
+    print(f"\n{len(df)} rows, {cores} usable cores, medians of {args.rounds} rounds (baseline: local)")
+    print(f"{'run':<10} {'e2e rows/s':>11} {'ratio':>6} {'loop rows/s':>12} {'ratio':>6}")
+    for name, t in table.items():
+        print(f"{name:<10} {t['rows_per_s_end_to_end']:>11.1f} {t['ratio_end_to_end_over_local']:>6.2f} "
+              f"{t['rows_per_s_scoring_loop']:>12.1f} {t['ratio_scoring_loop_over_local']:>6.2f}")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps({
+        "machine": {"platform": platform.platform(), "usable_cores": cores, "python": platform.python_version()},
+        "model": "ELECTRA-Small shape, random init, INT8 ONNX, max_length 128", "rows": len(df),
+        "rounds": args.rounds, "baseline": "local", "medians": table, "runs": runs,
+        "note": "2 CPU cores shared with other jobs: compare ratios within this run, see load_avg_1m_before",
+    }, indent=2) + "\n")
+    print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,276 @@
+"""Batch scoring on Ray Data: `serving.score`'s output, with the model running on N Ray workers.
+
+    python -m serving.score --engine ray --model onnx/ --input notes/ --output scored.parquet \\
+        [--address auto] [--num-workers N] [--gpus-per-worker F] [--threads T] [--batch-rows 2048]
+
+- Input: one CSV/TSV/Parquet file, a folder of them or a glob, read by Ray Data read tasks
+  (CSV cells as strings, as in local mode: "NA" stays text). The output holds every input row once,
+  in input order (files sorted by name, rows in file order), with all its columns plus the same
+  prediction and `error` columns as local mode, written by `serving.score`'s own part/join code.
+- Each worker is a Ray actor holding one `Classifier`, loaded once in its constructor from
+  `--model`; Ray ships it only the scoring options (a few hundred bytes) and the input batches.
+  The model folder and input files must be readable at the same path on every node.
+- Without `--address`, Ray starts on this machine only (`ray.init`), sized to its usable cores.
+- A worker that dies (OOM killer, preemption, crash) is restarted by Ray and its batch retried (Ray
+  Data's actor defaults: unlimited restarts and retries); the driver then checks the row count.
+- Not supported here: `--resume` (a killed driver starts over), JSONL input.
+"""
+
+from __future__ import annotations
+
+import glob
+import logging
+import shutil
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pandas as pd
+
+from serving.engine import Classifier, usable_cores
+from serving.io import FORMATS, DataError, _check_encoding, require_columns, table_format
+from serving.score import (
+    ScoreConfig,
+    _parts_dir,
+    _Tally,
+    append_part,
+    finish_parts,
+    prediction_columns,
+    score_frame,
+    summary,
+)
+
+log = logging.getLogger("serving.score")
+INSTALL_HINT = "--engine ray needs Ray Data, which is not installed: pip install -e '.[ray]'"
+READABLE = ("csv", "tsv", "parquet")
+_ENCODING_HINT = " (Korean files from Excel are often cp949: try --encoding cp949)"
+# Streaming execution keeps only in-flight batches in the object store; Ray's default (30% of RAM)
+# would take memory the model actors need on a small machine.
+_LOCAL_OBJECT_STORE = 256 * 2**20
+# Ray Data's file-listing and read tasks each need one CPU: when the model actors hold every CPU,
+# they are never scheduled and the run hangs (seen with 2 actors on 2 cores). So one logical CPU
+# is kept for them: a local Ray gets cores + 1, and workers may take at most the cluster's CPUs - 1.
+_IO_CPUS = 1
+
+
+def import_ray():
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise DataError(INSTALL_HINT) from None
+    try:
+        import fsspec.implementations.http  # noqa: F401
+    except ImportError:
+        # Without aiohttp this import fails, and Ray Data retries it on every read plan, from more than
+        # one thread: a thread can then see the half-imported module and fail with an ImportError Ray does
+        # not catch (seen once in the test suite). Marking it absent makes every later try fail the same way.
+        sys.modules["fsspec.implementations.http"] = None
+    return ray
+
+
+def input_files(path: Path) -> tuple[list[Path], str]:
+    """The files to read, sorted by name (the output's order), and their one format."""
+    text = str(path)
+    if any(c in text for c in "*?["):
+        files = sorted(Path(p) for p in glob.glob(text, recursive=True) if Path(p).is_file())
+    elif path.is_dir():
+        files = sorted(p for p in path.iterdir()
+                       if p.is_file() and not p.name.startswith(".") and p.suffix.lower() in FORMATS)
+    elif path.exists():
+        files = [path]
+    else:
+        raise DataError(f"{path}: no such file")
+    if not files:
+        raise DataError(f"{path}: no CSV, TSV or Parquet files there")
+    fmts = {table_format(p) for p in files}
+    if len(fmts) > 1:
+        raise DataError(f"{path}: mixes formats {sorted(fmts)}; score each format separately")
+    fmt = fmts.pop()
+    if fmt not in READABLE:
+        raise DataError(f"{files[0]}: --engine ray reads CSV, TSV or Parquet, not {fmt}; use --engine local")
+    return files, fmt
+
+
+def _utf8(encoding: str) -> bool:
+    return encoding.lower().replace("_", "-") in ("utf-8", "utf8", "utf-8-sig")
+
+
+def _header(path: Path, fmt: str, encoding: str) -> list[str]:
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return pq.read_schema(path).names
+    try:
+        return pd.read_csv(path, nrows=0, dtype=str, sep="\t" if fmt == "tsv" else ",",
+                           encoding="utf-8-sig" if _utf8(encoding) else encoding).columns.tolist()
+    except pd.errors.EmptyDataError:
+        raise DataError(f"{path}: the file is empty") from None
+    except (pd.errors.ParserError, UnicodeDecodeError) as e:
+        hint = _ENCODING_HINT if isinstance(e, UnicodeDecodeError) and _utf8(encoding) else ""
+        raise DataError(f"{path}: cannot parse the header as {fmt}: {str(e).strip().splitlines()[0]}{hint}") from None
+
+
+def read_dataset(ray, files: list[Path], fmt: str, columns: list[str], encoding: str):
+    paths = [str(p) for p in files]
+    if fmt == "parquet":
+        return ray.data.read_parquet(paths)
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+
+    # Every column a string and none null: the same cells local mode reads with dtype=str,
+    # keep_default_na=False (an empty cell is "", which `score_frame` flags as empty text).
+    return ray.data.read_csv(
+        paths,
+        read_options=pacsv.ReadOptions(encoding="utf8" if _utf8(encoding) else encoding),
+        parse_options=pacsv.ParseOptions(delimiter="\t" if fmt == "tsv" else ",", newlines_in_values=fmt == "csv",
+                                         quote_char='"' if fmt == "csv" else False),
+        convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in columns},
+                                             strings_can_be_null=False, quoted_strings_can_be_null=False))
+
+
+class _Scorer:
+    """One per Ray actor: the model loads once, here, and then scores every batch the actor is given."""
+
+    def __init__(self, cfg: ScoreConfig, top_k: int | None, threads: int | None):
+        self.clf = Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length,
+                                   batch_tokens=cfg.batch_tokens, threads=threads, truncation=cfg.truncation,
+                                   quantized=cfg.quantized)
+        self.text_column, self.top_k = cfg.text_column, top_k
+
+    def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
+        return score_frame(self.clf, batch, self.text_column, self.top_k)
+
+
+
+@contextmanager
+def _ray_session(ray, cfg: ScoreConfig):
+    """Join `--address`, reuse a session the caller started, or start one on this machine only."""
+    if ray.is_initialized():
+        yield
+        return
+    if cfg.address:
+        ray.init(address=cfg.address, include_dashboard=False, log_to_driver=False)
+    else:
+        ray.init(num_cpus=usable_cores() + _IO_CPUS, include_dashboard=False, object_store_memory=_LOCAL_OBJECT_STORE,
+                 log_to_driver=False)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def _worker_resources(ray, cfg: ScoreConfig) -> tuple[int, dict]:
+    """(actor count, per-actor resources): by default as many actors as the cluster's CPUs or GPUs hold."""
+    have = ray.cluster_resources()
+    if cfg.gpus_per_worker:
+        if have.get("GPU", 0) < cfg.gpus_per_worker:
+            raise DataError(f"--gpus-per-worker {cfg.gpus_per_worker}: the Ray cluster has {have.get('GPU', 0):g} "
+                            "GPUs; drop the flag to score on CPUs")
+        default = int(have["GPU"] // cfg.gpus_per_worker)
+        return cfg.num_workers or max(1, default), {"num_gpus": cfg.gpus_per_worker}
+    cpus, room = cfg.threads or 1, have.get("CPU", 0) - _IO_CPUS
+    workers = cfg.num_workers or max(1, int(room // cpus))
+    if workers * cpus > room:
+        raise DataError(f"{workers} workers x {cpus} CPUs: the Ray cluster has {have.get('CPU', 0):g} CPUs and "
+                        f"{_IO_CPUS} must stay free for reading; use fewer --num-workers or --threads")
+    return workers, {"num_cpus": cpus}
+
+
+def _ray_failure(e: Exception, files: list[Path], fmt: str, encoding: str) -> Exception:
+    """A read task that failed on one of the input files is the user's problem: one line naming it (and
+    for a text file, the bad line, by the same check local mode runs first); anything else as it is."""
+    cause = getattr(e, "cause", None) or e
+    for p in files:
+        if str(p) in str(cause):
+            if fmt != "parquet":
+                _check_encoding(p, "utf-8-sig" if _utf8(encoding) else encoding)  # raises naming the line
+            return DataError(f"{p}: cannot read as {fmt}: {str(cause).strip().splitlines()[0]}")
+    return e
+
+
+def run(cfg: ScoreConfig) -> dict:
+    ray = import_ray()
+    if cfg.resume:
+        raise DataError("--resume is not supported with --engine ray: Ray retries failed workers within a run, "
+                        "a killed driver starts over; use --engine local to resume")
+    if cfg.batch_rows < 1:
+        raise DataError("--batch-rows must be positive")
+    if cfg.top_k is not None and cfg.top_k < 1:
+        raise DataError("--top-k must be at least 1")
+    if cfg.num_workers is not None and cfg.num_workers < 1:
+        raise DataError("--num-workers must be at least 1")
+    out_fmt = table_format(cfg.output)
+    files, fmt = input_files(cfg.input)
+    if cfg.output.resolve() in {p.resolve() for p in files}:
+        raise DataError(f"{cfg.output}: the output would overwrite the input")
+    columns_in = _header(files[0], fmt, cfg.encoding)
+    for p in files[1:]:
+        if (other := _header(p, fmt, cfg.encoding)) != columns_in:
+            raise DataError(f"{p}: columns {other} differ from {files[0]}'s {columns_in}")
+    require_columns(pd.DataFrame(columns=columns_in), [cfg.text_column] + ([cfg.id_column] if cfg.id_column else []),
+                    files[0])
+    t0 = time.time()
+    # Loaded here too, once, with one thread: a bad model fails in one line before any worker starts,
+    # and the driver learns the labels (the output's columns) and what the workers will run.
+    clf = Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length, threads=1,
+                          truncation=cfg.truncation, quantized=cfg.quantized)
+    info = clf.info()
+    top_k = min(cfg.top_k, len(clf.labels)) if cfg.top_k else None
+    pred_cols = prediction_columns(clf.labels, top_k)
+    del clf
+    clash = [c for c in pred_cols if c in columns_in]
+    if clash:
+        raise DataError(f"{files[0]}: already has column(s) {clash}, which the output adds; rename them first")
+    columns = columns_in + pred_cols
+
+    with _ray_session(ray, cfg):
+        try:
+            rows_in, elapsed, tally = _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt)
+        except ray.exceptions.RayError as e:
+            raise _ray_failure(e, files, fmt, cfg.encoding) from None
+    return summary(cfg, rows_in, rows_in, elapsed, time.time() - t0, tally, info) | {"engine": "ray"}
+
+
+def _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt):
+    from tqdm import tqdm
+
+    ctx = ray.data.DataContext.get_current()
+    saved = ctx.execution_options.preserve_order, ctx.enable_progress_bars
+    # Datasets copy the context when created, so the settings hold for these only and are restored after.
+    ctx.execution_options.preserve_order = True  # blocks come back in input order; actors may finish out of order
+    ctx.enable_progress_bars = False  # one bar, ours, in rows
+    try:
+        ds = read_dataset(ray, files, fmt, columns_in, cfg.encoding)
+        # The row count the output must reach: Parquet metadata is free; CSV costs one extra parse,
+        # small next to scoring.
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            rows_in = sum(pq.ParquetFile(p).metadata.num_rows for p in files)
+        else:
+            rows_in = ds.count()
+        workers, resources = _worker_resources(ray, cfg)
+        scored = ds.map_batches(
+            _Scorer, fn_constructor_args=(cfg, top_k, resources.get("num_cpus")), batch_size=cfg.batch_rows,
+            batch_format="pandas", compute=ray.data.ActorPoolStrategy(size=workers), **resources)
+    finally:
+        ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
+    log.info("ray: %d files, %d rows, %d workers with %s each", len(files), rows_in, workers, resources)
+
+    parts = _parts_dir(cfg.output)
+    if parts.exists():
+        log.info("removing %s from an earlier interrupted run", parts)
+        shutil.rmtree(parts)
+    parts.mkdir(parents=True)
+    done, tally, t_score = [], _Tally(cfg.id_column), time.time()
+    bar = tqdm(total=rows_in, unit="rows", disable=not cfg.progress, desc="scoring (ray)", file=sys.stderr)
+    for batch in scored.iter_batches(batch_size=None, batch_format="pandas"):
+        if len(batch):
+            append_part(parts, done, batch[columns], cfg.output.suffix, out_fmt, tally)
+            bar.update(len(batch))
+    bar.close()
+    elapsed = time.time() - t_score
+    finish_parts(parts, done, rows_in, columns, cfg.output, out_fmt)
+    return rows_in, elapsed, tally

@@ -1,0 +1,146 @@
+"""`serving.score --engine ray`: same output as local mode, every row once in order, a killed worker retried.
+
+One small Ray session (2 CPUs) serves the whole module; `score_ray.run` reuses a running session.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from serving import score, score_ray
+
+EDGE_TEXTS = ["꿈에서 봤다", "", "   \t ", "오류 " * 3000, "naïve café ✓ 日本語", 'memo, "quoted", comma',
+              "첫 줄\n둘째 줄", "에러 발생했다", "NA", "null", "메모 기록", "회의 약속"]
+
+
+def _frame(n_repeat: int = 1) -> pd.DataFrame:
+    texts = EDGE_TEXTS * n_repeat
+    return pd.DataFrame({"id": [f"r{i}" for i in range(len(texts))], "text": texts,
+                         "extra": [f"x{i}" for i in range(len(texts))]})
+
+
+@pytest.fixture(scope="module")
+def ray_session():
+    ray = pytest.importorskip("ray")
+    # What `score_ray` starts on a 2-core machine: 2 CPUs for the model workers + 1 for Ray Data's reads.
+    ray.init(num_cpus=2 + score_ray._IO_CPUS, include_dashboard=False, object_store_memory=100 * 2**20,
+             log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def _run(model, inp, out, **kw):
+    kw.setdefault("progress", False)
+    return score.run(score.ScoreConfig(model=model, input=inp, output=out, **kw))
+
+
+def _read(path) -> pd.DataFrame:
+    if str(path).endswith(".parquet"):
+        return pd.read_parquet(path)
+    return pd.read_csv(path, dtype=str, keep_default_na=False)
+
+
+def _assert_same_output(got: pd.DataFrame, want: pd.DataFrame) -> None:
+    """Same cells; probabilities to fp32 noise. (Parity runs use fp32: dynamic INT8 quantises activations
+    per batch, so its probabilities move with batch composition, in local mode too.)"""
+    assert got.columns.tolist() == want.columns.tolist()
+    scores = [c for c in want.columns if c.startswith("prob_") or c.endswith("_score")]
+    pd.testing.assert_frame_equal(got.drop(columns=scores).astype(str), want.drop(columns=scores).astype(str))
+    as_float = lambda df: df[scores].replace("", np.nan).astype(float)
+    np.testing.assert_allclose(as_float(got), as_float(want), atol=1e-5)
+
+
+def test_csv_through_the_cli_equals_local_mode(ray_session, exported_dir, tmp_path, capsys):
+    inp = tmp_path / "in.csv"
+    _frame(2).to_csv(inp, index=False)
+    _run(exported_dir, inp, tmp_path / "local.csv", id_column="id", threads=1, quantized=False)
+    args = ["--model", str(exported_dir), "--input", str(inp), "--output", str(tmp_path / "ray.csv"), "--fp32",
+            "--engine", "ray", "--num-workers", "2", "--batch-rows", "5", "--id-column", "id", "--no-progress"]
+    assert score.main(args) == 0
+    out = capsys.readouterr().out
+    assert f"scored {2 * len(EDGE_TEXTS)} rows" in out and "errors: 4 {'empty text': 4}" in out
+    _assert_same_output(_read(tmp_path / "ray.csv"), _read(tmp_path / "local.csv"))
+    assert _read(tmp_path / "ray.csv")["text"].tolist() == EDGE_TEXTS * 2  # "NA", quotes, newlines intact
+    assert not (tmp_path / "ray.csv.parts").exists()
+
+
+def test_parquet_folder_keeps_file_then_row_order(ray_session, exported_dir, tmp_path):
+    df = _frame(3).assign(n=range(3 * len(EDGE_TEXTS)))
+    folder = tmp_path / "in"
+    folder.mkdir()
+    # Names sort in the order the rows should come out; written in the other order to catch mtime order.
+    df.iloc[20:].to_parquet(folder / "b.parquet", index=False)
+    df.iloc[:20].to_parquet(folder / "a.parquet", index=False)
+    df.to_parquet(tmp_path / "all.parquet", index=False)
+    _run(exported_dir, tmp_path / "all.parquet", tmp_path / "local.parquet", top_k=2, threads=1, quantized=False)
+    summary = _run(exported_dir, folder, tmp_path / "ray.parquet", top_k=2, engine="ray", num_workers=2,
+                   batch_rows=4, quantized=False)
+    got = _read(tmp_path / "ray.parquet")
+    assert summary["rows"] == len(df) and got["n"].tolist() == list(range(len(df)))
+    _assert_same_output(got, _read(tmp_path / "local.parquet"))
+
+
+def test_killed_worker_is_retried_and_no_row_lost_or_doubled(ray_session, exported_dir, tmp_path, monkeypatch):
+    marker = tmp_path / "killed-once"
+
+    class KilledOnce(score_ray._Scorer):  # a local class: Ray ships it by value to the workers
+        def __call__(self, batch):
+            if not marker.exists():
+                marker.write_text(str(os.getpid()))
+                os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would, mid-batch
+            return super().__call__(batch)
+
+    monkeypatch.setattr(score_ray, "_Scorer", KilledOnce)
+    inp = tmp_path / "in.csv"
+    _frame(3).to_csv(inp, index=False)
+    summary = _run(exported_dir, inp, tmp_path / "ray.csv", engine="ray", num_workers=2, batch_rows=4)
+    assert marker.exists()  # a worker really died
+    got = _read(tmp_path / "ray.csv")
+    assert summary["rows"] == len(got) == 3 * len(EDGE_TEXTS)
+    assert got["id"].tolist() == _frame(3)["id"].tolist()  # each row once, in order
+    assert (got["error"] != "").sum() == 6 and (got.loc[got["error"] == "", "pred_label"] != "").all()
+
+
+def test_bad_input_messages(ray_session, exported_dir, tmp_path, capsys):
+    def fails(*extra, match):
+        args = ["--model", str(exported_dir), "--output", str(tmp_path / "o.csv"), "--engine", "ray", *extra]
+        assert score.main(args) == 2
+        last = capsys.readouterr().err.strip().splitlines()[-1]  # after any log lines
+        assert last.startswith("error:") and match in last, last
+        assert not (tmp_path / "o.csv").exists()
+
+    mixed = tmp_path / "mixed"
+    mixed.mkdir()
+    _frame().to_csv(mixed / "a.csv", index=False)
+    _frame().to_parquet(mixed / "b.parquet", index=False)
+    fails("--input", str(mixed), match="mixes formats ['csv', 'parquet']")
+    _frame().to_json(tmp_path / "in.jsonl", orient="records", lines=True)
+    fails("--input", str(tmp_path / "in.jsonl"), match="use --engine local")
+    fails("--input", str(mixed / "a.csv"), "--text-column", "body", match="no column 'body'")
+    fails("--input", str(mixed / "a.csv"), "--resume", match="--resume is not supported with --engine ray")
+    fails("--input", str(mixed / "a.csv"), "--gpus-per-worker", "1", match="the Ray cluster has 0 GPUs")
+    bad = tmp_path / "cp949.csv"
+    bad.write_bytes("id,text\n1,좋은 날\n".encode() + "2,꿈에서 봤다\n".encode("cp949"))
+    fails("--input", str(bad), match="try --encoding cp949")  # found on the driver, in the header read
+    bad.write_bytes(b"id,text\n" + "1,좋은 날\n".encode() * 60_000 + "2,꿈에서 봤다\n".encode("cp949"))
+    fails("--input", str(bad), match="line 60002 is not valid utf-8")  # found by a Ray read task, past the header
+    assert score.main(["--model", str(exported_dir), "--input", str(mixed / "a.csv"), "--output",
+                       str(tmp_path / "o.csv"), "--num-workers", "2"]) == 2
+    assert "--num-workers: only with --engine ray" in capsys.readouterr().err
+    fails("--input", str(mixed / "a.csv"), "--num-workers", "3", match="must stay free for reading")
+
+
+def test_without_ray_one_line_says_how_to_install(exported_dir, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # `import ray` now raises ImportError, as when absent
+    _frame().to_csv(tmp_path / "in.csv", index=False)
+    args = ["--model", str(exported_dir), "--input", str(tmp_path / "in.csv"), "--output", str(tmp_path / "o.csv"),
+            "--engine", "ray"]
+    assert score.main(args) == 2
+    assert capsys.readouterr().err == f"error: {score_ray.INSTALL_HINT}\n"
+    assert "pip install -e '.[ray]'" in score_ray.INSTALL_HINT
