@@ -54,19 +54,31 @@ _LOCAL_OBJECT_STORE = 256 * 2**20
 _IO_CPUS = 1
 
 
+def settle_fsspec_http() -> None:
+    """Import fsspec's HTTP filesystem once, or mark it absent.
+
+    Without aiohttp this import fails, and Ray Data retries it on every read plan, from more than one thread:
+    a thread can then see the half-imported module and fail with an ImportError that Ray does not catch (it
+    catches ModuleNotFoundError only; seen in the test suite, in the driver and in a worker's ListFiles task).
+    Marked absent, every later try fails at once with ModuleNotFoundError. Runs in the driver and, as Ray's
+    worker_process_setup_hook, in every worker process before its first task."""
+    try:
+        import fsspec.implementations.http  # noqa: F401
+    except ImportError:
+        sys.modules["fsspec.implementations.http"] = None
+
+
+# Every ray.init of ours passes this (tests too): the hook runs in each worker process of the job.
+RUNTIME_ENV = {"worker_process_setup_hook": settle_fsspec_http}
+
+
 def import_ray():
     try:
         import ray
         import ray.data
     except ImportError:
         raise DataError(INSTALL_HINT) from None
-    try:
-        import fsspec.implementations.http  # noqa: F401
-    except ImportError:
-        # Without aiohttp this import fails, and Ray Data retries it on every read plan, from more than
-        # one thread: a thread can then see the half-imported module and fail with an ImportError Ray does
-        # not catch (seen once in the test suite). Marking it absent makes every later try fail the same way.
-        sys.modules["fsspec.implementations.http"] = None
+    settle_fsspec_http()
     return ray
 
 
@@ -151,10 +163,10 @@ def _ray_session(ray, cfg: ScoreConfig):
         yield
         return
     if cfg.address:
-        ray.init(address=cfg.address, include_dashboard=False, log_to_driver=False)
+        ray.init(address=cfg.address, include_dashboard=False, log_to_driver=False, runtime_env=RUNTIME_ENV)
     else:
         ray.init(num_cpus=usable_cores() + _IO_CPUS, include_dashboard=False, object_store_memory=_LOCAL_OBJECT_STORE,
-                 log_to_driver=False)
+                 log_to_driver=False, runtime_env=RUNTIME_ENV)
     try:
         yield
     finally:

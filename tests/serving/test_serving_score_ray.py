@@ -30,9 +30,22 @@ def ray_session():
     ray = pytest.importorskip("ray")
     # What `score_ray` starts on a 2-core machine: 2 CPUs for the model workers + 1 for Ray Data's reads.
     ray.init(num_cpus=2 + score_ray._IO_CPUS, include_dashboard=False, object_store_memory=100 * 2**20,
-             log_to_driver=False)
+             log_to_driver=False, runtime_env=score_ray.RUNTIME_ENV)
     yield ray
     ray.shutdown()
+
+
+def test_workers_settle_fsspec_http_before_their_first_task(ray_session):
+    # A worker that imports fsspec's HTTP module lazily, from several threads, can fail a read (see
+    # settle_fsspec_http); the setup hook has already imported it, or marked it absent, when a task starts.
+    @ray_session.remote
+    def state():
+        import sys
+
+        mod = sys.modules.get("fsspec.implementations.http", "never imported")
+        return mod if mod in (None, "never imported") else hasattr(mod, "HTTPFileSystem")
+
+    assert set(ray_session.get([state.remote() for _ in range(4)])) <= {None, True}
 
 
 def _run(model, inp, out, **kw):
