@@ -96,6 +96,13 @@ def make_toy_rows(n_per_class: int = 20, seed: int = 0) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+@pytest.fixture(scope="session")
+def toy_rows():
+    """make_toy_rows itself: tests import it through this fixture, because `from conftest import` resolves to
+    whichever of the packages' conftest.py files pytest imported last."""
+    return make_toy_rows
+
+
 @pytest.fixture
 def toy_csv(tmp_path) -> Path:
     """60 labeled rows, 3 balanced classes, a `page` group column (5 groups per class)."""

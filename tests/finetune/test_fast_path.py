@@ -12,9 +12,7 @@ from finetune.models import load_classifier
 from finetune.train import TrainConfig, collate, encode, fit
 
 
-def toy(tiny_electra_dir, n_per_class=8, short=False):
-    from conftest import make_toy_rows
-
+def toy(tiny_electra_dir, make_toy_rows, n_per_class=8, short=False):
     df = make_toy_rows(n_per_class=n_per_class)
     labels = sorted(df.label.unique())
     y = df.label.map({v: i for i, v in enumerate(labels)}).to_numpy()
@@ -33,8 +31,8 @@ def train(tiny_electra_dir, tok, ids, y, labels, **switches):
     return hist, model
 
 
-def test_static_shapes_give_the_plain_losses_and_weights(tiny_electra_dir):
-    tok, ids, y, labels = toy(tiny_electra_dir)
+def test_static_shapes_give_the_plain_losses_and_weights(tiny_electra_dir, toy_rows):
+    tok, ids, y, labels = toy(tiny_electra_dir, toy_rows)
     plain, m_plain = train(tiny_electra_dir, tok, ids, y, labels, static_shapes="off")
     fixed, m_fixed = train(tiny_electra_dir, tok, ids, y, labels, static_shapes="on")
     assert len(plain.train_loss) == len(fixed.train_loss) == 2 * int(np.ceil(24 / 7))
@@ -44,10 +42,10 @@ def test_static_shapes_give_the_plain_losses_and_weights(tiny_electra_dir):
         assert torch.allclose(a, b, atol=1e-4), name
 
 
-def test_compiled_step_gives_the_plain_losses(tiny_electra_dir, monkeypatch):
+def test_compiled_step_gives_the_plain_losses(tiny_electra_dir, toy_rows, monkeypatch):
     # aot_eager runs dynamo's capture and AOT autograd (what can break a model) without inductor's C++ build.
     monkeypatch.setattr(train_module, "COMPILE_OPTIONS", {"dynamic": False, "backend": "aot_eager"})
-    tok, ids, y, labels = toy(tiny_electra_dir, n_per_class=5, short=True)  # one width bucket: one compile
+    tok, ids, y, labels = toy(tiny_electra_dir, toy_rows, n_per_class=5, short=True)  # one width bucket: one compile
     from torch._dynamo.utils import counters
 
     plain, _ = train(tiny_electra_dir, tok, ids, y, labels, static_shapes="on")

@@ -25,11 +25,9 @@ def kfold(*args, check=True):
 
 
 @pytest.fixture(scope="module")
-def finished_run(tmp_path_factory, tiny_electra_dir):
-    from conftest import make_toy_rows
-
+def finished_run(tmp_path_factory, tiny_electra_dir, toy_rows):
     folder = tmp_path_factory.mktemp("kfold")
-    df = make_toy_rows(n_per_class=12)
+    df = toy_rows(n_per_class=12)
     df.loc[5, "text"] = "   "  # dropped from training, but still in oof_predictions.csv
     df.loc[7, "text"] = "ㅋㅋㅋㅋㅋ 꿈에서 봤다!!!!! 😀"
     data = folder / "notes.csv"

@@ -84,10 +84,8 @@ def test_predict_proba_restores_input_order(tiny_classifier_dir):
     np.testing.assert_allclose(batched, one_by_one, atol=1e-5)
 
 
-def test_fit_learns_the_toy_task(tiny_electra_dir):
-    from conftest import make_toy_rows
-
-    df = make_toy_rows(n_per_class=20)
+def test_fit_learns_the_toy_task(tiny_electra_dir, toy_rows):
+    df = toy_rows(n_per_class=20)
     labels = sorted(df.label.unique())
     y = df.label.map({v: i for i, v in enumerate(labels)}).to_numpy()
     tok = AutoTokenizer.from_pretrained(tiny_electra_dir)
