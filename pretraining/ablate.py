@@ -124,14 +124,26 @@ def run(base: TrainConfig, args, pretrain=pretrain, finetune=finetune) -> list[d
     return table
 
 
+def accuracies(row: dict) -> tuple[float | None, float | None]:
+    """(the fine-tuned model's own pretraining accuracy, the generator's MLM accuracy) at the last log:
+    RTD accuracy for electra rows, masked-token accuracy for mlm and replace-mlm, none for all-tokens-mlm."""
+    log = row.get("last_log", {})
+    if row["row"] == "mlm":  # no generator: gen_acc is the model's own MLM accuracy
+        return log.get("gen_acc"), None
+    main = log.get("disc_acc") if log.get("disc_acc") is not None else log.get("main_mlm_acc")
+    return main, log.get("gen_acc")
+
+
 def format_table(rows: list[dict]) -> str:
-    lines = [f"{'pretraining':<16} {'macro-F1':>17} {'accuracy':>9} {'pretrain CPU s':>15} {'pretrain acc':>13}"]
-    for r in rows:  # pretrain acc: the last logged RTD accuracy, or the MLM accuracy for mlm
-        log = r.get("last_log", {})
-        acc = log.get("disc_acc", log.get("gen_acc"))
+    def cell(value):
+        return "" if value is None else f"{value:.3f}"
+
+    lines = [f"{'pretraining':<16} {'macro-F1':>17} {'accuracy':>9} {'pretrain CPU s':>15} {'own acc':>8} {'gen acc':>8}"]
+    for r in rows:
+        own, gen = accuracies(r)
         lines.append(f"{LABELS[r['row']]:<16} {r['macro_f1_mean']:>8.4f} ± {r['macro_f1_std']:.4f} "
                      f"{r.get('accuracy_mean', float('nan')):>9.4f} {r.get('cpu_seconds', float('nan')):>15.0f} "
-                     f"{'' if acc is None else f'{acc:.3f}':>13}")
+                     f"{cell(own):>8} {cell(gen):>8}")
     return "\n".join(lines)
 
 

@@ -69,3 +69,13 @@ def test_one_row_per_objective_then_resume_recomputes_nothing(tmp_path, make_con
 
     with pytest.raises(UsageError, match="other settings"):
         ablate.run(*ablate.parse([*argv[:4], "--finetune-args", "--folds 3", *argv[4:]]), finetune=fake)
+
+
+def test_table_shows_each_objective_s_own_accuracy():
+    rows = [{"row": "electra", "last_log": {"disc_acc": 0.862, "gen_acc": 0.069}},
+            {"row": "replace-mlm", "last_log": {"disc_acc": None, "main_mlm_acc": 0.061, "gen_acc": 0.068}},
+            {"row": "mlm", "last_log": {"disc_acc": None, "gen_acc": 0.064}},
+            {"row": "all-tokens-mlm", "last_log": {"disc_acc": None, "gen_acc": 0.094}}]
+    assert [ablate.accuracies(r) for r in rows] == [(0.862, 0.069), (0.061, 0.068), (0.064, None), (None, 0.094)]
+    lines = ablate.format_table([{**r, "macro_f1_mean": 0.4, "macro_f1_std": 0.01} for r in rows]).splitlines()
+    assert lines[2].split()[-2:] == ["0.061", "0.068"] and lines[3].split()[-1] == "0.064"
