@@ -63,7 +63,7 @@ class ScoreConfig:
     provider: str = "auto"
     max_length: int | None = None
     truncation: str = "head"
-    batch_tokens: int = 8192
+    batch_tokens: int | None = None  # None: the engine's default for the device (1,024 CPU, 8,192 GPU)
     threads: int | None = None
     quantized: bool | None = None  # None: INT8 on CPU when the export has it
     progress: bool = True
@@ -347,7 +347,8 @@ def parse_args(argv: list[str] | None = None) -> ScoreConfig:
     ap.add_argument("--provider", default="auto", choices=["auto", "cpu", "cuda", "tensorrt", "torch"])
     ap.add_argument("--max-length", type=int, default=None, help="tokens per text (default: the training length)")
     ap.add_argument("--truncation", default="head", choices=["head", "head+tail"])
-    ap.add_argument("--batch-tokens", type=int, default=8192, help="padded tokens per inference batch")
+    ap.add_argument("--batch-tokens", type=int, default=None,
+                    help="padded tokens per inference pass (default: 1024 on CPU, 8192 on a GPU)")
     ap.add_argument("--threads", type=int, default=None,
                     help="CPU threads (default: usable cores; with --engine ray: per worker, default 1)")
     ap.add_argument("--fp32", dest="quantized", action="store_const", const=False, default=None,

@@ -56,9 +56,3 @@ def exported_dir(trained_classifier_dir, tmp_path_factory) -> Path:
     make_toy_rows(n_per_class=15, seed=2).to_csv(eval_csv, index=False)
     run(ExportConfig(model=trained_classifier_dir, output=out, quantize=True, eval_csv=eval_csv, min_agreement=0.95))
     return out
-
-
-@pytest.fixture(scope="session")
-def toy_rows():
-    """The shared toy-data builder from tests/conftest.py."""
-    return make_toy_rows

@@ -39,6 +39,16 @@ def test_load_picks_backend_and_file(torch_clf, onnx_clf, int8_clf):
     assert int8_clf.info()["quantized"] is True
 
 
+def test_pass_size_follows_the_device(exported_dir, onnx_clf, monkeypatch):
+    from serving import engine
+
+    assert onnx_clf.batch_tokens == engine.CPU_BATCH_TOKENS < engine.GPU_BATCH_TOKENS
+    assert Classifier.load(exported_dir, provider="cpu", batch_tokens=64).batch_tokens == 64
+    # provider="cpu" on a machine with a GPU still gets the CPU pass size.
+    monkeypatch.setattr(engine, "cuda_available", lambda: True)
+    assert Classifier.load(exported_dir, provider="cpu").batch_tokens == engine.CPU_BATCH_TOKENS
+
+
 def test_onnx_logits_match_pytorch(torch_clf, onnx_clf):
     ref, got = torch_clf.predict_logits(TEXTS), onnx_clf.predict_logits(TEXTS)
     assert ref.shape == (len(TEXTS), 3)
