@@ -152,7 +152,7 @@ def finetuning(device, args, work: Path):
 
     cuda = device.type == "cuda"
     tok = sibling("serving").build_tokenizer(work)
-    data = load_labeled(KO_HELP, folds=1)
+    data = load_labeled(args.ko_help, folds=1)
     ids = encode(tok, data.texts, 128)
     n_train, n_eval = (4000, 1000) if cuda else (2000, 800)
     tr, ev = train_test_split(np.arange(len(data.y)), train_size=n_train, test_size=n_eval, stratify=data.y,
@@ -229,7 +229,7 @@ def serving(device, args, folder: Path) -> list[dict]:
 
     from serving.engine import Classifier
 
-    df = pd.read_csv(KO_HELP, dtype=str, keep_default_na=False)
+    df = pd.read_csv(args.ko_help, dtype=str, keep_default_na=False)
     texts = df["text"].tolist()
     fast = Classifier.load(folder, provider="torch", parity_texts=texts[:512])
     plain = Classifier.load(folder, provider="torch", precision="fp32", cuda_graphs=False)
@@ -295,6 +295,8 @@ def main(argv=None) -> int:
     ap.add_argument("--stages", default="pretraining,finetuning,serving")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "bench-gpu")
     ap.add_argument("--output", type=Path, default=None)
+    ap.add_argument("--ko-help", type=Path, default=KO_HELP,
+                    help="ko-help/train.csv (default: ../shared/data beside the checkout; on a lent GPU machine, a carried copy)")
     args = ap.parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():
         print("error: --device cuda: no CUDA device", file=sys.stderr)
