@@ -3,26 +3,14 @@ INT8 agreement means something) and its ONNX export, built once per session."""
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 from pathlib import Path
 
 import pytest
 
 
-def _root_conftest():
-    # tests/ is not a package, and pytest imports every conftest.py under the same name "conftest".
-    spec = importlib.util.spec_from_file_location("_tests_root_conftest", Path(__file__).parents[1] / "conftest.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-make_toy_rows = _root_conftest().make_toy_rows
-
-
 @pytest.fixture(scope="session")
-def trained_classifier_dir(tiny_classifier_dir, tmp_path_factory) -> Path:
+def trained_classifier_dir(tiny_classifier_dir, tmp_path_factory, toy_rows) -> Path:
     import torch
     from transformers import AutoTokenizer, ElectraForSequenceClassification
 
@@ -31,7 +19,7 @@ def trained_classifier_dir(tiny_classifier_dir, tmp_path_factory) -> Path:
         shutil.copy2(p, folder / p.name)
     tok = AutoTokenizer.from_pretrained(folder)
     model = ElectraForSequenceClassification.from_pretrained(folder)
-    rows = make_toy_rows(n_per_class=30, seed=1)
+    rows = toy_rows(n_per_class=30, seed=1)
     label2id = model.config.label2id
     enc = tok(rows["text"].tolist(), padding=True, return_tensors="pt")
     y = torch.tensor([label2id[v] for v in rows["label"]])
@@ -48,11 +36,11 @@ def trained_classifier_dir(tiny_classifier_dir, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="session")
-def exported_dir(trained_classifier_dir, tmp_path_factory) -> Path:
+def exported_dir(trained_classifier_dir, tmp_path_factory, toy_rows) -> Path:
     from serving.export import ExportConfig, run
 
     out = tmp_path_factory.mktemp("exported")
     eval_csv = out.parent / "toy-eval.csv"
-    make_toy_rows(n_per_class=15, seed=2).to_csv(eval_csv, index=False)
+    toy_rows(n_per_class=15, seed=2).to_csv(eval_csv, index=False)
     run(ExportConfig(model=trained_classifier_dir, output=out, quantize=True, eval_csv=eval_csv, min_agreement=0.95))
     return out
