@@ -96,12 +96,14 @@ def _quantize_gated(cfg: ExportConfig, ref, texts, labels, y_true, ref_f1, calib
     """Try the recipes in order; the first that passes becomes model_quantized.onnx. Returns (its
     quantization info or None, every attempt with its numbers and why it failed)."""
     src, cand, isa = cfg.output / ONNX_FILE, cfg.output / CANDIDATE, cpu_isa()
-    encoder = Classifier.load(src, provider="cpu")
+    encoder = None  # tokenizes calibration texts: loaded only if a static recipe is reached
     attempts = []
     try:
         for name in cfg.int8_recipes:
             t = time.time()
             try:
+                if BY_NAME[name].method == "static" and encoder is None:
+                    encoder = Classifier.load(src, provider="cpu")
                 info = quantize(src, cand, BY_NAME[name], isa, calibration_texts=calib, encoder=encoder)
             except Exception as e:  # noqa: BLE001 - a recipe this graph cannot take is a failed try, not the end
                 attempts.append({"recipe": name, "passed": False, "why": [f"quantization failed: {e!r}"[:300]]})
