@@ -212,6 +212,10 @@ def _join_parts(done: list[tuple[Path, int]], columns: list[str], output: Path, 
 
 # ---------------------------------------------------------------- the run
 def run(cfg: ScoreConfig) -> dict:
+    if cfg.batch_rows < 1:
+        raise DataError("--batch-rows must be positive")
+    if cfg.top_k is not None and cfg.top_k < 1:
+        raise DataError("--top-k must be at least 1")
     if cfg.engine == "ray":
         from serving.score_ray import run as run_ray
 
@@ -220,10 +224,6 @@ def run(cfg: ScoreConfig) -> dict:
                                ("--gpus-per-worker", cfg.gpus_per_worker)) if v is not None]
     if ray_only:
         raise DataError(f"{', '.join(ray_only)}: only with --engine ray")
-    if cfg.batch_rows < 1:
-        raise DataError("--batch-rows must be positive")
-    if cfg.top_k is not None and cfg.top_k < 1:
-        raise DataError("--top-k must be at least 1")
     table_format(cfg.input)  # an unsupported input type fails before anything else
     out_fmt = table_format(cfg.output)
     if cfg.output.resolve() == cfg.input.resolve():

@@ -203,14 +203,11 @@ def _ray_failure(e: Exception, files: list[Path], fmt: str, encoding: str) -> Ex
 
 
 def run(cfg: ScoreConfig) -> dict:
+    """`serving.score.run` with --engine ray; the options both engines share are checked there."""
     ray = import_ray()
     if cfg.resume:
         raise DataError("--resume is not supported with --engine ray: Ray retries failed workers within a run, "
                         "a killed driver starts over; use --engine local to resume")
-    if cfg.batch_rows < 1:
-        raise DataError("--batch-rows must be positive")
-    if cfg.top_k is not None and cfg.top_k < 1:
-        raise DataError("--top-k must be at least 1")
     if cfg.num_workers is not None and cfg.num_workers < 1:
         raise DataError("--num-workers must be at least 1")
     out_fmt = table_format(cfg.output)
