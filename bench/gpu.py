@@ -5,7 +5,7 @@
 
 Three stages, each: the fast path (what the code does now by default on this device), the plain path
 (the same code with the fast parts off: what it did before on a GPU), and the field's peer:
-- pretraining step, tokens/s: fast = compiled encoders (--compile auto), statistics summed on the
+- pretraining step, tokens/s: fast = the whole step compiled (--compile auto), statistics summed on the
   device, fused AdamW, bf16 on CUDA; plain = eager, every statistic read back per step, unfused AdamW;
   peer = transformers' ElectraForMaskedLM + ElectraForPreTraining composed (bench/pretraining.py).
   CUDA: ELECTRA-Small at the paper's batch 128 and at 512; CPU: the tiny preset, batch 8.
@@ -72,7 +72,7 @@ def pretraining(device, args) -> list[dict]:
 
     from pretraining.config import PRESETS, TrainConfig
     from pretraining.model import ElectraPretrainer
-    from pretraining.train import compile_encoders
+    from pretraining.train import compile_model
 
     bp = sibling("pretraining")
     cuda = device.type == "cuda"
@@ -91,7 +91,7 @@ def pretraining(device, args) -> list[dict]:
             model = ElectraPretrainer(dc, generator_ratio=cfg.generator_ratio, mask_token_id=bp.MASK,
                                       special_token_ids=[bp.PAD, bp.CLS, bp.SEP, bp.MASK]).to(device)
             if fast:
-                compile_encoders(model, cfg, device)
+                compile_model(model, cfg, device)
             return model, torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fast and cuda)
 
         def step_fn(model, opt, fast, ids=ids, mask=mask):

@@ -56,7 +56,8 @@ class Composition(torch.nn.Module):
 
     def forward(self, input_ids, attention_mask):
         maskable = attention_mask.bool() & (input_ids != CLS) & (input_ids != SEP)
-        masked, chosen = mask_tokens(input_ids, maskable, 0.15, MASK, self.discriminator.config.vocab_size, 0.85, 0.0)
+        m = mask_tokens(input_ids, maskable, 0.15, MASK, self.discriminator.config.vocab_size, 0.85, 0.0)
+        masked, chosen = m.ids, m.chosen
         gen = self.generator(masked, attention_mask=attention_mask, labels=input_ids.masked_fill(~chosen, -100))
         with torch.no_grad():
             probs = F.softmax(gen.logits[chosen].float(), -1)

@@ -53,7 +53,7 @@ class TrainConfig:
     adam_epsilon: float = 1e-6
     grad_clip: float = 1.0
     precision: str = "auto"  # auto: bf16 (or fp16 where bf16 is missing) on CUDA, fp32 on CPU
-    compile: str = "auto"  # torch.compile the encoders: auto (on CUDA) | on | off
+    compile: str = "auto"  # torch.compile the whole step: auto (on CUDA) | on | off
     seed: int = 42
     # Bookkeeping
     log_every: int = 100

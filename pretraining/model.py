@@ -7,7 +7,8 @@ expect, with no weight renaming. What transformers does not have, and this file 
 - the generator and discriminator share the embedding block (token, position and type embeddings and
   their LayerNorm); each keeps its own `embeddings_project` since their hidden sizes differ;
 - masking by the official ELECTRA recipe (see `mask_tokens`);
-- the generator's vocabulary projection only at masked positions (gather first);
+- the generator's vocabulary projection only at masked positions (gather first), with a fixed number of
+  slots per row so every step has the same shapes: no host sync, and the whole step compiles as one graph;
 - Gumbel-max sampling of replacements in fp32 without gradient, and `L_MLM + lambda * L_Disc`;
 - scaled-dot-product attention in place of transformers' eager attention (same parameters).
 
@@ -18,7 +19,9 @@ Generators", and google-research/electra (pretrain_helpers.py, run_pretraining.p
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -66,25 +69,41 @@ def generator_config(disc: ElectraConfig, ratio: float) -> ElectraConfig:
                             "num_attention_heads": heads})
 
 
+class Masked(NamedTuple):
+    ids: torch.Tensor  # (batch, length) the corrupted input
+    positions: torch.Tensor  # (batch, k) chosen positions, k fixed by the length (see `slots_for`)
+    valid: torch.Tensor  # (batch, k) False on the spare slots of rows with fewer chosen positions
+    chosen: torch.Tensor  # (batch, length) the same choice as a mask
+
+
+def slots_for(length: int, mask_prob: float) -> int:
+    """Gather slots per row: at least the most positions any row of this length can have chosen. Fixed by the
+    length, never by the data, so shapes never depend on a count the host would have to read (a GPU sync)."""
+    return min(length, max(1, math.ceil(length * mask_prob)))
+
+
 def mask_tokens(input_ids: torch.Tensor, maskable: torch.Tensor, mask_prob: float, mask_token_id: int,
-                vocab_size: int, mask_share: float, random_share: float) -> tuple[torch.Tensor, torch.Tensor]:
+                vocab_size: int, mask_share: float, random_share: float) -> Masked:
     """Choose round(mask_prob * tokens) positions per sequence (at least one) among `maskable`, uniformly
     without replacement, as the official ELECTRA `mask()` does. Of the chosen: `mask_share` become [MASK],
     `random_share` a random token, the rest keep the original. ELECTRA's recipe is 85% [MASK] / 15% kept /
-    0% random (pretrain_helpers.py); BERT's is 80/10/10. Returns (corrupted ids, chosen positions)."""
+    0% random (pretrain_helpers.py); BERT's is 80/10/10. The chosen positions come as `slots_for` slots per
+    row, like the official `masked_lm_positions` / `masked_lm_weights`."""
     n_tokens = maskable.sum(1)
     n_chosen = (n_tokens.float() * mask_prob).round().long().clamp(min=1).minimum(n_tokens)
-    # A random score per position, non-maskable ones pushed last: the n lowest ranks are a uniform sample.
+    # A random score per position, non-maskable ones pushed last: the n lowest are a uniform sample.
     score = torch.rand(input_ids.shape, device=input_ids.device).masked_fill(~maskable, 2.0)
-    rank = score.argsort(dim=1).argsort(dim=1)
-    chosen = rank < n_chosen[:, None]
+    k = slots_for(input_ids.shape[1], mask_prob)
+    positions = score.topk(k, dim=1, largest=False).indices  # ascending score: the first n_chosen are the pick
+    valid = torch.arange(k, device=input_ids.device) < n_chosen[:, None]
+    chosen = torch.zeros_like(maskable).scatter(1, positions, valid)
     u = torch.rand(input_ids.shape, device=input_ids.device)
     to_mask = chosen & (u < mask_share)
     to_random = chosen & (u >= mask_share) & (u < mask_share + random_share)
     corrupted = input_ids.masked_fill(to_mask, mask_token_id)
     random_ids = torch.randint(vocab_size, input_ids.shape, device=input_ids.device)
     corrupted = torch.where(to_random, random_ids, corrupted)
-    return corrupted, chosen
+    return Masked(corrupted, positions, valid, chosen)
 
 
 @torch.no_grad()
@@ -95,20 +114,28 @@ def gumbel_sample(logits: torch.Tensor) -> torch.Tensor:
     return (logits.float() - torch.log(-torch.log(u + 1e-9) + 1e-9)).argmax(-1)
 
 
-def replace_tokens(input_ids, chosen, gen_logits) -> tuple[torch.Tensor, torch.Tensor]:
-    """The discriminator's input and labels: generator samples at the chosen positions. Integer ids carry no
-    gradient, so nothing from the discriminator's loss reaches the generator. A sample equal to the original
-    is labelled original (paper, section 2), hence labels from comparing ids, not from `chosen`."""
-    fake_ids = input_ids.clone()
-    fake_ids[chosen] = gumbel_sample(gen_logits.detach())
+def replace_tokens(input_ids, positions, valid, gen_logits) -> tuple[torch.Tensor, torch.Tensor]:
+    """The discriminator's input and labels: generator samples at the chosen positions (spare slots write the
+    original back). Integer ids carry no gradient, so nothing from the discriminator's loss reaches the
+    generator. A sample equal to the original is labelled original (paper, section 2), hence labels from
+    comparing ids, not from the choice."""
+    original = input_ids.gather(1, positions)
+    fake_ids = input_ids.scatter(1, positions, torch.where(valid, gumbel_sample(gen_logits.detach()), original))
     return fake_ids, fake_ids != input_ids
 
 
 def mlm_logits_at(mlm: ElectraForMaskedLM, input_ids, attention_mask, positions) -> torch.Tensor:
-    """Vocabulary logits only where `positions` is True, (n_positions, vocab): gather the hidden states first
-    so the (batch, length, vocab) tensor is never built. Rows are in row-major order of `positions`."""
+    """Vocabulary logits at `positions` (batch, k) only, (batch, k, vocab): gather the hidden states first so
+    the (batch, length, vocab) tensor is never built."""
     hidden = mlm.electra(input_ids, attention_mask=attention_mask).last_hidden_state
-    return mlm.generator_lm_head(mlm.generator_predictions(hidden[positions]))
+    picked = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+    return mlm.generator_lm_head(mlm.generator_predictions(picked))
+
+
+def masked_cross_entropy(logits, targets, valid) -> torch.Tensor:
+    """Mean cross-entropy over the valid slots; fp32 because bf16 log-softmax over a large vocabulary is coarse."""
+    per_slot = F.cross_entropy(logits.float().flatten(0, 1), targets.flatten(), reduction="none")
+    return (per_slot * valid.flatten()).sum() / valid.sum().clamp(min=1)
 
 
 @dataclass
@@ -172,37 +199,38 @@ class ElectraPretrainer(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> StepOutput:
         maskable = attention_mask.bool() & ~self.special[input_ids]
-        masked_ids, chosen = mask_tokens(input_ids, maskable, self.mask_prob, self.mask_token_id,
-                                         self.vocab_size, self.mask_share, self.random_share)
-        targets = input_ids[chosen]
+        masked = mask_tokens(input_ids, maskable, self.mask_prob, self.mask_token_id,
+                             self.vocab_size, self.mask_share, self.random_share)
+        positions, valid = masked.positions, masked.valid
+        targets = input_ids.gather(1, positions)
         if self.objective == "mlm":
-            logits = mlm_logits_at(self.mlm, masked_ids, attention_mask, chosen)
-            loss = F.cross_entropy(logits.float(), targets)
-            return StepOutput(loss, loss, None, {**_mlm_stats(logits, targets), "loss": loss.detach(),
+            logits = mlm_logits_at(self.mlm, masked.ids, attention_mask, positions)
+            loss = masked_cross_entropy(logits, targets, valid)
+            return StepOutput(loss, loss, None, {**_mlm_stats(logits, targets, valid), "loss": loss.detach(),
                                                  "mlm_loss": loss.detach()})
 
         train_generator = self.stage != "discriminator"
         with torch.set_grad_enabled(train_generator and torch.is_grad_enabled()):
-            gen_logits = mlm_logits_at(self.generator, masked_ids, attention_mask, chosen)
-            mlm_loss = F.cross_entropy(gen_logits.float(), targets)
-        stats = _mlm_stats(gen_logits, targets)
+            gen_logits = mlm_logits_at(self.generator, masked.ids, attention_mask, positions)
+            mlm_loss = masked_cross_entropy(gen_logits, targets, valid)
+        stats = _mlm_stats(gen_logits, targets, valid)
         if self.stage == "generator":
             return StepOutput(mlm_loss, mlm_loss, None, {**stats, "loss": mlm_loss.detach(),
                                                           "mlm_loss": mlm_loss.detach()})
 
-        fake_ids, replaced = replace_tokens(input_ids, chosen, gen_logits)
+        fake_ids, replaced = replace_tokens(input_ids, positions, valid, gen_logits)
 
         if self.objective in ("electra", "electra-15"):
             disc_logits = self.discriminator(fake_ids, attention_mask=attention_mask).logits
-            weight = (attention_mask if self.objective == "electra" else chosen).float()
+            weight = (attention_mask if self.objective == "electra" else masked.chosen).float()
             per_token = F.binary_cross_entropy_with_logits(disc_logits.float(), replaced.float(), reduction="none")
             disc_loss = (per_token * weight).sum() / weight.sum().clamp(min=1)
             stats.update(_disc_stats(disc_logits, replaced, weight.bool()))
             loss = self.disc_weight * disc_loss if self.stage == "discriminator" else mlm_loss + self.disc_weight * disc_loss
         elif self.objective == "replace-mlm":
-            main_logits = mlm_logits_at(self.mlm, fake_ids, attention_mask, chosen)
-            disc_loss = F.cross_entropy(main_logits.float(), targets)
-            stats.update({"main_correct": (main_logits.argmax(-1) == targets).sum()})
+            main_logits = mlm_logits_at(self.mlm, fake_ids, attention_mask, positions)
+            disc_loss = masked_cross_entropy(main_logits, targets, valid)
+            stats.update({"main_correct": ((main_logits.argmax(-1) == targets) & valid).sum()})
             loss = mlm_loss + disc_loss
         else:  # all-tokens-mlm
             disc_loss = self._all_tokens_loss(fake_ids, input_ids, attention_mask.bool())
@@ -213,20 +241,20 @@ class ElectraPretrainer(nn.Module):
 
     def _all_tokens_loss(self, fake_ids, input_ids, real):
         """p(x_t) = D_t * [x_t == input_t] + (1 - D_t) * softmax_t(x_t), with the copy probability
-        D_t = sigmoid(-z_t) from the discriminator head (z > 0 still means "replaced")."""
-        hidden = self.discriminator.electra(fake_ids, attention_mask=real.long()).last_hidden_state[real]
+        D_t = sigmoid(-z_t) from the discriminator head (z > 0 still means "replaced"). Every position is
+        computed and padding weighted out: blocks are nearly all real tokens, and shapes stay fixed."""
+        hidden = self.discriminator.electra(fake_ids, attention_mask=real.long()).last_hidden_state
         log_softmax = F.log_softmax(self.mlm.generator_lm_head(self.mlm.generator_predictions(hidden)).float(), -1)
-        target = input_ids[real]
-        log_p_vocab = log_softmax.gather(1, target[:, None]).squeeze(1)
+        log_p_vocab = log_softmax.gather(2, input_ids[..., None]).squeeze(2)
         z = self.discriminator.discriminator_predictions(hidden).float()
-        copy_ok = fake_ids[real] == target
+        copy_ok = fake_ids == input_ids
         log_p = torch.where(copy_ok, torch.logaddexp(F.logsigmoid(-z), F.logsigmoid(z) + log_p_vocab),
                             F.logsigmoid(z) + log_p_vocab)
-        return -log_p.mean()
+        return -(log_p * real).sum() / real.sum().clamp(min=1)
 
 
-def _mlm_stats(logits, targets):
-    return {"gen_correct": (logits.detach().argmax(-1) == targets).sum(), "n_masked": targets.new_tensor(len(targets))}
+def _mlm_stats(logits, targets, valid):
+    return {"gen_correct": ((logits.detach().argmax(-1) == targets) & valid).sum(), "n_masked": valid.sum()}
 
 
 def _disc_stats(disc_logits, replaced, counted):

@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from pretraining import model as electra
-from pretraining.model import OBJECTIVES, mask_tokens, mlm_logits_at, replace_tokens
+from pretraining.model import (
+    OBJECTIVES,
+    mask_tokens,
+    masked_cross_entropy,
+    mlm_logits_at,
+    replace_tokens,
+    slots_for,
+)
 
 
 def batch_of(tokenizer, n_rows=4, length=32, seed=0, pad_tail=True):
@@ -32,10 +38,16 @@ def test_masking_rate_and_mask_share(mask_share, random_share):
     maskable = torch.ones_like(ids, dtype=torch.bool)
     maskable[:, 0] = maskable[:, -1] = False  # [CLS], [SEP]
     maskable[::2, 100:] = False  # padding in half the rows
-    corrupted, chosen = mask_tokens(ids, maskable, 0.15, mask_id, vocab, mask_share, random_share)
+    masked = mask_tokens(ids, maskable, 0.15, mask_id, vocab, mask_share, random_share)
+    corrupted, chosen = masked.ids, masked.chosen
 
     expected_per_row = (maskable.sum(1).float() * 0.15).round()
     assert torch.equal(chosen.sum(1).float(), expected_per_row)
+    # The slots name the same positions as the mask, fixed in number whatever the row's length.
+    assert masked.positions.shape == masked.valid.shape == (256, slots_for(128, 0.15))
+    assert torch.equal(masked.valid.sum(1).float(), expected_per_row)
+    rows = torch.arange(256)[:, None].expand_as(masked.positions)
+    assert chosen[rows[masked.valid], masked.positions[masked.valid]].all()
     assert not (chosen & ~maskable).any()
     assert torch.equal(corrupted[~chosen], ids[~chosen])
     n = chosen.sum().item()
@@ -50,7 +62,7 @@ def test_masking_is_uniform_over_positions():
     torch.manual_seed(1)
     ids = torch.randint(5, 100, (4000, 20))
     maskable = torch.ones_like(ids, dtype=torch.bool)
-    _, chosen = mask_tokens(ids, maskable, 0.15, 4, 100, 0.85, 0.0)
+    chosen = mask_tokens(ids, maskable, 0.15, 4, 100, 0.85, 0.0).chosen
     per_position = chosen.float().mean(0)
     assert (per_position - 0.15).abs().max() < 0.03
 
@@ -64,18 +76,22 @@ def test_labels_are_one_exactly_where_the_sample_differs(make_model, monkeypatch
     model, tok = make_model()
     ids, attention = batch_of(tok, n_rows=8)
     maskable = attention.bool() & ~model.special[ids]
-    _, chosen = mask_tokens(ids, maskable, 0.3, tok.mask_token_id, len(tok), 0.85, 0.0)
-    targets = ids[chosen]
-    # A generator whose samples equal the original at even-numbered chosen positions, differ at odd ones.
-    differ = torch.arange(len(targets)) % 2 == 1
-    rigged = torch.where(differ, (targets + 1) % len(tok), targets)
+    masked = mask_tokens(ids, maskable, 0.3, tok.mask_token_id, len(tok), 0.85, 0.0)
+    positions, valid, chosen = masked.positions, masked.valid, masked.chosen
+    assert not valid.all()  # rows of different lengths: some slots are spare
+    targets = ids.gather(1, positions)
+    # A generator whose samples equal the original at even-numbered slots and differ at odd ones; spare
+    # slots get a differing sample too, which must not reach the input.
+    differ = torch.arange(positions.shape[1]).expand_as(positions) % 2 == 1
+    rigged = torch.where(differ | ~valid, (targets + 1) % len(tok), targets)
     monkeypatch.setattr(electra, "gumbel_sample", lambda logits: rigged)
-    fake, labels = replace_tokens(ids, chosen, torch.zeros(len(targets), len(tok)))
+    fake, labels = replace_tokens(ids, positions, valid, torch.zeros(*positions.shape, len(tok)))
 
     expected = torch.zeros_like(ids, dtype=torch.bool)
-    expected[chosen] = differ
+    rows = torch.arange(len(ids))[:, None].expand_as(positions)
+    expected[rows[valid], positions[valid]] = differ[valid]
     assert torch.equal(labels, expected)
-    assert torch.equal(fake[chosen], rigged)
+    assert torch.equal(fake[rows[valid], positions[valid]], rigged[valid])
     assert torch.equal(fake[~chosen], ids[~chosen])
 
 
@@ -86,9 +102,9 @@ def test_forward_labels_match_its_own_samples(make_model):
     seen = {}
     original = electra.replace_tokens
 
-    def spy(input_ids, chosen, gen_logits):
-        fake, labels = original(input_ids, chosen, gen_logits)
-        seen.update(input_ids=input_ids, chosen=chosen, fake=fake, labels=labels)
+    def spy(input_ids, positions, valid, gen_logits):
+        fake, labels = original(input_ids, positions, valid, gen_logits)
+        seen.update(input_ids=input_ids, valid=valid, fake=fake, labels=labels)
         return fake, labels
 
     electra.replace_tokens = spy
@@ -98,7 +114,7 @@ def test_forward_labels_match_its_own_samples(make_model):
         electra.replace_tokens = original
     differs = (seen["fake"] != seen["input_ids"]).sum()
     assert out.stats["actual_replaced"] == differs == seen["labels"].sum()
-    assert out.stats["n_masked"] == seen["chosen"].sum()
+    assert out.stats["n_masked"] == seen["valid"].sum()
 
 
 def test_gumbel_sample_follows_the_softmax():
@@ -147,13 +163,27 @@ def test_gather_first_loss_equals_the_all_logits_loss(make_model):
     model.eval()
     ids, attention = batch_of(tok, n_rows=6)
     maskable = attention.bool() & ~model.special[ids]
-    masked, chosen = mask_tokens(ids, maskable, 0.15, tok.mask_token_id, len(tok), 0.85, 0.0)
+    masked = mask_tokens(ids, maskable, 0.15, tok.mask_token_id, len(tok), 0.85, 0.0)
+    assert not masked.valid.all()  # spare slots are in play and must not count
     with torch.no_grad():
-        gathered = F.cross_entropy(mlm_logits_at(model.generator, masked, attention, chosen), ids[chosen])
-        labels = ids.masked_fill(~chosen, -100)
+        logits = mlm_logits_at(model.generator, masked.ids, attention, masked.positions)
+        gathered = masked_cross_entropy(logits, ids.gather(1, masked.positions), masked.valid)
+        labels = ids.masked_fill(~masked.chosen, -100)
         # transformers' own path: all (batch, length, vocab) logits, CE with -100 elsewhere
-        full = model.generator(masked, attention_mask=attention, labels=labels).loss
+        full = model.generator(masked.ids, attention_mask=attention, labels=labels).loss
     assert torch.allclose(gathered, full, atol=1e-6)
+
+
+@pytest.mark.parametrize("objective", OBJECTIVES)
+def test_every_objective_is_one_graph_without_host_syncs(make_model, objective):
+    """Every shape in the step is fixed by (batch, length): no boolean-mask gather, no count read back. On a
+    GPU that means no stall per step and a step torch.compile takes whole (--compile)."""
+    model, tok = make_model(objective=objective)
+    model.train()
+    torch._dynamo.reset()
+    explained = torch._dynamo.explain(model)(*batch_of(tok))
+    assert explained.graph_break_count == 0, explained.break_reasons
+    assert explained.graph_count == 1
 
 
 @pytest.mark.parametrize("objective", OBJECTIVES)
