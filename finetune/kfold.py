@@ -63,6 +63,31 @@ class Config:
     adapt: AdaptConfig = dataclasses.field(default_factory=AdaptConfig)
 
 
+# Settings that may change on --resume: they change neither the folds nor their numbers (the fast-path
+# switches give the plain path's losses: tests/finetune/test_fast_path.py).
+RESUMABLE = frozenset({"resume", "final", "train.static_shapes", "train.compile"})
+
+
+def _flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(_flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def resume_differences(before: dict, now: dict) -> list[str]:
+    """Settings (dotted, e.g. 'train.lr') whose value differs from the run being resumed. A setting the old
+    run did not record yet (added in a later version) counts as equal when it is at its default, which is
+    what the old version did."""
+    old, new = _flat(before), _flat(now)
+    defaults = _flat(json.loads(json.dumps(asdict(Config(model="", data="", output="")), default=str)))
+    return sorted(k for k, v in new.items() if k not in RESUMABLE
+                  and old.get(k, defaults.get(k)) != v)
+
+
 def parse_args(argv=None) -> Config | None:
     t = TrainConfig()
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -167,10 +192,9 @@ def run(cfg: Config) -> dict:
     fold_dir.mkdir(parents=True, exist_ok=True)
     config_json = json.loads(json.dumps(asdict(cfg), default=str))
     if cfg.resume and (out / "config.json").exists():
-        before = json.loads((out / "config.json").read_text())
-        differs = {k for k in config_json if k not in ("resume", "final") and before.get(k) != config_json[k]}
+        differs = resume_differences(json.loads((out / "config.json").read_text()), config_json)
         if differs:
-            raise DataError(f"--resume: {out} was run with different {sorted(differs)}; use a new --output")
+            raise DataError(f"--resume: {out} was run with different {differs}; use a new --output")
     if main:
         write_json(out / "config.json", config_json)
     print(f"{len(data.y)} rows, {len(data.labels)} classes, {cfg.folds} folds"

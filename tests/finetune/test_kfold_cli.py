@@ -102,6 +102,25 @@ def test_resume_reuses_finished_folds(finished_run, tmp_path):
     assert changed.returncode == 2 and "different ['seed']" in changed.stderr
 
 
+def test_resume_accepts_older_configs_and_speed_switches():
+    from dataclasses import asdict
+
+    from finetune.kfold import parse_args, resume_differences
+
+    def config(*flags):
+        cfg = parse_args(["--model", "m", "--data", "d.csv", "--output", "o", *flags])
+        return json.loads(json.dumps(asdict(cfg), default=str))
+
+    now = config()
+    older = json.loads(json.dumps(now))  # as written before the fast-path switches and --adapt-steps existed
+    del older["train"]["static_shapes"], older["train"]["compile"], older["adapt"]
+    assert resume_differences(older, now) == []
+    assert resume_differences(now, config("--compile", "on", "--static-shapes", "off")) == []
+    # New settings away from their defaults, and ordinary changes, still refuse.
+    assert resume_differences(older, config("--adapt-steps", "50")) == ["adapt.steps"]
+    assert resume_differences(now, config("--lr", "3e-4", "--folds", "3")) == ["folds", "train.lr"]
+
+
 def test_list_models_and_offline_hub_id_message():
     listing = kfold("--list-models").stdout
     assert "KcELECTRA" in listing and "beomi/KcELECTRA-base-v2022" in listing and "minilm" in listing
