@@ -58,3 +58,16 @@ def test_compile_flag_is_validated_and_resumable():
         TrainConfig(corpus=("x",), output="o", compile="always")
     before = TrainConfig(corpus=("x",), output="o", compile="on").to_dict()
     assert resume_differences(before, TrainConfig(corpus=("x",), output="o", compile="off")) == []
+
+
+def test_compiled_step_follows_the_two_stage_switch(make_config, tmp_path, monkeypatch):
+    """--two-stage changes the module half way (generator frozen, embeddings copied): the compiled step must
+    retrace rather than keep running the first stage's graph."""
+    monkeypatch.setattr(train_module, "COMPILE_OPTIONS", {**train_module.COMPILE_OPTIONS, "backend": "aot_eager"})
+    common = {"max_steps": 4, "log_every": 1, "save_every": 4, "two_stage": True, "generator_ratio": 1.0,
+              "intermediate_size": 128}
+    eager = read_log(train(make_config(output=str(tmp_path / "eager"), compile="off", **common)))
+    fast = read_log(train(make_config(output=str(tmp_path / "fast"), compile="on", **common)))
+    assert [r["stage"] for r in fast] == ["generator"] * 2 + ["discriminator"] * 2
+    for ra, rb in zip(eager, fast, strict=True):
+        assert ra["loss"] == pytest.approx(rb["loss"], rel=1e-4, abs=1e-6), ra["step"]
