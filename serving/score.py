@@ -142,19 +142,26 @@ def _existing_parts(parts: Path, ext: str) -> list[tuple[Path, int]]:
     return found
 
 
-def _fingerprint(cfg: ScoreConfig, clf: Classifier, columns: list[str]) -> dict:
-    st = cfg.input.stat()
+def result_options(cfg: ScoreConfig) -> dict:
+    """The options that shape the output (a resumed run must keep them), as JSON values."""
     opts = asdict(cfg)
     for k in ("resume", "progress", "provider", "threads", "batch_tokens",  # don't change results
               "engine", "address", "num_workers", "gpus_per_worker"):
         opts.pop(k)
     opts = {k: str(v) if isinstance(v, Path) else v for k, v in opts.items()}
     opts["input"], opts["model"] = str(cfg.input.resolve()), str(cfg.model.resolve())
-    return {"options": opts, "input_size": st.st_size, "input_mtime_ns": st.st_mtime_ns,
+    return opts
+
+
+def _fingerprint(cfg: ScoreConfig, clf: Classifier, columns: list[str]) -> dict:
+    st = cfg.input.stat()
+    return {"options": result_options(cfg), "input_size": st.st_size, "input_mtime_ns": st.st_mtime_ns,
             "model_file": clf.info()["model_file"], "columns": columns}
 
 
-def _prepare_parts(cfg: ScoreConfig, manifest: dict, ext: str) -> tuple[Path, list[tuple[Path, int]]]:
+def prepare_parts(cfg: ScoreConfig, manifest: dict, ext: str) -> tuple[Path, list[tuple[Path, int]]]:
+    """The parts folder for `cfg.output`: on --resume with the same manifest, the parts already written;
+    otherwise a fresh folder holding the manifest."""
     parts = _parts_dir(cfg.output)
     if parts.exists() and cfg.resume:
         try:
@@ -242,7 +249,7 @@ def run(cfg: ScoreConfig) -> dict:
         raise DataError(f"{cfg.input}: already has column(s) {clash}, which the output adds; rename them first")
     columns = [str(c) for c in first.columns] + pred_cols
     ext = cfg.output.suffix
-    parts, done = _prepare_parts(cfg, _fingerprint(cfg, clf, columns), ext)
+    parts, done = prepare_parts(cfg, _fingerprint(cfg, clf, columns), ext)
     skip = sum(n for _, n in done)
 
     from tqdm import tqdm

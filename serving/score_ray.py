@@ -13,14 +13,17 @@
 - Without `--address`, Ray starts on this machine only (`ray.init`), sized to its usable cores.
 - A worker that dies (OOM killer, preemption, crash) is restarted by Ray and its batch retried (Ray
   Data's actor defaults: unlimited restarts and retries); the driver then checks the row count.
-- Not supported here: `--resume` (a killed driver starts over), JSONL input.
+- A killed driver: rerun with `--resume`. Parts never span two input files, so the rerun keeps the parts
+  of every finished file and scores again from the first row of the file that was in progress (Ray Data
+  cannot start a read mid-file): at most one file's work is redone. Changed input files (size, mtime),
+  model or options are refused, as in local mode.
+- Not supported here: JSONL input.
 """
 
 from __future__ import annotations
 
 import glob
 import logging
-import shutil
 import sys
 import time
 from contextlib import contextmanager
@@ -32,11 +35,12 @@ from serving.engine import Classifier, usable_cores
 from serving.io import FORMATS, DataError, _check_encoding, require_columns, table_format
 from serving.score import (
     ScoreConfig,
-    _parts_dir,
     _Tally,
     append_part,
     finish_parts,
     prediction_columns,
+    prepare_parts,
+    result_options,
     score_frame,
     summary,
 )
@@ -124,22 +128,95 @@ def _header(path: Path, fmt: str, encoding: str) -> list[str]:
         raise DataError(f"{path}: cannot parse the header as {fmt}: {str(e).strip().splitlines()[0]}{hint}") from None
 
 
-def read_dataset(ray, files: list[Path], fmt: str, columns: list[str], encoding: str):
-    paths = [str(p) for p in files]
-    if fmt == "parquet":
-        return ray.data.read_parquet(paths)
+def _csv_options(fmt: str, columns: list[str], encoding: str) -> dict:
     import pyarrow as pa
     import pyarrow.csv as pacsv
 
     # Every column a string and none null: the same cells local mode reads with dtype=str,
     # keep_default_na=False (an empty cell is "", which `score_frame` flags as empty text).
-    return ray.data.read_csv(
-        paths,
-        read_options=pacsv.ReadOptions(encoding="utf8" if _utf8(encoding) else encoding),
-        parse_options=pacsv.ParseOptions(delimiter="\t" if fmt == "tsv" else ",", newlines_in_values=fmt == "csv",
-                                         quote_char='"' if fmt == "csv" else False),
-        convert_options=pacsv.ConvertOptions(column_types={c: pa.string() for c in columns},
-                                             strings_can_be_null=False, quoted_strings_can_be_null=False))
+    return {"read_options": pacsv.ReadOptions(encoding="utf8" if _utf8(encoding) else encoding),
+            "parse_options": pacsv.ParseOptions(delimiter="\t" if fmt == "tsv" else ",", newlines_in_values=fmt == "csv",
+                                                quote_char='"' if fmt == "csv" else False),
+            "convert_options": pacsv.ConvertOptions(column_types={c: pa.string() for c in columns},
+                                                    strings_can_be_null=False, quoted_strings_can_be_null=False)}
+
+
+def read_dataset(ray, files: list[Path], fmt: str, columns: list[str], encoding: str):
+    paths = [str(p) for p in files]
+    if fmt == "parquet":
+        return ray.data.read_parquet(paths)
+    return ray.data.read_csv(paths, **_csv_options(fmt, columns, encoding))
+
+
+def _csv_rows(path: str, fmt: str, columns: list[str], encoding: str) -> int:
+    """Rows of one CSV/TSV file, parsed with Ray Data's reader and options (a Ray task, one per file)."""
+    import pyarrow.csv as pacsv
+
+    try:
+        with pacsv.open_csv(path, **_csv_options(fmt, columns, encoding)) as reader:
+            return sum(batch.num_rows for batch in reader)
+    except (ValueError, OSError) as e:  # ArrowInvalid is a ValueError. The path in the message: `_ray_failure`
+        # turns it into one line naming the file
+        raise RuntimeError(f"{path}: {e}") from None
+
+
+def row_counts(ray, files: list[Path], fmt: str, columns: list[str], encoding: str) -> list[int]:
+    """Rows per input file: Parquet from its metadata, CSV/TSV parsed once, the files in parallel."""
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        return [pq.ParquetFile(p).metadata.num_rows for p in files]
+    task = ray.remote(_csv_rows)
+    return ray.get([task.remote(str(p), fmt, columns, encoding) for p in files])
+
+
+def cut_at_file_ends(batches, ends: list[int], offset: int):
+    """The scored batches, cut where an input file ends (`ends`: cumulative row counts, the first file
+    starting at row `offset`), so no part spans two files and --resume can restart at a file's first row."""
+    ends = iter(ends)
+    boundary = next(ends, None)
+    for batch in batches:
+        while len(batch):
+            while boundary is not None and boundary <= offset:
+                boundary = next(ends, None)
+            # Rows past the last end come only from a miscount, which finish_parts' row check reports.
+            take = len(batch) if boundary is None else min(len(batch), boundary - offset)
+            yield batch.iloc[:take]
+            batch, offset = batch.iloc[take:], offset + take
+
+
+def manifest_for(cfg: ScoreConfig, files: list[Path], counts: list[int], model_file, columns: list[str]) -> dict:
+    files_seen = []
+    for p, n in zip(files, counts, strict=True):
+        st = p.stat()
+        files_seen.append([str(p.resolve()), st.st_size, st.st_mtime_ns, n])
+    return {"options": result_options(cfg), "files": files_seen, "model_file": model_file, "columns": columns}
+
+
+def resume_point(parts: Path, done: list[tuple[Path, int]], counts: list[int]) -> tuple[list[tuple[Path, int]], int]:
+    """(the parts of the files already finished, index of the first file to score). Parts never span two
+    files, so the kept parts end exactly where a file ends; the parts of a file in progress are deleted
+    and that file is scored again from its first row."""
+    written, ends, end = sum(n for _, n in done), [], 0
+    for n in counts:
+        end += n
+        ends.append(end)
+    first = sum(1 for e in ends if e <= written)
+    boundary = ends[first - 1] if first else 0
+    kept, total = [], 0
+    for path, n in done:
+        if total + n > boundary:
+            break
+        kept.append((path, n))
+        total += n
+    if total != boundary:
+        raise DataError(f"--resume: the parts in {parts} do not end where an input file ends; "
+                        "delete the folder and start over")
+    keep = {path for path, _ in kept}
+    for path in parts.glob("part-*"):
+        if path not in keep:
+            path.unlink()
+    return kept, first
 
 
 class _Scorer:
@@ -205,9 +282,6 @@ def _ray_failure(e: Exception, files: list[Path], fmt: str, encoding: str) -> Ex
 def run(cfg: ScoreConfig) -> dict:
     """`serving.score.run` with --engine ray; the options both engines share are checked there."""
     ray = import_ray()
-    if cfg.resume:
-        raise DataError("--resume is not supported with --engine ray: Ray retries failed workers within a run, "
-                        "a killed driver starts over; use --engine local to resume")
     if cfg.num_workers is not None and cfg.num_workers < 1:
         raise DataError("--num-workers must be at least 1")
     out_fmt = table_format(cfg.output)
@@ -236,15 +310,53 @@ def run(cfg: ScoreConfig) -> dict:
 
     with _ray_session(ray, cfg):
         try:
-            rows_in, elapsed, tally = _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt)
+            rows_in, scored_now, elapsed, tally = _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt,
+                                                         info["model_file"])
         except ray.exceptions.RayError as e:
             raise _ray_failure(e, files, fmt, cfg.encoding) from None
-    return summary(cfg, rows_in, rows_in, elapsed, time.time() - t0, tally, info) | {"engine": "ray"}
+    return summary(cfg, rows_in, scored_now, elapsed, time.time() - t0, tally, info) | {"engine": "ray"}
 
 
-def _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt):
+def _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt, model_file):
     from tqdm import tqdm
 
+    workers, resources = _worker_resources(ray, cfg)  # a bad --num-workers fails before any file is written
+    counts = row_counts(ray, files, fmt, columns_in, cfg.encoding)
+    rows_in = sum(counts)
+    parts, done = prepare_parts(cfg, manifest_for(cfg, files, counts, model_file, columns), cfg.output.suffix)
+    done, first = resume_point(parts, done, counts)
+    tally = _Tally(cfg.id_column)
+    for path, _ in done:
+        tally.add_part(path, out_fmt, columns)
+    offset = sum(counts[:first])
+    if first:
+        log.info("resuming: %d files (%d rows) already scored; starting at %s", first, offset, files[first])
+    # Where each remaining file ends, in rows: a batch is split there so that no part spans two files.
+    ends, end = [], offset
+    for n in counts[first:]:
+        end += n
+        if n:
+            ends.append(end)
+
+    scored_now, t_score = 0, time.time()
+    bar = tqdm(total=rows_in, initial=offset, unit="rows", disable=not cfg.progress, desc="scoring (ray)",
+               file=sys.stderr)
+    if ends:
+        scored = _scored_dataset(ray, cfg, files[first:], fmt, columns_in, top_k, workers, resources)
+        log.info("ray: %d files, %d rows to score, %d workers with %s each", len(files) - first, rows_in - offset,
+                 workers, resources)
+        batches = scored.iter_batches(batch_size=None, batch_format="pandas")
+        for piece in cut_at_file_ends(batches, ends, offset):
+            append_part(parts, done, piece[columns], cfg.output.suffix, out_fmt, tally)
+            scored_now += len(piece)
+            bar.update(len(piece))
+    bar.close()
+    elapsed = time.time() - t_score
+    finish_parts(parts, done, rows_in, columns, cfg.output, out_fmt)
+    return rows_in, scored_now, elapsed, tally
+
+
+def _scored_dataset(ray, cfg, files, fmt, columns_in, top_k, workers, resources):
     ctx = ray.data.DataContext.get_current()
     saved = ctx.execution_options.preserve_order, ctx.enable_progress_bars
     # Datasets copy the context when created, so the settings hold for these only and are restored after.
@@ -252,34 +364,9 @@ def _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt):
     ctx.enable_progress_bars = False  # one bar, ours, in rows
     try:
         ds = read_dataset(ray, files, fmt, columns_in, cfg.encoding)
-        # The row count the output must reach: Parquet metadata is free; CSV costs one extra parse,
-        # small next to scoring.
-        if fmt == "parquet":
-            import pyarrow.parquet as pq
-
-            rows_in = sum(pq.ParquetFile(p).metadata.num_rows for p in files)
-        else:
-            rows_in = ds.count()
-        workers, resources = _worker_resources(ray, cfg)
         scored = ds.map_batches(
             _Scorer, fn_constructor_args=(cfg, top_k, resources.get("num_cpus")), batch_size=cfg.batch_rows,
             batch_format="pandas", compute=ray.data.ActorPoolStrategy(size=workers), **resources)
     finally:
         ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
-    log.info("ray: %d files, %d rows, %d workers with %s each", len(files), rows_in, workers, resources)
-
-    parts = _parts_dir(cfg.output)
-    if parts.exists():
-        log.info("removing %s from an earlier interrupted run", parts)
-        shutil.rmtree(parts)
-    parts.mkdir(parents=True)
-    done, tally, t_score = [], _Tally(cfg.id_column), time.time()
-    bar = tqdm(total=rows_in, unit="rows", disable=not cfg.progress, desc="scoring (ray)", file=sys.stderr)
-    for batch in scored.iter_batches(batch_size=None, batch_format="pandas"):
-        if len(batch):
-            append_part(parts, done, batch[columns], cfg.output.suffix, out_fmt, tally)
-            bar.update(len(batch))
-    bar.close()
-    elapsed = time.time() - t_score
-    finish_parts(parts, done, rows_in, columns, cfg.output, out_fmt)
-    return rows_in, elapsed, tally
+    return scored

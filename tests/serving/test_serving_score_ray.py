@@ -120,6 +120,79 @@ def test_killed_worker_is_retried_and_no_row_lost_or_doubled(ray_session, export
     assert (got["error"] != "").sum() == 6 and (got.loc[got["error"] == "", "pred_label"] != "").all()
 
 
+def test_killed_driver_resumes_at_the_file_in_progress(ray_session, exported_dir, tmp_path, monkeypatch, caplog):
+    df = _frame(3).assign(n=[str(i) for i in range(3 * len(EDGE_TEXTS))])  # 36 rows
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for name, rows in (("a.csv", slice(0, 13)), ("b.csv", slice(13, 24)), ("c.csv", slice(24, 36))):
+        df.iloc[rows].to_csv(folder / name, index=False)  # 13, 11, 12 rows: batches of 5 straddle files
+    df.to_csv(tmp_path / "all.csv", index=False)
+    _run(exported_dir, tmp_path / "all.csv", tmp_path / "local.csv", threads=1, quantized=False)
+    out = tmp_path / "ray.csv"
+    opts = {"engine": "ray", "num_workers": 2, "batch_rows": 5, "quantized": False}
+
+    written = []
+    real_append = score_ray.append_part
+
+    def killed_in_b(parts, done, frame, *rest):  # the driver dies with a.csv written and part of b.csv
+        real_append(parts, done, frame, *rest)
+        written.append(len(frame))
+        if sum(written) > 13:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(score_ray, "append_part", killed_in_b)
+    with pytest.raises(KeyboardInterrupt):
+        _run(exported_dir, folder, out, **opts)
+    monkeypatch.setattr(score_ray, "append_part", real_append)
+    assert 13 < sum(written) < 24 and not out.exists()
+    assert 13 in np.cumsum(written)  # a part ends where a.csv ends: no part spans two files
+
+    caplog.set_level("INFO", logger="serving.score")
+    summary = _run(exported_dir, folder, out, resume=True, **opts)
+    assert "resuming: 1 files (13 rows) already scored" in caplog.text
+    assert summary["rows"] == 36 and summary["scored_this_run"] == 23  # b.csv again from its first row, then c.csv
+    got = _read(out)
+    assert got["n"].tolist() == df["n"].tolist()  # every row once, in order
+    _assert_same_output(got, _read(tmp_path / "local.csv"))
+    assert summary["errors"] == 6  # the tally counts the rows of the kept parts too
+
+    # A changed input file is refused, naming what changed; without --resume the old parts are dropped.
+    monkeypatch.setattr(score_ray, "append_part", killed_in_b)
+    written.clear()
+    with pytest.raises(KeyboardInterrupt):
+        _run(exported_dir, folder, out, **opts)
+    monkeypatch.setattr(score_ray, "append_part", real_append)
+    df.iloc[24:30].to_csv(folder / "c.csv", index=False)
+    with pytest.raises(score.DataError, match=r"different input, model or options \(files\)"):
+        _run(exported_dir, folder, out, resume=True, **opts)
+    assert _run(exported_dir, folder, out, **opts)["scored_this_run"] == 30
+
+
+def test_parts_are_cut_at_file_ends_and_resume_keeps_whole_files(tmp_path):
+    # Files of 13, 0, 11 and 12 rows; batches of 5 straddle them.
+    counts, batches = [13, 0, 11, 12], [pd.DataFrame({"n": range(i, min(i + 5, 36))}) for i in range(0, 36, 5)]
+    ends = np.cumsum([n for n in counts if n]).tolist()
+    pieces = list(score_ray.cut_at_file_ends(iter(batches), ends, 0))
+    assert [len(p) for p in pieces] == [5, 5, 3, 2, 5, 4, 1, 5, 5, 1]
+    assert pd.concat(pieces)["n"].tolist() == list(range(36))
+    # Resuming mid-way: the first pieces already written, the rest starts at the next row.
+    assert [len(p) for p in score_ray.cut_at_file_ends(iter([batches[3].iloc[2:]]), ends, 17)] == [3]
+
+    parts = tmp_path / "out.csv.parts"
+    parts.mkdir()
+    done = []
+    for i, n in enumerate([5, 5, 3, 2, 5]):  # a.csv whole (13), then 7 of b.csv's 11 rows
+        path = parts / f"part-{i:06d}.n{n}.csv"
+        path.write_text("x\n" * n)
+        done.append((path, n))
+    (parts / "part-000009.n1.csv").write_text("stray\n")  # beyond a gap: never trusted
+    kept, first = score_ray.resume_point(parts, done, counts)
+    assert kept == done[:3] and first == 2  # a.csv and the empty file are done; b.csv is scored again
+    assert sorted(p.name for p in parts.iterdir()) == [p.name for p, _ in done[:3]]
+    with pytest.raises(score.DataError, match="do not end where an input file ends"):
+        score_ray.resume_point(parts, [(parts / "x", 4)], [3, 3])
+
+
 def test_bad_input_messages(ray_session, exported_dir, tmp_path, capsys):
     def fails(*extra, match):
         args = ["--model", str(exported_dir), "--output", str(tmp_path / "o.csv"), "--engine", "ray", *extra]
@@ -136,7 +209,6 @@ def test_bad_input_messages(ray_session, exported_dir, tmp_path, capsys):
     _frame().to_json(tmp_path / "in.jsonl", orient="records", lines=True)
     fails("--input", str(tmp_path / "in.jsonl"), match="use --engine local")
     fails("--input", str(mixed / "a.csv"), "--text-column", "body", match="no column 'body'")
-    fails("--input", str(mixed / "a.csv"), "--resume", match="--resume is not supported with --engine ray")
     fails("--input", str(mixed / "a.csv"), "--gpus-per-worker", "1", match="the Ray cluster has 0 GPUs")
     bad = tmp_path / "cp949.csv"
     bad.write_bytes("id,text\n1,좋은 날\n".encode() + "2,꿈에서 봤다\n".encode("cp949"))
