@@ -11,8 +11,9 @@
   `--model`; Ray ships it only the scoring options (a few hundred bytes) and the input batches.
   The model folder and input files must be readable at the same path on every node.
 - Without `--address`, Ray starts on this machine only (`ray.init`), sized to its usable cores.
-- A worker that dies (OOM killer, preemption, crash) is restarted by Ray and its batch retried (Ray
-  Data's actor defaults: unlimited restarts and retries); the driver then checks the row count.
+- A worker that dies (OOM killer, preemption, crash) is restarted by Ray and its batch retried, up to
+  `TASK_RETRIES` times per batch (Ray Data's default, forever, would loop on a batch that kills every
+  worker); then the run stops with one line, its parts kept for `--resume`. The driver checks the row count.
 - A killed driver: rerun with `--resume`. Parts never span two input files, so the rerun keeps the parts
   of every finished file and scores again from the first row of the file that was in progress (Ray Data
   cannot start a read mid-file): at most one file's work is redone. Changed input files (size, mtime),
@@ -35,6 +36,7 @@ from serving.engine import Classifier, usable_cores
 from serving.io import FORMATS, DataError, _check_encoding, require_columns, table_format
 from serving.score import (
     ScoreConfig,
+    _parts_dir,
     _Tally,
     append_part,
     finish_parts,
@@ -56,6 +58,10 @@ _LOCAL_OBJECT_STORE = 256 * 2**20
 # they are never scheduled and the run hangs (seen with 2 actors on 2 cores). So one logical CPU
 # is kept for them: a local Ray gets cores + 1, and workers may take at most the cluster's CPUs - 1.
 _IO_CPUS = 1
+# A batch is retried this many times on a restarted actor (Ray Data's default is forever): a worker lost
+# to preemption or the OOM killer is retried, while a batch that kills every worker it meets (a poison
+# input, a batch too big for the memory) stops the run instead of looping; --resume continues it.
+TASK_RETRIES = 3
 
 
 def settle_fsspec_http() -> None:
@@ -312,6 +318,11 @@ def run(cfg: ScoreConfig) -> dict:
         try:
             rows_in, scored_now, elapsed, tally = _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt,
                                                          info["model_file"])
+        except ray.exceptions.RayActorError:
+            raise DataError(f"a batch failed {TASK_RETRIES + 1} times, each time losing its worker (a row that "
+                            "crashes the model, or a batch too big for a worker's memory: try a smaller "
+                            f"--batch-rows); the rows scored before it are kept in {_parts_dir(cfg.output)}: "
+                            "rerun with --resume") from None
         except ray.exceptions.RayError as e:
             raise _ray_failure(e, files, fmt, cfg.encoding) from None
     return summary(cfg, rows_in, scored_now, elapsed, time.time() - t0, tally, info) | {"engine": "ray"}
@@ -366,7 +377,8 @@ def _scored_dataset(ray, cfg, files, fmt, columns_in, top_k, workers, resources)
         ds = read_dataset(ray, files, fmt, columns_in, cfg.encoding)
         scored = ds.map_batches(
             _Scorer, fn_constructor_args=(cfg, top_k, resources.get("num_cpus")), batch_size=cfg.batch_rows,
-            batch_format="pandas", compute=ray.data.ActorPoolStrategy(size=workers), **resources)
+            batch_format="pandas", compute=ray.data.ActorPoolStrategy(size=workers),
+            max_task_retries=TASK_RETRIES, **resources)
     finally:
         ctx.execution_options.preserve_order, ctx.enable_progress_bars = saved
     return scored

@@ -193,6 +193,26 @@ def test_parts_are_cut_at_file_ends_and_resume_keeps_whole_files(tmp_path):
         score_ray.resume_point(parts, [(parts / "x", 4)], [3, 3])
 
 
+def test_a_batch_that_kills_every_worker_stops_the_run(ray_session, exported_dir, tmp_path, monkeypatch):
+    kills = tmp_path / "kills"
+    kills.mkdir()
+
+    class Poisoned(score_ray._Scorer):  # as a row that segfaults the model, or a batch past the memory
+        def __call__(self, batch):
+            if (batch["text"] == "POISON").any():
+                (kills / str(os.getpid())).touch()
+                os.kill(os.getpid(), signal.SIGKILL)
+            return super().__call__(batch)
+
+    monkeypatch.setattr(score_ray, "_Scorer", Poisoned)
+    inp = tmp_path / "in.csv"
+    pd.DataFrame({"text": ["좋은 날"] * 20 + ["POISON"] + ["좋은 날"] * 20}).to_csv(inp, index=False)
+    with pytest.raises(score.DataError, match=r"a batch failed 4 times.*rerun with --resume"):
+        _run(exported_dir, inp, tmp_path / "out.csv", engine="ray", num_workers=2, batch_rows=5)
+    assert not (tmp_path / "out.csv").exists() and (tmp_path / "out.csv.parts").is_dir()
+    assert len(list(kills.iterdir())) == score_ray.TASK_RETRIES + 1  # tried, retried, then given up
+
+
 def test_bad_input_messages(ray_session, exported_dir, tmp_path, capsys):
     def fails(*extra, match):
         args = ["--model", str(exported_dir), "--output", str(tmp_path / "o.csv"), "--engine", "ray", *extra]
