@@ -96,7 +96,8 @@ def _shape(pred, top_k: int | None) -> dict:
 
 def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI:
     app = FastAPI(title="ELECTRA classifier", version="1", docs_url="/docs", redoc_url=None)
-    model_name = clf.info()["name"]
+    info = clf.info()
+    model_name = info["name"]
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
@@ -146,8 +147,6 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
     @app.get("/v1/labels")
     async def labels():
         return {"labels": list(clf.labels)}
-
-    info = clf.info()
 
     @app.get("/v1/model")
     async def model():

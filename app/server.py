@@ -13,7 +13,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from .api import ServerState, build_api
 from .batcher import MicroBatcher
-from .config import CPU_PASS_TOKENS, Config
+from .config import Config, pass_tokens
 from .gate import Gate
 from .metrics import Metrics
 
@@ -26,10 +26,13 @@ def create_app(cfg: Config, clf, state: ServerState | None = None) -> FastAPI:
     app = build_api(cfg, clf, state, metrics)
     app.state.server = state
 
+    # `python -m app` has settled the pass size already; an in-process caller gets the device's default.
+    max_tokens = pass_tokens(cfg, clf.info()["provider"])
+
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         def predict(seqs, lengths):
-            return predict_by_length(clf, seqs, lengths, max_tokens=cfg.engine_batch_tokens or CPU_PASS_TOKENS,
+            return predict_by_length(clf, seqs, lengths, max_tokens=max_tokens,
                                      overhead_tokens=state.call_overhead_tokens)
 
         batcher = MicroBatcher(predict,

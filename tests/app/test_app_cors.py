@@ -14,7 +14,7 @@ class FakeClassifier:
         self.labels = ["a", "b"]
 
     def info(self):
-        return {"name": "fake", "labels": self.labels}
+        return {"name": "fake", "labels": self.labels, "provider": "cpu"}
 
     def encode(self, texts):
         return [[0] * (len(t.split()) + 2) for t in texts]
