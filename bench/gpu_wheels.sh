@@ -4,10 +4,16 @@
 #
 #     bash bench/gpu_wheels.sh        # .whl/: our pinned transformers/tokenizers/huggingface_hub; .gpu-data/: ko-help
 #
-# then on the device (carry [".whl", ".gpu-data"]):
+# then on the device (carry [".whl", ".gpu-data"]), in two calls since one call may run 10 minutes at most
+# (base-shape fine-tuning is ~10 fits), each writing its JSON under $OUT, the only folder that comes back:
 #
 #     python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
-#         .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && python3 bench/gpu.py --ko-help .gpu-data/train.csv
+#         .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD && python3 bench/gpu.py --ko-help .gpu-data/train.csv \
+#         --stages pretraining --output $OUT/gpu-pretraining.json
+#     (same install line) ... python3 bench/gpu.py --ko-help .gpu-data/train.csv --stages finetuning,serving \
+#         --output $OUT/gpu-finetuning-serving.json
+#
+# then copy both files into bench/results/ and the numbers into README.md and the docs' GPU sections.
 #
 # Both folders are listed in .git/info/exclude so they never reach a commit.
 set -euo pipefail
