@@ -378,6 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     except (DataError, ModelError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        parts = _parts_dir(cfg.output)
+        kept = f"the rows scored so far are kept in {parts}; " if parts.exists() else ""
+        print(f"interrupted: {kept}rerun the same command with --resume to continue", file=sys.stderr)
+        return 130
     rate = f", {s['rows_per_second']} rows/s" if s["rows_per_second"] else ""
     print(f"scored {s['rows']} rows ({s['scored_this_run']} this run{rate}) in {s['seconds']} s "
           f"with {s['backend']}/{s['provider']} {s['model_file'] or ''} -> {s['output']}")

@@ -122,21 +122,25 @@ def _cli(*args, **kw):
                           env=env, cwd=ROOT, timeout=300, **kw)
 
 
-def test_cli_resume_after_kill(exported_dir, tmp_path):
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGINT], ids=["kill", "ctrl-c"])
+def test_cli_resume_after_kill(exported_dir, tmp_path, sig):
     inp, out = tmp_path / "in.csv", tmp_path / "out.csv"
     _big_input(inp, 1000)
     _run(exported_dir, inp, tmp_path / "full.csv", batch_rows=20)
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     proc = subprocess.Popen([sys.executable, "-m", "serving.score", "--model", str(exported_dir), "--input", str(inp),
                              "--output", str(out), "--batch-rows", "20", "--threads", "1"],
-                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     parts = tmp_path / "out.csv.parts"
     deadline = time.time() + 120
     while time.time() < deadline and len(list(parts.glob("part-*"))) < 2 and proc.poll() is None:
         time.sleep(0.01)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.send_signal(sig)
+    stderr = proc.communicate()[1]
     killed_early = not out.exists()
+    if sig == signal.SIGINT and killed_early:  # Ctrl-C: one line saying how to continue, no traceback
+        assert proc.returncode == 130 and "Traceback" not in stderr, stderr
+        assert f"interrupted: the rows scored so far are kept in {parts}; rerun the same command with --resume" in stderr
     r = _cli("--model", exported_dir, "--input", inp, "--output", out, "--batch-rows", "20", "--resume")
     assert r.returncode == 0, r.stderr
     assert out.read_bytes() == (tmp_path / "full.csv").read_bytes()
