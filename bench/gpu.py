@@ -86,12 +86,17 @@ def pretraining(device, args) -> list[dict]:
     for batch in ([128, 512] if cuda else [8]):
         ids, mask = (t.to(device) for t in bp.make_batch(batch, cfg.seq_len, dc.vocab_size))
 
-        def ours(fast: bool):
+        def ours(fast: bool, ids=ids, mask=mask):
             torch.manual_seed(0)
             model = ElectraPretrainer(dc, generator_ratio=cfg.generator_ratio, mask_token_id=bp.MASK,
                                       special_token_ids=[bp.PAD, bp.CLS, bp.SEP, bp.MASK]).to(device)
             if fast:
-                compile_model(model, cfg, device)
+                def probe():
+                    with torch.autocast(device.type, dtype=dtype, enabled=cuda):
+                        model(ids, mask).loss.backward()
+                    model.zero_grad(set_to_none=True)
+
+                compile_model(model, cfg, device, probe)
             return model, torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fast and cuda)
 
         def step_fn(model, opt, fast, ids=ids, mask=mask):

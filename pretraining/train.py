@@ -132,12 +132,25 @@ def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
 COMPILE_OPTIONS: dict = {"dynamic": False, "fullgraph": True}
 
 
-def compile_model(model: ElectraPretrainer, cfg: TrainConfig, device: torch.device) -> bool:
+def compile_model(model: ElectraPretrainer, cfg: TrainConfig, device: torch.device, probe) -> bool:
     """torch.compile the whole forward (masking, both encoders, sampling, losses) in place: one graph, so the
-    small ops around the encoders fuse instead of launching one kernel each. state_dict keys are unchanged."""
+    small ops around the encoders fuse instead of launching one kernel each. state_dict keys are unchanged.
+    `probe()` runs one forward and backward, so both graphs compile here rather than inside the loop; if that
+    fails under --compile auto, the run goes on eagerly with a warning (--compile on raises)."""
     if cfg.compile == "off" or (cfg.compile == "auto" and device.type != "cuda"):
         return False
     model.compile(**COMPILE_OPTIONS)
+    try:
+        probe()
+    except Exception as e:  # any compiler failure: eager is the same computation
+        if cfg.compile == "on":
+            raise
+        model._compiled_call_impl = None  # what nn.Module.compile set: calls go to forward again
+        why = " ".join([line.strip() for line in str(e).splitlines() if line.strip()][:2])  # dynamo: "backend
+        # 'inductor' raised:" and then the cause
+        print(f"warning: --compile auto: compiling the step failed ({type(e).__name__}: {why[:300]}); "
+              "training eagerly", file=sys.stderr)
+        return False
     return True
 
 
@@ -239,7 +252,22 @@ def train(cfg: TrainConfig) -> Path:
         scaler.load_state_dict(saved["scaler"])
         del saved
 
-    compiled = compile_model(model, cfg, device)
+    local = cfg.batch_size // world
+
+    def batch_at(position: int) -> tuple[torch.Tensor, torch.Tensor]:
+        rows = blocks.batch(position, cfg.batch_size)[rank * local:(rank + 1) * local]
+        input_ids = torch.from_numpy(rows)
+        # Pinned memory: the copy is queued behind the previous step instead of waiting for it to finish.
+        input_ids = input_ids.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else input_ids
+        return input_ids, (input_ids != tokenizer.pad_token_id).long()
+
+    def probe():  # one step's forward and backward, no update; the loop reseeds its RNGs every step
+        with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
+            result = model(*batch_at(position))
+        result.loss.backward()
+        optimizer.zero_grad(set_to_none=True)
+
+    compiled = compile_model(model, cfg, device, probe)
     # DDP where there are several processes; on one device this only places the model.
     model = accelerator.prepare_model(model)
     raw = accelerator.unwrap_model(model)
@@ -251,7 +279,6 @@ def train(cfg: TrainConfig) -> Path:
             record["initialized_from"] = {"discriminator": str(init[0]), "generator": str(init[1] or "fresh")}
         (out / "config.json").write_text(json.dumps(record, indent=1))
     log = Logbook(out, resume_step=step if cfg.resume else None) if is_main else None
-    local = cfg.batch_size // world
     last_stop = min(cfg.max_steps, cfg.stop_after or cfg.max_steps)
     bar = tqdm(total=cfg.max_steps, initial=step, unit="step", dynamic_ncols=True, disable=not is_main)
     t_log, tokens_since_log = time.perf_counter(), 0
@@ -275,11 +302,7 @@ def train(cfg: TrainConfig) -> Path:
         for group in optimizer.param_groups:
             group["lr"] = lr
 
-        rows = blocks.batch(position, cfg.batch_size)[rank * local:(rank + 1) * local]
-        input_ids = torch.from_numpy(rows)
-        # Pinned memory: the copy is queued behind the previous step instead of waiting for it to finish.
-        input_ids = input_ids.pin_memory().to(device, non_blocking=True) if device.type == "cuda" else input_ids
-        attention_mask = (input_ids != tokenizer.pad_token_id).long()
+        input_ids, attention_mask = batch_at(position)
         with torch.autocast(device.type, dtype=dtype, enabled=dtype != torch.float32):
             result = model(input_ids, attention_mask)
         scaler.scale(result.loss).backward()

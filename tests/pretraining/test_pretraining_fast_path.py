@@ -42,9 +42,32 @@ def test_compiled_step_gives_the_eager_losses(make_config, tmp_path, monkeypatch
 def test_compile_auto_is_off_on_cpu_and_keeps_state_dict_keys(make_model, make_config):
     model, _ = make_model()
     keys = list(model.state_dict())
-    assert compile_model(model, make_config(compile="auto"), torch.device("cpu")) is False
-    assert compile_model(model, make_config(compile="on"), torch.device("cpu")) is True
+    assert compile_model(model, make_config(compile="auto"), torch.device("cpu"), lambda: None) is False
+    assert compile_model(model, make_config(compile="on"), torch.device("cpu"), lambda: None) is True
     assert list(model.state_dict()) == keys  # checkpoints from compiled runs load into plain models
+
+
+def test_compile_auto_falls_back_to_eager_when_compiling_fails(make_model, make_config, monkeypatch, capsys):
+    """The compiled step is what a CUDA machine runs by default (--compile auto): a compiler that fails there
+    must cost a warning, not the run. --compile on means it: the failure is raised."""
+    def broken_backend(gm, example_inputs):
+        raise RuntimeError("backend exploded")
+
+    monkeypatch.setattr(train_module, "COMPILE_OPTIONS", {**train_module.COMPILE_OPTIONS, "backend": broken_backend})
+    model, tok = make_model()
+    ids = torch.randint(5, len(tok), (2, 16))
+    mask = torch.ones_like(ids)
+
+    def probe():
+        model(ids, mask).loss.backward()
+
+    cuda = torch.device("cuda")  # only `auto`'s choice reads the device; nothing is placed on it
+    assert compile_model(model, make_config(compile="auto"), cuda, probe) is False
+    err = capsys.readouterr().err
+    assert "--compile auto: compiling the step failed" in err and "backend exploded" in err
+    assert torch.isfinite(model(ids, mask).loss)  # eager again: the broken backend is not called
+    with pytest.raises(Exception, match="backend exploded"):
+        compile_model(model, make_config(compile="on"), cuda, probe)
 
 
 def test_read_sums_mixes_checkpoint_floats_and_device_tensors():
