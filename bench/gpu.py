@@ -296,7 +296,8 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs per round")
     ap.add_argument("--latency-calls", type=int, default=None)
     ap.add_argument("--compile", choices=["auto", "on", "off"], default="auto", help="pretraining fast path")
-    ap.add_argument("--ft-compile", choices=["auto", "on", "off"], default="off", help="fine-tuning fast path")
+    ap.add_argument("--ft-compile", choices=["auto", "on", "off", "graphs"], default="off",
+                    help="fine-tuning fast path (graphs: compiled and replayed as CUDA graphs)")
     ap.add_argument("--stages", default="pretraining,finetuning,serving")
     ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "bench-gpu")
     ap.add_argument("--output", type=Path, default=None)

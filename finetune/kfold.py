@@ -124,8 +124,9 @@ def parse_args(argv=None) -> Config | None:
     p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=t.precision)
     p.add_argument("--static-shapes", choices=["auto", "on", "off"], default=t.static_shapes,
                    help="pad batches to a few fixed shapes (auto: on CUDA); same loss, fewer distinct kernels")
-    p.add_argument("--compile", choices=["auto", "on", "off"], default=t.compile,
-                   help="torch.compile the training step (auto: on CUDA; first steps compile, slow)")
+    p.add_argument("--compile", choices=["auto", "on", "off", "graphs"], default=t.compile,
+                   help="torch.compile the training step (auto: on CUDA; first steps compile, slow); "
+                        "graphs: also replay it as CUDA graphs (CUDA only)")
     d = AdaptConfig()
     p.add_argument("--adapt-steps", type=int, default=d.steps,
                    help="task-adaptive pretraining: this many replaced-token-detection steps per fold on the fold's "

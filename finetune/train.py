@@ -28,6 +28,8 @@ from tqdm.auto import tqdm
 from serving.torch_runner import bucket_widths
 
 SWITCHES = ("auto", "on", "off")
+# graphs: compile with mode="reduce-overhead", which replays each static shape's step as a CUDA graph.
+COMPILE_CHOICES = (*SWITCHES, "graphs")
 # Options for torch.compile; the CPU test swaps in a cheaper backend.
 COMPILE_OPTIONS: dict = {"dynamic": False}
 
@@ -45,12 +47,13 @@ class TrainConfig:
     class_weights: bool = False
     precision: str = "auto"  # auto | fp32 | bf16 | fp16
     static_shapes: str = "auto"  # auto (on CUDA) | on | off: pad to (batch_size, width bucket) shapes
-    compile: str = "off"  # off | auto (on CUDA) | on: torch.compile the training forward and backward
+    compile: str = "off"  # off | auto (on CUDA) | on: torch.compile the training forward and backward;
+    # graphs: the same, replayed as CUDA graphs (CUDA only, implies static shapes)
 
     def __post_init__(self):
-        for name in ("static_shapes", "compile"):
-            if getattr(self, name) not in SWITCHES:
-                raise ValueError(f"{name} {getattr(self, name)!r}: use one of {SWITCHES}")
+        for name, choices in (("static_shapes", SWITCHES), ("compile", COMPILE_CHOICES)):
+            if getattr(self, name) not in choices:
+                raise ValueError(f"{name} {getattr(self, name)!r}: use one of {choices}")
         if self.precision not in ("auto", "fp32", "bf16", "fp16"):
             raise ValueError(f"precision {self.precision!r}: use one of auto, fp32, bf16, fp16")
 
@@ -203,8 +206,15 @@ def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, 
     total = steps_per_epoch * cfg.epochs
     warmup = max(1, int(cfg.warmup * total))
     y_t = torch.tensor(np.asarray(y_train), dtype=torch.long)
-    widths = bucket_widths(int(lengths.max())) if switch_on(cfg.static_shapes, device) else None
-    if switch_on(cfg.compile, device):
+    graphs = cfg.compile == "graphs"
+    if graphs and device.type != "cuda":
+        raise ValueError(f"compile 'graphs' replays CUDA graphs and needs a CUDA device, not {device.type}; "
+                         "use compile 'on' or 'off'")
+    # A graph has fixed shapes: graphs pad to the width buckets whatever static_shapes says.
+    widths = bucket_widths(int(lengths.max())) if graphs or switch_on(cfg.static_shapes, device) else None
+    if graphs:
+        wrapped = torch.compile(wrapped, **COMPILE_OPTIONS, mode="reduce-overhead")
+    elif switch_on(cfg.compile, device):
         wrapped = torch.compile(wrapped, **COMPILE_OPTIONS)
 
     hist, best_f1, best_state, stale, step = History(), -1.0, None, 0, 0

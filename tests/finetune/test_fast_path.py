@@ -70,6 +70,14 @@ def test_bad_switches_fail(field, value):
         TrainConfig(**{field: value})
 
 
+def test_cuda_graphs_are_refused_off_cuda(tiny_electra_dir, toy_rows):
+    tok, ids, y, labels = toy(tiny_electra_dir, toy_rows, n_per_class=2, short=True)
+    model = load_classifier("tiny", str(tiny_electra_dir), labels)
+    assert TrainConfig(compile="graphs").compile == "graphs"
+    with pytest.raises(ValueError, match="needs a CUDA device, not cpu"):
+        fit(model, tok, ids, y, [], np.array([], dtype=np.int64), TrainConfig(epochs=1, compile="graphs"), 0)
+
+
 def test_cli_passes_the_switches(tmp_path):
     cfg = parse_args(["--model", "m", "--data", "d.csv", "--output", str(tmp_path), "--static-shapes", "off",
                       "--compile", "on"])
