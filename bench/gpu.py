@@ -295,7 +295,8 @@ def main(argv=None) -> int:
     ap.add_argument("--steps", type=int, default=None, help="pretraining steps per round (default 20 CUDA, 2 CPU)")
     ap.add_argument("--epochs", type=int, default=3, help="fine-tuning epochs per round")
     ap.add_argument("--latency-calls", type=int, default=None)
-    ap.add_argument("--compile", choices=["auto", "on", "off"], default="auto", help="pretraining fast path")
+    ap.add_argument("--compile", choices=["auto", "on", "off", "graphs"], default="auto",
+                    help="pretraining fast path (graphs: compiled and replayed as CUDA graphs)")
     ap.add_argument("--ft-compile", choices=["auto", "on", "off", "graphs"], default="off",
                     help="fine-tuning fast path (graphs: compiled and replayed as CUDA graphs)")
     ap.add_argument("--stages", default="pretraining,finetuning,serving")

@@ -53,7 +53,7 @@ class TrainConfig:
     adam_epsilon: float = 1e-6
     grad_clip: float = 1.0
     precision: str = "auto"  # auto: bf16 (or fp16 where bf16 is missing) on CUDA, fp32 on CPU
-    compile: str = "auto"  # torch.compile the whole step: auto (on CUDA) | on | off
+    compile: str = "auto"  # torch.compile the whole step: auto (on CUDA) | on | off | graphs (CUDA graphs too)
     seed: int = 42
     # Bookkeeping
     log_every: int = 100
@@ -69,7 +69,8 @@ class TrainConfig:
             (self.hidden_size % self.num_attention_heads == 0,
              f"hidden size {self.hidden_size} is not a multiple of {self.num_attention_heads} attention heads"),
             (self.precision in ("auto", "fp32", "bf16", "fp16"), f"unknown precision {self.precision!r}"),
-            (self.compile in ("auto", "on", "off"), f"unknown compile {self.compile!r}; choose from auto, on, off"),
+            (self.compile in ("auto", "on", "off", "graphs"),
+             f"unknown compile {self.compile!r}; choose from auto, on, off, graphs"),
             (self.seq_len <= self.max_position_embeddings, "seq_len exceeds max_position_embeddings"),
             (self.seq_len >= 8, "seq_len must be at least 8"),
             (0 < self.mask_prob < 1, "mask_prob must be between 0 and 1"),

@@ -136,14 +136,19 @@ def compile_model(model: ElectraPretrainer, cfg: TrainConfig, device: torch.devi
     """torch.compile the whole forward (masking, both encoders, sampling, losses) in place: one graph, so the
     small ops around the encoders fuse instead of launching one kernel each. state_dict keys are unchanged.
     `probe()` runs one forward and backward, so both graphs compile here rather than inside the loop; if that
-    fails under --compile auto, the run goes on eagerly with a warning (--compile on raises)."""
+    fails under --compile auto, the run goes on eagerly with a warning (on and graphs raise)."""
     if cfg.compile == "off" or (cfg.compile == "auto" and device.type != "cuda"):
         return False
-    model.compile(**COMPILE_OPTIONS)
+    if cfg.compile == "graphs":  # the step replayed as CUDA graphs: one launch instead of one per kernel
+        if device.type != "cuda":
+            raise UsageError(f"--compile graphs replays CUDA graphs and needs a CUDA device, not {device.type}")
+        model.compile(**COMPILE_OPTIONS, mode="reduce-overhead")
+    else:
+        model.compile(**COMPILE_OPTIONS)
     try:
         probe()
     except Exception as e:  # any compiler failure: eager is the same computation
-        if cfg.compile == "on":
+        if cfg.compile != "auto":
             raise
         model._compiled_call_impl = None  # what nn.Module.compile set: calls go to forward again
         why = " ".join([line.strip() for line in str(e).splitlines() if line.strip()][:2])  # dynamo: "backend
@@ -197,6 +202,8 @@ def train(cfg: TrainConfig) -> Path:
     ckpt_path = out / "checkpoint.pt"
 
     # ---- check inputs before any slow work
+    if cfg.compile == "graphs" and device.type != "cuda":
+        raise UsageError(f"--compile graphs replays CUDA graphs and needs a CUDA device, not {device.type}")
     init = init_source(cfg.init_from) if cfg.init_from else None
     if init is not None:
         cfg = dataclasses.replace(cfg, **init[2])  # the folder's shape, recorded in config.json and checkpoints

@@ -76,9 +76,12 @@ def test_read_sums_mixes_checkpoint_floats_and_device_tensors():
     assert read_sums({"loss": 0.25}) == {"loss": 0.25} and read_sums({}) == {}
 
 
-def test_compile_flag_is_validated_and_resumable():
+def test_compile_flag_is_validated_and_resumable(make_config, tmp_path):
     with pytest.raises(UsageError, match="unknown compile 'always'"):
         TrainConfig(corpus=("x",), output="o", compile="always")
+    with pytest.raises(UsageError, match="--compile graphs replays CUDA graphs and needs a CUDA device, not cpu"):
+        train(make_config(output=str(tmp_path / "graphs"), compile="graphs"))
+    assert not (tmp_path / "graphs").exists()  # refused before any work
     before = TrainConfig(corpus=("x",), output="o", compile="on").to_dict()
     assert resume_differences(before, TrainConfig(corpus=("x",), output="o", compile="off")) == []
 
