@@ -13,7 +13,9 @@
 #     (same install line) ... python3 bench/gpu.py --ko-help .gpu-data/train.csv --stages finetuning,serving \
 #         --output $OUT/gpu-finetuning-serving.json
 #
-# then copy both files into bench/results/ and the numbers into README.md and the docs' GPU sections.
+# With time left, the CUDA-graph variants: `--stages pretraining --compile graphs` and
+# `--stages finetuning --ft-compile graphs` (each against the same plain path and peer).
+# Then copy the files into bench/results/ and the numbers into README.md and the docs' GPU sections.
 #
 # Both folders are listed in .git/info/exclude so they never reach a commit.
 set -euo pipefail
