@@ -10,10 +10,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from serving.engine import GPU_BATCH_TOKENS
+
 API_KEY_ENV = "ELECTRA_API_KEY"
 # Padded tokens per engine pass when --engine-batch-tokens is not given: on CPU every padded token costs
-# as much as a real one; a GPU computes a wide pass in about the time of a narrow one.
-CPU_PASS_TOKENS, GPU_PASS_TOKENS = 512, 8192
+# as much as a real one; a GPU computes a wide pass in about the time of a narrow one (the engine's default).
+CPU_PASS_TOKENS, GPU_PASS_TOKENS = 512, GPU_BATCH_TOKENS
 
 
 def pass_tokens(cfg: Config, provider: str) -> int:
