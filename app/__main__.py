@@ -10,7 +10,6 @@ limit. SIGTERM drains: in-flight requests finish, new ones get 503, then the pro
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import signal
 import sys
@@ -60,9 +59,8 @@ def main(argv: list[str] | None = None) -> int:
     except (ModelError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    # The device is known only now: settle the pass size for it.
-    cfg = dataclasses.replace(cfg, engine_batch_tokens=pass_tokens(cfg, clf.info()["provider"]))
-    clf.batch_tokens = cfg.engine_batch_tokens
+    # Loaded with the GPU budget (CUDA graphs are captured up to it); the device is known only now.
+    clf.batch_tokens = pass_tokens(cfg, clf.info()["provider"])
     from .server import create_app
 
     state = ServerState()

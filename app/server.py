@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import statistics
 import time
@@ -21,18 +22,17 @@ log = logging.getLogger("app")
 
 
 def create_app(cfg: Config, clf, state: ServerState | None = None) -> FastAPI:
+    # The pass size for the engine's device, settled once here: the batcher uses it and /v1/model reports it.
+    cfg = dataclasses.replace(cfg, engine_batch_tokens=pass_tokens(cfg, clf.info()["provider"]))
     state = state or ServerState()
     metrics = Metrics()
     app = build_api(cfg, clf, state, metrics)
     app.state.server = state
 
-    # `python -m app` has settled the pass size already; an in-process caller gets the device's default.
-    max_tokens = pass_tokens(cfg, clf.info()["provider"])
-
     @contextlib.asynccontextmanager
     async def lifespan(_app):
         def predict(seqs, lengths):
-            return predict_by_length(clf, seqs, lengths, max_tokens=max_tokens,
+            return predict_by_length(clf, seqs, lengths, max_tokens=cfg.engine_batch_tokens,
                                      overhead_tokens=state.call_overhead_tokens)
 
         batcher = MicroBatcher(predict,
