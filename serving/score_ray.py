@@ -28,6 +28,7 @@ import logging
 import sys
 import time
 from contextlib import contextmanager
+from itertools import accumulate
 from pathlib import Path
 
 import pandas as pd
@@ -177,8 +178,8 @@ def row_counts(ray, files: list[Path], fmt: str, columns: list[str], encoding: s
 
 
 def cut_at_file_ends(batches, ends: list[int], offset: int):
-    """The scored batches, cut where an input file ends (`ends`: cumulative row counts, the first file
-    starting at row `offset`), so no part spans two files and --resume can restart at a file's first row."""
+    """The scored batches, cut where an input file ends (`ends`: the files' cumulative row counts; the
+    batches start at row `offset`), so no part spans two files and --resume can restart at a file's first row."""
     ends = iter(ends)
     boundary = next(ends, None)
     for batch in batches:
@@ -203,10 +204,7 @@ def resume_point(parts: Path, done: list[tuple[Path, int]], counts: list[int]) -
     """(the parts of the files already finished, index of the first file to score). Parts never span two
     files, so the kept parts end exactly where a file ends; the parts of a file in progress are deleted
     and that file is scored again from its first row."""
-    written, ends, end = sum(n for _, n in done), [], 0
-    for n in counts:
-        end += n
-        ends.append(end)
+    written, ends = sum(n for _, n in done), list(accumulate(counts))
     first = sum(1 for e in ends if e <= written)
     boundary = ends[first - 1] if first else 0
     kept, total = [], 0
@@ -236,7 +234,6 @@ class _Scorer:
 
     def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
         return score_frame(self.clf, batch, self.text_column, self.top_k)
-
 
 
 @contextmanager
@@ -339,25 +336,20 @@ def _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt, model_file
     tally = _Tally(cfg.id_column)
     for path, _ in done:
         tally.add_part(path, out_fmt, columns)
-    offset = sum(counts[:first])
+    offset = sum(n for _, n in done)
     if first:
         log.info("resuming: %d files (%d rows) already scored; starting at %s", first, offset, files[first])
-    # Where each remaining file ends, in rows: a batch is split there so that no part spans two files.
-    ends, end = [], offset
-    for n in counts[first:]:
-        end += n
-        if n:
-            ends.append(end)
 
     scored_now, t_score = 0, time.time()
     bar = tqdm(total=rows_in, initial=offset, unit="rows", disable=not cfg.progress, desc="scoring (ray)",
                file=sys.stderr)
-    if ends:
+    if offset < rows_in:
         scored = _scored_dataset(ray, cfg, files[first:], fmt, columns_in, top_k, workers, resources)
         log.info("ray: %d files, %d rows to score, %d workers with %s each", len(files) - first, rows_in - offset,
                  workers, resources)
         batches = scored.iter_batches(batch_size=None, batch_format="pandas")
-        for piece in cut_at_file_ends(batches, ends, offset):
+        # Cut where each file ends, so that no part spans two files.
+        for piece in cut_at_file_ends(batches, list(accumulate(counts)), offset):
             append_part(parts, done, piece[columns], cfg.output.suffix, out_fmt, tally)
             scored_now += len(piece)
             bar.update(len(piece))
