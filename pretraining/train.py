@@ -132,6 +132,11 @@ def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
 COMPILE_OPTIONS: dict = {"dynamic": False, "fullgraph": True}
 
 
+def check_compile_device(cfg: TrainConfig, device: torch.device) -> None:
+    if cfg.compile == "graphs" and device.type != "cuda":
+        raise UsageError(f"--compile graphs replays CUDA graphs and needs a CUDA device, not {device.type}")
+
+
 def compile_model(model: ElectraPretrainer, cfg: TrainConfig, device: torch.device, probe) -> bool:
     """torch.compile the whole forward (masking, both encoders, sampling, losses) in place: one graph, so the
     small ops around the encoders fuse instead of launching one kernel each. state_dict keys are unchanged.
@@ -139,9 +144,8 @@ def compile_model(model: ElectraPretrainer, cfg: TrainConfig, device: torch.devi
     fails under --compile auto, the run goes on eagerly with a warning (on and graphs raise)."""
     if cfg.compile == "off" or (cfg.compile == "auto" and device.type != "cuda"):
         return False
+    check_compile_device(cfg, device)
     if cfg.compile == "graphs":  # the step replayed as CUDA graphs: one launch instead of one per kernel
-        if device.type != "cuda":
-            raise UsageError(f"--compile graphs replays CUDA graphs and needs a CUDA device, not {device.type}")
         model.compile(**COMPILE_OPTIONS, mode="reduce-overhead")
     else:
         model.compile(**COMPILE_OPTIONS)
@@ -202,8 +206,7 @@ def train(cfg: TrainConfig) -> Path:
     ckpt_path = out / "checkpoint.pt"
 
     # ---- check inputs before any slow work
-    if cfg.compile == "graphs" and device.type != "cuda":
-        raise UsageError(f"--compile graphs replays CUDA graphs and needs a CUDA device, not {device.type}")
+    check_compile_device(cfg, device)
     init = init_source(cfg.init_from) if cfg.init_from else None
     if init is not None:
         cfg = dataclasses.replace(cfg, **init[2])  # the folder's shape, recorded in config.json and checkpoints
