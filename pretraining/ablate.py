@@ -87,14 +87,13 @@ def run(base: TrainConfig, args, pretrain=pretrain, finetune=finetune) -> list[d
     if saved["setup"] != setup:
         raise UsageError(f"{results_path} holds an ablation with other settings; choose another --output")
     rows = {r["row"]: r for r in saved["rows"]}
-    if base.tokenizer is None:  # one vocabulary for every row, sized to the corpus unless --vocab-size says
-        from pretraining.tokenizer import resolve_vocab_size, train_tokenizer
+    if base.tokenizer is None:  # one vocabulary for every row, trained as pretraining/train.py trains its own
+        from pretraining.corpus import corpus_as_text
+        from pretraining.train import prepare_tokenizer
 
-        folder = out / "tokenizer"
-        if not (folder / "tokenizer.json").exists():
-            train_tokenizer(list(base.corpus), resolve_vocab_size(base.vocab_size, base.corpus), folder,
-                            max_length=base.max_position_embeddings)
-        base = dataclasses.replace(base, tokenizer=str(folder))
+        corpus = corpus_as_text(base.corpus, base.text_column, out / "corpus")  # tables read by their column
+        prepare_tokenizer(base, out, True, lambda: None, corpus)
+        base = dataclasses.replace(base, tokenizer=str(out / "tokenizer"))
 
     def keep(row: dict) -> None:
         rows[row["row"]] = row

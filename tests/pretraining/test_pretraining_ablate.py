@@ -79,3 +79,23 @@ def test_table_shows_each_objective_s_own_accuracy():
     assert [ablate.accuracies(r) for r in rows] == [(0.862, 0.069), (0.061, 0.068), (0.064, None), (None, 0.094)]
     lines = ablate.format_table([{**r, "macro_f1_mean": 0.4, "macro_f1_std": 0.01} for r in rows]).splitlines()
     assert lines[2].split()[-2:] == ["0.061", "0.068"] and lines[3].split()[-1] == "0.064"
+
+
+def test_shared_vocabulary_reads_a_table_corpus_by_its_text_column(tmp_path, make_korean_lines):
+    import pandas as pd
+
+    corpus = tmp_path / "notes.csv"
+    pd.DataFrame({"rowid": [f"rowid{i % 3}" for i in range(200)], "text": make_korean_lines(200)}).to_csv(corpus,
+                                                                                                       index=False)
+    argv = ["--labeled", "x.csv", "--output", str(tmp_path / "abl"), "--objectives", "electra", "--",
+            "--corpus", str(corpus), "--vocab-size", "300"]
+    base, args = ablate.parse(argv)
+    report = {"macro_f1_mean": 0.1, "macro_f1_std": 0.0, "accuracy_mean": 0.1, "accuracy_std": 0.0,
+              "baseline": {"macro_f1_mean": 0.5, "macro_f1_std": 0.0}}
+    seen = []
+    ablate.run(base, args, pretrain=lambda cfg: seen.append(cfg.tokenizer) or {},
+               finetune=lambda *a, **k: report)
+    vocab = json.loads((tmp_path / "abl" / "tokenizer" / "tokenizer.json").read_text())["model"]["vocab"]
+    assert seen == [str(tmp_path / "abl" / "tokenizer")]  # every row gets the one vocabulary
+    assert any("가" in t or "나" in t for t in vocab)  # trained on the text column...
+    assert not any("rowid" in t for t in vocab)  # ...not on the file's raw lines with the other column
