@@ -153,9 +153,12 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
 
 
 def resume_differences(saved: dict, current: TrainConfig) -> list[str]:
+    """Settings that differ from the checkpoint's. One the checkpoint does not record (added in a later
+    version) counts as equal at its default, which is what the older version did."""
     now = current.to_dict()
-    saved = {**saved, "corpus": list(saved.get("corpus", ()))}
+    defaults = {f.name: f.default for f in fields(TrainConfig)}
+    saved = {**defaults, **saved, "corpus": list(saved.get("corpus", ()))}
     now["corpus"] = list(now["corpus"])
-    return [f"{k}: {saved.get(k)!r} -> {now[k]!r}" for k in now
-            if k not in RESUMABLE_CHANGES and saved.get(k) != now[k]]
+    return [f"{k}: {saved[k]!r} -> {now[k]!r}" for k in now
+            if k not in RESUMABLE_CHANGES and saved[k] != now[k]]
 

@@ -84,6 +84,11 @@ def test_compile_flag_is_validated_and_resumable(make_config, tmp_path):
     assert not (tmp_path / "graphs").exists()  # refused before any work
     before = TrainConfig(corpus=("x",), output="o", compile="on").to_dict()
     assert resume_differences(before, TrainConfig(corpus=("x",), output="o", compile="off")) == []
+    # A checkpoint from before --init-from and --text-column existed resumes; a changed setting does not.
+    older = {k: v for k, v in before.items() if k not in ("init_from", "text_column")}
+    assert resume_differences(older, TrainConfig(corpus=("x",), output="o")) == []
+    assert resume_differences(older, TrainConfig(corpus=("x",), output="o", text_column="body")) == [
+        "text_column: 'text' -> 'body'"]
 
 
 def test_compiled_step_follows_the_two_stage_switch(make_config, tmp_path, monkeypatch):
