@@ -22,6 +22,7 @@ What it does once, for every caller:
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 import os
@@ -254,6 +255,10 @@ class Classifier:
         if not any((folder / f).exists() for f in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")):
             what = "no PyTorch weights (model.safetensors)" + ("" if (folder / ONNX_FILE).exists() else f" and no {ONNX_FILE}")
             raise ModelError(f"{folder}: {what}")
+        if importlib.util.find_spec("torch") is None:
+            raise ModelError(f"{folder}: a transformers folder needs PyTorch, which is not installed here (the "
+                             "slim ONNX-only image has none): export it first with `python -m serving.export "
+                             f"--model {folder} --output onnx/` and serve that folder, or use the full image")
         check_options(options["precision"], options["cuda_graphs"], "cuda" if cuda_available() else "cpu")
         try:
             return TorchRunner(folder, threads, **options)

@@ -1,0 +1,58 @@
+"""Print pyproject's dependencies for one image variant, one requirement per line (for `pip install -r`).
+
+    python docker/deps.py serve   # the slim image: serving an exported ONNX folder (no torch)
+    python docker/deps.py rest    # what `serve` leaves out except torch (the full and GPU images add it)
+
+pyproject.toml stays the one list of versions; this file only names what serving never imports.
+tests/docker/test_serving_without_torch.py serves an ONNX folder with these modules made unimportable.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+# distribution -> the module it provides. Training, export and quantization import these; serving does not.
+TRAIN_ONLY = {
+    "torch": "torch",
+    "accelerate": "accelerate",
+    "optimum": "optimum",
+    "optimum-onnx": "optimum",
+    "onnx": "onnx",  # read only to export, and by the TensorRT provider (which needs the GPU image)
+    "scikit-learn": "sklearn",
+    "matplotlib": "matplotlib",
+}
+# installed on its own, before the rest, from a source chosen at build time (CPU index, GPU PyPI, a wheel)
+SEPARATE = {"torch"}
+
+
+def _name(requirement: str) -> str:
+    return re.split(r"[\s<>=!~;\[]", requirement, maxsplit=1)[0].lower().replace("_", "-")
+
+
+def dependencies(pyproject: Path) -> list[str]:
+    import tomllib  # Python 3.11+, as in every image
+
+    return tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+
+
+def select(requirements: list[str], variant: str) -> list[str]:
+    if variant == "serve":
+        return [r for r in requirements if _name(r) not in TRAIN_ONLY]
+    if variant == "rest":
+        return [r for r in requirements if _name(r) in TRAIN_ONLY and _name(r) not in SEPARATE]
+    raise ValueError(f"variant {variant!r}: use serve or rest")
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) != 1 or argv[0] not in ("serve", "rest"):
+        print("usage: python docker/deps.py serve|rest", file=sys.stderr)
+        return 2
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    print("\n".join(select(dependencies(pyproject), argv[0])))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

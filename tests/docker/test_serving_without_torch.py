@@ -1,0 +1,66 @@
+"""The slim image's promise, checked without Docker: the serving engine and the app import and serve an
+exported ONNX folder when the modules the image leaves out (docker/deps.py TRAIN_ONLY, torch first) are
+unimportable, and a transformers folder gets a clear error instead of an ImportError."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+# Runs in a fresh interpreter: a module imported once in the test process cannot be made absent again.
+# `sys.modules[name] = None` is what a missing package looks like to `import` and to importlib.util.find_spec.
+SCRIPT = """
+import json, sys
+for name in json.loads(sys.argv[1]):
+    sys.modules[name] = None
+from fastapi.testclient import TestClient
+from app.config import parse_args
+from app.server import create_app
+from app.__main__ import main
+from serving.engine import Classifier
+
+cfg = parse_args(["--model", sys.argv[2], "--data-dir", sys.argv[4]])
+clf = Classifier.load(cfg.model)
+with TestClient(create_app(cfg, clf)) as client:
+    health = client.get("/healthz").status_code
+    ui = client.get("/ui/").status_code
+    got = client.post("/v1/classify", json={"texts": ["꿈에서 봤다", "오류 발생했다"]}).json()
+print("RESULT " + json.dumps({"health": health, "ui": ui, "classify": got, "backend": clf.info()["backend"],
+                              "loaded": sorted(n for n in json.loads(sys.argv[1]) if sys.modules.get(n))}))
+sys.exit(main(["--model", sys.argv[3]]))
+"""
+
+
+def _train_only_modules() -> list[str]:
+    spec = importlib.util.spec_from_file_location("docker_deps", ROOT / "docker" / "deps.py")
+    deps = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(deps)
+    return sorted(set(deps.TRAIN_ONLY.values()))
+
+
+def test_serves_onnx_without_torch_and_refuses_a_transformers_folder(tiny_onnx_dir, tiny_classifier_dir, tmp_path):
+    blocked = _train_only_modules()
+    assert "torch" in blocked
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False"}
+    env.pop("ELECTRA_API_KEY", None)
+    proc = subprocess.run([sys.executable, "-c", SCRIPT, json.dumps(blocked), str(tiny_onnx_dir),
+                           str(tiny_classifier_dir), str(tmp_path / "app-data")],
+                          check=False, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, f"served nothing (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    result = json.loads(lines[0].removeprefix("RESULT "))
+    assert result["backend"] == "onnx" and result["loaded"] == []
+    assert result["health"] == 200 and result["ui"] == 200
+    preds = result["classify"]["predictions"]
+    assert len(preds) == 2 and {p["label"] for p in preds} <= {"dream", "error", "memo"}
+    # the un-exported folder: exit 2, one line naming the fix, no traceback
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    error = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
+    assert len(error) == 1 and "Traceback" not in proc.stderr
+    assert "needs PyTorch" in error[0] and "serving.export" in error[0] and "full image" in error[0]
