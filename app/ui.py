@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import html
+import logging
 import shutil
 import tempfile
+import threading
 import time
 import weakref
 from functools import partial
@@ -20,12 +22,16 @@ from pathlib import Path
 
 import gradio as gr
 import pandas as pd
+from gradio.context import LocalContext
 
-from serving.io import DataError, missing_text, read_table, write_table
+from serving.io import missing_text, write_table
 from serving.score import score_frame
 
 from .batcher import QueueFull
 from .labeling import ORDERS, SessionError, SessionStore
+from .uploads import read_upload, spreadsheet_safe, uploaded_only
+
+log = logging.getLogger("app")
 
 MAX_LABEL_BUTTONS = 20
 QUICK = 16  # concurrent quick events (classify, label clicks): milliseconds each
@@ -74,29 +80,29 @@ class Exports:
         return folder / name
 
 
-def _read_upload(cfg, file, text_column: str) -> tuple[pd.DataFrame, str]:
-    if not file:
-        raise gr.Error("Upload a file first.")
-    path = Path(file)
-    if path.stat().st_size > cfg.max_upload_mb * 1024 * 1024:
-        raise gr.Error(f"The file is over {cfg.max_upload_mb:g} MB (--max-upload-mb).")
-    try:
-        df = read_table(path)
-    except DataError as e:
-        raise gr.Error(str(e).replace(str(path), path.name)) from None  # never show server paths
-    wanted = (text_column or "").strip() or "text"
-    if wanted in df.columns:
-        column = wanted
-    elif len(df.columns) == 1:
-        column = str(df.columns[0])
-    else:
-        raise gr.Error(f"No column {wanted!r}; the columns are {[str(c) for c in df.columns]}. "
-                       "Type the name of the text column.")
-    if len(df) == 0:
-        raise gr.Error("The file has no rows.")
-    if len(df) > cfg.max_upload_rows:
-        raise gr.Error(f"{len(df)} rows; the limit is {cfg.max_upload_rows} (--max-upload-rows).")
-    return df, column
+def _client_gone() -> bool:
+    """True once Gradio has marked the running event dead: its browser tab closed or its stream dropped."""
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    queue = getattr(blocks, "_queue", None)
+    for job in getattr(queue, "active_jobs", None) or ():
+        for event in job or ():
+            if event._id == event_id:
+                return not event.alive
+    return False
+
+
+def _score_chunks(n: int, score, progress, desc: str, unit: str, engine_turn: threading.Lock) -> list:
+    """`score(start, stop)` over SCORE_CHUNK-row chunks, stopping when the client is gone. One UI chunk
+    computes at a time (`engine_turn`), so API batches interleave with UI jobs however many run."""
+    parts = []
+    for i in range(0, n, SCORE_CHUNK):
+        if _client_gone():
+            log.info("UI job cancelled: its client is gone", extra={"fields": {"event": "ui_cancelled", "done": i}})
+            raise gr.Error("Cancelled: the page was closed.")
+        progress((i, n), desc=desc, unit=unit)
+        with engine_turn:
+            parts.append(score(i, min(n, i + SCORE_CHUNK)))
+    return parts
 
 
 def build_ui(cfg, clf, state) -> gr.Blocks:
@@ -104,6 +110,7 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
     exports = Exports()
     labels = list(clf.labels)
     name = clf.info()["name"]
+    engine_turn = threading.Lock()
 
     # ---------------------------------------------------------------- Classify
     async def classify(text: str):
@@ -167,15 +174,13 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
         return gr.update(choices=choices, value=current_id)
 
     def start(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
-        df, column = _read_upload(cfg, file, text_column)
+        df, column = read_upload(cfg, file, text_column)
         keep = ~missing_text(df[column])
         texts = df.loc[keep, column].astype(str).tolist()
         if not texts:
             raise gr.Error(f"Column {column!r} has no text.")
-        preds = []
-        for i in range(0, len(texts), SCORE_CHUNK):
-            progress((i, len(texts)), desc="Model suggestions", unit="texts")
-            preds += clf.predict(texts[i : i + SCORE_CHUNK])
+        preds = [p for part in _score_chunks(len(texts), lambda a, b: clf.predict(texts[a:b]), progress,
+                                             "Model suggestions", "texts", engine_turn) for p in part]
         session = store.create(Path(file).name, texts, preds, labels)
         skipped = int((~keep).sum())
         note = f" ({skipped} empty rows left out)" if skipped else ""
@@ -229,19 +234,18 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
             raise gr.Error("No labeling session yet.")
         out = exports.path(f"{Path(session.meta['source']).stem}-labeled.csv")
         with session.lock:
-            shutil.copyfile(session.labeled_path, out)
+            labeled = pd.read_csv(session.labeled_path, dtype=str, keep_default_na=False)
+        write_table(spreadsheet_safe(labeled), out)  # a person opens this one: formulas neutralised
         return str(out)
 
     # ---------------------------------------------------------------- Batch
     def score_file(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
-        df, column = _read_upload(cfg, file, text_column)
-        parts = []
-        for i in range(0, len(df), SCORE_CHUNK):
-            progress((i, len(df)), desc="Scoring", unit="rows")
-            parts.append(score_frame(clf, df.iloc[i : i + SCORE_CHUNK], column, None))
+        df, column = read_upload(cfg, file, text_column)
+        parts = _score_chunks(len(df), lambda a, b: score_frame(clf, df.iloc[a:b], column, None), progress,
+                              "Scoring", "rows", engine_turn)
         scored = pd.concat(parts)
         out = exports.path(f"{Path(file).stem}-scored.csv")
-        write_table(scored, out)
+        write_table(spreadsheet_safe(scored), out)  # a person opens this one: formulas neutralised
         counts = scored["pred_label"].value_counts()
         errors = int(scored["error"].notna().sum())
         summary = (f"Scored **{len(scored)}** rows: " + ", ".join(f"{html.escape(str(k))} {v}" for k, v in counts.items())
@@ -267,8 +271,8 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
                 sid = gr.BrowserState("", storage_key="electra-label-session")
                 row = gr.State(None)
                 with gr.Accordion("Start or resume a session", open=True), gr.Row():
-                    l_file = gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
-                                     elem_id="label-file")
+                    l_file = uploaded_only(gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
+                                                   elem_id="label-file"))
                     with gr.Column():
                         l_column = gr.Textbox(label="Text column", value="text", elem_id="label-column")
                         l_start = gr.Button("Start labeling", variant="primary", elem_id="label-start")
@@ -322,8 +326,8 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
 
             with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
                 with gr.Row():
-                    b_file = gr.File(label="CSV to score", file_types=[".csv", ".tsv", ".jsonl", ".parquet"],
-                                     elem_id="batch-file")
+                    b_file = uploaded_only(gr.File(label="CSV to score", file_types=[".csv", ".tsv", ".jsonl", ".parquet"],
+                                                   elem_id="batch-file"))
                     with gr.Column():
                         b_column = gr.Textbox(label="Text column", value="text", elem_id="batch-column")
                         b_go = gr.Button("Score", variant="primary", elem_id="batch-go")

@@ -2,18 +2,22 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 
 import gradio as gr
 import httpx
 import pandas as pd
 import pytest
+from gradio.utils import get_upload_folder
 
 from app.config import Config
-from app.ui import _read_upload
+from app.uploads import read_upload as _read_upload
 
 
 def test_upload_over_the_limit_gets_413(server, tmp_path):
@@ -33,7 +37,55 @@ def test_no_server_files_through_the_ui(server):
         assert r.status_code in (403, 404), path
 
 
-def test_upload_checks(tmp_path):
+def gradio_call(url: str, fn_index: int, data: list, headers: dict | None = None) -> dict:
+    """One event through Gradio's queue, as any HTTP client can send it: the final message."""
+    session = uuid.uuid4().hex[:12]
+    r = httpx.post(url + "/ui/gradio_api/queue/join", headers=headers,
+                   json={"data": data, "fn_index": fn_index, "session_hash": session, "event_data": None,
+                         "trigger_id": None})
+    r.raise_for_status()
+    with httpx.stream("GET", url + "/ui/gradio_api/queue/data", params={"session_hash": session},
+                      headers=headers, timeout=60) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+                if message.get("msg") == "process_completed":
+                    return message
+    raise AssertionError("no process_completed message")
+
+
+def file_functions(url: str) -> list[tuple[int, str, list]]:
+    """Every UI event that takes a file: (fn_index, api_name, input components)."""
+    config = httpx.get(url + "/ui/config").json()
+    components = {c["id"]: c for c in config["components"]}
+    return [(i, d.get("api_name"), [components[c] for c in d["inputs"]]) for i, d in enumerate(config["dependencies"])
+            if any(components[c]["type"] == "file" for c in d["inputs"])]
+
+
+def test_ui_functions_refuse_files_not_uploaded(server, tmp_path):
+    """A Gradio call can name any server path as a file; every UI function must refuse one it never uploaded."""
+    secret = tmp_path / f"secret-{uuid.uuid4().hex[:8]}.csv"  # a name no other run uploads
+    secret.write_text("text,password\nhello,hunter2\n", encoding="utf-8")
+    uploaded = httpx.post(server.url + "/ui/gradio_api/upload",
+                          files={"files": ("mine.csv", b"text\nhello\n", "text/csv")}).json()[0]
+    functions = file_functions(server.url)
+    assert {name for _, name, _ in functions} >= {"start", "score_file"}
+
+    def args(inputs, path):
+        return [{"path": path, "orig_name": Path(path).name, "meta": {"_type": "gradio.FileData"}}
+                if c["type"] == "file" else c.get("props", {}).get("value") for c in inputs]
+
+    for fn_index, name, inputs in functions:
+        for foreign in (str(secret), "/etc/passwd", "http://127.0.0.1:1/x.csv"):
+            done = gradio_call(server.url, fn_index, args(inputs, foreign))
+            assert not done["success"], (name, foreign)
+            assert "hunter2" not in json.dumps(done)
+        assert gradio_call(server.url, fn_index, args(inputs, uploaded))["success"], name  # uploads still work
+    assert not list(Path(get_upload_folder()).rglob(secret.name)), "a foreign file was copied into Gradio's cache"
+
+
+def test_upload_checks(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))  # files here count as uploaded
     cfg = Config(model="m", max_upload_rows=3)
     two_cols = tmp_path / "two.csv"
     pd.DataFrame({"body": ["a", "b"], "id": [1, 2]}).to_csv(two_cols, index=False)
@@ -65,3 +117,64 @@ def test_export_folder_is_removed_when_the_process_exits(tmp_path):
     root = Path(out.stdout.strip().splitlines()[-1])
     assert root.parent == tmp_path and root.name.startswith("electra-app-")
     assert not root.exists() and not list(tmp_path.glob("electra-app-*"))
+
+
+def test_upload_bombs_are_refused_before_parsing(tmp_path, monkeypatch):
+    """A million empty columns in 2 MB once took 90 s and 3.5 GB: the shape is checked before pandas sees it."""
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
+    cfg = Config(model="m")
+    cases = {
+        "wide.csv": b"," * 50_000 + b"\n" + b"," * 50_000 + b"\n",
+        "named.csv": ",".join(f"c{i}" for i in range(5_000)).encode() + b"\n",
+        "wide.tsv": b"\t" * 50_000 + b"\n",
+        "wide.jsonl": (json.dumps({"text": "a"}) + "\n" + json.dumps({f"k{i}": 1 for i in range(5_000)}) + "\n").encode(),
+        "endless-header.csv": b"a" * (2 << 20),
+    }
+    for name, body in cases.items():
+        (tmp_path / name).write_bytes(body)
+        with pytest.raises(gr.Error) as e:
+            _read_upload(cfg, str(tmp_path / name), "text")
+        assert len(e.value.message) <= 300 and name in e.value.message, (name, e.value.message[:400])
+    wide = pd.DataFrame({f"c{i}": ["x"] for i in range(300)})
+    wide.to_parquet(tmp_path / "wide.parquet")
+    with pytest.raises(gr.Error, match="300 columns"):
+        _read_upload(cfg, str(tmp_path / "wide.parquet"), "c0")
+    # A file with many (but allowed) columns and no text column: the message stays short.
+    pd.DataFrame({f"column_{i}": ["x"] for i in range(200)}).to_csv(tmp_path / "many.csv", index=False)
+    with pytest.raises(gr.Error) as e:
+        _read_upload(cfg, str(tmp_path / "many.csv"), "text")
+    assert len(e.value.message) <= 300 and "180 more" in e.value.message
+
+
+def test_downloads_for_people_neutralise_formulas():
+    from app.uploads import spreadsheet_safe
+
+    df = pd.DataFrame({"text": ["=HYPERLINK(\"http://x\",\"y\")", "+1+2", "-x", "@SUM(A1)", "\tcmd", "plain", "-5",
+                                "1e-3", "a=b"], "score": [0.5] * 9})
+    safe = spreadsheet_safe(df)
+    assert safe["text"].tolist() == ["'=HYPERLINK(\"http://x\",\"y\")", "'+1+2", "'-x", "'@SUM(A1)", "'\tcmd", "plain",
+                                     "-5", "1e-3", "a=b"]
+    assert safe["score"].tolist() == [0.5] * 9 and df["text"][0].startswith("=")  # the input is untouched
+
+
+def test_ui_job_stops_when_its_client_is_gone(server):
+    """64 abandoned 50k-row jobs once kept both cores busy until shutdown: a job whose stream closed stops."""
+    rows = "text\n" + "".join(f"메모 기록 {i}\n" for i in range(20_000))
+    uploaded = httpx.post(server.url + "/ui/gradio_api/upload",
+                          files={"files": ("big.csv", rows.encode(), "text/csv")}).json()[0]
+    fn_index, _, inputs = next(f for f in file_functions(server.url) if f[1] == "score_file")
+    data = [{"path": uploaded, "orig_name": "big.csv", "meta": {"_type": "gradio.FileData"}}
+            if c["type"] == "file" else c.get("props", {}).get("value") for c in inputs]
+    session = uuid.uuid4().hex[:12]
+    before = server.log().count("ui_cancelled")
+    httpx.post(server.url + "/ui/gradio_api/queue/join",
+               json={"data": data, "fn_index": fn_index, "session_hash": session}).raise_for_status()
+    with httpx.stream("GET", server.url + "/ui/gradio_api/queue/data", params={"session_hash": session},
+                      timeout=60) as stream:
+        for line in stream.iter_lines():
+            if '"progress"' in line:
+                break  # scoring has started: hang up
+    deadline = time.monotonic() + 30
+    while server.log().count("ui_cancelled") == before:
+        assert time.monotonic() < deadline, "the job went on after its client left"
+        time.sleep(0.2)
