@@ -1,4 +1,5 @@
-"""The JSON API: /v1/classify, /v1/labels, /v1/model, health, readiness, metrics.
+"""The JSON API: /v1/classify, /v1/labels, /v1/model, health, readiness, metrics; the Hugging Face
+client shapes (`POST /`, `POST /predict`, hf_compat.py) on the same engine; /docs and /redoc served offline.
 
 Every failure a client can cause has its own status: 422 names the field, 413 for a body over the limit,
 429 with Retry-After when the queue is full, 503 while starting or draining, 504 when the answer takes
@@ -17,11 +18,13 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
+from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from .batcher import Closed, MicroBatcher, QueueFull
 from .config import Config
 from .gate import LOGIN_PAGE, SESSION_COOKIE, session_token
+from .hf_compat import add_hf_routes
 from .metrics import Metrics
 
 log = logging.getLogger("app")
@@ -69,22 +72,30 @@ def _describe(error: dict) -> str:
     return (".".join(str(p) for p in loc if p != "body") or "body") + f": {error.get('msg')}"
 
 
-def _texts_of(req: ClassifyRequest, cfg: Config) -> list[str]:
-    if (req.texts is None) == (req.text is None):
-        raise _invalid(["body"], "send exactly one of 'texts' (a list) or 'text' (a string)", "missing")
-    texts = [req.text] if req.text is not None else req.texts
+# A value under the other key's shape is the likeliest slip; pydantic alone says only "not a string".
+_WRONG_KEY = {("body", "text"): (list, "a list of texts goes under 'texts'; 'text' takes one string"),
+              ("body", "texts"): (str, "one text goes under 'text' (or send 'texts' as a list of strings)")}
+
+
+def _hint(error: dict, given) -> dict:
+    wrong = _WRONG_KEY.get(tuple(error.get("loc", ())))
+    if wrong and isinstance(given, wrong[0]):
+        error["msg"] = wrong[1]
+    return error
+
+
+def check_texts(texts: list[str], cfg: Config, field: str, single: bool) -> None:
+    """The per-request limits, for every route that classifies; errors name the client's own `field`."""
     if not texts:
-        raise _invalid(["body", "texts"], "'texts' is empty: send at least one text", "too_short")
+        raise _invalid(["body", field], f"'{field}' is empty: send at least one text", "too_short")
     if len(texts) > cfg.max_texts:
-        raise _invalid(["body", "texts"], f"{len(texts)} texts; the limit is {cfg.max_texts} per request "
+        raise _invalid(["body", field], f"{len(texts)} texts; the limit is {cfg.max_texts} per request "
                        "(--max-texts)", "too_long")
-    field = "text" if req.text is not None else "texts"
     for i, t in enumerate(texts):
         if len(t) > cfg.max_chars:
-            loc = ["body", field] if req.text is not None else ["body", field, i]
+            loc = ["body", field] if single else ["body", field, i]
             raise _invalid(loc, f"{len(t)} characters; the limit is {cfg.max_chars} per text (--max-chars)",
                            "string_too_long")
-    return texts
 
 
 def _shape(pred, top_k: int | None) -> dict:
@@ -95,13 +106,16 @@ def _shape(pred, top_k: int | None) -> dict:
 
 
 def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI:
-    app = FastAPI(title="ELECTRA classifier", version="1", docs_url="/docs", redoc_url=None)
+    # Swagger UI and ReDoc from the installed fastapi-offline package, not a CDN: /docs works air-gapped.
+    app = FastAPIOffline(title="ELECTRA classifier", version="1", docs_url="/docs", redoc_url="/redoc",
+                         static_url="/docs/static")
     info = clf.info()
     model_name = info["name"]
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
-        errors = [{k: e[k] for k in ("type", "loc", "msg") if k in e} for e in exc.errors()]
+        errors = [_hint({k: e[k] for k in ("type", "loc", "msg") if k in e}, e.get("input"))
+                  for e in exc.errors()]
         return _validation_response(errors)
 
     @app.exception_handler(HTTPException)
@@ -115,7 +129,19 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
         429: {"description": "queue full; see Retry-After"}, 503: {"description": "starting or shutting down"},
         504: {"description": "no answer within --request-timeout"}})
     async def classify(req: ClassifyRequest, request: Request):
-        texts = _texts_of(req, cfg)
+        single = req.text is not None
+        if single == (req.texts is not None):
+            raise _invalid(["body"], "send exactly one of 'texts' (a list) or 'text' (a string)", "missing")
+        texts, field = ([req.text], "text") if single else (req.texts, "texts")
+        preds = await classify_texts(texts, field, single, request)
+        # A plain JSONResponse: re-validating our own output through the response model costs more per
+        # request than the JSON encoding itself (response_model above still documents the schema).
+        return JSONResponse({"model": model_name, "predictions": [_shape(p, req.top_k) for p in preds]})
+
+    async def classify_texts(texts: list[str], field: str, single: bool, request: Request) -> list:
+        """Every route that classifies comes through here: the same limits (errors name the client's
+        `field`), one batcher, one timeout, one set of errors."""
+        check_texts(texts, cfg, field, single)
         request.state.n_texts = len(texts)
         batcher = state.batcher
         if batcher is None:
@@ -140,9 +166,9 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
         except Exception:
             log.exception("inference failed")
             raise HTTPException(500, "inference failed; see the server log") from None
-        # A plain JSONResponse: re-validating our own output through the response model costs more per
-        # request than the JSON encoding itself (response_model above still documents the schema).
-        return JSONResponse({"model": model_name, "predictions": [_shape(p, req.top_k) for p in preds]})
+        return preds
+
+    add_hf_routes(app, classify_texts)
 
     @app.get("/v1/labels")
     async def labels():

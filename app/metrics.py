@@ -14,7 +14,7 @@ from prometheus_client import (
 # The *_created series double the output and no dashboard reads them.
 disable_created_metrics()
 
-ENDPOINTS = {"/v1/classify", "/v1/labels", "/v1/model", "/healthz", "/readyz", "/metrics", "/login"}
+ENDPOINTS = {"/v1/classify", "/", "/predict", "/v1/labels", "/v1/model", "/healthz", "/readyz", "/metrics", "/login"}
 
 
 def endpoint_label(path: str) -> str:

@@ -185,3 +185,25 @@ def test_cors_is_off_by_default(server):
     assert "access-control-allow-origin" not in r.headers
     r = classify(server, {"text": "x"}, headers={"Origin": "https://evil.example"})
     assert "access-control-allow-origin" not in r.headers
+
+
+def test_docs_load_nothing_from_outside(server):
+    """/docs and /redoc work air-gapped: every script, stylesheet and icon they reference is served here."""
+    for page in ("/docs", "/redoc"):
+        html = httpx.get(server.url + page).text
+        refs = re.findall(r"""(?:src|href|url)\s*[=:]\s*['"]([^'"]+)['"]""", html)
+        assert any(r.endswith(".js") for r in refs), (page, refs)
+        outside = [u for u in re.findall(r"""https?://[^\s'"<>)]+""", html) if "127.0.0.1" not in u]
+        assert not outside, (page, outside)
+        for ref in refs:
+            r = httpx.get(server.url + ref if ref.startswith("/") else f"{server.url}/{ref}")
+            assert r.status_code == 200 and len(r.content) > 100, (page, ref, r.status_code)
+
+
+def test_a_list_under_text_points_to_texts(server):
+    r = classify(server, {"text": ["hello"]})
+    assert r.status_code == 422
+    assert r.json()["message"] == "text: a list of texts goes under 'texts'; 'text' takes one string"
+    r = classify(server, {"texts": "hello"})
+    assert r.status_code == 422 and "goes under 'text'" in r.json()["message"]
+    assert classify(server, {"text": 5}).json()["message"] == "text: Input should be a valid string"
