@@ -19,6 +19,7 @@ import uvicorn
 from . import logs
 from .api import ServerState
 from .config import GPU_PASS_TOKENS, parse_args, pass_tokens
+from .protocol import bounded_protocol
 
 log = logging.getLogger("app")
 
@@ -65,9 +66,10 @@ def main(argv: list[str] | None = None) -> int:
 
     state = ServerState()
     app = create_app(cfg, clf, state)
+    http = bounded_protocol(cfg.max_header_bytes, cfg.header_timeout_s, cfg.body_timeout_s)
     server = DrainingServer(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,
-                                           timeout_graceful_shutdown=cfg.shutdown_timeout_s,
-                                           timeout_keep_alive=5), state)
+                                           timeout_graceful_shutdown=cfg.shutdown_timeout_s, http=http,
+                                           timeout_keep_alive=cfg.keep_alive_s), state)
     log.info("serving", extra={"fields": {"event": "start", "url": f"http://{cfg.host}:{cfg.port}",
                                           "model": cfg.model, "auth": bool(cfg.api_key), "ui": cfg.ui}})
     server.run()

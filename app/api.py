@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import hmac
 import logging
+import os
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import parse_qs
 
 from fastapi import FastAPI, HTTPException, Request
@@ -23,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
 from .batcher import Closed, MicroBatcher, QueueFull
 from .config import Config
-from .gate import LOGIN_PAGE, SESSION_COOKIE, session_token
+from .gate import LOGIN_PAGE, SESSION_COOKIE, AuthThrottle, UiSessions, client_of, is_https
 from .hf_compat import add_hf_routes
 from .metrics import Metrics
 
@@ -39,6 +41,8 @@ class ServerState:
     on_drain: list = field(default_factory=list)  # called on the event loop when SIGTERM arrives
     # Fixed cost of one engine pass in tokens' worth, measured at start-up; decides how batches are cut.
     call_overhead_tokens: float = 12.0
+    sessions: UiSessions = field(default_factory=UiSessions)  # signed UI cookies, secret made at each start
+    throttle: AuthThrottle = field(default_factory=AuthThrottle)  # wrong keys per client address
 
 
 class ClassifyRequest(BaseModel):
@@ -84,7 +88,32 @@ def _hint(error: dict, given) -> dict:
     return error
 
 
-def check_texts(texts: list[str], cfg: Config, field: str, single: bool) -> None:
+def text_problem(text: str, normalize) -> str | None:
+    """Why `text` cannot be classified, or None. Checked before the engine: an empty text would be a
+    pass of bare special tokens (or of none), and a lone surrogate cannot be encoded at all."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        return f"character {e.start + 1} is an unpaired surrogate ({text[e.start]!a}); send valid Unicode"
+    if not text.strip():
+        return "empty text"
+    if not normalize(text):
+        return "no text after normalisation"
+    return None
+
+
+def _public(obj):
+    """The export report without the server's own paths (where the model was exported from)."""
+    if isinstance(obj, dict):
+        return {k: _public(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_public(v) for v in obj]
+    if isinstance(obj, str) and os.path.isabs(obj):
+        return Path(obj).name
+    return obj
+
+
+def check_texts(texts: list[str], cfg: Config, field: str, single: bool, normalize=str.strip) -> None:
     """The per-request limits, for every route that classifies; errors name the client's own `field`."""
     if not texts:
         raise _invalid(["body", field], f"'{field}' is empty: send at least one text", "too_short")
@@ -96,6 +125,9 @@ def check_texts(texts: list[str], cfg: Config, field: str, single: bool) -> None
             loc = ["body", field] if single else ["body", field, i]
             raise _invalid(loc, f"{len(t)} characters; the limit is {cfg.max_chars} per text (--max-chars)",
                            "string_too_long")
+        problem = text_problem(t, normalize)
+        if problem:
+            raise _invalid(["body", field] if single else ["body", field, i], problem, "value_error")
 
 
 def _shape(pred, top_k: int | None) -> dict:
@@ -109,7 +141,7 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
     # Swagger UI and ReDoc from the installed fastapi-offline package, not a CDN: /docs works air-gapped.
     app = FastAPIOffline(title="ELECTRA classifier", version="1", docs_url="/docs", redoc_url="/redoc",
                          static_url="/docs/static")
-    info = clf.info()
+    info = {**clf.info(), "export_report": _public(clf.info()["export_report"])}
     model_name = info["name"]
 
     @app.exception_handler(RequestValidationError)
@@ -141,7 +173,7 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
     async def classify_texts(texts: list[str], field: str, single: bool, request: Request) -> list:
         """Every route that classifies comes through here: the same limits (errors name the client's
         `field`), one batcher, one timeout, one set of errors."""
-        check_texts(texts, cfg, field, single)
+        check_texts(texts, cfg, field, single, clf.normalizer)
         request.state.n_texts = len(texts)
         batcher = state.batcher
         if batcher is None:
@@ -208,12 +240,28 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
     async def login(request: Request):
         if not cfg.api_key:
             return RedirectResponse("/ui/", 303)
+        client = client_of(request.scope)
+        wait = state.throttle.retry_after(client)
+        if wait:  # the key is not checked while the address is blocked
+            metrics.rejected.labels("auth").inc()
+            page = LOGIN_PAGE.replace("<h2>API key required</h2>", f"<h2>Too many tries: wait {wait} s</h2>")
+            return HTMLResponse(page, 429, headers={"Retry-After": str(wait)})
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
         given = (form.get("key") or [""])[0]
         if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
+            metrics.rejected.labels("auth").inc()
+            state.throttle.fail(client)
             return HTMLResponse(LOGIN_PAGE.replace("<h2>API key required</h2>", "<h2>Wrong key</h2>"), 401)
         resp = RedirectResponse("/ui/", 303)
-        resp.set_cookie(SESSION_COOKIE, session_token(cfg.api_key), httponly=True, samesite="strict")
+        resp.set_cookie(SESSION_COOKIE, state.sessions.issue(), max_age=int(state.sessions.ttl_s), httponly=True,
+                        samesite="strict", secure=is_https(request.scope))
+        return resp
+
+    @app.api_route("/logout", methods=["GET", "POST"], include_in_schema=False)
+    async def logout(request: Request):
+        state.sessions.revoke(request.cookies.get(SESSION_COOKIE))
+        resp = RedirectResponse("/login" if cfg.api_key else "/ui/", 303)
+        resp.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict", secure=is_https(request.scope))
         return resp
 
     @app.get("/", include_in_schema=False)

@@ -152,11 +152,9 @@ class MicroBatcher:
         lengths = [n for item in batch for n in item.lengths]
         start = time.perf_counter()
         try:
-            preds = await asyncio.get_running_loop().run_in_executor(self._executor, self.predict, texts, lengths)
-        except Exception as e:  # noqa: BLE001 - one bad batch fails its own requests, never the loop
-            for item in batch:
-                if not item.future.done():
-                    item.future.set_exception(e)
+            preds = await self._predict(texts, lengths)
+        except Exception as e:  # noqa: BLE001 - one bad request must not fail the others in its batch
+            await self._one_by_one(batch, e)
             return
         finally:
             self._slots.release()
@@ -167,3 +165,23 @@ class MicroBatcher:
             if not item.future.done():
                 item.future.set_result(preds[i : i + len(item.texts)])
             i += len(item.texts)
+
+    async def _predict(self, texts, lengths) -> list:
+        return await asyncio.get_running_loop().run_in_executor(self._executor, self.predict, texts, lengths)
+
+    async def _one_by_one(self, batch: list[_Item], error: Exception) -> None:
+        """A failed batch again, request by request: only the request(s) that cause the failure fail."""
+        for item in batch:
+            if item.future.done():
+                continue
+            if len(batch) == 1:
+                item.future.set_exception(error)
+                return
+            try:
+                result = await self._predict(list(item.texts), list(item.lengths))
+            except Exception as e:  # noqa: BLE001
+                if not item.future.done():
+                    item.future.set_exception(e)
+                continue
+            if not item.future.done():
+                item.future.set_result(result)

@@ -52,6 +52,13 @@ class Config:
     max_body_bytes: int = 2 * 1024 * 1024
     request_timeout_s: float = 30.0
     shutdown_timeout_s: float = 30.0
+    # Connections, enforced before auth (app/protocol.py): a request line + headers over max_header_bytes
+    # gets 431; headers not complete within header_timeout_s get 408; a body that stops arriving for
+    # body_timeout_s, or an idle keep-alive connection after keep_alive_s, is closed.
+    max_header_bytes: int = 64 * 1024
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 30.0
+    keep_alive_s: float = 5.0
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
     # UI
     ui: bool = True
@@ -60,6 +67,12 @@ class Config:
     max_upload_rows: int = 50_000
     ui_concurrency: int = 2
     log_level: str = "info"
+
+    def __post_init__(self):
+        if self.api_key is not None and not self.api_key.strip():
+            # `--api-key "$KEY"` with KEY unset would otherwise serve without auth, silently.
+            raise ValueError("the API key is empty (an unset variable?): give a key, or leave --api-key and "
+                             f"{API_KEY_ENV} out to serve without auth")
 
 
 def parse_args(argv: list[str] | None = None) -> Config:
@@ -86,6 +99,14 @@ def parse_args(argv: list[str] | None = None) -> Config:
     p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
     p.add_argument("--request-timeout", dest="request_timeout_s", type=float, default=d.request_timeout_s)
     p.add_argument("--shutdown-timeout", dest="shutdown_timeout_s", type=float, default=d.shutdown_timeout_s)
+    p.add_argument("--max-header-bytes", type=int, default=d.max_header_bytes,
+                   help="request line + headers; beyond it 431")
+    p.add_argument("--header-timeout", dest="header_timeout_s", type=float, default=d.header_timeout_s,
+                   help="seconds to receive a request's headers; then 408 and the connection is closed")
+    p.add_argument("--body-timeout", dest="body_timeout_s", type=float, default=d.body_timeout_s,
+                   help="seconds a request body may stall; then the connection is closed")
+    p.add_argument("--keep-alive", dest="keep_alive_s", type=float, default=d.keep_alive_s,
+                   help="seconds an idle keep-alive connection stays open")
     p.add_argument("--cors-origin", dest="cors_origins", action="append", default=[],
                    help="allow this browser origin (repeatable); CORS is off without it")
     p.add_argument("--no-ui", dest="ui", action="store_false", help="API only")
@@ -99,10 +120,18 @@ def parse_args(argv: list[str] | None = None) -> Config:
     if a.engine_batch_tokens is not None and a.engine_batch_tokens < 1:
         p.error("--engine-batch-tokens must be at least 1")
     for name in ("max_batch_tokens", "workers", "max_queue", "max_texts", "max_chars", "max_body_bytes",
-                 "max_upload_rows", "ui_concurrency"):
+                 "max_upload_rows", "ui_concurrency", "max_header_bytes"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    for flag, value in (("--header-timeout", a.header_timeout_s), ("--body-timeout", a.body_timeout_s),
+                        ("--keep-alive", a.keep_alive_s)):
+        if not value > 0:
+            p.error(f"{flag} must be positive")
     values = vars(a)
-    values["api_key"] = a.api_key or os.environ.get(API_KEY_ENV) or None
+    key = a.api_key if a.api_key is not None else os.environ.get(API_KEY_ENV)
+    if key is not None and not key.strip():
+        where = "--api-key" if a.api_key is not None else f"the environment variable {API_KEY_ENV}"
+        p.error(f"{where} is empty (an unset variable?): give a key, or leave it out to serve without auth")
+    values["api_key"] = key
     values["cors_origins"] = tuple(a.cors_origins)
     return Config(**values)

@@ -9,22 +9,87 @@ import hmac
 import json
 import logging
 import re
+import secrets
 import time
 import uuid
+from collections import OrderedDict, deque
 
 from .metrics import Metrics, endpoint_label
 
 log = logging.getLogger("app.access")
 
-OPEN_PATHS = {"/healthz", "/login"}  # reachable without a key: liveness probes and the UI's login form
+OPEN_PATHS = {"/healthz", "/login", "/logout"}  # reachable without a key: liveness probes, the UI's sign-in form
 DRAIN_OPEN_PATHS = {"/healthz", "/readyz", "/metrics"}  # still answered while draining (readyz says 503)
 SESSION_COOKIE = "electra_session"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 
-def session_token(api_key: str) -> str:
-    """The UI cookie: derived from the key so the key itself never sits in a browser cookie jar."""
-    return hmac.new(api_key.encode(), b"electra-ui-session", hashlib.sha256).hexdigest()
+SESSION_TTL_S = 12 * 3600
+THROTTLE_FAILURES, THROTTLE_WINDOW_S = 10, 60.0
+
+
+class UiSessions:
+    """The UI cookie: an expiry and its HMAC under a secret made at each start, so a cookie never outlives
+    SESSION_TTL_S or a restart, and the key itself never sits in a browser's cookie jar. Logout revokes."""
+
+    def __init__(self, ttl_s: float = SESSION_TTL_S):
+        self.ttl_s = ttl_s
+        self._secret = secrets.token_bytes(32)
+        self._revoked: dict[str, float] = {}
+
+    def _sign(self, expires: int) -> str:
+        return hmac.new(self._secret, f"electra-ui:{expires}".encode(), hashlib.sha256).hexdigest()
+
+    def issue(self) -> str:
+        expires = int(time.time() + self.ttl_s)
+        return f"{expires}.{self._sign(expires)}"
+
+    def valid(self, token: str | None) -> bool:
+        expires, _, sig = (token or "").partition(".")
+        if not expires.isdigit() or int(expires) < time.time() or token in self._revoked:
+            return False
+        return hmac.compare_digest(sig.encode(), self._sign(int(expires)).encode())
+
+    def revoke(self, token: str | None) -> None:
+        now = time.time()
+        self._revoked = {t: e for t, e in self._revoked.items() if e > now}
+        if self.valid(token):
+            self._revoked[token] = float(token.partition(".")[0])
+
+
+class AuthThrottle:
+    """Wrong keys per client address: after THROTTLE_FAILURES in THROTTLE_WINDOW_S, the client gets 429
+    without its key being checked (so guessing runs at 10 a minute, not 900 a second)."""
+
+    def __init__(self, failures: int = THROTTLE_FAILURES, window_s: float = THROTTLE_WINDOW_S, clients: int = 10_000):
+        self.failures, self.window_s, self.clients = failures, window_s, clients
+        self._seen: OrderedDict[str, deque] = OrderedDict()
+
+    def retry_after(self, client: str) -> int:
+        """Seconds until `client` may try a key again; 0 when it may now."""
+        times = self._seen.get(client)
+        now = time.monotonic()
+        while times and now - times[0] > self.window_s:
+            times.popleft()
+        if not times or len(times) < self.failures:
+            return 0
+        return int(self.window_s - (now - times[0])) + 1
+
+    def fail(self, client: str) -> None:
+        self._seen.setdefault(client, deque(maxlen=self.failures)).append(time.monotonic())
+        self._seen.move_to_end(client)
+        while len(self._seen) > self.clients:  # bounded memory whatever the number of addresses
+            self._seen.popitem(last=False)
+
+
+def client_of(scope) -> str:
+    return (scope.get("client") or ("-",))[0]
+
+
+def is_https(scope) -> bool:
+    """Served over TLS, directly or behind a proxy that says so (only ever used to make cookies stricter)."""
+    forwarded = (_header(scope, b"x-forwarded-proto") or "").split(",")[0].strip().lower()
+    return scope.get("scheme") == "https" or forwarded == "https"
 
 
 def _header(scope, name: bytes) -> str | None:
@@ -56,22 +121,25 @@ class Gate:
         self.state = state
         self.metrics = metrics
         self.api_key = api_key
-        self.token = session_token(api_key) if api_key else None
         self.max_body_bytes = max_body_bytes
 
-    def authorized(self, scope) -> bool:
+    def credential(self, scope) -> str:
+        """"ok", "none" (nothing presented) or "wrong". The UI cookie counts on UI paths only."""
         if self.api_key is None or scope["path"] in OPEN_PATHS:
-            return True
-        auth = _header(scope, b"authorization") or ""
-        scheme, _, given = auth.partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.api_key.encode()):
-            return True
+            return "ok"
+        auth = _header(scope, b"authorization")
+        if auth is not None:
+            scheme, _, given = auth.partition(" ")
+            ok = scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.api_key.encode())
+            return "ok" if ok else "wrong"
         cookie = _cookie(scope, SESSION_COOKIE)
-        return cookie is not None and hmac.compare_digest(cookie.encode(), self.token.encode())
+        if cookie is None or not _is_ui(scope["path"]):
+            return "none"
+        return "ok" if self.state.sessions.valid(cookie) else "none"  # expired: sign in again, not a guess
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
-            if scope["type"] == "websocket" and not self.authorized(scope):
+            if scope["type"] == "websocket" and self.credential(scope) != "ok":
                 await send({"type": "websocket.close", "code": 4401})
                 return
             await self.app(scope, receive, send)
@@ -81,16 +149,23 @@ class Gate:
         rid = _header(scope, b"x-request-id") or ""
         rid = rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex[:16]
         scope.setdefault("state", {})
-        status_holder = {"status": 500}
+        status_holder = {"status": 500, "started": False}
 
         async def send_wrapped(message):
             if message["type"] == "http.response.start":
                 status_holder["status"] = message["status"]
+                status_holder["started"] = True
                 message["headers"] = list(message.get("headers", [])) + [(b"x-request-id", rid.encode())]
             await send(message)
 
         try:
             await self._dispatch(scope, receive, send_wrapped, path)
+        except Exception:
+            if status_holder["started"]:
+                raise
+            # Answered here rather than by Starlette's plain-text 500, which would lack the request id.
+            log.exception("unhandled error", extra={"fields": {"request_id": rid, "path": path}})
+            await _json(send_wrapped, 500, {"detail": "internal error; see the server log", "request_id": rid})
         finally:
             status = status_holder["status"]
             seconds = time.perf_counter() - start
@@ -98,7 +173,7 @@ class Gate:
             self.metrics.requests.labels(endpoint, str(status)).inc()
             self.metrics.latency.labels(endpoint).observe(seconds)
             record = {"request_id": rid, "method": scope["method"], "path": path, "status": status,
-                      "ms": round(seconds * 1000, 2), "client": (scope.get("client") or ("-",))[0]}
+                      "ms": round(seconds * 1000, 2), "client": client_of(scope)}
             n = scope["state"].get("n_texts")
             if n is not None:
                 record["texts"] = n
@@ -107,10 +182,21 @@ class Gate:
             log.log(level, "request", extra={"fields": record})
 
     async def _dispatch(self, scope, receive, send, path):
-        if not self.authorized(scope):
+        client = client_of(scope)
+        guessing = self.api_key is not None and path not in OPEN_PATHS and _header(scope, b"authorization") is not None
+        wait = self.state.throttle.retry_after(client) if guessing else 0
+        if wait:  # the key is not even checked: a blocked client learns nothing
             self.metrics.rejected.labels("auth").inc()
+            await _json(send, 429, {"detail": "too many wrong keys from this address; retry later"},
+                        [(b"retry-after", str(wait).encode())])
+            return
+        credential = self.credential(scope)
+        if credential != "ok":
+            self.metrics.rejected.labels("auth").inc()
+            if credential == "wrong":
+                self.state.throttle.fail(client)
             wants_html = "text/html" in (_header(scope, b"accept") or "")
-            if wants_html and (path == "/ui" or path.startswith("/ui/")):
+            if wants_html and _is_ui(path):
                 await _respond(send, 401, LOGIN_PAGE.encode(), "text/html; charset=utf-8",
                                [(b"www-authenticate", b"Bearer")])
             else:
@@ -122,7 +208,7 @@ class Gate:
             await _json(send, 503, {"detail": "server is shutting down"},
                         [(b"retry-after", b"1"), (b"connection", b"close")])
             return
-        if path == "/ui" or path.startswith("/ui/"):
+        if _is_ui(path):
             # Gradio enforces its own upload limit (--max-upload-mb) on multipart uploads.
             await self.app(scope, receive, send)
             return
@@ -158,6 +244,10 @@ class Gate:
         self.metrics.rejected.labels("body_size").inc()
         await _json(send, 413, {"detail": f"request body over {self.max_body_bytes} bytes (--max-body-bytes)"},
                     [(b"connection", b"close")])
+
+
+def _is_ui(path: str) -> bool:
+    return path == "/ui" or path.startswith("/ui/")
 
 
 async def _respond(send, status: int, body: bytes, content_type: str, headers=()):

@@ -26,6 +26,8 @@ import pandas as pd
 
 from serving.io import atomic_path
 
+from .uploads import FORMULA_START
+
 ORDERS = ("least confident first", "most confident first", "file order", "random")
 _SESSION_ID = re.compile(r"^[0-9a-f]{12}$")
 MAX_LABEL_CHARS = 60
@@ -37,12 +39,15 @@ class SessionError(ValueError):
 
 def valid_session_id(sid: str | None) -> bool:
     # The id comes from the browser: it must never be able to name a path outside the data folder.
-    return isinstance(sid, str) and bool(_SESSION_ID.match(sid))
+    return isinstance(sid, str) and bool(_SESSION_ID.fullmatch(sid))  # match() with $ takes "id\n"
 
 
 def _csv_line(text: str, label: str) -> str:
     buf = io.StringIO()
-    csv.writer(buf, lineterminator="\n").writerow([text, label])
+    # The csv module quotes "\n" but not a bare "\r" (not in the "\n" line terminator), and a reader
+    # takes an unquoted "\r" as a line end: such rows are quoted whole.
+    quoting = csv.QUOTE_ALL if "\r" in text or "\r" in label else csv.QUOTE_MINIMAL
+    csv.writer(buf, lineterminator="\n", quoting=quoting).writerow([text, label])
     return buf.getvalue()
 
 
@@ -123,8 +128,13 @@ class LabelSession:
 
     def _log(self, event: dict) -> None:
         event = {**event, "ts": round(time.time(), 3)}
-        with open(self.folder / "journal.jsonl", "a", encoding="utf-8") as f:
-            f.write(json.dumps(event, ensure_ascii=False) + "\n")
+        path = self.folder / "journal.jsonl"
+        with open(path, "a+b") as f:
+            # A line torn by a crash has no newline: without one here, this event would join it and be
+            # lost (skipped as unreadable) at the next replay.
+            size = f.seek(0, os.SEEK_END)
+            torn = size > 0 and f.seek(size - 1) >= 0 and f.read(1) != b"\n"
+            f.write((("\n" if torn else "") + json.dumps(event, ensure_ascii=False) + "\n").encode("utf-8"))
             f.flush()
             os.fsync(f.fileno())
         self._apply(event)
@@ -217,6 +227,9 @@ class LabelSession:
             raise SessionError("type a label name first")
         if len(name) > MAX_LABEL_CHARS:
             raise SessionError(f"label names are at most {MAX_LABEL_CHARS} characters")
+        if name.startswith(FORMULA_START):
+            # labeled.csv keeps raw text for training; a label like =HYPERLINK(...) would run in a spreadsheet.
+            raise SessionError(f"label names cannot start with {' '.join(FORMULA_START[:4])}")
         with self.lock:
             if name in self.labels:
                 raise SessionError(f"{name!r} is already a label")

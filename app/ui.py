@@ -256,7 +256,8 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
     with gr.Blocks(title=f"{name} · ELECTRA classifier", analytics_enabled=False,
                    delete_cache=(3600, 24 * 3600)) as demo:
-        gr.Markdown(f"## {html.escape(name)}\nLabels: {', '.join(html.escape(x) for x in labels)}")
+        sign_out = " · [Sign out](/logout)" if cfg.api_key else ""
+        gr.Markdown(f"## {html.escape(name)}\nLabels: {', '.join(html.escape(x) for x in labels)}{sign_out}")
         with gr.Tabs():
             with gr.Tab("Classify", id="classify", elem_id="tab-classify"):
                 c_text = gr.Textbox(label="Text", lines=5, max_length=cfg.max_chars, elem_id="classify-text",

@@ -360,7 +360,7 @@ class Classifier:
         order = np.argsort(-lengths, kind="stable")
         start = 0
         while start < n:
-            longest = int(lengths[order[start]])  # sorted longest first, so this pads the batch
+            longest = max(1, int(lengths[order[start]]))  # sorted longest first, so this pads the batch
             longest = self._run.width(longest) if hasattr(self._run, "width") else longest  # a graph's bucket
             size = max(1, self.batch_tokens // longest)
             if self._run.max_batch:

@@ -7,6 +7,7 @@ folder, then `os.replace`, so a kill never leaves half a file under the real nam
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import tempfile
@@ -110,6 +111,11 @@ def write_json(path: str | os.PathLike, obj) -> None:
         tmp.write_text(json.dumps(obj, indent=2, ensure_ascii=False, default=str) + "\n", encoding="utf-8")
 
 
+def _has_cr(df: pd.DataFrame) -> bool:
+    return any(df[c].astype(str).str.contains("\r", regex=False).any()
+               for c in df.columns if not pd.api.types.is_numeric_dtype(df[c]))
+
+
 def write_table(df: pd.DataFrame, path: str | os.PathLike, fmt: str | None = None, header: bool = True) -> None:
     """Atomic write; `fmt` defaults to the extension; `header=False` for CSV/TSV parts joined later."""
     fmt = fmt or table_format(path)
@@ -119,7 +125,10 @@ def write_table(df: pd.DataFrame, path: str | os.PathLike, fmt: str | None = Non
         elif fmt == "jsonl":
             df.to_json(tmp, orient="records", lines=True, force_ascii=False)
         else:
-            df.to_csv(tmp, index=False, header=header, sep="\t" if fmt == "tsv" else ",")
+            # The csv module quotes "\n" but not a bare "\r", which readers take as a line end: with one in
+            # a text, every text cell is quoted (CSV only: TSV is read unquoted).
+            quoting = csv.QUOTE_NONNUMERIC if fmt == "csv" and _has_cr(df) else csv.QUOTE_MINIMAL
+            df.to_csv(tmp, index=False, header=header, sep="\t" if fmt == "tsv" else ",", quoting=quoting)
 
 
 def count_rows(path: str | os.PathLike) -> int | None:

@@ -22,8 +22,10 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import shutil
 import sys
+import tempfile
 import time
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -218,11 +220,26 @@ def _join_parts(done: list[tuple[Path, int]], columns: list[str], output: Path, 
 
 
 # ---------------------------------------------------------------- the run
+def check_output(output: Path) -> None:
+    """Fail before scoring, not after an hour of it: the output must be a file path in a folder we can write."""
+    if output.is_dir():
+        raise DataError(f"{output}: is a folder; give the output file's path (e.g. {output / 'scored.csv'})")
+    folder = output.parent
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(prefix=f".{output.name}.", suffix=".probe", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        raise DataError(f"{output}: cannot write in {folder}: {e.strerror or e}") from None
+
+
 def run(cfg: ScoreConfig) -> dict:
     if cfg.batch_rows < 1:
         raise DataError("--batch-rows must be positive")
     if cfg.top_k is not None and cfg.top_k < 1:
         raise DataError("--top-k must be at least 1")
+    check_output(cfg.output)
     if cfg.engine == "ray":
         from serving.score_ray import run as run_ray
 
@@ -377,6 +394,10 @@ def main(argv: list[str] | None = None) -> int:
         s = run(cfg)
     except (DataError, ModelError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:  # e.g. the disk filled up mid-run: one line, and what to do
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"error: {where}{e.strerror or e}; fix it and rerun with --resume to continue", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         parts = _parts_dir(cfg.output)

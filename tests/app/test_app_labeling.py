@@ -108,16 +108,40 @@ def test_resume_rebuilds_state_and_repairs_a_torn_journal(store):
 def test_new_labels_are_checked(store):
     s = store.create("notes.csv", TEXTS, preds(), LABELS)
     assert s.add_label("  needs   review ") == "needs review"
-    for bad in ("", "   ", "dream", "x" * 61):
+    for bad in ("", "   ", "dream", "x" * 61, '=HYPERLINK("http://x","y")', "+1", "-cmd", "@SUM(A1)"):
         with pytest.raises(SessionError):
             s.add_label(bad)
+    assert s.add_label("a=b") == "a=b"
 
 
 def test_session_ids_cannot_name_other_paths(store, tmp_path):
     s = store.create("notes.csv", TEXTS, preds(), LABELS)
     assert valid_session_id(s.id)
-    for bad in ("../../etc", "/etc/passwd", "", None, s.id + "/..", s.id.upper()):
+    for bad in ("../../etc", "/etc/passwd", "", None, s.id + "/..", s.id.upper(), s.id + "\n"):
         assert store.get(bad) is None
     listed = store.list()
     assert [m["id"] for m in listed] == [s.id] and listed[0]["source"] == "notes.csv"
     assert json.loads((s.folder / "meta.json").read_text())["rows"] == 5
+
+
+def test_a_torn_journal_line_does_not_swallow_the_next_decision(store):
+    """A crash that cut the last line: the next decision starts on a fresh line and survives a restart."""
+    s = store.create("notes.csv", TEXTS, preds(), LABELS)
+    s.decide(s.current(), "memo")
+    journal = s.folder / "journal.jsonl"
+    journal.write_bytes(journal.read_bytes()[:-7])  # killed mid-write
+    again = SessionStore(store.root).get(s.id)
+    row = again.current()
+    again.decide(row, "dream")
+    third = SessionStore(store.root).get(s.id)
+    assert third.progress()["labeled"] == 1 and read_labeled(third).to_dict("records") == [
+        {"text": TEXTS[row], "label": "dream"}]
+
+
+def test_a_carriage_return_in_a_text_survives_the_csv(store):
+    texts = ["line one\rline two", "crlf\r\nkept", "plain"]
+    s = store.create("cr.csv", texts, preds()[:3], LABELS)
+    for _ in texts:
+        row = s.current()
+        s.decide(row, LABELS[0])
+    assert sorted(read_labeled(s)["text"]) == sorted(texts)

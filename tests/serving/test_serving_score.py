@@ -181,3 +181,23 @@ def test_header_only_and_column_clash(exported_dir, tmp_path):
     pd.DataFrame({"text": ["꿈"], "pred_label": ["x"]}).to_csv(tmp_path / "c.csv", index=False)
     with pytest.raises(DataError, match="already has column"):
         _run(exported_dir, tmp_path / "c.csv", tmp_path / "o2.csv")
+
+
+def test_output_path_is_checked_before_scoring(exported_dir, tmp_path, capsys):
+    inp = tmp_path / "in.csv"
+    pd.DataFrame({"text": ["꿈"]}).to_csv(inp, index=False)
+    (tmp_path / "a-folder").mkdir()
+    (tmp_path / "a-file").write_text("x")
+    for out, says in ((tmp_path / "a-folder", "is a folder"), (tmp_path / "a-file" / "o.csv", "cannot write in")):
+        assert score.main(["--model", str(exported_dir), "--input", str(inp), "--output", str(out)]) == 2
+        err = capsys.readouterr().err
+        assert err.startswith("error:") and says in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_a_carriage_return_in_a_text_reads_back_unchanged(exported_dir, tmp_path):
+    inp, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    texts = ["꿈\r봤다", "메모", "=1+1"]
+    pd.DataFrame({"text": texts}).to_csv(inp, index=False, quoting=1)
+    _run(exported_dir, inp, out)
+    back = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert back["text"].tolist() == texts and back["pred_label"].ne("").all()  # raw text kept for pipelines
