@@ -36,6 +36,7 @@ RUN python3 -m venv /opt/venv
 RUN pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
 WORKDIR /src
 COPY pyproject.toml README.md constraints.txt ./
+COPY textdata/ textdata/
 COPY serving/ serving/
 COPY app/ app/
 # constraints.txt: the versions CI tests, so the image runs what passed (pip otherwise takes the newest).

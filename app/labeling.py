@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from serving.io import atomic_path
+from textdata.tables import atomic_path
 
 from .uploads import FORMULA_START
 

@@ -24,8 +24,8 @@ import gradio as gr
 import pandas as pd
 from gradio.context import LocalContext
 
-from serving.io import missing_text, write_table
 from serving.score import score_frame
+from textdata.tables import missing_text, write_table
 
 from .batcher import QueueFull
 from .labeling import ORDERS, SessionError, SessionStore

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from finetune.data import load_labeled
 from finetune.models import load_classifier, load_tokenizer, resolve_model
 from finetune.train import TrainConfig, encode, fit, predict_proba
-from serving.io import write_json
+from textdata.tables import write_json
 
 KO_HELP = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ko-help" / "train.csv"
 

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from serving.io import DataError
+from textdata.tables import DataError
 
 
 @dataclass(frozen=True)

@@ -14,9 +14,9 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import GroupShuffleSplit, StratifiedGroupKFold, StratifiedKFold
 
-from serving.io import DataError, missing_text, read_table
-from serving.labels import label_order
-from serving.text import Normalizer
+from textdata.labels import label_order
+from textdata.normalize import Normalizer
+from textdata.tables import DataError, missing_text, read_table
 
 
 @dataclass

@@ -33,8 +33,8 @@ from finetune.data import bbcnews_csv, inner_split, load_labeled, make_folds
 from finetune.metrics import KEYS, fold_metrics, summarize
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model
 from finetune.train import TrainConfig, encode, fit, predict_proba
-from serving.io import DataError, write_json, write_table
-from serving.text import Normalizer
+from textdata.normalize import Normalizer
+from textdata.tables import DataError, write_json, write_table
 
 BUILTIN_DATA = {"bbcnews": bbcnews_csv}
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from serving.io import DataError
+from textdata.tables import DataError
 
 # alias -> (hub id or "package:<name>", what it is)
 REGISTRY = {

@@ -32,9 +32,9 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.labels import labels_from_config
-from serving.text import Normalizer
 from serving.torch_runner import PRECISIONS, TorchRunner, check_options, cuda_available, probe_ids
+from textdata.labels import labels_from_config
+from textdata.normalize import Normalizer
 
 log = logging.getLogger("serving.engine")
 

@@ -26,9 +26,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, ModelError
-from serving.io import DataError, missing_text, read_table, write_json
 from serving.parity import builtin_sample, compare, verdict
 from serving.quantize import BY_NAME, DEFAULT_ORDER, cpu_isa, quantize
+from textdata.tables import DataError, missing_text, read_table, write_json
 
 log = logging.getLogger("serving.export")
 

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from serving.engine import Classifier, ModelError
-from serving.io import (
+from textdata.tables import (
     DataError,
     atomic_path,
     count_rows,

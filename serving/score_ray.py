@@ -34,7 +34,6 @@ from pathlib import Path
 import pandas as pd
 
 from serving.engine import Classifier, usable_cores
-from serving.io import FORMATS, DataError, _check_encoding, require_columns, table_format
 from serving.score import (
     ScoreConfig,
     _parts_dir,
@@ -47,6 +46,7 @@ from serving.score import (
     score_frame,
     summary,
 )
+from textdata.tables import FORMATS, DataError, _check_encoding, require_columns, table_format
 
 log = logging.getLogger("serving.score")
 INSTALL_HINT = "--engine ray needs Ray Data, which is not installed: pip install -e '.[ray]'"

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from serving.io import read_table
+from textdata.tables import read_table
 
 CHROMIUM = Path("/usr/bin/chromium")
 # Screenshots refresh the README's pictures only when asked (SCREENSHOTS=docs/img), so a test run

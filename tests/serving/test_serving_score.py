@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from serving import score
-from serving.io import DataError
+from textdata.tables import DataError
 
 ROOT = Path(__file__).resolve().parents[2]
 
