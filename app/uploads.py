@@ -24,7 +24,8 @@ import gradio as gr
 import pandas as pd
 from gradio.utils import get_upload_folder, is_in_or_equal
 
-from textdata.tables import DataError, iter_table, table_format
+from textdata.errors import DataError
+from textdata.tables import iter_table, table_format
 
 MAX_UPLOAD_COLUMNS = 256
 HEADER_PEEK_BYTES = 1 << 20  # a header longer than this is not a table a person labels

@@ -14,7 +14,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from textdata.tables import DataError
+from textdata.errors import DataError
 
 
 @dataclass(frozen=True)

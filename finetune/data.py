@@ -14,9 +14,10 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import GroupShuffleSplit, StratifiedGroupKFold, StratifiedKFold
 
+from textdata.errors import DataError
 from textdata.labels import label_order
 from textdata.normalize import Normalizer
-from textdata.tables import DataError, missing_text, read_table
+from textdata.tables import missing_text, read_table
 
 
 @dataclass

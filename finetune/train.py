@@ -25,7 +25,9 @@ import torch.nn.functional as F
 from sklearn.metrics import f1_score
 from tqdm.auto import tqdm
 
-from serving.torch_runner import bucket_widths
+from textdata.precision import check_precision, resolve_dtype
+from textdata.schedule import lr_at
+from textdata.widths import bucket_widths
 
 SWITCHES = ("auto", "on", "off")
 # graphs: compile with mode="reduce-overhead", which replays each static shape's step as a CUDA graph.
@@ -45,7 +47,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     patience: int = 2  # epochs without inner-validation improvement before stopping; 0 = never stop early
     class_weights: bool = False
-    precision: str = "auto"  # auto | fp32 | bf16 | fp16
+    precision: str = "auto"  # one of textdata.precision.PRECISIONS
     static_shapes: str = "auto"  # auto (on CUDA) | on | off: pad to (batch_size, width bucket) shapes
     compile: str = "off"  # off | auto (on CUDA) | on: torch.compile the training forward and backward;
     # graphs: the same, replayed as CUDA graphs (CUDA only, implies static shapes)
@@ -54,8 +56,7 @@ class TrainConfig:
         for name, choices in (("static_shapes", SWITCHES), ("compile", COMPILE_CHOICES)):
             if getattr(self, name) not in choices:
                 raise ValueError(f"{name} {getattr(self, name)!r}: use one of {choices}")
-        if self.precision not in ("auto", "fp32", "bf16", "fp16"):
-            raise ValueError(f"precision {self.precision!r}: use one of auto, fp32, bf16, fp16")
+        check_precision(self.precision)
 
 
 @dataclass
@@ -68,13 +69,6 @@ class History:
     best_epoch: int = 0
     seconds: float = 0.0
     samples_per_second: float = 0.0
-
-
-def lr_at(step: int, total_steps: int, peak: float, warmup_steps: int) -> float:
-    """Linear warmup to `peak`, then linear decay to zero at `total_steps`."""
-    if step < warmup_steps:
-        return peak * (step + 1) / warmup_steps
-    return peak * max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
 
 def layer_lr_groups(model, layer_decay: float, weight_decay: float) -> list[dict]:
@@ -153,9 +147,7 @@ def amp_dtype(precision: str, device: torch.device):
     """bf16 where the GPU has it, else fp16 on CUDA; fp32 on CPU (CPU autocast is slower for training)."""
     if precision == "fp32" or device.type != "cuda":
         return None
-    if precision == "bf16" or (precision == "auto" and torch.cuda.is_bf16_supported()):
-        return torch.bfloat16
-    return torch.float16
+    return resolve_dtype(precision, "cuda")
 
 
 @torch.no_grad()

@@ -13,7 +13,10 @@ from pretraining.model import OBJECTIVES
 
 
 class UsageError(Exception):
-    """Bad input from the user: printed as one line, without a traceback."""
+    """Bad input from the user: printed as one line, without a traceback.
+
+    Twin of textdata/errors.py `UserError` (pretraining imports no other package); finetune/adapt.py turns it
+    into a `DataError`."""
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,11 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.torch_runner import PRECISIONS, TorchRunner, check_options, cuda_available, probe_ids
+from serving.torch_runner import TorchRunner, check_options, cuda_available, probe_ids
+from textdata.errors import ModelError
 from textdata.labels import labels_from_config
 from textdata.normalize import Normalizer
+from textdata.precision import check_precision
 
 log = logging.getLogger("serving.engine")
 
@@ -48,10 +50,6 @@ _ORT_NAMES = {"tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionPro
 CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 1024, 8192
 # Largest batch shape TensorRT is told to expect; beyond it TensorRT would rebuild its engine.
 _TRT_MAX_BATCH = 64
-
-
-class ModelError(ValueError):
-    """The model folder cannot be used (missing, unreadable, incomplete); CLIs print it without a traceback."""
 
 
 @dataclass
@@ -199,8 +197,7 @@ class Classifier:
             raise ValueError(f"truncation {truncation!r}: use one of {TRUNCATIONS}")
         if batch_tokens is not None and batch_tokens < 1:
             raise ValueError("batch_tokens must be positive")
-        if precision not in PRECISIONS:
-            raise ValueError(f"precision {precision!r}: use one of {PRECISIONS}")
+        check_precision(precision)
         folder, onnx_files = _resolve_files(Path(path))
         if not (folder / "config.json").exists():
             raise ModelError(f"{folder}: no config.json, so not a model folder (expected the output of "

@@ -28,7 +28,8 @@ from pathlib import Path
 from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, ModelError
 from serving.parity import builtin_sample, compare, verdict
 from serving.quantize import BY_NAME, DEFAULT_ORDER, cpu_isa, quantize
-from textdata.tables import DataError, missing_text, read_table, write_json
+from textdata.errors import DataError, exits_2_on_user_error
+from textdata.tables import missing_text, read_table, write_json
 
 log = logging.getLogger("serving.export")
 
@@ -237,16 +238,13 @@ def parse_args(argv: list[str] | None = None) -> ExportConfig:
     return ExportConfig(**a)
 
 
+@exits_2_on_user_error
 def main(argv: list[str] | None = None) -> int:
     # The quantizer logs every tensor at INFO on the root logger; only our own progress is worth reading.
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("serving").setLevel(logging.INFO)
     cfg = parse_args(argv)
-    try:
-        report = run(cfg)
-    except (DataError, ModelError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
+    report = run(cfg)
     f1_ref = report["pytorch"].get("macro_f1")
     for name, s in report["files"].items():
         if not s.get("checked"):

@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from serving.engine import Classifier, ModelError
+from serving.engine import Classifier
+from textdata.errors import DataError, exits_2_on_user_error
 from textdata.tables import (
-    DataError,
     atomic_path,
     count_rows,
     iter_table,
@@ -386,15 +386,13 @@ def parse_args(argv: list[str] | None = None) -> ScoreConfig:
     return ScoreConfig(**vars(ap.parse_args(argv)))
 
 
+@exits_2_on_user_error
 def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("serving").setLevel(logging.INFO)
     cfg = parse_args(argv)
     try:
         s = run(cfg)
-    except (DataError, ModelError) as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
     except OSError as e:  # e.g. the disk filled up mid-run: one line, and what to do
         where = f"{e.filename}: " if e.filename else ""
         print(f"error: {where}{e.strerror or e}; fix it and rerun with --resume to continue", file=sys.stderr)

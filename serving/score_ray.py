@@ -46,7 +46,8 @@ from serving.score import (
     score_frame,
     summary,
 )
-from textdata.tables import FORMATS, DataError, _check_encoding, require_columns, table_format
+from textdata.errors import DataError
+from textdata.tables import FORMATS, check_encoding, is_utf8, read_encoding, require_columns, table_format
 
 log = logging.getLogger("serving.score")
 INSTALL_HINT = "--engine ray needs Ray Data, which is not installed: pip install -e '.[ray]'"
@@ -116,10 +117,6 @@ def input_files(path: Path) -> tuple[list[Path], str]:
     return files, fmt
 
 
-def _utf8(encoding: str) -> bool:
-    return encoding.lower().replace("_", "-") in ("utf-8", "utf8", "utf-8-sig")
-
-
 def _header(path: Path, fmt: str, encoding: str) -> list[str]:
     if fmt == "parquet":
         import pyarrow.parquet as pq
@@ -127,11 +124,11 @@ def _header(path: Path, fmt: str, encoding: str) -> list[str]:
         return pq.read_schema(path).names
     try:
         return pd.read_csv(path, nrows=0, dtype=str, sep="\t" if fmt == "tsv" else ",",
-                           encoding="utf-8-sig" if _utf8(encoding) else encoding).columns.tolist()
+                           encoding=read_encoding(encoding)).columns.tolist()
     except pd.errors.EmptyDataError:
         raise DataError(f"{path}: the file is empty") from None
     except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        hint = _ENCODING_HINT if isinstance(e, UnicodeDecodeError) and _utf8(encoding) else ""
+        hint = _ENCODING_HINT if isinstance(e, UnicodeDecodeError) and is_utf8(encoding) else ""
         raise DataError(f"{path}: cannot parse the header as {fmt}: {str(e).strip().splitlines()[0]}{hint}") from None
 
 
@@ -141,7 +138,7 @@ def _csv_options(fmt: str, columns: list[str], encoding: str) -> dict:
 
     # Every column a string and none null: the same cells local mode reads with dtype=str,
     # keep_default_na=False (an empty cell is "", which `score_frame` flags as empty text).
-    return {"read_options": pacsv.ReadOptions(encoding="utf8" if _utf8(encoding) else encoding),
+    return {"read_options": pacsv.ReadOptions(encoding="utf8" if is_utf8(encoding) else encoding),
             "parse_options": pacsv.ParseOptions(delimiter="\t" if fmt == "tsv" else ",", newlines_in_values=fmt == "csv",
                                                 quote_char='"' if fmt == "csv" else False),
             "convert_options": pacsv.ConvertOptions(column_types={c: pa.string() for c in columns},
@@ -277,7 +274,7 @@ def _ray_failure(e: Exception, files: list[Path], fmt: str, encoding: str) -> Ex
     for p in files:
         if str(p) in str(cause):
             if fmt != "parquet":
-                _check_encoding(p, "utf-8-sig" if _utf8(encoding) else encoding)  # raises naming the line
+                check_encoding(p, read_encoding(encoding))  # raises naming the line
             return DataError(f"{p}: cannot read as {fmt}: {str(cause).strip().splitlines()[0]}")
     return e
 

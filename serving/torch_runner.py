@@ -21,11 +21,13 @@ from pathlib import Path
 
 import numpy as np
 
+from textdata.errors import UsageError
+from textdata.precision import resolve_dtype
+from textdata.widths import bucket_widths
+
 log = logging.getLogger("serving.engine")
 
-PRECISIONS = ("auto", "fp32", "bf16", "fp16")
 MIN_AGREEMENT = 0.995
-_WIDTHS = (16, 32, 48, 64, 96, 128, 192, 256, 384, 512)
 
 
 def cuda_available() -> bool:
@@ -36,30 +38,11 @@ def cuda_available() -> bool:
     return torch.cuda.is_available()
 
 
-def resolve_dtype(precision: str, device: str):
-    import torch
-
-    if precision not in PRECISIONS:
-        raise ValueError(f"precision {precision!r}: use one of {PRECISIONS}")
-    if precision == "auto":
-        if device != "cuda":
-            return torch.float32  # CPU bf16 matmuls are slower than fp32 on most CPUs without AMX
-        return torch.bfloat16 if torch.cuda.is_bf16_supported() else torch.float16
-    if precision == "fp16" and device != "cuda":
-        raise ValueError("precision fp16 needs CUDA; use fp32 or bf16 on CPU")
-    return {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
-
-
 def check_options(precision: str, cuda_graphs: bool | None, device: str):
     """The torch dtype for `precision` on `device`; ValueError for a combination that cannot run."""
     if cuda_graphs and device != "cuda":
-        raise ValueError("cuda_graphs=True needs a CUDA device")
+        raise UsageError("cuda_graphs=True needs a CUDA device")
     return resolve_dtype(precision, device)
-
-
-def bucket_widths(max_length: int) -> list[int]:
-    """Padded widths for fixed-shape batches: steps of 1.33x to 2x, few enough to compile or capture each."""
-    return sorted({w for w in _WIDTHS if w < max_length} | {max_length})
 
 
 def bucket_grid(max_length: int, batch_tokens: int) -> dict[int, list[int]]:

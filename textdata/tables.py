@@ -7,6 +7,7 @@ folder, then `os.replace`, so a kill never leaves half a file under the real nam
 
 from __future__ import annotations
 
+import codecs
 import csv
 import json
 import os
@@ -17,11 +18,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from textdata.errors import DataError
+
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
-
-
-class DataError(ValueError):
-    """A problem with the user's input that they can fix; CLIs print it without a traceback."""
 
 
 def table_format(path: str | os.PathLike) -> str:
@@ -31,7 +30,21 @@ def table_format(path: str | os.PathLike) -> str:
     return FORMATS[suffix]
 
 
-def _check_encoding(path: Path, encoding: str) -> None:
+def is_utf8(encoding: str) -> bool:
+    """Any spelling of UTF-8 (utf-8, UTF8, utf_8, U8, utf-8-sig); an unknown name is a DataError."""
+    try:
+        return codecs.lookup(encoding).name in ("utf-8", "utf-8-sig")
+    except LookupError:
+        raise DataError(f"unknown encoding {encoding!r} (e.g. utf-8, cp949)") from None
+
+
+def read_encoding(encoding: str) -> str:
+    """The codec to read text files with: UTF-8 in any spelling reads as utf-8-sig, so the byte-order mark
+    Excel writes does not end up in the first column's name."""
+    return "utf-8-sig" if is_utf8(encoding) else encoding
+
+
+def check_encoding(path: Path, encoding: str) -> None:
     """Decode line by line so the error names the line, which pandas' message does not."""
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, start=1):
@@ -39,10 +52,25 @@ def _check_encoding(path: Path, encoding: str) -> None:
                 raw.decode(encoding)
             except UnicodeDecodeError as e:
                 bad = raw[e.start : e.start + 4]
-                hint = " (Korean files from Excel are often cp949: try --encoding cp949)" if encoding.startswith("utf") else ""
+                hint = " (Korean files from Excel are often cp949: try --encoding cp949)" if is_utf8(encoding) else ""
                 raise DataError(
                     f"{path}: line {lineno} is not valid {encoding} (bytes {bad!r} at column {e.start + 1}){hint}"
                 ) from None
+
+
+def _checked_input(path: str | os.PathLike, encoding: str) -> tuple[Path, str, str]:
+    """(path, format, the codec to read with) for a file that exists and decodes: every line is decoded before
+    the first row is used, so a bad line found after an hour of scoring does not waste the hour."""
+    p = Path(path)
+    if not p.exists():
+        raise DataError(f"{p}: no such file")
+    if p.is_dir():
+        raise DataError(f"{p}: is a folder, expected a file")
+    fmt = table_format(p)
+    encoding = read_encoding(encoding)
+    if fmt != "parquet":
+        check_encoding(p, encoding)
+    return p, fmt, encoding
 
 
 def read_table(
@@ -51,17 +79,10 @@ def read_table(
     encoding: str = "utf-8",
 ) -> pd.DataFrame:
     """Read CSV/TSV/JSONL/Parquet as strings (no NA guessing: a text "NA" stays text)."""
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"{p}: no such file")
-    if p.is_dir():
-        raise DataError(f"{p}: is a folder, expected a file")
-    fmt = table_format(p)
-    if fmt != "parquet":
-        _check_encoding(p, "utf-8-sig" if encoding.lower().replace("_", "-") in ("utf-8", "utf8") else encoding)
+    p, fmt, encoding = _checked_input(path, encoding)
     try:
         if fmt == "csv":
-            df = pd.read_csv(p, dtype=str, keep_default_na=False, encoding=encoding if encoding != "utf-8" else "utf-8-sig")
+            df = pd.read_csv(p, dtype=str, keep_default_na=False, encoding=encoding)
         elif fmt == "tsv":
             df = pd.read_csv(p, sep="\t", dtype=str, keep_default_na=False, quoting=3, encoding=encoding)
         elif fmt == "jsonl":
@@ -151,23 +172,13 @@ def iter_table(
     Same parsing rules and messages as `read_table`; `columns` are checked on the first chunk, and a
     file with a header but no rows yields one empty frame so callers still see its columns.
     """
-    p = Path(path)
-    if not p.exists():
-        raise DataError(f"{p}: no such file")
-    if p.is_dir():
-        raise DataError(f"{p}: is a folder, expected a file")
     if chunk_rows < 1:
         raise ValueError("chunk_rows must be positive")
-    fmt = table_format(p)
-    utf8 = encoding.lower().replace("_", "-") in ("utf-8", "utf8")
-    if fmt != "parquet":
-        # A pass over the bytes before the first row is scored: a bad line found after an hour of
-        # scoring would waste the hour.
-        _check_encoding(p, "utf-8-sig" if utf8 else encoding)
+    p, fmt, encoding = _checked_input(path, encoding)
     try:
         if fmt == "csv":
             chunks = pd.read_csv(p, dtype=str, keep_default_na=False, chunksize=chunk_rows,
-                                 encoding="utf-8-sig" if utf8 else encoding)
+                                 encoding=encoding)
         elif fmt == "tsv":
             chunks = pd.read_csv(p, sep="\t", dtype=str, keep_default_na=False, quoting=3, chunksize=chunk_rows,
                                  encoding=encoding)
@@ -191,7 +202,8 @@ def iter_table(
             if fmt == "parquet":
                 chunk = empty
             else:
-                chunk = pd.read_csv(p, dtype=str, nrows=0, sep="\t" if fmt == "tsv" else ",") if fmt != "jsonl" \
+                chunk = pd.read_csv(p, dtype=str, nrows=0, sep="\t" if fmt == "tsv" else ",", encoding=encoding) \
+                    if fmt != "jsonl" \
                     else pd.DataFrame()
             if columns is not None:
                 require_columns(chunk, columns, p)

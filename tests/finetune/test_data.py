@@ -6,7 +6,7 @@ import pytest
 
 from finetune.data import inner_split, load_labeled, make_folds
 from finetune.kfold import main
-from textdata.tables import DataError
+from textdata.errors import DataError
 
 
 def test_folds_are_stratified_and_cover_every_row_once():

@@ -12,7 +12,7 @@ import pandas as pd
 import pytest
 
 from serving import score
-from textdata.tables import DataError
+from textdata.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[2]
 
