@@ -27,6 +27,7 @@ from gradio.context import LocalContext
 from serving.score import score_frame
 from textdata.tables import missing_text, write_table
 
+from .api import text_problem
 from .batcher import QueueFull
 from .labeling import ORDERS, SessionError, SessionStore
 from .uploads import read_upload, spreadsheet_safe, uploaded_only
@@ -117,6 +118,9 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
         text = (text or "").strip()
         if not text:
             raise gr.Error("Type or paste a text first.")
+        problem = text_problem(text, clf.normalizer)
+        if problem:
+            raise gr.Error(f"Cannot classify this text: {problem}.")
         if len(text) > cfg.max_chars:
             raise gr.Error(f"{len(text)} characters; the limit is {cfg.max_chars}.")
         if state.batcher is None or state.draining:

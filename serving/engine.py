@@ -153,9 +153,7 @@ class Classifier:
         self._tok = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
         self._tok.no_truncation()
         self._tok.no_padding()
-        template = tokenizer.build_inputs_with_special_tokens([-1])
-        cut = template.index(-1)
-        self._prefix, self._suffix = template[:cut], template[cut + 1 :]
+        self._prefix, self._suffix = _special_tokens(self._tok)
         self._pad_id = tokenizer.pad_token_id or 0
         self._budget = max_length - len(self._prefix) - len(self._suffix)
         # Characters beyond this cannot reach the kept tokens after whitespace is collapsed (a token
@@ -394,6 +392,21 @@ class Classifier:
                 dist = {labels[j]: float(p[j]) for j in np.argsort(-p, kind="stable")[: max(1, top_k)]}
             out.append(Prediction(label=labels[best], score=float(p[best]), probabilities=dist))
         return out
+
+
+def _special_tokens(tok) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer's post-processor puts before and after a text: what a fast tokenizer added in
+    training, whatever its class. (`build_inputs_with_special_tokens` is not: a plain
+    PreTrainedTokenizerFast returns the ids unchanged, and served inputs lost [CLS] and [SEP].)"""
+    for probe in ("a", "0", "the", "가", "x y"):
+        plain = tok.encode(probe, add_special_tokens=False).ids
+        full = tok.encode(probe, add_special_tokens=True).ids
+        if not plain:
+            continue
+        for cut in range(len(full) - len(plain) + 1):
+            if full[cut : cut + len(plain)] == plain:
+                return full[:cut], full[cut + len(plain) :]
+    raise ModelError("cannot tell which special tokens the tokenizer adds around a text")
 
 
 def _gpu_without_ort_gpu() -> bool:

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, ModelError
-from serving.parity import builtin_sample, compare, verdict
+from serving.parity import builtin_sample, compare, tokenization_mismatch, verdict
 from serving.quantize import BY_NAME, DEFAULT_ORDER, cpu_isa, quantize
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.tables import missing_text, read_table, write_json
@@ -141,6 +141,9 @@ def run(cfg: ExportConfig) -> dict:
     # Loading also validates config, labels and tokenizer.
     reference = Classifier.load(cfg.model, provider="torch", precision="fp32", cuda_graphs=False)
     texts, y_true, calib = _eval_rows(cfg)
+    mismatch = tokenization_mismatch(cfg.model, reference, texts)
+    if mismatch:
+        raise ModelError(f"{cfg.model}: serving would tokenize differently from training: {mismatch}")
     if y_true is None:
         log.warning("no --eval-csv: the parity gate judges argmax agreement on %d built-in texts, not on your "
                     "data, and cannot judge macro-F1; pass --eval-csv with labeled rows to judge on them", len(texts))

@@ -90,3 +90,16 @@ def verdict(stats: dict, reference_f1: float | None, min_agreement: float, max_f
         if drop > max_f1_drop:
             why.append(f"macro-F1 {-drop:+.2f} points > -{max_f1_drop}")
     return why
+
+
+def tokenization_mismatch(folder, clf, texts: list[str]) -> str | None:
+    """The first text the engine tokenizes differently from transformers' own tokenizer (what training
+    used), or None. Logit parity against the engine cannot see this: both sides share its ids."""
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(folder)
+    want = tok([clf.normalizer(t) for t in texts], truncation=True, max_length=clf.max_length)["input_ids"]
+    for text, expected, got in zip(texts, want, clf.encode(texts)):
+        if expected != got:
+            return f"{text[:40]!r}: transformers {expected[:6]}…, the engine {got[:6]}…"
+    return None

@@ -156,3 +156,33 @@ def test_bad_model_folders(tmp_path, exported_dir, trained_classifier_dir):
         Classifier.load(exported_dir, provider="cuda")  # CPU-only onnxruntime here
     with pytest.raises(ValueError, match="truncation"):
         Classifier.load(exported_dir, truncation="middle")
+
+
+@pytest.mark.parametrize("tokenizer_class", ["ElectraTokenizerFast", "PreTrainedTokenizerFast", "BertTokenizerFast"])
+def test_ids_and_logits_match_transformers_for_each_tokenizer_class(trained_classifier_dir, tmp_path, tokenizer_class):
+    """Encode exactly as training did: the engine's ids and logits against transformers' own tokenizer and
+    model on the same texts, for each tokenizer class a user's folder may name (a plain
+    PreTrainedTokenizerFast once lost [CLS]/[SEP] in serving)."""
+    import torch
+    import transformers
+    from transformers import AutoTokenizer, ElectraForSequenceClassification
+
+    folder = tmp_path / tokenizer_class
+    shutil.copytree(trained_classifier_dir, folder)
+    source = AutoTokenizer.from_pretrained(trained_classifier_dir)
+    cls = getattr(transformers, tokenizer_class)
+    specials = {k: getattr(source, k) for k in ("cls_token", "sep_token", "pad_token", "unk_token", "mask_token")}
+    for name in ("tokenizer_config.json", "special_tokens_map.json", "tokenizer.json", "vocab.txt"):
+        (folder / name).unlink(missing_ok=True)
+    cls(tokenizer_object=source.backend_tokenizer, model_max_length=source.model_max_length, **specials).save_pretrained(folder)
+    tok = AutoTokenizer.from_pretrained(folder)
+    assert type(tok).__name__ == tokenizer_class
+    texts = ["꿈에서 봤다", "오류 발생했다 error", "메모", "a b c d e f g h i j k l m n o p q r s t u v w x y z " * 3]
+    clf = Classifier.load(folder, provider="torch")
+    expected = tok(texts, truncation=True, max_length=clf.max_length)["input_ids"]
+    assert clf.encode(texts) == expected
+    assert expected[0][0] == tok.cls_token_id and expected[0][-1] == tok.sep_token_id
+    model = ElectraForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        ref = model(**tok(texts, padding=True, truncation=True, max_length=clf.max_length, return_tensors="pt")).logits
+    np.testing.assert_allclose(clf.predict_logits(texts), ref.numpy(), atol=1e-4)

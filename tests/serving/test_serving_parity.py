@@ -27,3 +27,15 @@ def test_verdict_judges_agreement_and_f1_drop_in_points():
     assert stats["macro_f1_change_points"] < -26
     assert verdict(stats, ref_f1, min_agreement=0.8, max_f1_drop=30)[0].startswith("argmax agreement 0.7500")
     assert verdict(stats, None, min_agreement=0.75, max_f1_drop=0) == []  # no labels: agreement only
+
+
+def test_tokenization_mismatch_names_the_first_text(trained_classifier_dir):
+    """The export gate compares the engine's ids with transformers' (the engine against itself cannot)."""
+    from serving.engine import Classifier
+    from serving.parity import tokenization_mismatch
+
+    clf = Classifier.load(trained_classifier_dir, provider="torch")
+    texts = ["꿈에서 봤다", "메모 기록"]
+    assert tokenization_mismatch(trained_classifier_dir, clf, texts) is None
+    clf._prefix = []  # what serving did for a plain PreTrainedTokenizerFast: no [CLS]
+    assert "'꿈에서 봤다'" in tokenization_mismatch(trained_classifier_dir, clf, texts)
