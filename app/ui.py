@@ -81,14 +81,19 @@ class Exports:
         return folder / name
 
 
+UNREAD_GONE = 25  # messages waiting unread on an event's stream (about one per chunk): nobody is listening
+
+
 def _client_gone() -> bool:
-    """True once Gradio has marked the running event dead: its browser tab closed or its stream dropped."""
+    """True once nobody waits for the running event: Gradio marked it dead (its tab closed or its stream
+    dropped), or its messages pile up unread (a client that queued work and never opened the stream)."""
     blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
     queue = getattr(blocks, "_queue", None)
     for job in getattr(queue, "active_jobs", None) or ():
         for event in job or ():
             if event._id == event_id:
-                return not event.alive
+                unread = queue.pending_messages_per_session.get(event.session_hash)
+                return not event.alive or (unread is not None and unread.qsize() > UNREAD_GONE)
     return False
 
 

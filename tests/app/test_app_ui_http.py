@@ -157,24 +157,35 @@ def test_downloads_for_people_neutralise_formulas():
     assert safe["score"].tolist() == [0.5] * 9 and df["text"][0].startswith("=")  # the input is untouched
 
 
-def test_ui_job_stops_when_its_client_is_gone(server):
-    """64 abandoned 50k-row jobs once kept both cores busy until shutdown: a job whose stream closed stops."""
+def _queue_big_score_job(server, session: str) -> None:
     rows = "text\n" + "".join(f"메모 기록 {i}\n" for i in range(20_000))
     uploaded = httpx.post(server.url + "/ui/gradio_api/upload",
                           files={"files": ("big.csv", rows.encode(), "text/csv")}).json()[0]
     fn_index, _, inputs = next(f for f in file_functions(server.url) if f[1] == "score_file")
     data = [{"path": uploaded, "orig_name": "big.csv", "meta": {"_type": "gradio.FileData"}}
             if c["type"] == "file" else c.get("props", {}).get("value") for c in inputs]
-    session = uuid.uuid4().hex[:12]
-    before = server.log().count("ui_cancelled")
     httpx.post(server.url + "/ui/gradio_api/queue/join",
                json={"data": data, "fn_index": fn_index, "session_hash": session}).raise_for_status()
+
+
+def _wait_for_cancel(server, before: int) -> None:
+    deadline = time.monotonic() + 60
+    while server.log().count("ui_cancelled") == before:
+        assert time.monotonic() < deadline, "the job went on after its client left"
+        time.sleep(0.2)
+
+
+def test_ui_job_stops_when_its_client_is_gone(server):
+    """64 abandoned 50k-row jobs once kept both cores busy until shutdown: a job whose stream closed stops,
+    and so does one whose client queued it and never listened."""
+    session = uuid.uuid4().hex[:12]
+    before = server.log().count("ui_cancelled")
+    _queue_big_score_job(server, session)
     with httpx.stream("GET", server.url + "/ui/gradio_api/queue/data", params={"session_hash": session},
                       timeout=60) as stream:
         for line in stream.iter_lines():
             if '"progress"' in line:
                 break  # scoring has started: hang up
-    deadline = time.monotonic() + 30
-    while server.log().count("ui_cancelled") == before:
-        assert time.monotonic() < deadline, "the job went on after its client left"
-        time.sleep(0.2)
+    _wait_for_cancel(server, before)
+    _queue_big_score_job(server, uuid.uuid4().hex[:12])  # and never open its stream
+    _wait_for_cancel(server, before + 1)
