@@ -141,8 +141,11 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
     # Swagger UI and ReDoc from the installed fastapi-offline package, not a CDN: /docs works air-gapped.
     app = FastAPIOffline(title="ELECTRA classifier", version="1", docs_url="/docs", redoc_url="/redoc",
                          static_url="/docs/static")
-    info = {**clf.info(), "export_report": _public(clf.info()["export_report"])}
+    info = clf.info()
+    if info.get("export_report") is not None:
+        info = {**info, "export_report": _public(info["export_report"])}
     model_name = info["name"]
+    normalize = getattr(clf, "normalizer", str.strip)  # engines without one (test doubles) get a plain strip
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
@@ -173,7 +176,7 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
     async def classify_texts(texts: list[str], field: str, single: bool, request: Request) -> list:
         """Every route that classifies comes through here: the same limits (errors name the client's
         `field`), one batcher, one timeout, one set of errors."""
-        check_texts(texts, cfg, field, single, clf.normalizer)
+        check_texts(texts, cfg, field, single, normalize)
         request.state.n_texts = len(texts)
         batcher = state.batcher
         if batcher is None:
