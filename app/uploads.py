@@ -2,7 +2,7 @@
 
 - Only files uploaded to this server: a Gradio call can name any server path as a file argument, and
   under `gr.mount_gradio_app` Gradio's own "was it uploaded?" check is skipped (it only runs after
-  `launch()`), so it would copy and read e.g. `/srv/x/secret.csv`. `uploaded_only` makes a gr.File refuse such paths
+  `launch()`), so it would copy and read e.g. `/srv/x/secret.csv`. `uploaded_only` makes every UI input refuse such paths
   before Gradio copies them, and `read_upload` checks again before reading.
 - Bounded before parsing: a 2 MB CSV can hold a million empty columns (gigabytes once parsed), so the
   header (or Parquet's metadata, or each JSONL line) is checked first, rows are read at most one past
@@ -44,9 +44,9 @@ def uploaded_path(file) -> Path:
     return path
 
 
-def uploaded_only(component: gr.File) -> gr.File:
-    """`component`, made to refuse files not uploaded to this server before Gradio copies them into its
-    cache. Instance attributes rather than a subclass: Gradio writes a .pyi beside the module of every
+def uploaded_only(component):
+    """`component` (any input: Gradio looks for file references in every value, not only a gr.File's),
+    made to refuse files not uploaded to this server before Gradio copies them into its cache. Instance attributes rather than a subclass: Gradio writes a .pyi beside the module of every
     Component subclass, which fails in a read-only install."""
     move, move_async = component.move_resource_to_block_cache, component.async_move_resource_to_block_cache
 

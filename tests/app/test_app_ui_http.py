@@ -54,34 +54,42 @@ def gradio_call(url: str, fn_index: int, data: list, headers: dict | None = None
     raise AssertionError("no process_completed message")
 
 
-def file_functions(url: str) -> list[tuple[int, str, list]]:
-    """Every UI event that takes a file: (fn_index, api_name, input components)."""
+def all_functions(url: str) -> list[tuple[int, str, list]]:
+    """Every UI event with its inputs: (fn_index, api_name, input components)."""
     config = httpx.get(url + "/ui/config").json()
     components = {c["id"]: c for c in config["components"]}
-    return [(i, d.get("api_name"), [components[c] for c in d["inputs"]]) for i, d in enumerate(config["dependencies"])
-            if any(components[c]["type"] == "file" for c in d["inputs"])]
+    return [(i, d.get("api_name"), [components[c] for c in d["inputs"]]) for i, d in enumerate(config["dependencies"])]
 
 
 def test_ui_functions_refuse_files_not_uploaded(server, tmp_path):
-    """A Gradio call can name any server path as a file; every UI function must refuse one it never uploaded."""
+    """A Gradio call can name any server path as a file, in any input (Gradio copies file references it
+    finds in a Dropdown's value too, and serves its copies): every UI function must refuse one it never
+    uploaded, and no copy may reach Gradio's cache."""
     secret = tmp_path / f"secret-{uuid.uuid4().hex[:8]}.csv"  # a name no other run uploads
     secret.write_text("text,password\nhello,hunter2\n", encoding="utf-8")
     uploaded = httpx.post(server.url + "/ui/gradio_api/upload",
                           files={"files": ("mine.csv", b"text\nhello\n", "text/csv")}).json()[0]
-    functions = file_functions(server.url)
-    assert {name for _, name, _ in functions} >= {"start", "score_file"}
 
-    def args(inputs, path):
-        return [{"path": path, "orig_name": Path(path).name, "meta": {"_type": "gradio.FileData"}}
-                if c["type"] == "file" else c.get("props", {}).get("value") for c in inputs]
+    def ref(path):
+        return {"path": path, "orig_name": Path(path).name, "meta": {"_type": "gradio.FileData"}}
 
+    def args(inputs, path, everywhere):
+        return [ref(path) if c["type"] == "file" or everywhere else c.get("props", {}).get("value") for c in inputs]
+
+    functions = all_functions(server.url)
+    with_file = [f for f in functions if any(c["type"] == "file" for c in f[2])]
+    assert {name for _, name, _ in with_file} >= {"start", "score_file"}
     for fn_index, name, inputs in functions:
+        if not inputs:
+            continue
         for foreign in (str(secret), "/etc/passwd", "http://127.0.0.1:1/x.csv"):
-            done = gradio_call(server.url, fn_index, args(inputs, foreign))
-            assert not done["success"], (name, foreign)
-            assert "hunter2" not in json.dumps(done)
-        assert gradio_call(server.url, fn_index, args(inputs, uploaded))["success"], name  # uploads still work
+            done = gradio_call(server.url, fn_index, args(inputs, foreign, everywhere=True))
+            assert "hunter2" not in json.dumps(done) and "root:" not in json.dumps(done), (name, foreign)
+            assert not done["success"] or not any(c["type"] == "file" for c in inputs), (name, foreign)
+    for fn_index, name, inputs in with_file:  # uploads still work
+        assert gradio_call(server.url, fn_index, args(inputs, uploaded, everywhere=False))["success"], name
     assert not list(Path(get_upload_folder()).rglob(secret.name)), "a foreign file was copied into Gradio's cache"
+    assert not list(Path(get_upload_folder()).rglob("passwd")), "a foreign file was copied into Gradio's cache"
 
 
 def test_upload_checks(tmp_path, monkeypatch):
@@ -161,7 +169,7 @@ def _queue_big_score_job(server, session: str) -> None:
     rows = "text\n" + "".join(f"메모 기록 {i}\n" for i in range(20_000))
     uploaded = httpx.post(server.url + "/ui/gradio_api/upload",
                           files={"files": ("big.csv", rows.encode(), "text/csv")}).json()[0]
-    fn_index, _, inputs = next(f for f in file_functions(server.url) if f[1] == "score_file")
+    fn_index, _, inputs = next(f for f in all_functions(server.url) if f[1] == "score_file")
     data = [{"path": uploaded, "orig_name": "big.csv", "meta": {"_type": "gradio.FileData"}}
             if c["type"] == "file" else c.get("props", {}).get("value") for c in inputs]
     httpx.post(server.url + "/ui/gradio_api/queue/join",
