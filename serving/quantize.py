@@ -36,6 +36,31 @@ RECIPES = [
 BY_NAME = {r.name: r for r in RECIPES}
 # Tried in this order by `serving.export --quantize` (measured: docs/serving.md, "Which INT8").
 DEFAULT_ORDER = ("dynamic-per-channel", "dynamic-keep-ffn-out", "static-qdq")  # fastest first
+ISAS = ("avx2", "avx512", "avx512_vnni", "arm64")
+
+
+@dataclass(frozen=True)
+class IsaWeights:
+    """How weights are stored for one instruction set, and why (docs/serving.md, "INT8 per instruction set")."""
+
+    dynamic: str  # QuantType name of dynamic recipes' weights: QInt8 (u8s8 products) or QUInt8 (u8u8)
+    static: str  # the same for static QDQ recipes
+    static_reduce_range: bool  # 7-bit weights for static QDQ
+    why: str
+
+
+# x86 without VNNI multiplies u8 by s8 with VPMADDUBSW, whose int16 pair sums saturate (ONNX Runtime's
+# quantization docs, "When and why do I need to try U8U8?"): that is what failed the recipe test on an
+# AVX2 CI machine. Dynamic recipes there store u8 weights (u8u8: no saturation, full 8 bits); static
+# QDQ keeps s8 weights with reduce_range (7 bits, what the docs prescribe for U8S8 per-channel on
+# AVX2/AVX-512), because its u8 activations come from calibration, not from each batch.
+_NO_VNNI = IsaWeights("QUInt8", "QInt8", True, "no VNNI: u8s8 products saturate in int16 (VPMADDUBSW)")
+ISA_WEIGHTS = {
+    "avx2": _NO_VNNI,
+    "avx512": _NO_VNNI,
+    "avx512_vnni": IsaWeights("QInt8", "QInt8", False, "VNNI (VPDPBUSD) sums u8s8 products in int32"),
+    "arm64": IsaWeights("QInt8", "QInt8", False, "ARM dot-product instructions sum in int32"),
+}
 
 
 def cpu_isa() -> str:
@@ -90,34 +115,38 @@ def quantize(src: Path, dst: Path, recipe: Recipe, isa: str, nodes_to_quantize: 
 
     Why not Optimum's ORTQuantizer: its shape inference fails on the fused (Attention,
     SkipLayerNormalization) graph; ONNX Runtime's own tools with DefaultTensorType handle the contrib ops.
-    Weight type follows Optimum's per-ISA presets: signed weights where VNNI/AVX-512/ARM have fast
-    u8s8 kernels; on plain AVX2, u8u8, because AVX2's u8s8 multiply-add can saturate.
+    Weight type and range follow `ISA_WEIGHTS[isa]`: quantize for the CPU that will serve the file.
     """
     import onnx
     from onnxruntime.quantization import QuantFormat, QuantType, quantize_dynamic, quantize_static
 
     model = onnx.load(str(src))
     groups = node_groups(model)
+    if isa not in ISA_WEIGHTS:
+        raise ValueError(f"unknown instruction set {isa!r}: use one of {ISAS}")
     exclude = sorted({n for g in recipe.keep_fp32 for n in groups[g]})
-    weight_type = QuantType.QUInt8 if isa == "avx2" else QuantType.QInt8
+    plan = ISA_WEIGHTS[isa]
+    static = recipe.method == "static"
+    weight_type = QuantType[plan.static if static else plan.dynamic]
+    reduce_range = recipe.reduce_range or (static and plan.static_reduce_range)
     info = {"recipe": recipe.name, "method": recipe.method, "isa": isa, "ops": list(recipe.ops),
-            "per_channel": recipe.per_channel, "reduce_range": recipe.reduce_range, "fp32_nodes": exclude}
+            "per_channel": recipe.per_channel, "reduce_range": reduce_range, "fp32_nodes": exclude,
+            "weight_type": weight_type.name}
     extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}
     if recipe.method == "dynamic":
         quantize_dynamic(src, dst, weight_type=weight_type, per_channel=recipe.per_channel,
-                         reduce_range=recipe.reduce_range, op_types_to_quantize=list(recipe.ops),
+                         reduce_range=reduce_range, op_types_to_quantize=list(recipe.ops),
                          nodes_to_quantize=nodes_to_quantize, nodes_to_exclude=exclude, extra_options=extra)
-        info["weight_type"] = weight_type.name
-    elif recipe.method == "static":
+    elif static:
         if not calibration_texts or encoder is None:
             raise ValueError("static quantization needs calibration texts and an encoder")
         names = [i.name for i in model.graph.input]
         quantize_static(src, dst, _Feeds(encoder, calibration_texts, names), quant_format=QuantFormat.QDQ,
-                        per_channel=recipe.per_channel, reduce_range=recipe.reduce_range,
-                        activation_type=QuantType.QUInt8, weight_type=QuantType.QInt8,
+                        per_channel=recipe.per_channel, reduce_range=reduce_range,
+                        activation_type=QuantType.QUInt8, weight_type=weight_type,
                         op_types_to_quantize=list(recipe.ops), nodes_to_quantize=nodes_to_quantize,
                         nodes_to_exclude=exclude, extra_options=extra)
-        info.update(weight_type="QInt8", calibration_texts=len(calibration_texts))
+        info["calibration_texts"] = len(calibration_texts)
     else:
         raise ValueError(f"unknown quantization method {recipe.method!r}")
     return info

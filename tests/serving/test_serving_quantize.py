@@ -4,10 +4,12 @@ import shutil
 
 import numpy as np
 import onnx
+import pytest
+from onnx import numpy_helper
 
 from serving.engine import Classifier
 from serving.parity import builtin_sample
-from serving.quantize import RECIPES, node_groups, quantize
+from serving.quantize import BY_NAME, ISA_WEIGHTS, ISAS, RECIPES, cpu_isa, node_groups, quantize
 
 
 def test_every_recipe_writes_what_it_says_and_keeps_the_logits_close(exported_dir, tmp_path):
@@ -21,9 +23,13 @@ def test_every_recipe_writes_what_it_says_and_keeps_the_logits_close(exported_di
     texts = builtin_sample(60)
     fp32 = Classifier.load(src)
     ref = fp32.predict_logits(texts)
+    # Quantized for the CPU that runs the test: a file made for VNNI on an AVX2-only CPU is exactly
+    # the saturation that ISA_WEIGHTS exists to avoid (test_each_isa_gets_the_weights_its_kernels_want).
+    isa = cpu_isa()
     for r in RECIPES:
         dst = folder / f"{r.name}.onnx"
-        info = quantize(src, dst, r, "avx512_vnni", calibration_texts=texts[:20], encoder=fp32)
+        info = quantize(src, dst, r, isa, calibration_texts=texts[:20], encoder=fp32)
+        assert info["isa"] == isa
         graph = onnx.load(str(dst)).graph
         ops = {n.op_type for n in graph.node}
         fp32_matmuls = {n.name for n in graph.node if n.op_type == "MatMul"}
@@ -38,3 +44,32 @@ def test_every_recipe_writes_what_it_says_and_keeps_the_logits_close(exported_di
         assert ("Attention" in ops) == bool(kept_attention), r.name
         got = Classifier.load(dst).predict_logits(texts)
         assert np.abs(got - ref).max() < 0.5 and (got.argmax(1) == ref.argmax(1)).mean() >= 0.9, r.name
+
+
+def _quantized_weights(file) -> list[np.ndarray]:
+    return [numpy_helper.to_array(i) for i in onnx.load(str(file)).graph.initializer if i.name.endswith("_quantized")]
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_each_isa_gets_the_weights_its_kernels_want(exported_dir, tmp_path, isa):
+    """The file format only (no CPU needed): u8 weights for dynamic INT8 where u8s8 products would
+    saturate (no VNNI), 7-bit s8 weights for static QDQ there; full-range s8 with VNNI and on ARM."""
+    src = exported_dir / "model.onnx"
+    texts = builtin_sample(20)
+    plan = ISA_WEIGHTS[isa]
+    dyn = quantize(src, tmp_path / "dyn.onnx", BY_NAME["dynamic-per-channel"], isa)
+    weights = _quantized_weights(tmp_path / "dyn.onnx")
+    assert weights and {w.dtype for w in weights} == {np.dtype(np.uint8 if isa in ("avx2", "avx512") else np.int8)}
+    assert dyn["weight_type"] == plan.dynamic and dyn["reduce_range"] is False
+    enc = Classifier.load(src)
+    st = quantize(src, tmp_path / "st.onnx", BY_NAME["static-qdq"], isa, calibration_texts=texts, encoder=enc)
+    weights = _quantized_weights(tmp_path / "st.onnx")
+    assert weights and {w.dtype for w in weights} == {np.dtype(np.int8)}
+    widest = max(int(np.abs(w.astype(np.int32)).max()) for w in weights)
+    # reduce_range: 7-bit weights, so that u8 x s8 pair sums stay inside int16 (2 * 255 * 64 < 32767).
+    assert (widest <= 64) == plan.static_reduce_range == st["reduce_range"] == (isa in ("avx2", "avx512"))
+
+
+def test_unknown_isa_is_refused(exported_dir, tmp_path):
+    with pytest.raises(ValueError, match="unknown instruction set 'avx3'"):
+        quantize(exported_dir / "model.onnx", tmp_path / "x.onnx", BY_NAME["dynamic"], "avx3")
