@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from serving.quantize import cpu_isa
 from serving.torch_runner import TorchRunner, check_options, cuda_available, probe_ids
 from textdata.errors import ModelError
 from textdata.labels import labels_from_config
@@ -146,6 +147,7 @@ class Classifier:
         self.batch_tokens = batch_tokens
         self.truncation = truncation
         self.model_file = model_file
+        self.model_file_why = None  # why this file: set by load()
         # A private copy of the Rust tokenizer with truncation and padding off: we do both ourselves,
         # and never mutating it after load is what makes concurrent encode_batch calls safe.
         from tokenizers import Tokenizer
@@ -180,7 +182,8 @@ class Classifier:
     ) -> Classifier:
         """Load an exported folder (ONNX) or a transformers folder (PyTorch).
 
-        quantized: None = the INT8 model on CPU when the folder has one, the fp32/fp16 one on GPU;
+        quantized: None = on CPU, the file export_report.json's `cpu_default` names (INT8 only where the
+        export measured it faster; older exports: INT8 when present), the fp32/fp16 one on GPU;
         True/False to force. threads: CPU intra-op threads (default: usable cores). batch_tokens: padded
         tokens per pass, default CPU_BATCH_TOKENS on CPU, GPU_BATCH_TOKENS on a GPU.
         PyTorch backend only: precision auto = bf16 (fp16 without bf16) on CUDA, fp32 on CPU; cuda_graphs
@@ -235,8 +238,11 @@ class Classifier:
                                 max_length=max_length, batch_tokens=batch_tokens)
             model_file = None
         else:
-            runner, model_file = cls._onnx(folder, onnx_files, provider, threads, quantized, max_length)
+            runner, model_file, why = cls._onnx(folder, onnx_files, provider, threads, quantized, max_length)
         clf = cls(folder, runner, tokenizer, config, normalizer, max_length, batch_tokens, truncation, model_file)
+        clf.model_file_why = why if model_file else "no ONNX file served: PyTorch weights"
+        if model_file and runner.provider == "cpu":
+            _warn_other_isa(clf._report, model_file)
         if runner.backend == "torch":
             runner.finish_load(lambda: clf.encode(parity_texts) if parity_texts
                                else probe_ids(config.vocab_size, max_length))
@@ -271,7 +277,7 @@ class Classifier:
             if _ORT_NAMES[cand] not in available:
                 errors.append(f"{cand}: not in this onnxruntime build (it has {available})")
                 continue
-            model_file = _pick_file(files, cand, quantized)
+            model_file, why = _pick_file(files, cand, quantized, _read_report(folder))
             if model_file is None:
                 errors.append(f"{cand}: no suitable file among {[f.name for f in files]} (INT8 runs on CPU only)")
                 continue
@@ -284,7 +290,7 @@ class Classifier:
                 runner(feeds)
                 if errors:
                     log.debug("provider fallbacks: %s", "; ".join(errors))
-                return runner, model_file
+                return runner, model_file, why
             except Exception as e:  # noqa: BLE001 - any failure here means "try the next provider"
                 errors.append(f"{cand}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
                 log.warning("provider %s not usable: %s", cand, errors[-1])
@@ -301,6 +307,8 @@ class Classifier:
             "quantized": bool(self.model_file and self.model_file.name == ONNX_INT8_FILE),
             "truncation": self.truncation,
             "model_file": self.model_file.name if self.model_file else None,
+            "model_file_why": self.model_file_why,
+            "cpu_isa": cpu_isa(),
             "export_report": self._report,
             "precision": str(getattr(self._run, "dtype", "float32")).removeprefix("torch."),
             "cuda_graphs": len(getattr(self._run, "_graphs", ())),
@@ -425,16 +433,40 @@ def _torch_weights_folder(folder: Path) -> Path | None:
     return next((c for c in candidates if any((c / w).exists() for w in weights)), None)
 
 
-def _pick_file(files: list[Path], provider: str, quantized: bool | None) -> Path | None:
+def _read_report(folder: Path) -> dict | None:
+    try:
+        return json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _pick_file(files: list[Path], provider: str, quantized: bool | None, report: dict | None) -> tuple[Path | None, str]:
+    """(the ONNX file to serve, why: for info())."""
     by_name = {f.name: f for f in files}
     if len(files) == 1 and files[0].name not in (ONNX_FILE, ONNX_INT8_FILE):
-        return files[0]  # an explicit .onnx path
+        return files[0], "the .onnx file given"
     if provider != "cpu":
         # Dynamic INT8 (MatMulInteger/DynamicQuantizeLinear) has no CUDA/TensorRT kernels.
-        return None if quantized else by_name.get(ONNX_FILE)
-    if quantized is None:
-        return by_name.get(ONNX_INT8_FILE) or by_name.get(ONNX_FILE)
-    return by_name.get(ONNX_INT8_FILE if quantized else ONNX_FILE)
+        return (None if quantized else by_name.get(ONNX_FILE)), f"{provider}: INT8 runs on CPU only"
+    if quantized is not None:
+        return by_name.get(ONNX_INT8_FILE if quantized else ONNX_FILE), f"forced (quantized={quantized})"
+    default = ((report or {}).get("cpu_default") or {})
+    if default.get("file") in by_name:
+        return by_name[default["file"]], f"{REPORT_FILE} cpu_default: {default.get('why', '')}"
+    if ONNX_INT8_FILE in by_name:
+        return by_name[ONNX_INT8_FILE], f"{ONNX_INT8_FILE} present and {REPORT_FILE} has no speed decision (older export)"
+    return by_name.get(ONNX_FILE), f"no {ONNX_INT8_FILE}"
+
+
+def _warn_other_isa(report: dict | None, model_file: Path) -> None:
+    """The INT8 choice (weight format and speed) holds for the instruction set it was measured on."""
+    measured = (report or {}).get("isa") or ((report or {}).get("quantization") or {}).get("isa")
+    here = cpu_isa()
+    if measured and measured != here and (model_file.parent / ONNX_INT8_FILE).exists():
+        log.warning("%s: the export chose its INT8 format and CPU default on %s, this CPU is %s: serving %s may be "
+                    "slower than the other file (or, for INT8 made for VNNI on a CPU without it, less accurate); "
+                    "re-export here with `python -m serving.export --quantize`, or force the file with "
+                    "--fp32/--int8", model_file.parent, measured, here, model_file.name)
 
 
 def _resolve_max_length(requested: int | None, tokenizer, config) -> int:

@@ -3,6 +3,7 @@
     python -m serving.export --model model/ --output onnx/ --quantize \\
         [--target cpu|cuda] [--eval-csv labeled.csv --text-column text --label-column label]
         [--min-agreement 0.99] [--max-f1-drop 0.5] [--int8-recipes static-qdq,dynamic-per-channel,...]
+        [--min-int8-speedup 1.15] [--speed-rows 256] [--speed-passes 3]
 
 Writes into OUT: model.onnx (Optimum export, dynamic batch/sequence axes, ONNX Runtime transformer
 fusions; fp16 for --target cuda), model_quantized.onnx (--quantize: INT8 for CPU, the first recipe
@@ -12,6 +13,12 @@ The gate (serving/parity.py) compares each file with PyTorch on up to --max-eval
 --eval-csv (argmax agreement and macro-F1 change) or, without labels, on a built-in sample
 (agreement only, with a warning). A file that fails is not kept and the command exits 2; when only
 INT8 fails, model.onnx is kept and the report lists every recipe tried and why each failed.
+INT8 must also be faster: a recipe that passes is timed against model.onnx on up to --speed-rows of
+the judged rows on this CPU (the engine alone, median of --speed-passes interleaved passes) and becomes
+the CPU default only if it is at least --min-int8-speedup times as fast. Otherwise the next recipe is
+tried; when none is fast enough, the fastest that passed is still written (for `--int8` on another
+CPU) but export_report.json's `cpu_default` names model.onnx and says why. The report records the
+instruction set it was measured on (`isa`); the engine warns when it serves on another.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -36,6 +44,7 @@ log = logging.getLogger("serving.export")
 # Files that travel with the model besides what Optimum writes (our own contracts from finetune/).
 SIDECARS = ("normalization.json", "training_config.json")
 CANDIDATE = ".int8-candidate.onnx"  # a recipe's output while it is judged; never served
+SLOW_CANDIDATE = ".int8-slow.onnx"  # the fastest recipe that passed accuracy but not speed, so far
 
 
 @dataclass(frozen=True)
@@ -53,6 +62,9 @@ class ExportConfig:
     opset: int | None = None
     max_eval_rows: int = 2000
     sample_size: int = 500
+    min_int8_speedup: float = 1.15
+    speed_rows: int = 256
+    speed_passes: int = 3
 
 
 def _onnx_export(cfg: ExportConfig, work: Path) -> tuple[Path, Path]:
@@ -87,39 +99,79 @@ def _eval_rows(cfg: ExportConfig) -> tuple[list[str], list[str] | None, list[str
     return texts, judged[cfg.label_column].astype(str).tolist(), calib[cfg.text_column].astype(str).tolist() or texts
 
 
-def _check(cfg: ExportConfig, file: Path, ref, texts, labels, y_true, ref_f1) -> tuple[dict, list[str]]:
+def _check(cfg: ExportConfig, file: Path, ref, texts, labels, y_true, ref_f1) -> tuple[dict, list[str], Classifier]:
     clf = Classifier.load(file, provider="cuda" if cfg.target == "cuda" else "cpu")
     stats = compare(ref, clf.predict_logits(texts), labels, y_true)
-    return stats, verdict(stats, ref_f1, cfg.min_agreement, cfg.max_f1_drop)
+    return stats, verdict(stats, ref_f1, cfg.min_agreement, cfg.max_f1_drop), clf
 
 
-def _quantize_gated(cfg: ExportConfig, ref, texts, labels, y_true, ref_f1, calib: list[str]) -> tuple[dict | None, list]:
-    """Try the recipes in order; the first that passes becomes model_quantized.onnx. Returns (its
-    quantization info or None, every attempt with its numbers and why it failed)."""
-    src, cand, isa = cfg.output / ONNX_FILE, cfg.output / CANDIDATE, cpu_isa()
-    encoder = None  # tokenizes calibration texts: loaded only if a static recipe is reached
-    attempts = []
+def _time_engines(fp32: Classifier, int8: Classifier, seqs: list, passes: int) -> dict:
+    """Seconds per pass over `seqs` for each engine (tokenized once: the engine alone), median of
+    `passes` interleaved passes, so that a burst of load elsewhere hits both alike."""
+    times = {"fp32": [], "int8": []}
+    for _ in range(passes):
+        for name, clf in (("fp32", fp32), ("int8", int8)):
+            t = time.perf_counter()
+            clf.predict_encoded(seqs, top_k=1)
+            times[name].append(time.perf_counter() - t)
+    fp32_s, int8_s = statistics.median(times["fp32"]), statistics.median(times["int8"])
+    return {"fp32_s": round(fp32_s, 4), "int8_s": round(int8_s, 4), "speedup": round(fp32_s / int8_s, 3),
+            "rows": len(seqs), "passes": passes}
+
+
+def _quantize_gated(cfg: ExportConfig, ref, texts, labels, y_true, ref_f1,
+                    calib: list[str]) -> tuple[dict | None, list, dict]:
+    """Try the recipes in order; the first that passes the accuracy gate and is at least
+    --min-int8-speedup times as fast as model.onnx here becomes model_quantized.onnx and the CPU
+    default. When some pass accuracy but none is fast enough, the fastest of them is written and
+    model.onnx stays the default. Returns (the written recipe's quantization info or None, every
+    attempt with its numbers and why it failed, the CPU default decision for export_report.json)."""
+    src, cand, slow, isa = cfg.output / ONNX_FILE, cfg.output / CANDIDATE, cfg.output / SLOW_CANDIDATE, cpu_isa()
+    fp32 = Classifier.load(src, provider="cpu")  # the speed baseline; also tokenizes calibration texts
+    seqs = fp32.encode(texts[: cfg.speed_rows])
+    attempts, slow_best = [], None  # slow_best: (info, attempt) of the fastest accurate but slow recipe
+    need = cfg.min_int8_speedup
     try:
         for name in cfg.int8_recipes:
             t = time.time()
             try:
-                if BY_NAME[name].method == "static" and encoder is None:
-                    encoder = Classifier.load(src, provider="cpu")
-                info = quantize(src, cand, BY_NAME[name], isa, calibration_texts=calib, encoder=encoder)
+                info = quantize(src, cand, BY_NAME[name], isa, calibration_texts=calib, encoder=fp32)
             except Exception as e:  # noqa: BLE001 - a recipe this graph cannot take is a failed try, not the end
                 attempts.append({"recipe": name, "passed": False, "why": [f"quantization failed: {e!r}"[:300]]})
                 log.warning("INT8 recipe %s: quantization failed (%r); trying the next", name, e)
                 continue
-            stats, why = _check(cfg, cand, ref, texts, labels, y_true, ref_f1)
-            stats.update(recipe=name, passed=not why, why=why, seconds=round(time.time() - t, 1))
+            stats, why, clf = _check(cfg, cand, ref, texts, labels, y_true, ref_f1)
+            stats.update(recipe=name, passed=not why, why=why)
             attempts.append(stats)
-            log.info("INT8 recipe %s: %s", name, "passed" if not why else "failed: " + "; ".join(why))
-            if not why:
+            if why:
+                stats["seconds"] = round(time.time() - t, 1)
+                log.info("INT8 recipe %s: failed: %s", name, "; ".join(why))
+                continue
+            speed = _time_engines(fp32, clf, seqs, cfg.speed_passes)
+            stats.update(speed=speed, fast_enough=speed["speedup"] >= need, seconds=round(time.time() - t, 1))
+            log.info("INT8 recipe %s: passed, %.2fx model.onnx's speed on %s (%d rows, %d passes; needs %.2fx)",
+                     name, speed["speedup"], isa, speed["rows"], speed["passes"], need)
+            if stats["fast_enough"]:
                 cand.replace(cfg.output / ONNX_INT8_FILE)
-                return info, attempts
+                return info, attempts, {
+                    "file": ONNX_INT8_FILE, "isa": isa, "speedup": speed["speedup"], "min_speedup": need,
+                    "why": f"INT8 ({name}) passed the gate and ran {speed['speedup']:.2f}x model.onnx's speed "
+                           f"on this CPU ({isa}; at least {need:.2f}x required)"}
+            if slow_best is None or speed["speedup"] > slow_best[1]["speed"]["speedup"]:
+                cand.replace(slow)
+                slow_best = (info, stats)
+        if slow_best is None:
+            return None, attempts, {"file": ONNX_FILE, "isa": isa, "why": "no INT8 recipe passed the accuracy gate"}
+        info, stats = slow_best
+        slow.replace(cfg.output / ONNX_INT8_FILE)
+        return info, attempts, {
+            "file": ONNX_FILE, "isa": isa, "speedup": stats["speed"]["speedup"], "min_speedup": need,
+            "why": f"INT8 is not faster here: the fastest recipe that passed the gate ({stats['recipe']}) ran "
+                   f"{stats['speed']['speedup']:.2f}x model.onnx's speed on this CPU ({isa}; at least {need:.2f}x "
+                   f"required), so model.onnx serves by default; {ONNX_INT8_FILE} is kept for --int8"}
     finally:
         cand.unlink(missing_ok=True)
-    return None, attempts
+        slow.unlink(missing_ok=True)
 
 
 def run(cfg: ExportConfig) -> dict:
@@ -128,6 +180,10 @@ def run(cfg: ExportConfig) -> dict:
                          "(it would run on the CPU); export fp16 for CUDA, or INT8 with --target cpu")
     if not (0.0 < cfg.min_agreement <= 1.0):
         raise DataError(f"--min-agreement {cfg.min_agreement}: use a fraction in (0, 1]")
+    if cfg.min_int8_speedup < 0 or cfg.speed_rows < 1 or cfg.speed_passes < 1:
+        raise DataError(f"--min-int8-speedup {cfg.min_int8_speedup}, --speed-rows {cfg.speed_rows}, "
+                        f"--speed-passes {cfg.speed_passes}: use a ratio >= 0 (0 = INT8 whatever its speed "
+                        "here) and positive counts (e.g. 1.15, 256, 3)")
     if cfg.max_f1_drop < 0:
         raise DataError(f"--max-f1-drop {cfg.max_f1_drop}: use points of macro-F1 >= 0 (0.5 = half a point)")
     unknown = [r for r in cfg.int8_recipes if r not in BY_NAME]
@@ -172,6 +228,8 @@ def run(cfg: ExportConfig) -> dict:
         "precision": "fp16" if cfg.target == "cuda" else "fp32",
         "optimization": "optimum O2 (ONNX Runtime transformer fusions)",
         "quantization": None,
+        "isa": cpu_isa(),
+        "cpu_default": {"file": ONNX_FILE, "why": "no --quantize"},
         "max_length": reference.max_length,
         "labels": labels,
         "gate": {"judged_on": "eval_csv" if y_true else "builtin_sample", "rows": len(texts),
@@ -186,16 +244,18 @@ def run(cfg: ExportConfig) -> dict:
         report["files"][ONNX_FILE] = {"checked": False, "why": "fp16 CUDA model and no CUDA provider here"}
         log.warning("%s not checked against PyTorch: no CUDA provider on this machine", ONNX_FILE)
     else:
-        stats, why = _check(cfg, cfg.output / ONNX_FILE, ref_logits, texts, labels, y_true, ref_f1)
+        stats, why, _ = _check(cfg, cfg.output / ONNX_FILE, ref_logits, texts, labels, y_true, ref_f1)
         report["files"][ONNX_FILE] = {**stats, "checked": True, "passed": not why, "why": why,
                                       "size_mb": round((cfg.output / ONNX_FILE).stat().st_size / 2**20, 2)}
         if why:
             failed[ONNX_FILE] = "; ".join(why)
     if cfg.quantize and not failed:
-        info, attempts = _quantize_gated(cfg, ref_logits, texts, labels, y_true, ref_f1, calib)
+        info, attempts, report["cpu_default"] = _quantize_gated(cfg, ref_logits, texts, labels, y_true, ref_f1, calib)
         report["quantization"], report["int8_attempts"] = info, attempts
+        if info and report["cpu_default"]["file"] == ONNX_FILE:
+            log.warning("%s", report["cpu_default"]["why"])
         if info:
-            best = attempts[-1]
+            best = next(a for a in attempts if a["recipe"] == info["recipe"])
             report["files"][ONNX_INT8_FILE] = {**best, "checked": True,
                                                "size_mb": round((cfg.output / ONNX_INT8_FILE).stat().st_size / 2**20, 2)}
         else:
@@ -233,6 +293,11 @@ def parse_args(argv: list[str] | None = None) -> ExportConfig:
                     help="macro-F1 points a file may lose against PyTorch on --eval-csv rows")
     ap.add_argument("--int8-recipes", default=",".join(DEFAULT_ORDER),
                     help=f"INT8 recipes to try in order, first that passes wins (known: {', '.join(BY_NAME)})")
+    ap.add_argument("--min-int8-speedup", type=float, default=1.15,
+                    help="INT8 becomes the CPU default only if this many times as fast as model.onnx here "
+                         "(0: whatever its speed, e.g. when exporting for another CPU)")
+    ap.add_argument("--speed-rows", type=int, default=256, help="judged rows timed for the speed check")
+    ap.add_argument("--speed-passes", type=int, default=3, help="interleaved timed passes (median)")
     ap.add_argument("--opset", type=int, default=None)
     ap.add_argument("--max-eval-rows", type=int, default=2000, help="--eval-csv rows the gate judges (seeded sample)")
     ap.add_argument("--sample-size", type=int, default=500, help="built-in texts judged when there is no --eval-csv")
@@ -257,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
         recipe = f", INT8 recipe {s['recipe']}" if "recipe" in s else ""
         print(f"{name}: {s['size_mb']} MB, max |Δlogit| {s['max_abs_logit_diff']:.2e}, "
               f"argmax agreement {s['argmax_agreement']:.4f} on {s['texts']} texts{f1}{recipe}")
+    if cfg.quantize:
+        print(f"CPU default: {report['cpu_default']['file']}: {report['cpu_default']['why']}")
     print(f"wrote {cfg.output} ({report['seconds']} s); report: {cfg.output / REPORT_FILE}")
     return 0
 

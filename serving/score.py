@@ -67,7 +67,7 @@ class ScoreConfig:
     truncation: str = "head"
     batch_tokens: int | None = None  # None: the engine's default for the device (1,024 CPU, 8,192 GPU)
     threads: int | None = None
-    quantized: bool | None = None  # None: INT8 on CPU when the export has it
+    quantized: bool | None = None  # None: the CPU default export_report.json names (INT8 only where faster)
     progress: bool = True
     # --engine ray (serving/score_ray.py): Ray Data workers, each with one Classifier
     engine: str = "local"
@@ -376,7 +376,9 @@ def parse_args(argv: list[str] | None = None) -> ScoreConfig:
     ap.add_argument("--threads", type=int, default=None,
                     help="CPU threads (default: usable cores; with --engine ray: per worker, default 1)")
     ap.add_argument("--fp32", dest="quantized", action="store_const", const=False, default=None,
-                    help="use model.onnx even where model_quantized.onnx exists")
+                    help="use model.onnx even where export_report.json makes model_quantized.onnx the default")
+    ap.add_argument("--int8", dest="quantized", action="store_const", const=True,
+                    help="use model_quantized.onnx even where export_report.json makes model.onnx the default")
     ap.add_argument("--no-progress", dest="progress", action="store_false")
     ap.add_argument("--engine", default="local", choices=["local", "ray"],
                     help="ray: score on Ray Data workers (pip install -e '.[ray]'), see serving/score_ray.py")

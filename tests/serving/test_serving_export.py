@@ -43,6 +43,12 @@ def test_export_report_numbers(exported_dir):
     # The first recipe tried that passed is the one written, and the report says which.
     assert r["int8_attempts"][-1]["passed"] and not any(a["passed"] for a in r["int8_attempts"][:-1])
     assert int8["recipe"] == r["quantization"]["recipe"] == r["int8_attempts"][-1]["recipe"]
+    # Timed against model.onnx on this CPU; the fixture asks for no speedup, so INT8 is the default.
+    from serving.quantize import cpu_isa
+
+    speed = r["int8_attempts"][-1]["speed"]
+    assert speed["fp32_s"] > 0 and speed["int8_s"] > 0 and speed["rows"] == 36 and speed["passes"] == 3
+    assert r["cpu_default"]["file"] == "model_quantized.onnx" and r["isa"] == r["cpu_default"]["isa"] == cpu_isa()
 
 
 def test_normalization_and_training_config_travel(trained_classifier_dir, tmp_path):
@@ -96,8 +102,8 @@ def test_int8_fallback_keeps_fp32_and_names_every_recipe(trained_classifier_dir,
     real = export._check
 
     def int8_fails(cfg, file, *a):
-        stats, why = real(cfg, file, *a)
-        return stats, why + (["forced"] if file.name == export.CANDIDATE else [])
+        stats, why, clf = real(cfg, file, *a)
+        return stats, why + (["forced"] if file.name == export.CANDIDATE else []), clf
 
     monkeypatch.setattr(export, "_check", int8_fails)
     out = tmp_path / "onnx"
@@ -134,3 +140,68 @@ def test_cli_refuses_unknown_recipe_and_negative_f1_drop(trained_classifier_dir,
         export.run(export.ExportConfig(model=trained_classifier_dir, output=tmp_path, max_f1_drop=-1))
     assert export.parse_args(["--model", "m", "--output", "o", "--int8-recipes", "static-qdq, dynamic"]).int8_recipes \
         == ("static-qdq", "dynamic")
+
+
+def _speed_gate(exported_dir, tmp_path, monkeypatch, speedups: list[float]):
+    """_quantize_gated on a copy of the export with injected timings (speed depends on the CPU; the
+    decision must not). The accuracy reference is model.onnx itself, on built-in texts."""
+    import shutil
+
+    from serving.engine import Classifier
+    from serving.parity import builtin_sample
+
+    folder = tmp_path / "onnx"
+    shutil.copytree(exported_dir, folder)
+    (folder / "model_quantized.onnx").unlink()
+    timed = iter(speedups)
+
+    def fake_timing(fp32, int8, seqs, passes):
+        s = next(timed)
+        return {"fp32_s": 1.0, "int8_s": 1 / s, "speedup": s, "rows": len(seqs), "passes": passes}
+
+    monkeypatch.setattr(export, "_time_engines", fake_timing)
+    texts = builtin_sample(40)
+    fp32 = Classifier.load(folder / "model.onnx")
+    cfg = export.ExportConfig(model=folder, output=folder, quantize=True, min_agreement=0.9, speed_rows=16,
+                              int8_recipes=("dynamic", "dynamic-per-channel"))
+    info, attempts, default = export._quantize_gated(cfg, fp32.predict_logits(texts), texts, fp32.labels,
+                                                     None, None, texts[:10])
+    assert [a["passed"] for a in attempts] == [True, True]  # both pass accuracy: only speed decides
+    assert [a["speed"]["rows"] for a in attempts] == [16, 16]
+    assert not (folder / export.CANDIDATE).exists() and not (folder / export.SLOW_CANDIDATE).exists()
+    return folder, info, attempts, default
+
+
+def test_speed_gate_keeps_fp32_as_default_when_int8_is_not_faster(exported_dir, tmp_path, monkeypatch, caplog):
+    from serving.engine import Classifier
+    from serving.quantize import cpu_isa
+    from textdata.tables import write_json
+
+    folder, info, attempts, default = _speed_gate(exported_dir, tmp_path, monkeypatch, [0.8, 1.1])
+    assert [a["fast_enough"] for a in attempts] == [False, False]
+    assert default["file"] == "model.onnx" and default["speedup"] == 1.1 and default["isa"] == cpu_isa()
+    assert "not faster" in default["why"] and "1.10x" in default["why"] and "1.15x" in default["why"]
+    # The faster of the two slow recipes stays on disk for --int8 (another CPU may run it faster).
+    assert info["recipe"] == "dynamic-per-channel" and (folder / "model_quantized.onnx").exists()
+
+    write_json(folder / "export_report.json", {"isa": cpu_isa(), "cpu_default": default})
+    clf = Classifier.load(folder)
+    assert clf.info()["model_file"] == "model.onnx" and "not faster" in clf.info()["model_file_why"]
+    forced = Classifier.load(folder, quantized=True).info()
+    assert forced["model_file"] == "model_quantized.onnx" and forced["model_file_why"].startswith("forced")
+    # An export from before the speed check has no cpu_default: INT8 when present, as before.
+    write_json(folder / "export_report.json", {"isa": cpu_isa()})
+    assert "older export" in Classifier.load(folder).info()["model_file_why"]
+    # Served on another instruction set than the one measured: one warning that says what to do.
+    other = "avx2" if cpu_isa() != "avx2" else "avx512_vnni"
+    write_json(folder / "export_report.json", {"isa": other, "cpu_default": default})
+    with caplog.at_level("WARNING", logger="serving.engine"):
+        Classifier.load(folder)
+    assert f"on {other}, this CPU is {cpu_isa()}" in caplog.text and "--fp32/--int8" in caplog.text
+
+
+def test_speed_gate_tries_the_next_recipe_when_the_first_is_too_slow(exported_dir, tmp_path, monkeypatch):
+    folder, info, attempts, default = _speed_gate(exported_dir, tmp_path, monkeypatch, [1.05, 1.6])
+    assert [a["fast_enough"] for a in attempts] == [False, True]
+    assert info["recipe"] == "dynamic-per-channel" and default["file"] == "model_quantized.onnx"
+    assert "1.60x" in default["why"] and (folder / "model_quantized.onnx").exists()

@@ -67,7 +67,9 @@ def minilm_classifier(tmp_path_factory):
 def test_int8_passes_the_default_gate_on_real_weights(minilm_classifier, tmp_path):
     folder, eval_csv = minilm_classifier
     out = tmp_path / "onnx"
-    report = export.run(export.ExportConfig(model=folder, output=out, quantize=True, eval_csv=eval_csv))
+    # min_int8_speedup=0: this test judges accuracy; whether INT8 is faster depends on the CPU.
+    report = export.run(export.ExportConfig(model=folder, output=out, quantize=True, eval_csv=eval_csv,
+                                            min_int8_speedup=0))
     assert report["passed"] and report["pytorch"]["macro_f1"] > 0.8  # the head is not trivial
     int8 = report["files"]["model_quantized.onnx"]
     assert int8["argmax_agreement"] >= 0.99 and int8["macro_f1_change_points"] >= -0.5
