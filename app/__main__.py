@@ -9,10 +9,22 @@ limit. SIGTERM drains: in-flight requests finish, new ones get 503, then the pro
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import signal
 import sys
+
+
+def _stop_before_serving(signum, frame) -> None:
+    raise SystemExit(0)  # nothing is in flight yet, so nothing to drain
+
+
+# First, before the slow imports and the model load: as a container's PID 1 the process ignores a SIGTERM it
+# has no handler for, so `docker stop` during start-up would wait out its grace period and kill (exit 137).
+# uvicorn installs its draining handlers once it serves. Only when run, not when imported (tests import main).
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, _stop_before_serving)
+
+import asyncio
+import logging
 
 import uvicorn
 

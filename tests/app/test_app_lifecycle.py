@@ -12,7 +12,7 @@ import time
 
 import httpx
 import pytest
-from app_testkit import dockerfile_exec_forms, free_port
+from app_testkit import dockerfile_exec_forms, free_port, start_server
 
 from app.config import Config, parse_args
 
@@ -40,6 +40,17 @@ def test_sigterm_finishes_in_flight_requests_and_refuses_new_ones(drain_server, 
     assert '"msg": "stopped"' in srv.log()
 
 
+def test_sigterm_during_start_up_exits_0_at_once(spread_model_dir, tmp_path):
+    # Before uvicorn serves there is nothing to drain; as a container's PID 1 an unhandled SIGTERM would be
+    # ignored and `docker stop` would kill after its grace period (tests/docker checks it in the image).
+    srv = start_server(spread_model_dir, tmp_path, "--no-ui")
+    time.sleep(0.5)  # past interpreter start-up, inside the imports or the model load
+    srv.proc.send_signal(signal.SIGTERM)
+    assert srv.proc.wait(20) == 0, srv.log()
+    srv.stop()
+    assert '"msg": "ready"' not in srv.log()
+
+
 def test_dockerfile_commands_are_the_tested_ones(server):
     forms = dockerfile_exec_forms()
     assert forms["ENTRYPOINT"] == ["python", "-m", "app", "--model", "/model", "--host", "0.0.0.0"]
@@ -57,19 +68,27 @@ def test_dockerfile_commands_are_the_tested_ones(server):
 
 
 def test_dockerfile_runs_as_non_root_and_installs_what_ci_tests():
+    import tomllib
     from app_testkit import DOCKERFILE
 
+    root = DOCKERFILE.parent
     lines = [x.strip() for x in DOCKERFILE.read_text().splitlines()]
     users = [x.split()[1] for x in lines if x.startswith("USER ")]
     assert users and users[-1] not in ("root", "0")
     # The image installs what CI tests: the same torch pin as .ci/run, CPU wheels, and constraints.txt.
-    ci = (DOCKERFILE.parent / ".ci" / "run").read_text()
-    (torch_pin,) = re.findall(r"torch==[0-9.]+", ci)
-    assert f"RUN pip install {torch_pin} --index-url https://download.pytorch.org/whl/cpu" in lines
-    assert any(x.startswith("RUN pip install -c constraints.txt .") for x in lines)
-    copied = [name for x in lines if x.startswith("COPY ") for name in x.split()[1:-1]]
+    ci = (root / ".ci" / "run").read_text()
+    (torch_pin,) = re.findall(r"torch==([0-9.]+)", ci)
+    assert {x for x in lines if x.startswith("ARG TORCH_VERSION")} == {f"ARG TORCH_VERSION={torch_pin}"}
+    assert "ARG TORCH_INDEX=https://download.pytorch.org/whl/cpu" in lines
+    assert "pip install -c constraints.txt -r serve.txt" in DOCKERFILE.read_text()
+    copied = [name for x in lines if x.startswith("COPY ") and "--from" not in x for name in x.split()[1:-1]]
     assert "constraints.txt" in copied
-    assert all((DOCKERFILE.parent / name).exists() for name in copied), copied
+    assert all((root / name).exists() for name in copied), copied
+    # The project is installed from the build context: no package pyproject finds may be left out of it.
+    include = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+    packages = {p.name for pattern in include for p in root.glob(pattern) if (p / "__init__.py").exists()}
+    ignored = {x.strip().strip("/") for x in (root / ".dockerignore").read_text().splitlines()}
+    assert {"app", "serving"} <= packages and not packages & ignored
     assert any(x.startswith("HEALTHCHECK") and "/healthz" in x for x in lines)
     assert "ARG VARIANT=cpu" in lines
 
