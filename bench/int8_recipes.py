@@ -1,14 +1,17 @@
 """Which INT8 recipe keeps a real fine-tuned model's predictions: per-node sensitivity and whole recipes.
 
     python bench/int8_recipes.py --model runs/minilm-bbc/model --eval-csv bbc-eval.csv --work /tmp/int8-bbc \\
-        [--sensitivity] [--rounds 3] [--rows 600]
+        [--sensitivity] [--rounds 3] [--rows 600] [--isas avx512_vnni,avx2]
 
 1. Exports the fp32 graph once with `serving.export` (Optimum O2 fusions), into --work/onnx.
 2. Per-node sensitivity (--sensitivity): quantizes ONE MatMul/Attention node at a time (dynamic INT8,
    as the default recipe does) and measures mean |Δlogit| and argmax flips against PyTorch.
 3. Every recipe in `serving.quantize.RECIPES` (plus experimental ones listed here): argmax agreement
    and macro-F1 on the eval rows against PyTorch, and rows/s of the engine on the same rows, interleaved
-   over --rounds with fp32 ONNX as the speed baseline; medians.
+   over --rounds with fp32 ONNX as the speed baseline; medians. --isas quantizes each recipe for each
+   listed instruction set's weight format (`serving.quantize.ISA_WEIGHTS`; default: this CPU's), all
+   timed on THIS CPU: a file made for AVX2 timed on a VNNI CPU says what its format costs here, not
+   how fast an AVX2 CPU runs it.
 Writes bench/results/int8_recipes-<name>.json. The cores are shared: load average is recorded.
 """
 
@@ -61,6 +64,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--sensitivity", action="store_true")
     ap.add_argument("--recipes", default="", help="comma-separated subset of recipe names")
+    ap.add_argument("--isas", default="", help="comma-separated weight formats to quantize for (default: this CPU's)")
     ap.add_argument("--name", default=None, help="results file suffix (default: the --work folder name)")
     args = ap.parse_args()
 
@@ -99,18 +103,20 @@ def main() -> None:
         out["sensitivity"] = sorted(sens, key=lambda s: -s["mean_abs_logit_diff"])
 
     chosen = [r for r in RECIPES if not args.recipes or r.name in args.recipes.split(",")]
+    isas = [i for i in args.isas.split(",") if i] or [isa]
     calib = df[args.text_column].tolist()  # calibrating on the rows we judge is optimistic for static; said in docs
     clfs, out["recipes"] = {"fp32": fp32}, {}
-    for r in chosen:
-        dst = onnx_dir / f"cand-{r.name}.onnx"
+    for r, fmt in ((r, f) for r in chosen for f in isas):
+        key = r.name if len(isas) == 1 else f"{r.name}@{fmt}"
+        dst = onnx_dir / f"cand-{key}.onnx"
         t = time.time()
-        info = quantize(onnx_dir / "model.onnx", dst, r, isa, calibration_texts=calib, encoder=fp32)
+        info = quantize(onnx_dir / "model.onnx", dst, r, fmt, calibration_texts=calib, encoder=fp32)
         clf = Classifier.load(dst)
         m = metrics(ref, clf.predict_logits(texts), labels, y)
-        out["recipes"][r.name] = {**m, "quantize_seconds": round(time.time() - t, 1), "info": info,
-                                  "size_mb": round(dst.stat().st_size / 2**20, 1)}
-        clfs[r.name] = clf
-        print(f"{r.name:28s} agreement {m['argmax_agreement']:.4f} flips {m['flips']} "
+        out["recipes"][key] = {**m, "quantize_seconds": round(time.time() - t, 1), "info": info,
+                               "size_mb": round(dst.stat().st_size / 2**20, 1)}
+        clfs[key] = clf
+        print(f"{key:40s} agreement {m['argmax_agreement']:.4f} flips {m['flips']} "
               f"F1 {m['macro_f1']:.4f} ({m['macro_f1_change_points']:+.2f} pts) mean|Δ| {m['mean_abs_logit_diff']:.4f}",
               flush=True)
 
