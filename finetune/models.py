@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from serving.run_folder import model_in_run
 from textdata.errors import ModelError
 
 # alias -> (hub id or "package:<name>", what it is)
@@ -35,7 +36,8 @@ def _package_model(name: str) -> Path | None:
 def resolve_model(name: str) -> str:
     """A local folder path or a hub id for `name` (alias lookup is case-insensitive)."""
     if Path(name).expanduser().is_dir():
-        return str(Path(name).expanduser())
+        # a pretraining run's encoder, or a k-fold run's model/ to start again from
+        return str(model_in_run(Path(name).expanduser(), use=("discriminator", "model")))
     alias = {k.lower(): k for k in REGISTRY}.get(name.lower())
     if alias is None:
         if name.startswith((".", "/", "~")) or os.sep in name.strip("/").replace("/", "", 1):

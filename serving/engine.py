@@ -33,6 +33,7 @@ from pathlib import Path
 import numpy as np
 
 from serving.quantize import cpu_isa
+from serving.run_folder import model_in_run
 from serving.torch_runner import TorchRunner, check_options, cuda_available, probe_ids
 from textdata.errors import ModelError
 from textdata.labels import labels_from_config
@@ -127,6 +128,7 @@ def _resolve_files(path: Path) -> tuple[Path, list[Path]]:
     """(folder, ONNX files in it); a path to one .onnx file selects that file."""
     if not path.exists():
         raise ModelError(f"{path}: no such model folder")
+    path = model_in_run(path, use=("model",))
     if path.is_file():
         if path.suffix != ".onnx":
             raise ModelError(f"{path}: expected a model folder or an .onnx file")

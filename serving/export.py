@@ -30,12 +30,14 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, ModelError
 from serving.parity import builtin_sample, compare, tokenization_mismatch, verdict
 from serving.quantize import BY_NAME, DEFAULT_ORDER, cpu_isa, quantize
+from serving.quiet import understood_messages_dropped
+from serving.run_folder import model_in_run
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.tables import missing_text, read_table, write_json
 
@@ -88,7 +90,7 @@ def _eval_rows(cfg: ExportConfig) -> tuple[list[str], list[str] | None, list[str
     """(judged texts, their labels or None, calibration texts for static INT8, disjoint from the judged)."""
     if cfg.eval_csv is None:
         return builtin_sample(cfg.sample_size), None, builtin_sample(200, seed=1)
-    df = read_table(cfg.eval_csv, columns=[cfg.text_column, cfg.label_column])
+    df = read_table(cfg.eval_csv, columns={cfg.text_column: "--text-column", cfg.label_column: "--label-column"})
     df = df[~missing_text(df[cfg.text_column])]
     if df.empty:
         raise DataError(f"{cfg.eval_csv}: no rows with text in column {cfg.text_column!r}")
@@ -192,6 +194,7 @@ def run(cfg: ExportConfig) -> dict:
                         f"known: {', '.join(BY_NAME)}")
     if not cfg.model.is_dir():
         raise ModelError(f"{cfg.model}: no such model folder")
+    cfg = replace(cfg, model=model_in_run(cfg.model, use=("model",)))
     t0 = time.time()
     # fp32 eager on every device (on CUDA the torch default is bf16): the parity gate's reference.
     # Loading also validates config, labels and tokenizer.
@@ -312,7 +315,8 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("serving").setLevel(logging.INFO)
     cfg = parse_args(argv)
-    report = run(cfg)
+    with understood_messages_dropped():
+        report = run(cfg)
     f1_ref = report["pytorch"].get("macro_f1")
     for name, s in report["files"].items():
         if not s.get("checked"):

@@ -28,13 +28,14 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from serving.engine import Classifier
+from serving.run_folder import model_in_run
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.tables import (
     atomic_path,
@@ -240,6 +241,8 @@ def run(cfg: ScoreConfig) -> dict:
     if cfg.top_k is not None and cfg.top_k < 1:
         raise DataError("--top-k must be at least 1")
     check_output(cfg.output)
+    # once here, so Ray workers get the model folder itself and no note each
+    cfg = replace(cfg, model=model_in_run(cfg.model, use=("model",)))
     if cfg.engine == "ray":
         from serving.score_ray import run as run_ray
 
@@ -252,7 +255,7 @@ def run(cfg: ScoreConfig) -> dict:
     out_fmt = table_format(cfg.output)
     if cfg.output.resolve() == cfg.input.resolve():
         raise DataError(f"{cfg.output}: the output would overwrite the input")
-    needed = [cfg.text_column] + ([cfg.id_column] if cfg.id_column else [])
+    needed = {cfg.text_column: "--text-column", **({cfg.id_column: "--id-column"} if cfg.id_column else {})}
     chunks = iter_table(cfg.input, cfg.batch_rows, columns=needed, encoding=cfg.encoding)
     first = next(chunks)  # parses the header and checks columns before the model loads
     t0 = time.time()

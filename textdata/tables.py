@@ -99,10 +99,15 @@ def read_table(
 
 
 def require_columns(df: pd.DataFrame, columns: Iterable[str], path: str | os.PathLike) -> None:
+    """`columns` may map each name to the flag that set it ({"text": "--text-column"}): the error then
+    names the flag, so the user knows how to point at their own column."""
     missing = [c for c in columns if c not in df.columns]
     if missing:
+        flags = [columns[c] for c in missing if isinstance(columns, dict) and columns[c]]
+        fix = f"; name yours with {' / '.join(flags)}" if flags else ""
         raise DataError(
             f"{path}: no column {', '.join(repr(c) for c in missing)}; the columns are {list(map(str, df.columns))}"
+            + fix
         )
 
 

@@ -154,6 +154,7 @@ def test_cli_bad_inputs(exported_dir, tmp_path):
     r = _cli("--model", exported_dir, "--input", inp, "--output", tmp_path / "o.csv")
     assert r.returncode == 2 and "Traceback" not in r.stderr
     assert "error:" in r.stderr and "no column 'text'" in r.stderr and "['body', 'id']" in r.stderr
+    assert "name yours with --text-column" in r.stderr
 
     assert not (tmp_path / "o.csv").exists()
 

@@ -1,0 +1,50 @@
+"""A run folder given where a model folder is wanted: use the model inside it, or say which one to pass.
+
+A k-fold run (finetune/kfold.py) keeps its deployable model in model/ (with --final), a pretraining run
+(pretraining/train.py) its encoder in discriminator/; both runs also hold a config.json of their own, with
+no `model_type`, so handing the run folder to transformers gives its error listing every model type.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+from textdata.errors import ModelError
+
+# subfolder -> what the run folder is when it holds one
+RUNS = {"model": "a k-fold run (finetune/kfold.py --final)", "discriminator": "a pretraining run (pretraining/train.py)"}
+
+
+def is_model_folder(folder: Path) -> bool:
+    """A transformers (or serving.export) folder: its config.json names a model_type."""
+    try:
+        return "model_type" in json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, TypeError):
+        return False
+
+
+def model_in_run(path: str | Path, use: tuple[str, ...], flag: str = "--model") -> Path:
+    """`path`, or its first subfolder in `use` ('model', 'discriminator') when `path` is a run folder,
+    with a one-line note on stderr. A run folder without a usable model raises ModelError saying what
+    to pass instead; anything else is returned as given, for the caller's own checks."""
+    path = Path(path)
+    if not path.is_dir() or is_model_folder(path):
+        return path
+    for sub in use:
+        if is_model_folder(path / sub):
+            print(f"note: {flag} {path} is {RUNS[sub]}; using {path / sub}", file=sys.stderr)
+            return path / sub
+    if is_model_folder(path / "discriminator"):  # wanted a classifier, got a pretraining run
+        raise ModelError(
+            f"{flag} {path} is {RUNS['discriminator']}: its discriminator/ has no classification head yet. "
+            f"Fine-tune it first (python finetune/kfold.py --model {path / 'discriminator'} --data LABELED.csv "
+            "--final) and pass that run's model/")
+    if (path / "report.json").is_file() or (path / "folds").is_dir():
+        raise ModelError(f"{flag} {path} is a k-fold run without model/: rerun finetune/kfold.py with the same "
+                         "--output plus --resume --final (finished folds are reused) to train one")
+    if (path / "config.json").is_file():
+        raise ModelError(f"{flag} {path}: its config.json has no model_type, so it is not a model folder "
+                         "(expected a transformers save_pretrained folder or serving.export's output)")
+    return path
