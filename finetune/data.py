@@ -61,7 +61,9 @@ def load_labeled(
     normalizer: Normalizer | None = None,
     encoding: str = "utf-8",
 ) -> LabeledData:
-    columns = [text_column, label_column] + ([group_column] if group_column else [])
+    columns = {text_column: "--text-column", label_column: "--label-column"}
+    if group_column:
+        columns[group_column] = "--group-column"
     table = read_table(path, columns, encoding=encoding)
     if len(table) == 0:
         raise DataError(f"{path}: no rows")
@@ -146,3 +148,30 @@ def inner_split(y: np.ndarray, groups: np.ndarray | None, fraction: float, seed:
     splitter = StratifiedKFold(n_splits=n_splits, shuffle=True, random_state=seed)
     tr, va = next(splitter.split(np.zeros(len(idx)), y[idx]))
     return np.sort(np.concatenate([idx[tr], np.flatnonzero(~splittable)])), idx[va]
+
+
+def split_holdout(data: LabeledData, fraction: float, folds: int, seed: int, path) -> tuple[LabeledData, LabeledData]:
+    """(rows for the folds and the final model, held-out rows): stratified, whole groups when grouped.
+
+    The held-out part is about `fraction` of the rows (1/round(1/fraction) of them, a whole inner split).
+    """
+    cv_pos, held_pos = inner_split(data.y, data.groups, fraction, seed)
+    if len(held_pos) == 0:
+        raise DataError(f"{path}: --holdout {fraction}: too few rows per class to hold any out")
+
+    def part(pos: np.ndarray) -> LabeledData:
+        pos = np.sort(pos)
+        return LabeledData(table=data.table, keep=data.keep[pos], texts=[data.texts[i] for i in pos], y=data.y[pos],
+                           groups=None if data.groups is None else data.groups[pos], labels=data.labels,
+                           dropped=data.dropped)
+
+    cv, held = part(cv_pos), part(held_pos)
+    counts = np.bincount(cv.y, minlength=len(data.labels))
+    if counts.min() < folds:
+        name = data.labels[int(counts.argmin())]
+        raise DataError(f"{path}: after --holdout {fraction}, class {name!r} has {int(counts.min())} rows left for "
+                        f"{folds}-fold cross-validation; lower --holdout or --folds")
+    if cv.groups is not None and len(set(cv.groups)) < folds:
+        raise DataError(f"{path}: after --holdout {fraction}, {len(set(cv.groups))} groups are left, fewer than "
+                        f"--folds {folds}; lower --holdout or --folds")
+    return cv, held

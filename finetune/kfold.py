@@ -10,6 +10,8 @@ Per fold: (with --adapt-steps) replaced-token detection continued on the fold's 
 finetune/adapt.py; a fresh model from the pretrained weights, early stopping on an inner split of the
 training part, scores on the held-out fold, and a TF-IDF + logistic-regression baseline on the same
 split. Writes OUTPUT/report.json, oof_predictions.csv, plots, and with --final a deployable model/.
+--holdout 0.2 first sets a fifth of the rows aside (OUTPUT/holdout.csv): the final model's score on them
+in report.json is the one measured on rows it never saw, and they are the export's --eval-csv.
 Several GPUs: `accelerate launch finetune/kfold.py ...`.
 """
 
@@ -29,7 +31,7 @@ import numpy as np
 
 from finetune.adapt import AdaptConfig, adapt
 from finetune.baseline import baseline_predict
-from finetune.data import bbcnews_csv, inner_split, load_labeled, make_folds
+from finetune.data import bbcnews_csv, inner_split, load_labeled, make_folds, split_holdout
 from finetune.metrics import KEYS, fold_metrics, summarize
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model
 from finetune.train import TrainConfig, encode, fit, predict_proba
@@ -57,6 +59,7 @@ class Config:
     max_length: int = 128
     dropout: float | None = None
     inner_val: float = 0.1
+    holdout: float = 0.0  # share of rows kept from the folds and the final model, to score the final model on
     random_init: bool = False  # same architecture, random weights: what pretraining is worth
     device: str = "auto"
     final: bool = False
@@ -110,6 +113,10 @@ def parse_args(argv=None) -> Config | None:
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--dropout", type=float, help="override the model's dropout")
     p.add_argument("--inner-val", type=float, default=0.1, help="share of each training fold used for early stopping")
+    p.add_argument("--holdout", type=float, default=0.0, metavar="FRACTION",
+                   help="set this share of rows aside first (stratified; whole groups with --group-column): never "
+                        "seen by the folds or the final model, which is scored on them in report.json; written as "
+                        "OUTPUT/holdout.csv for serving.export --eval-csv (default 0: off)")
     p.add_argument("--random-init", action="store_true", help="same architecture with random weights (ablation)")
     p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
     p.add_argument("--final", action="store_true", help="after CV, train on all rows and save OUTPUT/model")
@@ -144,6 +151,8 @@ def parse_args(argv=None) -> Config | None:
         p.error("--model and --data are required (try --model minilm --data bbcnews offline)")
     if a.folds < 2:
         p.error("--folds must be at least 2")
+    if not 0 <= a.holdout < 1:
+        p.error("--holdout must be a fraction in [0, 1), e.g. 0.2")
     if a.adapt_steps < 0 or (a.adapt_steps and a.random_init):
         p.error("--adapt-steps must be >= 0, and adapts pretrained weights: it does not go with --random-init")
     adapt_cfg = AdaptConfig(steps=a.adapt_steps, lr=a.adapt_lr, batch_size=a.adapt_batch_size,
@@ -183,6 +192,9 @@ def run(cfg: Config) -> dict:
     normalizer = Normalizer(cfg.normalize)
     data = load_labeled(data_path, cfg.text_column, cfg.label_column, cfg.group_column, cfg.folds,
                         cfg.on_missing, normalizer, cfg.encoding)
+    held = None
+    if cfg.holdout:  # set aside before anything is fitted: neither the folds nor the final model see them
+        data, held = split_holdout(data, cfg.holdout, cfg.folds, cfg.seed, data_path)
     resolved = resolve_model(cfg.model)
     if cfg.adapt.steps and not Path(resolved).is_dir():
         raise DataError(f"--adapt-steps needs a local ELECTRA folder as --model, not {cfg.model!r}")
@@ -200,6 +212,8 @@ def run(cfg: Config) -> dict:
             raise DataError(f"--resume: {out} was run with different {differs}; use a new --output")
     if main:
         write_json(out / "config.json", config_json)
+        if held is not None:  # the rows as read, every column: serving.export --eval-csv takes it as is
+            write_table(data.table.iloc[held.keep], out / "holdout.csv")
     print(f"{len(data.y)} rows, {len(data.labels)} classes, {cfg.folds} folds"
           f"{' grouped by ' + repr(cfg.group_column) if cfg.group_column else ''}; model {resolved} "
           f"on {accelerator.device}", file=sys.stderr)
@@ -259,20 +273,34 @@ def run(cfg: Config) -> dict:
         "config": config_json, "seed": cfg.seed, "device": str(accelerator.device),
     }
     report["lift_macro_f1"] = report["macro_f1_mean"] - report["baseline"]["macro_f1_mean"]
+    if held is not None:
+        report["holdout"] = holdout_baseline(out, data, held, cfg)
     if main:
-        write_outputs(out, cfg, data, oof, base_oof, fold_of, report, histories)
+        write_outputs(out, cfg, data, oof, base_oof, fold_of, report, histories, held)
     if cfg.final:
-        final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, accelerator)
+        final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, accelerator, held)
     report["wall_seconds"] = round(time.time() - started, 1)
     if main:
         write_json(out / "report.json", report)
         print(summary_table(report))
         print(f"\nwrote {out}/report.json, oof_predictions.csv, confusion_matrix.png, learning_curves.png"
-              + (", model/" if cfg.final else ""))
+              + (", model/" if cfg.final else "") + (", holdout.csv" if held is not None else ""))
     return report
 
 
-def write_outputs(out, cfg, data, oof, base_oof, fold_of, report, histories) -> None:
+def holdout_baseline(out: Path, data, held, cfg: Config) -> dict:
+    """The held-out rows' entry in report.json; the baseline trained on every fold row is scored now, the
+    final model (with --final) in final_model."""
+    texts = data.texts + held.texts
+    y = np.concatenate([data.y, held.y])
+    cv, ho = np.arange(len(data.y)), np.arange(len(data.y), len(y))
+    proba = baseline_predict(texts, y, cv, ho, cfg.seed)
+    return {"path": str(out / "holdout.csv"), "fraction": cfg.holdout, "n_rows": len(held.y),
+            "scored": "final model" if cfg.final else "baseline only (no --final, so no final model to score)",
+            "baseline": fold_metrics(held.y, proba.argmax(1), data.labels)}
+
+
+def write_outputs(out, cfg, data, oof, base_oof, fold_of, report, histories, held=None) -> None:
     from finetune.plots import confusion_png, fold_scores_png, learning_curves_png
 
     table = data.table.copy()
@@ -292,6 +320,8 @@ def write_outputs(out, cfg, data, oof, base_oof, fold_of, report, histories) -> 
     table["baseline_pred_label"] = base_pred
     error = np.full(n_rows, "", dtype=object)
     error[np.setdiff1d(np.arange(n_rows), data.keep)] = "dropped: empty text or label"
+    if held is not None:
+        error[held.keep] = "held out (--holdout): in holdout.csv"
     table["error"] = error
     write_table(table, out / "oof_predictions.csv")
 
@@ -303,8 +333,9 @@ def write_outputs(out, cfg, data, oof, base_oof, fold_of, report, histories) -> 
                     out / "fold_scores.png")
 
 
-def final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, accelerator) -> None:
-    """Train on every row for the median best epoch of the folds, then save a serving-ready folder."""
+def final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, accelerator, held=None) -> None:
+    """Train on every fold row for the median best epoch of the folds, then save a serving-ready folder;
+    score it on the held-out rows (--holdout), which it never saw."""
     import torch
 
     epochs = int(np.median([f["best_epoch"] for f in report["folds"]])) or cfg.train.epochs
@@ -314,6 +345,13 @@ def final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, acceler
     torch.manual_seed(cfg.seed)
     model = load_classifier(cfg.model, resolved, data.labels, cfg.dropout, cfg.random_init)
     fit(model, tokenizer, ids, data.y, [], np.array([], dtype=np.int64), train_cfg, cfg.seed, accelerator, desc="final")
+    if held is not None:
+        proba = predict_proba(model, encode(tokenizer, held.texts, cfg.max_length), tokenizer.pad_token_id or 0,
+                              accelerator.device, cfg.train.precision)
+        report["holdout"].update(fold_metrics(held.y, proba.argmax(1), data.labels))
+        print(f"holdout ({len(held.y)} rows never trained on): final model macro-F1 "
+              f"{report['holdout']['macro_f1']:.4f}, baseline {report['holdout']['baseline']['macro_f1']:.4f}",
+              file=sys.stderr)
     if not accelerator.is_main_process:
         return
     folder = Path(cfg.output) / "model"
@@ -324,7 +362,7 @@ def final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, acceler
         "config": json.loads(json.dumps(asdict(cfg), default=str)), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
         "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))},
     })
-    report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs}
+    report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(data.y)}
 
 
 def summary_table(report: dict) -> str:
@@ -340,6 +378,11 @@ def summary_table(report: dict) -> str:
                  f"{base['macro_f1_mean']:.4f}±{base['macro_f1_std']:.3f}")
     lines.append(f"\nmacro-F1 {report['macro_f1_mean']:.4f} ± {report['macro_f1_std']:.4f} vs baseline "
                  f"{base['macro_f1_mean']:.4f} ± {base['macro_f1_std']:.4f} (lift {report['lift_macro_f1']:+.4f})")
+    held = report.get("holdout")
+    if held:
+        final = f"final model {held['macro_f1']:.4f}, " if "macro_f1" in held else ""
+        lines.append(f"holdout ({held['n_rows']} rows, never trained on): {final}"
+                     f"baseline {held['baseline']['macro_f1']:.4f}")
     return "\n".join(lines)
 
 

@@ -84,6 +84,10 @@ def test_missing_column_lists_columns(capsys, tmp_path, tiny_electra_dir):
     path = write(tmp_path, pd.DataFrame({"sentence": ["a", "b"], "label": ["x", "y"]}))
     code, err = run_cli(capsys, "--model", str(tiny_electra_dir), "--data", str(path))
     assert code == 2 and "no column 'text'" in err and "['sentence', 'label']" in err
+    assert err.strip().endswith("name yours with --text-column")
+    path = write(tmp_path, pd.DataFrame({"text": ["a", "b"], "topic": ["x", "y"]}))
+    code, err = run_cli(capsys, "--model", str(tiny_electra_dir), "--data", str(path), "--group-column", "page")
+    assert code == 2 and "no column 'label', 'page'" in err and "--label-column / --group-column" in err
 
 
 def test_empty_texts_and_labels_are_counted_then_dropped_or_fail(capsys, tmp_path):

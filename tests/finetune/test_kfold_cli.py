@@ -133,3 +133,37 @@ def test_list_models_and_offline_hub_id_message():
     assert proc.returncode == 2
     assert "beomi/KcELECTRA-base-v2022" in proc.stderr and "local folder" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_holdout_is_never_trained_on_and_scores_the_final_model(tmp_path, tiny_electra_dir, toy_rows):
+    from finetune.metrics import fold_metrics
+    from finetune.train import encode, predict_proba
+
+    df = toy_rows(n_per_class=12, seed=3)
+    data = tmp_path / "notes.csv"
+    df.to_csv(data, index=False)
+    out = tmp_path / "run"
+    proc = kfold("--model", tiny_electra_dir, "--data", data, "--folds", 3, "--epochs", 1, "--batch-size", 8,
+                 "--group-column", "page", "--holdout", 0.25, "--output", out, "--final")
+    held = pd.read_csv(out / "holdout.csv")
+    assert list(held.columns) == list(df.columns) and 0 < len(held) < len(df) / 2
+    assert sorted(held["label"].unique()) == ["dream", "error", "memo"]  # stratified
+    oof = pd.read_csv(out / "oof_predictions.csv", keep_default_na=False)
+    in_holdout = oof["text"].isin(set(held["text"])) & oof["page"].isin(set(held["page"]))
+    assert (oof.loc[in_holdout, "fold"] == -1).all() and (oof.loc[~in_holdout, "fold"] >= 0).all()
+    assert oof.loc[in_holdout, "error"].str.startswith("held out").all() and in_holdout.sum() == len(held)
+    assert not set(held["page"]) & set(oof.loc[~in_holdout, "page"])  # whole groups held out
+    report = json.loads((out / "report.json").read_text())
+    assert report["n_used"] == len(df) - len(held) == report["final_model"]["n_train"]
+    assert sum(f["n_val"] for f in report["folds"]) == report["n_used"]
+    ho = report["holdout"]
+    assert ho["n_rows"] == len(held) and ho["scored"] == "final model" and "macro_f1" in ho["baseline"]
+    # the reported score is the saved final model's on exactly these rows
+    model = AutoModelForSequenceClassification.from_pretrained(out / "model").eval()
+    tok = AutoTokenizer.from_pretrained(out / "model")
+    proba = predict_proba(model, encode(tok, held["text"].tolist(), 128), tok.pad_token_id, torch.device("cpu"), "fp32")
+    y = held["label"].map({"dream": 0, "error": 1, "memo": 2}).to_numpy()
+    assert ho["macro_f1"] == pytest.approx(fold_metrics(y, proba.argmax(1), ["dream", "error", "memo"])["macro_f1"])
+    assert "holdout (" in proc.stdout
+    bad = kfold("--model", tiny_electra_dir, "--data", data, "--holdout", 1.5, check=False)
+    assert bad.returncode == 2 and "--holdout" in bad.stderr
