@@ -48,7 +48,10 @@ def learning_curves_png(histories: list[dict], path: Path) -> None:
     ax_loss.set(xlabel="step", ylabel="training loss", title="training loss")
     ax_f1.set(xlabel="epoch", ylabel="macro-F1", title="inner validation (early stopping)")
     ax_f1.set_ylim(0, 1)
-    ax_f1.xaxis.set_major_locator(MaxNLocator(integer=True))
+    # Whole epochs from 1, with room either side: one epoch alone would get an axis of 0.95-1.05.
+    last = max([max(h["epochs"]) for h in histories if h["epochs"]], default=1)
+    ax_f1.set_xlim(0.5, last + 0.5)
+    ax_f1.xaxis.set_major_locator(MaxNLocator(integer=True, min_n_ticks=1))
     for ax in (ax_loss, ax_f1):
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)

@@ -96,7 +96,8 @@ def plot_rtd_curve(log_path: Path, png_path: Path) -> bool:
     for ax in (left, right):
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-        ax.legend(loc="lower right", fontsize=8)
+        # Below the panel: inside it, any corner hides the curves that sit low early in training.
+        ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.15), ncol=2, fontsize=8, frameon=False)
     fig.tight_layout()
     fig.savefig(png_path, dpi=120)
     plt.close(fig)
