@@ -163,6 +163,7 @@ def test_image_serves_checks_health_runs_unprivileged_and_stops_cleanly(image, t
         assert box.wait_for("HEALTHCHECK healthy", lambda: box.inspect("{{.State.Health.Status}}") == "healthy")
         assert docker("exec", box.id, "id", "-u").stdout.strip() == "10001"
         assert box.inspect("{{.Config.User}}") == "app"
+        docker("exec", box.id, "sh", "-c", 'test "$(pwd)" = /data && test -w /data')  # app data: the volume
         started = time.monotonic()
         docker("stop", "-t", "30", box.id, timeout=60)
         assert box.inspect("{{.State.ExitCode}}") == "0", box.logs()
