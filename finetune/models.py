@@ -79,8 +79,13 @@ def _local_only(resolved: str) -> bool:
 
 
 def offline_hint(name: str, resolved: str, err: Exception) -> ModelError:
+    why = f"{type(err).__name__}: {str(err).strip().splitlines()[0][:200]}"
+    if Path(resolved).is_dir():  # a local folder: the hub has nothing to do with it
+        return ModelError(f"--model {name}: could not load the folder {resolved} ({why}); expected a transformers "
+                          "model folder (config.json with a model_type, weights, tokenizer files), e.g. "
+                          "OUTPUT/discriminator of pretraining/train.py")
     return ModelError(
-        f"--model {name}: could not load {resolved!r} ({type(err).__name__}: {str(err).strip().splitlines()[0][:200]}). "
+        f"--model {name}: could not load {resolved!r} ({why}). "
         "Hub ids need internet access or a local Hugging Face cache. Offline, pass a local folder "
         "(a discriminator from `python pretraining/train.py`, or a model you downloaded elsewhere) "
         "or an alias that ships in a package (see --list-models: `minilm`)."

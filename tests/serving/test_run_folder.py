@@ -91,3 +91,14 @@ def test_kfold_takes_a_pretraining_run(tiny_electra_dir, tiny_classifier_dir, tm
     assert resolve_model(str(tiny_electra_dir)) == str(tiny_electra_dir)  # a model folder as it is
     with pytest.raises(models.ModelError, match="--resume --final"):
         resolve_model(str(kfold_run(tmp_path / "empty", None)))
+
+
+def test_kfold_on_a_folder_that_is_no_model_says_so_without_the_hub(tmp_path):
+    from finetune.models import load_tokenizer
+
+    folder = tmp_path / "notes"
+    folder.mkdir()
+    (folder / "readme.txt").write_text("not a model")
+    with pytest.raises(models.ModelError) as e:
+        load_tokenizer(str(folder), resolve_model(str(folder)), 64)
+    assert f"could not load the folder {folder}" in str(e.value) and "Hub" not in str(e.value)
