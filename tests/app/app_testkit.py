@@ -94,3 +94,11 @@ def start_server(model: Path, cwd: Path, *args: str, env: dict | None = None) ->
     port = free_port()
     argv = [sys.executable, "-m", "app", "--model", str(model), "--port", str(port), *args]
     return Server(argv, cwd, port, env)
+
+
+def metric(text: str, name: str, **labels) -> float:
+    """Value of one Prometheus sample (0 when absent)."""
+    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    pattern = re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "") + r" ([0-9.e+-]+)$"
+    m = re.search(pattern, text, re.MULTILINE)
+    return float(m.group(1)) if m else 0.0

@@ -9,20 +9,13 @@ from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
+from app_testkit import metric
 
 TEXTS = ["꿈에서 봤다 오늘", "에러 발생했다 회의", "메모 약속 내일", "dream diary", "error memo", "좋은 날씨 일기"]
 
 
 def classify(server, body, **kw) -> httpx.Response:
     return httpx.post(server.url + "/v1/classify", json=body, timeout=30, **kw)
-
-
-def metric(text: str, name: str, **labels) -> float:
-    """Value of one Prometheus sample (0 when absent)."""
-    want = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    pattern = re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "") + r" ([0-9.e+-]+)$"
-    m = re.search(pattern, text, re.MULTILINE)
-    return float(m.group(1)) if m else 0.0
 
 
 def assert_matches_engine(pred: dict, expected) -> None:

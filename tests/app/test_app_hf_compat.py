@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import httpx
 import pytest
-from app_testkit import API_KEY
+from app_testkit import API_KEY, metric
 from huggingface_hub import InferenceClient
 from huggingface_hub.errors import HfHubHTTPError
 
@@ -43,8 +43,12 @@ def test_tei_predict_single_and_batch(server, engine):
     want = ranked(engine, TEXTS[0])
     assert [p["label"] for p in r.json()] == [label for label, _ in want]
     assert [p["score"] for p in r.json()] == pytest.approx([s for _, s in want], abs=5e-4)
+    batched = 'app_batch_size_texts_sum'
+    before = metric(httpx.get(server.url + "/metrics").text, batched)
     r = httpx.post(server.url + "/predict", json={"inputs": TEXTS, "truncate": True}, timeout=30)
     assert r.status_code == 200, r.text
+    # through the same micro-batcher as /v1/classify: its batch histogram counted these texts
+    assert metric(httpx.get(server.url + "/metrics").text, batched) >= before + len(TEXTS)
     assert [row[0]["label"] for row in r.json()] == [engine.predict([t])[0].label for t in TEXTS]
     assert httpx.post(server.url + "/predict", json={"inputs": "x", "raw_scores": True}).status_code == 422
 
