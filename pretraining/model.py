@@ -33,7 +33,6 @@ from transformers.models.electra.modeling_electra import ElectraSelfAttention
 # mlm: BERT baseline, a discriminator-sized MLM. replace-mlm: MLM whose input has generator samples instead
 # of [MASK]. all-tokens-mlm: predict every token of the sampled input, with a copy gate (paper, section 3.2).
 OBJECTIVES = ("electra", "electra-15", "mlm", "replace-mlm", "all-tokens-mlm")
-USES_DISCRIMINATOR_HEAD = ("electra", "electra-15", "all-tokens-mlm")
 
 
 class SdpaSelfAttention(ElectraSelfAttention):

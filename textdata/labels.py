@@ -14,11 +14,6 @@ def label_order(labels: Iterable) -> list[str]:
         return sorted(unique)
 
 
-def label_maps(labels: list[str]) -> tuple[dict[int, str], dict[str, int]]:
-    id2label = dict(enumerate(labels))
-    return id2label, {v: k for k, v in id2label.items()}
-
-
 def labels_from_config(config) -> list[str]:
     """Label names in id order from a transformers config (what `--final` and exports write)."""
     id2label = {int(k): v for k, v in config.id2label.items()}
