@@ -24,7 +24,7 @@ import gradio as gr
 import pandas as pd
 from gradio.context import LocalContext
 
-from serving.score import score_frame
+from serving.scoring import score_frame
 from textdata.tables import missing_text, write_table
 
 from .api import text_problem

@@ -63,12 +63,13 @@ def build_model(work: Path) -> Path:
 
 
 def one_run(name: str, model: Path, inp: Path, work: Path, **kw) -> dict:
-    from serving import score
+    from serving import score, score_ray
 
     out = work / f"out-{name}.parquet"
     load = os.getloadavg()[0]
     t = time.perf_counter()
-    s = score.run(score.ScoreConfig(model=model, input=inp, output=out, progress=False, **kw))
+    config = score_ray.RayScoreConfig if kw.get("engine") == "ray" else score.ScoreConfig
+    s = score.run(config(model=model, input=inp, output=out, progress=False, **kw))
     wall = time.perf_counter() - t
     assert len(pd.read_parquet(out, columns=["pred_label"])) == s["rows"]
     return {"run": name, "rows": s["rows"], "wall_s": round(wall, 2), "rows_per_s_end_to_end": round(s["rows"] / wall, 1),

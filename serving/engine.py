@@ -143,7 +143,7 @@ class Classifier:
         self.folder = Path(folder)
         self._run = runner
         self._config = config
-        self.normalizer = normalizer  # public: batch scoring flags texts it empties
+        self.normalizer = normalizer
         self.labels = labels_from_config(config)
         self.max_length = max_length
         self.batch_tokens = batch_tokens
@@ -318,10 +318,9 @@ class Classifier:
             "precision_check": getattr(self._run, "precision_check", None),
         }
 
-    def encode(self, texts: Sequence[str]) -> list[list[int]]:
-        """Token ids per text exactly as the model sees them (normalised, truncated, special tokens).
-        A server that needs lengths before batching encodes once and hands these to `predict_encoded`:
-        for a very small model, tokenizing costs a third as much as the forward pass."""
+    def normalize(self, texts: Sequence[str]) -> list[str]:
+        """Each text as the model reads it: cut where no kept token can lie beyond, then normalised. Batch
+        scoring calls this once to flag texts that normalise to nothing, then passes `normalized=True`."""
         cap = self._char_cap
         clean = []
         for t in texts:
@@ -329,6 +328,14 @@ class Classifier:
             if len(t) > cap:
                 t = t[:cap] if self.truncation == "head" else t[: cap // 4] + " " + t[-(cap - cap // 4):]
             clean.append(self.normalizer(t))
+        return clean
+
+    def encode(self, texts: Sequence[str], normalized: bool = False) -> list[list[int]]:
+        """Token ids per text exactly as the model sees them (normalised, truncated, special tokens).
+        A server that needs lengths before batching encodes once and hands these to `predict_encoded`:
+        for a very small model, tokenizing costs a third as much as the forward pass.
+        normalized: the texts come from `normalize` already."""
+        clean = list(texts) if normalized else self.normalize(texts)
         # encode_batch fans out to a thread pool: worth it for a batch, pure overhead for one text.
         if len(clean) == 1:
             encs = [self._tok.encode(clean[0], add_special_tokens=False)]
@@ -348,13 +355,13 @@ class Classifier:
         """Tokens per text after normalisation, truncation and special tokens (what a batch costs)."""
         return [len(ids) for ids in self.encode(texts)]
 
-    def predict_proba(self, texts: Sequence[str]) -> np.ndarray:
+    def predict_proba(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
         """Probabilities, shape (len(texts), len(labels)), rows in input order."""
-        return _softmax(self.predict_logits(texts))
+        return _softmax(self.predict_logits(texts, normalized))
 
-    def predict_logits(self, texts: Sequence[str]) -> np.ndarray:
+    def predict_logits(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
         """Raw logits (float32), shape (len(texts), len(labels)), rows in input order."""
-        return self._logits(self.encode(texts))
+        return self._logits(self.encode(texts, normalized))
 
     def _logits(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
         n = len(seqs)

@@ -23,30 +23,34 @@
 
 from __future__ import annotations
 
+import dataclasses
 import glob
 import logging
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
 
 import pandas as pd
 
-from serving.engine import Classifier, usable_cores
-from serving.score import (
+from serving.engine import usable_cores
+from serving.scoring import (
     ScoreConfig,
-    _parts_dir,
-    _Tally,
+    Tally,
     append_part,
     finish_parts,
-    prediction_columns,
+    load_model,
+    output_columns,
+    parts_dir,
     prepare_parts,
     result_options,
     score_frame,
     summary,
 )
 from textdata.errors import DataError
+from textdata.flags import Flag
 from textdata.tables import FORMATS, check_encoding, is_utf8, read_encoding, require_columns, table_format
 
 log = logging.getLogger("serving.score")
@@ -64,6 +68,24 @@ _IO_CPUS = 1
 # to preemption or the OOM killer is retried, while a batch that kills every worker it meets (a poison
 # input, a batch too big for the memory) stops the run instead of looping; --resume continues it.
 TASK_RETRIES = 3
+
+
+@dataclass(frozen=True)
+class RayScoreConfig(ScoreConfig):
+    """The local options and the Ray-only ones."""
+
+    engine: str = "ray"
+    address: str | None = None
+    num_workers: int | None = None
+    gpus_per_worker: float | None = None
+
+
+FLAGS = {
+    "threads": Flag("CPU threads per worker", shown="1"),
+    "address": Flag("Ray cluster to join (e.g. auto)", shown="start Ray here"),
+    "num_workers": Flag("Ray workers", shown="CPUs, or GPUs // --gpus-per-worker"),
+    "gpus_per_worker": Flag("GPUs per Ray worker, e.g. 0.5", shown="none: score on CPUs"),
+}
 
 
 def settle_fsspec_http() -> None:
@@ -224,9 +246,7 @@ class _Scorer:
     """One per Ray actor: the model loads once, here, and then scores every batch the actor is given."""
 
     def __init__(self, cfg: ScoreConfig, top_k: int | None, threads: int | None):
-        self.clf = Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length,
-                                   batch_tokens=cfg.batch_tokens, threads=threads, truncation=cfg.truncation,
-                                   quantized=cfg.quantized)
+        self.clf = load_model(cfg, threads)
         self.text_column, self.top_k = cfg.text_column, top_k
 
     def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
@@ -234,7 +254,7 @@ class _Scorer:
 
 
 @contextmanager
-def _ray_session(ray, cfg: ScoreConfig):
+def _ray_session(ray, cfg: RayScoreConfig):
     """Join `--address`, reuse a session the caller started, or start one on this machine only."""
     if ray.is_initialized():
         yield
@@ -250,7 +270,7 @@ def _ray_session(ray, cfg: ScoreConfig):
         ray.shutdown()
 
 
-def _worker_resources(ray, cfg: ScoreConfig) -> tuple[int, dict]:
+def _worker_resources(ray, cfg: RayScoreConfig) -> tuple[int, dict]:
     """(actor count, per-actor resources): by default as many actors as the cluster's CPUs or GPUs hold."""
     have = ray.cluster_resources()
     if cfg.gpus_per_worker:
@@ -281,6 +301,8 @@ def _ray_failure(e: Exception, files: list[Path], fmt: str, encoding: str) -> Ex
 
 def run(cfg: ScoreConfig) -> dict:
     """`serving.score.run` with --engine ray; the options both engines share are checked there."""
+    if not isinstance(cfg, RayScoreConfig):
+        cfg = RayScoreConfig(**dataclasses.asdict(cfg))
     ray = import_ray()
     if cfg.num_workers is not None and cfg.num_workers < 1:
         raise DataError("--num-workers must be at least 1")
@@ -297,16 +319,10 @@ def run(cfg: ScoreConfig) -> dict:
     t0 = time.time()
     # Loaded here too, once, with one thread: a bad model fails in one line before any worker starts,
     # and the driver learns the labels (the output's columns) and what the workers will run.
-    clf = Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length, threads=1,
-                          truncation=cfg.truncation, quantized=cfg.quantized)
+    clf = load_model(dataclasses.replace(cfg, batch_tokens=None), threads=1)
     info = clf.info()
-    top_k = min(cfg.top_k, len(clf.labels)) if cfg.top_k else None
-    pred_cols = prediction_columns(clf.labels, top_k)
+    columns, top_k = output_columns(columns_in, clf.labels, cfg, files[0])
     del clf
-    clash = [c for c in pred_cols if c in columns_in]
-    if clash:
-        raise DataError(f"{files[0]}: already has column(s) {clash}, which the output adds; rename them first")
-    columns = columns_in + pred_cols
 
     with _ray_session(ray, cfg):
         try:
@@ -315,7 +331,7 @@ def run(cfg: ScoreConfig) -> dict:
         except ray.exceptions.RayActorError:
             raise DataError(f"a batch failed {TASK_RETRIES + 1} times, each time losing its worker (a row that "
                             "crashes the model, or a batch too big for a worker's memory: try a smaller "
-                            f"--batch-rows); the rows scored before it are kept in {_parts_dir(cfg.output)}: "
+                            f"--batch-rows); the rows scored before it are kept in {parts_dir(cfg.output)}: "
                             "rerun with --resume") from None
         except ray.exceptions.RayError as e:
             raise _ray_failure(e, files, fmt, cfg.encoding) from None
@@ -330,7 +346,7 @@ def _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt, model_file
     rows_in = sum(counts)
     parts, done = prepare_parts(cfg, manifest_for(cfg, files, counts, model_file, columns), cfg.output.suffix)
     done, first = resume_point(parts, done, counts)
-    tally = _Tally(cfg.id_column)
+    tally = Tally(cfg.id_column)
     for path, _ in done:
         tally.add_part(path, out_fmt, columns)
     offset = sum(n for _, n in done)

@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from serving import score
+from serving import score, scoring
 from textdata.errors import DataError
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -68,12 +68,32 @@ def test_parquet_in_and_out_with_top_k(exported_dir, tmp_path):
 def test_predictions_match_engine(exported_dir, tmp_path):
     from serving.engine import Classifier
 
-    rows = pd.DataFrame({"text": ["꿈에서 봤다", "오류 발생했다", "메모 기록"]})
+    texts = [t for t in EDGE_TEXTS if t.strip()] + ["꿈에서 봤다", "오류 발생했다", "메모 기록", "회의 시간 약속"] * 5
+    rows = pd.DataFrame({"text": texts})
     rows.to_csv(tmp_path / "in.csv", index=False)
-    _run(exported_dir, tmp_path / "in.csv", tmp_path / "out.csv")
+    _run(exported_dir, tmp_path / "in.csv", tmp_path / "out.csv", batch_rows=7)
     got = pd.read_csv(tmp_path / "out.csv")
-    expected = [p.label for p in Classifier.load(exported_dir).predict(rows["text"].tolist())]
+    clf = Classifier.load(exported_dir)
+    expected = [p.label for p in clf.predict(rows["text"].tolist())]
     assert got["pred_label"].tolist() == expected
+    # Every probability and the score, not only the argmax: chunking and normalising once change no number.
+    proba = clf.predict_proba(texts)
+    np.testing.assert_allclose(got[[f"prob_{lab}" for lab in clf.labels]].to_numpy(), proba, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got["pred_score"].to_numpy(), proba.max(axis=1), rtol=0, atol=1e-6)
+
+
+def test_each_text_is_normalised_once(exported_dir):
+    from serving.engine import Classifier
+
+    clf = Classifier.load(exported_dir)
+    calls = []
+    plain = clf.normalizer
+    clf.normalizer = lambda text: calls.append(text) or plain(text)
+    frame = _edge_frame()
+    out = scoring.score_frame(clf, frame, "text", None)
+    usable = [t for t in EDGE_TEXTS if t.strip()]
+    assert len(calls) == len(usable)  # the empty cells are flagged without normalising
+    assert out["error"].notna().sum() == len(EDGE_TEXTS) - len(usable)
 
 
 def _big_input(path: Path, n: int = 600) -> None:
@@ -87,7 +107,7 @@ def test_resume_after_interruption_equals_uninterrupted(exported_dir, tmp_path, 
     _big_input(inp)
     _run(exported_dir, inp, tmp_path / "full.csv", batch_rows=50)
 
-    real, calls = score._write_part, []
+    real, calls = scoring._write_part, []
 
     def dying(df, path, fmt):
         if len(calls) == 4:
@@ -95,7 +115,7 @@ def test_resume_after_interruption_equals_uninterrupted(exported_dir, tmp_path, 
         calls.append(path)
         real(df, path, fmt)
 
-    monkeypatch.setattr(score, "_write_part", dying)
+    monkeypatch.setattr(scoring, "_write_part", dying)
     out = tmp_path / "resumed.csv"
     with pytest.raises(KeyboardInterrupt):
         _run(exported_dir, inp, out, batch_rows=50)

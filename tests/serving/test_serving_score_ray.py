@@ -50,7 +50,8 @@ def test_workers_settle_fsspec_http_before_their_first_task(ray_session):
 
 def _run(model, inp, out, **kw):
     kw.setdefault("progress", False)
-    return score.run(score.ScoreConfig(model=model, input=inp, output=out, **kw))
+    config = score_ray.RayScoreConfig if kw.get("engine") == "ray" else score.ScoreConfig
+    return score.run(config(model=model, input=inp, output=out, **kw))
 
 
 def _read(path) -> pd.DataFrame:
