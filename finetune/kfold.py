@@ -34,8 +34,9 @@ from finetune.baseline import baseline_predict
 from finetune.data import bbcnews_csv, inner_split, load_labeled, make_folds, split_holdout
 from finetune.metrics import KEYS, fold_metrics, summarize
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model
-from finetune.train import TrainConfig, encode, fit, predict_proba
+from finetune.train import COMPILE_CHOICES, SWITCHES, TrainConfig, encode, fit, predict_proba
 from textdata.errors import DataError, exits_2_on_user_error
+from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
 from textdata.normalize import Normalizer
 from textdata.precision import PRECISIONS
 from textdata.tables import write_json, write_table
@@ -93,56 +94,69 @@ def resume_differences(before: dict, now: dict) -> list[str]:
                   and old.get(k, defaults.get(k)) != v)
 
 
+FLAGS = {
+    "text_column": Flag("the column holding the texts"),
+    "label_column": Flag("the column holding the labels"),
+    "group_column": Flag("keep each group (source document, user...) inside one fold"),
+    "encoding": Flag("input encoding, e.g. cp949 for Korean Excel exports"),
+    "on_missing": Flag("rows with empty text or label: drop them with a warning or fail", choices=("drop", "fail")),
+    "normalize": Flag("kc: KcELECTRA-style cleaning of noisy text (emoji, URLs, repeats); stored with the model",
+                      choices=("none", "kc")),
+    "folds": Flag("cross-validation folds (at least 2)"),
+    "seed": Flag("folds, initialisation and shuffling"),
+    "max_length": Flag("tokens per text"),
+    "dropout": Flag("override the model's dropout", shown="the model's"),
+    "inner_val": Flag("share of each training fold used for early stopping"),
+    "holdout": Flag("set this share of rows aside first (stratified; whole groups with --group-column): never "
+                    "seen by the folds or the final model, which is scored on them in report.json; written as "
+                    "OUTPUT/holdout.csv for serving.export --eval-csv (0: off)"),
+    "random_init": Flag("same architecture with random weights (ablation)"),
+    "device": Flag("where training runs", choices=("auto", "cpu", "cuda")),
+    "final": Flag("after CV, train on all rows and save OUTPUT/model"),
+    "resume": Flag("reuse finished folds in --output"),
+}
+TRAIN_FLAGS = {
+    "epochs": Flag("training epochs per fold (early stopping may end sooner)"),
+    "batch_size": Flag("texts per step"),
+    "lr": Flag("peak learning rate"),
+    "layer_decay": Flag("layer-wise LR decay (1 = off)"),
+    "weight_decay": Flag("AdamW weight decay"),
+    "warmup": Flag("warmup share of all steps"),
+    "patience": Flag("early-stopping patience in epochs (0 = off)"),
+    "max_grad_norm": Flag("gradient clipping"),
+    "class_weights": Flag("weight the loss by inverse class frequency"),
+    "precision": Flag("float type on CUDA (auto: bf16 where the GPU has it; fp32 on CPU)", choices=PRECISIONS),
+    "static_shapes": Flag("pad batches to a few fixed shapes (auto: on CUDA); same loss, fewer distinct kernels",
+                          choices=SWITCHES),
+    "compile": Flag("torch.compile the training step (auto: on CUDA; first steps compile, slow); "
+                    "graphs: also replay it as CUDA graphs (CUDA only)", choices=COMPILE_CHOICES),
+}
+ADAPT_FLAGS = {
+    "steps": Flag("task-adaptive pretraining: this many replaced-token-detection steps per fold on the fold's "
+                  "training texts, from --model (an ELECTRA folder from pretraining/train.py); 0 = off"),
+    "lr": Flag("adaptation learning rate"),
+    "batch_size": Flag("blocks of 128 tokens per step"),
+    "warmup": Flag("adaptation warmup share of its steps"),
+    "seq_len": Flag("tokens per adaptation block (capped at the model's positions)"),
+    "corpus": Flag("extra unlabeled text files read in every fold"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=DefaultsHelp)
+    p.add_argument("--model", help="local folder, hub id, or alias (see --list-models) (required)")
+    p.add_argument("--data", help="CSV/TSV/JSONL/Parquet with text and label columns, or 'bbcnews' (built in) "
+                                  "(required)")
+    p.add_argument("--list-models", action="store_true", help="print the model aliases and exit (default: off)")
+    p.add_argument("--output", help="output folder (default: runs/<timestamp>-<model>)")
+    add_flags(p, Config, FLAGS, skip=("model", "data", "output", "train", "adapt"))
+    add_flags(p, TrainConfig, TRAIN_FLAGS)
+    add_flags(p, AdaptConfig, ADAPT_FLAGS, prefix="adapt_")
+    return p
+
+
 def parse_args(argv=None) -> Config | None:
-    t = TrainConfig()
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--model", help="local folder, hub id, or alias (see --list-models)")
-    p.add_argument("--data", help="CSV/TSV/JSONL/Parquet with text and label columns, or 'bbcnews' (built in)")
-    p.add_argument("--list-models", action="store_true", help="print the model aliases and exit")
-    p.add_argument("--output", help="output folder (default runs/<timestamp>-<model>)")
-    p.add_argument("--text-column", default="text")
-    p.add_argument("--label-column", default="label")
-    p.add_argument("--group-column", help="keep each group (source document, user...) inside one fold")
-    p.add_argument("--encoding", default="utf-8", help="input encoding, e.g. cp949 for Korean Excel exports")
-    p.add_argument("--on-missing", choices=["drop", "fail"], default="drop",
-                   help="rows with empty text or label: drop them with a warning (default) or fail")
-    p.add_argument("--normalize", choices=["none", "kc"], default="none",
-                   help="kc: KcELECTRA-style cleaning of noisy text (emoji, URLs, repeats); stored with the model")
-    p.add_argument("--folds", type=int, default=5)
-    p.add_argument("--seed", type=int, default=42)
-    p.add_argument("--max-length", type=int, default=128)
-    p.add_argument("--dropout", type=float, help="override the model's dropout")
-    p.add_argument("--inner-val", type=float, default=0.1, help="share of each training fold used for early stopping")
-    p.add_argument("--holdout", type=float, default=0.0, metavar="FRACTION",
-                   help="set this share of rows aside first (stratified; whole groups with --group-column): never "
-                        "seen by the folds or the final model, which is scored on them in report.json; written as "
-                        "OUTPUT/holdout.csv for serving.export --eval-csv (default 0: off)")
-    p.add_argument("--random-init", action="store_true", help="same architecture with random weights (ablation)")
-    p.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto")
-    p.add_argument("--final", action="store_true", help="after CV, train on all rows and save OUTPUT/model")
-    p.add_argument("--resume", action="store_true", help="reuse finished folds in --output")
-    p.add_argument("--epochs", type=int, default=t.epochs)
-    p.add_argument("--batch-size", type=int, default=t.batch_size)
-    p.add_argument("--lr", type=float, default=t.lr)
-    p.add_argument("--layer-decay", type=float, default=t.layer_decay, help="layer-wise LR decay (1 = off)")
-    p.add_argument("--weight-decay", type=float, default=t.weight_decay)
-    p.add_argument("--warmup", type=float, default=t.warmup, help="warmup share of all steps")
-    p.add_argument("--patience", type=int, default=t.patience, help="early-stopping patience in epochs (0 = off)")
-    p.add_argument("--max-grad-norm", type=float, default=t.max_grad_norm, help="gradient clipping")
-    p.add_argument("--class-weights", action="store_true", help="weight the loss by inverse class frequency")
-    p.add_argument("--precision", choices=PRECISIONS, default=t.precision)
-    p.add_argument("--static-shapes", choices=["auto", "on", "off"], default=t.static_shapes,
-                   help="pad batches to a few fixed shapes (auto: on CUDA); same loss, fewer distinct kernels")
-    p.add_argument("--compile", choices=["auto", "on", "off", "graphs"], default=t.compile,
-                   help="torch.compile the training step (auto: on CUDA; first steps compile, slow); "
-                        "graphs: also replay it as CUDA graphs (CUDA only)")
-    d = AdaptConfig()
-    p.add_argument("--adapt-steps", type=int, default=d.steps,
-                   help="task-adaptive pretraining: this many replaced-token-detection steps per fold on the fold's "
-                        "training texts, from --model (an ELECTRA folder from pretraining/train.py); 0 = off")
-    p.add_argument("--adapt-lr", type=float, default=d.lr)
-    p.add_argument("--adapt-batch-size", type=int, default=d.batch_size, help="blocks of 128 tokens per step")
-    p.add_argument("--adapt-corpus", nargs="+", default=[], help="extra unlabeled text files read in every fold")
+    p = build_parser()
     a = p.parse_args(argv)
     if a.list_models:
         print(list_models())
@@ -155,12 +169,12 @@ def parse_args(argv=None) -> Config | None:
         p.error("--holdout must be a fraction in [0, 1), e.g. 0.2")
     if a.adapt_steps < 0 or (a.adapt_steps and a.random_init):
         p.error("--adapt-steps must be >= 0, and adapts pretrained weights: it does not go with --random-init")
-    adapt_cfg = AdaptConfig(steps=a.adapt_steps, lr=a.adapt_lr, batch_size=a.adapt_batch_size,
-                            corpus=tuple(a.adapt_corpus))
-    train = TrainConfig(**{f.name: getattr(a, f.name) for f in dataclasses.fields(TrainConfig)})
+    values = vars(a)
+    adapt_cfg = config_from(AdaptConfig, values, prefix="adapt_")
+    train = config_from(TrainConfig, {f.name: values[f.name] for f in dataclasses.fields(TrainConfig)})
     output = a.output or f"runs/{datetime.now():%Y%m%d-%H%M%S}-{Path(a.model.rstrip('/')).name}"
     fields = {f.name for f in dataclasses.fields(Config)} - {"train", "adapt", "output"}
-    return Config(output=output, train=train, adapt=adapt_cfg, **{k: getattr(a, k) for k in fields})
+    return Config(output=output, train=train, adapt=adapt_cfg, **{k: values[k] for k in fields})
 
 
 def pick_accelerator(device: str):

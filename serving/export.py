@@ -39,6 +39,7 @@ from serving.quantize import BY_NAME, DEFAULT_ORDER, cpu_isa, quantize
 from serving.quiet import understood_messages_dropped
 from serving.run_folder import model_in_run
 from textdata.errors import DataError, exits_2_on_user_error
+from textdata.flags import Flag, config_from, parser_for
 from textdata.tables import missing_text, read_table, write_json
 
 log = logging.getLogger("serving.export")
@@ -286,31 +287,38 @@ def _has_cuda() -> bool:
     return "CUDAExecutionProvider" in ort.get_available_providers()
 
 
+def _recipe_list(value: str) -> tuple[str, ...]:
+    return tuple(r.strip() for r in value.split(",") if r.strip())
+
+
+FLAGS = {
+    "model": Flag("fine-tuned transformers folder"),
+    "output": Flag("folder to write the ONNX model into"),
+    "target": Flag("the device the export is for", choices=("cpu", "cuda")),
+    "quantize": Flag("also write model_quantized.onnx (INT8, CPU)"),
+    "eval_csv": Flag("labeled table for the parity gate and macro-F1", shown="none: a built-in sample, no F1"),
+    "text_column": Flag("the --eval-csv column holding the texts"),
+    "label_column": Flag("the --eval-csv column holding the labels"),
+    "min_agreement": Flag("argmax agreement with PyTorch required"),
+    "max_f1_drop": Flag("macro-F1 points a file may lose against PyTorch on --eval-csv rows"),
+    "int8_recipes": Flag(f"INT8 recipes to try in order, comma-separated, first that passes wins "
+                         f"(known: {', '.join(BY_NAME)})", type=_recipe_list, shown=",".join(DEFAULT_ORDER)),
+    "opset": Flag("ONNX opset", shown="Optimum's choice"),
+    "min_int8_speedup": Flag("INT8 becomes the CPU default only if this many times as fast as model.onnx here "
+                             "(0: whatever its speed, e.g. when exporting for another CPU)"),
+    "speed_rows": Flag("judged rows timed for the speed check"),
+    "speed_passes": Flag("interleaved timed passes (median)"),
+    "max_eval_rows": Flag("--eval-csv rows the gate judges (seeded sample)"),
+    "sample_size": Flag("built-in texts judged when there is no --eval-csv"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return parser_for(ExportConfig, "python -m serving.export", __doc__.split("\n")[0], FLAGS)
+
+
 def parse_args(argv: list[str] | None = None) -> ExportConfig:
-    ap = argparse.ArgumentParser(prog="python -m serving.export", description=__doc__.split("\n")[0])
-    ap.add_argument("--model", required=True, type=Path, help="fine-tuned transformers folder")
-    ap.add_argument("--output", required=True, type=Path, help="folder to write the ONNX model into")
-    ap.add_argument("--target", choices=["cpu", "cuda"], default="cpu")
-    ap.add_argument("--quantize", action="store_true", help="also write model_quantized.onnx (INT8, CPU)")
-    ap.add_argument("--eval-csv", type=Path, help="labeled table for the parity gate and macro-F1")
-    ap.add_argument("--text-column", default="text")
-    ap.add_argument("--label-column", default="label")
-    ap.add_argument("--min-agreement", type=float, default=0.99, help="argmax agreement with PyTorch required")
-    ap.add_argument("--max-f1-drop", type=float, default=0.5,
-                    help="macro-F1 points a file may lose against PyTorch on --eval-csv rows")
-    ap.add_argument("--int8-recipes", default=",".join(DEFAULT_ORDER),
-                    help=f"INT8 recipes to try in order, first that passes wins (known: {', '.join(BY_NAME)})")
-    ap.add_argument("--min-int8-speedup", type=float, default=1.15,
-                    help="INT8 becomes the CPU default only if this many times as fast as model.onnx here "
-                         "(0: whatever its speed, e.g. when exporting for another CPU)")
-    ap.add_argument("--speed-rows", type=int, default=256, help="judged rows timed for the speed check")
-    ap.add_argument("--speed-passes", type=int, default=3, help="interleaved timed passes (median)")
-    ap.add_argument("--opset", type=int, default=None)
-    ap.add_argument("--max-eval-rows", type=int, default=2000, help="--eval-csv rows the gate judges (seeded sample)")
-    ap.add_argument("--sample-size", type=int, default=500, help="built-in texts judged when there is no --eval-csv")
-    a = vars(ap.parse_args(argv))
-    a["int8_recipes"] = tuple(r.strip() for r in a["int8_recipes"].split(",") if r.strip())
-    return ExportConfig(**a)
+    return config_from(ExportConfig, build_parser().parse_args(argv))
 
 
 @exits_2_on_user_error
