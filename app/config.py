@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from serving.engine import GPU_BATCH_TOKENS
+from textdata.flags import Flag, parser_for
 
 API_KEY_ENV = "ELECTRA_API_KEY"
 # Padded tokens per engine pass when --engine-batch-tokens is not given: on CPU every padded token costs
@@ -75,47 +76,50 @@ class Config:
                              f"{API_KEY_ENV} out to serve without auth")
 
 
+FLAGS = {
+    "model": Flag("ONNX export folder (serving.export) or transformers model folder"),
+    "host": Flag("address to listen on"),
+    "port": Flag("port to listen on"),
+    "api_key": Flag("require 'Authorization: Bearer KEY' on the API and the UI",
+                    shown=f"${API_KEY_ENV}, else no auth"),
+    "provider": Flag("ONNX Runtime provider: auto, cpu, cuda"),
+    "max_length": Flag("truncate texts to this many tokens", shown="the training length"),
+    "threads": Flag("engine intra-op threads", shown="the engine's choice"),
+    "fp32": Flag("use model.onnx even where model_quantized.onnx exists"),
+    "engine_batch_tokens": Flag("padded tokens per forward pass",
+                                shown=f"{CPU_PASS_TOKENS} on CPU, {GPU_PASS_TOKENS} on a GPU"),
+    "batching": Flag("one forward pass per request"),
+    "max_batch_tokens": Flag("tokens a micro-batch closes at"),
+    "max_wait_ms": Flag("milliseconds a micro-batch waits for more requests"),
+    "workers": Flag("batches run at once (engine threads)"),
+    "max_queue": Flag("texts waiting before requests get 429"),
+    "max_texts": Flag("texts per request"),
+    "max_chars": Flag("characters per text"),
+    "max_body_bytes": Flag("request body size; beyond it 413"),
+    "request_timeout_s": Flag("seconds a request may wait for its predictions", name="--request-timeout"),
+    "shutdown_timeout_s": Flag("seconds in-flight requests get on shutdown", name="--shutdown-timeout"),
+    "max_header_bytes": Flag("request line + headers; beyond it 431"),
+    "header_timeout_s": Flag("seconds to receive a request's headers; then 408 and the connection is closed",
+                             name="--header-timeout"),
+    "body_timeout_s": Flag("seconds a request body may stall; then the connection is closed", name="--body-timeout"),
+    "keep_alive_s": Flag("seconds an idle keep-alive connection stays open", name="--keep-alive"),
+    "cors_origins": Flag("allow this browser origin (repeatable); CORS is off without it", name="--cors-origin",
+                         repeat=True),
+    "ui": Flag("API only, no web UI"),
+    "data_dir": Flag("where the UI keeps labeling sessions"),
+    "max_upload_mb": Flag("UI upload size"),
+    "max_upload_rows": Flag("UI upload rows"),
+    "ui_concurrency": Flag("UI scoring jobs (label upload, batch) running at once"),
+    "log_level": Flag("debug, info, warning or error"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    return parser_for(Config, "python -m app", "Serve an ELECTRA classifier: JSON API and labeling UI.", FLAGS)
+
+
 def parse_args(argv: list[str] | None = None) -> Config:
-    d = Config(model="")
-    p = argparse.ArgumentParser(prog="python -m app", description="Serve an ELECTRA classifier: JSON API and labeling UI.")
-    p.add_argument("--model", required=True, help="ONNX export folder (serving.export) or transformers model folder")
-    p.add_argument("--host", default=d.host)
-    p.add_argument("--port", type=int, default=d.port)
-    p.add_argument("--api-key", default=None,
-                   help=f"require 'Authorization: Bearer KEY' on the API and the UI (or set {API_KEY_ENV})")
-    p.add_argument("--provider", default=d.provider, help="ONNX Runtime provider: auto, cpu, cuda")
-    p.add_argument("--max-length", type=int, default=d.max_length, help="truncate texts to this many tokens")
-    p.add_argument("--threads", type=int, default=d.threads, help="engine intra-op threads (default: engine's choice)")
-    p.add_argument("--fp32", action="store_true", help="use model.onnx even where model_quantized.onnx exists")
-    p.add_argument("--engine-batch-tokens", type=int, default=d.engine_batch_tokens,
-                   help=f"padded tokens per forward pass (default: {CPU_PASS_TOKENS} on CPU, {GPU_PASS_TOKENS} on a GPU)")
-    p.add_argument("--no-batching", dest="batching", action="store_false", help="one forward pass per request")
-    p.add_argument("--max-batch-tokens", type=int, default=d.max_batch_tokens)
-    p.add_argument("--max-wait-ms", type=float, default=d.max_wait_ms)
-    p.add_argument("--workers", type=int, default=d.workers, help="batches run at once (engine threads)")
-    p.add_argument("--max-queue", type=int, default=d.max_queue, help="texts waiting before requests get 429")
-    p.add_argument("--max-texts", type=int, default=d.max_texts, help="texts per request")
-    p.add_argument("--max-chars", type=int, default=d.max_chars, help="characters per text")
-    p.add_argument("--max-body-bytes", type=int, default=d.max_body_bytes)
-    p.add_argument("--request-timeout", dest="request_timeout_s", type=float, default=d.request_timeout_s)
-    p.add_argument("--shutdown-timeout", dest="shutdown_timeout_s", type=float, default=d.shutdown_timeout_s)
-    p.add_argument("--max-header-bytes", type=int, default=d.max_header_bytes,
-                   help="request line + headers; beyond it 431")
-    p.add_argument("--header-timeout", dest="header_timeout_s", type=float, default=d.header_timeout_s,
-                   help="seconds to receive a request's headers; then 408 and the connection is closed")
-    p.add_argument("--body-timeout", dest="body_timeout_s", type=float, default=d.body_timeout_s,
-                   help="seconds a request body may stall; then the connection is closed")
-    p.add_argument("--keep-alive", dest="keep_alive_s", type=float, default=d.keep_alive_s,
-                   help="seconds an idle keep-alive connection stays open")
-    p.add_argument("--cors-origin", dest="cors_origins", action="append", default=[],
-                   help="allow this browser origin (repeatable); CORS is off without it")
-    p.add_argument("--no-ui", dest="ui", action="store_false", help="API only")
-    p.add_argument("--data-dir", type=Path, default=d.data_dir, help="where the UI keeps labeling sessions")
-    p.add_argument("--max-upload-mb", type=float, default=d.max_upload_mb)
-    p.add_argument("--max-upload-rows", type=int, default=d.max_upload_rows)
-    p.add_argument("--ui-concurrency", type=int, default=d.ui_concurrency,
-                   help="UI scoring jobs (label upload, batch) running at once")
-    p.add_argument("--log-level", default=d.log_level)
+    p = build_parser()
     a = p.parse_args(argv)
     if a.engine_batch_tokens is not None and a.engine_batch_tokens < 1:
         p.error("--engine-batch-tokens must be at least 1")

@@ -130,20 +130,34 @@ _OPTIONAL_TYPES = {"tokenizer": str, "cache_dir": str, "stop_after": int, "init_
 RESUMABLE_CHANGES = frozenset({"resume", "stop_after", "log_every", "save_every", "cache_dir", "compile"})
 
 
+def _default_help(name: str, default) -> str:
+    """The default, and each preset's value where a preset sets one (a preset only changes defaults)."""
+    shown = "none" if default is None else ("off" if default is False else default)
+    by_preset = [f"--preset {p}: {values[name]}" for p, values in PRESETS.items() if name in values]
+    return f"(default: {shown}" + ("; " + ", ".join(by_preset) if by_preset else "") + ")"
+
+
 def build_parser(description: str) -> argparse.ArgumentParser:
+    """One flag per TrainConfig field, each help line showing its default per preset (twin of textdata/flags.py,
+    which the other CLIs use; pretraining imports no other package)."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.name == "corpus":
             parser.add_argument(flag, nargs="+", required=True,
                                 help="text files, one paragraph a line (.gz ok), or tables (.csv .tsv .jsonl .parquet) "
-                                     "whose --text-column is read, one row a paragraph")
+                                     "whose --text-column is read, one row a paragraph (required)")
+        elif f.name == "output":
+            parser.add_argument(flag, type=str, default=argparse.SUPPRESS, required=True,
+                                help="run folder: checkpoints, logs, discriminator/ and generator/ (required)")
         elif isinstance(f.default, bool):
-            parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS)
+            parser.add_argument(flag, action="store_true", default=argparse.SUPPRESS,
+                                help=_default_help(f.name, f.default))
         else:
             kind = _OPTIONAL_TYPES.get(f.name) or type(f.default)
-            parser.add_argument(flag, type=kind, default=argparse.SUPPRESS,
-                                required=f.name == "output", help=f"default: preset, else {f.default}")
+            extra = {"choices": list(PRESETS)} if f.name == "preset" else {}
+            parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=_default_help(f.name, f.default),
+                                **extra)
     return parser
 
 

@@ -79,3 +79,28 @@ def _parsers() -> dict[str, argparse.ArgumentParser]:
 def test_every_cli_flag_shows_its_default():
     for name, parser in _parsers().items():
         assert _options_without_default(parser) == [], name
+
+
+def test_app_help_shows_every_default(monkeypatch):
+    from app.config import build_parser
+
+    monkeypatch.setenv("COLUMNS", "400")  # one line per flag: no wrapping inside the text searched
+
+    parser = build_parser()
+    assert _options_without_default(parser) == []
+    text = " ".join(parser.format_help().split())
+    for flag, default in [("--max-texts", 64), ("--max-chars", 5000), ("--max-body-bytes", 2 * 1024 * 1024),
+                          ("--max-queue", 512)]:
+        assert re.search(rf"{flag} \S+ [^()]*\(default: {default}\)", text), flag
+
+
+def test_pretraining_help_shows_each_presets_default(monkeypatch):
+    from pretraining.config import build_parser
+
+    monkeypatch.setenv("COLUMNS", "400")
+    parser = build_parser("pretraining")
+    assert _options_without_default(parser) == []
+    text = parser.format_help()
+    assert "(default: 1000000; --preset tiny: 2000, --preset base: 766000)" in text
+    assert "(default: 0.0005; --preset tiny: 0.001, --preset base: 0.0002)" in text
+    assert "default: preset, else" not in text
