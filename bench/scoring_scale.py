@@ -84,7 +84,7 @@ def main() -> None:
     ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "scoring_scale.json")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    from serving.engine import usable_cores
+    from serving.onnx_runner import usable_cores
 
     model = build_model(args.work)
     df = pd.read_csv(DATA / "ko-help" / "train.csv", dtype=str, keep_default_na=False)[["text"]]

@@ -32,8 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
+from serving.onnx_runner import ORT_NAMES, OrtRunner
 from serving.quantize import cpu_isa
 from serving.run_folder import model_in_run
+from serving.runner import Runner
 from serving.torch_runner import TorchRunner, check_options, cuda_available, probe_ids
 from textdata.errors import ModelError
 from textdata.labels import labels_from_config
@@ -47,11 +49,22 @@ ONNX_INT8_FILE = "model_quantized.onnx"
 REPORT_FILE = "export_report.json"
 PROVIDERS = ("auto", "cpu", "cuda", "tensorrt", "torch")
 TRUNCATIONS = ("head", "head+tail")
-_ORT_NAMES = {"tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
-# Default padded tokens per pass (Classifier.load(batch_tokens=None)).
+# Default padded tokens per pass (Classifier.load(batch_tokens=None)). Measured (docs/serving.md, "Pass size"):
+# on CPU smaller passes stay in cache, 1,024 tokens scored 15-23% more rows/s than 8,192 on two models; a GPU
+# wants large passes.
 CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 1024, 8192
-# Largest batch shape TensorRT is told to expect; beyond it TensorRT would rebuild its engine.
-_TRT_MAX_BATCH = 64
+
+
+@dataclass(frozen=True)
+class PassSize:
+    """Padded tokens per forward pass for each kind of device: `Classifier.load(batch_tokens=PassSize(...))`
+    settles it once, when the device is known, and `Classifier.batch_tokens` holds the result."""
+
+    cpu: int = CPU_BATCH_TOKENS
+    gpu: int = GPU_BATCH_TOKENS
+
+    def on(self, provider: str) -> int:
+        return self.cpu if provider == "cpu" else self.gpu
 
 
 @dataclass
@@ -61,67 +74,10 @@ class Prediction:
     probabilities: dict[str, float]
 
 
-def usable_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS, Windows
-        return max(1, os.cpu_count() or 1)
-
-
 def _softmax(logits: np.ndarray) -> np.ndarray:
     z = logits.astype(np.float32, copy=False)
     z = np.exp(z - z.max(axis=-1, keepdims=True))
     return z / z.sum(axis=-1, keepdims=True)
-
-
-class _OrtRunner:
-    backend = "onnx"
-
-    def __init__(self, model_file: Path, provider: str, threads: int | None, max_length: int):
-        import onnxruntime as ort
-
-        opts = ort.SessionOptions()
-        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        opts.inter_op_num_threads = 1
-        if provider == "cpu":
-            opts.intra_op_num_threads = threads or usable_cores()
-        providers: list = [_ORT_NAMES[provider]]
-        if provider == "tensorrt":
-            cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "electra-classify", "trt")
-            cache.mkdir(parents=True, exist_ok=True)
-            import onnx
-
-            names = [i.name for i in onnx.load(str(model_file), load_external_data=False).graph.input]
-            shapes = lambda b, s: ",".join(f"{n}:{b}x{s}" for n in names)
-            providers = [("TensorrtExecutionProvider", {
-                "trt_fp16_enable": True, "trt_engine_cache_enable": True, "trt_engine_cache_path": str(cache),
-                "trt_profile_min_shapes": shapes(1, 1), "trt_profile_opt_shapes": shapes(16, 64),
-                "trt_profile_max_shapes": shapes(_TRT_MAX_BATCH, max_length),
-            }), "CUDAExecutionProvider"]
-        if provider != "cpu":
-            providers.append("CPUExecutionProvider")
-        self.session = ort.InferenceSession(str(model_file), sess_options=opts, providers=providers)
-        got = self.session.get_providers()[0]
-        if got != _ORT_NAMES[provider]:
-            # ONNX Runtime silently falls back to CPU when CUDA libraries are missing; we want to know.
-            raise RuntimeError(f"asked for {_ORT_NAMES[provider]}, ONNX Runtime gave {got}")
-        self.provider = provider
-        self.input_names = [i.name for i in self.session.get_inputs()]
-        self.output_name = self.session.get_outputs()[0].name
-        self.max_batch = _TRT_MAX_BATCH if provider == "tensorrt" else None
-
-    def __call__(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
-        feeds = {k: v for k, v in feeds.items() if k in self.input_names}
-        if self.provider == "cpu":
-            return self.session.run([self.output_name], feeds)[0]
-        # IO binding: without it ONNX Runtime on GPU copies through numpy per call and loses to PyTorch.
-        # One binding per call, so concurrent callers never share one.
-        binding = self.session.io_binding()
-        for name, arr in feeds.items():
-            binding.bind_cpu_input(name, arr)
-        binding.bind_output(self.output_name, "cuda")
-        self.session.run_with_iobinding(binding)
-        return binding.copy_outputs_to_cpu()[0]
 
 
 def _resolve_files(path: Path) -> tuple[Path, list[Path]]:
@@ -139,7 +95,8 @@ def _resolve_files(path: Path) -> tuple[Path, list[Path]]:
 class Classifier:
     """Use `Classifier.load(...)`; the constructor takes already-built parts."""
 
-    def __init__(self, folder, runner, tokenizer, config, normalizer, max_length, batch_tokens, truncation, model_file):
+    def __init__(self, folder, runner: Runner, tokenizer, config, normalizer, max_length, batch_tokens, truncation,
+                 model_file):
         self.folder = Path(folder)
         self._run = runner
         self._config = config
@@ -174,7 +131,7 @@ class Classifier:
         path: str | os.PathLike,
         provider: str = "auto",
         max_length: int | None = None,
-        batch_tokens: int | None = None,
+        batch_tokens: int | PassSize | None = None,
         threads: int | None = None,
         truncation: str = "head",
         quantized: bool | None = None,
@@ -187,7 +144,8 @@ class Classifier:
         quantized: None = on CPU, the file export_report.json's `cpu_default` names (INT8 only where the
         export measured it faster; older exports: INT8 when present), the fp32/fp16 one on GPU;
         True/False to force. threads: CPU intra-op threads (default: usable cores). batch_tokens: padded
-        tokens per pass, default CPU_BATCH_TOKENS on CPU, GPU_BATCH_TOKENS on a GPU.
+        tokens per pass, or a PassSize per device (default PassSize(): CPU_BATCH_TOKENS on CPU, GPU_BATCH_TOKENS
+        on a GPU), settled once here into `.batch_tokens`.
         PyTorch backend only: precision auto = bf16 (fp16 without bf16) on CUDA, fp32 on CPU; cuda_graphs
         None = on CUDA; parity_texts: texts for the reduced-precision check against fp32 (default: random
         token sequences), reported in info()["precision_check"].
@@ -198,7 +156,9 @@ class Classifier:
             raise ValueError(f"provider {provider!r}: use one of {PROVIDERS}")
         if truncation not in TRUNCATIONS:
             raise ValueError(f"truncation {truncation!r}: use one of {TRUNCATIONS}")
-        if batch_tokens is not None and batch_tokens < 1:
+        batch_tokens = PassSize() if batch_tokens is None else batch_tokens
+        sizes = (batch_tokens.cpu, batch_tokens.gpu) if isinstance(batch_tokens, PassSize) else (batch_tokens,)
+        if min(sizes) < 1:
             raise ValueError("batch_tokens must be positive")
         check_precision(precision)
         folder, onnx_files = _resolve_files(Path(path))
@@ -228,19 +188,19 @@ class Classifier:
                 log.warning("CUDA is here but onnxruntime has no CUDA provider (onnxruntime-gpu is not "
                             "installed): serving %s with PyTorch on the GPU", torch_folder)
                 onnx_files = []
-        if batch_tokens is None:
-            # Measured (docs/serving.md, "Pass size"): on CPU smaller passes stay in cache, 1,024 tokens scored
-            # 15-23% more rows/s than 8,192 on two models; a GPU wants large passes.
-            batch_tokens = GPU_BATCH_TOKENS if provider != "cpu" and cuda_available() else CPU_BATCH_TOKENS
         if provider == "torch" or not onnx_files:
             if provider not in ("auto", "torch"):
                 raise ModelError(f"{folder}: no {ONNX_FILE} here, so provider {provider!r} is not possible; "
                                  "export it with `python -m serving.export` or use provider='torch'")
+            if isinstance(batch_tokens, PassSize):  # settled now: CUDA graphs are captured up to it
+                batch_tokens = batch_tokens.on("cuda" if cuda_available() else "cpu")
             runner = cls._torch(torch_folder or folder, threads, precision=precision, cuda_graphs=cuda_graphs,
                                 max_length=max_length, batch_tokens=batch_tokens)
             model_file = None
         else:
             runner, model_file, why = cls._onnx(folder, onnx_files, provider, threads, quantized, max_length)
+        if isinstance(batch_tokens, PassSize):  # settled once, for the device the runner got
+            batch_tokens = batch_tokens.on(runner.provider)
         clf = cls(folder, runner, tokenizer, config, normalizer, max_length, batch_tokens, truncation, model_file)
         clf.model_file_why = why if model_file else "no ONNX file served: PyTorch weights"
         if model_file and runner.provider == "cpu":
@@ -276,7 +236,7 @@ class Classifier:
         candidates = ["tensorrt", "cuda", "cpu"] if provider == "auto" else [provider]
         errors = []
         for cand in candidates:
-            if _ORT_NAMES[cand] not in available:
+            if ORT_NAMES[cand] not in available:
                 errors.append(f"{cand}: not in this onnxruntime build (it has {available})")
                 continue
             model_file, why = _pick_file(files, cand, quantized, _read_report(folder))
@@ -284,7 +244,7 @@ class Classifier:
                 errors.append(f"{cand}: no suitable file among {[f.name for f in files]} (INT8 runs on CPU only)")
                 continue
             try:
-                runner = _OrtRunner(model_file, cand, threads, max_length)
+                runner = OrtRunner(model_file, cand, threads, max_length)
                 # Provider plugins can load and still fail on the first run (driver/library mismatch).
                 n = 4
                 feeds = {"input_ids": np.ones((1, n), np.int64), "attention_mask": np.ones((1, n), np.int64),
@@ -312,10 +272,7 @@ class Classifier:
             "model_file_why": self.model_file_why,
             "cpu_isa": cpu_isa(),
             "export_report": self._report,
-            "precision": str(getattr(self._run, "dtype", "float32")).removeprefix("torch."),
-            "cuda_graphs": len(getattr(self._run, "_graphs", ())),
-            "cuda_graph_error": getattr(self._run, "graph_error", None),
-            "precision_check": getattr(self._run, "precision_check", None),
+            **self._run.describe(),  # precision, cuda_graphs, cuda_graph_error, precision_check
         }
 
     def normalize(self, texts: Sequence[str]) -> list[str]:
@@ -373,7 +330,7 @@ class Classifier:
         start = 0
         while start < n:
             longest = max(1, int(lengths[order[start]]))  # sorted longest first, so this pads the batch
-            longest = self._run.width(longest) if hasattr(self._run, "width") else longest  # a graph's bucket
+            longest = self._run.width(longest)  # a CUDA graph's bucket; the longest text elsewhere
             size = max(1, self.batch_tokens // longest)
             if self._run.max_batch:
                 size = min(size, self._run.max_batch)
@@ -429,7 +386,7 @@ def _special_tokens(tok) -> tuple[list[int], list[int]]:
 def _gpu_without_ort_gpu() -> bool:
     import onnxruntime as ort
 
-    return cuda_available() and _ORT_NAMES["cuda"] not in ort.get_available_providers()
+    return cuda_available() and ORT_NAMES["cuda"] not in ort.get_available_providers()
 
 
 def _torch_weights_folder(folder: Path) -> Path | None:

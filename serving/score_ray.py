@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from serving.engine import usable_cores
+from serving.onnx_runner import usable_cores
 from serving.scoring import (
     ScoreConfig,
     Tally,

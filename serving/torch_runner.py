@@ -164,6 +164,10 @@ class TorchRunner:
         return graph, ids, mask, logits
 
     # ---------------------------------------------------------------- inference
+    def describe(self) -> dict:
+        return {"precision": str(self.dtype).removeprefix("torch."), "cuda_graphs": len(self._graphs),
+                "cuda_graph_error": self.graph_error, "precision_check": self.precision_check}
+
     def width(self, longest: int) -> int:
         """The padded width the engine should build for a batch whose longest text has `longest` tokens."""
         if self.grid is None:
