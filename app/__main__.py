@@ -30,7 +30,7 @@ import uvicorn
 
 from . import logs
 from .api import ServerState
-from .config import GPU_PASS_TOKENS, parse_args, pass_tokens
+from .config import parse_args, pass_size
 from .protocol import bounded_protocol
 
 log = logging.getLogger("app")
@@ -67,13 +67,11 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         clf = Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length,
-                              batch_tokens=cfg.engine_batch_tokens or GPU_PASS_TOKENS, threads=cfg.threads,
+                              batch_tokens=pass_size(cfg), threads=cfg.threads,
                               quantized=False if cfg.fp32 else None)
     except (ModelError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    # Loaded with the GPU budget (CUDA graphs are captured up to it); the device is known only now.
-    clf.batch_tokens = pass_tokens(cfg, clf.info()["provider"])
     from .server import create_app
 
     state = ServerState()

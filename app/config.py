@@ -10,7 +10,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from serving.engine import GPU_BATCH_TOKENS
+from serving.engine import GPU_BATCH_TOKENS, PassSize
 from textdata.flags import Flag, parser_for
 
 API_KEY_ENV = "ELECTRA_API_KEY"
@@ -19,11 +19,10 @@ API_KEY_ENV = "ELECTRA_API_KEY"
 CPU_PASS_TOKENS, GPU_PASS_TOKENS = 512, GPU_BATCH_TOKENS
 
 
-def pass_tokens(cfg: Config, provider: str) -> int:
-    """--engine-batch-tokens, or the default for the device the engine runs on."""
-    if cfg.engine_batch_tokens is not None:
-        return cfg.engine_batch_tokens
-    return CPU_PASS_TOKENS if provider == "cpu" else GPU_PASS_TOKENS
+def pass_size(cfg: Config) -> int | PassSize:
+    """--engine-batch-tokens, or the server's size per device, for `Classifier.load`; the engine settles it
+    once it knows its device, and the server reads `clf.batch_tokens`."""
+    return cfg.engine_batch_tokens or PassSize(cpu=CPU_PASS_TOKENS, gpu=GPU_PASS_TOKENS)
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from fastapi.middleware.cors import CORSMiddleware
 
 from .api import ServerState, build_api
 from .batcher import MicroBatcher
-from .config import Config, pass_tokens
+from .config import Config
 from .gate import Gate
 from .metrics import Metrics
 
@@ -22,8 +22,8 @@ log = logging.getLogger("app")
 
 
 def create_app(cfg: Config, clf, state: ServerState | None = None) -> FastAPI:
-    # The pass size for the engine's device, settled once here: the batcher uses it and /v1/model reports it.
-    cfg = dataclasses.replace(cfg, engine_batch_tokens=pass_tokens(cfg, clf.info()["provider"]))
+    # The pass size the engine settled at load (app.config.pass_size): the batcher uses it, /v1/model reports it.
+    cfg = dataclasses.replace(cfg, engine_batch_tokens=clf.batch_tokens)
     state = state or ServerState()
     metrics = Metrics()
     app = build_api(cfg, clf, state, metrics)

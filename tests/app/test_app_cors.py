@@ -10,6 +10,8 @@ from serving.engine import Prediction
 
 
 class FakeClassifier:
+    batch_tokens = 512  # what the engine settled at load
+
     def __init__(self):
         self.labels = ["a", "b"]
 

@@ -113,12 +113,12 @@ def test_cli_flags_build_a_frozen_config(monkeypatch, tmp_path):
 
 
 def test_pass_size_follows_the_device_unless_given():
-    from app.config import pass_tokens
+    from app.config import pass_size
 
-    auto = parse_args(["--model", "m"])
-    assert (pass_tokens(auto, "cpu"), pass_tokens(auto, "cuda"), pass_tokens(auto, "tensorrt")) == (512, 8192, 8192)
+    auto = pass_size(parse_args(["--model", "m"]))
+    assert (auto.on("cpu"), auto.on("cuda"), auto.on("tensorrt")) == (512, 8192, 8192)
     given = parse_args(["--model", "m", "--engine-batch-tokens", "2048"])
-    assert pass_tokens(given, "cpu") == pass_tokens(given, "cuda") == 2048
+    assert pass_size(given) == 2048
 
 
 def test_bad_model_folder_exits_with_a_message(tmp_path, capsys):

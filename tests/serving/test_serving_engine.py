@@ -44,6 +44,12 @@ def test_pass_size_follows_the_device(exported_dir, onnx_clf, monkeypatch):
 
     assert onnx_clf.batch_tokens == engine.CPU_BATCH_TOKENS < engine.GPU_BATCH_TOKENS
     assert Classifier.load(exported_dir, provider="cpu", batch_tokens=64).batch_tokens == 64
+    # A size per device is settled once, for the device the runner got (the app passes its own sizes).
+    per_device = engine.PassSize(cpu=300, gpu=5000)
+    runs_on = Classifier.load(exported_dir, batch_tokens=per_device)
+    assert runs_on.batch_tokens == per_device.on(runs_on.info()["provider"])
+    with pytest.raises(ValueError, match="batch_tokens must be positive"):
+        Classifier.load(exported_dir, provider="cpu", batch_tokens=engine.PassSize(cpu=0))
     # provider="cpu" on a machine with a GPU still gets the CPU pass size.
     monkeypatch.setattr(engine, "cuda_available", lambda: True)
     assert Classifier.load(exported_dir, provider="cpu").batch_tokens == engine.CPU_BATCH_TOKENS
