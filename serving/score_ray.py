@@ -35,20 +35,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from serving import scoring
 from serving.onnx_runner import usable_cores
-from serving.scoring import (
-    ScoreConfig,
-    Tally,
-    append_part,
-    finish_parts,
-    load_model,
-    output_columns,
-    parts_dir,
-    prepare_parts,
-    result_options,
-    score_frame,
-    summary,
-)
 from textdata.errors import DataError
 from textdata.flags import Flag
 from textdata.tables import FORMATS, check_encoding, is_utf8, read_encoding, require_columns, table_format
@@ -71,7 +59,7 @@ TASK_RETRIES = 3
 
 
 @dataclass(frozen=True)
-class RayScoreConfig(ScoreConfig):
+class RayScoreConfig(scoring.ScoreConfig):
     """The local options and the Ray-only ones."""
 
     engine: str = "ray"
@@ -211,12 +199,12 @@ def cut_at_file_ends(batches, ends: list[int], offset: int):
             batch, offset = batch.iloc[take:], offset + take
 
 
-def manifest_for(cfg: ScoreConfig, files: list[Path], counts: list[int], model_file, columns: list[str]) -> dict:
+def manifest_for(cfg: scoring.ScoreConfig, files: list[Path], counts: list[int], model_file, columns: list[str]) -> dict:
     files_seen = []
     for p, n in zip(files, counts, strict=True):
         st = p.stat()
         files_seen.append([str(p.resolve()), st.st_size, st.st_mtime_ns, n])
-    return {"options": result_options(cfg), "files": files_seen, "model_file": model_file, "columns": columns}
+    return {"options": scoring.result_options(cfg), "files": files_seen, "model_file": model_file, "columns": columns}
 
 
 def resume_point(parts: Path, done: list[tuple[Path, int]], counts: list[int]) -> tuple[list[tuple[Path, int]], int]:
@@ -245,12 +233,12 @@ def resume_point(parts: Path, done: list[tuple[Path, int]], counts: list[int]) -
 class _Scorer:
     """One per Ray actor: the model loads once, here, and then scores every batch the actor is given."""
 
-    def __init__(self, cfg: ScoreConfig, top_k: int | None, threads: int | None):
-        self.clf = load_model(cfg, threads)
+    def __init__(self, cfg: scoring.ScoreConfig, top_k: int | None, threads: int | None):
+        self.clf = scoring.load_model(cfg, threads)
         self.text_column, self.top_k = cfg.text_column, top_k
 
     def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
-        return score_frame(self.clf, batch, self.text_column, self.top_k)
+        return scoring.score_frame(self.clf, batch, self.text_column, self.top_k)
 
 
 @contextmanager
@@ -299,7 +287,7 @@ def _ray_failure(e: Exception, files: list[Path], fmt: str, encoding: str) -> Ex
     return e
 
 
-def run(cfg: ScoreConfig) -> dict:
+def run(cfg: scoring.ScoreConfig) -> dict:
     """`serving.score.run` with --engine ray; the options both engines share are checked there."""
     if not isinstance(cfg, RayScoreConfig):
         cfg = RayScoreConfig(**dataclasses.asdict(cfg))
@@ -319,9 +307,9 @@ def run(cfg: ScoreConfig) -> dict:
     t0 = time.time()
     # Loaded here too, once, with one thread: a bad model fails in one line before any worker starts,
     # and the driver learns the labels (the output's columns) and what the workers will run.
-    clf = load_model(dataclasses.replace(cfg, batch_tokens=None), threads=1)
+    clf = scoring.load_model(dataclasses.replace(cfg, batch_tokens=None), threads=1)
     info = clf.info()
-    columns, top_k = output_columns(columns_in, clf.labels, cfg, files[0])
+    columns, top_k = scoring.output_columns(columns_in, clf.labels, cfg, files[0])
     del clf
 
     with _ray_session(ray, cfg):
@@ -331,11 +319,11 @@ def run(cfg: ScoreConfig) -> dict:
         except ray.exceptions.RayActorError:
             raise DataError(f"a batch failed {TASK_RETRIES + 1} times, each time losing its worker (a row that "
                             "crashes the model, or a batch too big for a worker's memory: try a smaller "
-                            f"--batch-rows); the rows scored before it are kept in {parts_dir(cfg.output)}: "
+                            f"--batch-rows); the rows scored before it are kept in {scoring.parts_dir(cfg.output)}: "
                             "rerun with --resume") from None
         except ray.exceptions.RayError as e:
             raise _ray_failure(e, files, fmt, cfg.encoding) from None
-    return summary(cfg, rows_in, scored_now, elapsed, time.time() - t0, tally, info) | {"engine": "ray"}
+    return scoring.summary(cfg, rows_in, scored_now, elapsed, time.time() - t0, tally, info) | {"engine": "ray"}
 
 
 def _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt, model_file):
@@ -344,9 +332,9 @@ def _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt, model_file
     workers, resources = _worker_resources(ray, cfg)  # a bad --num-workers fails before any file is written
     counts = row_counts(ray, files, fmt, columns_in, cfg.encoding)
     rows_in = sum(counts)
-    parts, done = prepare_parts(cfg, manifest_for(cfg, files, counts, model_file, columns), cfg.output.suffix)
+    parts, done = scoring.prepare_parts(cfg, manifest_for(cfg, files, counts, model_file, columns), cfg.output.suffix)
     done, first = resume_point(parts, done, counts)
-    tally = Tally(cfg.id_column)
+    tally = scoring.Tally(cfg.id_column)
     for path, _ in done:
         tally.add_part(path, out_fmt, columns)
     offset = sum(n for _, n in done)
@@ -363,12 +351,12 @@ def _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt, model_file
         batches = scored.iter_batches(batch_size=None, batch_format="pandas")
         # Cut where each file ends, so that no part spans two files.
         for piece in cut_at_file_ends(batches, list(accumulate(counts)), offset):
-            append_part(parts, done, piece[columns], cfg.output.suffix, out_fmt, tally)
+            scoring.append_part(parts, done, piece[columns], cfg.output.suffix, out_fmt, tally)
             scored_now += len(piece)
             bar.update(len(piece))
     bar.close()
     elapsed = time.time() - t_score
-    finish_parts(parts, done, rows_in, columns, cfg.output, out_fmt)
+    scoring.finish_parts(parts, done, rows_in, columns, cfg.output, out_fmt)
     return rows_in, scored_now, elapsed, tally
 
 
