@@ -155,9 +155,8 @@ def build_parser(description: str) -> argparse.ArgumentParser:
                                 help=_default_help(f.name, f.default))
         else:
             kind = _OPTIONAL_TYPES.get(f.name) or type(f.default)
-            extra = {"choices": list(PRESETS)} if f.name == "preset" else {}
-            parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=_default_help(f.name, f.default),
-                                **extra)
+            about = f"one of {', '.join(PRESETS)} " if f.name == "preset" else ""
+            parser.add_argument(flag, type=kind, default=argparse.SUPPRESS, help=about + _default_help(f.name, f.default))
     return parser
 
 

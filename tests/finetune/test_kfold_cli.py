@@ -121,15 +121,12 @@ def test_resume_accepts_older_configs_and_speed_switches():
     assert resume_differences(now, config("--lr", "3e-4", "--folds", "3")) == ["folds", "train.lr"]
 
 
-def test_list_models_and_offline_hub_id_message():
+def test_list_models_and_offline_hub_id_message(tmp_path):
     listing = kfold("--list-models").stdout
     assert "KcELECTRA" in listing and "beomi/KcELECTRA-base-v2022" in listing and "minilm" in listing
-    data = ROOT / "tests" / "finetune" / "_never_read.csv"
+    data = tmp_path / "never_read.csv"  # outside the source tree: a killed run leaves nothing there
     pd.DataFrame({"text": ["a", "b"] * 5, "label": ["x", "y"] * 5}).to_csv(data, index=False)
-    try:
-        proc = kfold("--model", "KcELECTRA", "--data", data, "--folds", 2, check=False)
-    finally:
-        data.unlink()
+    proc = kfold("--model", "KcELECTRA", "--data", data, "--folds", 2, check=False)
     assert proc.returncode == 2
     assert "beomi/KcELECTRA-base-v2022" in proc.stderr and "local folder" in proc.stderr
     assert "Traceback" not in proc.stderr
