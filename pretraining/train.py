@@ -219,28 +219,10 @@ def train(cfg: TrainConfig) -> Path:
     check_corpus(corpus)
     if cfg.batch_size % world:
         raise UsageError(f"batch size {cfg.batch_size} does not split over {world} processes")
-    saved = None
-    if cfg.resume:
-        if not ckpt_path.exists():
-            raise UsageError(f"--resume: no checkpoint at {ckpt_path}")
-        saved = torch.load(ckpt_path, map_location="cpu", weights_only=False)
-        changed = resume_differences(saved["config"], cfg)
-        if changed:
-            raise UsageError("--resume with a different config: " + "; ".join(changed))
-    elif ckpt_path.exists():
-        raise UsageError(f"{out} already holds a run; add --resume to continue it or choose another --output")
+    saved = checkpoint_to_resume(cfg, ckpt_path)
     out.mkdir(parents=True, exist_ok=True)
 
-    # ---- data: tokenize once into a memory-mapped cache
-    tokenizer = prepare_tokenizer(cfg, out, is_main, accelerator.wait_for_everyone, corpus, init and init[0])
-    cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else out / "cache"
-    if is_main:
-        build_cache(corpus, tokenizer, cfg.seq_len, cache_dir)
-    accelerator.wait_for_everyone()
-    blocks = Blocks(build_cache(corpus, tokenizer, cfg.seq_len, cache_dir), seed=cfg.seed)
-    if len(blocks) < cfg.batch_size:
-        raise UsageError(f"the corpus gives {len(blocks)} blocks of {cfg.seq_len} tokens, fewer than one batch "
-                         f"({cfg.batch_size}); use more text or a smaller --batch-size")
+    tokenizer, blocks = prepare_data(cfg, out, accelerator, corpus, init)
 
     # ---- model, optimizer, scaler
     torch.manual_seed(cfg.seed)  # same initial weights on every process
@@ -256,15 +238,9 @@ def train(cfg: TrainConfig) -> Path:
     if cfg.two_stage:
         model.stage = "generator"
 
-    step, position, sums, steps_in_sums = 0, 0, {}, 0
+    step, position, stats = 0, 0, StepStats()
     if saved is not None:
-        step, position = saved["step"], saved["position"]
-        sums, steps_in_sums = saved["sums"], saved["steps_in_sums"]
-        if switch_step is not None and step > switch_step:
-            model.start_discriminator_stage()  # before loading: it unties the generator's embeddings
-        model.load_state_dict(saved["model"])
-        optimizer.load_state_dict(saved["optimizer"])
-        scaler.load_state_dict(saved["scaler"])
+        step, position, stats = restore(saved, model, optimizer, scaler, switch_step)
         del saved
 
     local = cfg.batch_size // world
@@ -287,22 +263,17 @@ def train(cfg: TrainConfig) -> Path:
     model = accelerator.prepare_model(model)
     raw = accelerator.unwrap_model(model)
     if is_main:
-        record = {**cfg.to_dict(), "vocab_size_used": len(tokenizer), "n_blocks": len(blocks), "processes": world,
-                  "tokenizer_used": str(init[0]) if init else cfg.tokenizer or str(out / "tokenizer"),
-                  "autocast": str(dtype), "compiled": compiled}
-        if init is not None:
-            record["initialized_from"] = {"discriminator": str(init[0]), "generator": str(init[1] or "fresh")}
-        (out / "config.json").write_text(json.dumps(record, indent=1))
+        write_run_config(cfg, out, init, used={"vocab_size_used": len(tokenizer), "n_blocks": len(blocks),
+                                               "processes": world, "autocast": str(dtype), "compiled": compiled})
     log = Logbook(out, resume_step=step if cfg.resume else None) if is_main else None
     last_stop = min(cfg.max_steps, cfg.stop_after or cfg.max_steps)
     bar = tqdm(total=cfg.max_steps, initial=step, unit="step", dynamic_ncols=True, disable=not is_main)
-    t_log, tokens_since_log = time.perf_counter(), 0
 
     def checkpoint():
         if is_main:
             save_checkpoint(ckpt_path, {
                 "model": raw.state_dict(), "optimizer": optimizer.state_dict(), "scaler": scaler.state_dict(),
-                "step": step, "position": position, "sums": read_sums(sums), "steps_in_sums": steps_in_sums,
+                "step": step, "position": position, "sums": read_sums(stats.sums), "steps_in_sums": stats.steps,
                 "config": cfg.to_dict(), "rng": {"scheme": "reseeded from (seed, step, rank)", "seed": cfg.seed}})
             plot_rtd_curve(log.path, out / "rtd_accuracy.png")
         accelerator.wait_for_everyone()
@@ -329,24 +300,13 @@ def train(cfg: TrainConfig) -> Path:
         step += 1
         position += cfg.batch_size
 
-        # Statistics add up on the device and are read at log time: a read per step would stall the GPU.
-        for key, value in result.stats.items():
-            sums[key] = sums.get(key, 0.0) + value.detach().double()
-        steps_in_sums += 1
-        tokens_since_log += attention_mask.sum() * world
-
+        stats.add(result.stats, attention_mask.sum() * world)
         if step % cfg.log_every == 0 or step == cfg.max_steps:
-            host = read_sums(sums)
-            if not math.isfinite(host["loss"]):
-                raise RuntimeError(f"loss is {host['loss']} by step {step}; lower --lr or use --precision fp32")
-            elapsed = time.perf_counter() - t_log
-            record = {"step": step, **summarize(host, steps_in_sums), "lr": lr,
-                      "tokens_per_s": round(float(tokens_since_log) / elapsed, 1), "stage": raw.stage}
+            record = stats.line(step, lr, raw.stage)
             if is_main:
                 log.write(record)
                 bar.set_postfix(loss=f"{record['loss']:.3f}", rtd_acc=record.get("disc_acc"),
                                 tok_s=f"{record['tokens_per_s']:.0f}")
-            sums, steps_in_sums, tokens_since_log, t_log = {}, 0, 0, time.perf_counter()
         if step % cfg.save_every == 0 or step == last_stop:
             checkpoint()
         bar.update(1)
@@ -360,6 +320,83 @@ def train(cfg: TrainConfig) -> Path:
             print(f"stopped at step {step} of {cfg.max_steps}; continue with --resume", file=sys.stderr)
         log.close()
     return out
+
+
+def prepare_data(cfg: TrainConfig, out: Path, accelerator, corpus, init):
+    """(tokenizer, blocks): the vocabulary (trained, given or the --init-from folder's) and the corpus tokenized
+    once into a memory-mapped cache, built by the main process while the others wait."""
+    is_main = accelerator.is_main_process
+    tokenizer = prepare_tokenizer(cfg, out, is_main, accelerator.wait_for_everyone, corpus, init and init[0])
+    cache_dir = Path(cfg.cache_dir) if cfg.cache_dir else out / "cache"
+    if is_main:
+        build_cache(corpus, tokenizer, cfg.seq_len, cache_dir)
+    accelerator.wait_for_everyone()
+    blocks = Blocks(build_cache(corpus, tokenizer, cfg.seq_len, cache_dir), seed=cfg.seed)
+    if len(blocks) < cfg.batch_size:
+        raise UsageError(f"the corpus gives {len(blocks)} blocks of {cfg.seq_len} tokens, fewer than one batch "
+                         f"({cfg.batch_size}); use more text or a smaller --batch-size")
+    return tokenizer, blocks
+
+
+def write_run_config(cfg: TrainConfig, out: Path, init, used: dict) -> None:
+    """OUTPUT/config.json: the settings and what the run actually used (vocabulary, blocks, dtype, compile)."""
+    record = {**cfg.to_dict(), **used, "tokenizer_used": str(init[0]) if init else cfg.tokenizer or str(out / "tokenizer")}
+    if init is not None:
+        record["initialized_from"] = {"discriminator": str(init[0]), "generator": str(init[1] or "fresh")}
+    (out / "config.json").write_text(json.dumps(record, indent=1))
+
+
+def checkpoint_to_resume(cfg: TrainConfig, ckpt_path: Path) -> dict | None:
+    """With --resume, the checkpoint to continue from, made with this config; a fresh run must not overwrite one."""
+    if not cfg.resume:
+        if ckpt_path.exists():
+            raise UsageError(f"{ckpt_path.parent} already holds a run; add --resume to continue it or choose another "
+                             "--output")
+        return None
+    if not ckpt_path.exists():
+        raise UsageError(f"--resume: no checkpoint at {ckpt_path}")
+    saved = torch.load(ckpt_path, map_location="cpu", weights_only=False)
+    changed = resume_differences(saved["config"], cfg)
+    if changed:
+        raise UsageError("--resume with a different config: " + "; ".join(changed))
+    return saved
+
+
+def restore(saved: dict, model, optimizer, scaler, switch_step: int | None) -> tuple[int, int, StepStats]:
+    """Weights, optimizer and scaler state from a checkpoint; (step, position in the corpus, the statistics
+    since the last log line)."""
+    step = saved["step"]
+    if switch_step is not None and step > switch_step:
+        model.start_discriminator_stage()  # before loading: it unties the generator's embeddings
+    model.load_state_dict(saved["model"])
+    optimizer.load_state_dict(saved["optimizer"])
+    scaler.load_state_dict(saved["scaler"])
+    return step, saved["position"], StepStats(saved["sums"], saved["steps_in_sums"])
+
+
+class StepStats:
+    """Step statistics added up on the device and read once per log line: a read per step would stall the GPU."""
+
+    def __init__(self, sums: dict | None = None, steps: int = 0):
+        self.sums, self.steps = dict(sums or {}), steps
+        self.tokens, self.t0 = 0, time.perf_counter()
+
+    def add(self, stats: dict, tokens) -> None:
+        for key, value in stats.items():
+            self.sums[key] = self.sums.get(key, 0.0) + value.detach().double()
+        self.steps += 1
+        self.tokens += tokens
+
+    def line(self, step: int, lr: float, stage: str) -> dict:
+        """The log record for the steps since the last line; starts the next one."""
+        host = read_sums(self.sums)
+        if not math.isfinite(host["loss"]):
+            raise RuntimeError(f"loss is {host['loss']} by step {step}; lower --lr or use --precision fp32")
+        elapsed = time.perf_counter() - self.t0
+        record = {"step": step, **summarize(host, self.steps), "lr": lr,
+                  "tokens_per_s": round(float(self.tokens) / elapsed, 1), "stage": stage}
+        self.sums, self.steps, self.tokens, self.t0 = {}, 0, 0, time.perf_counter()
+        return record
 
 
 def read_sums(sums: dict) -> dict[str, float]:
