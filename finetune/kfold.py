@@ -188,6 +188,49 @@ def pick_accelerator(device: str):
     return Accelerator(cpu=device == "cpu")
 
 
+def run_fold(cfg: Config, k: int, train_idx, val_idx, data, ids, tokenizer, resolved: str, fold_dir: Path,
+             accelerator) -> tuple[dict, np.ndarray, np.ndarray]:
+    """One fold: (its record, the model's and the baseline's probabilities on its held-out rows). On --resume a
+    finished fold is read back; otherwise it is trained, scored and written whole."""
+    import torch
+
+    seed = cfg.seed * 1000 + k  # one seed per fold, derived from --seed
+    done = fold_dir / f"fold_{k}.json"
+    if cfg.resume and done.exists():
+        saved = json.loads(done.read_text())
+        arrays = np.load(fold_dir / f"fold_{k}.npz")
+        proba, base_proba = arrays["proba"], arrays["baseline"]
+        print(f"fold {k}: reused from {done}", file=sys.stderr)
+    else:
+        inner_tr, inner_va = inner_split(data.y[train_idx], None if data.groups is None else data.groups[train_idx],
+                                         cfg.inner_val, seed)
+        fit_idx, stop_idx = train_idx[inner_tr], train_idx[inner_va]
+        start = resolved
+        if cfg.adapt.steps:  # the fold's training texts only: the held-out rows are what it is scored on
+            start = str(adapt(resolved, [data.texts[i] for i in train_idx], fold_dir / f"adapt_{k}", cfg.adapt, seed))
+        torch.manual_seed(seed)
+        model = load_classifier(cfg.model, start, data.labels, cfg.dropout, cfg.random_init)
+        hist = fit(model, tokenizer, [ids[i] for i in fit_idx], data.y[fit_idx], [ids[i] for i in stop_idx],
+                   data.y[stop_idx], cfg.train, seed, accelerator, desc=f"fold {k + 1}/{cfg.folds}")
+        proba = predict_proba(model, [ids[i] for i in val_idx], tokenizer.pad_token_id or 0, accelerator.device,
+                              cfg.train.precision)
+        base_proba = baseline_predict(data.texts, data.y, train_idx, val_idx, seed)
+        saved = {
+            "fold": k, "seed": seed, "n_train": len(fit_idx), "n_early_stopping": len(stop_idx),
+            "n_val": len(val_idx), **fold_metrics(data.y[val_idx], proba.argmax(1), data.labels),
+            "best_epoch": hist.best_epoch, "train_seconds": round(hist.seconds, 2),
+            "samples_per_second": round(hist.samples_per_second, 2),
+            "baseline": fold_metrics(data.y[val_idx], base_proba.argmax(1), data.labels),
+            "history": dataclasses.asdict(hist),
+        }
+        if accelerator.is_main_process:  # a fold is written whole or not at all, so --resume never reads half a fold
+            np.savez(fold_dir / f"fold_{k}.tmp.npz", proba=proba, baseline=base_proba)
+            os.replace(fold_dir / f"fold_{k}.tmp.npz", fold_dir / f"fold_{k}.npz")
+            write_json(done, saved)
+        del model
+    return saved, proba, base_proba
+
+
 def run(cfg: Config) -> dict:
     import torch
     import transformers
@@ -214,7 +257,6 @@ def run(cfg: Config) -> dict:
         raise DataError(f"--adapt-steps needs a local ELECTRA folder as --model, not {cfg.model!r}")
     tokenizer = load_tokenizer(cfg.model, resolved, cfg.max_length)
     ids = encode(tokenizer, data.texts, cfg.max_length)
-    pad_id = tokenizer.pad_token_id or 0
     folds = make_folds(data.y, data.groups, cfg.folds, cfg.seed)
 
     fold_dir = out / "folds"
@@ -238,39 +280,8 @@ def run(cfg: Config) -> dict:
     fold_of = np.full(n, -1)
     results, histories = [], []
     for k, (train_idx, val_idx) in enumerate(folds):
-        seed = cfg.seed * 1000 + k  # one seed per fold, derived from --seed
-        done = fold_dir / f"fold_{k}.json"
-        if cfg.resume and done.exists():
-            saved = json.loads(done.read_text())
-            arrays = np.load(fold_dir / f"fold_{k}.npz")
-            proba, base_proba = arrays["proba"], arrays["baseline"]
-            print(f"fold {k}: reused from {done}", file=sys.stderr)
-        else:
-            inner_tr, inner_va = inner_split(data.y[train_idx], None if data.groups is None else data.groups[train_idx],
-                                             cfg.inner_val, seed)
-            fit_idx, stop_idx = train_idx[inner_tr], train_idx[inner_va]
-            start = resolved
-            if cfg.adapt.steps:  # the fold's training texts only: the held-out rows are what it is scored on
-                start = str(adapt(resolved, [data.texts[i] for i in train_idx], fold_dir / f"adapt_{k}", cfg.adapt, seed))
-            torch.manual_seed(seed)
-            model = load_classifier(cfg.model, start, data.labels, cfg.dropout, cfg.random_init)
-            hist = fit(model, tokenizer, [ids[i] for i in fit_idx], data.y[fit_idx], [ids[i] for i in stop_idx],
-                       data.y[stop_idx], cfg.train, seed, accelerator, desc=f"fold {k + 1}/{cfg.folds}")
-            proba = predict_proba(model, [ids[i] for i in val_idx], pad_id, accelerator.device, cfg.train.precision)
-            base_proba = baseline_predict(data.texts, data.y, train_idx, val_idx, seed)
-            saved = {
-                "fold": k, "seed": seed, "n_train": len(fit_idx), "n_early_stopping": len(stop_idx),
-                "n_val": len(val_idx), **fold_metrics(data.y[val_idx], proba.argmax(1), data.labels),
-                "best_epoch": hist.best_epoch, "train_seconds": round(hist.seconds, 2),
-                "samples_per_second": round(hist.samples_per_second, 2),
-                "baseline": fold_metrics(data.y[val_idx], base_proba.argmax(1), data.labels),
-                "history": dataclasses.asdict(hist),
-            }
-            if main:  # a fold is written whole or not at all, so --resume never reads half a fold
-                np.savez(fold_dir / f"fold_{k}.tmp.npz", proba=proba, baseline=base_proba)
-                os.replace(fold_dir / f"fold_{k}.tmp.npz", fold_dir / f"fold_{k}.npz")
-                write_json(done, saved)
-            del model
+        saved, proba, base_proba = run_fold(cfg, k, train_idx, val_idx, data, ids, tokenizer, resolved, fold_dir,
+                                            accelerator)
         oof[val_idx], base_oof[val_idx], fold_of[val_idx] = proba, base_proba, k
         histories.append(saved.pop("history"))
         results.append(saved)
