@@ -144,8 +144,15 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
     info = clf.info()
     if info.get("export_report") is not None:
         info = {**info, "export_report": _public(info["export_report"])}
-    model_name = info["name"]
-    normalize = getattr(clf, "normalizer", str.strip)  # engines without one (test doubles) get a plain strip
+    _add_error_handlers(app)
+    _add_classify_routes(app, cfg, clf, state, metrics, info["name"])
+    _add_status_routes(app, cfg, clf, state, metrics, info)
+    _add_login_routes(app, cfg, state, metrics)
+    return app
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    """Validation errors as one shape: each names its field, with a hint, and a one-line `message`."""
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
@@ -158,6 +165,11 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
         if exc.status_code == 422 and isinstance(exc.detail, list):
             return _validation_response(exc.detail)
         return JSONResponse({"detail": exc.detail}, exc.status_code, headers=exc.headers)
+
+
+def _add_classify_routes(app: FastAPI, cfg: Config, clf, state: ServerState, metrics: Metrics, model_name: str) -> None:
+    """/v1/classify and the Hugging Face shapes (POST /, /predict), all through `classify_texts`."""
+    normalize = getattr(clf, "normalizer", str.strip)  # engines without one (test doubles) get a plain strip
 
     @app.post("/v1/classify", response_model=ClassifyResponse, responses={
         413: {"description": "body over --max-body-bytes"}, 422: {"description": "invalid field (named)"},
@@ -205,6 +217,10 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
 
     add_hf_routes(app, classify_texts)
 
+
+def _add_status_routes(app: FastAPI, cfg: Config, clf, state: ServerState, metrics: Metrics, info: dict) -> None:
+    """What the model is, with the server's batching and limits; liveness, readiness, Prometheus metrics."""
+
     @app.get("/v1/labels")
     async def labels():
         return {"labels": list(clf.labels)}
@@ -234,6 +250,10 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
     @app.get("/metrics")
     async def metrics_endpoint():
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Metrics) -> None:
+    """The browser's way in when --api-key is set: a login form that sets a session cookie, and logout."""
 
     @app.get("/login", include_in_schema=False)
     async def login_page():
@@ -270,8 +290,6 @@ def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI
     @app.get("/", include_in_schema=False)
     async def root():
         return RedirectResponse("/ui/" if cfg.ui else "/docs", 307)
-
-    return app
 
 
 def _validation_response(errors: list) -> JSONResponse:

@@ -112,13 +112,29 @@ def _score_chunks(n: int, score, progress, desc: str, unit: str, engine_turn: th
 
 
 def build_ui(cfg, clf, state) -> gr.Blocks:
+    """The three tabs, each built by its own function: Classify, Label, Batch."""
     store = SessionStore(Path(cfg.data_dir) / "label")
     exports = Exports()
     labels = list(clf.labels)
     name = clf.info()["name"]
-    engine_turn = threading.Lock()
+    engine_turn = threading.Lock()  # one UI scoring chunk at a time, whichever tab asks
+    theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
+    with gr.Blocks(title=f"{name} · ELECTRA classifier", analytics_enabled=False,
+                   delete_cache=(3600, 24 * 3600)) as demo:
+        sign_out = " · [Sign out](/logout)" if cfg.api_key else ""
+        gr.Markdown(f"## {html.escape(name)}\nLabels: {', '.join(html.escape(x) for x in labels)}{sign_out}")
+        with gr.Tabs():
+            _classify_tab(cfg, clf, state, labels)
+            _label_tab(cfg, clf, labels, store, exports, engine_turn)
+            _batch_tab(cfg, clf, exports, engine_turn)
+    demo.queue(max_size=64, default_concurrency_limit=cfg.ui_concurrency)
+    demo.ui_theme = theme
+    return demo
 
-    # ---------------------------------------------------------------- Classify
+
+def _classify_tab(cfg, clf, state, labels: list[str]) -> None:
+    """One text in, its label and probabilities out, through the API's micro-batcher."""
+
     async def classify(text: str):
         text = (text or "").strip()
         if not text:
@@ -137,50 +153,67 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
             raise gr.Error("The server is busy; try again in a moment.") from None
         return pred.probabilities, f"**{html.escape(pred.label)}** · {pred.score:.1%}"
 
-    # ---------------------------------------------------------------- Label
-    def render(session, message: str = "") -> list:
-        """Every output of the Label tab, for whatever state the session is in."""
-        # "hidden", not False: Gradio 6 drops components with visible=False from the page, and when one
-        # is shown again it replays stale updates from the page-load event and hides itself.
-        if session is None:
-            hidden = [gr.update(visible="hidden")] * MAX_LABEL_BUTTONS
-            return ["", None, gr.update(value="", label="Text"), "Upload a CSV with a `text` column to start.",
-                    None, "", gr.update(visible="hidden"), *hidden, gr.update(choices=labels, value=None),
-                    gr.update(value=ORDERS[0]), message, _sessions_update(None)]
-        row = session.current()
-        prog = session.progress()
-        done = prog["labeled"]
-        bar = (f'<progress value="{done}" max="{prog["total"]}" style="width:100%"></progress>'
-               f'<div><b>{done}</b> labeled · <b>{prog["skipped"]}</b> skipped · <b>{prog["todo"]}</b> to go · '
-               f'{prog["total"]} in {html.escape(session.meta["source"])}</div>')
-        session_labels = session.labels
-        if row is None:
-            text = gr.update(value="", label="All done")
-            hint = f"All {prog['total']} texts are labeled. Download the labeled CSV below."
-            probs, accept, suggestion = None, gr.update(visible="hidden"), None
-        else:
-            suggestion = session.suggestion[row]
-            again = " (skipped earlier)" if session.status[row] == 1 else ""
-            text = gr.update(value=session.texts[row], label=f"Row {row + 1}{again}")
-            hint = f"Model suggests **{html.escape(suggestion)}** at {session.confidence[row]:.1%}"
-            probs = session.probs[row]
-            accept = gr.update(value=f"✓ Accept: {suggestion}  [Enter]", visible=True)
-        buttons = []
-        for i in range(MAX_LABEL_BUTTONS):
-            if i < len(session_labels) and row is not None:
-                key = f"[{i + 1}] " if i < 9 else ""
-                buttons.append(gr.update(value=f"{key}{session_labels[i]}", visible=True,
-                                         variant="primary" if session_labels[i] == suggestion else "secondary"))
-            else:
-                buttons.append(gr.update(visible="hidden"))
-        return [session.id, row, text, hint, probs, bar, accept, *buttons,
-                gr.update(choices=session_labels, value=None), gr.update(value=session.order), message,
-                _sessions_update(session.id)]
 
-    def _sessions_update(current_id):
-        choices = [(f"{m['source']} · {m['rows']} rows · {time.strftime('%Y-%m-%d %H:%M', time.localtime(m['created']))}",
-                    m["id"]) for m in store.list()[:50]]
-        return gr.update(choices=choices, value=current_id)
+    with gr.Tab("Classify", id="classify", elem_id="tab-classify"):
+        c_text = gr.Textbox(label="Text", lines=5, max_length=cfg.max_chars, elem_id="classify-text",
+                            placeholder="Type or paste a text")
+        c_button = gr.Button("Classify", variant="primary", elem_id="classify-btn")
+        c_top = gr.Markdown(elem_id="classify-top")
+        c_probs = gr.Label(label="Probabilities", num_top_classes=len(labels), elem_id="classify-probs")
+        c_button.click(classify, c_text, [c_probs, c_top], concurrency_limit=QUICK)
+        c_text.submit(classify, c_text, [c_probs, c_top], concurrency_limit=QUICK)
+
+
+
+def _render_label(store: SessionStore, labels: list[str], session, message: str = "") -> list:
+    """Every output of the Label tab, for whatever state the session is in."""
+    # "hidden", not False: Gradio 6 drops components with visible=False from the page, and when one
+    # is shown again it replays stale updates from the page-load event and hides itself.
+    if session is None:
+        hidden = [gr.update(visible="hidden")] * MAX_LABEL_BUTTONS
+        return ["", None, gr.update(value="", label="Text"), "Upload a CSV with a `text` column to start.",
+                None, "", gr.update(visible="hidden"), *hidden, gr.update(choices=labels, value=None),
+                gr.update(value=ORDERS[0]), message, _sessions_update(store, None)]
+    row = session.current()
+    prog = session.progress()
+    done = prog["labeled"]
+    bar = (f'<progress value="{done}" max="{prog["total"]}" style="width:100%"></progress>'
+           f'<div><b>{done}</b> labeled · <b>{prog["skipped"]}</b> skipped · <b>{prog["todo"]}</b> to go · '
+           f'{prog["total"]} in {html.escape(session.meta["source"])}</div>')
+    session_labels = session.labels
+    if row is None:
+        text = gr.update(value="", label="All done")
+        hint = f"All {prog['total']} texts are labeled. Download the labeled CSV below."
+        probs, accept, suggestion = None, gr.update(visible="hidden"), None
+    else:
+        suggestion = session.suggestion[row]
+        again = " (skipped earlier)" if session.status[row] == 1 else ""
+        text = gr.update(value=session.texts[row], label=f"Row {row + 1}{again}")
+        hint = f"Model suggests **{html.escape(suggestion)}** at {session.confidence[row]:.1%}"
+        probs = session.probs[row]
+        accept = gr.update(value=f"✓ Accept: {suggestion}  [Enter]", visible=True)
+    buttons = []
+    for i in range(MAX_LABEL_BUTTONS):
+        if i < len(session_labels) and row is not None:
+            key = f"[{i + 1}] " if i < 9 else ""
+            buttons.append(gr.update(value=f"{key}{session_labels[i]}", visible=True,
+                                     variant="primary" if session_labels[i] == suggestion else "secondary"))
+        else:
+            buttons.append(gr.update(visible="hidden"))
+    return [session.id, row, text, hint, probs, bar, accept, *buttons,
+            gr.update(choices=session_labels, value=None), gr.update(value=session.order), message,
+            _sessions_update(store, session.id)]
+
+def _sessions_update(store: SessionStore, current_id):
+    choices = [(f"{m['source']} · {m['rows']} rows · {time.strftime('%Y-%m-%d %H:%M', time.localtime(m['created']))}",
+                m["id"]) for m in store.list()[:50]]
+    return gr.update(choices=choices, value=current_id)
+
+
+def _label_tab(cfg, clf, labels: list[str], store: SessionStore, exports: Exports, engine_turn) -> None:
+    """Label an uploaded file with the model's suggestions, least confident first; every decision saved as made."""
+
+    render = partial(_render_label, store, labels)
 
     def start(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
         df, column = read_upload(cfg, file, text_column)
@@ -247,7 +280,68 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
         write_table(spreadsheet_safe(labeled), out)  # a person opens this one: formulas neutralised
         return str(out)
 
-    # ---------------------------------------------------------------- Batch
+    with gr.Tab("Label", id="label", elem_id="tab-label") as label_tab:
+        sid = gr.BrowserState("", storage_key="electra-label-session")
+        row = gr.State(None)
+        with gr.Accordion("Start or resume a session", open=True), gr.Row():
+            l_file = uploaded_only(gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
+                                           elem_id="label-file"))
+            with gr.Column():
+                l_column = gr.Textbox(label="Text column", value="text", elem_id="label-column")
+                l_start = gr.Button("Start labeling", variant="primary", elem_id="label-start")
+                l_sessions = gr.Dropdown(label="Earlier sessions", choices=[], elem_id="label-sessions")
+        with gr.Column(elem_id="label-panel"):
+            l_progress = gr.HTML(elem_id="label-progress")
+            l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
+            with gr.Row():
+                l_hint = gr.Markdown(elem_id="label-hint")
+                l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs")
+            l_accept = gr.Button("Accept", variant="primary", visible="hidden", elem_id="accept-btn")
+            with gr.Row():
+                l_buttons = [gr.Button(visible="hidden", size="sm", elem_id=f"label-btn-{i + 1}", min_width=80)
+                             for i in range(MAX_LABEL_BUTTONS)]
+            with gr.Row():
+                l_skip = gr.Button("Skip  [S]", size="sm", elem_id="skip-btn")
+                l_undo = gr.Button("↶ Undo  [U]", size="sm", elem_id="undo-btn")
+            l_message = gr.Markdown(elem_id="label-message")
+            gr.Markdown("Keys: **Enter** accept · **1–9** choose a label · **S** skip · **U** undo. "
+                        "Every decision is saved on the server as you go.", elem_classes="shortcut-help")
+            with gr.Accordion("Order, other labels, download", open=True):
+                with gr.Row():
+                    l_order = gr.Dropdown(ORDERS, value=ORDERS[0], label="Queue order", elem_id="label-order")
+                    l_other = gr.Dropdown(choices=labels, label="Other label", elem_id="label-other")
+                    l_other_btn = gr.Button("Label as selected", size="sm", elem_id="label-other-btn")
+                with gr.Row():
+                    l_new = gr.Textbox(label="New label", max_length=60, elem_id="label-new")
+                    l_add = gr.Button("Add label", size="sm", elem_id="label-add")
+                with gr.Row():
+                    l_export = gr.Button("Download labeled CSV (text,label)", elem_id="label-export")
+                    l_file_out = gr.File(label="Labeled CSV", elem_id="label-download")
+        outputs = [sid, row, l_text, l_hint, l_probs, l_progress, l_accept, *l_buttons, l_other, l_order,
+                   l_message, l_sessions]
+        quick = {"concurrency_limit": QUICK, "concurrency_id": "label", "trigger_mode": "once"}
+        l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
+                      concurrency_limit=cfg.ui_concurrency)
+        l_sessions.input(resume, l_sessions, outputs, **quick)
+        l_accept.click(partial(act, accept), [sid, row], outputs, **quick)
+        for i, b in enumerate(l_buttons):
+            b.click(partial(act, partial(choose, i)), [sid, row], outputs, **quick)
+        l_other_btn.click(partial(act, choose_other), [sid, row, l_other], outputs, **quick)
+        l_skip.click(partial(act, skip), [sid, row], outputs, **quick)
+        l_undo.click(partial(act, undo), [sid, row], outputs, **quick)
+        l_order.input(partial(act, set_order), [sid, row, l_order], outputs, **quick)
+        for trigger in (l_add.click, l_new.submit):  # the button, or Enter in the box
+            trigger(partial(act, add_label), [sid, row, l_new], outputs, **quick).then(lambda: "", None, l_new)
+        l_export.click(export, sid, l_file_out, **quick)
+        # On opening the tab rather than on page load: Gradio 6 applies page-load updates to a tab
+        # not yet shown and then re-mounts it with its initial props, losing them.
+        label_tab.select(resume, sid, outputs, **quick)
+
+
+
+def _batch_tab(cfg, clf, exports: Exports, engine_turn) -> None:
+    """Score an uploaded file: every row kept, with predictions, as a CSV to download."""
+
     def score_file(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
         df, column = read_upload(cfg, file, text_column)
         parts = _score_chunks(len(df), lambda a, b: score_frame(clf, df.iloc[a:b], column, None), progress,
@@ -261,99 +355,20 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
                    + (f" · {errors} rows without text (see `error`)" if errors else ""))
         return str(out), summary, scored.head(20)
 
-    # ---------------------------------------------------------------- layout
-    theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
-    with gr.Blocks(title=f"{name} · ELECTRA classifier", analytics_enabled=False,
-                   delete_cache=(3600, 24 * 3600)) as demo:
-        sign_out = " · [Sign out](/logout)" if cfg.api_key else ""
-        gr.Markdown(f"## {html.escape(name)}\nLabels: {', '.join(html.escape(x) for x in labels)}{sign_out}")
-        with gr.Tabs():
-            with gr.Tab("Classify", id="classify", elem_id="tab-classify"):
-                c_text = gr.Textbox(label="Text", lines=5, max_length=cfg.max_chars, elem_id="classify-text",
-                                    placeholder="Type or paste a text")
-                c_button = gr.Button("Classify", variant="primary", elem_id="classify-btn")
-                c_top = gr.Markdown(elem_id="classify-top")
-                c_probs = gr.Label(label="Probabilities", num_top_classes=len(labels), elem_id="classify-probs")
-                c_button.click(classify, c_text, [c_probs, c_top], concurrency_limit=QUICK)
-                c_text.submit(classify, c_text, [c_probs, c_top], concurrency_limit=QUICK)
 
-            with gr.Tab("Label", id="label", elem_id="tab-label") as label_tab:
-                sid = gr.BrowserState("", storage_key="electra-label-session")
-                row = gr.State(None)
-                with gr.Accordion("Start or resume a session", open=True), gr.Row():
-                    l_file = gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
-                                     elem_id="label-file")
-                    with gr.Column():
-                        l_column = gr.Textbox(label="Text column", value="text", elem_id="label-column")
-                        l_start = gr.Button("Start labeling", variant="primary", elem_id="label-start")
-                        l_sessions = gr.Dropdown(label="Earlier sessions", choices=[], elem_id="label-sessions")
-                with gr.Column(elem_id="label-panel"):
-                    l_progress = gr.HTML(elem_id="label-progress")
-                    l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
-                    with gr.Row():
-                        l_hint = gr.Markdown(elem_id="label-hint")
-                        l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs")
-                    l_accept = gr.Button("Accept", variant="primary", visible="hidden", elem_id="accept-btn")
-                    with gr.Row():
-                        l_buttons = [gr.Button(visible="hidden", size="sm", elem_id=f"label-btn-{i + 1}", min_width=80)
-                                     for i in range(MAX_LABEL_BUTTONS)]
-                    with gr.Row():
-                        l_skip = gr.Button("Skip  [S]", size="sm", elem_id="skip-btn")
-                        l_undo = gr.Button("↶ Undo  [U]", size="sm", elem_id="undo-btn")
-                    l_message = gr.Markdown(elem_id="label-message")
-                    gr.Markdown("Keys: **Enter** accept · **1–9** choose a label · **S** skip · **U** undo. "
-                                "Every decision is saved on the server as you go.", elem_classes="shortcut-help")
-                    with gr.Accordion("Order, other labels, download", open=True):
-                        with gr.Row():
-                            l_order = gr.Dropdown(ORDERS, value=ORDERS[0], label="Queue order", elem_id="label-order")
-                            l_other = gr.Dropdown(choices=labels, label="Other label", elem_id="label-other")
-                            l_other_btn = gr.Button("Label as selected", size="sm", elem_id="label-other-btn")
-                        with gr.Row():
-                            l_new = gr.Textbox(label="New label", max_length=60, elem_id="label-new")
-                            l_add = gr.Button("Add label", size="sm", elem_id="label-add")
-                        with gr.Row():
-                            l_export = gr.Button("Download labeled CSV (text,label)", elem_id="label-export")
-                            l_file_out = gr.File(label="Labeled CSV", elem_id="label-download")
-                outputs = [sid, row, l_text, l_hint, l_probs, l_progress, l_accept, *l_buttons, l_other, l_order,
-                           l_message, l_sessions]
-                quick = {"concurrency_limit": QUICK, "concurrency_id": "label", "trigger_mode": "once"}
-                l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
-                              concurrency_limit=cfg.ui_concurrency)
-                l_sessions.input(resume, l_sessions, outputs, **quick)
-                l_accept.click(partial(act, accept), [sid, row], outputs, **quick)
-                for i, b in enumerate(l_buttons):
-                    b.click(partial(act, partial(choose, i)), [sid, row], outputs, **quick)
-                l_other_btn.click(partial(act, choose_other), [sid, row, l_other], outputs, **quick)
-                l_skip.click(partial(act, skip), [sid, row], outputs, **quick)
-                l_undo.click(partial(act, undo), [sid, row], outputs, **quick)
-                l_order.input(partial(act, set_order), [sid, row, l_order], outputs, **quick)
-                for trigger in (l_add.click, l_new.submit):  # the button, or Enter in the box
-                    trigger(partial(act, add_label), [sid, row, l_new], outputs, **quick).then(lambda: "", None, l_new)
-                l_export.click(export, sid, l_file_out, **quick)
-                # On opening the tab rather than on page load: Gradio 6 applies page-load updates to a tab
-                # not yet shown and then re-mounts it with its initial props, losing them.
-                label_tab.select(resume, sid, outputs, **quick)
-
-            with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
-                with gr.Row():
-                    b_file = gr.File(label="CSV to score", file_types=[".csv", ".tsv", ".jsonl", ".parquet"],
-                                     elem_id="batch-file")
-                    with gr.Column():
-                        b_column = gr.Textbox(label="Text column", value="text", elem_id="batch-column")
-                        b_go = gr.Button("Score", variant="primary", elem_id="batch-go")
-                b_summary = gr.Markdown(elem_id="batch-summary")
-                b_out = gr.File(label="Scored CSV (every input column + pred_label, pred_score, prob_*, error)",
-                                elem_id="batch-download")
-                b_preview = gr.Dataframe(label="First rows", interactive=False, elem_id="batch-preview")
-                b_go.click(score_file, [b_file, b_column], [b_out, b_summary, b_preview], concurrency_id="scoring",
-                           concurrency_limit=cfg.ui_concurrency)
-    # Gradio copies any file reference it finds in any input (a Dropdown's value too) into its cache, whose
-    # files it serves: every input of every event takes uploaded files only.
-    for block in {id(b): b for fn in demo.fns.values() for b in fn.inputs}.values():
-        uploaded_only(block)
-    demo.queue(max_size=64, default_concurrency_limit=cfg.ui_concurrency)
-    demo.ui_theme = theme
-    return demo
+    with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
+        with gr.Row():
+            b_file = uploaded_only(gr.File(label="CSV to score", file_types=[".csv", ".tsv", ".jsonl", ".parquet"],
+                                           elem_id="batch-file"))
+            with gr.Column():
+                b_column = gr.Textbox(label="Text column", value="text", elem_id="batch-column")
+                b_go = gr.Button("Score", variant="primary", elem_id="batch-go")
+        b_summary = gr.Markdown(elem_id="batch-summary")
+        b_out = gr.File(label="Scored CSV (every input column + pred_label, pred_score, prob_*, error)",
+                        elem_id="batch-download")
+        b_preview = gr.Dataframe(label="First rows", interactive=False, elem_id="batch-preview")
+        b_go.click(score_file, [b_file, b_column], [b_out, b_summary, b_preview], concurrency_id="scoring",
+                   concurrency_limit=cfg.ui_concurrency)
 
 
 def mount_ui(app, cfg, clf, state) -> None:
