@@ -27,7 +27,7 @@ import sys
 import time
 from pathlib import Path
 
-from pretraining.config import TrainConfig, UsageError, build_parser, config_from_args
+from pretraining.config import TrainConfig, UsageError, build_parser, config_from_args, exits_2_on_usage_error
 
 ROWS = ("electra", "electra-15", "replace-mlm", "all-tokens-mlm", "mlm")
 LABELS = {"electra": "ELECTRA", "electra-15": "ELECTRA 15%", "replace-mlm": "Replace MLM",
@@ -180,13 +180,10 @@ def parse(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     return config_from_args(given), args
 
 
+@exits_2_on_usage_error
 def main(argv=None) -> int:
-    try:
-        base, args = parse(argv)
-        run(base, args)
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    base, args = parse(argv)
+    run(base, args)
     return 0
 
 

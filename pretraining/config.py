@@ -7,6 +7,8 @@ config, seed included, is written to OUTPUT/config.json and into each checkpoint
 from __future__ import annotations
 
 import argparse
+import functools
+import sys
 from dataclasses import asdict, dataclass, fields
 
 from pretraining.model import OBJECTIVES
@@ -17,6 +19,21 @@ class UsageError(Exception):
 
     Twin of textdata/errors.py `UserError` (pretraining imports no other package); finetune/adapt.py turns it
     into a `DataError`."""
+
+
+def exits_2_on_usage_error(main):
+    """Wrap a CLI `main`: a UsageError becomes `error: <message>` on stderr and exit status 2 (twin of
+    textdata/errors.py `exits_2_on_user_error`)."""
+
+    @functools.wraps(main)
+    def wrapper(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except UsageError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+
+    return wrapper
 
 
 @dataclass(frozen=True)

@@ -38,6 +38,7 @@ from pretraining.config import (
     UsageError,
     build_parser,
     config_from_args,
+    exits_2_on_usage_error,
     resume_differences,
 )
 from pretraining.corpus import Blocks, build_cache, check_corpus, corpus_as_text
@@ -408,13 +409,10 @@ def read_sums(sums: dict) -> dict[str, float]:
     return dict(zip(sums, values.tolist(), strict=True))
 
 
+@exits_2_on_usage_error
 def main(argv=None) -> int:
     parser = build_parser(__doc__ + f"\npresets: {', '.join(PRESETS)}")
-    try:
-        train(config_from_args(parser.parse_args(argv)))
-    except UsageError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    train(config_from_args(parser.parse_args(argv)))
     return 0
 
 
