@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from serving import score, score_ray
+from serving import score, score_ray, scoring
 
 EDGE_TEXTS = ["꿈에서 봤다", "", "   \t ", "오류 " * 3000, "naïve café ✓ 日本語", 'memo, "quoted", comma',
               "첫 줄\n둘째 줄", "에러 발생했다", "NA", "null", "메모 기록", "회의 약속"]
@@ -133,7 +133,7 @@ def test_killed_driver_resumes_at_the_file_in_progress(ray_session, exported_dir
     opts = {"engine": "ray", "num_workers": 2, "batch_rows": 5, "quantized": False}
 
     written = []
-    real_append = score_ray.append_part
+    real_append = scoring.append_part  # the scoring core, which score_ray writes through
 
     def killed_in_b(parts, done, frame, *rest):  # the driver dies with a.csv written and part of b.csv
         real_append(parts, done, frame, *rest)
@@ -141,10 +141,10 @@ def test_killed_driver_resumes_at_the_file_in_progress(ray_session, exported_dir
         if sum(written) > 13:
             raise KeyboardInterrupt
 
-    monkeypatch.setattr(score_ray, "append_part", killed_in_b)
+    monkeypatch.setattr(scoring, "append_part", killed_in_b)
     with pytest.raises(KeyboardInterrupt):
         _run(exported_dir, folder, out, **opts)
-    monkeypatch.setattr(score_ray, "append_part", real_append)
+    monkeypatch.setattr(scoring, "append_part", real_append)
     assert 13 < sum(written) < 24 and not out.exists()
     assert 13 in np.cumsum(written)  # a part ends where a.csv ends: no part spans two files
 
@@ -158,11 +158,11 @@ def test_killed_driver_resumes_at_the_file_in_progress(ray_session, exported_dir
     assert summary["errors"] == 6  # the tally counts the rows of the kept parts too
 
     # A changed input file is refused, naming what changed; without --resume the old parts are dropped.
-    monkeypatch.setattr(score_ray, "append_part", killed_in_b)
+    monkeypatch.setattr(scoring, "append_part", killed_in_b)
     written.clear()
     with pytest.raises(KeyboardInterrupt):
         _run(exported_dir, folder, out, **opts)
-    monkeypatch.setattr(score_ray, "append_part", real_append)
+    monkeypatch.setattr(scoring, "append_part", real_append)
     df.iloc[24:30].to_csv(folder / "c.csv", index=False)
     with pytest.raises(score.DataError, match=r"different input, model or options \(files\)"):
         _run(exported_dir, folder, out, resume=True, **opts)
