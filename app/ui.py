@@ -127,6 +127,10 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
             _classify_tab(cfg, clf, state, labels)
             _label_tab(cfg, clf, labels, store, exports, engine_turn)
             _batch_tab(cfg, clf, exports, engine_turn)
+    # Gradio copies any file reference it finds in any input (a Dropdown's value too) into its cache, whose
+    # files it serves: every input of every event takes uploaded files only.
+    for block in {id(b): b for fn in demo.fns.values() for b in fn.inputs}.values():
+        uploaded_only(block)
     demo.queue(max_size=64, default_concurrency_limit=cfg.ui_concurrency)
     demo.ui_theme = theme
     return demo
@@ -284,8 +288,8 @@ def _label_tab(cfg, clf, labels: list[str], store: SessionStore, exports: Export
         sid = gr.BrowserState("", storage_key="electra-label-session")
         row = gr.State(None)
         with gr.Accordion("Start or resume a session", open=True), gr.Row():
-            l_file = uploaded_only(gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
-                                           elem_id="label-file"))
+            l_file = gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
+                             elem_id="label-file")
             with gr.Column():
                 l_column = gr.Textbox(label="Text column", value="text", elem_id="label-column")
                 l_start = gr.Button("Start labeling", variant="primary", elem_id="label-start")
@@ -358,8 +362,8 @@ def _batch_tab(cfg, clf, exports: Exports, engine_turn) -> None:
 
     with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
         with gr.Row():
-            b_file = uploaded_only(gr.File(label="CSV to score", file_types=[".csv", ".tsv", ".jsonl", ".parquet"],
-                                           elem_id="batch-file"))
+            b_file = gr.File(label="CSV to score", file_types=[".csv", ".tsv", ".jsonl", ".parquet"],
+                             elem_id="batch-file")
             with gr.Column():
                 b_column = gr.Textbox(label="Text column", value="text", elem_id="batch-column")
                 b_go = gr.Button("Score", variant="primary", elem_id="batch-go")
