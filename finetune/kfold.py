@@ -109,7 +109,7 @@ FLAGS = {
     "inner_val": Flag("share of each training fold used for early stopping"),
     "holdout": Flag("set this share of rows aside first (stratified; whole groups with --group-column): never "
                     "seen by the folds or the final model, which is scored on them in report.json; written as "
-                    "OUTPUT/holdout.csv for serving.export --eval-csv (0: off)"),
+                    "OUTPUT/holdout.csv for serving.export --eval-csv (0: off)", metavar="FRACTION"),
     "random_init": Flag("same architecture with random weights (ablation)"),
     "device": Flag("where training runs", choices=("auto", "cpu", "cuda")),
     "final": Flag("after CV, train on all rows and save OUTPUT/model"),

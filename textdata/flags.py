@@ -31,6 +31,7 @@ class Flag:
     shown: str | None = None  # the default in words, where the field's is worked out later (e.g. "usable cores")
     repeat: bool = False  # a tuple field: give the flag once per value
     also: tuple = ()  # more bare flags setting the field, as (name, const, help): e.g. --int8 beside --fp32
+    metavar: str | None = None  # the value's name in --help (default: argparse's, the flag in capitals)
 
 
 class DefaultsHelp(argparse.RawDescriptionHelpFormatter):
@@ -92,6 +93,8 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, flags: dict[str, Flag]
             kw.update(type=spec.type or kind, default=default, required=required)
             if spec.choices is not None:
                 kw["choices"] = list(spec.choices)
+            if spec.metavar:
+                kw["metavar"] = spec.metavar
         parser.add_argument(name, **kw)
         for other, const, about in spec.also:
             parser.add_argument(other, dest=dest, action="store_const", const=const, default=default,

@@ -26,8 +26,9 @@ class Example:
     mode: str = "x"
 
 
-FLAGS = {"mode": Flag("how", choices=("x", "y")), "quantized": Flag(name="--fp32", const=False),
-         "limit": Flag("cap", shown="no cap")}
+FLAGS = {"mode": Flag("how", choices=("x", "y")),
+         "quantized": Flag(name="--fp32", const=False, also=(("--int8", True, "the other file"),)),
+         "limit": Flag("cap", shown="no cap", metavar="N")}
 
 
 def test_fields_become_flags_with_their_defaults():
@@ -38,6 +39,7 @@ def test_fields_become_flags_with_their_defaults():
                                               "--fast", "--no-progress", "--fp32", "--names", "c", "d",
                                               "--mode", "y"]))
     assert cfg == Example(Path("m"), 3, 4, 1.5, True, False, False, ("c", "d"), "y")
+    assert config_from(Example, ap.parse_args(["--model", "m", "--int8"])).quantized is True
     with pytest.raises(SystemExit):
         ap.parse_args(["--model", "m", "--mode", "z"])
     with pytest.raises(SystemExit):
@@ -46,7 +48,7 @@ def test_fields_become_flags_with_their_defaults():
 
 def test_help_shows_every_default():
     text = parser_for(Example, "ex", "example", FLAGS).format_help()
-    for expected in ["(required)", "(default: 2048)", "cap (default: no cap)", "(default: 0.5)", "(default: off)",
+    for expected in ["(required)", "(default: 2048)", "--limit N cap (default: no cap)", "--int8 the other file", "(default: 0.5)", "(default: off)",
                      "(default: progress on)", "(default: a, b)", "how (default: x)"]:
         assert expected in " ".join(text.split()), expected
 
