@@ -10,8 +10,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from serving.run_folder import model_in_run
 from textdata.errors import ModelError
+from textdata.run_folder import model_in_run
 
 # alias -> (hub id or "package:<name>", what it is)
 REGISTRY = {

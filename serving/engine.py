@@ -34,13 +34,13 @@ import numpy as np
 
 from serving.onnx_runner import ORT_NAMES, OrtRunner
 from serving.quantize import cpu_isa
-from serving.run_folder import model_in_run
 from serving.runner import Runner
 from serving.torch_runner import TorchRunner, check_options, cuda_available, probe_ids
 from textdata.errors import ModelError
 from textdata.labels import labels_from_config
 from textdata.normalize import Normalizer
 from textdata.precision import check_precision
+from textdata.run_folder import model_in_run
 
 log = logging.getLogger("serving.engine")
 

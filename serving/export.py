@@ -37,9 +37,9 @@ from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, M
 from serving.parity import builtin_sample, compare, tokenization_mismatch, verdict
 from serving.quantize import BY_NAME, DEFAULT_ORDER, cpu_isa, quantize
 from serving.quiet import understood_messages_dropped
-from serving.run_folder import model_in_run
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
+from textdata.run_folder import model_in_run
 from textdata.tables import missing_text, read_table, write_json
 
 log = logging.getLogger("serving.export")

@@ -29,7 +29,6 @@ from dataclasses import replace
 from pathlib import Path
 
 from serving.engine import CPU_BATCH_TOKENS, GPU_BATCH_TOKENS, PROVIDERS, TRUNCATIONS, Classifier
-from serving.run_folder import model_in_run
 from serving.scoring import (
     ScoreConfig,
     Tally,
@@ -45,6 +44,7 @@ from serving.scoring import (
 )
 from textdata.errors import DataError, UsageError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
+from textdata.run_folder import model_in_run
 from textdata.tables import count_rows, iter_table, table_format
 
 log = logging.getLogger("serving.score")
