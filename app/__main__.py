@@ -30,7 +30,7 @@ import uvicorn
 
 from . import logs
 from .api import ServerState
-from .config import parse_args, pass_size
+from .config import parse_args, pass_size, quantized
 from .protocol import bounded_protocol
 
 log = logging.getLogger("app")
@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         clf = Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length,
                               batch_tokens=pass_size(cfg), threads=cfg.threads,
-                              quantized=False if cfg.fp32 else None)
+                              quantized=quantized(cfg))
     except (ModelError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

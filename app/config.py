@@ -19,6 +19,11 @@ API_KEY_ENV = "ELECTRA_API_KEY"
 CPU_PASS_TOKENS, GPU_PASS_TOKENS = 512, GPU_BATCH_TOKENS
 
 
+def quantized(cfg: Config) -> bool | None:
+    """`Classifier.load(quantized=...)`: --fp32/--int8 force a file; neither lets export_report.json decide."""
+    return False if cfg.fp32 else True if cfg.int8 else None
+
+
 def pass_size(cfg: Config) -> int | PassSize:
     """--engine-batch-tokens, or the server's size per device, for `Classifier.load`; the engine settles it
     once it knows its device, and the server reads `clf.batch_tokens`."""
@@ -35,7 +40,8 @@ class Config:
     provider: str = "auto"
     max_length: int | None = None
     threads: int | None = None
-    fp32: bool = False  # use model.onnx even where model_quantized.onnx exists
+    fp32: bool = False  # use model.onnx even where the export made model_quantized.onnx the CPU default
+    int8: bool = False  # use model_quantized.onnx even where the export kept model.onnx the CPU default
     # Padded tokens per forward pass inside the engine. A batch is padded to its longest text, so with
     # mixed lengths a large budget on CPU pays for padding; GPUs want it large. None: by device.
     engine_batch_tokens: int | None = None
@@ -84,7 +90,9 @@ FLAGS = {
     "provider": Flag("ONNX Runtime provider: auto, cpu, cuda"),
     "max_length": Flag("truncate texts to this many tokens", shown="the training length"),
     "threads": Flag("engine intra-op threads", shown="the engine's choice"),
-    "fp32": Flag("use model.onnx even where model_quantized.onnx exists"),
+    "fp32": Flag("use model.onnx even where export_report.json makes model_quantized.onnx the CPU default"),
+    "int8": Flag("use model_quantized.onnx even where export_report.json keeps model.onnx the CPU default "
+                 "(INT8 was not faster on the CPU that exported it)"),
     "engine_batch_tokens": Flag("padded tokens per forward pass",
                                 shown=f"{CPU_PASS_TOKENS} on CPU, {GPU_PASS_TOKENS} on a GPU"),
     "batching": Flag("one forward pass per request"),
@@ -120,6 +128,8 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> Config:
     p = build_parser()
     a = p.parse_args(argv)
+    if a.fp32 and a.int8:
+        p.error("--fp32 and --int8: choose one (neither: the file export_report.json names for CPU)")
     if a.engine_batch_tokens is not None and a.engine_batch_tokens < 1:
         p.error("--engine-batch-tokens must be at least 1")
     for name in ("max_batch_tokens", "workers", "max_queue", "max_texts", "max_chars", "max_body_bytes",

@@ -112,6 +112,16 @@ def test_cli_flags_build_a_frozen_config(monkeypatch, tmp_path):
         parse_args(["--model", "m", "--engine-batch-tokens", "0"])
 
 
+def test_fp32_and_int8_force_a_file_and_exclude_each_other():
+    from app.config import quantized
+
+    assert quantized(parse_args(["--model", "m"])) is None  # export_report.json's cpu_default decides
+    assert quantized(parse_args(["--model", "m", "--fp32"])) is False
+    assert quantized(parse_args(["--model", "m", "--int8"])) is True
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "m", "--fp32", "--int8"])
+
+
 def test_pass_size_follows_the_device_unless_given():
     from app.config import pass_size
 
