@@ -68,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         clf = Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length,
                               batch_tokens=pass_size(cfg), threads=cfg.threads,
-                              quantized=quantized(cfg))
+                              quantized=quantized(cfg), blend=cfg.blend)
     except (ModelError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -42,6 +42,7 @@ class Config:
     threads: int | None = None
     fp32: bool = False  # use model.onnx even where the export made model_quantized.onnx the CPU default
     int8: bool = False  # use model_quantized.onnx even where the export kept model.onnx the CPU default
+    blend: bool = True  # apply the model folder's TF-IDF blend when it has one (textdata/blend.py)
     # Padded tokens per forward pass inside the engine. A batch is padded to its longest text, so with
     # mixed lengths a large budget on CPU pays for padding; GPUs want it large. None: by device.
     engine_batch_tokens: int | None = None
@@ -93,6 +94,7 @@ FLAGS = {
     "fp32": Flag("use model.onnx even where export_report.json makes model_quantized.onnx the CPU default"),
     "int8": Flag("use model_quantized.onnx even where export_report.json keeps model.onnx the CPU default "
                  "(INT8 was not faster on the CPU that exported it)"),
+    "blend": Flag("serve the model alone where the folder has a TF-IDF blend (applied by default)"),
     "engine_batch_tokens": Flag("padded tokens per forward pass",
                                 shown=f"{CPU_PASS_TOKENS} on CPU, {GPU_PASS_TOKENS} on a GPU"),
     "batching": Flag("one forward pass per request"),

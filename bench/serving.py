@@ -1,6 +1,7 @@
 """Serving benchmark: latency, batch-scoring throughput and the accuracy cost of INT8, on ELECTRA-Small's shape.
 
     python bench/serving.py [--work /tmp/bench-serving] [--repeats 3] [--epochs 4] [--retrain]
+    python bench/serving.py --shape tiny --epochs 0 --blend --work /tmp/bench-tiny    # the blend's cost
     python bench/serving.py --finetuned runs/minilm-bbc/model --eval-csv bbc-eval.csv \\
         --work /tmp/bench-minilm-bbc --output bench/results/serving-minilm-bbc.json     # a real model
 
@@ -24,6 +25,9 @@ What it measures, each `--repeats` times, interleaved, medians reported:
 With --finetuned, a real fine-tuned folder (e.g. MiniLM from `finetune/kfold.py --final`) replaces the
 built model: it is exported with the default gate (INT8 kept only if it passes on --eval-csv), and
 the same three measures run on --eval-csv's rows (or --score-csv's).
+With a TF-IDF blend in the exported folder (a --finetuned folder from `kfold.py --final` that kept one, or
+--blend: a baseline fitted on the training pages, weights 1/1 since only its cost is measured), the
+rows/s are also measured with the blend turned off (`--no-blend`), and the ratio is reported.
 Writes bench/results/serving.json. The 2 CPU cores are shared with other work: load average is
 recorded beside the numbers.
 """
@@ -44,7 +48,8 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
+# ../shared/data beside the checkout; BENCH_DATA names it for a checkout elsewhere (a git worktree)
+DATA = Path(os.environ.get("BENCH_DATA", ROOT.parent / "shared" / "data"))
 SHORT_TEXT = "파일을 저장할 때 오류가 발생합니다"
 MAX_LENGTH = 128
 
@@ -73,15 +78,21 @@ def split_pages(df: pd.DataFrame):
     return df.iloc[train_idx], df.iloc[test_idx]
 
 
-def finetune(work: Path, tok, train: pd.DataFrame, epochs: int) -> Path:
-    """Random-init ELECTRA-Small shape, AdamW + linear decay, length-bucketed batches of 32."""
+SHAPES = {"small": {"embedding_size": 128, "hidden_size": 256, "num_hidden_layers": 12, "num_attention_heads": 4,
+                        "intermediate_size": 1024},
+          # pretraining/config.py's tiny preset: the encoder the ko-help recipe trains on 2 CPU cores
+          "tiny": {"embedding_size": 64, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+                       "intermediate_size": 256}}
+
+
+def finetune(work: Path, tok, train: pd.DataFrame, epochs: int, shape: str = "small") -> Path:
+    """Random-init ELECTRA-Small (or tiny) shape, AdamW + linear decay, length-bucketed batches of 32."""
     import torch
     from transformers import ElectraConfig, ElectraForSequenceClassification, get_linear_schedule_with_warmup
 
     folder = work / "model"
     labels = sorted(train["label"].unique())
-    cfg = ElectraConfig(vocab_size=len(tok), embedding_size=128, hidden_size=256, num_hidden_layers=12,
-                        num_attention_heads=4, intermediate_size=1024, max_position_embeddings=512,
+    cfg = ElectraConfig(vocab_size=len(tok), **SHAPES[shape], max_position_embeddings=512,
                         num_labels=len(labels), id2label=dict(enumerate(labels)),
                         label2id={k: i for i, k in enumerate(labels)})
     torch.manual_seed(0)
@@ -132,13 +143,19 @@ def prepare_built(args, df: pd.DataFrame, onnx_dir: Path):
     t0 = time.time()
     if args.retrain or not (model_dir / "model.safetensors").exists() or not (args.work / "finetune.json").exists():
         print(f"fine-tuning on {len(train)} rows ({train['page'].nunique()} pages), {args.epochs} epochs", flush=True)
-        finetune(args.work, tok, train, args.epochs)
+        finetune(args.work, tok, train, args.epochs, args.shape)
         (args.work / "finetune.json").write_text(json.dumps({"seconds": time.time() - t0, "epochs": args.epochs}))
     trained = json.loads((args.work / "finetune.json").read_text())  # also for a model cached by a previous run
     if args.retrain or not (onnx_dir / "export_report.json").exists():
         export(ExportConfig(model=model_dir, output=onnx_dir, quantize=True, eval_csv=heldout_csv,
                             max_eval_rows=len(heldout), min_agreement=0.01, max_f1_drop=100))
-    info = {"shape": "ELECTRA-Small (hidden 256, 12 layers, 4 heads, FFN 1024, emb 128)", "vocab": len(tok),
+    if args.blend:
+        from textdata.blend import Blend, fit_baseline, save_baseline
+
+        labels = sorted(train["label"].unique())
+        baseline = fit_baseline(train["text"].tolist(), train["label"].map(labels.index).to_numpy(), 0)
+        save_baseline(baseline, onnx_dir, len(labels), Blend(1.0, 1.0), {"method": "bench: cost only, weights not fitted"})
+    info = {"shape": f"ELECTRA {args.shape} ({SHAPES[args.shape]})", "vocab": len(tok),
             "max_length": MAX_LENGTH, "weights": f"random init, fine-tuned {trained['epochs']} epochs on 80% of "
             "ko-help pages (no pretraining)", "finetune_seconds": round(trained["seconds"])}
     return model_dir, tok, info, len(heldout)
@@ -200,6 +217,7 @@ def throughput_round(model_dir: Path, onnx_dir: Path, texts: list[str], csv: Pat
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
     from serving import score
+    from textdata.blend import BASELINE_DIR
 
     out = {}
     pipe = pipeline("text-classification", model=AutoModelForSequenceClassification.from_pretrained(model_dir),
@@ -208,13 +226,16 @@ def throughput_round(model_dir: Path, onnx_dir: Path, texts: list[str], csv: Pat
         t = time.perf_counter()
         preds = pipe(texts, batch_size=32, truncation=True)
         out["pipeline_bs32"] = len(preds) / (time.perf_counter() - t)
+    blends = (True, False) if (onnx_dir / BASELINE_DIR).is_dir() else (True,)
     for name, quantized in variants.items():
-        cfg = score.ScoreConfig(model=onnx_dir, input=csv, output=work / f"scored-{name}.csv", progress=False,
-                                quantized=quantized)
-        s = score.run(cfg)
-        assert s["rows"] == len(texts)
-        out[name] = s["rows_per_second"]
-        out[name + "_incl_load"] = s["rows"] / s["seconds"]
+        for blend in blends:  # with a blend in the folder: interleaved with it off, its cost measured in the same run
+            key = name if blend else f"{name}_no_blend"
+            cfg = score.ScoreConfig(model=onnx_dir, input=csv, output=work / f"scored-{key}.csv", progress=False,
+                                    quantized=quantized, blend=blend)
+            s = score.run(cfg)
+            assert s["rows"] == len(texts)
+            out[key] = s["rows_per_second"]
+            out[key + "_incl_load"] = s["rows"] / s["seconds"]
     return out
 
 
@@ -225,6 +246,10 @@ def main() -> None:
     ap.add_argument("--latency-calls", type=int, default=200)
     ap.add_argument("--epochs", type=int, default=2)
     ap.add_argument("--retrain", action="store_true")
+    ap.add_argument("--shape", choices=sorted(SHAPES), default="small",
+                    help="the built model's shape (a --work folder holds one shape: use one per shape)")
+    ap.add_argument("--blend", action="store_true",
+                    help="built model: add a TF-IDF blend fitted on the training pages, to time rows/s with and without it")
     ap.add_argument("--rows", type=int, default=None, help="score a seeded sample of this many rows (default: all)")
     ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "serving.json")
     ap.add_argument("--finetuned", type=Path, help="a fine-tuned transformers folder to measure instead")
@@ -306,6 +331,8 @@ def summarize(lat, thr, report, model_info, load_before, heldout_rows, csv, rows
         "default_over_fp32_onnx": rows_s["score_default"] / rows_s["score_fp32"],
         "cpu_default": report.get("cpu_default"),
         "isa": report.get("isa"),
+        "blend_rows_per_second_ratio": {k: v / rows_s[f"{k}_no_blend"] for k, v in rows_s.items()
+                                        if f"{k}_no_blend" in rows_s},
         "heldout_macro_f1": f1,
         "int8_passed_gate": "model_quantized.onnx" in files,
         "int8_recipe": (report.get("quantization") or {}).get("recipe"),
@@ -339,6 +366,9 @@ def print_table(result: dict) -> None:
     else:
         print(f"| held-out macro-F1 ({result['data']['heldout_rows']} rows) | {f1['pytorch']:.4f} | "
               f"{f1['onnx_fp32']:.4f} | INT8 failed the gate (the default is fp32) |")
+    for k, ratio in result["blend_rows_per_second_ratio"].items():
+        print(f"| {k} rows/s with the TF-IDF blend / without | {rows_s[k]:.0f} / {rows_s[k + '_no_blend']:.0f} "
+              f"= {ratio:.2f}x | | |")
     m = result["machine"]
     print(f"\nload average before/after: {m['loadavg_before']} / {m['loadavg_after']}")
 

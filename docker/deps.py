@@ -20,9 +20,10 @@ TRAIN_ONLY = {
     "optimum": "optimum",
     "optimum-onnx": "optimum",
     "onnx": "onnx",  # read only to export, and by the TensorRT provider (which needs the GPU image)
-    "scikit-learn": "sklearn",
     "matplotlib": "matplotlib",
 }
+# scikit-learn is not among them: a model folder with a TF-IDF blend (baseline/, textdata/blend.py) is served
+# by rebuilding its baseline as scikit-learn objects.
 # installed on its own, before the rest, from a source chosen at build time (CPU index, GPU PyPI, a wheel)
 SEPARATE = {"torch"}
 

@@ -31,10 +31,12 @@ import numpy as np
 
 from finetune.adapt import AdaptConfig, adapt
 from finetune.baseline import baseline_predict
+from finetune.blend import MODES, cv_blend, save_final_blend
 from finetune.data import bbcnews_csv, inner_split, load_labeled, make_folds, split_holdout
 from finetune.metrics import KEYS, fold_metrics, summarize
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model
 from finetune.train import COMPILE_CHOICES, SWITCHES, TrainConfig, encode, fit, predict_proba
+from textdata.blend import BaselineError, ServedBlend
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
 from textdata.normalize import Normalizer
@@ -65,13 +67,15 @@ class Config:
     device: str = "auto"
     final: bool = False
     resume: bool = False
+    blend: str = "auto"  # auto | off | on: blend with the baseline (finetune/blend.py)
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     adapt: AdaptConfig = dataclasses.field(default_factory=AdaptConfig)
 
 
 # Settings that may change on --resume: they change neither the folds nor their numbers (the fast-path
 # switches give the plain path's losses: tests/finetune/test_fast_path.py).
-RESUMABLE = frozenset({"resume", "final", "train.static_shapes", "train.compile"})
+# The blend only reads the saved folds.
+RESUMABLE = frozenset({"resume", "final", "blend", "train.static_shapes", "train.compile"})
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -114,6 +118,8 @@ FLAGS = {
     "device": Flag("where training runs", choices=("auto", "cpu", "cuda")),
     "final": Flag("after CV, train on all rows and save OUTPUT/model"),
     "resume": Flag("reuse finished folds in --output"),
+    "blend": Flag("blend the model with the TF-IDF baseline, fitted on out-of-fold rows and scored nested; "
+                  "auto: keep it (report, --final model) only where it beats the model", choices=MODES),
 }
 TRAIN_FLAGS = {
     "epochs": Flag("training epochs per fold (early stopping may end sooner)"),
@@ -214,13 +220,18 @@ def run_fold(cfg: Config, k: int, train_idx, val_idx, data, ids, tokenizer, reso
                    data.y[stop_idx], cfg.train, seed, accelerator, desc=f"fold {k + 1}/{cfg.folds}")
         proba = predict_proba(model, [ids[i] for i in val_idx], tokenizer.pad_token_id or 0, accelerator.device,
                               cfg.train.precision)
-        base_proba = baseline_predict(data.texts, data.y, train_idx, val_idx, seed)
+        try:
+            base_proba = baseline_predict(data.texts, data.y, train_idx, val_idx, seed)
+            base_metrics = fold_metrics(data.y[val_idx], base_proba.argmax(1), data.labels)
+        except BaselineError as e:  # the model's numbers stand; the report says why there is no baseline
+            base_proba = np.full_like(proba, np.nan)
+            base_metrics = {"error": str(e)}
         saved = {
             "fold": k, "seed": seed, "n_train": len(fit_idx), "n_early_stopping": len(stop_idx),
             "n_val": len(val_idx), **fold_metrics(data.y[val_idx], proba.argmax(1), data.labels),
             "best_epoch": hist.best_epoch, "train_seconds": round(hist.seconds, 2),
             "samples_per_second": round(hist.samples_per_second, 2),
-            "baseline": fold_metrics(data.y[val_idx], base_proba.argmax(1), data.labels),
+            "baseline": base_metrics,
             "history": dataclasses.asdict(hist),
         }
         if accelerator.is_main_process:  # a fold is written whole or not at all, so --resume never reads half a fold
@@ -285,7 +296,7 @@ def run(cfg: Config) -> dict:
         oof[val_idx], base_oof[val_idx], fold_of[val_idx] = proba, base_proba, k
         histories.append(saved.pop("history"))
         results.append(saved)
-        print(f"fold {k}: macro-F1 {saved['macro_f1']:.4f} (baseline {saved['baseline']['macro_f1']:.4f}), "
+        print(f"fold {k}: macro-F1 {saved['macro_f1']:.4f} (baseline {_f1(saved['baseline'])}), "
               f"accuracy {saved['accuracy']:.4f}, best epoch {saved['best_epoch']}", file=sys.stderr)
 
     report = {
@@ -293,18 +304,26 @@ def run(cfg: Config) -> dict:
         "n_rows": len(data.table), "n_used": int(n), "dropped": data.dropped,
         "folds": [{k: v for k, v in r.items() if k != "baseline"} for r in results],
         **summarize(results),
-        "baseline": {"name": "char TF-IDF + logistic regression", "folds": [r["baseline"] for r in results],
-                     **summarize([r["baseline"] for r in results])},
-        "config": config_json, "seed": cfg.seed, "device": str(accelerator.device),
+        "baseline": {"name": "char TF-IDF + logistic regression", "folds": [r["baseline"] for r in results]},
+        "config": config_json, "seed": cfg.seed, "device": str(accelerator.device), "warnings": [],
     }
-    report["lift_macro_f1"] = report["macro_f1_mean"] - report["baseline"]["macro_f1_mean"]
+    fitted = [b for b in report["baseline"]["folds"] if "error" not in b]
+    if fitted:
+        report["baseline"].update(summarize(fitted))
+        report["lift_macro_f1"] = report["macro_f1_mean"] - report["baseline"]["macro_f1_mean"]
+    failed = [f"fold {r['fold']}: {r['baseline']['error']}" for r in results if "error" in r["baseline"]]
+    if failed:
+        report["warnings"].append(f"the TF-IDF baseline could not be fitted in {'; '.join(failed)}")
+    report["blend"], blend_oof = cv_blend(oof, base_oof, data.y, fold_of, data.labels, cfg.blend, report["macro_f1_mean"])
     if held is not None:
         report["holdout"] = holdout_baseline(out, data, held, cfg)
     if main:
-        write_outputs(out, cfg, data, oof, base_oof, fold_of, report, histories, held)
+        write_outputs(out, cfg, data, oof, base_oof, blend_oof, fold_of, report, histories, held)
     if cfg.final:
         final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, accelerator, held)
     report["wall_seconds"] = round(time.time() - started, 1)
+    for w in report["warnings"]:
+        print(f"warning: {w}", file=sys.stderr)
     if main:
         write_json(out / "report.json", report)
         print(summary_table(report))
@@ -313,19 +332,26 @@ def run(cfg: Config) -> dict:
     return report
 
 
+def _f1(metrics: dict | None) -> str:
+    return "n/a" if not metrics or "error" in metrics else f"{metrics['macro_f1']:.4f}"
+
+
 def holdout_baseline(out: Path, data, held, cfg: Config) -> dict:
     """The held-out rows' entry in report.json; the baseline trained on every fold row is scored now, the
     final model (with --final) in final_model."""
     texts = data.texts + held.texts
     y = np.concatenate([data.y, held.y])
     cv, ho = np.arange(len(data.y)), np.arange(len(data.y), len(y))
-    proba = baseline_predict(texts, y, cv, ho, cfg.seed)
+    try:
+        base = fold_metrics(held.y, baseline_predict(texts, y, cv, ho, cfg.seed).argmax(1), data.labels)
+    except BaselineError as e:
+        base = {"error": str(e)}
     return {"path": str(out / "holdout.csv"), "fraction": cfg.holdout, "n_rows": len(held.y),
             "scored": "final model" if cfg.final else "baseline only (no --final, so no final model to score)",
-            "baseline": fold_metrics(held.y, proba.argmax(1), data.labels)}
+            "baseline": base}
 
 
-def write_outputs(out, cfg, data, oof, base_oof, fold_of, report, histories, held=None) -> None:
+def write_outputs(out, cfg, data, oof, base_oof, blend_oof, fold_of, report, histories, held=None) -> None:
     from finetune.plots import confusion_png, fold_scores_png, learning_curves_png
 
     table = data.table.copy()
@@ -336,12 +362,20 @@ def write_outputs(out, cfg, data, oof, base_oof, fold_of, report, histories, hel
     fold = np.full(n_rows, -1)
     labels = np.array(data.labels, dtype=object)
     pred[data.keep], score[data.keep] = labels[oof.argmax(1)], oof.max(1)
-    base_pred[data.keep], fold[data.keep] = labels[base_oof.argmax(1)], fold_of
+    base_pred[data.keep] = np.where(np.isnan(base_oof).any(1), "", labels[np.nan_to_num(base_oof).argmax(1)])
+    fold[data.keep] = fold_of
     table["fold"], table["pred_label"], table["pred_score"] = fold, pred, score
-    for j, name in enumerate(data.labels):
-        col = np.full(n_rows, np.nan)
-        col[data.keep] = oof[:, j]
-        table[f"prob_{name}"] = col
+    for prefix, probs in (("", oof), ("baseline_", base_oof), ("blend_", blend_oof)):
+        if probs is None:
+            continue
+        if prefix == "blend_":  # nested: each row blended with parameters fitted on the other folds
+            blend_pred = np.full(n_rows, "", dtype=object)
+            blend_pred[data.keep] = labels[probs.argmax(1)]
+            table["blend_pred_label"] = blend_pred
+        for j, name in enumerate(data.labels):
+            col = np.full(n_rows, np.nan)
+            col[data.keep] = probs[:, j]
+            table[f"{prefix}prob_{name}"] = col
     table["baseline_pred_label"] = base_pred
     error = np.full(n_rows, "", dtype=object)
     error[np.setdiff1d(np.arange(n_rows), data.keep)] = "dropped: empty text or label"
@@ -354,8 +388,10 @@ def write_outputs(out, cfg, data, oof, base_oof, fold_of, report, histories, hel
     confusion_png(total, data.labels, out / "confusion_matrix.png",
                   f"out-of-fold confusion, macro-F1 {report['macro_f1_mean']:.3f}")
     learning_curves_png(histories, out / "learning_curves.png")
-    fold_scores_png([r["macro_f1"] for r in report["folds"]], [b["macro_f1"] for b in report["baseline"]["folds"]],
-                    out / "fold_scores.png")
+    blend = report["blend"] or {}
+    fold_scores_png([r["macro_f1"] for r in report["folds"]],
+                    [b.get("macro_f1", np.nan) for b in report["baseline"]["folds"]], out / "fold_scores.png",
+                    [b["macro_f1"] for b in blend["folds"]] if "folds" in blend else None)
 
 
 def final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, accelerator, held=None) -> None:
@@ -375,7 +411,7 @@ def final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, acceler
                               accelerator.device, cfg.train.precision)
         report["holdout"].update(fold_metrics(held.y, proba.argmax(1), data.labels))
         print(f"holdout ({len(held.y)} rows never trained on): final model macro-F1 "
-              f"{report['holdout']['macro_f1']:.4f}, baseline {report['holdout']['baseline']['macro_f1']:.4f}",
+              f"{report['holdout']['macro_f1']:.4f}, baseline {_f1(report['holdout']['baseline'])}",
               file=sys.stderr)
     if not accelerator.is_main_process:
         return
@@ -383,31 +419,44 @@ def final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, acceler
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     normalizer.save(folder)
+    blend = save_final_blend(folder, data.texts, data.y, len(data.labels), cfg.seed, report["blend"], report["warnings"])
     write_json(folder / "training_config.json", {
         "config": json.loads(json.dumps(asdict(cfg), default=str)), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
-        "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))},
+        "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))}, "blend": blend,
     })
-    report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(data.y)}
+    report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(data.y),
+                             "blend": blend is not None}
+    if blend and held is not None:  # the blend as served (baseline/ read back), on rows nothing was fitted on
+        served = ServedBlend(folder, len(data.labels))(proba, held.texts)
+        report["holdout"]["blend"] = fold_metrics(held.y, served.argmax(1), data.labels)
 
 
 def summary_table(report: dict) -> str:
-    head = f"{'fold':>6} {'n_val':>6} {'accuracy':>9} {'macro-F1':>9} {'weighted-F1':>12} {'baseline':>9}"
+    """Per fold and mean ± std; baseline and blend columns are macro-F1 (the blend's nested)."""
+    base, blend = report["baseline"], report.get("blend") or {}
+    blend_folds = blend.get("folds", [None] * len(report["folds"]))
+    head = (f"{'fold':>6} {'n_val':>6} {'accuracy':>9} {'macro-F1':>9} {'weighted-F1':>12} {'baseline':>14}"
+            + (f" {'blend':>14}" if "folds" in blend else ""))
     lines = ["", head, "-" * len(head)]
-    for r, b in zip(report["folds"], report["baseline"]["folds"]):
+    for r, b, bl in zip(report["folds"], base["folds"], blend_folds):
         lines.append(f"{r['fold']:>6} {r['n_val']:>6} {r['accuracy']:>9.4f} {r['macro_f1']:>9.4f} "
-                     f"{r['weighted_f1']:>12.4f} {b['macro_f1']:>9.4f}")
+                     f"{r['weighted_f1']:>12.4f} {_f1(b):>14}" + (f" {_f1(bl):>14}" if bl else ""))
     lines.append("-" * len(head))
     m = {k: f"{report[f'{k}_mean']:.4f}±{report[f'{k}_std']:.3f}" for k in KEYS}
-    base = report["baseline"]
-    lines.append(f"{'mean':>6} {'':>6} {m['accuracy']:>9} {m['macro_f1']:>9} {m['weighted_f1']:>12} "
-                 f"{base['macro_f1_mean']:.4f}±{base['macro_f1_std']:.3f}")
-    lines.append(f"\nmacro-F1 {report['macro_f1_mean']:.4f} ± {report['macro_f1_std']:.4f} vs baseline "
-                 f"{base['macro_f1_mean']:.4f} ± {base['macro_f1_std']:.4f} (lift {report['lift_macro_f1']:+.4f})")
+    pm = lambda d: f"{d['macro_f1_mean']:.4f}±{d['macro_f1_std']:.3f}" if "macro_f1_mean" in d else "n/a"
+    lines.append(f"{'mean':>6} {'':>6} {m['accuracy']:>9} {m['macro_f1']:>9} {m['weighted_f1']:>12} {pm(base):>14}"
+                 + (f" {pm(blend):>14}" if "folds" in blend else ""))
+    lines.append(f"\nmacro-F1 {report['macro_f1_mean']:.4f} ± {report['macro_f1_std']:.4f} vs baseline {pm(base)}"
+                 + (f" (lift {report['lift_macro_f1']:+.4f})" if "lift_macro_f1" in report else ""))
+    if blend:
+        score = f"{pm(blend)} (nested), weights model {blend['model_weight']:g}, baseline {blend['baseline_weight']:g}; " \
+            if "folds" in blend else ""
+        lines.append(f"blend {score}{'kept' if blend['kept'] else 'not kept'}: {blend['why']}")
     held = report.get("holdout")
     if held:
         final = f"final model {held['macro_f1']:.4f}, " if "macro_f1" in held else ""
         lines.append(f"holdout ({held['n_rows']} rows, never trained on): {final}"
-                     f"baseline {held['baseline']['macro_f1']:.4f}")
+                     f"baseline {_f1(held['baseline'])}" + (f", blend {_f1(held['blend'])}" if "blend" in held else ""))
     return "\n".join(lines)
 
 

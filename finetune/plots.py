@@ -60,11 +60,15 @@ def learning_curves_png(histories: list[dict], path: Path) -> None:
     plt.close(fig)
 
 
-def fold_scores_png(model_f1: list[float], baseline_f1: list[float], path: Path) -> None:
+def fold_scores_png(model_f1: list[float], baseline_f1: list[float], path: Path,
+                    blend_f1: list[float] | None = None) -> None:
+    """Bars per fold: model, baseline (NaN where it could not be fitted) and the nested blend when there is one."""
     x = np.arange(len(model_f1))
+    bars = [("model", model_f1), ("TF-IDF + LR", baseline_f1)] + ([("blend, nested", blend_f1)] if blend_f1 else [])
+    width = 0.8 / len(bars)
     fig, ax = plt.subplots(figsize=(max(5, 1.2 * len(x) + 2), 3.5))
-    ax.bar(x - 0.2, model_f1, 0.4, label=f"model (mean {np.mean(model_f1):.3f})")
-    ax.bar(x + 0.2, baseline_f1, 0.4, label=f"TF-IDF + LR (mean {np.mean(baseline_f1):.3f})")
+    for i, (name, values) in enumerate(bars):
+        ax.bar(x + (i - (len(bars) - 1) / 2) * width, values, width, label=f"{name} (mean {np.nanmean(values):.3f})")
     ax.set_xticks(x, [f"fold {k}" for k in x])
     ax.set(ylabel="macro-F1", ylim=(0, 1), title="macro-F1 per fold")
     ax.legend(fontsize=8, loc="lower right")

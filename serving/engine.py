@@ -36,6 +36,7 @@ from serving.onnx_runner import ORT_NAMES, OrtRunner
 from serving.quantize import cpu_isa
 from serving.runner import Runner
 from serving.torch_runner import TorchRunner, check_options, cuda_available, probe_ids
+from textdata.blend import BASELINE_DIR, BLEND_FILE, TEXT_CAP, Encoded, ServedBlend
 from textdata.errors import ModelError
 from textdata.labels import labels_from_config
 from textdata.normalize import Normalizer
@@ -121,6 +122,8 @@ class Classifier:
         # covers at least one character); cutting first keeps a 50 MB cell from stalling the tokenizer.
         self._char_cap = max(4096, 32 * max_length)
         self._report = None
+        self.blend: ServedBlend | None = None  # set by load(blend=True) when the folder has one
+        self._has_blend = False
         if (self.folder / REPORT_FILE).exists():
             self._report = json.loads((self.folder / REPORT_FILE).read_text(encoding="utf-8"))
 
@@ -138,6 +141,7 @@ class Classifier:
         precision: str = "auto",
         cuda_graphs: bool | None = None,
         parity_texts: Sequence[str] | None = None,
+        blend: bool = True,
     ) -> Classifier:
         """Load an exported folder (ONNX) or a transformers folder (PyTorch).
 
@@ -149,6 +153,8 @@ class Classifier:
         PyTorch backend only: precision auto = bf16 (fp16 without bf16) on CUDA, fp32 on CPU; cuda_graphs
         None = on CUDA; parity_texts: texts for the reduced-precision check against fp32 (default: random
         token sequences), reported in info()["precision_check"].
+        blend: apply the folder's TF-IDF blend (baseline/, written by finetune --final) when it has one;
+        probabilities and predictions are then blended, logits stay the model's own.
         """
         from transformers import AutoConfig, AutoTokenizer
 
@@ -205,6 +211,12 @@ class Classifier:
         clf.model_file_why = why if model_file else "no ONNX file served: PyTorch weights"
         if model_file and runner.provider == "cpu":
             _warn_other_isa(clf._report, model_file)
+        clf._has_blend = (folder / BASELINE_DIR / BLEND_FILE).exists()
+        if blend and clf._has_blend:
+            try:
+                clf.blend = ServedBlend(folder, len(clf.labels))
+            except ValueError as e:
+                raise ModelError(str(e)) from None
         if runner.backend == "torch":
             runner.finish_load(lambda: clf.encode(parity_texts) if parity_texts
                                else probe_ids(config.vocab_size, max_length))
@@ -273,6 +285,8 @@ class Classifier:
             "cpu_isa": cpu_isa(),
             "export_report": self._report,
             **self._run.describe(),  # precision, cuda_graphs, cuda_graph_error, precision_check
+            "blend": self.blend.info() if self.blend else None,
+            "blend_available": self._has_blend,
         }
 
     def normalize(self, texts: Sequence[str]) -> list[str]:
@@ -306,6 +320,17 @@ class Classifier:
             if len(ids) > budget:
                 ids = ids[:head] + (ids[len(ids) - (budget - head):] if budget > head else [])
             out.append(self._prefix + ids + self._suffix)
+        if self.blend:  # the baseline reads the text, so it travels with the ids (through the API's batcher)
+            out = [Encoded(ids, t) for ids, t in zip(out, self._blend_texts(texts, clean))]
+        return out
+
+    def _blend_texts(self, texts: Sequence[str], clean: list[str]) -> list[str]:
+        """The texts the baseline reads: normalised like k-fold's, under its own (much larger) cap."""
+        cap = self._char_cap
+        out = []
+        for t, c in zip(texts, clean):
+            t = "" if t is None else str(t)
+            out.append(c if len(t) <= cap else self.normalizer(t[:TEXT_CAP])[:TEXT_CAP])
         return out
 
     def count_tokens(self, texts: Sequence[str]) -> list[int]:
@@ -313,8 +338,17 @@ class Classifier:
         return [len(ids) for ids in self.encode(texts)]
 
     def predict_proba(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
-        """Probabilities, shape (len(texts), len(labels)), rows in input order."""
-        return _softmax(self.predict_logits(texts, normalized))
+        """Probabilities, shape (len(texts), len(labels)), rows in input order (blended when `blend`)."""
+        return self._proba(self.encode(texts, normalized))
+
+    def _proba(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+        probs = _softmax(self._logits(seqs))
+        if self.blend:
+            # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
+            rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)]
+            if rows:
+                probs[rows] = self.blend(probs[rows], [seqs[i].text for i in rows])
+        return probs
 
     def predict_logits(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
         """Raw logits (float32), shape (len(texts), len(labels)), rows in input order."""
@@ -354,8 +388,8 @@ class Classifier:
         return self.predict_encoded(self.encode(texts), top_k)
 
     def predict_encoded(self, seqs: Sequence[Sequence[int]], top_k: int | None = None) -> list[Prediction]:
-        """`predict` for token ids from `encode`."""
-        probs = _softmax(self._logits(seqs))
+        """`predict` for token ids from `encode` (with a blend, only those carry the text it reads)."""
+        probs = self._proba(seqs)
         labels = self.labels
         out = []
         for p in probs:

@@ -8,7 +8,8 @@
 Writes into OUT: model.onnx (Optimum export, dynamic batch/sequence axes, ONNX Runtime transformer
 fusions; fp16 for --target cuda), model_quantized.onnx (--quantize: INT8 for CPU, the first recipe
 of --int8-recipes that passes the gate), the tokenizer, config.json (id2label), labels.json,
-normalization.json / training_config.json when the model has them, and export_report.json.
+normalization.json / training_config.json / baseline/ (the TF-IDF blend) when the model has them, and
+export_report.json.
 The gate (serving/parity.py) compares each file with PyTorch on up to --max-eval-rows rows of
 --eval-csv (argmax agreement and macro-F1 change) or, without labels, on a built-in sample
 (agreement only, with a warning). A file that fails is not kept and the command exits 2; when only
@@ -37,6 +38,7 @@ from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, M
 from serving.parity import builtin_sample, compare, tokenization_mismatch, verdict
 from serving.quantize import BY_NAME, DEFAULT_ORDER, cpu_isa, quantize
 from serving.quiet import understood_messages_dropped
+from textdata.blend import carry_blend
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
 from textdata.run_folder import model_in_run
@@ -224,6 +226,7 @@ def run(cfg: ExportConfig) -> dict:
         for name in SIDECARS:
             if (cfg.model / name).exists():
                 shutil.copy2(cfg.model / name, cfg.output / name)
+        carry_blend(cfg.model, cfg.output)
         write_json(cfg.output / "labels.json", reference.labels)
         shutil.move(model_file, cfg.output / ONNX_FILE)
 

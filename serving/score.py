@@ -149,6 +149,7 @@ FLAGS = {
     "quantized": Flag("use model.onnx even where export_report.json makes model_quantized.onnx the default",
                       name="--fp32", const=False, shown="on CPU, the file export_report.json names",
                       also=(("--int8", True, INT8_HELP),)),
+    "blend": Flag("score with the model alone where the folder has a TF-IDF blend (applied by default)"),
     "progress": Flag("no progress bar"),
     "engine": Flag("ray: score on Ray Data workers (pip install -e '.[ray]'), see serving/score_ray.py",
                    choices=ENGINES),

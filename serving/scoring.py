@@ -42,13 +42,14 @@ class ScoreConfig:
     batch_tokens: int | None = None  # None: the engine's default for the device (1,024 CPU, 8,192 GPU)
     threads: int | None = None
     quantized: bool | None = None  # None: the CPU default export_report.json names (INT8 only where faster)
+    blend: bool = True  # the model folder's TF-IDF blend, when it has one (textdata/blend.py)
     progress: bool = True
     engine: str = "local"  # ray: serving/score_ray.py, whose RayScoreConfig adds the Ray-only settings
 
 
 def load_model(cfg: ScoreConfig, threads: int | None) -> Classifier:
     return Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length, batch_tokens=cfg.batch_tokens,
-                           threads=threads, truncation=cfg.truncation, quantized=cfg.quantized)
+                           threads=threads, truncation=cfg.truncation, quantized=cfg.quantized, blend=cfg.blend)
 
 
 def output_columns(columns_in: list[str], labels: list[str], cfg: ScoreConfig, where: Path) -> tuple[list[str], int | None]:
@@ -136,6 +137,8 @@ def result_options(cfg: ScoreConfig) -> dict:
     for k in ("resume", "progress", "provider", "threads", "batch_tokens",  # don't change results
               "engine", "address", "num_workers", "gpus_per_worker"):
         opts.pop(k, None)
+    if opts.get("blend", True):
+        opts.pop("blend", None)  # the default: absent, like in manifests written before --no-blend existed
     opts = {k: str(v) if isinstance(v, Path) else v for k, v in opts.items()}
     opts["input"], opts["model"] = str(cfg.input.resolve()), str(cfg.model.resolve())
     return opts

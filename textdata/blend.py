@@ -1,0 +1,220 @@
+"""The TF-IDF baseline and its blend with the fine-tuned model: one definition that k-fold fits and serving applies.
+
+The blend is a log-linear pool of the two models' probabilities,
+
+    p_blend ∝ exp(a · log p_model + b · log p_baseline),   a, b >= 0,
+
+with (a, b) fitted by log-loss on out-of-fold rows. Two free scales rather than one weight because the two
+models are calibrated differently: one epoch of fine-tuning leaves the model's probabilities flat (top
+~0.13 of 10 classes), so a plain average of probabilities lets the sharper model win every disagreement.
+The pool is multinomial logistic regression on two features without intercept: convex, two parameters,
+so it cannot overfit a few hundred rows. Measured against a weighted average of probabilities and a
+logistic-regression stacker on the log-probabilities (2K features, K classes) with `bench/blend.py`: see
+docs/finetune.md, "Blend with the baseline".
+
+The baseline is saved without pickle: vocabulary and settings as JSON, idf and coefficients as
+safetensors, rebuilt into scikit-learn objects at load.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import numpy as np
+
+BASELINE_DIR = "baseline"  # inside a model folder: tfidf.json, weights.safetensors, blend.json
+BLEND_FILE = "blend.json"
+# Both sides cut texts here: serving must bound the baseline's work on a 50 MB cell, and k-fold must
+# see the same text for the served blend to equal its own (identical for texts up to this length).
+TEXT_CAP = 100_000
+_FLOOR = 1e-12  # log(0) guard: the baseline's LR and a float32 softmax can both round to 0
+_VECTORIZER_KEYS = ("analyzer", "ngram_range", "lowercase", "sublinear_tf", "norm", "use_idf", "smooth_idf",
+                    "binary", "strip_accents")
+
+
+class BaselineError(ValueError):
+    """The baseline cannot be fitted on these rows (one class, or no usable characters)."""
+
+
+def tfidf_logreg(seed: int):
+    """Char n-grams because they need no tokenizer and work on Korean, where word TF-IDF splits on spaces
+    that Korean uses inconsistently."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    return make_pipeline(
+        TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 4), min_df=2, sublinear_tf=True, max_features=200_000),
+        LogisticRegression(C=10.0, max_iter=2000, random_state=seed),
+    )
+
+
+def fit_baseline(texts: list[str], y: np.ndarray, seed: int):
+    """The baseline fitted on `texts`; BaselineError (one line) where it cannot be."""
+    y = np.asarray(y)
+    if len(np.unique(y)) < 2:
+        raise BaselineError(f"only one class ({y[0] if len(y) else 'none'}) among {len(y)} training rows")
+    try:
+        return tfidf_logreg(seed).fit([t[:TEXT_CAP] for t in texts], y)
+    except ValueError as e:  # "empty vocabulary" (no text, or min_df=2 finds nothing), and the like
+        raise BaselineError(str(e).splitlines()[0]) from None
+
+
+def baseline_proba(model, texts: list[str], n_classes: int) -> np.ndarray:
+    """(len(texts), n_classes) probabilities; classes the baseline never saw in training get 0."""
+    proba = np.zeros((len(texts), n_classes))
+    if len(texts):
+        proba[:, model.classes_] = model.predict_proba([t[:TEXT_CAP] for t in texts])
+    return proba
+
+
+# ------------------------------------------------------------------------------------------- the blend
+@dataclass(frozen=True)
+class Blend:
+    model_weight: float
+    baseline_weight: float
+
+    def __call__(self, p_model: np.ndarray, p_baseline: np.ndarray) -> np.ndarray:
+        return _pool(np.array([self.model_weight, self.baseline_weight]), _logs(p_model, p_baseline))
+
+
+def _logs(p_model, p_baseline) -> np.ndarray:
+    """(2, n, K) log-probabilities, float64."""
+    return np.log(np.clip(np.stack([np.asarray(p_model, np.float64), np.asarray(p_baseline, np.float64)]),
+                          _FLOOR, 1.0))
+
+
+def _pool(w: np.ndarray, logs: np.ndarray) -> np.ndarray:
+    z = np.tensordot(w, logs, axes=1)
+    z = np.exp(z - z.max(axis=1, keepdims=True))
+    return z / z.sum(axis=1, keepdims=True)
+
+
+def fit_blend(p_model: np.ndarray, p_baseline: np.ndarray, y: np.ndarray) -> Blend:
+    """(a, b) >= 0 minimising the mean log-loss of the pool on these rows (convex: L-BFGS-B finds the optimum)."""
+    from scipy.optimize import minimize
+
+    logs = _logs(p_model, p_baseline)
+    y = np.asarray(y)
+    rows = np.arange(len(y))
+    picked = logs[:, rows, y]  # (2, n): each model's log-probability of the true class
+
+    def loss(w):
+        q = _pool(w, logs)
+        nll = -np.mean(np.log(np.clip(q[rows, y], _FLOOR, 1.0)))
+        grad = np.einsum("mnk,nk->m", logs, q) / len(y) - picked.mean(1)
+        return nll, grad
+
+    res = minimize(loss, np.ones(2), jac=True, method="L-BFGS-B", bounds=[(0, None), (0, None)])
+    a, b = (float(v) for v in res.x)
+    return Blend(round(a, 6), round(b, 6))
+
+
+def nested_blend(p_model: np.ndarray, p_baseline: np.ndarray, y: np.ndarray, fold_of: np.ndarray,
+                 fit=fit_blend) -> tuple[np.ndarray, list[Blend]]:
+    """Blended out-of-fold probabilities where each fold's rows are blended with parameters fitted on the
+    other folds' rows only, so its score is an honest estimate; and the per-fold parameters."""
+    out = np.empty(np.shape(p_model), np.float64)
+    params = []
+    for k in np.unique(fold_of):
+        held, rest = fold_of == k, fold_of != k
+        blend = fit(p_model[rest], p_baseline[rest], y[rest])
+        out[held] = blend(p_model[held], p_baseline[held])
+        params.append(blend)
+    return out, params
+
+
+# ------------------------------------------------------------------------------ saving without pickle
+def save_baseline(model, folder: str | Path, n_classes: int, blend: Blend, meta: dict) -> Path:
+    """Write folder/baseline/ (tfidf.json, weights.safetensors, blend.json); returns that folder."""
+    from safetensors.numpy import save_file
+
+    from textdata.tables import write_json
+
+    vec, lr = model.steps[0][1], model.steps[-1][1]
+    vocab = [""] * len(vec.vocabulary_)
+    for gram, i in vec.vocabulary_.items():
+        vocab[i] = gram
+    params = vec.get_params()
+    target = Path(folder) / BASELINE_DIR
+    target.mkdir(parents=True, exist_ok=True)
+    write_json(target / "tfidf.json", {
+        "vectorizer": {k: params[k] for k in _VECTORIZER_KEYS}, "n_classes": int(n_classes),
+        "classes": [int(c) for c in lr.classes_], "vocabulary": vocab})
+    tmp = target / "weights.tmp.safetensors"
+    save_file({"idf": np.ascontiguousarray(vec.idf_, np.float64), "coef": np.ascontiguousarray(lr.coef_, np.float64),
+               "intercept": np.ascontiguousarray(lr.intercept_, np.float64)}, str(tmp))
+    tmp.replace(target / "weights.safetensors")
+    write_json(target / BLEND_FILE, {**asdict(blend), **meta})
+    return target
+
+
+def load_baseline(folder: str | Path) -> tuple[object, int, Blend, dict]:
+    """(scikit-learn pipeline, n_classes, blend, blend.json) from folder/baseline/; ValueError if broken."""
+    from safetensors.numpy import load_file
+    from sklearn.feature_extraction.text import TfidfVectorizer
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+
+    target = Path(folder) / BASELINE_DIR
+    try:
+        spec = json.loads((target / "tfidf.json").read_text(encoding="utf-8"))
+        meta = json.loads((target / BLEND_FILE).read_text(encoding="utf-8"))
+        weights = load_file(str(target / "weights.safetensors"))
+        settings = spec["vectorizer"]
+        unknown = set(settings) - set(_VECTORIZER_KEYS)
+        if unknown:
+            raise ValueError(f"unknown vectorizer settings {sorted(unknown)}")
+        settings["ngram_range"] = tuple(settings["ngram_range"])
+        vec = TfidfVectorizer(**settings, vocabulary={g: i for i, g in enumerate(spec["vocabulary"])})
+        vec.idf_ = weights["idf"]
+        lr = LogisticRegression()
+        lr.coef_, lr.intercept_ = weights["coef"], weights["intercept"]
+        lr.classes_ = np.array(spec["classes"])
+        lr.n_features_in_ = len(spec["vocabulary"])
+        blend = Blend(float(meta["model_weight"]), float(meta["baseline_weight"]))
+        if lr.coef_.shape[1] != len(spec["vocabulary"]) or len(vec.idf_) != len(spec["vocabulary"]):
+            raise ValueError("weights do not match the vocabulary")
+    except Exception as e:  # noqa: BLE001 - json, safetensors and sklearn each raise their own types
+        raise ValueError(f"{target}: unreadable baseline ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
+    return make_pipeline(vec, lr), int(spec["n_classes"]), blend, meta
+
+
+# ------------------------------------------------------------------------------------------- serving
+class Encoded(list):
+    """Token ids that remember the normalised text they came from: the API tokenizes once, hands the ids
+    through its batcher, and the blend still sees the text."""
+
+    __slots__ = ("text",)
+
+    def __init__(self, ids, text: str):
+        super().__init__(ids)
+        self.text = text
+
+
+class ServedBlend:
+    """The saved baseline and blend of a model folder, applied to the model's probabilities."""
+
+    def __init__(self, folder: str | Path, n_labels: int):
+        self.baseline, n_classes, self.blend, self.meta = load_baseline(folder)
+        if n_classes != n_labels:
+            raise ValueError(f"{Path(folder) / BASELINE_DIR}: baseline has {n_classes} classes, the model {n_labels}")
+        self.n_labels = n_labels
+
+    def __call__(self, p_model: np.ndarray, texts: list[str]) -> np.ndarray:
+        return self.blend(p_model, baseline_proba(self.baseline, texts, self.n_labels)).astype(np.float32)
+
+    def info(self) -> dict:
+        keep = ("method", "nested_macro_f1_mean", "nested_macro_f1_std", "lift_vs_model")
+        return {**asdict(self.blend), **{k: self.meta[k] for k in keep if k in self.meta}}
+
+
+def carry_blend(model: Path, output: Path) -> None:
+    """serving.export: the baseline and blend travel with the model; a stale one from an earlier export goes."""
+    import shutil
+
+    shutil.rmtree(output / BASELINE_DIR, ignore_errors=True)
+    if (model / BASELINE_DIR / BLEND_FILE).exists():
+        shutil.copytree(model / BASELINE_DIR, output / BASELINE_DIR)
