@@ -105,7 +105,8 @@ def _eval_rows(cfg: ExportConfig) -> tuple[list[str], list[str] | None, list[str
 
 
 def _check(cfg: ExportConfig, file: Path, ref, texts, labels, y_true, ref_f1) -> tuple[dict, list[str], Classifier]:
-    clf = Classifier.load(file, provider="cuda" if cfg.target == "cuda" else "cpu")
+    # blend=False: the gate judges (and times) the model's file alone, not the TF-IDF baseline beside it
+    clf = Classifier.load(file, provider="cuda" if cfg.target == "cuda" else "cpu", blend=False)
     stats = compare(ref, clf.predict_logits(texts), labels, y_true)
     return stats, verdict(stats, ref_f1, cfg.min_agreement, cfg.max_f1_drop), clf
 
@@ -136,7 +137,7 @@ def _quantize_gated(cfg: ExportConfig, ref, texts, labels, y_true, ref_f1,
     model.onnx stays the default. Returns (the written recipe's quantization info or None, every
     attempt with its numbers and why it failed, the CPU default decision for export_report.json)."""
     src, cand, slow, isa = cfg.output / ONNX_FILE, cfg.output / CANDIDATE, cfg.output / SLOW_CANDIDATE, cpu_isa()
-    fp32 = Classifier.load(src, provider="cpu")  # the speed baseline; also tokenizes calibration texts
+    fp32 = Classifier.load(src, provider="cpu", blend=False)  # the speed baseline; also tokenizes calibration texts
     seqs = fp32.encode(texts[: cfg.speed_rows])
     attempts, slow_best = [], None  # slow_best: (info, attempt) of the fastest accurate but slow recipe
     need = cfg.min_int8_speedup
