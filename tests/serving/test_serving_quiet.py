@@ -7,16 +7,21 @@ import logging
 from serving.quiet import understood_messages_dropped
 
 
-def test_only_the_understood_messages_are_dropped(caplog):
+def test_only_the_understood_messages_are_dropped(caplog, monkeypatch):
     hf = logging.getLogger("transformers.modeling_utils")
     root = logging.getLogger()  # where ONNX Runtime's quantizer logs (logging.warning)
-    with caplog.at_level(logging.WARNING), understood_messages_dropped():
+    # Earlier tests may have run kfold in-process (transformers verbosity ERROR, loggers not propagating
+    # to the root where caplog listens): listen on this logger directly, at WARNING, whatever ran before.
+    monkeypatch.setattr(hf, "propagate", False)
+    monkeypatch.setattr(hf, "handlers", [caplog.handler])
+    with caplog.at_level(logging.WARNING), caplog.at_level(logging.WARNING, logger=hf.name), \
+            understood_messages_dropped():
         hf.warning("`torch_dtype` is deprecated! Use `dtype` instead!")
         root.warning("Please consider to run pre-processing before quantization. Refer to example: ...")
         hf.warning("Some weights were not initialized")
         root.warning("calibration failed")
     assert [r.getMessage() for r in caplog.records] == ["Some weights were not initialized", "calibration failed"]
     caplog.clear()
-    with caplog.at_level(logging.WARNING):
+    with caplog.at_level(logging.WARNING), caplog.at_level(logging.WARNING, logger=hf.name):
         hf.warning("`torch_dtype` is deprecated! Use `dtype` instead!")  # outside the block it shows again
     assert len(caplog.records) == 1
