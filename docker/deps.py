@@ -21,9 +21,10 @@ TRAIN_ONLY = {
     "optimum-onnx": "optimum",
     "onnx": "onnx",  # read only to export, and by the TensorRT provider (which needs the GPU image)
     "matplotlib": "matplotlib",
+    # fits the TF-IDF baseline; a served blend applies the saved one with numpy (textdata/tfidf.py), which
+    # also keeps scipy (sklearn's dependency) out of the slim image
+    "scikit-learn": "sklearn",
 }
-# scikit-learn is not among them: a model folder with a TF-IDF blend (baseline/, textdata/blend.py) is served
-# by rebuilding its baseline as scikit-learn objects.
 # installed on its own, before the rest, from a source chosen at build time (CPU index, GPU PyPI, a wheel)
 SEPARATE = {"torch"}
 

@@ -13,7 +13,8 @@ logistic-regression stacker on the log-probabilities (2K features, K classes) wi
 docs/finetune.md, "Blend with the baseline".
 
 The baseline is saved without pickle: vocabulary and settings as JSON, idf and coefficients as
-safetensors, rebuilt into scikit-learn objects at load.
+safetensors. Serving applies it with numpy alone (textdata/tfidf.py: faster per row than rebuilding the
+scikit-learn objects, and the slim image carries no scikit-learn or scipy); only fitting uses scikit-learn.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
+
+from textdata.tfidf import TfidfLogreg, check_settings
 
 BASELINE_DIR = "baseline"  # inside a model folder: tfidf.json, weights.safetensors, blend.json
 BLEND_FILE = "blend.json"
@@ -151,12 +154,14 @@ def save_baseline(model, folder: str | Path, n_classes: int, blend: Blend, meta:
     return target
 
 
-def load_baseline(folder: str | Path) -> tuple[object, int, Blend, dict]:
-    """(scikit-learn pipeline, n_classes, blend, blend.json) from folder/baseline/; ValueError if broken."""
+def _unreadable(target: Path, e: Exception) -> ValueError:
+    return ValueError(f"{target}: unreadable baseline ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
+
+
+def load_baseline(folder: str | Path) -> tuple[TfidfLogreg, int, Blend, dict]:
+    """(the baseline as numpy, n_classes, blend, blend.json) from folder/baseline/; ValueError if broken or
+    saved with settings the numpy transform does not implement (textdata/tfidf.py: serving imports no sklearn)."""
     from safetensors.numpy import load_file
-    from sklearn.feature_extraction.text import TfidfVectorizer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
 
     target = Path(folder) / BASELINE_DIR
     try:
@@ -167,19 +172,20 @@ def load_baseline(folder: str | Path) -> tuple[object, int, Blend, dict]:
         unknown = set(settings) - set(_VECTORIZER_KEYS)
         if unknown:
             raise ValueError(f"unknown vectorizer settings {sorted(unknown)}")
-        settings["ngram_range"] = tuple(settings["ngram_range"])
-        vec = TfidfVectorizer(**settings, vocabulary={g: i for i, g in enumerate(spec["vocabulary"])})
-        vec.idf_ = weights["idf"]
-        lr = LogisticRegression()
-        lr.coef_, lr.intercept_ = weights["coef"], weights["intercept"]
-        lr.classes_ = np.array(spec["classes"])
-        lr.n_features_in_ = len(spec["vocabulary"])
         blend = Blend(float(meta["model_weight"]), float(meta["baseline_weight"]))
-        if lr.coef_.shape[1] != len(spec["vocabulary"]) or len(vec.idf_) != len(spec["vocabulary"]):
-            raise ValueError("weights do not match the vocabulary")
-    except Exception as e:  # noqa: BLE001 - json, safetensors and sklearn each raise their own types
-        raise ValueError(f"{target}: unreadable baseline ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})") from None
-    return make_pipeline(vec, lr), int(spec["n_classes"]), blend, meta
+        n_classes = int(spec["n_classes"])
+    except Exception as e:  # noqa: BLE001 - json and safetensors each raise their own types
+        raise _unreadable(target, e) from None
+    try:
+        check_settings(settings)
+    except ValueError as e:
+        raise ValueError(f"{target}: {e}") from None
+    try:
+        baseline = TfidfLogreg(settings, spec["vocabulary"], weights["idf"], weights["coef"], weights["intercept"],
+                               spec["classes"])
+    except Exception as e:  # noqa: BLE001 - a missing key, a wrong shape
+        raise _unreadable(target, e) from None
+    return baseline, n_classes, blend, meta
 
 
 # ------------------------------------------------------------------------------------------- serving

@@ -64,3 +64,57 @@ def test_serves_onnx_without_torch_and_refuses_a_transformers_folder(tiny_onnx_d
     error = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
     assert len(error) == 1 and "Traceback" not in proc.stderr
     assert "needs PyTorch" in error[0] and "serving.export" in error[0] and "full image" in error[0]
+
+
+BLEND_SCRIPT = """
+import json, sys
+for name in json.loads(sys.argv[1]):
+    sys.modules[name] = None
+from fastapi.testclient import TestClient
+from app.config import parse_args
+from app.server import create_app
+from serving.engine import Classifier
+
+cfg = parse_args(["--model", sys.argv[2], "--data-dir", sys.argv[3], "--no-ui"])
+clf = Classifier.load(cfg.model)
+with TestClient(create_app(cfg, clf)) as client:
+    got = client.post("/v1/classify", json={"texts": json.loads(sys.argv[4])}).json()
+print("RESULT " + json.dumps({"blend": clf.info()["blend"], "classify": got,
+                              "loaded": sorted(n for n in json.loads(sys.argv[1]) if sys.modules.get(n))}))
+"""
+
+
+def test_serves_a_blended_onnx_folder_without_sklearn_or_scipy(tiny_onnx_dir, toy_rows, tmp_path):
+    """The TF-IDF blend is served by textdata/tfidf.py (numpy): the slim image has no scikit-learn or scipy."""
+    import shutil
+
+    import numpy as np
+
+    from serving.engine import Classifier
+    from textdata.blend import Blend, baseline_proba, fit_baseline, save_baseline
+    from textdata.normalize import Normalizer
+
+    blocked = sorted({*_train_only_modules(), "scipy"})
+    assert "sklearn" in blocked
+    folder = tmp_path / "blended"
+    shutil.copytree(tiny_onnx_dir, folder)
+    rows = toy_rows(n_per_class=8, seed=4)
+    baseline = fit_baseline(rows["text"].tolist(), rows["label"].map(["dream", "error", "memo"].index).to_numpy(), 0)
+    save_baseline(baseline, folder, 3, Blend(1.5, 0.7), {"method": "test"})
+    texts = ["꿈에서 봤다", "오류  발생했다 ERROR", "x", "메모 기록 " * 40]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "GRADIO_ANALYTICS_ENABLED": "False"}
+    env.pop("ELECTRA_API_KEY", None)
+    proc = subprocess.run([sys.executable, "-c", BLEND_SCRIPT, json.dumps(blocked), str(folder),
+                           str(tmp_path / "app-data"), json.dumps(texts)],
+                          check=False, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert lines, f"served nothing (exit {proc.returncode}):\n{proc.stderr[-3000:]}"
+    result = json.loads(lines[0].removeprefix("RESULT "))
+    assert result["loaded"] == [] and result["blend"]["model_weight"] == 1.5, result
+    assert "predictions" in result["classify"], result
+    got = np.array([list(p["probabilities"].values()) for p in result["classify"]["predictions"]])
+    # what the sklearn pipeline blended with the same ONNX model's probabilities gives
+    plain = Classifier.load(folder, blend=False).predict_proba(texts)
+    want = Blend(1.5, 0.7)(plain, baseline_proba(baseline, [Normalizer()(t) for t in texts], 3))
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert np.abs(got - plain).max() > 1e-3  # the blend was applied
