@@ -40,10 +40,12 @@ def test_numpy_baseline_equals_the_sklearn_pipeline(tmp_path, toy_rows, kind):
     analyze = vec.build_analyzer()
     for t in TEXTS:
         assert served.ngrams(t) == analyze(t)
-    row, col, val = served.features(TEXTS)
-    dense = np.zeros((len(TEXTS), len(vec.vocabulary_)))
-    dense[row, col] = val
-    np.testing.assert_allclose(dense, vec.transform(TEXTS).toarray(), rtol=0, atol=1e-12)
+    assert served._fast  # the batched integer-key path; the per-n-gram path (wide alphabets) must agree too
+    for fast in (True, False):
+        row, col, val = served.features(TEXTS, fast=fast)
+        dense = np.zeros((len(TEXTS), len(vec.vocabulary_)))
+        dense[row, col] = val
+        np.testing.assert_allclose(dense, vec.transform(TEXTS).toarray(), rtol=0, atol=1e-12)
 
 
 @pytest.mark.parametrize("setting,value", [("norm", "l1"), ("analyzer", "char"), ("strip_accents", "unicode"),
