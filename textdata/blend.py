@@ -134,7 +134,7 @@ def save_baseline(model, folder: str | Path, n_classes: int, blend: Blend, meta:
     """Write folder/baseline/ (tfidf.json, weights.safetensors, blend.json); returns that folder."""
     from safetensors.numpy import save_file
 
-    from textdata.tables import write_json
+    from textdata.tables import atomic_path, write_json
 
     vec, lr = model.steps[0][1], model.steps[-1][1]
     vocab = [""] * len(vec.vocabulary_)
@@ -146,10 +146,11 @@ def save_baseline(model, folder: str | Path, n_classes: int, blend: Blend, meta:
     write_json(target / "tfidf.json", {
         "vectorizer": {k: params[k] for k in _VECTORIZER_KEYS}, "n_classes": int(n_classes),
         "classes": [int(c) for c in lr.classes_], "vocabulary": vocab})
-    tmp = target / "weights.tmp.safetensors"
-    save_file({"idf": np.ascontiguousarray(vec.idf_, np.float64), "coef": np.ascontiguousarray(lr.coef_, np.float64),
-               "intercept": np.ascontiguousarray(lr.intercept_, np.float64)}, str(tmp))
-    tmp.replace(target / "weights.safetensors")
+    with atomic_path(target / "weights.safetensors") as tmp:
+        save_file({"idf": np.ascontiguousarray(vec.idf_, np.float64),
+                   "coef": np.ascontiguousarray(lr.coef_, np.float64),
+                   "intercept": np.ascontiguousarray(lr.intercept_, np.float64)}, str(tmp))
+        tmp.chmod(0o644)  # safetensors writes a new file, 0600
     write_json(target / BLEND_FILE, {**asdict(blend), **meta})
     return target
 

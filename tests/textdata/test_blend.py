@@ -68,6 +68,8 @@ def test_saved_baseline_is_rebuilt_without_pickle_and_predicts_the_same(tmp_path
     save_baseline(model, tmp_path, len(labels), Blend(2.5, 0.5), {"nested_macro_f1_mean": 0.9})
     files = sorted(p.name for p in (tmp_path / BASELINE_DIR).iterdir())
     assert files == ["blend.json", "tfidf.json", "weights.safetensors"]
+    for p in (tmp_path / BASELINE_DIR).iterdir():  # the slim image serves as another user than the one who trained
+        assert p.stat().st_mode & 0o044 == 0o044, p.name
     loaded, n_classes, blend, meta = load_baseline(tmp_path)
     assert n_classes == 3 and blend == Blend(2.5, 0.5) and meta["nested_macro_f1_mean"] == 0.9
     np.testing.assert_allclose(baseline_proba(loaded, texts, 3), baseline_proba(model, texts, 3), rtol=0, atol=1e-12)
