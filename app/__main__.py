@@ -2,8 +2,11 @@
 
     python -m app --model OUT [--host 127.0.0.1] [--port 8000] [--api-key KEY]
                   [--max-batch-tokens 8192] [--max-wait-ms 5] [--max-queue 512] [--no-ui]
+                  [--models-dir DATA_DIR/models] [--train-data base.csv] [--promote auto|manual]
 
-OUT is a `serving.export` folder (ONNX) or a transformers folder. `python -m app --help` lists every
+OUT is a `serving.export` folder (ONNX) or a transformers folder; it is copied into the model registry
+(--models-dir) as a version, and the registry's active version is served (without --model too).
+Retraining from the labels runs in a child process (app/train_child.py). `python -m app --help` lists every
 limit. SIGTERM drains: in-flight requests finish, new ones get 503, then the process exits 0.
 """
 
@@ -30,7 +33,7 @@ import uvicorn
 
 from . import logs
 from .api import ServerState
-from .config import parse_args, pass_size, quantized
+from .config import parse_args
 from .protocol import bounded_protocol
 
 log = logging.getLogger("app")
@@ -63,25 +66,39 @@ class DrainingServer(uvicorn.Server):
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     logs.setup(cfg.log_level)
-    from serving.engine import Classifier, ModelError
+    from serving.engine import ModelError
 
+    from .registry import Registry, RegistryError
+    from .server import load_classifier
+
+    registry = Registry(cfg.registry_dir)
     try:
-        clf = Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length,
-                              batch_tokens=pass_size(cfg), threads=cfg.threads,
-                              quantized=quantized(cfg), blend=cfg.blend)
+        registry.clean_staging()
+        if cfg.model:
+            version, new = registry.register_folder(cfg.model)
+            if new or registry.active() is None:
+                registry.set_active(version, why=f"python -m app --model {cfg.model}")
+            elif registry.active() != version:
+                log.info("%s is registered as %s; serving the active version %s (switch with POST "
+                         "/v1/models/%s/activate)", cfg.model, version, registry.active(), version)
+        version = registry.active()
+        if version is None:
+            raise RegistryError(f"no --model given and no active version in {registry.root}: "
+                                "start with --model FOLDER (a serving.export or transformers folder)")
+        clf = load_classifier(cfg, registry.path(version))
     except (ModelError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     from .server import create_app
 
     state = ServerState()
-    app = create_app(cfg, clf, state)
+    app = create_app(cfg, clf, state, registry, version)
     http = bounded_protocol(cfg.max_header_bytes, cfg.header_timeout_s, cfg.body_timeout_s)
     server = DrainingServer(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,
                                            timeout_graceful_shutdown=cfg.shutdown_timeout_s, http=http,
                                            timeout_keep_alive=cfg.keep_alive_s), state)
     log.info("serving", extra={"fields": {"event": "start", "url": f"http://{cfg.host}:{cfg.port}",
-                                          "model": cfg.model, "auth": bool(cfg.api_key), "ui": cfg.ui}})
+                                          "model": cfg.model, "version": version, "auth": bool(cfg.api_key), "ui": cfg.ui}})
     server.run()
     return 0
 

@@ -38,6 +38,7 @@ class ServerState:
     ready: bool = False  # model warmed through the batcher
     draining: bool = False  # SIGTERM received: finish in-flight work, take no new work
     batcher: MicroBatcher | None = None
+    engine: object = None  # the served app.swap.Engine; replaced whole by a model switch
     on_drain: list = field(default_factory=list)  # called on the event loop when SIGTERM arrives
     # Fixed cost of one engine pass in tokens' worth, measured at start-up; decides how batches are cut.
     call_overhead_tokens: float = 12.0
@@ -61,6 +62,7 @@ class LabelScore(BaseModel):
 
 class ClassifyResponse(BaseModel):
     model: str
+    model_version: str = Field(description="the registry version that answered (also in X-Model-Version)")
     predictions: list[LabelScore]
 
 
@@ -102,12 +104,12 @@ def text_problem(text: str, normalize) -> str | None:
     return None
 
 
-def _public(obj):
+def public(obj):
     """The export report without the server's own paths (where the model was exported from)."""
     if isinstance(obj, dict):
-        return {k: _public(v) for k, v in obj.items()}
+        return {k: public(v) for k, v in obj.items()}
     if isinstance(obj, list):
-        return [_public(v) for v in obj]
+        return [public(v) for v in obj]
     if isinstance(obj, str) and os.path.isabs(obj):
         return Path(obj).name
     return obj
@@ -137,16 +139,14 @@ def _shape(pred, top_k: int | None) -> dict:
     return {"label": pred.label, "score": pred.score, "probabilities": probs}
 
 
-def build_api(cfg: Config, clf, state: ServerState, metrics: Metrics) -> FastAPI:
+def build_api(cfg: Config, state: ServerState, metrics: Metrics) -> FastAPI:
+    """The routes read the served engine (`state.engine`) per request, so a model switch needs no restart."""
     # Swagger UI and ReDoc from the installed fastapi-offline package, not a CDN: /docs works air-gapped.
     app = FastAPIOffline(title="ELECTRA classifier", version="1", docs_url="/docs", redoc_url="/redoc",
                          static_url="/docs/static")
-    info = clf.info()
-    if info.get("export_report") is not None:
-        info = {**info, "export_report": _public(info["export_report"])}
     _add_error_handlers(app)
-    _add_classify_routes(app, cfg, clf, state, metrics, info["name"])
-    _add_status_routes(app, cfg, clf, state, metrics, info)
+    _add_classify_routes(app, cfg, state, metrics)
+    _add_status_routes(app, cfg, state, metrics)
     _add_login_routes(app, cfg, state, metrics)
     return app
 
@@ -167,9 +167,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         return JSONResponse({"detail": exc.detail}, exc.status_code, headers=exc.headers)
 
 
-def _add_classify_routes(app: FastAPI, cfg: Config, clf, state: ServerState, metrics: Metrics, model_name: str) -> None:
+def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Metrics) -> None:
     """/v1/classify and the Hugging Face shapes (POST /, /predict), all through `classify_texts`."""
-    normalize = getattr(clf, "normalizer", str.strip)  # engines without one (test doubles) get a plain strip
 
     @app.post("/v1/classify", response_model=ClassifyResponse, responses={
         413: {"description": "body over --max-body-bytes"}, 422: {"description": "invalid field (named)"},
@@ -183,13 +182,21 @@ def _add_classify_routes(app: FastAPI, cfg: Config, clf, state: ServerState, met
         preds = await classify_texts(texts, field, single, request)
         # A plain JSONResponse: re-validating our own output through the response model costs more per
         # request than the JSON encoding itself (response_model above still documents the schema).
-        return JSONResponse({"model": model_name, "predictions": [_shape(p, req.top_k) for p in preds]})
+        engine = request.state.engine
+        return JSONResponse({"model": engine.name, "model_version": engine.version,
+                             "predictions": [_shape(p, req.top_k) for p in preds]})
 
     async def classify_texts(texts: list[str], field: str, single: bool, request: Request) -> list:
         """Every route that classifies comes through here: the same limits (errors name the client's
-        `field`), one batcher, one timeout, one set of errors."""
-        check_texts(texts, cfg, field, single, normalize)
+        `field`), one batcher, one timeout, one set of errors. The request keeps the engine it finds here
+        (its tokenizer, its model) to the end, whatever is activated meanwhile; the gate sends its version
+        in X-Model-Version."""
+        engine = state.engine
+        clf = engine.clf
+        check_texts(texts, cfg, field, single, getattr(clf, "normalizer", str.strip))  # test doubles: a strip
         request.state.n_texts = len(texts)
+        request.state.engine = engine
+        request.state.model_version = engine.version
         batcher = state.batcher
         if batcher is None:
             raise HTTPException(503, "model is starting", headers={"Retry-After": "1"})
@@ -201,7 +208,7 @@ def _add_classify_routes(app: FastAPI, cfg: Config, clf, state: ServerState, met
         else:
             seqs = clf.encode(texts)
         try:
-            preds = await asyncio.wait_for(batcher.submit(seqs, [len(s) for s in seqs]), cfg.request_timeout_s)
+            preds = await asyncio.wait_for(batcher.submit(seqs, [len(s) for s in seqs], engine), cfg.request_timeout_s)
         except QueueFull as e:
             metrics.rejected.labels("queue_full").inc()
             raise HTTPException(429, f"busy: {e}; retry later", headers={"Retry-After": "1"}) from None
@@ -218,19 +225,21 @@ def _add_classify_routes(app: FastAPI, cfg: Config, clf, state: ServerState, met
     add_hf_routes(app, classify_texts)
 
 
-def _add_status_routes(app: FastAPI, cfg: Config, clf, state: ServerState, metrics: Metrics, info: dict) -> None:
+def _add_status_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Metrics) -> None:
     """What the model is, with the server's batching and limits; liveness, readiness, Prometheus metrics."""
 
     @app.get("/v1/labels")
     async def labels():
-        return {"labels": list(clf.labels)}
+        return {"labels": list(state.engine.clf.labels)}
 
     @app.get("/v1/model")
     async def model():
-        return {**info, "batching": {"enabled": cfg.batching, "max_batch_tokens": cfg.max_batch_tokens,
-                                     "max_wait_ms": cfg.max_wait_ms, "workers": cfg.workers,
-                                     "engine_batch_tokens": cfg.engine_batch_tokens,
-                                     "call_overhead_tokens": round(state.call_overhead_tokens, 1)},
+        engine = state.engine
+        return {**engine.info, "name": engine.name, "version": engine.version,
+                "batching": {"enabled": cfg.batching, "max_batch_tokens": cfg.max_batch_tokens,
+                             "max_wait_ms": cfg.max_wait_ms, "workers": cfg.workers,
+                             "engine_batch_tokens": engine.clf.batch_tokens,
+                             "call_overhead_tokens": round(engine.overhead, 1)},
                 "limits": {"max_texts": cfg.max_texts, "max_chars": cfg.max_chars,
                            "max_body_bytes": cfg.max_body_bytes, "max_queue": cfg.max_queue,
                            "request_timeout_s": cfg.request_timeout_s}}

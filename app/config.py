@@ -32,7 +32,7 @@ def pass_size(cfg: Config) -> int | PassSize:
 
 @dataclass(frozen=True)
 class Config:
-    model: str
+    model: str | None = None  # registered as a version; None: serve the registry's active version
     host: str = "127.0.0.1"
     port: int = 8000
     api_key: str | None = None
@@ -74,6 +74,19 @@ class Config:
     max_upload_rows: int = 50_000
     ui_concurrency: int = 2
     log_level: str = "info"
+    # The learning loop (app/registry.py, app/jobs.py)
+    models_dir: Path | None = None  # None: <data_dir>/models
+    allow_admin: bool = False  # train/activate/delete without --api-key on a non-loopback address
+    train_data: Path | None = None  # a labeled base table trained on with the labeling sessions' decisions
+    train_model: str | None = None  # the encoder a retrain starts from; None: the active version's own
+    promote: str = "auto"
+    promote_tolerance: float = 0.01  # macro-F1 a candidate may lose on the evaluation slice and still be promoted
+    eval_share: float = 0.2  # share of labeled texts (by a hash of the text) kept out of every training table
+    train_nice: int = 10  # the training child's niceness on CPU: the API keeps the cores it needs
+
+    @property
+    def registry_dir(self) -> Path:
+        return Path(self.models_dir) if self.models_dir else Path(self.data_dir) / "models"
 
     def __post_init__(self):
         if self.api_key is not None and not self.api_key.strip():
@@ -83,7 +96,8 @@ class Config:
 
 
 FLAGS = {
-    "model": Flag("ONNX export folder (serving.export) or transformers model folder"),
+    "model": Flag("ONNX export folder (serving.export) or transformers model folder; registered in --models-dir "
+                  "as a new version unless already there", shown="the active version in --models-dir"),
     "host": Flag("address to listen on"),
     "port": Flag("port to listen on"),
     "api_key": Flag("require 'Authorization: Bearer KEY' on the API and the UI",
@@ -120,6 +134,17 @@ FLAGS = {
     "max_upload_rows": Flag("UI upload rows"),
     "ui_concurrency": Flag("UI scoring jobs (label upload, batch) running at once"),
     "log_level": Flag("debug, info, warning or error"),
+    "models_dir": Flag("the model registry: versions v1, v2, ... and the active pointer", shown="DATA_DIR/models"),
+    "allow_admin": Flag("allow train/activate/delete without --api-key on a non-loopback --host"),
+    "train_data": Flag("labeled table (text,label) every retrain uses besides the labeling sessions"),
+    "train_model": Flag("encoder a retrain fine-tunes (a transformers folder or kfold.py alias)",
+                        shown="the one the active version was trained from"),
+    "promote": Flag("auto: activate a retrained version unless worse on the evaluation slice; manual: keep it a "
+                    "candidate", choices=("auto", "manual")),
+    "promote_tolerance": Flag("macro-F1 (0-1) a candidate may lose against the active version and be promoted"),
+    "eval_share": Flag("share of labeled texts kept out of every training table to score versions on "
+                       "(fixed in the registry at first use)"),
+    "train_nice": Flag("niceness of the training process"),
 }
 
 
@@ -130,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
 def parse_args(argv: list[str] | None = None) -> Config:
     p = build_parser()
     a = p.parse_args(argv)
+    if not 0 < a.eval_share < 1:
+        p.error("--eval-share must be a fraction in (0, 1), e.g. 0.2")
     if a.fp32 and a.int8:
         p.error("--fp32 and --int8: choose one (neither: the file export_report.json names for CPU)")
     if a.engine_batch_tokens is not None and a.engine_batch_tokens < 1:

@@ -155,7 +155,11 @@ class Gate:
             if message["type"] == "http.response.start":
                 status_holder["status"] = message["status"]
                 status_holder["started"] = True
-                message["headers"] = list(message.get("headers", [])) + [(b"x-request-id", rid.encode())]
+                extra = [(b"x-request-id", rid.encode())]
+                version = scope["state"].get("model_version")
+                if version:  # the version that answered, on every classify route (the HF shapes have no field for it)
+                    extra.append((b"x-model-version", version.encode()))
+                message["headers"] = list(message.get("headers", [])) + extra
             await send(message)
 
         try:

@@ -51,6 +51,30 @@ def _csv_line(text: str, label: str) -> str:
     return buf.getvalue()
 
 
+def read_journal(path: Path) -> list[dict]:
+    events = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            events.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue  # a line torn by a crash mid-write: the action never completed
+    return events
+
+
+def decisions(folder: Path) -> list[dict]:
+    """A session's labels in force (undone ones taken back), oldest first: {text, label, ts}. Read-only, so a
+    training job can read sessions that are being labeled (a half-written last line is skipped)."""
+    texts = pd.read_parquet(folder / "items.parquet", columns=["text"])["text"].tolist()
+    stack: list[dict] = []
+    for e in read_journal(folder / "journal.jsonl"):
+        if e.get("op") in ("label", "skip"):
+            stack.append(e)
+        elif e.get("op") == "undo" and stack:
+            stack.pop()
+    return [{"text": texts[e["row"]], "label": e["label"], "ts": e.get("ts", 0.0)} for e in stack
+            if e["op"] == "label" and 0 <= e.get("row", -1) < len(texts)]
+
+
 class LabelSession:
     def __init__(self, folder: Path):
         self.folder = folder
@@ -99,12 +123,7 @@ class LabelSession:
         self.labels = list(self.meta["labels"])
         self.order = self.meta["order"]
         self.stack: list[dict] = []  # effective decisions, oldest first; undo pops
-        path = self.folder / "journal.jsonl"
-        for line in path.read_text(encoding="utf-8").splitlines():
-            try:
-                event = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line torn by a crash mid-write: the action never completed
+        for event in read_journal(self.folder / "journal.jsonl"):
             self._apply(event)
         self._status()
 

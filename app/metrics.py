@@ -14,13 +14,17 @@ from prometheus_client import (
 # The *_created series double the output and no dashboard reads them.
 disable_created_metrics()
 
-ENDPOINTS = {"/v1/classify", "/", "/predict", "/v1/labels", "/v1/model", "/healthz", "/readyz", "/metrics", "/login"}
+ENDPOINTS = {"/v1/classify", "/", "/predict", "/v1/labels", "/v1/model", "/healthz", "/readyz", "/metrics", "/login",
+             "/v1/models", "/v1/train", "/v1/jobs"}
 
 
 def endpoint_label(path: str) -> str:
     """A fixed set of label values: arbitrary paths from scanners must not grow the series count."""
     if path in ENDPOINTS:
         return path
+    for prefix in ("/v1/models/", "/v1/jobs/"):  # version and job ids stay out of the label values
+        if path.startswith(prefix):
+            return prefix[:-1]
     if path == "/ui" or path.startswith("/ui/"):
         return "/ui"
     return "other"
@@ -41,6 +45,7 @@ class Metrics:
                                        buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
         self.queue_depth = Gauge("app_queue_depth_texts", "Texts waiting for the engine", registry=r)
         self.texts = Counter("app_texts_classified_total", "Texts classified through the API and UI", registry=r)
+        self.model_info = Gauge("app_model_info", "The model version serving now (1)", ["version"], registry=r)
         self.rejected = Counter("app_rejected_total", "Requests turned away before the engine", ["reason"],
                                 registry=r)
 
@@ -49,6 +54,10 @@ class Metrics:
         self.batch_tokens.observe(tokens)
         self.batch_seconds.observe(seconds)
         self.texts.inc(n_texts)
+
+    def set_model(self, version: str) -> None:
+        self.model_info.clear()
+        self.model_info.labels(version).set(1)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -12,28 +12,60 @@ import time
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
-from .api import ServerState, build_api
+from textdata.run_folder import model_version
+
+from .admin import add_admin_routes
+from .api import ServerState, build_api, public
 from .batcher import MicroBatcher
-from .config import Config
+from .config import Config, pass_size, quantized
 from .gate import Gate
 from .metrics import Metrics
+from .registry import Registry
+from .swap import Engine, Switcher
 
 log = logging.getLogger("app")
 
 
-def create_app(cfg: Config, clf, state: ServerState | None = None) -> FastAPI:
+def load_classifier(cfg: Config, folder):
+    """A model folder as this server serves it (its engine flags), for the first version and every switch."""
+    from serving.engine import Classifier
+
+    return Classifier.load(folder, provider=cfg.provider, max_length=cfg.max_length, batch_tokens=pass_size(cfg),
+                           threads=cfg.threads, quantized=quantized(cfg), blend=cfg.blend)
+
+
+def describe(clf) -> dict:
+    info = clf.info()
+    if info.get("export_report") is not None:
+        info = {**info, "export_report": public(info["export_report"])}
+    return info
+
+
+def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Registry | None = None,
+               version: str | None = None) -> FastAPI:
+    """The server on `clf`, served as `version` (default: the folder's name). With a `registry`, versions can
+    be listed, trained and switched to (app/admin.py)."""
     # The pass size the engine settled at load (app.config.pass_size): the batcher uses it, /v1/model reports it.
     cfg = dataclasses.replace(cfg, engine_batch_tokens=clf.batch_tokens)
     state = state or ServerState()
     metrics = Metrics()
-    app = build_api(cfg, clf, state, metrics)
+    folder = getattr(clf, "folder", None)
+    version = version or (model_version(folder) if folder is not None else clf.info()["name"])
+    name = registry.meta(version).get("name", version) if registry is not None else clf.info()["name"]
+    state.engine = Engine(clf, version, name, describe(clf), state.call_overhead_tokens)
+    metrics.set_model(version)
+    switcher = None
+    if registry is not None:
+        switcher = Switcher(registry, state, metrics, lambda f: load_classifier(cfg, f), call_overhead_tokens, describe)
+    app = build_api(cfg, state, metrics)
     app.state.server = state
+    jobs = add_admin_routes(app, cfg, state, registry, switcher) if registry is not None else None
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        def predict(seqs, lengths):
-            return predict_by_length(clf, seqs, lengths, max_tokens=cfg.engine_batch_tokens,
-                                     overhead_tokens=state.call_overhead_tokens)
+        def predict(seqs, lengths, engine: Engine):
+            return predict_by_length(engine.clf, seqs, lengths, max_tokens=engine.clf.batch_tokens,
+                                     overhead_tokens=engine.overhead)
 
         batcher = MicroBatcher(predict,
                                max_batch_tokens=cfg.max_batch_tokens, max_wait_ms=cfg.max_wait_ms,
@@ -42,10 +74,12 @@ def create_app(cfg: Config, clf, state: ServerState | None = None) -> FastAPI:
         batcher.start()
         state.batcher = batcher
         metrics.queue_depth.set_function(lambda: batcher.queued_texts)
-        warm = asyncio.create_task(_warm_up(batcher, state, clf))
+        warm = asyncio.create_task(_warm_up(batcher, state))
         yield
         warm.cancel()
         state.draining = True
+        if jobs is not None:
+            await jobs.shutdown()
         await batcher.close()
         log.info("stopped", extra={"fields": {"event": "shutdown"}})
 
@@ -53,7 +87,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None) -> FastAPI:
     if cfg.ui:
         from .ui import mount_ui
 
-        mount_ui(app, cfg, clf, state)
+        mount_ui(app, cfg, state, jobs)
     app.add_middleware(Gate, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes)
     if cfg.cors_origins:
         # Outside the gate: preflight requests carry no Authorization header.
@@ -111,13 +145,16 @@ def call_overhead_tokens(clf, repeats: int = 5) -> float:
     return float(min(1000.0, max(0.0, t_short / per_token - len(short))))
 
 
-async def _warm_up(batcher: MicroBatcher, state: ServerState, clf) -> None:
+async def _warm_up(batcher: MicroBatcher, state: ServerState) -> None:
     """Ready means the engine's per-pass cost is measured and a request has gone through the whole path
     (queue, worker thread, engine)."""
-    state.call_overhead_tokens = await asyncio.to_thread(call_overhead_tokens, clf)
-    log.info("engine pass overhead: %.0f tokens' worth", state.call_overhead_tokens,
-             extra={"fields": {"event": "calibrated", "call_overhead_tokens": round(state.call_overhead_tokens)}})
-    seqs = clf.encode(["warm up"])
-    await batcher.submit(seqs, [len(seqs[0])])
+    engine = state.engine
+    overhead = await asyncio.to_thread(call_overhead_tokens, engine.clf)
+    log.info("engine pass overhead: %.0f tokens' worth", overhead,
+             extra={"fields": {"event": "calibrated", "call_overhead_tokens": round(overhead)}})
+    if state.engine is engine:  # not switched meanwhile (a switch measures its own)
+        state.engine = engine = dataclasses.replace(engine, overhead=overhead)
+    seqs = engine.clf.encode(["warm up"])
+    await batcher.submit(seqs, [len(seqs[0])], engine)
     state.ready = True
     log.info("ready", extra={"fields": {"event": "ready"}})

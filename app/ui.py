@@ -111,12 +111,13 @@ def _score_chunks(n: int, score, progress, desc: str, unit: str, engine_turn: th
     return parts
 
 
-def build_ui(cfg, clf, state) -> gr.Blocks:
-    """The three tabs, each built by its own function: Classify, Label, Batch."""
+def build_ui(cfg, state, jobs=None) -> gr.Blocks:
+    """The tabs, each built by its own function: Classify, Label, Batch, and Train with a model registry.
+    Each action uses the engine serving when it starts (`state.engine`), so a model switch needs no reload."""
     store = SessionStore(Path(cfg.data_dir) / "label")
     exports = Exports()
-    labels = list(clf.labels)
-    name = clf.info()["name"]
+    labels = list(state.engine.clf.labels)
+    name = state.engine.name
     engine_turn = threading.Lock()  # one UI scoring chunk at a time, whichever tab asks
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
     with gr.Blocks(title=f"{name} · ELECTRA classifier", analytics_enabled=False,
@@ -124,9 +125,13 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
         sign_out = " · [Sign out](/logout)" if cfg.api_key else ""
         gr.Markdown(f"## {html.escape(name)}\nLabels: {', '.join(html.escape(x) for x in labels)}{sign_out}")
         with gr.Tabs():
-            _classify_tab(cfg, clf, state, labels)
-            _label_tab(cfg, clf, labels, store, exports, engine_turn)
-            _batch_tab(cfg, clf, exports, engine_turn)
+            _classify_tab(cfg, state, labels)
+            _label_tab(cfg, state, labels, store, exports, engine_turn)
+            _batch_tab(cfg, state, exports, engine_turn)
+            if jobs is not None:
+                from .ui_train import train_tab
+
+                train_tab(cfg, state, jobs)
     # Gradio copies any file reference it finds in any input (a Dropdown's value too) into its cache, whose
     # files it serves: every input of every event takes uploaded files only.
     for block in {id(b): b for fn in demo.fns.values() for b in fn.inputs}.values():
@@ -136,10 +141,12 @@ def build_ui(cfg, clf, state) -> gr.Blocks:
     return demo
 
 
-def _classify_tab(cfg, clf, state, labels: list[str]) -> None:
+def _classify_tab(cfg, state, labels: list[str]) -> None:
     """One text in, its label and probabilities out, through the API's micro-batcher."""
 
     async def classify(text: str):
+        engine = state.engine
+        clf = engine.clf
         text = (text or "").strip()
         if not text:
             raise gr.Error("Type or paste a text first.")
@@ -152,10 +159,10 @@ def _classify_tab(cfg, clf, state, labels: list[str]) -> None:
             raise gr.Error("The server is starting or shutting down; try again in a moment.")
         seqs = await asyncio.to_thread(clf.encode, [text])
         try:
-            (pred,) = await asyncio.wait_for(state.batcher.submit(seqs, [len(seqs[0])]), cfg.request_timeout_s)
+            (pred,) = await asyncio.wait_for(state.batcher.submit(seqs, [len(seqs[0])], engine), cfg.request_timeout_s)
         except (QueueFull, asyncio.TimeoutError):
             raise gr.Error("The server is busy; try again in a moment.") from None
-        return pred.probabilities, f"**{html.escape(pred.label)}** · {pred.score:.1%}"
+        return pred.probabilities, f"**{html.escape(pred.label)}** · {pred.score:.1%} · model {html.escape(engine.version)}"
 
 
     with gr.Tab("Classify", id="classify", elem_id="tab-classify"):
@@ -214,7 +221,7 @@ def _sessions_update(store: SessionStore, current_id):
     return gr.update(choices=choices, value=current_id)
 
 
-def _label_tab(cfg, clf, labels: list[str], store: SessionStore, exports: Exports, engine_turn) -> None:
+def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Exports, engine_turn) -> None:
     """Label an uploaded file with the model's suggestions, least confident first; every decision saved as made."""
 
     render = partial(_render_label, store, labels)
@@ -225,9 +232,10 @@ def _label_tab(cfg, clf, labels: list[str], store: SessionStore, exports: Export
         texts = df.loc[keep, column].astype(str).tolist()
         if not texts:
             raise gr.Error(f"Column {column!r} has no text.")
+        clf = state.engine.clf  # one engine for the whole file, whatever is activated meanwhile
         preds = [p for part in _score_chunks(len(texts), lambda a, b: clf.predict(texts[a:b]), progress,
                                              "Model suggestions", "texts", engine_turn) for p in part]
-        session = store.create(Path(file).name, texts, preds, labels)
+        session = store.create(Path(file).name, texts, preds, list(clf.labels))
         skipped = int((~keep).sum())
         note = f" ({skipped} empty rows left out)" if skipped else ""
         return render(session, f"Loaded {len(texts)} texts{note}. Least confident first; change the order below.")
@@ -343,11 +351,12 @@ def _label_tab(cfg, clf, labels: list[str], store: SessionStore, exports: Export
 
 
 
-def _batch_tab(cfg, clf, exports: Exports, engine_turn) -> None:
+def _batch_tab(cfg, state, exports: Exports, engine_turn) -> None:
     """Score an uploaded file: every row kept, with predictions, as a CSV to download."""
 
     def score_file(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
         df, column = read_upload(cfg, file, text_column)
+        clf = state.engine.clf  # one engine for the whole file
         parts = _score_chunks(len(df), lambda a, b: score_frame(clf, df.iloc[a:b], column, None), progress,
                               "Scoring", "rows", engine_turn)
         scored = pd.concat(parts)
@@ -375,8 +384,8 @@ def _batch_tab(cfg, clf, exports: Exports, engine_turn) -> None:
                    concurrency_limit=cfg.ui_concurrency)
 
 
-def mount_ui(app, cfg, clf, state) -> None:
-    demo = build_ui(cfg, clf, state)
+def mount_ui(app, cfg, state, jobs=None) -> None:
+    demo = build_ui(cfg, state, jobs)
     gr.mount_gradio_app(app, demo, path="/ui", ssr_mode=False, footer_links=["settings"],
                         max_file_size=int(cfg.max_upload_mb * 1024 * 1024), theme=demo.ui_theme, css=CSS,
                         head=SHORTCUTS_JS, show_error=True)

@@ -18,6 +18,7 @@ import pandas as pd
 
 from serving.engine import Classifier
 from textdata.errors import DataError
+from textdata.run_folder import model_version
 from textdata.tables import atomic_path, missing_text, write_json, write_table
 
 log = logging.getLogger("serving.score")
@@ -70,7 +71,7 @@ def prediction_columns(labels: list[str], top_k: int | None) -> list[str]:
             cols += [f"top{i}_label", f"top{i}_score"]
     else:
         cols += [f"prob_{lab}" for lab in labels]
-    return cols + ["error"]
+    return cols + ["error", "model_version"]
 
 
 def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int | None) -> pd.DataFrame:
@@ -105,6 +106,8 @@ def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int 
         for j, lab in enumerate(labels):
             out[f"prob_{lab}"] = probs[:, j]
     out["error"] = errors
+    folder = getattr(clf, "folder", None)  # the version that scored each row: registry versions say v1, v2, ...
+    out["model_version"] = model_version(folder) if folder is not None else None
     preds = pd.DataFrame(out, index=df.index)
     # Fixed dtypes so every part has the same schema, also a part where every value is missing.
     for col in preds.columns:

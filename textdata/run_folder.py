@@ -48,3 +48,16 @@ def model_in_run(path: str | Path, use: tuple[str, ...], flag: str = "--model") 
         raise ModelError(f"{flag} {path}: its config.json has no model_type, so it is not a model folder "
                          "(expected a transformers save_pretrained folder or serving.export's output)")
     return path
+
+
+VERSION_FILE = "version.json"  # written by the app's model registry (app/registry.py) in each version folder
+
+
+def model_version(folder: str | Path) -> str:
+    """The version a model folder answers as: version.json's name in a registry version (v1, v2, ...), else
+    the folder's own name. The API, the UI and `serving.score` (its `model_version` column) agree on it."""
+    folder = Path(folder)
+    try:
+        return str(json.loads((folder / VERSION_FILE).read_text(encoding="utf-8"))["version"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return folder.resolve().name

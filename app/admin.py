@@ -1,0 +1,125 @@
+"""The learning loop's API: versions (/v1/models), retraining (/v1/train) and its jobs (/v1/jobs).
+
+Training, activating and deleting change what the server answers, so they are admin actions: with
+--api-key they need the key (the gate checks it on every route); without one they are refused unless the
+server listens on a loopback address only, or --allow-admin says anyone who can reach it may.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+
+from fastapi import FastAPI, HTTPException
+from fastapi.responses import PlainTextResponse
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
+
+from textdata.errors import DataError
+
+from .jobs import JobConflict, Jobs
+from .registry import Registry, RegistryError
+from .swap import ActivationError, Switcher
+from .trainset import TrainingDataError
+
+
+def loopback_only(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def admin_refusal(cfg) -> str | None:
+    """Why admin actions are refused on this server, or None when they are allowed."""
+    if cfg.api_key or cfg.allow_admin or loopback_only(cfg.host):
+        return None
+    return (f"training, activating and deleting models are refused: this server has no --api-key and listens on "
+            f"{cfg.host}, so anyone who can reach it could change what it answers. Start it with --api-key KEY "
+            f"(or ELECTRA_API_KEY), listen on 127.0.0.1, or pass --allow-admin to allow them without a key")
+
+
+class TrainRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    folds: StrictInt | None = Field(None, ge=2, le=20, description="cross-validation folds")
+    epochs: StrictInt | None = Field(None, ge=1, le=100)
+    lr: StrictFloat | None = Field(None, gt=0, lt=1)
+    batch_size: StrictInt | None = Field(None, ge=1, le=4096)
+    max_length: StrictInt | None = Field(None, ge=8, le=4096)
+    seed: StrictInt | None = None
+    class_weights: StrictBool | None = None
+
+
+def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Switcher) -> Jobs:
+    jobs = Jobs(cfg, registry, switcher)
+
+    def admin() -> None:
+        why = admin_refusal(cfg)
+        if why:
+            raise HTTPException(403, why)
+
+    @app.get("/v1/models")
+    async def models():
+        return {"active": registry.active(), "serving": state.engine.version, "activating": switcher.busy,
+                "promote": cfg.promote, "promote_tolerance": cfg.promote_tolerance, "versions": registry.listing()}
+
+    @app.post("/v1/models/{version}/activate")
+    async def activate(version: str):
+        admin()
+        try:
+            engine = await switcher.activate(version, why=f"POST /v1/models/{version}/activate")
+        except RegistryError as e:
+            raise HTTPException(404, str(e)) from None
+        except ActivationError as e:
+            raise HTTPException(422, str(e)) from None
+        return {"active": engine.version, "serving": state.engine.version}
+
+    @app.delete("/v1/models/{version}")
+    async def delete(version: str):
+        admin()
+        try:
+            registry.path(version)
+            registry.delete(version)
+        except RegistryError as e:
+            raise HTTPException(409 if version == registry.active() else 404, str(e)) from None
+        return {"deleted": version}
+
+    @app.post("/v1/train", status_code=202)
+    async def train(req: TrainRequest | None = None):
+        admin()
+        try:
+            return await jobs.start((req or TrainRequest()).model_dump())
+        except JobConflict as e:
+            raise HTTPException(409, str(e)) from None
+        except (TrainingDataError, DataError) as e:
+            raise HTTPException(422, str(e)) from None
+
+    @app.get("/v1/jobs")
+    async def job_list():
+        return {"jobs": jobs.list()}
+
+    @app.get("/v1/jobs/{job_id}")
+    async def job(job_id: str):
+        try:
+            return jobs.get(job_id)
+        except KeyError:
+            raise HTTPException(404, f"no job {job_id!r}") from None
+
+    @app.get("/v1/jobs/{job_id}/log", response_class=PlainTextResponse)
+    async def job_log(job_id: str):
+        try:
+            return (jobs.folder(job_id) / "train.log").read_text(encoding="utf-8", errors="replace")
+        except (KeyError, OSError):
+            raise HTTPException(404, f"no log for job {job_id!r}") from None
+
+    @app.delete("/v1/jobs/{job_id}")
+    async def cancel(job_id: str):
+        admin()
+        try:
+            return await jobs.cancel(job_id)
+        except KeyError:
+            raise HTTPException(404, f"no job {job_id!r}") from None
+        except JobConflict as e:
+            raise HTTPException(409, str(e)) from None
+
+    return jobs

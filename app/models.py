@@ -1,0 +1,64 @@
+"""List, activate and delete model versions in a registry (app/registry.py).
+
+    python -m app.models list --models-dir app-data/models
+    python -m app.models activate v2 --models-dir app-data/models
+    python -m app.models delete v3 --models-dir app-data/models
+
+`activate` moves the `active` pointer on disk: a server started afterwards serves that version. A running
+server keeps what it serves until it is told: use its API (`POST /v1/models/{version}/activate`), which
+loads and warms the version before switching. `delete` refuses the active version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from textdata.errors import exits_2_on_user_error
+
+from .registry import Registry
+
+
+def version_row(m: dict) -> str:
+    ev = m.get("eval") or {}
+    cand, champ = ev.get("macro_f1"), (ev.get("champion") or {})
+    scores = f"eval macro-F1 {cand:.4f}" if cand is not None else "eval -"
+    if champ.get("macro_f1") is not None:
+        scores += f" (vs {champ['version']} {champ['macro_f1']:.4f})"
+    cv = m.get("cv_macro_f1")
+    decision = (m.get("last_decision") or {}).get("why", "")
+    return (f"{'*' if m.get('active') else ' '} {m['version']:<5} {m.get('source', ''):<9} "
+            f"rows {m.get('rows', '-')!s:<6} cv macro-F1 {'-' if cv is None else f'{cv:.4f}'}  {scores}  {decision}")
+
+
+@exits_2_on_user_error
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m app.models", description=__doc__.split("\n")[0])
+    p.add_argument("command", choices=("list", "activate", "delete"))
+    p.add_argument("version", nargs="?", help="v1, v2, ... (activate, delete)")
+    p.add_argument("--models-dir", type=Path, default=Path("app-data/models"),
+                   help="the registry (default: app-data/models, python -m app's default)")
+    a = p.parse_args(argv)
+    reg = Registry(a.models_dir)
+    if a.command == "list":
+        rows = reg.listing()
+        if not rows:
+            print(f"no versions in {a.models_dir}")
+        for m in rows:
+            print(version_row(m))
+        return 0
+    if not a.version:
+        p.error(f"{a.command} needs a version, e.g. v2")
+    if a.command == "activate":
+        reg.set_active(a.version, why="python -m app.models activate")
+        print(f"{a.version} is active in {a.models_dir} (a running server switches on "
+              f"POST /v1/models/{a.version}/activate or at its next start)")
+    else:
+        reg.delete(a.version)
+        print(f"deleted {a.version}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""What the server answers with, and switching it with no downtime.
+
+`state.engine` is the served `Engine`: a loaded Classifier, its version and what /v1/model shows. A request
+takes the engine it finds when it arrives (it is tokenized by that engine's tokenizer) and the batcher runs
+it on that engine: batches never mix engines, so requests queued before a switch finish on the old one, and
+the old engine is freed when its last batch is done.
+
+Activation loads the new version off the request path (a thread), checks it (every label, finite
+probabilities on a sample), measures its pass cost and sends one request through the batcher on it; only
+then is the `active` pointer moved and `state.engine` replaced (one assignment). A version that fails any
+step is not switched to: the old one keeps serving and the error says why.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from dataclasses import dataclass, field
+
+from .registry import Registry, RegistryError
+
+log = logging.getLogger("app")
+CHECK_TEXTS = ["warm up", "a check of the new version before it serves"]
+
+
+@dataclass(frozen=True)
+class Engine:
+    clf: object  # serving.engine.Classifier (or a test double with its methods)
+    version: str
+    name: str
+    info: dict = field(default_factory=dict)  # clf.info() without server paths, for /v1/model
+    overhead: float = 12.0  # the engine's fixed cost per pass in tokens' worth (server.call_overhead_tokens)
+
+
+class ActivationError(Exception):
+    """The version could not be switched to; the message says why and which version keeps serving."""
+
+
+def check_engine(clf) -> None:
+    """A loaded model that answers nonsense must not serve: every text gets finite probabilities summing to 1
+    over the model's own labels."""
+    if not list(clf.labels):
+        raise ValueError("the model has no labels")
+    for pred in clf.predict(CHECK_TEXTS):
+        total = sum(pred.probabilities.values())
+        if not all(math.isfinite(p) for p in pred.probabilities.values()) or abs(total - 1) > 1e-3:
+            raise ValueError(f"its probabilities are not a distribution ({pred.probabilities})")
+
+
+class Switcher:
+    """Activate registry versions on a running server, one at a time."""
+
+    def __init__(self, registry: Registry, state, metrics, load, measure, describe):
+        self.registry, self.state, self.metrics = registry, state, metrics
+        self._load, self._measure, self._describe = load, measure, describe  # folder -> clf, clf -> float, ...
+        self._lock = asyncio.Lock()
+        self.busy: str | None = None  # the version being loaded
+
+    async def activate(self, version: str, why: str) -> Engine:
+        folder = self.registry.path(version)  # RegistryError for an unknown name: nothing is touched
+        async with self._lock:
+            old = self.state.engine
+            if old is not None and old.version == version:
+                return old
+            self.busy = version
+            try:
+                new = await self._prepare(version, folder, old)
+                self.registry.set_active(version, why=why)
+                self.state.engine = new
+                self.metrics.set_model(version)
+            finally:
+                self.busy = None
+        log.info("activated %s", version, extra={"fields": {"event": "activated", "version": version,
+                                                            "previous": old.version if old else None, "why": why}})
+        return new
+
+    async def _prepare(self, version: str, folder, old) -> Engine:
+        keeps = f"; {old.version} keeps serving" if old is not None else ""
+        try:
+            clf = await asyncio.to_thread(self._load, folder)
+            await asyncio.to_thread(check_engine, clf)
+            overhead = await asyncio.to_thread(self._measure, clf)
+        except Exception as e:  # noqa: BLE001 - any failure to load means: do not switch, say why
+            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+            log.warning("activation of %s failed: %s", version, msg,
+                        extra={"fields": {"event": "activation_failed", "version": version}})
+            self.registry.log("activation_failed", version=version, why=msg)
+            raise ActivationError(f"{version} was not activated: {msg}{keeps}") from None
+        meta = self.registry.meta(version)
+        new = Engine(clf, version, meta.get("name") or version, self._describe(clf), overhead)
+        batcher = self.state.batcher
+        if batcher is not None:  # the whole path (queue, engine thread) on the new engine, before anyone waits on it
+            seqs = clf.encode(CHECK_TEXTS[:1])
+            await batcher.submit(seqs, [len(seqs[0])], new)
+        return new
+
+
+__all__ = ["ActivationError", "Engine", "RegistryError", "Switcher", "check_engine"]

@@ -1,0 +1,158 @@
+"""The training job's own process: k-fold with --final, the gated INT8 export, the evaluation-slice scores.
+
+    python -m app.train_child JOB_DIR        (started by the server, app/jobs.py; never imported by it)
+
+The server never trains: it writes JOB_DIR/spec.json and the tables and starts this module as a child
+process. It runs the project's one training path (`finetune.kfold.run`, as `finetune/kfold.py ... --final`)
+and its one export path (`serving.export.run`, as `python -m serving.export --quantize`, gated on the
+evaluation slice, or on the training rows when the slice is empty), both into the job's staging folder,
+then scores the new model and the active one on the evaluation slice. On CPU it lowers its own priority
+first. Progress (stage, fold, epoch, step, ETA) goes to JOB_DIR/progress.json; what it prints, to the
+job's log. The server renames the staging folder into a version only after this process exits 0, so a
+killed run leaves no version behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import sys
+import time
+from pathlib import Path
+
+from textdata.errors import exits_2_on_user_error
+from textdata.tables import atomic_path, read_table, write_json
+
+
+class Progress:
+    """progress.json: stage i of n (each fold, the final model, the export, the scoring), its step counts,
+    the epoch, and an ETA from the time so far."""
+
+    def __init__(self, path: Path, folds: int):
+        self.path, self.stages, self.t0 = path, folds + 3, time.time()
+        self.state = {"stage": "starting", "stage_index": 0, "stages": self.stages, "fold": None, "folds": folds,
+                      "epoch": None, "step": 0, "steps": 0}
+        self._last = 0.0
+        self.write(force=True)
+
+    def stage(self, name: str, index: int, **fields) -> None:
+        self.state.update(stage=name, stage_index=index, step=0, steps=0, epoch=None, **fields)
+        self.write(force=True)
+
+    def bar(self, desc: str, n: int, total: int, postfix: str) -> None:
+        m = re.match(r"fold (\d+)/(\d+)", desc or "")
+        if m:
+            fold = int(m.group(1))
+            if self.state["fold"] != fold or self.state["stage"] != desc:
+                self.stage(desc, fold - 1, fold=fold)
+        elif desc == "final" and self.state["stage"] != "final":
+            self.stage("final model", self.stages - 3)
+        epoch = re.search(r"epoch=(\d+)", postfix or "")
+        self.state.update(step=n, steps=total or 0, epoch=int(epoch.group(1)) if epoch else self.state["epoch"])
+        self.write()
+
+    def write(self, force: bool = False) -> None:
+        now = time.time()
+        if not force and now - self._last < 0.5:
+            return
+        self._last = now
+        s = self.state
+        within = s["step"] / s["steps"] if s["steps"] else 0.0
+        done = min(1.0, (s["stage_index"] + within) / s["stages"])
+        elapsed = now - self.t0
+        eta = elapsed / done * (1 - done) if done > 0.02 else None
+        s.update(percent=round(100 * done, 1), elapsed_s=round(elapsed, 1),
+                 eta_s=None if eta is None else round(eta, 1), updated=round(now, 3))
+        with atomic_path(self.path) as tmp:
+            tmp.write_text(json.dumps(s), encoding="utf-8")
+
+
+def report_bars(progress: Progress) -> None:
+    """Route the training loop's tqdm bars (finetune/train.py) through `progress` as well as the log."""
+    from tqdm.auto import tqdm
+
+    import finetune.train
+
+    class ReportingBar(tqdm):
+        def __init__(self, *args, **kwargs):
+            kwargs["mininterval"] = 5.0  # the log is a file: a line every few seconds is enough
+            super().__init__(*args, **kwargs)
+            progress.bar(self.desc, 0, self.total, "")
+
+        def update(self, n=1):
+            out = super().update(n)
+            progress.bar(self.desc, self.n, self.total, str(self.postfix or ""))
+            return out
+
+    finetune.train.tqdm = ReportingBar
+
+
+def eval_scores(folder: Path, table: Path) -> dict | None:
+    """macro-F1 and accuracy of the model in `folder` on the evaluation slice (labels it does not know count
+    as errors)."""
+    from sklearn.metrics import accuracy_score, f1_score
+
+    from serving.engine import Classifier
+
+    df = read_table(table)
+    if df.empty:
+        return None
+    clf = Classifier.load(folder, provider="cpu")
+    pred = [p.label for p in clf.predict(df["text"].tolist())]
+    labels = sorted(set(df["label"]) | set(pred))
+    return {"macro_f1": round(float(f1_score(df["label"], pred, labels=labels, average="macro", zero_division=0)), 4),
+            "accuracy": round(float(accuracy_score(df["label"], pred)), 4), "rows": len(df)}
+
+
+def run(job: Path) -> dict:
+    spec = json.loads((job / "spec.json").read_text(encoding="utf-8"))
+    import torch
+
+    if not torch.cuda.is_available():  # on a GPU the work is there; on CPU the API must keep its share
+        os.nice(spec["nice"])
+    from finetune import kfold
+    from serving import export
+
+    progress = Progress(job / "progress.json", spec["folds"])
+    report_bars(progress)
+    work, staging = Path(spec["work"]), Path(spec["staging"])
+    report = kfold.run(kfold.parse_args(spec["kfold_argv"]))
+
+    progress.stage("export", spec["folds"] + 1)
+    gate = job / "gate.csv"  # the evaluation slice, labels the new model knows; else the training rows
+    ev = read_table(job / "eval.csv")
+    ev = ev[ev["label"].isin(report["labels"])]
+    (ev if len(ev) else read_table(job / "train.csv")).to_csv(gate, index=False)
+    exported = export.run(export.ExportConfig(model=work / "model", output=staging, quantize=True, eval_csv=gate,
+                                              min_int8_speedup=spec.get("min_int8_speedup", 1.15)))
+    progress.stage("scoring", spec["folds"] + 2)
+    shutil.copy2(work / "report.json", staging / "report.json")
+    (staging / "training").mkdir(exist_ok=True)
+    shutil.copy2(job / "train.csv", staging / "training" / "train.csv")
+    champion = spec.get("champion")
+    result = {
+        "labels": report["labels"], "rows": report["n_used"],
+        "cv_macro_f1": round(report["macro_f1_mean"], 4), "cv_macro_f1_std": round(report["macro_f1_std"], 4),
+        "export": {"cpu_default": exported["cpu_default"], "quantization": (exported.get("quantization") or {}).get("recipe")},
+        "eval": eval_scores(staging, job / "eval.csv"),
+        "champion_eval": eval_scores(Path(champion["folder"]), job / "eval.csv") if champion else None,
+    }
+    progress.stage("done", spec["folds"] + 3)
+    write_json(job / "result.json", result)
+    return result
+
+
+@exits_2_on_user_error
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m app.train_child JOB_DIR", file=sys.stderr)
+        return 2
+    run(Path(argv[0]))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,146 @@
+"""The UI's Train tab: retrain on the labels, follow the job, see every version's scores, promote or roll back.
+
+The same calls as the API (app/jobs.py, app/swap.py) under the same rule: without --api-key, on a
+non-loopback address and without --allow-admin, training and activating are refused with the reason.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+
+import gradio as gr
+import pandas as pd
+
+from textdata.errors import DataError
+
+from .admin import admin_refusal
+from .jobs import JobConflict
+from .registry import RegistryError
+from .swap import ActivationError
+
+VERSION_COLUMNS = ["version", "active", "source", "rows", "cv macro-F1", "eval macro-F1", "active then (eval)",
+                   "decision", "created"]
+
+
+def _f(x) -> str:
+    return "" if x is None else f"{x:.4f}"
+
+
+def versions_frame(registry) -> pd.DataFrame:
+    rows = []
+    for m in registry.listing():
+        ev = m.get("eval") or {}
+        champ = ev.get("champion") or {}
+        rows.append({"version": m["version"], "active": "●" if m["active"] else "", "source": m.get("source", ""),
+                     "rows": m.get("rows", ""), "cv macro-F1": _f(m.get("cv_macro_f1")),
+                     "eval macro-F1": _f(ev.get("macro_f1")),
+                     "active then (eval)": f"{champ['version']} {_f(champ.get('macro_f1'))}" if champ else "",
+                     "decision": (m.get("last_decision") or {}).get("why", ""),
+                     "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(m.get("created", 0)))})
+    return pd.DataFrame(rows, columns=VERSION_COLUMNS)
+
+
+def progress_html(job: dict | None) -> str:
+    if job is None:
+        return "<div>No training job yet.</div>"
+    p = job.get("progress") or {}
+    pct = p.get("percent", 100 if job["status"] != "running" else 0)
+    parts = [f"job {html.escape(job['id'])}: <b>{html.escape(job['status'])}</b>"]
+    if job["status"] == "running":
+        if p.get("stage"):
+            parts.append(html.escape(str(p["stage"])))
+        if p.get("epoch"):
+            parts.append(f"epoch {p['epoch']}")
+        if p.get("steps"):
+            parts.append(f"step {p['step']}/{p['steps']}")
+        if p.get("eta_s") is not None:
+            parts.append(f"ETA {p['eta_s']:.0f} s")
+    if job.get("version"):
+        parts.append(f"made {html.escape(job['version'])}")
+    decision = (job.get("decision") or {}).get("why")
+    if decision:
+        parts.append(html.escape(decision))
+    if job.get("error"):
+        parts.append(f"<pre>{html.escape(job['error'])}</pre>")
+    if job.get("n_conflicts"):
+        parts.append(f"{job['n_conflicts']} texts had conflicting labels (the latest decision was used; "
+                     f"GET /v1/jobs/{html.escape(job['id'])} lists them)")
+    return (f'<progress id="train-bar" value="{pct}" max="100" style="width:100%"></progress>'
+            f'<div id="train-status" data-status="{html.escape(job["status"])}">{" · ".join(parts)}</div>')
+
+
+def train_tab(cfg, state, jobs) -> None:
+    registry = jobs.registry
+
+    def latest():
+        jobs_now = jobs.list()
+        return jobs.get(jobs_now[0]["id"]) if jobs_now else None
+
+    def refresh():
+        names = list(reversed(registry.names()))
+        return (progress_html(latest()), versions_frame(registry),
+                gr.update(choices=names, value=None if not names else gr.skip()))
+
+    async def start(folds, epochs):
+        why = admin_refusal(cfg)
+        if why:
+            return (f"⚠ {why}", *refresh())
+        try:
+            job = await jobs.start({"folds": int(folds) if folds else None, "epochs": int(epochs) if epochs else None})
+            message = (f"Started job {job['id']}: {job['data'].get('train_rows')} training rows, "
+                       f"{job['data'].get('eval_rows')} in the evaluation slice.")
+        except (JobConflict, DataError) as e:
+            message = f"⚠ {e}"
+        return (message, *refresh())
+
+    async def cancel():
+        job = jobs.running()
+        if job is None:
+            return ("No job is running.", *refresh())
+        if admin_refusal(cfg):
+            return (f"⚠ {admin_refusal(cfg)}", *refresh())
+        await jobs.cancel(job["id"])
+        return (f"Cancelled job {job['id']}.", *refresh())
+
+    async def activate(version):
+        why = admin_refusal(cfg)
+        if why:
+            return (f"⚠ {why}", *refresh())
+        if not version:
+            return ("Pick a version first.", *refresh())
+        try:
+            await jobs.switcher.activate(version, why="Train tab: Promote / activate")
+            message = f"{version} is serving."
+        except (RegistryError, ActivationError) as e:
+            message = f"⚠ {e}"
+        return (message, *refresh())
+
+    with gr.Tab("Train", id="train", elem_id="tab-train") as tab:
+        gr.Markdown("Retrain on every labeling session's decisions"
+                    + (" and the base table given at start" if cfg.train_data else "")
+                    + f". A fixed evaluation slice of the labeled texts ({cfg.eval_share:.0%}, by a hash of the text) is "
+                    f"never trained on and scores every version; a new version is activated "
+                    + ("when it is not worse than the active one by more than "
+                       f"{cfg.promote_tolerance:g} macro-F1" if cfg.promote == "auto" else "only when you promote it")
+                    + ". Training runs in a separate process at lower priority.")
+        with gr.Row():
+            t_folds = gr.Number(label="Folds", value=None, precision=0, minimum=2, elem_id="train-folds")
+            t_epochs = gr.Number(label="Epochs", value=None, precision=0, minimum=1, elem_id="train-epochs")
+            t_start = gr.Button("Train", variant="primary", elem_id="train-start")
+            t_cancel = gr.Button("Cancel job", elem_id="train-cancel")
+        t_progress = gr.HTML(elem_id="train-progress")
+        t_message = gr.Markdown(elem_id="train-message")
+        t_versions = gr.Dataframe(headers=VERSION_COLUMNS, interactive=False, label="Versions (newest first)",
+                                  elem_id="train-versions")
+        with gr.Row():
+            t_version = gr.Dropdown(label="Version", choices=[], elem_id="train-version")
+            t_activate = gr.Button("Promote / activate", elem_id="train-activate")
+        outs = [t_message, t_progress, t_versions, t_version]
+        quick = {"concurrency_limit": 16, "concurrency_id": "train"}
+        t_start.click(start, [t_folds, t_epochs], outs, **quick)
+        t_cancel.click(cancel, None, outs, **quick)
+        t_activate.click(activate, t_version, outs, **quick)
+        timer = gr.Timer(1.0)
+        timer.tick(refresh, None, outs[1:], show_progress="hidden", **quick)
+        tab.select(refresh, None, outs[1:], **quick)
