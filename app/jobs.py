@@ -178,7 +178,7 @@ class Jobs:
                 argv += [flag, str(params[k])]
         argv += [flag for k, flag in TRAIN_SWITCHES.items() if params.get(k)]
         active = self.registry.active()
-        champion = {"version": active, "folder": str(self.registry.path(active))} if active else None
+        champion = {"version": active, "folder": str(self.registry.path(active).resolve())} if active else None
         write_json(folder / "spec.json", {"kfold_argv": argv, "folds": int(params["folds"]), "work": str(folder / "work"),
                                           "staging": str(staging), "champion": champion, "nice": self.cfg.train_nice})
         record = {"id": job_id, "status": "running", "created": round(time.time(), 3), "params": params,

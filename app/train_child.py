@@ -15,6 +15,7 @@ killed run leaves no version behind.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -99,7 +100,7 @@ def eval_scores(folder: Path, table: Path) -> dict | None:
     df = read_table(table)
     if df.empty:
         return None
-    clf = Classifier.load(folder, provider="cpu")
+    clf = Classifier.load(folder)
     pred = [p.label for p in clf.predict(df["text"].tolist())]
     labels = sorted(set(df["label"]) | set(pred))
     return {"macro_f1": round(float(f1_score(df["label"], pred, labels=labels, average="macro", zero_division=0)), 4),
@@ -114,6 +115,10 @@ def run(job: Path) -> dict:
         os.nice(spec["nice"])
     from finetune import kfold
     from serving import export
+    from serving.quiet import understood_messages_dropped
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.getLogger("serving").setLevel(logging.INFO)
 
     progress = Progress(job / "progress.json", spec["folds"])
     report_bars(progress)
@@ -125,8 +130,8 @@ def run(job: Path) -> dict:
     ev = read_table(job / "eval.csv")
     ev = ev[ev["label"].isin(report["labels"])]
     (ev if len(ev) else read_table(job / "train.csv")).to_csv(gate, index=False)
-    exported = export.run(export.ExportConfig(model=work / "model", output=staging, quantize=True, eval_csv=gate,
-                                              min_int8_speedup=spec.get("min_int8_speedup", 1.15)))
+    with understood_messages_dropped():  # as `python -m serving.export` prints it
+        exported = export.run(export.ExportConfig(model=work / "model", output=staging, quantize=True, eval_csv=gate))
     progress.stage("scoring", spec["folds"] + 2)
     shutil.copy2(work / "report.json", staging / "report.json")
     (staging / "training").mkdir(exist_ok=True)
