@@ -4,6 +4,7 @@ and admin actions refused without a key on a non-loopback address."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import shutil
 
@@ -11,6 +12,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.config import Config
+from app.jobs import Jobs
 from app.labeling import LabelSession
 from app.models import main as models_cli
 from app.registry import Registry, RegistryError
@@ -150,3 +152,30 @@ def test_one_example_class_is_refused_before_training(admin_app, tmp_path):
         assert "'dream' has 1 row in the training table; 2-fold cross-validation needs" in r.json()["detail"]
         assert c.get("/v1/jobs").json()["jobs"] == []  # nothing started
         assert json.loads(c.get("/v1/models").text)["versions"][0]["version"] == "v1"
+
+
+def test_candidate_worse_on_the_slice_stays_listed_with_both_scores(registry, tmp_path):
+    activated = []
+
+    class Switcher:
+        async def activate(self, version, why):
+            activated.append(version)
+
+    def decide(promote, cand, champ, version):
+        stage = registry.staging(version)
+        (stage / "config.json").write_text("{}")
+        made = registry.commit(stage, {"source": "trained", "parent": "v1",
+                                       "eval": {"macro_f1": cand, "champion": {"version": "v1", "macro_f1": champ}}})
+        jobs = Jobs(Config(promote=promote, promote_tolerance=0.01, data_dir=tmp_path), registry, Switcher())
+        result = {"eval": {"macro_f1": cand}, "champion_eval": {"macro_f1": champ}}
+        return made, asyncio.run(jobs._decide(made, result, "v1"))
+
+    made, d = decide("auto", 0.50, 0.60, "a")
+    assert made == "v2" and d["promoted"] is False and "kept as a candidate" in d["why"] and activated == []
+    listed = {m["version"]: m for m in registry.listing()}
+    assert listed["v2"]["eval"]["macro_f1"] == 0.50 and listed["v2"]["eval"]["champion"]["macro_f1"] == 0.60
+    assert listed["v2"]["last_decision"]["why"] == d["why"] and not listed["v2"]["active"]
+    made, d = decide("auto", 0.595, 0.60, "b")  # within the tolerance
+    assert d["promoted"] is True and activated == [made]
+    made, d = decide("manual", 0.90, 0.60, "c")
+    assert d["promoted"] is False and "--promote manual" in d["why"] and activated == ["v3"]
