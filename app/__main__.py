@@ -72,21 +72,25 @@ def main(argv: list[str] | None = None) -> int:
     from .server import load_classifier
 
     registry = Registry(cfg.registry_dir)
+    new = False
     try:
         registry.clean_staging()
         if cfg.model:
             version, new = registry.register_folder(cfg.model)
-            if new or registry.active() is None:
-                registry.set_active(version, why=f"python -m app --model {cfg.model}")
-            elif registry.active() != version:
+            if not new and registry.active() not in (None, version):
                 log.info("%s is registered as %s; serving the active version %s (switch with POST "
                          "/v1/models/%s/activate)", cfg.model, version, registry.active(), version)
-        version = registry.active()
+        if not (cfg.model and (new or registry.active() is None)):
+            version = registry.active()
         if version is None:
             raise RegistryError(f"no --model given and no active version in {registry.root}: "
                                 "start with --model FOLDER (a serving.export or transformers folder)")
         clf = load_classifier(cfg, registry.path(version))
+        if version != registry.active():  # a folder new to the registry serves once it has loaded
+            registry.set_active(version, why=f"python -m app --model {cfg.model}")
     except (ModelError, ValueError) as e:
+        if new:  # it never served: it does not stay as a version
+            registry.delete(version)
         print(f"error: {e}", file=sys.stderr)
         return 2
     from .server import create_app

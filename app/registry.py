@@ -151,6 +151,8 @@ class Registry:
     def register_folder(self, folder: str | os.PathLike) -> tuple[str, bool]:
         """(version, new?) for a model folder given as `python -m app --model FOLDER`: a copy becomes the next
         version, unless one with the same content is there (a restart with the same command adds nothing)."""
+        if not Path(folder).exists():
+            raise RegistryError(f"{folder}: no such model folder")
         src = model_in_run(Path(folder), use=("model",))
         if not (src / "config.json").is_file():
             raise RegistryError(f"{src}: no config.json, so not a model folder (expected the output of "
@@ -162,7 +164,8 @@ class Registry:
         stage = self.staging(f"import-{os.getpid()}")
         try:
             shutil.copytree(src, stage, dirs_exist_ok=True, ignore=shutil.ignore_patterns(VERSION_FILE))
-            name = self.commit(stage, {"source": "imported", "imported_from": str(src.resolve()),
+            name = self.commit(stage, {"source": "imported", "name": src.resolve().name,
+                                       "imported_from": str(src.resolve()),
                                        "source_sha256": digest, "parent": self.active()})
         finally:
             shutil.rmtree(stage, ignore_errors=True)

@@ -2,6 +2,7 @@
 
     python bench/api_load.py [--clients 32] [--duration 30] [--backends onnx,torch] [--shape small|mini]
                              [--rounds 1] [--work /tmp/bench-api] [--server-args "--threads 1"] [--output FILE]
+    python bench/api_load.py --swap [--swaps 3] [--backends onnx] [--duration 30]     # model switches under load
 
 Builds (cached in --work) an ELECTRA-Small-shaped classifier with random weights (hidden 256, 12 layers,
 4 heads, FFN 1024, embeddings 128; a WordPiece vocabulary trained on the request texts; the 8 ko-help
@@ -24,6 +25,13 @@ forms under that load) over one text per pass. On a CPU a pass costs nearly the 
 not once the model is compute-bound (ONNX Runtime: ~1.4x here); eager PyTorch pays a large fixed cost
 per pass that batching shares. Prints a table and writes bench/results/api_load.json with the load
 average beside the numbers (the 2 CPU cores may be shared).
+
+`--swap`: one server (batching on) on a model registry holding the model as v1 and a copy as v2, under
+the same load, while --swaps activations (`POST /v1/models/{v}/activate`, v2, v1, v2, ...) run at even
+intervals inside the measured window. Each request is counted "during a swap" when it overlaps an
+activation (from its POST to its answer: loading, checking and warming the new engine, then the switch),
+else "steady"; p50/p99 and errors of both, from the same run. Target: 0 failed requests, p99 during a swap
+<= 2x steady p99. Writes bench/results/api_load_swap.json.
 """
 
 from __future__ import annotations
@@ -35,6 +43,7 @@ import os
 import platform
 import random
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -110,12 +119,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def start_server(model: Path, extra: list[str], log_path: Path) -> tuple[subprocess.Popen, str]:
+def start_server(model: Path | None, extra: list[str], log_path: Path) -> tuple[subprocess.Popen, str]:
+    """`python -m app` on `model`, or (None) on the active version of the registry given in `extra`."""
     port = free_port()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("ELECTRA_API_KEY", None)
     with open(log_path, "wb") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "app", "--model", str(model), "--no-ui", "--port", str(port),
+        proc = subprocess.Popen([sys.executable, "-m", "app", *(["--model", str(model)] if model else []),
+                                 "--no-ui", "--port", str(port),
                                  "--log-level", "warning", *extra], stdout=log, stderr=subprocess.STDOUT, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
@@ -178,7 +189,9 @@ class Connection:
 
 
 async def load(url: str, texts: list[str], clients: int, duration: float, warmup: float, grace: float,
-               timeout: float) -> dict:
+               timeout: float, samples: list | None = None, beside=None) -> dict:
+    """Closed-loop clients for `duration` after `warmup`. `samples` gets (start, end, ok) of every measured
+    request; `beside(measure_from, stop_at)` is a coroutine run alongside (the swaps)."""
     host, port = url.removeprefix("http://").split(":")
     bodies = [json.dumps({"text": t}, ensure_ascii=False).encode() for t in texts]
     latencies: list[float] = []
@@ -206,9 +219,13 @@ async def load(url: str, texts: list[str], clients: int, duration: float, warmup
                 errors[kind] = errors.get(kind, 0) + 1
             elif measure_from <= t0 and t1 <= stop_at:
                 latencies.append(t1 - t0)
+            if samples is not None and (kind or (measure_from <= t0 and t1 <= stop_at)):
+                samples.append((t0, t1, kind is None))
         conn.close()
 
     tasks = [asyncio.create_task(client()) for _ in range(clients)]
+    if beside is not None:
+        tasks.append(asyncio.create_task(beside(measure_from, stop_at)))
     await asyncio.sleep(max(0.0, stop_at - time.perf_counter()))
     _, pending = await asyncio.wait(tasks, timeout=grace)
     for t in pending:
@@ -264,6 +281,60 @@ def engine_ceiling(model: Path, texts: list[str], batch: int, seconds: float, th
             "ratio": round(batched / single, 2), "call_overhead_tokens": round(overhead, 1)}
 
 
+def _latency(samples: list) -> dict:
+    ok = np.array([(t1 - t0) * 1000 for t0, t1, good in samples if good])
+    return {"requests": len(samples), "errors": sum(1 for *_, good in samples if not good),
+            "p50_ms": round(float(np.percentile(ok, 50)), 1) if len(ok) else None,
+            "p99_ms": round(float(np.percentile(ok, 99)), 1) if len(ok) else None}
+
+
+def swap_run(model: Path, texts: list[str], args) -> dict:
+    """Requests during activations vs the rest, in one run on one server (see the module docstring)."""
+    sys.path.insert(0, str(ROOT))
+    from app.registry import Registry
+
+    root = args.work / "swap-registry"
+    shutil.rmtree(root, ignore_errors=True)
+    reg = Registry(root / "models")
+    reg.set_active(reg.register_folder(model)[0])
+    copy = root / "copy"
+    shutil.copytree(model, copy)
+    (copy / "bench-copy.txt").write_text("a second version with the same weights")
+    reg.register_folder(copy)
+    proc, url = start_server(None, ["--models-dir", str(reg.root), *args.server_args.split()],
+                             args.work / "server-swap.log")
+    samples, windows = [], []
+
+    async def swaps(measure_from: float, stop_at: float) -> None:
+        async with httpx.AsyncClient(timeout=300) as c:
+            for i in range(args.swaps):
+                await asyncio.sleep(max(0.0, measure_from + (i + 1) * (stop_at - measure_from) / (args.swaps + 1)
+                                        - time.perf_counter()))
+                version = "v2" if i % 2 == 0 else "v1"
+                a = time.perf_counter()
+                r = await c.post(f"{url}/v1/models/{version}/activate")
+                windows.append({"version": version, "start": a, "seconds": round(time.perf_counter() - a, 2),
+                                "status": r.status_code})
+
+    try:
+        asyncio.run(load(url, texts, args.clients, args.duration, args.warmup, args.grace, args.timeout,
+                         samples, swaps))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+    spans = [(w["start"], w["start"] + w["seconds"]) for w in windows]
+    during = [s for s in samples if any(s[0] < b and s[1] > a for a, b in spans)]
+    steady = [s for s in samples if not any(s[0] < b and s[1] > a for a, b in spans)]
+    out = {"activations": [{k: v for k, v in w.items() if k != "start"} for w in windows],
+           "steady": _latency(steady), "during_swaps": _latency(during)}
+    d, st = out["during_swaps"]["p99_ms"], out["steady"]["p99_ms"]
+    out["p99_during_over_steady"] = round(d / st, 2) if d and st else None
+    return out
+
+
 def _median_result(runs: list[dict]) -> dict:
     """The run with the median requests/s (its own latencies, errors and batch size kept together)."""
     runs = sorted(runs, key=lambda r: r["rps"])
@@ -288,7 +359,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-args", default="", help="extra flags for both servers, e.g. '--max-wait-ms 2'")
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-api"))
     ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "api_load.json")
+    ap.add_argument("--swap", action="store_true", help="model switches under load instead of batching on/off")
+    ap.add_argument("--swaps", type=int, default=3, help="activations during the measured window (--swap)")
     args = ap.parse_args(argv)
+    if args.swap:
+        return main_swap(args)
     backends = [b.strip() for b in args.backends.split(",") if b.strip()]
     if not backends or set(backends) - {"onnx", "torch"}:
         ap.error(f"--backends {args.backends!r}: use onnx, torch or both")
@@ -342,6 +417,36 @@ def main(argv: list[str] | None = None) -> int:
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     print(f"wrote {args.output}")
+    return 0
+
+
+def main_swap(args) -> int:
+    args.work.mkdir(parents=True, exist_ok=True)
+    texts, labels = load_texts()
+    backend = args.backends.split(",")[0].strip()
+    model = build_model(args.work, texts, labels, backend, args.shape)
+    load_before = os.getloadavg()
+    print(f"[{backend}] {args.swaps} activations under load...", flush=True)
+    res = swap_run(model, texts, args)
+    print(f"\n{args.shape} model ({backend}), {args.clients} clients, {args.duration:g} s, {args.swaps} activations, "
+          f"load avg {load_before[0]:.1f}")
+    print(f"{'requests':<14}{'count':>8}{'p50 ms':>9}{'p99 ms':>9}{'errors':>8}")
+    for name in ("steady", "during_swaps"):
+        r = res[name]
+        print(f"{name:<14}{r['requests']:>8}{r['p50_ms']!s:>9}{r['p99_ms']!s:>9}{r['errors']:>8}")
+    print("activations: " + ", ".join(f"{a['version']} {a['status']} in {a['seconds']} s" for a in res["activations"]))
+    print(f"p99 during / steady: {res['p99_during_over_steady']}x (target <= 2x, 0 errors)")
+    out = args.output if args.output != ROOT / "bench" / "results" / "api_load.json" else \
+        ROOT / "bench" / "results" / "api_load_swap.json"
+    report = {"clients": args.clients, "duration_s": args.duration, "warmup_s": args.warmup, "swaps": args.swaps,
+              "shape": args.shape, "backend": backend, "server_args": args.server_args.split(), **res,
+              "targets": {"errors": 0, "p99_during_over_steady_max": 2},
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                          "load_avg_before": [round(x, 2) for x in load_before],
+                          "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    out.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {out}")
     return 0
 
 
