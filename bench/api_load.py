@@ -143,6 +143,14 @@ def start_server(model: Path | None, extra: list[str], log_path: Path) -> tuple[
     raise SystemExit(f"server not ready after 300 s; see {log_path}")
 
 
+def stop_server(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+
+
 def batch_stats(url: str) -> tuple[float, float]:
     text = httpx.get(url + "/metrics", timeout=10).text
 
@@ -248,11 +256,7 @@ def run_mode(name: str, model: Path, extra: list[str], texts: list[str], args) -
         result["mean_batch_texts"] = round((after[0] - before[0]) / batches, 2) if batches else None
         result["p99_over_p50"] = round(result["p99_ms"] / result["p50_ms"], 2) if result["p50_ms"] else None
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
     return {"mode": name, "server_flags": extra, **result}
 
 
@@ -320,11 +324,7 @@ def swap_run(model: Path, texts: list[str], args) -> dict:
         asyncio.run(load(url, texts, args.clients, args.duration, args.warmup, args.grace, args.timeout,
                          samples, swaps))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
     spans = [(w["start"], w["start"] + w["seconds"]) for w in windows]
     during = [s for s in samples if any(s[0] < b and s[1] > a for a, b in spans)]
     steady = [s for s in samples if not any(s[0] < b and s[1] > a for a, b in spans)]
