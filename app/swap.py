@@ -18,6 +18,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 
+from .batcher import Closed, QueueFull
 from .registry import Registry, RegistryError
 
 log = logging.getLogger("app")
@@ -92,7 +93,11 @@ class Switcher:
         batcher = self.state.batcher
         if batcher is not None:  # the whole path (queue, engine thread) on the new engine, before anyone waits on it
             seqs = clf.encode(CHECK_TEXTS[:1])
-            await batcher.submit(seqs, [len(seqs[0])], new)
+            try:
+                await batcher.submit(seqs, [len(seqs[0])], new)
+            except (QueueFull, Closed) as e:
+                raise ActivationError(f"{version} was not activated: the queue could not take its warm-up request "
+                                      f"({e}){keeps}; try again") from None
         return new
 
 
