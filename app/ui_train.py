@@ -33,12 +33,12 @@ def versions_frame(registry) -> pd.DataFrame:
         ev = m.get("eval") or {}
         champ = ev.get("champion") or {}
         rows.append({"version": m["version"], "active": "●" if m["active"] else "", "source": m.get("source", ""),
-                     "rows": m.get("rows", ""), "cv macro-F1": _f(m.get("cv_macro_f1")),
+                     "rows": str(m.get("rows", "")), "cv macro-F1": _f(m.get("cv_macro_f1")),
                      "eval macro-F1": _f(ev.get("macro_f1")),
                      "active then (eval)": f"{champ['version']} {_f(champ.get('macro_f1'))}" if champ else "",
                      "decision": (m.get("last_decision") or {}).get("why", ""),
                      "created": time.strftime("%Y-%m-%d %H:%M", time.localtime(m.get("created", 0)))})
-    return pd.DataFrame(rows, columns=VERSION_COLUMNS)
+    return pd.DataFrame(rows, columns=VERSION_COLUMNS, dtype=str)  # one type per column, also when empty
 
 
 def progress_html(job: dict | None) -> str:
@@ -131,8 +131,8 @@ def train_tab(cfg, state, jobs) -> None:
             t_cancel = gr.Button("Cancel job", elem_id="train-cancel")
         t_progress = gr.HTML(elem_id="train-progress")
         t_message = gr.Markdown(elem_id="train-message")
-        t_versions = gr.Dataframe(headers=VERSION_COLUMNS, interactive=False, label="Versions (newest first)",
-                                  elem_id="train-versions")
+        t_versions = gr.Dataframe(versions_frame(registry), interactive=False, wrap=True, max_height=600,
+                                  label="Versions (newest first)", elem_id="train-versions")
         with gr.Row():
             t_version = gr.Dropdown(label="Version", choices=[], elem_id="train-version")
             t_activate = gr.Button("Promote / activate", elem_id="train-activate")

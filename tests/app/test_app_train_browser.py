@@ -52,6 +52,7 @@ def test_label_train_promote_classify(loop_server, tmp_path):
         pg.wait_for_selector("#train-status[data-status=succeeded]", timeout=600_000)
         pg.wait_for_function("() => /made v2/.test(document.querySelector('#train-status').innerText)")
         pg.wait_for_function("() => /v2\\s+●/.test(document.querySelector('#train-versions').innerText)")
+        pg.wait_for_function("() => /v1\\s+imported/.test(document.querySelector('#train-versions').innerText)")
         pg.screenshot(path=str(DOCS_IMG / "ui-train.png"), full_page=True)
         pg.get_by_role("tab", name="Classify").click()
         pg.fill("#classify-text textarea", "꿈에서 봤다")
