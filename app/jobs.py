@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import importlib.util
 import json
 import logging
 import re
@@ -157,6 +158,10 @@ class Jobs:
             if running:
                 raise JobConflict(f"job {running['id']} is running: one training job at a time; wait for it or "
                                   f"cancel it (DELETE /v1/jobs/{running['id']})")
+            missing = [m for m in ("torch", "sklearn", "optimum") if importlib.util.find_spec(m) is None]
+            if missing:
+                raise TrainingDataError(f"training needs {', '.join(missing)}, not installed here (the slim ONNX "
+                                        "image serves only): run the server from the full install or image")
             params = self.settings(given)
             base = self.base_model()
             share = eval_share(self.registry.root, self.cfg.eval_share)

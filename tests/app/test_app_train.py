@@ -53,6 +53,8 @@ def test_killed_training_child_leaves_no_version(train_server):
     # mid-run: the child reports a fold of k-fold training
     wait_job(url, job["id"], lambda j: str((j.get("progress") or {}).get("stage", "")).startswith("fold")
              or j["status"] != "running")
+    stat = open(f"/proc/{job['pid']}/stat").read()  # noqa: SIM115
+    assert int(stat.rsplit(")", 1)[1].split()[16]) >= 10  # the child runs niced (--train-nice 10) on CPU
     os.kill(job["pid"], signal.SIGKILL)
     failed = wait_job(url, job["id"], lambda j: j["status"] != "running", timeout=60)
     assert failed["status"] == "failed" and "killed by SIGKILL" in failed["error"] and "no version" in failed["error"]
@@ -96,3 +98,15 @@ def test_training_makes_a_scored_version_that_is_promoted_and_rolled_back(train_
     pd.DataFrame({"text": ["꿈에서 봤다", "오류 발생"]}).to_csv(inp, index=False)
     run(ScoreConfig(model=models / "v2", input=inp, output=tmp_path / "out.csv", progress=False))
     assert pd.read_csv(tmp_path / "out.csv")["model_version"].tolist() == ["v2", "v2"]
+
+
+def test_cancelled_job_leaves_no_version(train_server):
+    url, models = train_server.url, train_server.cwd / "app-data" / "models"
+    before = sorted(p.name for p in models.iterdir() if p.name.startswith("v"))
+    job = httpx.post(url + "/v1/train", json={"folds": 2, "epochs": 5}).json()
+    r = httpx.delete(f"{url}/v1/jobs/{job['id']}", timeout=60)
+    assert r.status_code == 200 and r.json()["status"] == "cancelled"
+    assert httpx.delete(f"{url}/v1/jobs/{job['id']}").status_code == 409  # not running any more
+    assert sorted(p.name for p in models.iterdir() if p.name.startswith("v")) == before
+    assert not list(models.glob(".staging-*"))
+    assert httpx.post(url + "/v1/classify", json={"text": "꿈에서 봤다"}).status_code == 200
