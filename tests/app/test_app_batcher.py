@@ -207,3 +207,25 @@ def test_call_overhead_tokens_recovers_the_fixed_cost_of_a_pass(monkeypatch):
             return [None] * len(seqs)
 
     assert server.call_overhead_tokens(Costed()) == pytest.approx(200)
+
+
+def test_a_batch_never_mixes_engines_and_each_request_runs_on_its_own():
+    """What a model switch relies on: requests queued for the old engine run on it, the new ones on the new."""
+    calls = []
+
+    def predict(texts, lengths, engine):
+        calls.append((engine, list(texts)))
+        return [f"{t}@{engine}" for t in texts]
+
+    async def main():
+        b = MicroBatcher(predict, max_wait_ms=50, max_batch_tokens=10_000)
+        b.start()
+        pending = [b.submit([f"t{i}"], [1], "old" if i < 4 or i == 6 else "new") for i in range(8)]
+        results = await asyncio.gather(*pending)
+        await b.close()
+        return results
+
+    results = run(main())
+    assert [r[0] for r in results] == [f"t{i}@{'old' if i < 4 or i == 6 else 'new'}" for i in range(8)]
+    assert [texts for _, texts in calls] == [["t0", "t1", "t2", "t3"], ["t4", "t5"], ["t6"], ["t7"]]
+    assert [engine for engine, _ in calls] == ["old", "new", "old", "new"]  # cut at each change, in queue order
