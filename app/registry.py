@@ -154,6 +154,9 @@ class Registry:
         if not Path(folder).exists():
             raise RegistryError(f"{folder}: no such model folder")
         src = model_in_run(Path(folder), use=("model",))
+        if src.is_file():
+            raise RegistryError(f"{src}: a version is a whole model folder; give {src.parent} (--fp32 / --int8 "
+                                "choose its ONNX file)")
         if not (src / "config.json").is_file():
             raise RegistryError(f"{src}: no config.json, so not a model folder (expected the output of "
                                 "serving.export or a transformers save_pretrained folder)")
