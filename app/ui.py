@@ -377,7 +377,7 @@ def _batch_tab(cfg, state, exports: Exports, engine_turn) -> None:
                 b_column = gr.Textbox(label="Text column", value="text", elem_id="batch-column")
                 b_go = gr.Button("Score", variant="primary", elem_id="batch-go")
         b_summary = gr.Markdown(elem_id="batch-summary")
-        b_out = gr.File(label="Scored CSV (every input column + pred_label, pred_score, prob_*, error)",
+        b_out = gr.File(label="Scored CSV (every input column + pred_label, pred_score, prob_*, error, model_version)",
                         elem_id="batch-download")
         b_preview = gr.Dataframe(label="First rows", interactive=False, elem_id="batch-preview")
         b_go.click(score_file, [b_file, b_column], [b_out, b_summary, b_preview], concurrency_id="scoring",

@@ -6,7 +6,8 @@
 Every input row comes out in the same order with all its columns, plus `pred_label`, `pred_score`,
 one `prob_<label>` column per label (or, with --top-k K, `top1_label`, `top1_score` … `topK_score`)
 and `error`: rows whose text is empty, whitespace or nothing after normalisation get an empty
-prediction and the reason in `error`, never dropped.
+prediction and the reason in `error`, never dropped; last `model_version`, the model that scored the row
+(a registry version's name, app/registry.py, or the model folder's name).
 
 The input is read --batch-rows rows at a time. Each scored chunk is written atomically to
 `OUT.parts/`; at the end the parts are joined into OUT through a temp file and one rename, and the
