@@ -4,9 +4,10 @@
     python -m app.models activate v2 --models-dir app-data/models
     python -m app.models delete v3 --models-dir app-data/models
 
-`activate` moves the `active` pointer on disk: a server started afterwards serves that version. A running
-server keeps what it serves until it is told: use its API (`POST /v1/models/{version}/activate`), which
-loads and warms the version before switching. `delete` refuses the active version.
+`activate` moves the `active` pointer on disk: a running server on this registry notices within a second and
+switches as `POST /v1/models/{version}/activate` does (loaded and warmed first; a version that cannot serve
+is not switched to and the pointer is put back, the reason in events.jsonl); a server started later serves
+it. `delete` refuses the active version.
 """
 
 from __future__ import annotations
@@ -52,8 +53,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error(f"{a.command} needs a version, e.g. v2")
     if a.command == "activate":
         reg.set_active(a.version, why="python -m app.models activate")
-        print(f"{a.version} is active in {a.models_dir} (a running server switches on "
-              f"POST /v1/models/{a.version}/activate or at its next start)")
+        print(f"{a.version} is active in {a.models_dir}: a running server on it switches within a second, "
+              "unless the version cannot serve (then it puts the pointer back: see events.jsonl)")
     else:
         reg.delete(a.version)
         print(f"deleted {a.version}")

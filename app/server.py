@@ -75,8 +75,11 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         state.batcher = batcher
         metrics.queue_depth.set_function(lambda: batcher.queued_texts)
         warm = asyncio.create_task(_warm_up(batcher, state))
+        follow = asyncio.create_task(switcher.follow_pointer()) if switcher is not None else None
         yield
         warm.cancel()
+        if follow is not None:
+            follow.cancel()
         state.draining = True
         if jobs is not None:
             await jobs.shutdown()

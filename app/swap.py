@@ -8,7 +8,8 @@ the old engine is freed when its last batch is done.
 Activation loads the new version off the request path (a thread), checks it (every label, finite
 probabilities on a sample), measures its pass cost and sends one request through the batcher on it; only
 then is the `active` pointer moved and `state.engine` replaced (one assignment). A version that fails any
-step is not switched to: the old one keeps serving and the error says why.
+step is not switched to: the old one keeps serving and the error says why. The server also follows the
+`active` file, so `python -m app.models activate` switches a running server the same way.
 """
 
 from __future__ import annotations
@@ -75,6 +76,20 @@ class Switcher:
         log.info("activated %s", version, extra={"fields": {"event": "activated", "version": version,
                                                             "previous": old.version if old else None, "why": why}})
         return new
+
+    async def follow_pointer(self, interval_s: float = 1.0) -> None:
+        """Switch when the `active` file is moved from outside (`python -m app.models activate`); a version
+        that cannot serve is not switched to and the pointer is put back, with the reason in events.jsonl."""
+        while True:
+            await asyncio.sleep(interval_s)
+            wanted, serving = self.registry.active(), self.state.engine.version
+            if wanted is None or wanted == serving or self.busy:
+                continue
+            try:
+                await self.activate(wanted, why="the active pointer was moved (python -m app.models activate)")
+            except (ActivationError, RegistryError) as e:
+                if self.registry.active() == wanted:
+                    self.registry.set_active(self.state.engine.version, why=f"put back: {e}")
 
     async def _prepare(self, version: str, folder, old) -> Engine:
         keeps = f"; {old.version} keeps serving" if old is not None else ""

@@ -12,6 +12,7 @@ import httpx
 import pytest
 from app_testkit import Server, free_port, metric
 
+from app.models import main as models_cli
 from app.registry import Registry
 
 
@@ -94,3 +95,29 @@ def test_corrupt_version_fails_to_activate_and_the_old_keeps_serving(swap_server
     r = httpx.delete(url + f"/v1/models/{before}")
     assert r.status_code == 409 and "active version" in r.json()["detail"]
     assert httpx.post(url + "/v1/models/v9/activate").status_code == 404
+
+
+def test_cli_activation_switches_the_running_server_or_is_put_back(swap_server):
+    url, models = swap_server.url, swap_server.cwd / "models"
+    serving = httpx.get(url + "/v1/model").json()["version"]
+    other = "v1" if serving == "v2" else "v2"
+
+    def wait_serving(version):
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if httpx.get(url + "/v1/model").json()["version"] == version:
+                return
+            time.sleep(0.3)
+        raise AssertionError(f"not serving {version}")
+
+    assert models_cli(["activate", other, "--models-dir", str(models)]) == 0
+    wait_serving(other)
+    assert httpx.post(url + "/v1/classify", json={"text": "꿈에서 봤다"}).json()["model_version"] == other
+    assert models_cli(["activate", "v3", "--models-dir", str(models)]) == 0  # the truncated ONNX
+    deadline = time.monotonic() + 60
+    while (models / "active").read_text().strip() != other and time.monotonic() < deadline:
+        time.sleep(0.3)
+    assert (models / "active").read_text().strip() == other  # put back
+    assert httpx.get(url + "/v1/model").json()["version"] == other
+    assert any(e["event"] == "activated" and e["version"] == other and e["why"].startswith("put back: v3 was not")
+               for e in Registry(models).events())
