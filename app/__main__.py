@@ -28,6 +28,7 @@ if __name__ == "__main__":
 
 import asyncio
 import logging
+from pathlib import Path
 
 import uvicorn
 
@@ -87,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
                                 "start with --model FOLDER (a serving.export or transformers folder)")
         clf = load_classifier(cfg, registry.path(version))
         if version != registry.active():  # a folder new to the registry serves once it has loaded
-            registry.set_active(version, why=f"python -m app --model {cfg.model}")
+            # the folder name only: /v1/models and the UI show this, and server paths stay private (issue 24)
+            registry.set_active(version, why=f"python -m app --model .../{Path(cfg.model).name}")
     except (ModelError, ValueError) as e:
         if new:  # it never served: it does not stay as a version
             registry.delete(version)
