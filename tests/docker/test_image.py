@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import tempfile
@@ -29,6 +30,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_BASE = "python:3.11-slim"
 SLIM_LIMIT_BYTES = 1_000_000_000
+TORCH_VERSION = re.search(r"ARG TORCH_VERSION=(\S+)", (ROOT / "Dockerfile").read_text()).group(1)
 TEXTS = ["꿈에서 봤다 dream", "오류 발생했다 error", "메모 기록 약속"]
 
 
@@ -201,6 +203,21 @@ def test_slim_image_size_and_its_answer_to_a_transformers_folder(image, tiny_cla
     assert proc.returncode == 2, proc.stdout + proc.stderr
     errors = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
     assert len(errors) == 1 and "needs PyTorch" in errors[0] and "serving.export" in errors[0], proc.stderr
+
+
+def test_torch_images_carry_their_torch(image):
+    # full: CPU torch (no CUDA libraries); gpu: PyPI's CUDA build, its cuDNN loadable without a GPU.
+    variant, tag = image
+    if variant == "cpu":
+        pytest.skip("the slim image has no torch")
+    script = ("import json, torch; print(json.dumps({'version': torch.__version__, 'cuda': torch.version.cuda, "
+              "'cudnn': torch.backends.cudnn.version() if torch.version.cuda else None}))")
+    got = json.loads(docker("run", "--rm", "--entrypoint", "python", tag, "-c", script).stdout.splitlines()[-1])
+    assert got["version"].split("+")[0] == TORCH_VERSION, got
+    if variant == "gpu":
+        assert got["cuda"] and got["cudnn"], got
+    else:
+        assert got["cuda"] is None and got["version"].endswith("+cpu"), got
 
 
 def test_torch_images_serve_torch(image, tiny_classifier_dir):
