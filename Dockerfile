@@ -3,6 +3,7 @@
 # Three variants (VARIANT build argument; sizes measured in README.md, "Docker"):
 #   cpu  (default) serves an exported ONNX folder (python -m serving.export) on ONNX Runtime, no torch
 #   full           adds CPU torch and the training stack: un-exported transformers folders, export, training
+#                  (the server's retraining child runs in the same container: compose.train.yaml)
 #   gpu            adds PyPI's CUDA torch: the PyTorch GPU path (bf16 + CUDA graphs) serves; run with
 #                  `--gpus all` (NVIDIA container toolkit). onnxruntime-gpu stays optional (docs/app.md).
 #
@@ -68,7 +69,8 @@ RUN if [ "$VARIANT" != cpu ]; then python docker/deps.py rest > rest.txt && pip 
 RUN --mount=type=bind,source=.,target=/src,rw pip install --no-deps /src
 RUN useradd --create-home --uid 10001 app && mkdir /data && chown app /data && rm -rf /src
 USER app
-# App data (the UI's labeling sessions in /data/app-data): mount a volume here to keep it.
+# App data (the UI's labeling sessions in /data/app-data, the model registry in /data/app-data/models
+# unless --models-dir, retraining jobs inside it): mount a volume here to keep them.
 WORKDIR /data
 EXPOSE 8000
 HEALTHCHECK --interval=30s --timeout=5s --start-period=90s --retries=3 CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4)"]

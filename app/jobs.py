@@ -161,7 +161,8 @@ class Jobs:
             missing = [m for m in ("torch", "sklearn", "optimum") if importlib.util.find_spec(m) is None]
             if missing:
                 raise TrainingDataError(f"training needs {', '.join(missing)}, not installed here (the slim ONNX "
-                                        "image serves only): run the server from the full install or image")
+                                        "image serves only): run the server from the full install or image "
+                                        "(docker build --build-arg VARIANT=full)")
             params = self.settings(given)
             base = self.base_model()
             share = eval_share(self.registry.root, self.cfg.eval_share)

@@ -100,9 +100,10 @@ def image(request) -> tuple[str, str]:
 
 
 class Container:
-    def __init__(self, tag: str, model: Path, *extra: str):
+    def __init__(self, tag: str, model: Path, *extra: str, cmd: tuple[str, ...] = ()):
+        """`extra`: docker run options; `cmd`: the app's flags after the image name (they replace CMD)."""
         self.id = docker("run", "-d", "--health-interval=2s", "-p", "127.0.0.1::8000",
-                         "-v", f"{model}:/model:ro", *extra, tag).stdout.strip()
+                         "-v", f"{model}:/model:ro", *extra, tag, *cmd).stdout.strip()
 
     def inspect(self, fmt: str) -> str:
         return docker("inspect", "-f", fmt, self.id).stdout.strip()
@@ -138,10 +139,10 @@ def _healthz(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def serving(tag: str, folder: Path):
+def serving(tag: str, folder: Path, *extra: str, cmd: tuple[str, ...] = ()):
     """A container serving `folder` at /model, once /healthz answers; removed afterwards."""
     with readable(folder) as model:
-        box = Container(tag, model)
+        box = Container(tag, model, *extra, cmd=cmd)
         try:
             url = box.url()
             box.wait_for("/healthz 200", lambda: _healthz(url))
@@ -228,3 +229,68 @@ def test_torch_images_serve_torch(image, tiny_classifier_dir):
         info = httpx.get(url + "/v1/model", timeout=10).json()
         assert info["backend"] == "torch", info
         assert httpx.post(url + "/v1/classify", json={"texts": TEXTS}, timeout=30).status_code == 200
+
+
+API_KEY = "docker-test-key"
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+
+
+@contextlib.contextmanager
+def volume():
+    name = docker("volume", "create").stdout.strip()
+    try:
+        yield name
+    finally:
+        docker("volume", "rm", "-f", name, check=False)
+
+
+def wait_job(url: str, job_id: str, timeout: float = 900) -> dict:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = httpx.get(f"{url}/v1/jobs/{job_id}", headers=AUTH, timeout=10).json()
+        if job["status"] != "running" and (job.get("decision") or job["status"] != "succeeded"):
+            return job
+        time.sleep(2)
+    raise AssertionError(f"job {job_id} still running after {timeout} s: {job}")
+
+
+def test_slim_image_refuses_training_with_a_pointer_to_the_full_image(image, tiny_onnx_dir):
+    variant, tag = image
+    if variant != "cpu":
+        pytest.skip("the torch images train (test_full_image_retrains_in_the_container)")
+    with serving(tag, tiny_onnx_dir, "-e", f"ELECTRA_API_KEY={API_KEY}") as (_box, url):
+        r = httpx.post(url + "/v1/train", json={"folds": 2}, headers=AUTH, timeout=30)
+        detail = r.json()["detail"]
+        assert r.status_code == 422 and detail.startswith("training needs torch") and "VARIANT=full" in detail, r.text
+        assert httpx.get(url + "/v1/jobs", headers=AUTH, timeout=10).json()["jobs"] == []
+
+
+def test_full_image_retrains_in_the_container(image, tiny_classifier_dir, tiny_electra_dir, toy_rows, tmp_path):
+    """The learning loop in one container: a job started through the API runs the training child in the
+    same container and makes v2 in the registry on the /data volume; a new container on that volume serves it."""
+    variant, tag = image
+    if variant != "full":
+        pytest.skip("the loop is checked in the full image (the GPU image runs the same code; here without a GPU)")
+    seed = tmp_path / "seed"
+    seed.mkdir()
+    toy_rows(n_per_class=12, seed=3)[["text", "label"]].to_csv(seed / "base.csv", index=False)
+    cmd = ("--port", "8000", "--models-dir", "/data/models", "--train-data", "/seed/base.csv",
+           "--train-model", "/encoder", "--promote-tolerance", "1")
+    with volume() as data, readable(tiny_electra_dir) as encoder, readable(seed) as seed_ro:
+        mounts = ("-v", f"{data}:/data", "-v", f"{encoder}:/encoder:ro", "-v", f"{seed_ro}:/seed:ro",
+                  "-e", f"ELECTRA_API_KEY={API_KEY}")
+        with serving(tag, tiny_classifier_dir, *mounts, cmd=cmd) as (box, url):
+            r = httpx.post(url + "/v1/train", json={"folds": 2, "epochs": 1}, headers=AUTH, timeout=30)
+            assert r.status_code == 202, r.text
+            job = wait_job(url, r.json()["id"])
+            assert job["status"] == "succeeded", (job.get("error"), job.get("log_tail"), box.logs())
+            assert job["version"] == "v2" and job["decision"]["promoted"] is True, job["decision"]
+            got = httpx.post(url + "/v1/classify", json={"texts": TEXTS}, headers=AUTH, timeout=30).json()
+            assert got["model_version"] == "v2"
+            listing = docker("exec", box.id, "sh", "-c", "ls /data/models; stat -c %u /data/models/v2").stdout.split()
+            assert {"v1", "v2"} <= set(listing) and listing[-1] == "10001", listing
+            docker("stop", "-t", "30", box.id, timeout=60)
+            assert box.inspect("{{.State.ExitCode}}") == "0", box.logs()
+        with serving(tag, tiny_classifier_dir, *mounts, cmd=cmd) as (_box, url):
+            got = httpx.post(url + "/v1/classify", json={"texts": TEXTS}, headers=AUTH, timeout=30).json()
+            assert got["model_version"] == "v2"

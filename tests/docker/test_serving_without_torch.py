@@ -1,6 +1,6 @@
 """The slim image's promise, checked without Docker: the serving engine and the app import and serve an
 exported ONNX folder when the modules the image leaves out (docker/deps.py TRAIN_ONLY, torch first) are
-unimportable, and a transformers folder gets a clear error instead of an ImportError."""
+unimportable, a transformers folder gets a clear error instead of an ImportError, and so does a retrain."""
 
 from __future__ import annotations
 
@@ -23,15 +23,21 @@ from fastapi.testclient import TestClient
 from app.config import parse_args
 from app.server import create_app
 from app.__main__ import main
+from app.registry import Registry
 from serving.engine import Classifier
 
 cfg = parse_args(["--model", sys.argv[2], "--data-dir", sys.argv[4]])
 clf = Classifier.load(cfg.model)
-with TestClient(create_app(cfg, clf)) as client:
+registry = Registry(cfg.registry_dir)
+version, _new = registry.register_folder(cfg.model)
+registry.set_active(version)
+with TestClient(create_app(cfg, clf, None, registry, version)) as client:
     health = client.get("/healthz").status_code
     ui = client.get("/ui/").status_code
     got = client.post("/v1/classify", json={"texts": ["꿈에서 봤다", "오류 발생했다"]}).json()
+    train = client.post("/v1/train", json={"folds": 2})
 print("RESULT " + json.dumps({"health": health, "ui": ui, "classify": got, "backend": clf.info()["backend"],
+                              "train": [train.status_code, train.json()["detail"]],
                               "loaded": sorted(n for n in json.loads(sys.argv[1]) if sys.modules.get(n))}))
 sys.exit(main(["--model", sys.argv[3]]))
 """
@@ -59,6 +65,9 @@ def test_serves_onnx_without_torch_and_refuses_a_transformers_folder(tiny_onnx_d
     assert result["health"] == 200 and result["ui"] == 200
     preds = result["classify"]["predictions"]
     assert len(preds) == 2 and {p["label"] for p in preds} <= {"dream", "error", "memo"}
+    # retraining needs torch: refused at once with the way out, not a child process dying on its import
+    status, detail = result["train"]
+    assert status == 422 and detail.startswith("training needs torch") and "VARIANT=full" in detail, result["train"]
     # the un-exported folder: exit 2, one line naming the fix, no traceback
     assert proc.returncode == 2, proc.stderr[-3000:]
     error = [ln for ln in proc.stderr.splitlines() if ln.startswith("error: ")]
