@@ -267,7 +267,8 @@ def test_slim_image_refuses_training_with_a_pointer_to_the_full_image(image, tin
 
 def test_full_image_retrains_in_the_container(image, tiny_classifier_dir, tiny_electra_dir, toy_rows, tmp_path):
     """The learning loop in one container: a job started through the API runs the training child in the
-    same container and makes v2 in the registry on the /data volume; a new container on that volume serves it."""
+    same container and makes v2 in the registry on the /data volume; `docker stop` during a second job exits 0
+    and leaves no version; a new container on that volume serves v2."""
     variant, tag = image
     if variant != "full":
         pytest.skip("the loop is checked in the full image (the GPU image runs the same code; here without a GPU)")
@@ -289,8 +290,18 @@ def test_full_image_retrains_in_the_container(image, tiny_classifier_dir, tiny_e
             assert got["model_version"] == "v2"
             listing = docker("exec", box.id, "sh", "-c", "ls /data/models; stat -c %u /data/models/v2").stdout.split()
             assert {"v1", "v2"} <= set(listing) and listing[-1] == "10001", listing
+            # docker stop while the training child works: the server cancels it and still exits 0 at once
+            r = httpx.post(url + "/v1/train", json={"folds": 2, "epochs": 50}, headers=AUTH, timeout=30)
+            assert r.status_code == 202, r.text
+            time.sleep(3)
+            started = time.monotonic()
             docker("stop", "-t", "30", box.id, timeout=60)
             assert box.inspect("{{.State.ExitCode}}") == "0", box.logs()
-        with serving(tag, tiny_classifier_dir, *mounts, cmd=cmd) as (_box, url):
+            assert time.monotonic() - started < 25, box.logs()
+        with serving(tag, tiny_classifier_dir, *mounts, cmd=cmd) as (box, url):
             got = httpx.post(url + "/v1/classify", json={"texts": TEXTS}, headers=AUTH, timeout=30).json()
             assert got["model_version"] == "v2"
+            stopped = httpx.get(f"{url}/v1/jobs/{r.json()['id']}", headers=AUTH, timeout=10).json()
+            assert stopped["status"] in ("cancelled", "failed") and stopped["version"] is None, stopped
+            assert docker("exec", box.id, "ls", "-A", "/data/models").stdout.split() == [
+                ".jobs", "active", "eval_slice.json", "events.jsonl", "v1", "v2"]
