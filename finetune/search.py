@@ -20,7 +20,7 @@ and the first trial is the recipe the flags give, so the table shows what the se
   kept, a trial cut off by a kill is run again with the same parameters, and its finished folds are reused
   (trial folders are named by their parameters).
 - Outputs: OUTPUT/trials.csv and the printed table, search_report.json, search_trials.png (score per trial),
-  param_importance.png (Optuna's fANOVA importances), best_command.txt (the best recipe as a k-fold command), and
+  param_importance.png (Optuna's default importance evaluator), best_command.txt (the best recipe as a k-fold command), and
   best/: a k-fold run folder of the best trial (report, out-of-fold predictions, plots; with --final its model/,
   trained by k-fold's own final step and scored on the --holdout rows).
 The best trial's CV score is optimistic: it was picked on the folds it is scored on (docs/finetune.md). With
@@ -247,12 +247,17 @@ def table(rows: list[dict], names: list[str]) -> str:
 
 
 def importances(optuna, study) -> tuple[dict, str | None]:
-    """fANOVA parameter importances (scikit-learn's random forest, offline), or why there are none."""
+    """Optuna's default parameter importances (PED-ANOVA in Optuna 5, fANOVA before: both offline, no extra
+    dependency), or why there are none."""
     done = study.get_trials(deepcopy=False, states=(optuna.trial.TrialState.COMPLETE,))
     if len(done) < 3:
         return {}, f"{len(done)} finished trials: importances need at least 3"
+    import warnings
+
     try:
-        return dict(optuna.importance.get_param_importances(study)), None
+        with warnings.catch_warnings():  # "importances will be equal" on a few similar trials: the plot says it
+            warnings.simplefilter("ignore", UserWarning)
+            return dict(optuna.importance.get_param_importances(study)), None
     except (RuntimeError, ValueError) as e:
         return {}, f"{type(e).__name__}: {e}"
 
@@ -292,8 +297,8 @@ def finish(optuna, study, base, scfg, space, out: Path, started: float) -> dict:
     # best/: the best trial's folds read back by k-fold itself (report, out-of-fold predictions, plots) and, with
     # --final, its final model trained and scored on the held-out rows.
     best_dir = out / "best"
-    shutil.copytree(best_trial.user_attrs["folder"], best_dir, dirs_exist_ok=True,
-                    ignore=shutil.ignore_patterns("adapt_*", "model"))
+    shutil.rmtree(best_dir, ignore_errors=True)  # a rerun's best may be another trial: nothing of the old one stays
+    shutil.copytree(best_trial.user_attrs["folder"], best_dir, ignore=shutil.ignore_patterns("adapt_*", "model"))
     write_json(best_dir / "config.json", json.loads(json.dumps(asdict(best_cfg), default=str)))  # its own output
     best_report = kfold.run(dataclasses.replace(best_cfg, resume=True, final=base.final, engine="local"))
     if "holdout" in best_report:

@@ -150,5 +150,11 @@ def apply(cfg, params: dict):
 def current(cfg, space: Space) -> dict:
     """The searched parameters as the given flags set them (a search's first trial), where the space holds them."""
     values = {k: getattr(cfg.train if TUNABLE[k][3] == "train" else cfg, k) for k in space.searched}
-    return {k: v for k, v in values.items() if v is not None and space.searched[k]._contains(
-        space.searched[k].to_internal_repr(v))}
+    return {k: v for k, v in values.items() if v is not None and _inside(space.searched[k], v)}
+
+
+def _inside(distribution, value) -> bool:
+    try:
+        return distribution._contains(distribution.to_internal_repr(value))
+    except ValueError:  # a categorical distribution without this value
+        return False

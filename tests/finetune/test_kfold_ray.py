@@ -113,3 +113,32 @@ def test_saved_fold_ids_that_no_longer_fit_the_data_are_refused(tiny_electra_dir
     toy_rows(n_per_class=12).iloc[:-3].to_csv(fewer, index=False)
     with pytest.raises(kfold.DataError, match="the data changed"):
         fixed_folds(tmp_path, load_labeled(fewer, group_column="page", folds=3), 3, 42, reuse=True)
+
+
+def test_search_runs_trials_in_parallel_on_ray(ray_session, tiny_electra_dir, toy_data, tmp_path, monkeypatch):
+    import optuna
+
+    from finetune import search
+
+    class ScoreFromLr(fold_runner.FoldJob):  # no training: the search's scheduling is what is tested here
+        def __call__(self, prep, accelerator):
+            import time
+
+            (self_dir := tmp_path / "calls").mkdir(exist_ok=True)
+            (self_dir / f"{self.trial}-{self.k}-{time.time()}").touch()
+            time.sleep(0.5)
+            return {"macro_f1": self.cfg.train.lr * 100}, None, None
+
+    monkeypatch.setattr(search, "FoldJob", ScoreFromLr)
+    monkeypatch.setattr(search, "finish", lambda *a, **k: None)
+    out = tmp_path / "s"
+    assert search.main(["--model", str(tiny_electra_dir), "--data", str(toy_data), "--output", str(out), *ARGS,
+                        "--engine", "ray", "--trials", "4", "--no-prune"]) == 0
+    trials = optuna.load_study(study_name=search.STUDY, storage=f"sqlite:///{out / 'study.db'}").get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE"] * 4
+    assert [t.value for t in trials] == pytest.approx([t.params["lr"] * 100 for t in trials])
+    calls = sorted(p.name.split("-") for p in (tmp_path / "calls").iterdir())
+    assert sorted((int(n), int(k)) for n, k, _ in calls) == [(n, k) for n in range(4) for k in range(3)]
+    # Two fold tasks at once (2 CPUs): trial 1 started before trial 0 finished.
+    start = {(int(n), int(k)): float(t) for n, k, t in calls}
+    assert start[(1, 0)] < start[(0, 2)]

@@ -169,3 +169,15 @@ def test_real_search_end_to_end_with_holdout_final_and_resume(tiny_electra_dir, 
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
     assert len(pd.read_csv(out / "trials.csv")) == 2
     assert "trial     state  macro-F1" in capsys.readouterr().out
+
+
+def test_best_command_line_gives_back_the_same_config():
+    import shlex
+
+    from finetune.kfold import command_line, parse_args
+
+    cfg = parse_args(["--model", "runs/my model", "--data", "d.csv", "--output", "o", "--group-column", "page",
+                      "--class-weights", "--lr", "0.0012345678901", "--blend", "off", "--adapt-steps", "5",
+                      "--adapt-corpus", "a.txt", "b.txt", "--dropout", "0.2", "--final"])
+    words = shlex.split(command_line(cfg))
+    assert words[:2] == ["python", "finetune/kfold.py"] and parse_args(words[2:]) == cfg
