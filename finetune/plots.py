@@ -102,11 +102,11 @@ def search_trials_png(rows: list[dict], path: Path) -> None:
 
 
 def importance_png(importance: dict[str, float], path: Path) -> None:
-    """Horizontal bars of each parameter's share of the score's variance (fANOVA)."""
+    """Horizontal bars of each parameter's importance (Optuna's evaluator; they sum to 1)."""
     names = list(importance)[::-1]
     fig, ax = plt.subplots(figsize=(6, 0.45 * len(names) + 1.2))
     ax.barh(names, [importance[n] for n in names])
-    ax.set(xlabel="importance (share of variance, fANOVA)", title="parameter importance")
+    ax.set(xlabel="importance (Optuna, sums to 1)", title="parameter importance")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
