@@ -6,6 +6,7 @@ because the first thing a user runs is their own CSV and a pandas traceback help
 
 from __future__ import annotations
 
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +18,7 @@ from sklearn.model_selection import GroupShuffleSplit, StratifiedGroupKFold, Str
 from textdata.errors import DataError
 from textdata.labels import label_order
 from textdata.normalize import Normalizer
-from textdata.tables import missing_text, read_table
+from textdata.tables import missing_text, read_table, write_json
 
 
 @dataclass
@@ -175,3 +176,30 @@ def split_holdout(data: LabeledData, fraction: float, folds: int, seed: int, pat
         raise DataError(f"{path}: after --holdout {fraction}, {len(set(cv.groups))} groups are left, fewer than "
                         f"--folds {folds}; lower --holdout or --folds")
     return cv, held
+
+
+FOLD_IDS = "fold_ids.json"
+
+
+def fixed_folds(out: Path, data: LabeledData, folds: int, seed: int, reuse: bool) -> list[tuple[np.ndarray, np.ndarray]]:
+    """The run's folds, fixed once in OUT/fold_ids.json (input row numbers per held-out fold) before any fold
+    starts: every fold, whichever worker runs it, and every trial of a search, read this one split. With `reuse`
+    (--resume, a search's trials) a saved split is read back and checked against the data; otherwise it is made
+    (make_folds) and written."""
+    path = out / FOLD_IDS
+    if reuse and path.exists():
+        saved = json.loads(path.read_text())
+        rows = [np.asarray(v, dtype=np.int64) for v in saved["val_rows"]]
+        pos = [np.searchsorted(data.keep, r).clip(0, max(0, len(data.keep) - 1)) for r in rows]
+        every = np.sort(np.concatenate(pos)) if pos else np.array([], dtype=np.int64)
+        if (len(rows) != folds or not np.array_equal(every, np.arange(len(data.y)))
+                or any(not np.array_equal(data.keep[p], r) for p, r in zip(pos, rows))):
+            raise DataError(f"{path}: its {len(rows)} folds do not cover the rows now read ({len(data.y)} used, "
+                            f"--folds {folds}); the data changed since that run: use a new --output")
+        everything = np.arange(len(data.y))
+        return [(np.setdiff1d(everything, p), np.sort(p)) for p in pos]
+    split = make_folds(data.y, data.groups, folds, seed)
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(path, {"seed": seed, "folds": folds, "n_used": len(data.y),
+                      "val_rows": [data.keep[va].tolist() for _, va in split]})
+    return split

@@ -12,7 +12,9 @@ training part, scores on the held-out fold, and a TF-IDF + logistic-regression b
 split. Writes OUTPUT/report.json, oof_predictions.csv, plots, and with --final a deployable model/.
 --holdout 0.2 first sets a fifth of the rows aside (OUTPUT/holdout.csv): the final model's score on them
 in report.json is the one measured on rows it never saw, and they are the export's --eval-csv.
-Several GPUs: `accelerate launch finetune/kfold.py ...`.
+Several GPUs: `accelerate launch finetune/kfold.py ...`, or each fold on its own GPU(s) as a Ray task:
+`--engine ray [--address auto] [--gpus-per-fold 1] [--cpus-per-fold N]` (finetune/fold_runner.py).
+A hyperparameter search over this k-fold: finetune/search.py.
 """
 
 from __future__ import annotations
@@ -32,7 +34,8 @@ import numpy as np
 from finetune.adapt import AdaptConfig, adapt
 from finetune.baseline import baseline_predict
 from finetune.blend import MODES, cv_blend, save_final_blend
-from finetune.data import bbcnews_csv, inner_split, load_labeled, make_folds, split_holdout
+from finetune.data import FOLD_IDS, bbcnews_csv, fixed_folds, inner_split, load_labeled, split_holdout
+from finetune.fold_runner import FoldJob, open_runner
 from finetune.metrics import KEYS, fold_metrics, summarize
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model
 from finetune.train import COMPILE_CHOICES, SWITCHES, TrainConfig, encode, fit, predict_proba
@@ -41,7 +44,7 @@ from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
 from textdata.normalize import Normalizer
 from textdata.precision import PRECISIONS
-from textdata.tables import write_json, write_table
+from textdata.tables import atomic_path, write_json, write_table
 
 BUILTIN_DATA = {"bbcnews": bbcnews_csv}
 
@@ -68,14 +71,19 @@ class Config:
     final: bool = False
     resume: bool = False
     blend: str = "auto"  # auto | off | on: blend with the baseline (finetune/blend.py)
+    engine: str = "local"  # local | ray: where the folds train (finetune/fold_runner.py)
+    address: str | None = None  # a Ray cluster to join; none: start Ray on this machine
+    gpus_per_fold: float = 0.0  # Ray resources per fold task (fractions share a GPU)
+    cpus_per_fold: int = 1
     train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
     adapt: AdaptConfig = dataclasses.field(default_factory=AdaptConfig)
 
 
 # Settings that may change on --resume: they change neither the folds nor their numbers (the fast-path
 # switches give the plain path's losses: tests/finetune/test_fast_path.py).
-# The blend only reads the saved folds.
-RESUMABLE = frozenset({"resume", "final", "blend", "train.static_shapes", "train.compile"})
+# The blend only reads the saved folds; where a fold runs does not change its numbers.
+RESUMABLE = frozenset({"resume", "final", "blend", "train.static_shapes", "train.compile", "engine", "address",
+                       "gpus_per_fold", "cpus_per_fold"})
 
 
 def _flat(d: dict, prefix: str = "") -> dict:
@@ -120,6 +128,11 @@ FLAGS = {
     "resume": Flag("reuse finished folds in --output"),
     "blend": Flag("blend the model with the TF-IDF baseline, fitted on out-of-fold rows and scored nested; "
                   "auto: keep it (report, --final model) only where it beats the model", choices=MODES),
+    "engine": Flag("where the folds train: here one after another, or as Ray tasks (pip install -e '.[ray]')",
+                   choices=("local", "ray")),
+    "address": Flag("--engine ray: the Ray cluster to join (e.g. auto)", shown="start Ray on this machine"),
+    "gpus_per_fold": Flag("--engine ray: GPUs per fold task (0.5: two folds share a GPU)"),
+    "cpus_per_fold": Flag("--engine ray: CPUs (threads) per fold task"),
 }
 TRAIN_FLAGS = {
     "epochs": Flag("training epochs per fold (early stopping may end sooner)"),
@@ -167,12 +180,19 @@ def parse_args(argv=None) -> Config | None:
     if a.list_models:
         print(list_models())
         return None
+    return config_from_args(p, a)
+
+
+def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Config:
+    """The Config from parsed flags, checked (p.error on a bad combination); finetune/search.py adds its own."""
     if not a.model or not a.data:
         p.error("--model and --data are required (try --model minilm --data bbcnews offline)")
     if a.folds < 2:
         p.error("--folds must be at least 2")
     if not 0 <= a.holdout < 1:
         p.error("--holdout must be a fraction in [0, 1), e.g. 0.2")
+    if a.cpus_per_fold < 1 or a.gpus_per_fold < 0:
+        p.error("--cpus-per-fold must be at least 1 and --gpus-per-fold at least 0")
     if a.adapt_steps < 0 or (a.adapt_steps and a.random_init):
         p.error("--adapt-steps must be >= 0, and adapts pretrained weights: it does not go with --random-init")
     values = vars(a)
@@ -192,6 +212,14 @@ def pick_accelerator(device: str):
         if not torch.cuda.is_available():
             raise DataError("--device cuda: no CUDA device is available")
     return Accelerator(cpu=device == "cpu")
+
+
+def cpu_threads(accelerator) -> None:
+    import torch
+
+    if accelerator.device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
+        # An explicit OMP_NUM_THREADS wins: on a CPU shared with other jobs, spin-waiting threads cost 5-10x.
+        torch.set_num_threads(max(1, os.cpu_count() or 1))
 
 
 def run_fold(cfg: Config, k: int, train_idx, val_idx, data, ids, tokenizer, resolved: str, fold_dir: Path,
@@ -234,27 +262,37 @@ def run_fold(cfg: Config, k: int, train_idx, val_idx, data, ids, tokenizer, reso
             "baseline": base_metrics,
             "history": dataclasses.asdict(hist),
         }
-        if accelerator.is_main_process:  # a fold is written whole or not at all, so --resume never reads half a fold
-            np.savez(fold_dir / f"fold_{k}.tmp.npz", proba=proba, baseline=base_proba)
-            os.replace(fold_dir / f"fold_{k}.tmp.npz", fold_dir / f"fold_{k}.npz")
-            write_json(done, saved)
+        if accelerator.is_main_process:
+            save_fold(fold_dir, k, saved, proba, base_proba)
         del model
     return saved, proba, base_proba
 
 
-def run(cfg: Config) -> dict:
-    import torch
-    import transformers
+def save_fold(fold_dir: Path, k: int, saved: dict, proba: np.ndarray, base_proba: np.ndarray) -> None:
+    """A fold is written whole or not at all (the record last), so --resume never reads half a fold."""
+    with atomic_path(fold_dir / f"fold_{k}.npz") as tmp, open(tmp, "wb") as f:
+        np.savez(f, proba=proba, baseline=base_proba)
+    write_json(fold_dir / f"fold_{k}.json", saved)
 
-    started = time.time()
-    transformers.logging.set_verbosity_error()  # "newly initialized: classifier.*" is the point of fine-tuning
-    out = Path(cfg.output)
-    accelerator = pick_accelerator(cfg.device)
-    main = accelerator.is_main_process
-    if accelerator.device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        # An explicit OMP_NUM_THREADS wins: on a CPU shared with other jobs, spin-waiting threads cost 5-10x.
-        torch.set_num_threads(max(1, os.cpu_count() or 1))
 
+@dataclass
+class Prepared:
+    """What every fold reads, made once by the driver (and shipped once to Ray workers): the rows, their
+    token ids, the tokenizer, the model to start from and the fixed folds."""
+
+    data_path: Path
+    normalizer: Normalizer
+    data: object  # LabeledData of the rows the folds use (the held-out ones removed)
+    held: object  # LabeledData of the --holdout rows, or None
+    resolved: str
+    tokenizer: object
+    ids: list
+    folds: list
+
+
+def prepare(cfg: Config) -> Prepared:
+    """Read and check the data, set the holdout aside, tokenize, and fix the folds (OUTPUT/fold_ids.json)
+    before any fold starts."""
     cache = Path.home() / ".cache" / "electra-classify"
     data_path = BUILTIN_DATA[cfg.data](cache) if cfg.data in BUILTIN_DATA else Path(cfg.data)
     normalizer = Normalizer(cfg.normalize)
@@ -268,36 +306,58 @@ def run(cfg: Config) -> dict:
         raise DataError(f"--adapt-steps needs a local ELECTRA folder as --model, not {cfg.model!r}")
     tokenizer = load_tokenizer(cfg.model, resolved, cfg.max_length)
     ids = encode(tokenizer, data.texts, cfg.max_length)
-    folds = make_folds(data.y, data.groups, cfg.folds, cfg.seed)
+    folds = fixed_folds(Path(cfg.output), data, cfg.folds, cfg.seed, reuse=cfg.resume)
+    return Prepared(data_path, normalizer, data, held, resolved, tokenizer, ids, folds)
 
-    fold_dir = out / "folds"
-    fold_dir.mkdir(parents=True, exist_ok=True)
+
+def run(cfg: Config) -> dict:
+    import transformers
+
+    started = time.time()
+    transformers.logging.set_verbosity_error()  # "newly initialized: classifier.*" is the point of fine-tuning
+    out = Path(cfg.output)
+    accelerator = pick_accelerator(cfg.device)  # local folds, the final model
+    main = accelerator.is_main_process
+    cpu_threads(accelerator)
+
     config_json = json.loads(json.dumps(asdict(cfg), default=str))
     if cfg.resume and (out / "config.json").exists():
         differs = resume_differences(json.loads((out / "config.json").read_text()), config_json)
         if differs:
             raise DataError(f"--resume: {out} was run with different {differs}; use a new --output")
+    prep = prepare(cfg)
+    data, held, resolved, tokenizer, ids = prep.data, prep.held, prep.resolved, prep.tokenizer, prep.ids
+    data_path, normalizer = prep.data_path, prep.normalizer
+    fold_dir = out / "folds"
+    fold_dir.mkdir(parents=True, exist_ok=True)
     if main:
         write_json(out / "config.json", config_json)
         if held is not None:  # the rows as read, every column: serving.export --eval-csv takes it as is
             write_table(data.table.iloc[held.keep], out / "holdout.csv")
     print(f"{len(data.y)} rows, {len(data.labels)} classes, {cfg.folds} folds"
           f"{' grouped by ' + repr(cfg.group_column) if cfg.group_column else ''}; model {resolved} "
-          f"on {accelerator.device}", file=sys.stderr)
+          f"on {accelerator.device if cfg.engine == 'local' else 'Ray workers'}; folds fixed in {out / FOLD_IDS}",
+          file=sys.stderr)
 
     n = len(data.y)
     oof = np.full((n, len(data.labels)), np.nan, dtype=np.float32)
     base_oof = np.full((n, len(data.labels)), np.nan, dtype=np.float32)
     fold_of = np.full(n, -1)
+    by_fold = {}
+    with open_runner(cfg, prep, accelerator) as runner:
+        for k in range(cfg.folds):
+            runner.submit(FoldJob(cfg, k))
+        for _ in range(cfg.folds):
+            job, (saved, proba, base_proba) = runner.next_done()
+            by_fold[job.k] = saved, proba, base_proba
+            print(f"fold {job.k}: macro-F1 {saved['macro_f1']:.4f} (baseline {_f1(saved['baseline'])}), "
+                  f"accuracy {saved['accuracy']:.4f}, best epoch {saved['best_epoch']}", file=sys.stderr)
     results, histories = [], []
-    for k, (train_idx, val_idx) in enumerate(folds):
-        saved, proba, base_proba = run_fold(cfg, k, train_idx, val_idx, data, ids, tokenizer, resolved, fold_dir,
-                                            accelerator)
+    for k, (_, val_idx) in enumerate(prep.folds):  # in fold order, whatever order they finished in
+        saved, proba, base_proba = by_fold[k]
         oof[val_idx], base_oof[val_idx], fold_of[val_idx] = proba, base_proba, k
         histories.append(saved.pop("history"))
         results.append(saved)
-        print(f"fold {k}: macro-F1 {saved['macro_f1']:.4f} (baseline {_f1(saved['baseline'])}), "
-              f"accuracy {saved['accuracy']:.4f}, best epoch {saved['best_epoch']}", file=sys.stderr)
 
     report = {
         "model": cfg.model, "resolved_model": resolved, "data": str(data_path), "labels": data.labels,
@@ -330,6 +390,28 @@ def run(cfg: Config) -> dict:
         print(f"\nwrote {out}/report.json, oof_predictions.csv, confusion_matrix.png, learning_curves.png"
               + (", model/" if cfg.final else "") + (", holdout.csv" if held is not None else ""))
     return report
+
+
+def command_line(cfg: Config) -> str:
+    """The k-fold command that runs `cfg`: every setting away from its default as its flag."""
+    import shlex
+
+    default = json.loads(json.dumps(asdict(Config(model="", data="", output="")), default=str))
+    now = json.loads(json.dumps(asdict(cfg), default=str))
+    parts = ["python", "finetune/kfold.py", "--model", cfg.model, "--data", cfg.data]
+    for key, value in _flat(now).items():
+        if key in ("model", "data", "output", "resume") or value == _flat(default).get(key):
+            continue
+        group, _, name = key.rpartition(".")
+        flag = "--" + ("adapt_" if group == "adapt" else "") + name
+        flag = flag.replace("_", "-")
+        if isinstance(value, bool):
+            parts.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, list):
+            parts += [flag, *map(str, value)]
+        else:
+            parts += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return " ".join(shlex.quote(p) for p in [*parts, "--output", cfg.output])
 
 
 def _f1(metrics: dict | None) -> str:
@@ -474,4 +556,7 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # Run as the module finetune.kfold, not __main__: Ray ships a Config to workers by reference to its module.
+    import importlib
+
+    sys.exit(importlib.import_module("finetune.kfold").main())

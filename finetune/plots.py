@@ -75,3 +75,38 @@ def fold_scores_png(model_f1: list[float], baseline_f1: list[float], path: Path,
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def search_trials_png(rows: list[dict], path: Path) -> None:
+    """Mean macro-F1 per trial (pruned ones at their running mean when stopped) and the best so far."""
+    fig, ax = plt.subplots(figsize=(7, 3.8))
+    best, best_x, best_y = -np.inf, [], []
+    for state, marker in (("complete", "o"), ("pruned", "x"), ("fail", "s")):
+        pts = [(r["trial"], r["macro_f1"]) for r in rows if r["state"] == state and r["macro_f1"] is not None]
+        if pts:
+            ax.scatter(*zip(*pts), marker=marker, label=state if state != "pruned" else "pruned (running mean)")
+    for r in rows:
+        if r["state"] == "complete":
+            best = max(best, r["macro_f1"])
+            best_x.append(r["trial"])
+            best_y.append(best)
+    if best_x:
+        ax.step(best_x, best_y, where="post", color="gray", alpha=0.6, label="best so far")
+    ax.set(xlabel="trial", ylabel="mean macro-F1 over folds", title="k-fold search")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def importance_png(importance: dict[str, float], path: Path) -> None:
+    """Horizontal bars of each parameter's importance (Optuna's evaluator; they sum to 1)."""
+    names = list(importance)[::-1]
+    fig, ax = plt.subplots(figsize=(6, 0.45 * len(names) + 1.2))
+    ax.barh(names, [importance[n] for n in names])
+    ax.set(xlabel="importance (Optuna, sums to 1)", title="parameter importance")
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
