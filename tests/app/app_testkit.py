@@ -14,6 +14,8 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
@@ -94,6 +96,21 @@ def start_server(model: Path, cwd: Path, *args: str, env: dict | None = None) ->
     port = free_port()
     argv = [sys.executable, "-m", "app", "--model", str(model), "--port", str(port), *args]
     return Server(argv, cwd, port, env)
+
+
+@contextmanager
+def training_server(model: Path, encoder: Path, rows, root: Path, *args: str) -> Iterator[Server]:
+    """A server on `model` that can retrain: `rows` (a toy_rows frame) as --train-data, `encoder` to fine-tune,
+    any new version promoted (tolerance 1), the training child on one thread."""
+    base = root / "base.csv"
+    rows[["text", "label"]].to_csv(base, index=False)
+    server = start_server(model, root, *args, "--train-data", str(base), "--train-model", str(encoder),
+                          "--promote-tolerance", "1", env={"OMP_NUM_THREADS": "1"})
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
 
 
 def metric(text: str, name: str, **labels) -> float:

@@ -7,29 +7,19 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 
 import httpx
 import pandas as pd
 import pytest
-from app_testkit import Server, free_port
+from app_testkit import training_server
 
 
 @pytest.fixture(scope="module")
 def train_server(spread_model_dir, tiny_electra_dir, tmp_path_factory, toy_rows):
-    root = tmp_path_factory.mktemp("train")
-    base = root / "base.csv"
-    toy_rows(n_per_class=12, seed=3)[["text", "label"]].to_csv(base, index=False)
-    port = free_port()
-    server = Server([sys.executable, "-m", "app", "--model", str(spread_model_dir), "--port", str(port), "--no-ui",
-                     "--train-data", str(base), "--train-model", str(tiny_electra_dir), "--promote-tolerance", "1"],
-                    root, port, env={"OMP_NUM_THREADS": "1"})
-    try:
-        server.wait_ready()
+    with training_server(spread_model_dir, tiny_electra_dir, toy_rows(n_per_class=12, seed=3),
+                         tmp_path_factory.mktemp("train"), "--no-ui") as server:
         yield server
-    finally:
-        server.stop()
 
 
 def wait_job(url: str, job_id: str, done, timeout: float = 600) -> dict:

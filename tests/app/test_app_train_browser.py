@@ -4,11 +4,9 @@ goes to a temp folder, or with SCREENSHOTS=docs/img to the docs' pictures."""
 
 from __future__ import annotations
 
-import sys
-
 import httpx
 import pytest
-from app_testkit import Server, free_port
+from app_testkit import training_server
 from test_app_ui_browser import ARGS, CHROMIUM, DOCS_IMG, start_session, visible, wait_labeled
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
@@ -16,18 +14,9 @@ pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's ch
 
 @pytest.fixture(scope="module")
 def loop_server(spread_model_dir, tiny_electra_dir, tmp_path_factory, toy_rows):
-    root = tmp_path_factory.mktemp("loop-ui")
-    base = root / "base.csv"
-    toy_rows(n_per_class=10, seed=5)[["text", "label"]].to_csv(base, index=False)
-    port = free_port()
-    server = Server([sys.executable, "-m", "app", "--model", str(spread_model_dir), "--port", str(port),
-                     "--train-data", str(base), "--train-model", str(tiny_electra_dir), "--promote-tolerance", "1"],
-                    root, port, env={"OMP_NUM_THREADS": "1"})
-    try:
-        server.wait_ready()
+    with training_server(spread_model_dir, tiny_electra_dir, toy_rows(n_per_class=10, seed=5),
+                         tmp_path_factory.mktemp("loop-ui")) as server:
         yield server
-    finally:
-        server.stop()
 
 
 def test_label_train_promote_classify(loop_server, tmp_path):
