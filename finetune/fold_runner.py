@@ -1,7 +1,7 @@
 """Where the folds of a k-fold run train: here, one after another (`--engine local`), or each as a Ray task with
 its own CPUs and GPUs, on this machine or a cluster (`--engine ray [--address auto]`).
 
-Both run `kfold.run_fold`, the same function, on the same fixed folds (OUTPUT/fold_ids.json) with the same
+Both run the jobs k-fold and the search hand them (`kfold.FoldJob`: `kfold.run_fold`, the same function), on the same fixed folds (OUTPUT/fold_ids.json) with the same
 per-fold seed, so a fold gives the same numbers wherever it runs (on the same kind of device). A Ray worker
 writes its fold folder atomically, as the local engine does, and returns the fold's record and probabilities to
 the driver, which writes them too if its disk is not the worker's; the driver alone builds the report.
@@ -21,11 +21,12 @@ import logging
 import os
 from collections import deque
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+
+import numpy as np
 
 from textdata.errors import DataError, UserError
+from textdata.tables import atomic_path, write_json
 
 INSTALL_HINT = "--engine ray needs Ray, which is not installed: pip install -e '.[ray]'"
 # A fold is run again at most this many times after losing its worker: a preempted or OOM-killed worker is
@@ -35,29 +36,29 @@ FOLD_RETRIES = 2
 _LOCAL_OBJECT_STORE = 256 * 2**20
 
 
-@dataclass(frozen=True)
-class FoldJob:
-    """One fold of one run (a search trial's run, with `trial` set): what a worker is sent, a few hundred bytes."""
+def pick_accelerator(device: str):
+    from accelerate import Accelerator
 
-    cfg: Any  # kfold.Config; its output folder holds the fold's files
-    k: int
-    trial: int | None = None
+    if device == "cuda":
+        import torch
 
-    def __call__(self, prep, accelerator):
-        from finetune.kfold import run_fold
+        if not torch.cuda.is_available():
+            raise DataError("--device cuda: no CUDA device is available")
+    return Accelerator(cpu=device == "cpu")
 
-        train_idx, val_idx = prep.folds[self.k]
-        fold_dir = Path(self.cfg.output) / "folds"
-        fold_dir.mkdir(parents=True, exist_ok=True)
-        return run_fold(self.cfg, self.k, train_idx, val_idx, prep.data, prep.ids, prep.tokenizer, prep.resolved,
-                        fold_dir, accelerator)
+
+def save_fold(fold_dir: Path, k: int, saved: dict, proba: np.ndarray, base_proba: np.ndarray) -> None:
+    """A fold is written whole or not at all (the record last), so --resume never reads half a fold."""
+    with atomic_path(fold_dir / f"fold_{k}.npz") as tmp, open(tmp, "wb") as f:
+        np.savez(f, proba=proba, baseline=base_proba)
+    write_json(fold_dir / f"fold_{k}.json", saved)
 
 
 class FoldFailed(Exception):
     """A fold failed for a reason that is not the user's input (a crash, lost workers): a search records the trial
     as failed and goes on; k-fold stops."""
 
-    def __init__(self, job: FoldJob, why: str, lost: bool = False):
+    def __init__(self, job, why: str, lost: bool = False):
         super().__init__(f"fold {job.k}: {why}")
         self.job, self.why, self.lost = job, why, lost
 
@@ -70,7 +71,7 @@ class LocalRunner:
     def __init__(self, prep, accelerator, wrap_errors: bool = False):
         self.prep, self.accelerator, self.pending, self.wrap_errors = prep, accelerator, deque(), wrap_errors
 
-    def submit(self, job: FoldJob) -> None:
+    def submit(self, job) -> None:
         self.pending.append(job)
 
     def next_done(self):
@@ -88,13 +89,11 @@ class LocalRunner:
 _ACCELERATOR = None
 
 
-def _run_on_worker(job: FoldJob, prep, threads: int):
+def _run_on_worker(job, prep, threads: int):
     """The Ray task: one fold on this worker's CPUs/GPU."""
     global _ACCELERATOR
     import torch
     import transformers
-
-    from finetune.kfold import pick_accelerator
 
     torch.set_num_threads(threads)
     transformers.logging.set_verbosity_error()
@@ -139,7 +138,7 @@ class RayRunner:
             retry_exceptions=False)
         self.running: dict = {}
 
-    def submit(self, job: FoldJob) -> None:
+    def submit(self, job) -> None:
         self.running[self.task.remote(job, self.prep, self.cfg.cpus_per_fold)] = job
 
     def next_done(self):
@@ -156,8 +155,6 @@ class RayRunner:
         except ray.exceptions.RayError as e:  # the worker died every time
             raise FoldFailed(job, f"its worker died {FOLD_RETRIES + 1} times ({type(e).__name__}: out of memory, "
                                   "preempted or crashed)", lost=True) from e
-        from finetune.kfold import save_fold
-
         fold_dir = Path(job.cfg.output) / "folds"
         if not (fold_dir / f"fold_{job.k}.json").exists():  # the worker's disk was not ours (a cluster)
             save_fold(fold_dir, job.k, *result)

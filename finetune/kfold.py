@@ -35,7 +35,7 @@ from finetune.adapt import AdaptConfig, adapt
 from finetune.baseline import baseline_predict
 from finetune.blend import MODES, cv_blend, save_final_blend
 from finetune.data import FOLD_IDS, bbcnews_csv, fixed_folds, inner_split, load_labeled, split_holdout
-from finetune.fold_runner import FoldJob, open_runner
+from finetune.fold_runner import open_runner, pick_accelerator, save_fold
 from finetune.metrics import KEYS, fold_metrics, summarize
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model
 from finetune.train import COMPILE_CHOICES, SWITCHES, TrainConfig, encode, fit, predict_proba
@@ -44,7 +44,7 @@ from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
 from textdata.normalize import Normalizer
 from textdata.precision import PRECISIONS
-from textdata.tables import atomic_path, write_json, write_table
+from textdata.tables import write_json, write_table
 
 BUILTIN_DATA = {"bbcnews": bbcnews_csv}
 
@@ -203,17 +203,6 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
     return Config(output=output, train=train, adapt=adapt_cfg, **{k: values[k] for k in fields})
 
 
-def pick_accelerator(device: str):
-    from accelerate import Accelerator
-
-    if device == "cuda":
-        import torch
-
-        if not torch.cuda.is_available():
-            raise DataError("--device cuda: no CUDA device is available")
-    return Accelerator(cpu=device == "cpu")
-
-
 def cpu_threads(accelerator) -> None:
     import torch
 
@@ -268,11 +257,20 @@ def run_fold(cfg: Config, k: int, train_idx, val_idx, data, ids, tokenizer, reso
     return saved, proba, base_proba
 
 
-def save_fold(fold_dir: Path, k: int, saved: dict, proba: np.ndarray, base_proba: np.ndarray) -> None:
-    """A fold is written whole or not at all (the record last), so --resume never reads half a fold."""
-    with atomic_path(fold_dir / f"fold_{k}.npz") as tmp, open(tmp, "wb") as f:
-        np.savez(f, proba=proba, baseline=base_proba)
-    write_json(fold_dir / f"fold_{k}.json", saved)
+@dataclass(frozen=True)
+class FoldJob:
+    """One fold of one run (a search trial's run, with `trial` set): what a worker is sent, a few hundred bytes."""
+
+    cfg: Config  # its output folder holds the fold's files
+    k: int
+    trial: int | None = None
+
+    def __call__(self, prep, accelerator):
+        train_idx, val_idx = prep.folds[self.k]
+        fold_dir = Path(self.cfg.output) / "folds"
+        fold_dir.mkdir(parents=True, exist_ok=True)
+        return run_fold(self.cfg, self.k, train_idx, val_idx, prep.data, prep.ids, prep.tokenizer, prep.resolved,
+                        fold_dir, accelerator)
 
 
 @dataclass

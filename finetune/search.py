@@ -43,7 +43,8 @@ import numpy as np
 
 from finetune import kfold
 from finetune.data import FOLD_IDS
-from finetune.fold_runner import FoldFailed, FoldJob, open_runner
+from finetune.fold_runner import FoldFailed, open_runner
+from finetune.kfold import FoldJob
 from finetune.search_space import apply, current, load_space
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, add_flags, config_from

@@ -53,7 +53,7 @@ def test_killed_fold_worker_is_retried_and_every_fold_reported_once(ray_session,
                                                                      monkeypatch):
     marker = tmp_path / "killed-once"
 
-    class KilledOnce(fold_runner.FoldJob):  # a local class: Ray ships it by value to the workers
+    class KilledOnce(kfold.FoldJob):  # a local class: Ray ships it by value to the workers
         def __call__(self, prep, accelerator):
             if self.k == 1 and not marker.exists():
                 marker.write_text(str(os.getpid()))
@@ -80,7 +80,7 @@ def test_a_fold_that_kills_every_worker_stops_with_one_line(ray_session, tiny_el
     kills = tmp_path / "kills"
     kills.mkdir()
 
-    class AlwaysKilled(fold_runner.FoldJob):
+    class AlwaysKilled(kfold.FoldJob):
         def __call__(self, prep, accelerator):
             if self.k == 0:
                 (kills / str(os.getpid())).touch()
@@ -120,7 +120,7 @@ def test_search_runs_trials_in_parallel_on_ray(ray_session, tiny_electra_dir, to
 
     from finetune import search
 
-    class ScoreFromLr(fold_runner.FoldJob):  # no training: the search's scheduling is what is tested here
+    class ScoreFromLr(kfold.FoldJob):  # no training: the search's scheduling is what is tested here
         def __call__(self, prep, accelerator):
             import time
 

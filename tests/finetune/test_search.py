@@ -14,7 +14,7 @@ import optuna
 import pandas as pd
 import pytest
 
-from finetune import fold_runner, search
+from finetune import kfold, search
 from finetune.search_space import load_space
 from textdata.errors import UserError
 
@@ -43,7 +43,7 @@ def fake_folds(monkeypatch, calls: Calls, die_at: int | None = None):
     class Killed(BaseException):  # what SIGKILL leaves: nothing is cleaned up, the study keeps a running trial
         pass
 
-    class ScoreFromLr(fold_runner.FoldJob):
+    class ScoreFromLr(kfold.FoldJob):
         def __call__(self, prep, accelerator):
             if die_at is not None and len(calls) == die_at:
                 raise Killed
