@@ -45,10 +45,11 @@ def test_swap_under_load_never_fails_a_request(swap_server):
     def client(i):
         with httpx.Client(timeout=30) as c:
             while not stop.is_set():
+                sent = time.monotonic()
                 r = c.post(url + "/v1/classify", json={"texts": [f"꿈에서 봤다 {i}", "서버 오류 발생"]})
                 version = r.json().get("model_version") if r.status_code == 200 else None
                 with lock:
-                    results.append((r.status_code, version, time.monotonic()))
+                    results.append((r.status_code, version, sent))
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(32)]
     for t in threads:
@@ -68,8 +69,8 @@ def test_swap_under_load_never_fails_a_request(swap_server):
     statuses = {s for s, _, _ in results}
     assert statuses == {200}, f"statuses seen: {statuses}"
     assert {v for _, v, _ in results} == {"v1", "v2"}
-    # every request that started after the last switch returned was answered by v2
-    late = [v for _, v, t in results if t > switched[-1] + 0.5]
+    # every request sent after the last switch returned was answered by v2 (one sent before may finish on v1)
+    late = [v for _, v, t in results if t > switched[-1]]
     assert late and set(late) == {"v2"}
     assert len(results) > 100
     body = httpx.get(url + "/v1/model").json()
