@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 
-from textdata.tables import atomic_path, write_json, write_table
+from textdata.tables import write_json, write_table
 
 from .registry import Registry, RegistryError
 from .swap import ActivationError, Switcher
@@ -114,17 +114,10 @@ class Jobs:
     # ------------------------------------------------------------ starting
     def settings(self, given: dict) -> dict:
         """The retrain's settings: what was asked, else what the active version was trained with."""
-        inherited = {}
-        active = self.registry.active()
-        if active:
-            try:
-                tc = json.loads((self.registry.path(active) / "training_config.json").read_text(encoding="utf-8"))
-                conf = tc.get("config", {})
-                inherited = {**{k: conf[k] for k in ("folds", "max_length", "seed", "normalize") if k in conf},
-                             **{k: v for k, v in conf.get("train", {}).items()
-                                if k in ("epochs", "lr", "batch_size", "class_weights")}}
-            except (OSError, ValueError, RegistryError):
-                pass
+        conf = self._active_training_config().get("config", {})
+        inherited = {**{k: conf[k] for k in ("folds", "max_length", "seed", "normalize") if k in conf},
+                     **{k: v for k, v in conf.get("train", {}).items()
+                        if k in ("epochs", "lr", "batch_size", "class_weights")}}
         out = {**inherited, **{k: v for k, v in given.items() if v is not None}}
         out.setdefault("folds", DEFAULT_FOLDS)
         if int(out["folds"]) < 2:
@@ -141,16 +134,21 @@ class Jobs:
             meta = self.registry.meta(active)
             if meta.get("base_model"):
                 return meta["base_model"]
-            try:
-                tc = json.loads((self.registry.path(active) / "training_config.json").read_text(encoding="utf-8"))
-                model = tc["config"]["model"]
-                if Path(model).is_dir() or "/" not in model:  # a folder that is still there, or an alias
-                    return str(Path(model).resolve()) if Path(model).is_dir() else model
-            except (OSError, ValueError, KeyError):
-                pass
+            model = self._active_training_config().get("config", {}).get("model")
+            if model and (Path(model).is_dir() or "/" not in model):  # a folder that is still there, or an alias
+                return str(Path(model).resolve()) if Path(model).is_dir() else model
         raise TrainingDataError("no encoder to fine-tune: the active version does not say what it was trained from "
                                 "(or that folder is gone); start the server with --train-model FOLDER (e.g. "
                                 "runs/pretrain/discriminator)")
+
+    def _active_training_config(self) -> dict:
+        """The active version's training_config.json (finetune --final), or {} when there is none."""
+        active = self.registry.active()
+        try:
+            return json.loads((self.registry.path(active) / "training_config.json").read_text(encoding="utf-8")) \
+                if active else {}
+        except (OSError, ValueError, RegistryError):
+            return {}
 
     async def start(self, given: dict) -> dict:
         async with self._lock:
@@ -269,8 +267,7 @@ class Jobs:
                                                              "status": status, "version": record.get("version")}})
 
     def _save(self, record: dict) -> None:
-        with atomic_path(self.root / record["id"] / "job.json") as tmp:
-            tmp.write_text(json.dumps(record, ensure_ascii=False, indent=1, default=str), encoding="utf-8")
+        write_json(self.root / record["id"] / "job.json", record)
 
     # ------------------------------------------------------------ stopping
     async def cancel(self, job_id: str, why: str = "cancelled") -> dict:

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from textdata.errors import exits_2_on_user_error
-from textdata.tables import atomic_path, read_table, write_json
+from textdata.tables import read_table, write_json
 
 
 class Progress:
@@ -66,8 +66,7 @@ class Progress:
         eta = elapsed / done * (1 - done) if done > 0.02 else None
         s.update(percent=round(100 * done, 1), elapsed_s=round(elapsed, 1),
                  eta_s=None if eta is None else round(eta, 1), updated=round(now, 3))
-        with atomic_path(self.path) as tmp:
-            tmp.write_text(json.dumps(s), encoding="utf-8")
+        write_json(self.path, s)
 
 
 def report_bars(progress: Progress) -> None:
