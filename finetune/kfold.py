@@ -86,6 +86,11 @@ RESUMABLE = frozenset({"resume", "final", "blend", "train.static_shapes", "train
                        "gpus_per_fold", "cpus_per_fold"})
 
 
+def config_json(cfg) -> dict:
+    """A config dataclass as the JSON every output records (paths and other values as strings)."""
+    return json.loads(json.dumps(asdict(cfg), default=str))
+
+
 def _flat(d: dict, prefix: str = "") -> dict:
     out = {}
     for key, value in d.items():
@@ -101,7 +106,7 @@ def resume_differences(before: dict, now: dict) -> list[str]:
     run did not record yet (added in a later version) counts as equal when it is at its default, which is
     what the old version did."""
     old, new = _flat(before), _flat(now)
-    defaults = _flat(json.loads(json.dumps(asdict(Config(model="", data="", output="")), default=str)))
+    defaults = _flat(config_json(Config(model="", data="", output="")))
     return sorted(k for k, v in new.items() if k not in RESUMABLE
                   and old.get(k, defaults.get(k)) != v)
 
@@ -318,9 +323,9 @@ def run(cfg: Config) -> dict:
     main = accelerator.is_main_process
     cpu_threads(accelerator)
 
-    config_json = json.loads(json.dumps(asdict(cfg), default=str))
+    recorded = config_json(cfg)
     if cfg.resume and (out / "config.json").exists():
-        differs = resume_differences(json.loads((out / "config.json").read_text()), config_json)
+        differs = resume_differences(json.loads((out / "config.json").read_text()), recorded)
         if differs:
             raise DataError(f"--resume: {out} was run with different {differs}; use a new --output")
     prep = prepare(cfg)
@@ -329,7 +334,7 @@ def run(cfg: Config) -> dict:
     fold_dir = out / "folds"
     fold_dir.mkdir(parents=True, exist_ok=True)
     if main:
-        write_json(out / "config.json", config_json)
+        write_json(out / "config.json", recorded)
         if held is not None:  # the rows as read, every column: serving.export --eval-csv takes it as is
             write_table(data.table.iloc[held.keep], out / "holdout.csv")
     print(f"{len(data.y)} rows, {len(data.labels)} classes, {cfg.folds} folds"
@@ -363,7 +368,7 @@ def run(cfg: Config) -> dict:
         "folds": [{k: v for k, v in r.items() if k != "baseline"} for r in results],
         **summarize(results),
         "baseline": {"name": "char TF-IDF + logistic regression", "folds": [r["baseline"] for r in results]},
-        "config": config_json, "seed": cfg.seed, "device": str(accelerator.device), "warnings": [],
+        "config": recorded, "seed": cfg.seed, "device": str(accelerator.device), "warnings": [],
     }
     fitted = [b for b in report["baseline"]["folds"] if "error" not in b]
     if fitted:
@@ -394,8 +399,8 @@ def command_line(cfg: Config) -> str:
     """The k-fold command that runs `cfg`: every setting away from its default as its flag."""
     import shlex
 
-    default = json.loads(json.dumps(asdict(Config(model="", data="", output="")), default=str))
-    now = json.loads(json.dumps(asdict(cfg), default=str))
+    default = config_json(Config(model="", data="", output=""))
+    now = config_json(cfg)
     parts = ["python", "finetune/kfold.py", "--model", cfg.model, "--data", cfg.data]
     for key, value in _flat(now).items():
         if key in ("model", "data", "output", "resume") or value == _flat(default).get(key):
@@ -501,7 +506,7 @@ def final_model(cfg, resolved, tokenizer, ids, data, normalizer, report, acceler
     normalizer.save(folder)
     blend = save_final_blend(folder, data.texts, data.y, len(data.labels), cfg.seed, report["blend"], report["warnings"])
     write_json(folder / "training_config.json", {
-        "config": json.loads(json.dumps(asdict(cfg), default=str)), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
+        "config": config_json(cfg), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
         "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))}, "blend": blend,
     })
     report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(data.y),

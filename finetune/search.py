@@ -105,7 +105,7 @@ def import_optuna():
 
 def _settings(base: kfold.Config, scfg: SearchConfig, space) -> dict:
     """What a --resume must find unchanged: the k-fold settings the trials share, and the space."""
-    cfg = {k: v for k, v in kfold._flat(json.loads(json.dumps(asdict(base), default=str))).items()
+    cfg = {k: v for k, v in kfold._flat(kfold.config_json(base)).items()
            if k not in RESUMABLE}
     return {"kfold": cfg, "space": space.as_json(), "random_trials": scfg.random_trials, "prune": scfg.prune,
             "prune_after": scfg.prune_after}
@@ -158,7 +158,7 @@ def trial_config(base: kfold.Config, space, params: dict, out: Path) -> kfold.Co
     cfg = dataclasses.replace(apply(base, values), output=str(out / "trials" / key), resume=True, final=False)
     folder = Path(cfg.output)
     folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / "config.json", json.loads(json.dumps(asdict(cfg), default=str)))
+    write_json(folder / "config.json", kfold.config_json(cfg))
     shutil.copyfile(out / FOLD_IDS, folder / FOLD_IDS)  # the search's folds, for k-fold's --resume of this folder
     return cfg
 
@@ -274,7 +274,7 @@ def finish(optuna, study, base, scfg, space, out: Path, started: float) -> dict:
     if imp:
         importance_png(imp, out / "param_importance.png")
     report = {"trials": rows, "space": space.as_json(), "search": asdict(scfg),
-              "config": json.loads(json.dumps(asdict(base), default=str)), "importance": imp,
+              "config": kfold.config_json(base), "importance": imp,
               **({"importance_missing": why_not} if why_not else {})}
     print("\n" + table(rows, names))
     complete = [r for r in rows if r["state"] == "complete"]
@@ -300,7 +300,7 @@ def finish(optuna, study, base, scfg, space, out: Path, started: float) -> dict:
     best_dir = out / "best"
     shutil.rmtree(best_dir, ignore_errors=True)  # a rerun's best may be another trial: nothing of the old one stays
     shutil.copytree(best_trial.user_attrs["folder"], best_dir, ignore=shutil.ignore_patterns("adapt_*", "model"))
-    write_json(best_dir / "config.json", json.loads(json.dumps(asdict(best_cfg), default=str)))  # its own output
+    write_json(best_dir / "config.json", kfold.config_json(best_cfg))  # its own output
     best_report = kfold.run(dataclasses.replace(best_cfg, resume=True, final=base.final, engine="local"))
     if "holdout" in best_report:
         report["best"]["holdout"] = {k: best_report["holdout"].get(k) for k in ("n_rows", "macro_f1", "accuracy")
