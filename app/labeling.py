@@ -92,8 +92,10 @@ class LabelSession:
 
     # ------------------------------------------------------------ creation and lookup
     @classmethod
-    def create(cls, root: Path, source: str, texts: list[str], predictions: list, labels: list[str]) -> LabelSession:
-        """`predictions`: engine Predictions for `texts` (label, score, probabilities)."""
+    def create(cls, root: Path, source: str, texts: list[str], predictions: list, labels: list[str],
+               columns: dict | None = None, **meta_fields) -> LabelSession:
+        """`predictions`: engine Predictions for `texts` (label, score, probabilities). `columns` (more per-row
+        values) and `meta_fields` are kept for other kinds of session (app/review.py)."""
         sid = secrets.token_hex(6)
         folder = root / sid
         folder.mkdir(parents=True)
@@ -102,9 +104,10 @@ class LabelSession:
             "suggestion": [p.label for p in predictions],
             "confidence": [p.score for p in predictions],
             "probabilities": [json.dumps(p.probabilities) for p in predictions],
+            **(columns or {}),
         }).to_parquet(folder / "items.parquet", index=False)
         meta = {"id": sid, "source": Path(source).name, "created": time.time(), "labels": list(labels),
-                "order": ORDERS[0], "rows": len(texts)}
+                "order": ORDERS[0], "rows": len(texts), **meta_fields}
         with atomic_path(folder / "meta.json") as tmp:
             tmp.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
         (folder / "journal.jsonl").touch()
@@ -282,8 +285,8 @@ class SessionStore:
                 self._open[sid] = LabelSession(folder)
             return self._open[sid]
 
-    def create(self, source: str, texts: list[str], predictions: list, labels: list[str]) -> LabelSession:
-        session = LabelSession.create(self.root, source, texts, predictions, labels)
+    def create(self, source: str, texts: list[str], predictions: list, labels: list[str], **kinds) -> LabelSession:
+        session = LabelSession.create(self.root, source, texts, predictions, labels, **kinds)
         with self._lock:
             self._open[session.id] = session
         return session

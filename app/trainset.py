@@ -3,7 +3,9 @@
 Rows come from the base table (`--train-data`, optional) and from every labeling session's decisions in
 force (app/labeling.py `decisions`). One text labeled several times: the latest decision wins (session
 decisions by their time, all of them after the base table), and texts that got different labels are
-listed as conflicts. Texts are compared with their whitespace collapsed.
+listed as conflicts. Texts are compared with their whitespace collapsed. A Review-suspects session
+(app/review.py) is a labeling session too: its decisions correct base rows the same way, and are counted
+(`corrections`, `review_kept`) for the Train tab.
 
 The evaluation slice: a text belongs to it when a hash of the text falls below `share` (fixed in the
 registry's eval_slice.json at first use), so a text is in it or not forever, whichever session labeled
@@ -27,6 +29,7 @@ from .labeling import decisions, valid_session_id
 
 log = logging.getLogger("app")
 SLICE_FILE = "eval_slice.json"
+REVIEW = "review"  # meta.json "kind" of a Review-suspects session
 MAX_CONFLICTS_SHOWN = 50
 
 
@@ -78,10 +81,31 @@ def _rows(label_root: Path, base: Path | None) -> tuple[list[dict], dict]:
             if not (valid_session_id(folder.name) and (folder / "journal.jsonl").exists()):
                 continue
             found = decisions(folder)
-            rows += [{**d, "source": f"session {folder.name}"} for d in found]
+            review = session_kind(folder) == REVIEW
+            rows += [{**d, "source": f"session {folder.name}", "review": review} for d in found]
             sources["sessions"] += 1
             sources["session_decisions"] += len(found)
     return rows, sources
+
+
+def session_kind(folder: Path) -> str:
+    """"review" for a Review-suspects session (app/review.py), "label" for the others."""
+    try:
+        return json.loads((folder / "meta.json").read_text(encoding="utf-8")).get("kind", "label")
+    except (OSError, ValueError, AttributeError):
+        return "label"
+
+
+def review_counts(seen: dict[str, list[dict]]) -> dict:
+    """Texts whose label in force comes from a review: `corrections` where it differs from the label the text
+    had before any review (base table or a labeling session), `review_kept` where the review kept it."""
+    corrections = kept = 0
+    for history in seen.values():
+        before = [h["label"] for h in history if not h.get("review")]
+        if history[-1].get("review") and before:
+            corrections += history[-1]["label"] != before[-1]
+            kept += history[-1]["label"] == before[-1]
+    return {"corrections": corrections, "review_kept": kept}
 
 
 def build(label_root: Path, base: Path | None, share: float) -> TrainingSet:
@@ -100,6 +124,7 @@ def build(label_root: Path, base: Path | None, share: float) -> TrainingSet:
             conflicts.append({"text": k, "kept": latest[k]["label"],
                               "labels": [{"label": h["label"], "source": h["source"],
                                           "time": None if h["ts"] == float("-inf") else h["ts"]} for h in history]})
+    sources.update(review_counts(seen))
     table = pd.DataFrame([{"text": r["text"], "label": r["label"]} for r in latest.values()], columns=["text", "label"])
     held = table["text"].map(lambda t: in_eval_slice(t, share)).astype(bool)
     sources.update(rows=len(table), eval_rows=int(held.sum()), train_rows=int((~held).sum()))

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from finetune.adapt import AdaptConfig
 from finetune.blend import MODES
+from finetune.label_issues import MODES as LABEL_ISSUE_MODES
 from finetune.models import list_models
 from finetune.train import COMPILE_CHOICES, SWITCHES, TrainConfig
 from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
@@ -44,6 +45,7 @@ class Config:
     final: bool = False
     resume: bool = False
     blend: str = "auto"  # auto | off | on: blend with the baseline (finetune/blend.py)
+    label_issues: str = "auto"  # auto | off: rank likely label errors (finetune/label_issues.py)
     engine: str = "local"  # local | ray: where the folds train (finetune/fold_runner.py)
     address: str | None = None  # a Ray cluster to join; none: start Ray on this machine
     gpus_per_fold: float = 0.0  # Ray resources per fold task (fractions share a GPU)
@@ -55,7 +57,7 @@ class Config:
 # Settings that may change on --resume: they change neither the folds nor their numbers (the fast-path
 # switches give the plain path's losses: tests/finetune/test_fast_path.py).
 # The blend only reads the saved folds; where a fold runs does not change its numbers.
-RESUMABLE = frozenset({"resume", "final", "blend", "train.static_shapes", "train.compile", "engine", "address",
+RESUMABLE = frozenset({"resume", "final", "blend", "label_issues", "train.static_shapes", "train.compile", "engine", "address",
                        "gpus_per_fold", "cpus_per_fold"})
 
 
@@ -106,6 +108,9 @@ FLAGS = {
     "resume": Flag("reuse finished folds in --output"),
     "blend": Flag("blend the model with the TF-IDF baseline, fitted on out-of-fold rows and scored nested; "
                   "auto: keep it (report, --final model) only where it beats the model", choices=MODES),
+    "label_issues": Flag("rank likely label errors with cleanlab from the out-of-fold probabilities of what is "
+                         "served (the blend where kept): OUTPUT/label_issues.csv, most likely first, and a plot; "
+                         "auto: wherever every class has enough rows", choices=LABEL_ISSUE_MODES),
     "engine": Flag("where the folds train: here one after another, or as Ray tasks (pip install -e '.[ray]')",
                    choices=("local", "ray")),
     "address": Flag("--engine ray: the Ray cluster to join (e.g. auto)", shown="start Ray on this machine"),

@@ -43,6 +43,7 @@ from finetune.config import (  # noqa: F401
     resume_differences,
 )
 from finetune.data import FOLD_IDS, bbcnews_csv, fixed_folds, inner_split, load_labeled, split_holdout
+from finetune import label_issues
 from finetune.fold_runner import open_runner, pick_accelerator, save_fold
 from finetune.metrics import fold_metrics
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model  # noqa: F401
@@ -233,6 +234,8 @@ def run(cfg: Config) -> dict:
     if held is not None:
         report["holdout"] = holdout_baseline(out, data, held, cfg)
     if main:
+        report["label_issues"] = label_issues.run(cfg.label_issues, out, data, got.oof, blend_oof, report["blend"],
+                                                  got.fold_of, prep.data_path, report["warnings"])
         write_outputs(out, cfg, data, got.oof, got.base_oof, blend_oof, got.fold_of, report, got.histories, held)
     if cfg.final:
         final_model(cfg, prep, report, accelerator)
@@ -243,6 +246,7 @@ def run(cfg: Config) -> dict:
         write_json(out / "report.json", report)
         print(summary_table(report))
         print(f"\nwrote {out}/report.json, oof_predictions.csv, confusion_matrix.png, learning_curves.png"
+              + (f", {label_issues.FILE}" if (out / label_issues.FILE).exists() else "")
               + (", model/" if cfg.final else "") + (", holdout.csv" if held is not None else ""))
     return report
 
@@ -275,6 +279,7 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator) -> None:
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     prep.normalizer.save(folder)
+    label_issues.carry(Path(cfg.output), folder)
     blend = save_final_blend(folder, data.texts, data.y, len(data.labels), cfg.seed, report["blend"], report["warnings"])
     write_json(folder / "training_config.json", {
         "config": config_json(cfg), "seed": cfg.seed, "final_epochs": train_cfg.epochs,

@@ -9,6 +9,7 @@ import numpy as np
 
 from finetune.baseline import baseline_predict
 from finetune.config import Config
+from finetune.label_issues import table_lines
 from finetune.metrics import KEYS, fold_metrics, summarize
 from textdata.blend import BaselineError
 from textdata.tables import write_table
@@ -123,5 +124,6 @@ def summary_table(report: dict) -> str:
         final = f"final model {held['macro_f1']:.4f}, " if "macro_f1" in held else ""
         lines.append(f"holdout ({held['n_rows']} rows, never trained on): {final}"
                      f"baseline {f1_text(held['baseline'])}" + (f", blend {f1_text(held['blend'])}" if "blend" in held else ""))
+    lines += table_lines(report.get("label_issues"))
     return "\n".join(lines)
 
