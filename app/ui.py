@@ -30,7 +30,8 @@ from textdata.tables import missing_text, write_table
 from .api import text_problem
 from .batcher import QueueFull
 from .labeling import ORDERS, SessionError, SessionStore
-from .ui_review import ReviewPanel, hint as review_hint
+from .ui_review import ReviewPanel
+from .ui_review import hint as review_hint
 from .uploads import read_upload, spreadsheet_safe, uploaded_only
 
 log = logging.getLogger("app")

@@ -38,11 +38,11 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from finetune import label_issues  # noqa: E402
-from finetune.baseline import baseline_predict  # noqa: E402
-from finetune.data import bbcnews_csv, load_labeled, make_folds  # noqa: E402
-from finetune.metrics import fold_metrics  # noqa: E402
-from textdata.tables import write_json  # noqa: E402
+from finetune import label_issues
+from finetune.baseline import baseline_predict
+from finetune.data import bbcnews_csv, load_labeled, make_folds
+from finetune.metrics import fold_metrics
+from textdata.tables import write_json
 
 KO_HELP = ROOT.parent / "shared" / "data" / "ko-help" / "train.csv"
 BBC_ARGS = ["--model", "minilm", "--folds", "3", "--epochs", "1", "--max-length", "64"]
@@ -151,6 +151,7 @@ def tfidf_kfold(csv: Path, out: Path, seed: int) -> dict:
                                               for _, va in folds]))}
     warnings: list[str] = []
     report["label_issues"] = label_issues.run("auto", out, data, oof, None, None, fold_of, csv, warnings)
+    report["label_issues"]["probabilities"] = "TF-IDF baseline (out-of-fold)"  # passed where the model's go
     report["wall_seconds"] = round(time.time() - started, 1)
     pred = np.full(len(data.table), "", dtype=object)
     pred[data.keep] = np.array(data.labels, dtype=object)[oof.argmax(1)]

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
+from finetune import label_issues
 from finetune.adapt import adapt
 from finetune.baseline import baseline_predict
 from finetune.blend import cv_blend, save_final_blend
@@ -43,7 +44,6 @@ from finetune.config import (  # noqa: F401
     resume_differences,
 )
 from finetune.data import FOLD_IDS, bbcnews_csv, fixed_folds, inner_split, load_labeled, split_holdout
-from finetune import label_issues
 from finetune.fold_runner import open_runner, pick_accelerator, save_fold
 from finetune.metrics import fold_metrics
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model  # noqa: F401

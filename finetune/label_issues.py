@@ -101,7 +101,7 @@ def find_multi(Y: np.ndarray, probs: np.ndarray, labels: list[str]) -> Issues:
     quality = get_label_quality_scores(as_lists, probs)
     suggested = (probs >= 0.5).astype(np.int64)
     # the probability of a whole set under independent labels: its best set is the one over 0.5
-    p_set = lambda S: np.exp(np.sum(S * np.log(probs) + (1 - S) * np.log1p(-probs), axis=1))  # noqa: E731
+    p_set = lambda S: np.exp(np.sum(S * np.log(probs) + (1 - S) * np.log1p(-probs), axis=1))
     joint = compute_confident_joint(as_lists, probs, multi_label=True)  # (L, 2, 2): label l, given, true
     per_class = {}
     for j, name in enumerate(labels):
@@ -167,9 +167,14 @@ def run(mode: str, out: Path, data, oof: np.ndarray, blend_oof, blend: dict | No
         warnings_out.append(why)
         return {"skipped": why}
     probs, source = served_probabilities(oof, blend_oof, blend)
-    with warnings.catch_warnings():  # cleanlab warns about its own deprecations and tiny classes
-        warnings.simplefilter("ignore")
-        issues = (find_multi(data.Y, probs, data.labels) if multi else find_single(data.y, probs, data.labels))
+    try:
+        with warnings.catch_warnings():  # cleanlab warns about its own deprecations and tiny classes
+            warnings.simplefilter("ignore")
+            issues = (find_multi(data.Y, probs, data.labels) if multi else find_single(data.y, probs, data.labels))
+    except (ValueError, AssertionError) as e:  # cleanlab checks its inputs with asserts: the folds' work stands
+        why = f"label issues skipped: cleanlab refused these probabilities ({type(e).__name__}: {str(e)[:200]})"
+        warnings_out.append(why)
+        return {"skipped": why}
     table = issues_table(issues, data, fold_of, Path(str(data_path)).name)
     write_table(table, out / FILE)
     from finetune.plots import label_issues_png
@@ -194,8 +199,8 @@ def table_lines(section: dict | None) -> list[str]:
     if "skipped" in section:
         return [section["skipped"]]
     per = ", ".join(f"{k} {v['flagged']} ({v['estimated_noise_rate']:.1%})" for k, v in section["per_class"].items())
-    return [f"label issues ({section['probabilities']}): {section['n_flagged']} of {section['n_rows']} rows flagged "
-            f"({section['flagged_share']:.1%}) in {section['file']}; flagged (estimated noise rate) per class: {per}"]
+    return [(f"label issues ({section['probabilities']}): {section['n_flagged']} of {section['n_rows']} rows flagged "
+             f"({section['flagged_share']:.1%}) in {section['file']}; flagged (estimated noise rate) per class: {per}")]
 
 
 def carry(out: Path, folder: Path) -> None:

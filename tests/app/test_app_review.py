@@ -159,3 +159,12 @@ def test_ui_opens_a_review_from_an_uploaded_file_and_keep_goes_to_the_journal(tm
         assert journal[0]["op"] == "label" and journal[0]["label"] == first["given_label"]
     finally:
         server.stop()
+
+
+def test_train_tab_says_how_many_corrections_went_in():
+    from app.ui_train import progress_html
+
+    shown = progress_html({"id": "20261124-000000-abcdef", "status": "running", "progress": None,
+                           "data": {"train_rows": 30, "corrections": 3, "review_kept": 1}})
+    assert "3 label corrections from Review suspects went in (1 labels kept)" in shown
+    assert "corrections" not in progress_html({"id": "j", "status": "running", "progress": None, "data": {}})

@@ -86,7 +86,7 @@ def fake_data(given, labels, texts=None, multi=False, groups=None, keep=None):
 
 
 def test_run_writes_the_csv_most_likely_first_with_rows_of_the_data_file_and_a_plot(tmp_path):
-    y, given, probs, flipped = noisy_arrays(n=300, flips=30)
+    _, given, probs, _ = noisy_arrays(n=300, flips=30)
     keep = np.arange(300) + 2  # two rows of the file were dropped before: `row` is the file's, not the position
     data = fake_data(given, list("abcd"), keep=keep, groups=np.array([f"g{i % 7}" for i in range(300)]))
     warnings = []
@@ -180,7 +180,7 @@ def test_kfold_writes_label_issues_from_what_is_served_and_the_model_folder_carr
 
 
 def test_resume_with_label_issues_off_trains_nothing_and_drops_the_list(grouped_run, tiny_electra_dir):
-    df, again, _ = grouped_run  # the last test of this run folder: resumed in place (a resume keeps its --output)
+    _, again, _ = grouped_run  # the last test of this run folder: resumed in place (a resume keeps its --output)
     args = json.loads((again / "report.json").read_text())["config"]
     proc = kfold("--model", tiny_electra_dir, "--data", args["data"], "--folds", 3, "--epochs", 1, "--batch-size", 8,
                  "--group-column", "page", "--class-weights", "--output", again, "--resume", "--label-issues", "off")
