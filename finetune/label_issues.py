@@ -167,6 +167,11 @@ def run(mode: str, out: Path, data, oof: np.ndarray, blend_oof, blend: dict | No
         warnings_out.append(why)
         return {"skipped": why}
     probs, source = served_probabilities(oof, blend_oof, blend)
+    missing = int((~np.isfinite(np.asarray(probs, dtype=np.float64))).any(1).sum())
+    if missing:  # cleanlab does not check: a NaN row would skew every class's threshold silently
+        why = f"label issues skipped: {missing} rows have no out-of-fold probability ({source})"
+        warnings_out.append(why)
+        return {"skipped": why}
     try:
         with warnings.catch_warnings():  # cleanlab warns about its own deprecations and tiny classes
             warnings.simplefilter("ignore")

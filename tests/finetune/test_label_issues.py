@@ -118,6 +118,12 @@ def test_too_few_rows_of_a_class_names_it_and_skips_the_step_without_failing(tmp
                      np.zeros(43, int), "d.csv", warnings)
     assert "skipped" in section and "'rare' (3 rows)" in warnings[0] and "'memo'" not in warnings[0]
     assert not (tmp_path / li.FILE).exists()  # no stale list from an earlier run either
+    enough = np.array([0] * 20 + [1] * 20)
+    holes = np.full((40, 2), 0.5)
+    holes[7] = np.nan
+    section = li.run("auto", tmp_path, fake_data(enough, ["memo", "note"]), holes, None, None, np.zeros(40, int),
+                     "d.csv", warnings)
+    assert section["skipped"] == warnings[-1] and "1 rows have no out-of-fold probability" in warnings[-1]
     assert li.run("off", tmp_path, fake_data(given, ["memo", "note", "rare"]), probs, None, None,
                   np.zeros(43, int), "d.csv", warnings) is None
 
