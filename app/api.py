@@ -44,6 +44,7 @@ class ServerState:
     call_overhead_tokens: float = 12.0
     sessions: UiSessions = field(default_factory=UiSessions)  # signed UI cookies, secret made at each start
     throttle: AuthThrottle = field(default_factory=AuthThrottle)  # wrong keys per client address
+    monitor: object = None  # app.monitor.Monitor: drift per version (None: --no-monitor)
 
 
 class ClassifyRequest(BaseModel):
@@ -193,7 +194,12 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
         in X-Model-Version."""
         engine = state.engine
         clf = engine.clf
-        check_texts(texts, cfg, field, single, getattr(clf, "normalizer", str.strip))  # test doubles: a strip
+        try:
+            check_texts(texts, cfg, field, single, getattr(clf, "normalizer", str.strip))  # test doubles: a strip
+        except HTTPException:
+            if state.monitor is not None:
+                state.monitor.rejected_empty(engine, sum(1 for t in texts if not t.strip()))
+            raise
         request.state.n_texts = len(texts)
         request.state.engine = engine
         request.state.model_version = engine.version
@@ -220,6 +226,8 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
         except Exception:
             log.exception("inference failed")
             raise HTTPException(500, "inference failed; see the server log") from None
+        if state.monitor is not None:  # one queue put: the monitor's thread does the counting
+            state.monitor.observe(engine, preds, texts, seqs, getattr(clf, "max_length", None))
         return preds
 
     add_hf_routes(app, classify_texts)
@@ -244,6 +252,13 @@ def _add_status_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: M
                            "max_body_bytes": cfg.max_body_bytes, "max_queue": cfg.max_queue,
                            "request_timeout_s": cfg.request_timeout_s}}
 
+    @app.get("/v1/monitor")
+    async def monitor():
+        """Drift of what each version sees and says against its reference, and live precision from the audit."""
+        if state.monitor is None:
+            raise HTTPException(404, "monitoring is off (--no-monitor)")
+        return await asyncio.to_thread(state.monitor.report)
+
     @app.get("/healthz")
     async def healthz():
         return {"status": "ok"}
@@ -258,6 +273,8 @@ def _add_status_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: M
 
     @app.get("/metrics")
     async def metrics_endpoint():
+        if state.monitor is not None:
+            metrics.set_drift(await asyncio.to_thread(state.monitor.snapshot))
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

@@ -83,6 +83,12 @@ class Config:
     promote_tolerance: float = 0.01  # macro-F1 a candidate may lose on the evaluation slice and still be promoted
     eval_share: float = 0.2  # share of labeled texts (by a hash of the text) kept out of every training table
     train_nice: int = 10  # the training child's niceness on CPU: the API keeps the cores it needs
+    # Monitoring (app/monitor.py, app/audit.py): drift over the last monitor_window answers within
+    # monitor_span_s, per version; audit_rate > 0 keeps a sample of served texts for a blind audit.
+    monitor: bool = True
+    monitor_window: int = 1000
+    monitor_span_s: float = 24 * 3600.0
+    audit_rate: float = 0.0
 
     @property
     def registry_dir(self) -> Path:
@@ -144,6 +150,11 @@ FLAGS = {
     "promote_tolerance": Flag("macro-F1 (0-1) a candidate may lose against the active version and be promoted"),
     "eval_share": Flag("share of labeled texts kept out of every training table to score versions on "
                        "(fixed in the registry at first use)"),
+    "monitor": Flag("no drift monitoring (/v1/monitor, the Monitor tab, app_drift in /metrics)"),
+    "monitor_window": Flag("answers per model version the drift statistics are computed over"),
+    "monitor_span_s": Flag("seconds an answer stays in the drift window", name="--monitor-span"),
+    "audit_rate": Flag("share of served texts sampled (deduplicated, bounded) for a blind audit in the Label "
+                       "tab, which gives live precision; it keeps texts users sent (0: off)", metavar="RATE"),
     "train_nice": Flag("niceness of the training process"),
 }
 
@@ -165,6 +176,10 @@ def parse_args(argv: list[str] | None = None) -> Config:
                  "max_upload_rows", "ui_concurrency", "max_header_bytes"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0 <= a.audit_rate <= 1:
+        p.error(f"--audit-rate must be a share in [0, 1] (0.05: one text in 20), not {a.audit_rate}")
+    if a.monitor_window < 1 or not a.monitor_span_s > 0:
+        p.error("--monitor-window must be at least 1 and --monitor-span positive (or turn it off: --no-monitor)")
     for flag, value in (("--header-timeout", a.header_timeout_s), ("--body-timeout", a.body_timeout_s),
                         ("--keep-alive", a.keep_alive_s)):
         if not value > 0:

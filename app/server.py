@@ -49,6 +49,8 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     cfg = dataclasses.replace(cfg, engine_batch_tokens=clf.batch_tokens)
     state = state or ServerState()
     metrics = Metrics()
+    if cfg.monitor and state.monitor is None:
+        state.monitor = open_monitor(cfg)
     folder = getattr(clf, "folder", None)
     version = version or (model_version(folder) if folder is not None else clf.info()["name"])
     name = registry.meta(version).get("name", version) if registry is not None else clf.info()["name"]
@@ -84,6 +86,8 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         if jobs is not None:
             await jobs.shutdown()
         await batcher.close()
+        if state.monitor is not None:
+            await asyncio.to_thread(state.monitor.close)
         log.info("stopped", extra={"fields": {"event": "shutdown"}})
 
     app.router.lifespan_context = lifespan
@@ -97,6 +101,21 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
     return app
+
+
+def open_monitor(cfg: Config):
+    """Drift windows kept in DATA_DIR/monitor; with --audit-rate, the audit sample beside them."""
+    from pathlib import Path
+
+    from .audit import AuditQueue
+    from .monitor import Monitor
+
+    folder = Path(cfg.data_dir) / "monitor"
+    monitor = Monitor(folder, size=cfg.monitor_window, span_s=cfg.monitor_span_s)
+    monitor.label_root = Path(cfg.data_dir) / "label"
+    if cfg.audit_rate:
+        monitor.audit = AuditQueue(folder, cfg.audit_rate)
+    return monitor
 
 
 def predict_by_length(clf, seqs: list[list[int]], lengths: list[int], max_tokens: int = 512,

@@ -132,6 +132,10 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
                 from .ui_train import train_tab
 
                 train_tab(cfg, state, jobs)
+            if state.monitor is not None:
+                from .ui_monitor import monitor_tab
+
+                monitor_tab(cfg, state, store)
     # Gradio copies any file reference it finds in any input (a Dropdown's value too) into its cache, whose
     # files it serves: every input of every event takes uploaded files only.
     for block in {id(b): b for fn in demo.fns.values() for b in fn.inputs}.values():
@@ -203,6 +207,9 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
         hint = f"Model suggests **{html.escape(suggestion)}** at {session.confidence[row]:.1%}"
         probs = session.probs[row]
         accept = gr.update(value=f"✓ Accept: {suggestion}  [Enter]", visible=True)
+        if session.meta.get("blind"):  # the live audit: the person's label must not lean on the model's
+            suggestion, probs, accept = None, None, gr.update(visible="hidden")
+            hint = "Audit: choose the label you read in the text (the model's answer is hidden)."
     buttons = []
     for i in range(MAX_LABEL_BUTTONS):
         if i < len(session_labels) and row is not None:
