@@ -209,3 +209,18 @@ def test_api_reports_drift_metrics_and_audit_on_the_real_engine(spread_model_dir
     assert (tmp_path / "data" / "monitor" / "state.json").is_file()  # saved at shutdown
     with TestClient(create_app(Config(model="m", ui=False, monitor=False), clf)) as c:
         assert c.get("/v1/monitor").status_code == 404
+
+
+def test_monitor_tab_summary_and_figure_show_the_window_against_the_reference(reference_folder, tmp_path):
+    from app.ui_monitor import figure, summary
+
+    monitor = Monitor(None, size=500)
+    feed(monitor, FakeEngine(FakeClf(reference_folder, LABELS), "v1"), np.random.default_rng(8), 600, mix=[0, 0, 1])
+    report = monitor.report()
+    text = summary(report, "v1")
+    assert "| class_mix |" in text and "alert" in text and "500 answers in the window" in text
+    assert "answered nothing" in summary(report, "v9")
+    fig = figure(report["versions"]["v1"])
+    bars = fig.axes[0].patches
+    assert len(bars) == 2 * len(LABELS) and bars[2].get_height() == pytest.approx(1.0)  # now: all "memo"
+    assert len(fig.axes[2].lines) >= 3  # PSI of the three statistics over time
