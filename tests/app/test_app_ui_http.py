@@ -197,3 +197,41 @@ def test_ui_job_stops_when_its_client_is_gone(server):
     _wait_for_cancel(server, before)
     _queue_big_score_job(server, uuid.uuid4().hex[:12])  # and never open its stream
     _wait_for_cancel(server, before + 1)
+
+
+def _upload(server, name: str, body: bytes) -> dict:
+    path = httpx.post(server.url + "/ui/gradio_api/upload", files={"files": (name, body, "text/csv")}).json()[0]
+    return {"path": path, "orig_name": name, "meta": {"_type": "gradio.FileData"}}
+
+
+def _call(server, api_name: str, file: dict) -> dict:
+    fn_index, _, inputs = next(f for f in all_functions(server.url) if f[1] == api_name)
+    return gradio_call(server.url, fn_index, [file if c["type"] == "file" else c.get("props", {}).get("value")
+                                              for c in inputs])
+
+
+def test_batch_tab_flags_a_shifted_row_and_the_label_tab_refuses_it(server):
+    """The Batch tab read `hello, world,1` under `text,id` as text "hello"... shifted: now that row is kept,
+    unscored, with the reason in `error`; the Label tab refuses the file naming the row."""
+    shifted = _upload(server, "shifted.csv", b"text,id\nhello, world,1\nsecond row,2\n")
+    done = _call(server, "score_file", shifted)
+    assert done["success"], done
+    scored = pd.read_csv(done["output"]["data"][0]["path"], dtype=str, keep_default_na=False)
+    assert scored["text"].tolist() == ["hello", "second row"] and scored["pred_label"][0] == ""
+    assert scored["error"][0].startswith("row 1 (line 2): 3 fields, the header has 2") and scored["error"][1] == ""
+    assert "1 rows not scored" in done["output"]["data"][1]
+    refused = _call(server, "start", shifted)
+    assert not refused["success"] and "shifted.csv: row 1 (line 2): 3 fields" in json.dumps(refused)
+
+
+def test_first_row_column_bomb_through_the_ui(server):
+    """'text\\na' + a million commas (1 MB) parsed for 18+ minutes at 5 GB in the server: one flagged row now."""
+    bomb = _upload(server, "bomb.csv", b"text\na" + b"," * 1_000_000)
+    start = time.monotonic()
+    done = _call(server, "score_file", bomb)
+    assert done["success"] and time.monotonic() - start < 60
+    scored = pd.read_csv(done["output"]["data"][0]["path"], dtype=str, keep_default_na=False)
+    assert scored.shape[0] == 1 and scored["error"][0].startswith("row 1 (line 2): 1000001 fields")
+    refused = _call(server, "start", bomb)
+    assert not refused["success"] and "1000001 fields" in json.dumps(refused)
+    assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200
