@@ -67,6 +67,8 @@ class Config:
     body_timeout_s: float = 30.0
     keep_alive_s: float = 5.0
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
+    # Host names answered besides the loopback names and --host (app/origin.py); on 0.0.0.0 without any: all
+    allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
     # UI
     ui: bool = True
     data_dir: Path = Path("app-data")
@@ -128,6 +130,9 @@ FLAGS = {
     "keep_alive_s": Flag("seconds an idle keep-alive connection stays open", name="--keep-alive"),
     "cors_origins": Flag("allow this browser origin (repeatable); CORS is off without it", name="--cors-origin",
                          repeat=True),
+    "allowed_hosts": Flag("a Host name the server answers to besides the loopback names and --host (repeatable); "
+                          "others get 421", name="--allowed-host", repeat=True,
+                          shown="loopback names and --host; any on 0.0.0.0 / ::"),
     "ui": Flag("API only, no web UI"),
     "data_dir": Flag("where the UI keeps labeling sessions"),
     "max_upload_mb": Flag("UI upload size"),
@@ -176,4 +181,5 @@ def parse_args(argv: list[str] | None = None) -> Config:
         p.error(f"{where} is empty (an unset variable?): give a key, or leave it out to serve without auth")
     values["api_key"] = key
     values["cors_origins"] = tuple(a.cors_origins)
+    values["allowed_hosts"] = tuple(a.allowed_hosts)
     return Config(**values)

@@ -116,8 +116,9 @@ LOGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Sign in<
 
 
 class Gate:
-    def __init__(self, app, *, state, metrics: Metrics, api_key: str | None, max_body_bytes: int):
+    def __init__(self, app, *, state, metrics: Metrics, api_key: str | None, max_body_bytes: int, sites=None):
         self.app = app
+        self.sites = sites  # app/origin.py SiteRule: Host and Origin, before anything else
         self.state = state
         self.metrics = metrics
         self.api_key = api_key
@@ -139,7 +140,7 @@ class Gate:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
-            if scope["type"] == "websocket" and self.credential(scope) != "ok":
+            if scope["type"] == "websocket" and (self.credential(scope) != "ok" or self._refused(scope)):
                 await send({"type": "websocket.close", "code": 4401})
                 return
             await self.app(scope, receive, send)
@@ -185,7 +186,15 @@ class Gate:
             level = logging.DEBUG if endpoint == "/ui" and status < 400 else logging.INFO
             log.log(level, "request", extra={"fields": record})
 
+    def _refused(self, scope) -> tuple[int, str] | None:
+        return self.sites.refusal(scope) if self.sites is not None else None
+
     async def _dispatch(self, scope, receive, send, path):
+        refused = self._refused(scope)
+        if refused:
+            self.metrics.rejected.labels("site").inc()
+            await _json(send, refused[0], {"detail": refused[1]})
+            return
         client = client_of(scope)
         guessing = self.api_key is not None and path not in OPEN_PATHS and _header(scope, b"authorization") is not None
         wait = self.state.throttle.retry_after(client) if guessing else 0

@@ -120,7 +120,8 @@ def test_tables_that_cannot_train_are_refused_with_what_to_do(tmp_path):
 def admin_app(registry, tmp_path):
     def make(**kw):
         cfg = Config(ui=False, data_dir=tmp_path, models_dir=registry.root, train_model="m", **kw)
-        return TestClient(create_app(cfg, load_classifier(cfg, registry.path("v1")), registry=registry, version="v1"))
+        app = create_app(cfg, load_classifier(cfg, registry.path("v1")), registry=registry, version="v1")
+        return TestClient(app, base_url="http://127.0.0.1")
     return make
 
 

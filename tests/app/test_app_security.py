@@ -30,7 +30,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 @pytest.fixture
 def client(engine):
-    with TestClient(create_app(Config(model="m", ui=False, api_key=KEY), engine)) as c:
+    with TestClient(base_url="http://127.0.0.1", app=create_app(Config(model="m", ui=False, api_key=KEY), engine)) as c:
         c.app_state = c.app.state.server
         yield c
 
@@ -103,7 +103,7 @@ def test_ui_cookie_expires_is_per_start_and_ui_only(client, engine):
                              follow_redirects=False)
     assert "Secure" in behind_tls.headers["set-cookie"]
     # Another start of the server (a new secret) does not take this cookie.
-    with TestClient(create_app(Config(model="m", ui=False, api_key=KEY), engine)) as restarted:
+    with TestClient(base_url="http://127.0.0.1", app=create_app(Config(model="m", ui=False, api_key=KEY), engine)) as restarted:
         assert restarted.get("/ui/x", headers=cookie).status_code == 401
     # Logout revokes it on the server, not only in the browser.
     out = client.get("/logout", headers=cookie, follow_redirects=False)
@@ -130,7 +130,7 @@ def test_wrong_keys_are_throttled_and_counted(client):
 def test_model_info_does_not_show_server_paths(engine, monkeypatch):
     monkeypatch.setattr(engine, "_report", {"source": "/srv/private/runs/model", "eval_csv": "/home/x/eval.csv",
                                             "passed": True, "files": {"model.onnx": {"checked": True}}})
-    with TestClient(create_app(Config(model="m", ui=False), engine)) as c:
+    with TestClient(base_url="http://127.0.0.1", app=create_app(Config(model="m", ui=False), engine)) as c:
         report = c.get("/v1/model").json()["export_report"]
     assert report == {"source": "model", "eval_csv": "eval.csv", "passed": True,
                       "files": {"model.onnx": {"checked": True}}}
