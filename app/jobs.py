@@ -19,17 +19,18 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import re
 import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from textdata.tables import write_json, write_table
 
+from . import child_watch
 from .registry import Registry, RegistryError
 from .swap import ActivationError, Switcher
 from .trainset import TrainingDataError, build, check, eval_share
@@ -76,7 +77,10 @@ class Jobs:
         self._lock = asyncio.Lock()
         for record in self.list():  # a server that died mid-job leaves it "running": it is not
             if record["status"] == "running":
-                self._finish(record, "failed", error="the server stopped while the job was running")
+                ended = child_watch.end_orphan(record.get("pid"), record.get("pid_started"))
+                self._finish(record, "failed", error="the server stopped while the job was running" +
+                             (f"; its training process (pid {record['pid']}) was still running and was ended"
+                              if ended else ""))
 
     # ------------------------------------------------------------ reading
     def folder(self, job_id: str) -> Path:
@@ -192,19 +196,20 @@ class Jobs:
         self._save(record)
         with open(folder / "train.log", "wb") as out:
             # Its own session: a signal meant for the server (Ctrl-C) does not reach it; cancel sends its own.
-            self._proc = subprocess.Popen([sys.executable, "-m", "app.train_child", str(folder)], stdout=out,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        record["pid"] = self._proc.pid
+            # It dies with the server, through the lifeline (app/child_watch.py).
+            self._proc, lifeline = child_watch.spawn(["-m", "app.train_child", str(folder)], out)
+        record["pid"], record["pid_started"] = self._proc.pid, child_watch.start_time(self._proc.pid)
         self._save(record)
         self.current = record
-        self._task = asyncio.get_running_loop().create_task(self._watch(record, self._proc, staging))
+        self._task = asyncio.get_running_loop().create_task(self._watch(record, self._proc, staging, lifeline))
         log.info("training job started", extra={"fields": {"event": "train_start", "job": job_id,
                                                            "rows": ts.sources.get("train_rows"), "pid": record["pid"]}})
         return record
 
     # ------------------------------------------------------------ finishing
-    async def _watch(self, record: dict, proc: subprocess.Popen, staging: Path) -> None:
+    async def _watch(self, record: dict, proc: subprocess.Popen, staging: Path, lifeline: int) -> None:
         rc = await asyncio.to_thread(proc.wait)
+        os.close(lifeline)
         folder = self.root / record["id"]
         try:
             if record["status"] == "cancelled":
