@@ -33,15 +33,16 @@ from textdata.tables import write_json, write_table
 from . import child_watch
 from .registry import Registry, RegistryError
 from .swap import ActivationError, Switcher
+from .train_params import TRAIN_PARAMS, check_params
 from .trainset import TrainingDataError, build, check, eval_share
 
 log = logging.getLogger("app")
 _JOB_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
-# What a retrain may set (POST /v1/train, the Train tab), with the kfold.py flag each becomes. Not given:
-# the value the active version was trained with (its training_config.json), else kfold.py's default.
-TRAIN_FIELDS = {"folds": "--folds", "epochs": "--epochs", "lr": "--lr", "batch_size": "--batch-size",
-                "max_length": "--max-length", "seed": "--seed", "normalize": "--normalize"}
-TRAIN_SWITCHES = {"class_weights": "--class-weights"}
+# What a retrain may set (POST /v1/train, the Train tab: app/train_params.py), with the kfold.py flag each
+# becomes; `normalize` is only inherited. Not given: the value the active version was trained with (its
+# training_config.json), else kfold.py's default.
+TRAIN_FIELDS = {**{p.name: p.flag for p in TRAIN_PARAMS if p.kind is not bool}, "normalize": "--normalize"}
+TRAIN_SWITCHES = {p.name: p.flag for p in TRAIN_PARAMS if p.kind is bool}
 DEFAULT_FOLDS = 5
 LOG_TAIL_LINES = 40
 
@@ -122,7 +123,7 @@ class Jobs:
         inherited = {**{k: conf[k] for k in ("folds", "max_length", "seed", "normalize") if k in conf},
                      **{k: v for k, v in conf.get("train", {}).items()
                         if k in ("epochs", "lr", "batch_size", "class_weights")}}
-        out = {**inherited, **{k: v for k, v in given.items() if v is not None}}
+        out = {**inherited, **check_params(given)}  # the one check, for the API and the Train tab alike
         out.setdefault("folds", DEFAULT_FOLDS)
         if int(out["folds"]) < 2:
             raise TrainingDataError("folds must be at least 2")

@@ -18,6 +18,7 @@ from .admin import admin_refusal
 from .jobs import JobConflict
 from .registry import RegistryError
 from .swap import ActivationError
+from .train_params import BY_NAME
 
 VERSION_COLUMNS = ["version", "active", "source", "rows", "cv macro-F1", "eval macro-F1", "active then (eval)",
                    "decision", "created"]
@@ -87,7 +88,7 @@ def train_tab(cfg, state, jobs) -> None:
         if why:
             return (f"⚠ {why}", *refresh())
         try:
-            job = await jobs.start({"folds": int(folds) if folds else None, "epochs": int(epochs) if epochs else None})
+            job = await jobs.start({"folds": folds, "epochs": epochs})  # checked there, as the API's are
             message = (f"Started job {job['id']}: {job['data'].get('train_rows')} training rows, "
                        f"{job['data'].get('eval_rows')} in the evaluation slice.")
         except (JobConflict, DataError) as e:
@@ -125,8 +126,11 @@ def train_tab(cfg, state, jobs) -> None:
                        f"{cfg.promote_tolerance:g} macro-F1" if cfg.promote == "auto" else "only when you promote it")
                     + ". Training runs in a separate process at lower priority.")
         with gr.Row():
-            t_folds = gr.Number(label="Folds", value=None, precision=0, minimum=2, elem_id="train-folds")
-            t_epochs = gr.Number(label="Epochs", value=None, precision=0, minimum=1, elem_id="train-epochs")
+            folds, epochs = BY_NAME["folds"], BY_NAME["epochs"]
+            t_folds = gr.Number(label="Folds", value=None, precision=0, minimum=folds.low, maximum=folds.high,
+                                elem_id="train-folds")
+            t_epochs = gr.Number(label="Epochs", value=None, precision=0, minimum=epochs.low, maximum=epochs.high,
+                                 elem_id="train-epochs")
             t_start = gr.Button("Train", variant="primary", elem_id="train-start")
             t_cancel = gr.Button("Cancel job", elem_id="train-cancel")
         t_progress = gr.HTML(elem_id="train-progress")
