@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .registry import Registry, RegistryError
     from .server import load_classifier
+    from .version_check import load_or_fall_back
 
     registry = Registry(cfg.registry_dir)
     new = False
@@ -86,7 +87,10 @@ def main(argv: list[str] | None = None) -> int:
         if version is None:
             raise RegistryError(f"no --model given and no active version in {registry.root}: "
                                 "start with --model FOLDER (a serving.export or transformers folder)")
-        clf = load_classifier(cfg, registry.path(version))
+        if new:  # a folder given now serves itself or not at all
+            clf = load_classifier(cfg, registry.path(version))
+        else:  # the registry's active version, or the last one that serves (app/version_check.py)
+            version, clf = load_or_fall_back(registry, version, lambda folder: load_classifier(cfg, folder))
         if version != registry.active():  # a folder new to the registry serves once it has loaded
             # the folder name only: /v1/models and the UI show this, and server paths stay private (issue 24)
             registry.set_active(version, why=f"python -m app --model .../{Path(cfg.model).name}")

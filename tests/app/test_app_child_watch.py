@@ -14,7 +14,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.child_watch import spawn, start_time
+from app.child_watch import start_time
 from app.config import Config
 from app.jobs import Jobs
 from app.registry import Registry
@@ -51,7 +51,7 @@ def test_the_child_dies_with_its_server_however_the_server_ends(tmp_path):
 
 def test_a_child_left_running_is_ended_at_start_and_only_that_process(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    kw = dict(env=env, start_new_session=True, stdin=subprocess.DEVNULL)
+    kw = {"env": env, "start_new_session": True, "stdin": subprocess.DEVNULL}
     orphan = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], **kw)
     stranger = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], **kw)
     try:
