@@ -35,6 +35,7 @@ import uvicorn
 from . import logs
 from .api import ServerState
 from .config import parse_args
+from .gate import proxy_settings
 from .protocol import bounded_protocol
 
 log = logging.getLogger("app")
@@ -106,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     http = bounded_protocol(cfg.max_header_bytes, cfg.header_timeout_s, cfg.body_timeout_s)
     server = DrainingServer(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,
                                            timeout_graceful_shutdown=cfg.shutdown_timeout_s, http=http,
-                                           timeout_keep_alive=cfg.keep_alive_s), state)
+                                           timeout_keep_alive=cfg.keep_alive_s, **proxy_settings(cfg)), state)
     log.info("serving", extra={"fields": {"event": "start", "url": f"http://{cfg.host}:{cfg.port}",
                                           "model": cfg.model, "version": version, "auth": bool(cfg.api_key), "ui": cfg.ui}})
     server.run()

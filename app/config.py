@@ -69,6 +69,8 @@ class Config:
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
     # Host names answered besides the loopback names and --host (app/origin.py); on 0.0.0.0 without any: all
     allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
+    # Proxies whose X-Forwarded-For / -Proto are trusted (the client address the auth throttle counts by)
+    forwarded_allow_ips: tuple[str, ...] = field(default_factory=tuple)
     # UI
     ui: bool = True
     data_dir: Path = Path("app-data")
@@ -133,6 +135,8 @@ FLAGS = {
     "allowed_hosts": Flag("a Host name the server answers to besides the loopback names and --host (repeatable); "
                           "others get 421", name="--allowed-host", repeat=True,
                           shown="loopback names and --host; any on 0.0.0.0 / ::"),
+    "forwarded_allow_ips": Flag("trust X-Forwarded-For/-Proto from this proxy address (repeatable; '*': any)",
+                                shown="none: the connection's address counts", repeat=True),
     "ui": Flag("API only, no web UI"),
     "data_dir": Flag("where the UI keeps labeling sessions"),
     "max_upload_mb": Flag("UI upload size"),
@@ -182,4 +186,5 @@ def parse_args(argv: list[str] | None = None) -> Config:
     values["api_key"] = key
     values["cors_origins"] = tuple(a.cors_origins)
     values["allowed_hosts"] = tuple(a.allowed_hosts)
+    values["forwarded_allow_ips"] = tuple(a.forwarded_allow_ips)
     return Config(**values)
