@@ -23,6 +23,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from textdata.blank import is_blank
+
 from .batcher import Closed, MicroBatcher, QueueFull
 from .config import Config
 from .gate import LOGIN_PAGE, SESSION_COOKIE, AuthThrottle, UiSessions, client_of, is_https
@@ -97,7 +99,7 @@ def text_problem(text: str, normalize) -> str | None:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         return f"character {e.start + 1} is an unpaired surrogate ({text[e.start]!a}); send valid Unicode"
-    if not text.strip():
+    if is_blank(text):  # NUL or zero-width characters only are empty too (textdata/blank.py)
         return "empty text"
     if not normalize(text):
         return "no text after normalisation"

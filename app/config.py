@@ -76,6 +76,7 @@ class Config:
     data_dir: Path = Path("app-data")
     max_upload_mb: float = 20.0
     max_upload_rows: int = 50_000
+    upload_mb_per_minute: float = 100.0  # per client address, all upload requests together (app/upload_guard.py)
     ui_concurrency: int = 2
     log_level: str = "info"
     # The learning loop (app/registry.py, app/jobs.py)
@@ -139,8 +140,9 @@ FLAGS = {
                                 shown="none: the connection's address counts", repeat=True),
     "ui": Flag("API only, no web UI"),
     "data_dir": Flag("where the UI keeps labeling sessions"),
-    "max_upload_mb": Flag("UI upload size"),
+    "max_upload_mb": Flag("UI upload size: per file, and all files of one upload request together"),
     "max_upload_rows": Flag("UI upload rows"),
+    "upload_mb_per_minute": Flag("MB one client address may upload to the UI per minute; beyond it 429"),
     "ui_concurrency": Flag("UI scoring jobs (label upload, batch) running at once"),
     "log_level": Flag("debug, info, warning or error"),
     "models_dir": Flag("the model registry: versions v1, v2, ... and the active pointer", shown="DATA_DIR/models"),
@@ -175,7 +177,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     for flag, value in (("--header-timeout", a.header_timeout_s), ("--body-timeout", a.body_timeout_s),
-                        ("--keep-alive", a.keep_alive_s)):
+                        ("--keep-alive", a.keep_alive_s), ("--upload-mb-per-minute", a.upload_mb_per_minute)):
         if not value > 0:
             p.error(f"{flag} must be positive")
     values = vars(a)

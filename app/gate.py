@@ -16,6 +16,7 @@ import uuid
 from collections import OrderedDict, deque
 
 from .metrics import Metrics, endpoint_label
+from .upload_guard import is_upload
 
 log = logging.getLogger("app.access")
 
@@ -151,9 +152,11 @@ LOGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Sign in<
 
 
 class Gate:
-    def __init__(self, app, *, state, metrics: Metrics, api_key: str | None, max_body_bytes: int, sites=None):
+    def __init__(self, app, *, state, metrics: Metrics, api_key: str | None, max_body_bytes: int, sites=None,
+                 uploads=None):
         self.app = app
         self.sites = sites  # app/origin.py SiteRule: Host and Origin, before anything else
+        self.uploads = uploads  # app/upload_guard.py UploadGuard: Gradio's upload route, total and rate
         self.state = state
         self.metrics = metrics
         self.api_key = api_key
@@ -265,7 +268,10 @@ class Gate:
                         [(b"retry-after", b"1"), (b"connection", b"close")])
             return
         if _is_ui(path):
-            # Gradio enforces its own upload limit (--max-upload-mb) on multipart uploads.
+            # Gradio enforces its own upload limit (--max-upload-mb) per file; the guard, per request and address.
+            if self.uploads is not None and scope["method"] == "POST" and is_upload(path):
+                await self.uploads(self.app, scope, receive, send, client)
+                return
             await self.app(scope, receive, send)
             return
         length = _header(scope, b"content-length")

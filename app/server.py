@@ -23,8 +23,10 @@ from .metrics import Metrics
 from .origin import SiteRule
 from .registry import Registry
 from .swap import Engine, Switcher
+from .upload_guard import FRAMING_BYTES, UploadGuard
 
 log = logging.getLogger("app")
+MB = 1 << 20
 
 
 def load_classifier(cfg: Config, folder):
@@ -96,8 +98,9 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     if sites.any_host:
         log.warning("listening on %s without --allowed-host: requests are answered under any Host name (DNS "
                     "rebinding is not refused); give the names clients use with --allowed-host", cfg.host)
+    uploads = UploadGuard(int(cfg.max_upload_mb * MB) + FRAMING_BYTES, int(cfg.upload_mb_per_minute * MB))
     app.add_middleware(Gate, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes,
-                       sites=sites)
+                       sites=sites, uploads=uploads if cfg.ui else None)
     if cfg.cors_origins:
         # Outside the gate: preflight requests carry no Authorization header.
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.cors_origins), allow_methods=["GET", "POST"],

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from textdata.blank import BLANK
 from textdata.errors import DataError
 from textdata.parquet_rows import parquet_rows
 from textdata.table_limits import TableLimits
@@ -164,8 +165,9 @@ def require_columns(df: pd.DataFrame, columns: Iterable[str], path: str | os.Pat
 
 
 def missing_text(values: pd.Series) -> pd.Series:
-    """True where a cell holds no usable text: NaN/None or only whitespace."""
-    return values.isna() | values.astype(str).str.strip().eq("")
+    """True where a cell holds no usable text: NaN/None, or only whitespace or invisible characters
+    (NUL, zero-width: textdata/blank.py)."""
+    return values.isna() | values.astype(str).str.fullmatch(BLANK.pattern).fillna(False).astype(bool)
 
 
 @contextmanager

@@ -45,6 +45,9 @@ def rejected_auth(c) -> float:
     ({"text": ""}, "text", "empty text"),
     ({"text": " \n\t "}, "text", "empty text"),
     ({"texts": ["fine", "   "]}, "texts.1", "empty text"),
+    ({"text": "\x00\x00\x00"}, "text", "empty text"),  # answered at 0.999 before issue 29
+    ({"texts": ["fine", "\u200b\u200d\ufeff \u2060"]}, "texts.1", "empty text"),
+    ({"text": "\u3164\u115f"}, "text", "empty text"),  # Hangul fillers: letters by category, blank on screen
 ])
 def test_empty_texts_get_422_not_500(client, body, field, message):
     r = client.post("/v1/classify", json=body, headers=AUTH)

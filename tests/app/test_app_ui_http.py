@@ -252,3 +252,11 @@ def test_an_upload_being_read_stops_when_the_server_shuts_down(tmp_path, monkeyp
     state.draining = True
     with pytest.raises(gr.Error, match="rows.csv: reading stopped: the server is shutting down"):
         _read_upload(Config(model="m"), str(path), "text", partial(_stop_reason, state))
+
+
+def test_one_upload_request_may_not_hold_more_than_the_limit_in_all(server):
+    """Ten 19 MB files in one request were all stored: Gradio checks each file, not the request."""
+    files = [("files", (f"part{i}.csv", b"text\n" + b"a" * (3 * 1024 * 1024), "text/csv")) for i in range(8)]
+    r = httpx.post(server.url + "/ui/gradio_api/upload", files=files, timeout=60)
+    assert r.status_code == 413 and "--max-upload-mb" in r.json()["detail"]
+    assert httpx.post(server.url + "/ui/gradio_api/upload", files=files[:2], timeout=60).status_code == 200
