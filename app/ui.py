@@ -108,14 +108,15 @@ def _within(by_row: dict[int, str], a: int, b: int) -> dict[int, str]:
     return {i - a: v for i, v in by_row.items() if a <= i < b}
 
 
-def _score_chunks(n: int, score, progress, desc: str, unit: str, engine_turn: threading.Lock) -> list:
-    """`score(start, stop)` over SCORE_CHUNK-row chunks, stopping when the client is gone. One UI chunk
-    computes at a time (`engine_turn`), so API batches interleave with UI jobs however many run."""
+def _score_chunks(n: int, score, progress, desc: str, unit: str, engine_turn: threading.Lock, state=None) -> list:
+    """`score(start, stop)` over SCORE_CHUNK-row chunks, stopping when the client is gone (or the server
+    drains). One UI chunk computes at a time (`engine_turn`), so API batches interleave with UI jobs."""
     parts = []
     for i in range(0, n, SCORE_CHUNK):
-        if _client_gone():
-            log.info("UI job cancelled: its client is gone", extra={"fields": {"event": "ui_cancelled", "done": i}})
-            raise gr.Error("Cancelled: the page was closed.")
+        why = _stop_reason(state) if state is not None else ("the page was closed" if _client_gone() else None)
+        if why:
+            log.info("UI job cancelled: %s", why, extra={"fields": {"event": "ui_cancelled", "done": i}})
+            raise gr.Error(f"Cancelled: {why}.")
         progress((i, n), desc=desc, unit=unit)
         with engine_turn:
             parts.append(score(i, min(n, i + SCORE_CHUNK)))
@@ -249,7 +250,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
             raise gr.Error(f"Column {column!r} has no text.")
         clf = state.engine.clf  # one engine for the whole file, whatever is activated meanwhile
         preds = [p for part in _score_chunks(len(texts), lambda a, b: clf.predict(texts[a:b]), progress,
-                                             "Model suggestions", "texts", engine_turn) for p in part]
+                                             "Model suggestions", "texts", engine_turn, state) for p in part]
         session = store.create(Path(file).name, texts, preds, list(clf.labels))
         skipped = int((~keep).sum())
         note = f" ({skipped} empty rows left out)" if skipped else ""
@@ -376,7 +377,7 @@ def _batch_tab(cfg, state, exports: Exports, engine_turn) -> None:
         def score(a, b):  # rows the reader flagged are kept, with the reason in `error`
             return score_frame(clf, df.iloc[a:b], column, None, _within(errors, a, b), _within(notes, a, b))
 
-        parts = _score_chunks(len(df), score, progress, "Scoring", "rows", engine_turn)
+        parts = _score_chunks(len(df), score, progress, "Scoring", "rows", engine_turn, state)
         scored = pd.concat(parts)
         out = exports.path(f"{Path(file).stem}-scored.csv")
         write_table(spreadsheet_safe(scored), out)  # a person opens this one: formulas neutralised

@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -252,6 +253,11 @@ def test_an_upload_being_read_stops_when_the_server_shuts_down(tmp_path, monkeyp
     state.draining = True
     with pytest.raises(gr.Error, match="rows.csv: reading stopped: the server is shutting down"):
         _read_upload(Config(model="m"), str(path), "text", partial(_stop_reason, state))
+    # and a scoring job already past reading stops at its next chunk
+    from app.ui import _score_chunks
+
+    with pytest.raises(gr.Error, match="Cancelled: the server is shutting down"):
+        _score_chunks(2000, lambda a, b: [], lambda *a, **k: None, "Scoring", "rows", threading.Lock(), state)
 
 
 def test_one_upload_request_may_not_hold_more_than_the_limit_in_all(server):
