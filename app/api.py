@@ -23,6 +23,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from textdata.blank import is_blank
+
 from .batcher import Closed, MicroBatcher, QueueFull
 from .config import Config
 from .gate import LOGIN_PAGE, SESSION_COOKIE, AuthThrottle, UiSessions, client_of, is_https
@@ -98,7 +100,7 @@ def text_problem(text: str, normalize) -> str | None:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         return f"character {e.start + 1} is an unpaired surrogate ({text[e.start]!a}); send valid Unicode"
-    if not text.strip():
+    if is_blank(text):  # NUL or zero-width characters only are empty too (textdata/blank.py)
         return "empty text"
     if not normalize(text):
         return "no text after normalisation"
@@ -291,15 +293,20 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
             return RedirectResponse("/ui/", 303)
         client = client_of(request.scope)
         wait = state.throttle.retry_after(client)
-        if wait:  # the key is not checked while the address is blocked
+        if wait and not await state.throttle.slowed(client):  # a blocked address: slowed (app/gate.py)
             metrics.rejected.labels("auth").inc()
             page = LOGIN_PAGE.replace("<h2>API key required</h2>", f"<h2>Too many tries: wait {wait} s</h2>")
             return HTMLResponse(page, 429, headers={"Retry-After": str(wait)})
+        if wait:
+            state.throttle.done(client)
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
         given = (form.get("key") or [""])[0]
         if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
             metrics.rejected.labels("auth").inc()
             state.throttle.fail(client)
+            if wait:
+                page = LOGIN_PAGE.replace("<h2>API key required</h2>", f"<h2>Too many tries: wait {wait} s</h2>")
+                return HTMLResponse(page, 429, headers={"Retry-After": str(wait)})
             return HTMLResponse(LOGIN_PAGE.replace("<h2>API key required</h2>", "<h2>Wrong key</h2>"), 401)
         resp = RedirectResponse("/ui/", 303)
         resp.set_cookie(SESSION_COOKIE, state.sessions.issue(), max_age=int(state.sessions.ttl_s), httponly=True,

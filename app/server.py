@@ -20,10 +20,13 @@ from .batcher import MicroBatcher
 from .config import Config, pass_size, quantized
 from .gate import Gate
 from .metrics import Metrics
+from .origin import SiteRule
 from .registry import Registry
 from .swap import Engine, Switcher
+from .upload_guard import FRAMING_BYTES, UploadGuard
 
 log = logging.getLogger("app")
+MB = 1 << 20
 
 
 def load_classifier(cfg: Config, folder):
@@ -95,7 +98,13 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         from .ui import mount_ui
 
         mount_ui(app, cfg, state, jobs)
-    app.add_middleware(Gate, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes)
+    sites = SiteRule(cfg.host, cfg.allowed_hosts, cfg.cors_origins)
+    if sites.any_host:
+        log.warning("listening on %s without --allowed-host: requests are answered under any Host name (DNS "
+                    "rebinding is not refused); give the names clients use with --allowed-host", cfg.host)
+    uploads = UploadGuard(int(cfg.max_upload_mb * MB) + FRAMING_BYTES, int(cfg.upload_mb_per_minute * MB))
+    app.add_middleware(Gate, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes,
+                       sites=sites, uploads=uploads if cfg.ui else None)
     if cfg.cors_origins:
         # Outside the gate: preflight requests carry no Authorization header.
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.cors_origins), allow_methods=["GET", "POST"],
