@@ -194,7 +194,7 @@ def test_api_reports_drift_metrics_and_audit_on_the_real_engine(spread_model_dir
     (folder / REFERENCE_FILE).write_text(json.dumps(build_reference(clf.predict_proba(texts), texts, clf.labels)))
     clf = Classifier.load(folder)
     cfg = Config(model="m", ui=False, data_dir=tmp_path / "data", audit_rate=1.0)
-    with TestClient(create_app(cfg, clf)) as c:
+    with TestClient(create_app(cfg, clf), base_url="http://127.0.0.1") as c:
         assert c.post("/v1/classify", json={"texts": texts}).status_code == 200
         assert c.post("/v1/classify", json={"texts": ["ok", "  "]}).status_code == 422  # an empty text, counted
         c.app.state.server.monitor.flush()
@@ -207,7 +207,7 @@ def test_api_reports_drift_metrics_and_audit_on_the_real_engine(spread_model_dir
         assert f'app_drift{{kind="class_mix",version="{version}"}}' in metrics
         assert "app_audit_queue_texts 6.0" in metrics
     assert (tmp_path / "data" / "monitor" / "state.json").is_file()  # saved at shutdown
-    with TestClient(create_app(Config(model="m", ui=False, monitor=False), clf)) as c:
+    with TestClient(create_app(Config(model="m", ui=False, monitor=False), clf), base_url="http://127.0.0.1") as c:
         assert c.get("/v1/monitor").status_code == 404
 
 
