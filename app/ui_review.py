@@ -68,7 +68,7 @@ class ReviewPanel:
         cfg, quick = self.cfg, {"concurrency_limit": 4, "concurrency_id": "review"}
 
         def uploaded(file):
-            df, _ = read_upload(cfg, file, "text")
+            df = read_upload(cfg, file, "text")[0]
             return df, Path(str(file)).name
 
         def active():
