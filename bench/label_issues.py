@@ -131,12 +131,21 @@ def summarize(name: str, reports: dict, f1: dict, found: dict, out: Path) -> dic
                                   for v, r in reports.items()},
             "noise_cost": round(lost, 4), "recovered": round(f1["repaired"] - f1["noisy"], 4),
             "recovery_share": round((f1["repaired"] - f1["noisy"]) / lost, 3) if lost > 0 else None,
-            "cost": cost, "per_class_noisy": reports["noisy"]["label_issues"]["per_class"]}
+            "cost": cost, "cpu_seconds": {v: _cpu(out / v) for v in reports},
+            "per_class_noisy": reports["noisy"]["label_issues"]["per_class"]}
+
+
+def _cpu(run: Path) -> float | None:
+    """The k-fold child's user + system seconds, where it ran as one (kfold())."""
+    f = run / "cpu_seconds.txt"
+    return float(f.read_text()) if f.exists() else None
 
 
 def tfidf_kfold(csv: Path, out: Path, seed: int) -> dict:
     """ko-help: grouped 5-fold of the TF-IDF baseline (k-fold's folds and baseline), then the label-issue step
     as k-fold runs it; a report.json shaped like k-fold's for what summarize reads."""
+    if (out / "report.json").exists():  # finished: reused, as the BBC runs are
+        return json.loads((out / "report.json").read_text())
     out.mkdir(parents=True, exist_ok=True)
     started = time.time()
     data = load_labeled(csv, group_column="page", folds=5)
