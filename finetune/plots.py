@@ -125,13 +125,15 @@ def label_issues_png(joint: np.ndarray, per_class: dict, labels: list[str], path
             ax_j.text(j, i, str(int(v)), ha="center", va="center", fontsize=8)
         ax_j.set_title("confident joint, off-diagonal (one-vs-rest)")
     else:
-        off = np.asarray(joint, dtype=float)
-        im = ax_j.imshow(off / off.sum(1, keepdims=True).clip(min=1), cmap="Blues", vmin=0, vmax=1)
+        counts = np.asarray(joint, dtype=float)
+        rates = counts / counts.sum(1, keepdims=True).clip(min=1)
+        im = ax_j.imshow(rates, cmap="Blues", vmin=0, vmax=1)
         ax_j.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
         ax_j.set_yticks(range(len(labels)), labels)
-        ax_j.set(xlabel="likely true label", ylabel="given label", title="confident joint (counts)")
-        for (i, j), v in np.ndenumerate(np.asarray(joint)):
-            ax_j.text(j, i, str(int(v)), ha="center", va="center", fontsize=8, color="red" if i != j and v else "black")
+        ax_j.set(xlabel="likely true label", ylabel="given label", title="confident joint (counts; colour: row share)")
+        for (i, j), v in np.ndenumerate(counts):
+            colour = "white" if rates[i, j] > 0.5 else ("red" if i != j and v else "black")
+            ax_j.text(j, i, str(int(v)), ha="center", va="center", fontsize=8, color=colour)
     fig.colorbar(im, ax=ax_j, fraction=0.046)
     flagged = [per_class[n]["flagged"] for n in labels]
     ax_c.barh(range(len(labels)), flagged, color="tab:red")
