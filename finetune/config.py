@@ -18,7 +18,7 @@ from finetune.blend import MODES
 from finetune.models import list_models
 from finetune.train import COMPILE_CHOICES, SWITCHES, TrainConfig
 from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
-from textdata.precision import PRECISIONS
+from textdata.numerics import PRECISIONS
 
 DESCRIPTION = "Stratified k-fold fine-tuning of an ELECTRA discriminator (or any encoder) as a text classifier."
 

@@ -29,8 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from baseline.blend import BaselineError, ServedBlend
+from baseline.folds import baseline_predict
 from finetune.adapt import adapt
-from finetune.baseline import baseline_predict
 from finetune.blend import cv_blend, save_final_blend
 from finetune.config import (  # noqa: F401
     RESUMABLE,
@@ -48,7 +49,6 @@ from finetune.metrics import fold_metrics
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model  # noqa: F401
 from finetune.report import f1_text, fold_summary, holdout_baseline, summary_table, write_outputs
 from finetune.train import encode, fit, predict_proba
-from textdata.blend import BaselineError, ServedBlend
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.normalize import Normalizer
 from textdata.tables import write_json, write_table

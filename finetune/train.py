@@ -25,9 +25,7 @@ import torch.nn.functional as F
 from sklearn.metrics import f1_score
 from tqdm.auto import tqdm
 
-from textdata.precision import check_precision, resolve_dtype
-from textdata.schedule import lr_at
-from textdata.widths import bucket_widths
+from textdata.numerics import bucket_widths, check_precision, lr_at, resolve_dtype
 
 SWITCHES = ("auto", "on", "off")
 # graphs: compile with mode="reduce-overhead", which replays each static shape's step as a CUDA graph.
@@ -47,7 +45,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     patience: int = 2  # epochs without inner-validation improvement before stopping; 0 = never stop early
     class_weights: bool = False
-    precision: str = "auto"  # one of textdata.precision.PRECISIONS
+    precision: str = "auto"  # one of textdata.numerics.PRECISIONS
     static_shapes: str = "auto"  # auto (on CUDA) | on | off: pad to (batch_size, width bucket) shapes
     compile: str = "off"  # off | auto (on CUDA) | on: torch.compile the training forward and backward;
     # graphs: the same, replayed as CUDA graphs (CUDA only, implies static shapes)

@@ -50,7 +50,7 @@ from pretraining.tokenizer import load_tokenizer, resolve_vocab_size, train_toke
 def lr_at(step: int, cfg: TrainConfig) -> float:
     """Linear warmup to cfg.lr, then linear decay to 0 at max_steps (ELECTRA's schedule, power 1).
 
-    Twin of textdata/schedule.py `lr_at` (pretraining imports no other package); tests/textdata/test_schedule.py
+    Twin of textdata/numerics.py `lr_at` (pretraining imports no other package); tests/textdata/test_schedule.py
     checks that the two agree."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
@@ -122,7 +122,7 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
 
 
 def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
-    """Twin of textdata/precision.py `resolve_dtype` (pretraining imports no other package); tests/textdata/
+    """Twin of textdata/numerics.py `resolve_dtype` (pretraining imports no other package); tests/textdata/
     test_precision.py checks that the two agree."""
     if cfg.precision == "auto":
         if device.type != "cuda":

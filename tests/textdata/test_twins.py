@@ -12,8 +12,7 @@ from pretraining.config import UsageError as PretrainUsageError
 from pretraining.train import autocast_dtype
 from pretraining.train import lr_at as pretrain_lr_at
 from textdata.errors import UsageError
-from textdata.precision import PRECISIONS, resolve_dtype
-from textdata.schedule import lr_at
+from textdata.numerics import PRECISIONS, lr_at, resolve_dtype
 
 
 @pytest.mark.parametrize(("max_steps", "warmup_steps", "lr"), [(100, 10, 1e-3), (7, 1, 5e-4), (1000, 0, 2e-4)])
