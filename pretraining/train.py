@@ -47,11 +47,9 @@ from pretraining.model import ElectraPretrainer
 from pretraining.tokenizer import load_tokenizer, resolve_vocab_size, train_tokenizer
 
 
+# Twin of textdata.numerics.lr_at (pretraining imports no other package): tests/textdata/test_twins.py
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warmup to cfg.lr, then linear decay to 0 at max_steps (ELECTRA's schedule, power 1).
-
-    Twin of textdata/numerics.py `lr_at` (pretraining imports no other package); tests/textdata/test_schedule.py
-    checks that the two agree."""
+    """Linear warmup to cfg.lr, then linear decay to 0 at max_steps (ELECTRA's schedule, power 1)."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     return cfg.lr * max(0.0, (cfg.max_steps - step) / max(1, cfg.max_steps - cfg.warmup_steps))
@@ -121,9 +119,9 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+# Twin of textdata.numerics.resolve_dtype (pretraining imports no other package): tests/textdata/test_twins.py
 def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
-    """Twin of textdata/numerics.py `resolve_dtype` (pretraining imports no other package); tests/textdata/
-    test_precision.py checks that the two agree."""
+    """The autocast dtype for cfg.precision on `device`: bf16 (fp16 without bf16) on CUDA under auto, else fp32."""
     if cfg.precision == "auto":
         if device.type != "cuda":
             return torch.float32
