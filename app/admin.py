@@ -11,13 +11,13 @@ import ipaddress
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 from textdata.errors import DataError
 
 from .jobs import JobConflict, Jobs
 from .registry import Registry, RegistryError
 from .swap import ActivationError, Switcher
+from .train_params import request_model
 from .trainset import TrainingDataError
 
 
@@ -39,15 +39,7 @@ def admin_refusal(cfg) -> str | None:
             f"(or ELECTRA_API_KEY), listen on 127.0.0.1, or pass --allow-admin to allow them without a key")
 
 
-class TrainRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    folds: StrictInt | None = Field(None, ge=2, le=20, description="cross-validation folds")
-    epochs: StrictInt | None = Field(None, ge=1, le=100)
-    lr: StrictFloat | None = Field(None, gt=0, lt=1)
-    batch_size: StrictInt | None = Field(None, ge=1, le=4096)
-    max_length: StrictInt | None = Field(None, ge=8, le=4096)
-    seed: StrictInt | None = None
-    class_weights: StrictBool | None = None
+TrainRequest = request_model()  # its fields: app/train_params.py RETRAINABLE
 
 
 def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Switcher) -> Jobs:

@@ -32,15 +32,11 @@ from textdata.tables import write_json, write_table
 
 from .registry import Registry, RegistryError
 from .swap import ActivationError, Switcher
+from .train_params import inherited, kfold_config
 from .trainset import TrainingDataError, build, check, eval_share
 
 log = logging.getLogger("app")
 _JOB_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
-# What a retrain may set (POST /v1/train, the Train tab), with the kfold.py flag each becomes. Not given:
-# the value the active version was trained with (its training_config.json), else kfold.py's default.
-TRAIN_FIELDS = {"folds": "--folds", "epochs": "--epochs", "lr": "--lr", "batch_size": "--batch-size",
-                "max_length": "--max-length", "seed": "--seed", "normalize": "--normalize"}
-TRAIN_SWITCHES = {"class_weights": "--class-weights"}
 DEFAULT_FOLDS = 5
 LOG_TAIL_LINES = 40
 
@@ -114,11 +110,9 @@ class Jobs:
     # ------------------------------------------------------------ starting
     def settings(self, given: dict) -> dict:
         """The retrain's settings: what was asked, else what the active version was trained with."""
-        conf = self._active_training_config().get("config", {})
-        inherited = {**{k: conf[k] for k in ("folds", "max_length", "seed", "normalize") if k in conf},
-                     **{k: v for k, v in conf.get("train", {}).items()
-                        if k in ("epochs", "lr", "batch_size", "class_weights")}}
-        out = {**inherited, **{k: v for k, v in given.items() if v is not None}}
+        # What a retrain may set, and inherits when not given: app/train_params.py RETRAINABLE.
+        out = {**inherited(self._active_training_config().get("config", {})),
+               **{k: v for k, v in given.items() if v is not None}}
         out.setdefault("folds", DEFAULT_FOLDS)
         if int(out["folds"]) < 2:
             raise TrainingDataError("folds must be at least 2")
@@ -176,15 +170,12 @@ class Jobs:
         write_table(ts.train, folder / "train.csv")
         write_table(ts.eval, folder / "eval.csv")
         staging = self.registry.staging(job_id)
-        argv = ["--model", base, "--data", str(folder / "train.csv"), "--output", str(folder / "work"), "--final"]
-        for k, flag in TRAIN_FIELDS.items():
-            if k in params:
-                argv += [flag, str(params[k])]
-        argv += [flag for k, flag in TRAIN_SWITCHES.items() if params.get(k)]
+        kfold = kfold_config(params, model=base, data=str(folder / "train.csv"), output=str(folder / "work"),
+                             final=True)
         active = self.registry.active()
         champion = {"version": active, "folder": str(self.registry.path(active).resolve())} if active else None
-        write_json(folder / "spec.json", {"kfold_argv": argv, "folds": int(params["folds"]), "work": str(folder / "work"),
-                                          "staging": str(staging), "champion": champion, "nice": self.cfg.train_nice})
+        write_json(folder / "spec.json", {"kfold": kfold, "staging": str(staging), "champion": champion,
+                                          "nice": self.cfg.train_nice})
         record = {"id": job_id, "status": "running", "created": round(time.time(), 3), "params": params,
                   "base_model": base, "parent": active, "data": ts.sources, "conflicts": ts.conflicts,
                   "n_conflicts": ts.n_conflicts, "version": None, "decision": None, "error": None,
