@@ -6,10 +6,9 @@
 
 Builds (cached in --work) an ELECTRA-Small-shaped classifier with random weights (hidden 256, 12 layers,
 4 heads, FFN 1024, embeddings 128; a WordPiece vocabulary trained on the request texts; the 8 ko-help
-labels) and its `serving.export --quantize` folder. Backend `onnx` serves that folder (INT8 on CPU, what
-the README recommends); `torch` serves the transformers folder (eager PyTorch, what `python -m app` runs
-on a model that was not exported). Random weights cost exactly what trained ones do, and throughput is
-all this measures. `--shape mini` (hidden 64, 2 layers) shows a model so small that per-request
+labels) and its `serving.export --quantize` folder. Backend `onnx` serves that folder (INT8 on CPU);
+`torch` the transformers folder (eager PyTorch, what `python -m app` runs on a model not exported). Random
+weights cost what trained ones do, and throughput is all this measures. `--shape mini` (hidden 64, 2 layers) shows a model so small that per-request
 overhead dominates.
 
 For each backend and mode, starts `python -m app --model M --no-ui` (`--no-batching` for "off") on a
@@ -19,19 +18,16 @@ requests/s, p50/p99 latency, the mean batch size the server formed (from /metric
 or transport failure) and unanswered requests (still open --grace seconds after the end). With
 --rounds N the modes alternate N times and the medians are reported.
 
-The engine ceiling, measured in-process in the same run, is what batching can give at most on this
-machine: texts per second through the engine alone in passes of --clients/2 texts (the batch a server
-forms under that load) over one text per pass. On a CPU a pass costs nearly the same per text batched or
-not once the model is compute-bound (ONNX Runtime: ~1.4x here); eager PyTorch pays a large fixed cost
-per pass that batching shares. Prints a table and writes bench/results/api_load.json with the load
-average beside the numbers (the 2 CPU cores may be shared).
+The engine ceiling (in-process, same run) is the most batching can give here: the engine's texts/s in passes
+of --clients/2 texts (the batch a server forms under that load) over one text per pass; a compute-bound
+CPU pass costs about the same per text either way (ONNX Runtime: ~1.4x), while eager PyTorch's large fixed
+cost per pass is shared. Writes bench/results/api_load.json, load average beside the numbers.
 
-`--swap`: one server (batching on) on a model registry holding the model as v1 and a copy as v2, under
-the same load, while --swaps activations (`POST /v1/models/{v}/activate`, v2, v1, v2, ...) run at even
-intervals inside the measured window. Each request is counted "during a swap" when it overlaps an
-activation (from its POST to its answer: loading, checking and warming the new engine, then the switch),
-else "steady"; p50/p99 and errors of both, from the same run. Target: 0 failed requests, p99 during a swap
-<= 2x steady p99. Writes bench/results/api_load_swap.json.
+`--swap`: one server (batching on) on a registry holding the model as v1 and a copy as v2, under the same
+load, while --swaps activations (`POST /v1/models/{v}/activate`, v2, v1, v2, ...) run at even intervals in
+the measured window. A request overlapping an activation (its POST to its answer: load, check, warm-up,
+switch) counts "during a swap", else "steady"; p50/p99 and errors of both. Target: 0 failed requests, p99
+during a swap <= 2x steady p99. Writes bench/results/api_load_swap.json.
 """
 
 from __future__ import annotations
