@@ -16,6 +16,7 @@ from textdata.errors import DataError
 
 from .admin import admin_refusal
 from .jobs import JobConflict
+from .redact import names_only_text
 from .registry import RegistryError
 from .swap import ActivationError
 from .train_params import RETRAINABLE
@@ -32,7 +33,7 @@ def _f(x) -> str:
 
 def versions_frame(registry) -> pd.DataFrame:
     rows = []
-    for m in registry.listing():
+    for m in registry.listing() if registry is not None else []:
         ev = m.get("eval") or {}
         champ = ev.get("champion") or {}
         rows.append({"version": m["version"], "active": "●" if m["active"] else "", "source": m.get("source", ""),
@@ -65,7 +66,7 @@ def progress_html(job: dict | None) -> str:
     if decision:
         parts.append(html.escape(decision))
     if job.get("error"):
-        parts.append(f"<pre>{html.escape(job['error'])}</pre>")
+        parts.append(f"<pre>{html.escape(names_only_text(job['error']))}</pre>")
     if job.get("n_conflicts"):
         parts.append(f"{job['n_conflicts']} texts had conflicting labels (the latest decision was used; "
                      f"GET /v1/jobs/{html.escape(job['id'])} lists them)")
@@ -81,6 +82,9 @@ def train_tab(cfg, state, jobs) -> None:
         return jobs.get(jobs_now[0]["id"]) if jobs_now else None
 
     def refresh():
+        why = admin_refusal(cfg)
+        if why:  # the registry and the jobs are read under the rule that changes them
+            return f"<div>⚠ {html.escape(why)}</div>", versions_frame(None), gr.update(choices=[], value=None)
         names = list(reversed(registry.names()))
         return (progress_html(latest()), versions_frame(registry),
                 gr.update(choices=names, value=None if not names else gr.skip()))
@@ -90,7 +94,8 @@ def train_tab(cfg, state, jobs) -> None:
         if why:
             return (f"⚠ {why}", *refresh())
         try:
-            job = await jobs.start({p.name: p.kind(v) if v else None for p, v in zip(TAB_PARAMS, values)})
+            # checked there, as the API's are
+            job = await jobs.start({p.name: v for p, v in zip(TAB_PARAMS, values)})
             message = (f"Started job {job['id']}: {job['data'].get('train_rows')} training rows, "
                        f"{job['data'].get('eval_rows')} in the evaluation slice.")
         except (JobConflict, DataError) as e:
@@ -135,7 +140,7 @@ def train_tab(cfg, state, jobs) -> None:
             t_cancel = gr.Button("Cancel job", elem_id="train-cancel")
         t_progress = gr.HTML(elem_id="train-progress")
         t_message = gr.Markdown(elem_id="train-message")
-        t_versions = gr.Dataframe(versions_frame(registry), interactive=False, wrap=True, max_height=600,
+        t_versions = gr.Dataframe(versions_frame(None if admin_refusal(cfg) else registry), interactive=False, wrap=True, max_height=600,
                                   label="Versions (newest first)", elem_id="train-versions")
         with gr.Row():
             t_version = gr.Dropdown(label="Version", choices=[], elem_id="train-version")
