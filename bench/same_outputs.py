@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TIMED = {"wall_seconds", "train_seconds", "samples_per_second", "seconds", "elapsed_s", "created", "updated",
          "rows_per_second", "speed", "speedup", "ms", "fp32_ms", "int8_ms", "timing", "speed_check",
          "quantize_seconds", "export_seconds",
+         "call_overhead_tokens",  # the server's pass cost, measured at start-up
          "why", "model_file_why"}  # the export's reason for its CPU default quotes the speed it measured
 # One text per request: a server groups the texts of a request by the pass cost it measures at start-up, and
 # dynamic INT8 quantises activations per pass, so a multi-text request's numbers would follow the load.
@@ -166,13 +167,16 @@ def main(argv=None) -> int:
     ap.add_argument("--before", default="main", help="git ref of the code before")
     ap.add_argument("--work", type=Path, default=Path("/tmp/same-outputs"))
     ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "same_outputs.json")
+    ap.add_argument("--compare-only", action="store_true", help="compare the outputs already in --work")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
-    model, data = build_inputs(args.work)
-    code_before = tree_at(args.before, args.work / "code-before") if not (args.work / "code-before").exists() \
-        else args.work / "code-before"
-    run_tree(code_before, args.work / "run", model, data, args.work / "before")
-    run_tree(ROOT, args.work / "run", model, data, args.work / "after")
+    if not args.compare_only:
+        model, data = build_inputs(args.work)
+        code_before = args.work / "code-before"
+        if not code_before.exists():
+            tree_at(args.before, code_before)
+        run_tree(code_before, args.work / "run", model, data, args.work / "before")
+        run_tree(ROOT, args.work / "run", model, data, args.work / "after")
     got = compare(args.work / "before", args.work / "after")
     git = {"cwd": ROOT, "capture_output": True, "text": True}
     head = subprocess.run(["git", "rev-parse", "HEAD"], check=True, **git).stdout.strip()
