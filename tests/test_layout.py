@@ -1,6 +1,7 @@
-"""The size rules of the developers' guide, checked on the source: no module over 450 lines and no function over
-80 lines outside tests/. A function's length is its own: a def or class nested in it (a Gradio tab's callbacks,
-a protocol class built per server) is measured on its own, not twice."""
+"""The layout rules, checked on the source. Size (the developers' guide): no module over 450 lines and no function
+over 80 lines outside tests/; a function's length is its own: a def or class nested in it (a Gradio tab's
+callbacks, a protocol class built per server) is measured on its own, not twice. Imports (the README's Layout):
+they run one way, every import in every module, those inside functions included."""
 
 from __future__ import annotations
 
@@ -83,6 +84,33 @@ def test_no_module_or_function_over_the_limit(limit):
     found = {k: v for k, v in oversized().items() if (":" in k) == (limit == "function")}
     new = {k: v for k, v in found.items() if k not in KNOWN}
     assert not new, f"over {MAX_FUNCTION_LINES if limit == 'function' else MAX_MODULE_LINES} lines: {new}"
+
+
+# What each package may import of ours. app/train_child.py runs only as the training child, never in the server.
+MAY_IMPORT = {"textdata": set(), "baseline": {"textdata"}, "pretraining": set(),
+              "serving": {"textdata", "baseline"}, "finetune": {"textdata", "baseline", "pretraining"},
+              "app": {"textdata", "baseline", "serving"}}
+ALSO = {"app/train_child.py": {"finetune"}}
+
+
+def test_imports_run_one_way():
+    ours = set(MAY_IMPORT)
+    wrong = []
+    for package, allowed in MAY_IMPORT.items():
+        for path in sorted((ROOT / package).rglob("*.py")):
+            name = path.relative_to(ROOT).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Import):
+                    modules = [a.name for a in node.names]
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    modules = [node.module]
+                else:
+                    continue
+                for module in modules:
+                    top = module.split(".")[0]
+                    if top in ours and top != package and top not in allowed | ALSO.get(name, set()):
+                        wrong.append(f"{name} imports {module}")
+    assert not wrong, wrong
 
 
 def test_known_exceptions_are_still_over():
