@@ -6,6 +6,7 @@ they run one way, every import in every module, those inside functions included.
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 import pytest
@@ -55,6 +56,7 @@ def functions(tree: ast.AST, prefix: str = ""):
             yield from functions(node, prefix)
 
 
+@functools.lru_cache(maxsize=1)  # three tests read it: parse the tree once
 def oversized() -> dict[str, int]:
     found = {}
     for path in sources():
