@@ -38,8 +38,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from baseline.folds import baseline_predict
 from finetune import label_issues
-from finetune.baseline import baseline_predict
 from finetune.data import bbcnews_csv, load_labeled, make_folds
 from finetune.metrics import fold_metrics
 from textdata.tables import write_json
