@@ -137,8 +137,10 @@ def issues_table(issues: Issues, data, fold_of: np.ndarray, data_name: str) -> p
     multi = getattr(data, "multi_label", False)
     given = data.Y if multi else data.y
 
+    sep = getattr(data, "label_sep", None) or LABEL_SEP  # the data's own separator (issue 32's --label-sep)
+
     def name(v):
-        return LABEL_SEP.join(names[np.flatnonzero(v)]) if multi else names[int(v)]
+        return sep.join(names[np.flatnonzero(v)]) if multi else names[int(v)]
 
     rows = [{"rank": r + 1, "row": int(data.keep[i]), "text": data.texts[i], "given_label": name(given[i]),
              "suggested_label": name(issues.suggested[i]), "p_given": round(float(issues.p_given[i]), 6),
