@@ -34,6 +34,11 @@ SWITCHES = ("auto", "on", "off")
 COMPILE_CHOICES = (*SWITCHES, "graphs")
 # Options for torch.compile; the CPU test swaps in a cheaper backend.
 COMPILE_OPTIONS: dict = {"dynamic": False}
+MULTI_LABEL = "multi_label_classification"  # transformers' problem_type for a sigmoid per label
+
+
+def is_multi_label(model) -> bool:
+    return getattr(model.config, "problem_type", None) == MULTI_LABEL
 
 
 @dataclass(frozen=True)
@@ -153,8 +158,10 @@ def amp_dtype(precision: str, device: torch.device):
 @torch.no_grad()
 def predict_proba(model, ids: list[list[int]], pad_id: int, device, precision: str = "auto",
                   batch_tokens: int = 16384) -> np.ndarray:
-    """Softmax probabilities in input order; batches by token budget over length-sorted texts."""
+    """Softmax probabilities in input order (a sigmoid per label for a multi-label model); batches by token
+    budget over length-sorted texts."""
     model.eval()
+    squash = torch.sigmoid if is_multi_label(model) else lambda z: torch.softmax(z, dim=-1)
     dtype = amp_dtype(precision, device)
     order = np.argsort([len(x) for x in ids], kind="stable")
     out = np.zeros((len(ids), model.config.num_labels), dtype=np.float32)
@@ -168,9 +175,29 @@ def predict_proba(model, ids: list[list[int]], pad_id: int, device, precision: s
         rows = order[start:end]
         with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             logits = model(**collate(ids, rows, pad_id, device)).logits
-        out[rows] = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+        out[rows] = squash(logits.float()).cpu().numpy()
         start = end
     return out
+
+
+def bce_loss(logits: torch.Tensor, labels: torch.Tensor, pos_weight: torch.Tensor | None) -> torch.Tensor:
+    """BCE-with-logits averaged over the real rows' (row, label) cells; padding rows (label -1) count for nothing."""
+    real = labels >= 0
+    cells = F.binary_cross_entropy_with_logits(logits, labels.clamp(min=0), pos_weight=pos_weight, reduction="none")
+    return (cells * real).sum() / real.sum().clamp(min=1)
+
+
+def single_label_val(proba: np.ndarray, y_val: np.ndarray, n_classes: int) -> tuple[float, float]:
+    """(macro-F1, log-loss) of the early-stopping rows."""
+    f1 = f1_score(y_val, proba.argmax(1), average="macro", labels=list(range(n_classes)), zero_division=0)
+    return float(f1), float(-np.log(proba[np.arange(len(y_val)), y_val].clip(1e-9)).mean())
+
+
+def multi_label_val(proba: np.ndarray, Y_val: np.ndarray, n_classes: int) -> tuple[float, float]:
+    """(macro-F1 at 0.5, mean BCE) of the early-stopping rows (thresholds are tuned later, on out-of-fold rows)."""
+    f1 = f1_score(Y_val, (proba > 0.5).astype(np.int64), average="macro", zero_division=0)
+    p = proba.astype(np.float64).clip(1e-9, 1 - 1e-9)
+    return float(f1), float(-(Y_val * np.log(p) + (1 - Y_val) * np.log1p(-p)).mean())
 
 
 def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, seed: int,
@@ -189,15 +216,19 @@ def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, 
     n_proc, rank = (accelerator.num_processes, accelerator.process_index) if accelerator else (1, 0)
 
     n_classes = model.config.num_labels
+    multi = is_multi_label(model)
     weight = None
-    if cfg.class_weights:  # "balanced": n / (k * count), as scikit-learn defines it
+    if cfg.class_weights and multi:  # BCE's pos_weight: negatives / positives per label
+        pos = np.asarray(y_train).sum(0)
+        weight = torch.tensor((len(y_train) - pos) / pos.clip(min=1), dtype=torch.float32, device=device)
+    elif cfg.class_weights:  # "balanced": n / (k * count), as scikit-learn defines it
         counts = np.bincount(y_train, minlength=n_classes).clip(min=1)
         weight = torch.tensor(len(y_train) / (n_classes * counts), dtype=torch.float32, device=device)
     lengths = np.array([len(x) for x in train_ids])
     steps_per_epoch = math.ceil(len(train_ids) / cfg.batch_size) // n_proc
     total = steps_per_epoch * cfg.epochs
     warmup = max(1, int(cfg.warmup * total))
-    y_t = torch.tensor(np.asarray(y_train), dtype=torch.long)
+    y_t = torch.tensor(np.asarray(y_train), dtype=torch.float32 if multi else torch.long)
     graphs = cfg.compile == "graphs"
     if graphs and device.type != "cuda":
         raise ValueError(f"compile 'graphs' replays CUDA graphs and needs a CUDA device, not {device.type}; "
@@ -223,12 +254,14 @@ def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, 
             if widths:
                 longest = max(lengths[rows])
                 batch = collate(train_ids, rows, pad_id, device, next(w for w in widths if w >= longest), cfg.batch_size)
-                labels = F.pad(labels, (0, cfg.batch_size - len(rows)), value=-100)  # ignored by the loss
+                # padding rows are ignored by the loss: -100 for cross-entropy, -1 (masked) for BCE
+                labels = F.pad(labels, (0, 0, 0, cfg.batch_size - len(rows)) if multi else
+                               (0, cfg.batch_size - len(rows)), value=-1 if multi else -100)
             else:
                 batch = collate(train_ids, rows, pad_id, device)
             with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
                 logits = wrapped(**batch).logits
-            loss = F.cross_entropy(logits.float(), to_device(labels.numpy(), device), weight=weight)
+            loss = (bce_loss if multi else F.cross_entropy)(logits.float(), to_device(labels.numpy(), device), weight)
             optimizer.zero_grad(set_to_none=True)
             scaled = scaler.scale(loss)
             accelerator.backward(scaled) if accelerator else scaled.backward()
@@ -247,10 +280,10 @@ def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, 
 
         if len(val_ids):  # early stopping looks only at the inner split, never at the fold being scored
             proba = predict_proba(model, val_ids, pad_id, device, cfg.precision)
-            f1 = f1_score(y_val, proba.argmax(1), average="macro", labels=list(range(n_classes)), zero_division=0)
+            f1, val_loss = (multi_label_val if multi else single_label_val)(proba, y_val, n_classes)
             hist.epochs.append(epoch + 1)
-            hist.val_macro_f1.append(float(f1))
-            hist.val_loss.append(float(-np.log(proba[np.arange(len(y_val)), y_val].clip(1e-9)).mean()))
+            hist.val_macro_f1.append(f1)
+            hist.val_loss.append(val_loss)
             if f1 > best_f1:
                 best_f1, stale, hist.best_epoch = f1, 0, epoch + 1
                 best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
