@@ -126,8 +126,10 @@ def open_study(optuna, out: Path, base: Config, scfg: SearchConfig, space):
         differs = sorted(k for k in set(before) | set(settings) if before.get(k) != settings.get(k))
         if "kfold" in differs:
             differs.remove("kfold")
+            # a setting added since (e.g. multi_label) counts as unchanged when it is at its default
+            default = flat(config_json(Config(model="", data="", output="")))
             differs += sorted(k for k in set(before["kfold"]) | set(settings["kfold"])
-                              if before["kfold"].get(k) != settings["kfold"].get(k))
+                              if before["kfold"].get(k, default.get(k)) != settings["kfold"].get(k, default.get(k)))
         if differs:
             raise DataError(f"--resume: the search in {out} was run with different {differs}; use a new --output")
     out.mkdir(parents=True, exist_ok=True)

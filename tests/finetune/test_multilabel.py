@@ -327,3 +327,42 @@ def test_final_model_folder_follows_the_multi_label_contract(ml_run):
     assert np.allclose(got, proba, atol=1e-5)
     want = [";".join(n for n, p, t in zip(spec["labels"], row, spec["thresholds"]) if p > t) for row in proba]
     assert written["pred_labels"].tolist() == want
+
+
+# ------------------------------------------------------------------------------------------ training
+def _ml_train(tiny_electra_dir, **switches):
+    import torch
+    from transformers import AutoTokenizer
+
+    from finetune.models import load_classifier
+    from finetune.train import TrainConfig, encode, fit
+
+    df = ml_rows(24)
+    labels = ["dream", "error", "memo"]
+    Y = np.array([[lab in c.split(";") for lab in labels] for c in df["labels"]], dtype=np.int64)
+    tok = AutoTokenizer.from_pretrained(tiny_electra_dir)
+    torch.manual_seed(0)
+    model = load_classifier("tiny", str(tiny_electra_dir), labels, dropout=0.0, multi_label=True)
+    cfg = TrainConfig(epochs=2, batch_size=7, lr=1e-3, patience=0, class_weights=True, **switches)
+    hist = fit(model, tok, encode(tok, df["text"].tolist(), 64), Y, [], Y[:0], cfg, seed=0)
+    return hist, model, tok, df, Y
+
+
+def test_multi_label_training_is_bce_with_pos_weight_and_padding_rows_count_nothing(tiny_electra_dir):
+    import torch
+
+    from finetune.train import bce_loss, predict_proba
+
+    plain, model, tok, df, Y = _ml_train(tiny_electra_dir, static_shapes="off")
+    fixed, _, _, _, _ = _ml_train(tiny_electra_dir, static_shapes="on")  # short last batch padded with rows
+    np.testing.assert_allclose(fixed.train_loss, plain.train_loss, rtol=1e-4, atol=1e-5)
+    assert plain.train_loss[-1] < plain.train_loss[0]
+    logits = torch.randn(5, 3)
+    target = torch.tensor(Y[:5], dtype=torch.float32)
+    pw = torch.tensor([2.0, 1.0, 0.5])
+    want = torch.nn.BCEWithLogitsLoss(pos_weight=pw)(logits, target)
+    padded = torch.cat([target, -torch.ones(2, 3)])
+    assert torch.allclose(bce_loss(torch.cat([logits, torch.randn(2, 3)]), padded, pw), want)
+    proba = predict_proba(model, [tok(t)["input_ids"] for t in df["text"][:4]], 0, torch.device("cpu"))
+    assert proba.shape == (4, 3) and not np.allclose(proba.sum(1), 1.0)  # independent sigmoids, not a softmax
+    assert model.config.problem_type == "multi_label_classification"
