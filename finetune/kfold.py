@@ -5,6 +5,7 @@
     python finetune/kfold.py --model runs/pretrain/discriminator --data train.csv --group-column page --final
     python finetune/kfold.py --model runs/pretrain/discriminator --data train.csv --group-column page \\
         --adapt-steps 300
+    python finetune/kfold.py --model minilm --data debtags.csv --label-column labels --multi-label --final
 
 Per fold: (with --adapt-steps) replaced-token detection continued on the fold's training texts only, see
 finetune/adapt.py; a fresh model from the pretrained weights, early stopping on an inner split of the
@@ -15,6 +16,8 @@ in report.json is the one measured on rows it never saw, and they are the export
 Several GPUs: `accelerate launch finetune/kfold.py ...`, or each fold on its own GPU(s) as a Ray task:
 `--engine ray [--address auto] [--gpus-per-fold 1] [--cpus-per-fold N]` (finetune/fold_runner.py).
 A hyperparameter search over this k-fold: finetune/search.py.
+--multi-label: a row carries several labels (or none), separated by --label-sep in its label cell; folds
+iteratively stratified, a sigmoid per label, per-label thresholds tuned nested (finetune/multilabel_run.py).
 """
 
 from __future__ import annotations

@@ -45,7 +45,8 @@ def parse_label_sets(cells: pd.Series, sep: str, path, column: str) -> list[list
         raise DataError(f"--label-sep {sep!r} cannot separate labels: use e.g. ';' or ','")
     others = [s for s in COMMON_SEPS if s not in sep]
     sets, any_sep, other_hits = [], False, dict.fromkeys(others, 0)
-    for i, cell in enumerate(cells.tolist()):
+    # the series' index is the row's position in the file as read (rows dropped before keep their number)
+    for i, cell in zip(cells.index.tolist(), cells.tolist()):
         names, listed = _cell_labels(cell, sep)
         if listed:
             bad = next((n for n in names if sep in n), None)

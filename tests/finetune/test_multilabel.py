@@ -64,6 +64,7 @@ def test_label_sets_from_csv_jsonl_and_parquet_with_rows_without_label(tmp_path)
 
 def test_mixed_separators_name_the_file_row_and_value(tmp_path):
     df = ml_rows()
+    df.loc[1, "text"] = " "  # dropped before the labels are read: row numbers still count it
     df.loc[4, "labels"] = "dream,error;memo"
     path = tmp_path / "mixed.csv"
     df.to_csv(path, index=False)
