@@ -367,3 +367,23 @@ def test_multi_label_training_is_bce_with_pos_weight_and_padding_rows_count_noth
     proba = predict_proba(model, [tok(t)["input_ids"] for t in df["text"][:4]], 0, torch.device("cpu"))
     assert proba.shape == (4, 3) and not np.allclose(proba.sum(1), 1.0)  # independent sigmoids, not a softmax
     assert model.config.problem_type == "multi_label_classification"
+
+
+def test_multi_label_search_scores_trials_by_kfolds_nested_tuned_macro_f1(tmp_path, tiny_electra_dir):
+    from finetune import search
+
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    data = tmp_path / "notes.csv"
+    ml_rows(90).to_csv(data, index=False)
+    out = tmp_path / "search"
+    code = search.main(["--model", str(tiny_electra_dir), "--data", str(data), "--output", str(out), "--label-column",
+                        "labels", "--multi-label", "--folds", "3", "--batch-size", "8", "--epochs", "1",
+                        "--trials", "2", "--no-prune"])
+    assert code == 0
+    report = json.loads((out / "search_report.json").read_text())
+    best = json.loads((out / "best" / "report.json").read_text())
+    # the trial's score is the number k-fold reports for the same folds: macro-F1 at nested tuned thresholds
+    assert report["best"]["macro_f1_mean"] == pytest.approx(best["macro_f1_mean"])
+    assert best["multi_label"] and best["macro_f1_mean"] != pytest.approx(best["at_0_5"]["macro_f1_mean"])
+    trial = next(r for r in report["trials"] if r["trial"] == report["best"]["trial"])
+    assert trial["fold_macro_f1"] == pytest.approx([f["at_0_5"]["macro_f1"] for f in best["folds"]])
