@@ -99,7 +99,7 @@ def check_label_counts(Y: np.ndarray, labels: list[str], folds: int, path, after
 
 def combination_counts(Y: np.ndarray) -> dict:
     """How many rows carry no label, and how many distinct label sets there are (for the report)."""
-    return {"rows_without_label": int((Y.sum(1) == 0).sum()), "label_combinations": int(len(np.unique(Y, axis=0))),
+    return {"rows_without_label": int((Y.sum(1) == 0).sum()), "label_combinations": len(np.unique(Y, axis=0)),
             "labels_per_row": round(float(Y.sum(1).mean()), 4) if len(Y) else 0.0}
 
 
