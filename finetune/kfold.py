@@ -259,7 +259,8 @@ def run(cfg: Config) -> dict:
         final_model(cfg, prep, report, accelerator)
         if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitor.py)
             kept = (report["blend"] or {}).get("kept") and blend_oof is not None
-            save_reference(out / "model", blend_oof if kept else got.oof, data.texts, data.labels)
+            save_reference(out / "model", blend_oof if kept else got.oof, data.texts, data.labels,
+                           multilabel_run.served_thresholds(out / "model") if ml else None)
     report["wall_seconds"] = round(time.time() - started, 1)
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)

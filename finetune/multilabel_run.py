@@ -263,6 +263,13 @@ def final_extras(folder: Path, out: Path, data, held, proba, cfg, report: dict) 
     return blend
 
 
+def served_thresholds(folder: Path) -> list[float]:
+    """The thresholds a model folder serves (its thresholds.json), for the drift reference (textdata/drift.py)."""
+    import json
+
+    return json.loads((Path(folder) / THRESHOLDS_FILE).read_text(encoding="utf-8"))["thresholds"]
+
+
 # ------------------------------------------------------------------------------------------- the table
 def _pm(d: dict | None, key: str = "macro_f1") -> str:
     return f"{d[f'{key}_mean']:.4f}±{d[f'{key}_std']:.3f}" if d and f"{key}_mean" in d else "n/a"

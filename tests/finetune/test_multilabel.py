@@ -329,6 +329,8 @@ def test_final_model_folder_follows_the_multi_label_contract(ml_run):
     report = json.loads((out / "report.json").read_text())
     assert spec["thresholds"] == [report["thresholds"]["final"][n] for n in spec["labels"]]
     assert json.loads((model_dir / "baseline" / "tfidf.json").read_text())["multi_label"] is True
+    reference = json.loads((model_dir / "reference.json").read_text())  # the drift monitor's, per label
+    assert reference["multi_label"] and "(none)" in reference["class_mix"]
     # k-fold's final computation on the held-out rows, recomputed from the saved folder
     written = pd.read_csv(out / "holdout_predictions.csv", keep_default_na=False)
     tok = AutoTokenizer.from_pretrained(model_dir)
