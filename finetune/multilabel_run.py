@@ -2,7 +2,7 @@
 the per-label blend, the held-out rows, the outputs and the final model's thresholds.json and baseline/.
 
 finetune/kfold.py calls these where the single-label path calls finetune/report.py and finetune/blend.py; the
-numbers come from finetune/multilabel.py (metrics, thresholds) and textdata/label_blend.py (baseline, blend).
+numbers come from finetune/multilabel.py (metrics, thresholds) and baseline/label_blend.py (baseline, blend).
 
 Nested everywhere: fold k's tuned score uses thresholds tuned on the other folds' rows; its blend uses weights
 fitted on the other folds' rows, and thresholds tuned on those rows blended with those weights.
@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from baseline.blend import BaselineError
+from baseline.label_blend import fit_label_blend, fit_ovr_baseline, ovr_proba
 from finetune.multilabel import (
     DEFAULT,
     GRID,
@@ -25,8 +27,6 @@ from finetune.multilabel import (
     tune_thresholds,
 )
 from finetune.multilabel_data import combination_counts
-from textdata.blend import BaselineError
-from textdata.label_blend import fit_label_blend, fit_ovr_baseline, ovr_proba
 from textdata.tables import write_json, write_table
 
 THRESHOLDS_FILE = "thresholds.json"  # the model folder's, read by serving/multilabel.py
@@ -220,8 +220,8 @@ def final_extras(folder: Path, out: Path, data, held, proba, cfg, report: dict) 
     Returns the blend's entry for training_config.json, or None."""
     import shutil
 
-    from textdata.blend import BASELINE_DIR, ServedBlend
-    from textdata.label_blend import LabelBlend, save_ovr_baseline
+    from baseline.blend import BASELINE_DIR, ServedBlend
+    from baseline.label_blend import LabelBlend, save_ovr_baseline
 
     shutil.rmtree(folder / BASELINE_DIR, ignore_errors=True)  # a rerun into the same folder must not serve an old one
     section, labels, blend = report["blend"], data.labels, None

@@ -201,8 +201,8 @@ def test_metrics_are_sklearns_and_a_correct_none_scores_one():
 
 # ------------------------------------------------------------------------------------------ baseline and blend
 def test_served_one_vs_rest_baseline_and_blend_equal_the_fitted_ones(tmp_path):
-    from textdata.blend import ServedBlend
-    from textdata.label_blend import (
+    from baseline.blend import ServedBlend
+    from baseline.label_blend import (
         LabelBlend,
         fit_label_blend,
         fit_ovr_baseline,
@@ -227,7 +227,7 @@ def test_served_one_vs_rest_baseline_and_blend_equal_the_fitted_ones(tmp_path):
 
 
 def test_label_blend_learns_to_trust_the_informative_model():
-    from textdata.label_blend import fit_label_blend
+    from baseline.label_blend import fit_label_blend
 
     rng = np.random.default_rng(0)
     Y = random_Y(500, 3)
@@ -317,7 +317,7 @@ def test_final_model_folder_follows_the_multi_label_contract(ml_run):
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-    from textdata.blend import ServedBlend
+    from baseline.blend import ServedBlend
 
     _, out, _ = ml_run
     model_dir = out / "model"

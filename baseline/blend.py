@@ -13,7 +13,7 @@ logistic-regression stacker on the log-probabilities (2K features, K classes) wi
 docs/finetune.md, "Blend with the baseline".
 
 The baseline is saved without pickle: vocabulary and settings as JSON, idf and coefficients as
-safetensors. Serving applies it with numpy alone (textdata/tfidf.py: faster per row than rebuilding the
+safetensors. Serving applies it with numpy alone (baseline/tfidf.py: faster per row than rebuilding the
 scikit-learn objects, and the slim image carries no scikit-learn or scipy); only fitting uses scikit-learn.
 """
 
@@ -26,10 +26,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from textdata.tfidf import TfidfLogreg, check_settings
+from baseline.tfidf import TfidfLogreg, check_settings
 
 if TYPE_CHECKING:
-    from textdata.label_blend import LabelBlend
+    from baseline.label_blend import LabelBlend
 
 BASELINE_DIR = "baseline"  # inside a model folder: tfidf.json, weights.safetensors, blend.json
 BLEND_FILE = "blend.json"
@@ -165,7 +165,7 @@ def _unreadable(target: Path, e: Exception) -> ValueError:
 
 def load_baseline(folder: str | Path) -> tuple[TfidfLogreg, int, Blend | LabelBlend, dict]:
     """(the baseline as numpy, n_classes, blend, blend.json) from folder/baseline/; ValueError if broken or
-    saved with settings the numpy transform does not implement (textdata/tfidf.py: serving imports no sklearn)."""
+    saved with settings the numpy transform does not implement (baseline/tfidf.py: serving imports no sklearn)."""
     from safetensors.numpy import load_file
 
     target = Path(folder) / BASELINE_DIR
@@ -178,9 +178,9 @@ def load_baseline(folder: str | Path) -> tuple[TfidfLogreg, int, Blend | LabelBl
         if unknown:
             raise ValueError(f"unknown vectorizer settings {sorted(unknown)}")
         n_classes = int(spec["n_classes"])
-        multi = bool(spec.get("multi_label", False))  # one-vs-rest, a weight per label: textdata/label_blend.py
+        multi = bool(spec.get("multi_label", False))  # one-vs-rest, a weight per label: baseline/label_blend.py
         if multi:
-            from textdata.label_blend import LabelBlend
+            from baseline.label_blend import LabelBlend
 
             blend = LabelBlend.from_meta(meta, n_classes)
         else:

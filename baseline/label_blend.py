@@ -1,9 +1,9 @@
 """The multi-label TF-IDF baseline and its blend with the model, per label: fitted by k-fold, applied by serving.
 
-The baseline is one-vs-rest: the single-label baseline's char TF-IDF (textdata/blend.py `tfidf_logreg`, same
+The baseline is one-vs-rest: the single-label baseline's char TF-IDF (baseline/blend.py `tfidf_logreg`, same
 settings) and one binary logistic regression per label on it, so each label gets its own sigmoid.
 
-The blend is the single-label log-linear pool (textdata/blend.py) made per label: for label j,
+The blend is the single-label log-linear pool (baseline/blend.py) made per label: for label j,
 
     logit p_blend_j = a_j · logit p_model_j + b_j · logit p_baseline_j,    a_j, b_j >= 0,
 
@@ -12,8 +12,8 @@ which is the pool p ∝ exp(a·log p_model + b·log p_baseline) over the two out
 few rows cannot be overfitted far.
 
 Saved like the single-label baseline (folder/baseline/: tfidf.json with `"multi_label": true`, the weights as
-safetensors with one coefficient row per label, blend.json with a weight per label); `textdata.blend.ServedBlend`
-reads either kind, and serving applies this one with numpy alone (textdata/tfidf.py).
+safetensors with one coefficient row per label, blend.json with a weight per label); `baseline.blend.ServedBlend`
+reads either kind, and serving applies this one with numpy alone (baseline/tfidf.py).
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def fit_ovr_baseline(texts: list[str], Y: np.ndarray, seed: int):
     from sklearn.multiclass import OneVsRestClassifier
     from sklearn.pipeline import make_pipeline
 
-    from textdata.blend import TEXT_CAP, BaselineError, tfidf_logreg
+    from baseline.blend import TEXT_CAP, BaselineError, tfidf_logreg
 
     Y = np.asarray(Y)
     if len(Y) == 0:
@@ -51,7 +51,7 @@ def fit_ovr_baseline(texts: list[str], Y: np.ndarray, seed: int):
 
 def ovr_proba(model, texts: list[str]) -> np.ndarray:
     """(len(texts), L) per-label probabilities of a fitted one-vs-rest baseline."""
-    from textdata.blend import TEXT_CAP
+    from baseline.blend import TEXT_CAP
 
     n_labels = len(model.steps[-1][1].estimators_)
     if not texts:
@@ -126,7 +126,7 @@ def save_ovr_baseline(model, folder: str | Path, blend: LabelBlend, meta: dict) 
     """Write folder/baseline/ for a multi-label model (tfidf.json, weights.safetensors, blend.json)."""
     from safetensors.numpy import save_file
 
-    from textdata.blend import _VECTORIZER_KEYS, BASELINE_DIR, BLEND_FILE
+    from baseline.blend import _VECTORIZER_KEYS, BASELINE_DIR, BLEND_FILE
     from textdata.tables import atomic_path, write_json
 
     vec = model.steps[0][1]
