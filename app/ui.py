@@ -379,7 +379,10 @@ def _batch_tab(cfg, state, exports: Exports, engine_turn) -> None:
         scored = pd.concat(parts)
         out = exports.path(f"{Path(file).stem}-scored.csv")
         write_table(spreadsheet_safe(scored), out)  # a person opens this one: formulas neutralised
-        counts = scored["pred_label"].value_counts()
+        if "pred_labels" in scored:  # multi-label: label sets, "(none)" where no label is over its threshold
+            counts = scored.loc[scored["error"].isna(), "pred_labels"].fillna("").replace("", "(none)").value_counts()
+        else:
+            counts = scored["pred_label"].value_counts()
         errors = int(scored["error"].notna().sum())
         summary = (f"Scored **{len(scored)}** rows: " + ", ".join(f"{html.escape(str(k))} {v}" for k, v in counts.items())
                    + (f" · {errors} rows without text (see `error`)" if errors else ""))
@@ -394,7 +397,8 @@ def _batch_tab(cfg, state, exports: Exports, engine_turn) -> None:
                 b_column = gr.Textbox(label="Text column", value="text", elem_id="batch-column")
                 b_go = gr.Button("Score", variant="primary", elem_id="batch-go")
         b_summary = gr.Markdown(elem_id="batch-summary")
-        b_out = gr.File(label="Scored CSV (every input column + pred_label, pred_score, prob_*, error, model_version)",
+        b_out = gr.File(label="Scored CSV (every input column + pred_label, pred_score or, multi-label, pred_labels; prob_*, "
+                              "error, model_version)",
                         elem_id="batch-download")
         b_preview = gr.Dataframe(label="First rows", interactive=False, elem_id="batch-preview")
         b_go.click(score_file, [b_file, b_column], [b_out, b_summary, b_preview], concurrency_id="scoring",
