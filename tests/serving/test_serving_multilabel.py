@@ -175,3 +175,28 @@ def test_score_writes_pred_labels_and_probabilities(ml_exported, multilabel_rows
     top = pd.read_csv(csv_out, dtype=str, keep_default_na=False)
     assert list(top.columns)[1:4] == ["pred_labels", "top1_label", "top1_score"]
     assert top["pred_labels"].drop(index=3).tolist() == ok["pred_labels"].tolist()
+
+
+def test_engine_applies_the_per_label_blend(multilabel_classifier_dir, multilabel_rows, tmp_path):
+    """k-fold's multi-label blend (textdata/label_blend.py, the finetune half of issue 32) is applied per label
+    before the thresholds; --no-blend serves the model's own sigmoids."""
+    label_blend = pytest.importorskip("textdata.label_blend")
+    from textdata.normalize import Normalizer
+
+    folder = tmp_path / "blended"
+    shutil.copytree(multilabel_classifier_dir, folder)
+    rows = multilabel_rows(60, seed=4)
+    y = np.array([[int(lab in c.split(";")) for lab in LABELS] for c in rows["label"]])
+    baseline = label_blend.fit_ovr_baseline(rows["text"].tolist(), y, 0)
+    blend = label_blend.LabelBlend((1.5, 0.5, 1.0), (0.8, 1.2, 0.0))
+    label_blend.save_ovr_baseline(baseline, folder, blend, {"method": "test"})
+    texts = multilabel_rows(30, seed=8)["text"].tolist()
+    plain = Classifier.load(folder, provider="torch", precision="fp32", blend=False)
+    served = Classifier.load(folder, provider="torch", precision="fp32")
+    p_model = plain.predict_proba(texts)
+    want = blend(p_model, label_blend.ovr_proba(baseline, [Normalizer()(t) for t in texts]))
+    np.testing.assert_allclose(served.predict_proba(texts), want, atol=1e-5)
+    assert [p.labels for p in served.predict(texts)] == [[lab for lab, v, t in zip(LABELS, r, THRESHOLDS) if v > t]
+                                                          for r in want]
+    assert not np.allclose(want, p_model, atol=1e-3)  # the blend changed something
+    assert list(served.info()["blend"]["model_weight"]) == [1.5, 0.5, 1.0]
