@@ -104,7 +104,7 @@ class Classifier:
         self._config = config
         self.normalizer = normalizer
         self.labels = labels_from_config(config)
-        # Multi-label (serving/multilabel.py): sigmoid per label, labels over their thresholds; set by load().
+        # Multi-label (serving/multilabel.py): sigmoid per label, labels over the thresholds in thresholds.json.
         self.multi_label = is_multi_label(config)
         self._thresholds = load_thresholds(self.folder, self.labels) if self.multi_label else None
         self.thresholds = self._thresholds.values if self.multi_label else None
