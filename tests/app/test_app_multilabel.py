@@ -192,3 +192,38 @@ def test_training_table_and_retrain_flags_for_a_multi_label_model(tmp_path, mult
     scores = multi_label_scores(ml_engine, ev, ";")
     assert scores["macro_f1"] == 1.0 and scores["subset_accuracy"] == 1.0
     check_engine(ml_engine)  # per-label probabilities pass the activation check
+
+
+def test_retraining_a_multi_label_model_makes_a_multi_label_version(multilabel_classifier_dir, tiny_electra_dir,
+                                                                   multilabel_rows, tmp_path_factory):
+    """The learning loop end to end on a multi-label active model: label sets in the table, k-fold with
+    --multi-label, a gated export, the slice scored as sets, v2 promoted and answering label sets."""
+    pytest.importorskip("textdata.label_blend")  # k-fold's --multi-label: the finetune half of issue 32
+    import time
+
+    from app_testkit import training_server
+
+    rows = multilabel_rows(90, seed=11)
+    with training_server(multilabel_classifier_dir, tiny_electra_dir, rows, tmp_path_factory.mktemp("ml-train"),
+                         "--no-ui") as server:
+        r = httpx.post(server.url + "/v1/train", json={"folds": 2, "epochs": 1})
+        assert r.status_code == 202, r.text
+        job_id, deadline = r.json()["id"], time.monotonic() + 900
+        while time.monotonic() < deadline:
+            job = httpx.get(f"{server.url}/v1/jobs/{job_id}").json()
+            if job["status"] == "failed" or (job["status"] != "running" and job.get("decision")):
+                break
+            time.sleep(1)
+        assert job["status"] == "succeeded", job.get("error")
+        models = server.cwd / "app-data" / "models"
+        spec = json.loads((models / ".jobs" / job_id / "spec.json").read_text())
+        assert spec["label_sep"] == ";"
+        assert json.loads((models / "v2" / "config.json").read_text())["problem_type"] == "multi_label_classification"
+        assert json.loads((models / "v2" / "thresholds.json").read_text())["labels"] == LABELS
+        table = pd.read_csv(models / "v2" / "training" / "train.csv", dtype=str, keep_default_na=False)
+        assert "" in set(table["label"]) and any(";" in c for c in table["label"])  # sets and "none of these"
+        meta = json.loads((models / "v2" / "version.json").read_text())
+        assert {"macro_f1", "micro_f1", "subset_accuracy"} <= set(meta["eval"]) and job["decision"]["promoted"]
+        body = httpx.post(server.url + "/v1/classify", json={"texts": TEXTS}).json()
+        assert body["model_version"] == "v2" and all(set(p) == {"labels", "scores", "model_version"}
+                                                     for p in body["predictions"])
