@@ -200,3 +200,25 @@ def test_engine_applies_the_per_label_blend(multilabel_classifier_dir, multilabe
                                                           for r in want]
     assert not np.allclose(want, p_model, atol=1e-3)  # the blend changed something
     assert list(served.info()["blend"]["model_weight"]) == [1.5, 0.5, 1.0]
+
+
+def test_served_answers_equal_kfolds_final_computation_on_unseen_rows(tiny_electra_dir, multilabel_rows, tmp_path):
+    """k-fold --multi-label --final --holdout (the finetune half) writes the final model's answers on rows it never
+    saw (holdout_predictions.csv: tuned thresholds, blend when kept); the exported folder answers the same."""
+    pytest.importorskip("textdata.label_blend")
+    from finetune import kfold
+
+    data = tmp_path / "rows.csv"
+    multilabel_rows(240, seed=12).to_csv(data, index=False)
+    run_dir = tmp_path / "run"
+    kfold.run(kfold.parse_args(["--model", str(tiny_electra_dir), "--data", str(data), "--multi-label", "--folds", "2",
+                                "--epochs", "2", "--lr", "3e-3", "--batch-size", "16", "--holdout", "0.25",
+                                "--output", str(run_dir), "--final"]))
+    out = tmp_path / "onnx"
+    export.run(export.ExportConfig(model=run_dir / "model", output=out, eval_csv=run_dir / "holdout.csv"))
+    want = pd.read_csv(run_dir / "holdout_predictions.csv", dtype=str, keep_default_na=False)
+    clf = Classifier.load(out)
+    preds = clf.predict(want["text"].tolist())
+    probs = want[[f"prob_{lab}" for lab in clf.labels]].astype(float).to_numpy()
+    np.testing.assert_allclose([[p.scores[lab] for lab in clf.labels] for p in preds], probs, atol=1e-5)
+    assert [";".join(p.labels) for p in preds] == want["pred_labels"].tolist()
