@@ -19,28 +19,25 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import re
 import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from textdata.tables import write_json, write_table
 
+from . import child_watch
 from .registry import Registry, RegistryError
 from .swap import ActivationError, Switcher
+from .train_params import check_params, inherited, kfold_config
 from .trainset import TrainingDataError, active_label_sep, build, check, eval_share
 
 log = logging.getLogger("app")
 _JOB_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
-# What a retrain may set (POST /v1/train, the Train tab), with the kfold.py flag each becomes. Not given:
-# the value the active version was trained with (its training_config.json), else kfold.py's default.
-TRAIN_FIELDS = {"folds": "--folds", "epochs": "--epochs", "lr": "--lr", "batch_size": "--batch-size",
-                "max_length": "--max-length", "seed": "--seed", "normalize": "--normalize"}
-TRAIN_SWITCHES = {"class_weights": "--class-weights"}
 DEFAULT_FOLDS = 5
 LOG_TAIL_LINES = 40
 
@@ -76,7 +73,10 @@ class Jobs:
         self._lock = asyncio.Lock()
         for record in self.list():  # a server that died mid-job leaves it "running": it is not
             if record["status"] == "running":
-                self._finish(record, "failed", error="the server stopped while the job was running")
+                ended = child_watch.end_orphan(record.get("pid"), record.get("pid_started"))
+                self._finish(record, "failed", error="the server stopped while the job was running" +
+                             (f"; its training process (pid {record['pid']}) was still running and was ended"
+                              if ended else ""))
 
     # ------------------------------------------------------------ reading
     def folder(self, job_id: str) -> Path:
@@ -114,11 +114,9 @@ class Jobs:
     # ------------------------------------------------------------ starting
     def settings(self, given: dict) -> dict:
         """The retrain's settings: what was asked, else what the active version was trained with."""
-        conf = self._active_training_config().get("config", {})
-        inherited = {**{k: conf[k] for k in ("folds", "max_length", "seed", "normalize") if k in conf},
-                     **{k: v for k, v in conf.get("train", {}).items()
-                        if k in ("epochs", "lr", "batch_size", "class_weights")}}
-        out = {**inherited, **{k: v for k, v in given.items() if v is not None}}
+        # What a retrain may set, and inherits when not given: app/train_params.py RETRAINABLE; the one check,
+        # for the API and the Train tab alike.
+        out = {**inherited(self._active_training_config().get("config", {})), **check_params(given)}
         out.setdefault("folds", DEFAULT_FOLDS)
         if int(out["folds"]) < 2:
             raise TrainingDataError("folds must be at least 2")
@@ -179,16 +177,13 @@ class Jobs:
         write_table(ts.train, folder / "train.csv")
         write_table(ts.eval, folder / "eval.csv")
         staging = self.registry.staging(job_id)
-        argv = ["--model", base, "--data", str(folder / "train.csv"), "--output", str(folder / "work"), "--final"]
-        for k, flag in TRAIN_FIELDS.items():
-            if k in params:
-                argv += [flag, str(params[k])]
-        argv += [flag for k, flag in TRAIN_SWITCHES.items() if params.get(k)]
+        multi = {"multi_label": True, "label_sep": label_sep} if label_sep else {}  # k-fold's --multi-label
+        kfold = kfold_config(params, model=base, data=str(folder / "train.csv"), output=str(folder / "work"),
+                             final=True, **multi)
         active = self.registry.active()
         champion = {"version": active, "folder": str(self.registry.path(active).resolve())} if active else None
-        write_json(folder / "spec.json", {"kfold_argv": argv, "folds": int(params["folds"]), "work": str(folder / "work"),
-                                          "staging": str(staging), "champion": champion, "nice": self.cfg.train_nice,
-                                          "label_sep": label_sep})
+        write_json(folder / "spec.json", {"kfold": kfold, "staging": str(staging), "champion": champion,
+                                          "nice": self.cfg.train_nice, **({"label_sep": label_sep} if label_sep else {})})
         record = {"id": job_id, "status": "running", "created": round(time.time(), 3), "params": params,
                   "base_model": base, "parent": active, "data": ts.sources, "conflicts": ts.conflicts,
                   "n_conflicts": ts.n_conflicts, "version": None, "decision": None, "error": None,
@@ -196,19 +191,20 @@ class Jobs:
         self._save(record)
         with open(folder / "train.log", "wb") as out:
             # Its own session: a signal meant for the server (Ctrl-C) does not reach it; cancel sends its own.
-            self._proc = subprocess.Popen([sys.executable, "-m", "app.train_child", str(folder)], stdout=out,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        record["pid"] = self._proc.pid
+            # It dies with the server, through the lifeline (app/child_watch.py).
+            self._proc, lifeline = child_watch.spawn(["-m", "app.train_child", str(folder)], out)
+        record["pid"], record["pid_started"] = self._proc.pid, child_watch.start_time(self._proc.pid)
         self._save(record)
         self.current = record
-        self._task = asyncio.get_running_loop().create_task(self._watch(record, self._proc, staging))
+        self._task = asyncio.get_running_loop().create_task(self._watch(record, self._proc, staging, lifeline))
         log.info("training job started", extra={"fields": {"event": "train_start", "job": job_id,
                                                            "rows": ts.sources.get("train_rows"), "pid": record["pid"]}})
         return record
 
     # ------------------------------------------------------------ finishing
-    async def _watch(self, record: dict, proc: subprocess.Popen, staging: Path) -> None:
+    async def _watch(self, record: dict, proc: subprocess.Popen, staging: Path, lifeline: int) -> None:
         rc = await asyncio.to_thread(proc.wait)
+        os.close(lifeline)
         folder = self.root / record["id"]
         try:
             if record["status"] == "cancelled":

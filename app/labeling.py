@@ -100,9 +100,10 @@ class LabelSession:
     # ------------------------------------------------------------ creation and lookup
     @classmethod
     def create(cls, root: Path, source: str, texts: list[str], predictions: list, labels: list[str],
-               thresholds=None, label_sep: str | None = None) -> LabelSession:
+               thresholds=None, label_sep: str | None = None, blind: bool = False) -> LabelSession:
         """`predictions`: engine Predictions for `texts` (label, score, probabilities); with `thresholds` (a
-        multi-label model's, label order) MultiLabelPredictions, and the session decides label sets."""
+        multi-label model's, label order) MultiLabelPredictions, and the session decides label sets.
+        `blind`: an audit session (app/audit.py), shown without the model's answer, in file order."""
         sid = secrets.token_hex(6)
         folder = root / sid
         folder.mkdir(parents=True)
@@ -116,7 +117,7 @@ class LabelSession:
                      "probabilities": [json.dumps(p.scores) for p in predictions]}
         pd.DataFrame({"text": texts, **items}).to_parquet(folder / "items.parquet", index=False)
         meta = {"id": sid, "source": Path(source).name, "created": time.time(), "labels": list(labels),
-                "order": ORDERS[0], "rows": len(texts)}
+                "order": ORDERS[2] if blind else ORDERS[0], "rows": len(texts), **({"blind": True} if blind else {})}
         if thresholds is not None:
             meta.update(multi_label=True, label_sep=label_sep, thresholds=[float(t) for t in thresholds])
         with atomic_path(folder / "meta.json") as tmp:
@@ -321,6 +322,14 @@ class SessionStore:
     def create(self, source: str, texts: list[str], predictions: list, labels: list[str], thresholds=None,
                label_sep: str | None = None) -> LabelSession:
         session = LabelSession.create(self.root, source, texts, predictions, labels, thresholds, label_sep)
+        with self._lock:
+            self._open[session.id] = session
+        return session
+
+    def create_blind(self, source: str, texts: list[str], labels: list[str]) -> LabelSession:
+        """A session with no suggestions: the texts alone (the live audit)."""
+        none = [type("NoAnswer", (), {"label": "", "score": 0.0, "probabilities": {}})()] * len(texts)
+        session = LabelSession.create(self.root, source, texts, none, labels, blind=True)
         with self._lock:
             self._open[session.id] = session
         return session

@@ -1,14 +1,15 @@
 """The training job's own process: k-fold with --final, the gated INT8 export, the evaluation-slice scores.
 
-    python -m app.train_child JOB_DIR        (started by the server, app/jobs.py; never imported by it)
+    python -m app.train_child JOB_DIR [--lifeline FD]   (started by the server, app/jobs.py; never imported by it)
 
 The server never trains: it writes JOB_DIR/spec.json and the tables and starts this module as a child
-process. It runs the project's one training path (`finetune.kfold.run`, as `finetune/kfold.py ... --final`)
+process. It runs the project's one training path (`finetune.kfold.run` on the k-fold config the server wrote
+in spec.json, as `finetune/kfold.py ... --final` would build it)
 and its one export path (`serving.export.run`, as `python -m serving.export --quantize`, gated on the
 evaluation slice, or on the training rows when the slice is empty), both into the job's staging folder,
-then scores the new model and the active one on the evaluation slice. A multi-label active model
-(spec `label_sep`) retrains multi-label: k-fold gets `--multi-label --label-sep SEP`, and the slice is
-scored by multi-label macro-F1 (subset accuracy beside it). On CPU it lowers its own priority
+then scores the new model and the active one on the evaluation slice. A multi-label active model retrains
+multi-label (app/jobs.py puts multi_label and label_sep in the k-fold config, and label_sep in the spec): the
+slice is then scored as label sets (multi-label macro-F1, micro-F1, subset accuracy). On CPU it lowers its own priority
 first. Progress (stage, fold, epoch, step, ETA) goes to JOB_DIR/progress.json; what it prints, to the
 job's log. The server renames the staging folder into a version only after this process exits 0, so a
 killed run leaves no version behind.
@@ -19,12 +20,12 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import sys
 import time
 from pathlib import Path
 
+from app.child_watch import LIFELINE_FLAG, watch_lifeline
 from textdata.errors import exits_2_on_user_error
 from textdata.tables import read_table, write_json
 
@@ -44,16 +45,18 @@ class Progress:
         self.state.update(stage=name, stage_index=index, step=0, steps=0, epoch=None, **fields)
         self.write(force=True)
 
-    def bar(self, desc: str, n: int, total: int, postfix: str) -> None:
-        m = re.match(r"fold (\d+)/(\d+)", desc or "")
-        if m:
-            fold = int(m.group(1))
-            if self.state["fold"] != fold or self.state["stage"] != desc:
-                self.stage(desc, fold - 1, fold=fold)
-        elif desc == "final" and self.state["stage"] != "final":
-            self.stage("final model", self.stages - 3)
-        epoch = re.search(r"epoch=(\d+)", postfix or "")
-        self.state.update(step=n, steps=total or 0, epoch=int(epoch.group(1)) if epoch else self.state["epoch"])
+    def kfold(self, event: dict) -> None:
+        """One of finetune.kfold.run's progress events: a training step of a fold or of the final model."""
+        if event["stage"] == "fold":
+            name = f"fold {event['fold']}/{event['folds']}"
+            if self.state["stage"] != name:
+                self.stage(name, event["fold"] - 1, fold=event["fold"])
+        elif event["stage"] == "final":
+            if self.state["stage"] != "final model":
+                self.stage("final model", self.stages - 3)
+        else:
+            return
+        self.state.update(step=event["step"], steps=event["steps"], epoch=event["epoch"])
         self.write()
 
     def write(self, force: bool = False) -> None:
@@ -69,26 +72,6 @@ class Progress:
         s.update(percent=round(100 * done, 1), elapsed_s=round(elapsed, 1),
                  eta_s=None if eta is None else round(eta, 1), updated=round(now, 3))
         write_json(self.path, s)
-
-
-def report_bars(progress: Progress) -> None:
-    """Route the training loop's tqdm bars (finetune/train.py) through `progress` as well as the log."""
-    from tqdm.auto import tqdm
-
-    import finetune.train
-
-    class ReportingBar(tqdm):
-        def __init__(self, *args, **kwargs):
-            kwargs["mininterval"] = 5.0  # the log is a file: a line every few seconds is enough
-            super().__init__(*args, **kwargs)
-            progress.bar(self.desc, 0, self.total, "")
-
-        def update(self, n=1):
-            out = super().update(n)
-            progress.bar(self.desc, self.n, self.total, str(self.postfix or ""))
-            return out
-
-    finetune.train.tqdm = ReportingBar
 
 
 def eval_scores(folder: Path, table: Path, label_sep: str | None = None) -> dict | None:
@@ -127,20 +110,6 @@ def multi_label_scores(clf, df, label_sep: str) -> dict:
             "subset_accuracy": round(float((y == p).all(1).mean()), 4), "rows": len(df)}
 
 
-def kfold_argv(spec: dict) -> list[str]:
-    """k-fold's flags: the job's, plus --multi-label --label-sep when the active model is multi-label."""
-    sep = spec.get("label_sep")
-    return list(spec["kfold_argv"]) + (["--multi-label", "--label-sep", sep] if sep else [])
-
-
-def cv_scores(report: dict) -> tuple[float, float]:
-    """(mean, std) of k-fold's headline macro-F1 (for a multi-label run, the multi-label macro-F1)."""
-    for mean, std in (("macro_f1_mean", "macro_f1_std"), ("multi_label_macro_f1_mean", "multi_label_macro_f1_std")):
-        if report.get(mean) is not None:
-            return float(report[mean]), float(report.get(std) or 0.0)
-    raise KeyError("k-fold's report.json has no macro_f1_mean")
-
-
 def run(job: Path) -> dict:
     spec = json.loads((job / "spec.json").read_text(encoding="utf-8"))
     import torch
@@ -154,34 +123,35 @@ def run(job: Path) -> dict:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("serving").setLevel(logging.INFO)
 
-    progress = Progress(job / "progress.json", spec["folds"])
-    report_bars(progress)
-    work, staging = Path(spec["work"]), Path(spec["staging"])
-    sep = spec.get("label_sep")
-    report = kfold.run(kfold.parse_args(kfold_argv(spec)))
+    from finetune.config import config_from_json
 
-    progress.stage("export", spec["folds"] + 1)
+    cfg = config_from_json(spec["kfold"])
+    progress = Progress(job / "progress.json", cfg.folds)
+    work, staging = Path(cfg.output), Path(spec["staging"])
+    report = kfold.run(cfg, on_progress=progress.kfold)
+
+    progress.stage("export", cfg.folds + 1)
     gate = job / "gate.csv"  # the evaluation slice, labels the new model knows; else the training rows
     ev = read_table(job / "eval.csv")
+    sep = spec.get("label_sep")  # a multi-label retrain (app/jobs.py put multi_label in the k-fold config)
     if sep is None:  # multi-label: names the model does not know are left out by the export's gate (warned)
         ev = ev[ev["label"].isin(report["labels"])]
     (ev if len(ev) else read_table(job / "train.csv")).to_csv(gate, index=False)
     with understood_messages_dropped():  # as `python -m serving.export` prints it
         exported = export.run(export.ExportConfig(model=work / "model", output=staging, quantize=True, eval_csv=gate))
-    progress.stage("scoring", spec["folds"] + 2)
+    progress.stage("scoring", cfg.folds + 2)
     shutil.copy2(work / "report.json", staging / "report.json")
     (staging / "training").mkdir(exist_ok=True)
     shutil.copy2(job / "train.csv", staging / "training" / "train.csv")
     champion = spec.get("champion")
-    cv_mean, cv_std = cv_scores(report)
     result = {
         "labels": report["labels"], "rows": report["n_used"], **({"multi_label": True} if sep else {}),
-        "cv_macro_f1": round(cv_mean, 4), "cv_macro_f1_std": round(cv_std, 4),
+        "cv_macro_f1": round(report["macro_f1_mean"], 4), "cv_macro_f1_std": round(report["macro_f1_std"], 4),
         "export": {"cpu_default": exported["cpu_default"], "quantization": (exported.get("quantization") or {}).get("recipe")},
         "eval": eval_scores(staging, job / "eval.csv", sep),
         "champion_eval": eval_scores(Path(champion["folder"]), job / "eval.csv", sep) if champion else None,
     }
-    progress.stage("done", spec["folds"] + 3)
+    progress.stage("done", cfg.folds + 3)
     write_json(job / "result.json", result)
     return result
 
@@ -189,8 +159,11 @@ def run(job: Path) -> dict:
 @exits_2_on_user_error
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 3 and argv[1] == LIFELINE_FLAG and argv[2].isdigit():
+        watch_lifeline(int(argv[2]))  # the server's pipe: when it closes, this process group ends
+        argv = argv[:1]
     if len(argv) != 1:
-        print("usage: python -m app.train_child JOB_DIR", file=sys.stderr)
+        print(f"usage: python -m app.train_child JOB_DIR [{LIFELINE_FLAG} FD]", file=sys.stderr)
         return 2
     run(Path(argv[0]))
     return 0

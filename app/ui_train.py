@@ -16,8 +16,12 @@ from textdata.errors import DataError
 
 from .admin import admin_refusal
 from .jobs import JobConflict
+from .redact import names_only_text
 from .registry import RegistryError
 from .swap import ActivationError
+from .train_params import RETRAINABLE
+
+TAB_PARAMS = [p for p in RETRAINABLE if p.tab]
 
 VERSION_COLUMNS = ["version", "active", "source", "rows", "cv macro-F1", "eval macro-F1", "active then (eval)",
                    "decision", "created"]
@@ -29,7 +33,7 @@ def _f(x) -> str:
 
 def versions_frame(registry) -> pd.DataFrame:
     rows = []
-    for m in registry.listing():
+    for m in registry.listing() if registry is not None else []:
         ev = m.get("eval") or {}
         champ = ev.get("champion") or {}
         rows.append({"version": m["version"], "active": "●" if m["active"] else "", "source": m.get("source", ""),
@@ -62,7 +66,7 @@ def progress_html(job: dict | None) -> str:
     if decision:
         parts.append(html.escape(decision))
     if job.get("error"):
-        parts.append(f"<pre>{html.escape(job['error'])}</pre>")
+        parts.append(f"<pre>{html.escape(names_only_text(job['error']))}</pre>")
     if job.get("n_conflicts"):
         parts.append(f"{job['n_conflicts']} texts had conflicting labels (the latest decision was used; "
                      f"GET /v1/jobs/{html.escape(job['id'])} lists them)")
@@ -78,16 +82,20 @@ def train_tab(cfg, state, jobs) -> None:
         return jobs.get(jobs_now[0]["id"]) if jobs_now else None
 
     def refresh():
+        why = admin_refusal(cfg)
+        if why:  # the registry and the jobs are read under the rule that changes them
+            return f"<div>⚠ {html.escape(why)}</div>", versions_frame(None), gr.update(choices=[], value=None)
         names = list(reversed(registry.names()))
         return (progress_html(latest()), versions_frame(registry),
                 gr.update(choices=names, value=None if not names else gr.skip()))
 
-    async def start(folds, epochs):
+    async def start(*values):
         why = admin_refusal(cfg)
         if why:
             return (f"⚠ {why}", *refresh())
         try:
-            job = await jobs.start({"folds": int(folds) if folds else None, "epochs": int(epochs) if epochs else None})
+            # checked there, as the API's are
+            job = await jobs.start({p.name: v for p, v in zip(TAB_PARAMS, values)})
             message = (f"Started job {job['id']}: {job['data'].get('train_rows')} training rows, "
                        f"{job['data'].get('eval_rows')} in the evaluation slice.")
         except (JobConflict, DataError) as e:
@@ -125,20 +133,21 @@ def train_tab(cfg, state, jobs) -> None:
                        f"{cfg.promote_tolerance:g} macro-F1" if cfg.promote == "auto" else "only when you promote it")
                     + ". Training runs in a separate process at lower priority.")
         with gr.Row():
-            t_folds = gr.Number(label="Folds", value=None, precision=0, minimum=2, elem_id="train-folds")
-            t_epochs = gr.Number(label="Epochs", value=None, precision=0, minimum=1, elem_id="train-epochs")
+            inputs = [gr.Number(label=p.name.replace("_", " ").capitalize(), value=None,
+                                precision=0 if p.kind is int else None, minimum=p.low, maximum=p.high,
+                                elem_id="train-" + p.name.replace("_", "-")) for p in TAB_PARAMS]
             t_start = gr.Button("Train", variant="primary", elem_id="train-start")
             t_cancel = gr.Button("Cancel job", elem_id="train-cancel")
         t_progress = gr.HTML(elem_id="train-progress")
         t_message = gr.Markdown(elem_id="train-message")
-        t_versions = gr.Dataframe(versions_frame(registry), interactive=False, wrap=True, max_height=600,
+        t_versions = gr.Dataframe(versions_frame(None if admin_refusal(cfg) else registry), interactive=False, wrap=True, max_height=600,
                                   label="Versions (newest first)", elem_id="train-versions")
         with gr.Row():
             t_version = gr.Dropdown(label="Version", choices=[], elem_id="train-version")
             t_activate = gr.Button("Promote / activate", elem_id="train-activate")
         outs = [t_message, t_progress, t_versions, t_version]
         quick = {"concurrency_limit": 16, "concurrency_id": "train"}
-        t_start.click(start, [t_folds, t_epochs], outs, **quick)
+        t_start.click(start, inputs, outs, **quick)
         t_cancel.click(cancel, None, outs, **quick)
         t_activate.click(activate, t_version, outs, **quick)
         timer = gr.Timer(1.0)

@@ -1,5 +1,5 @@
 """k-fold's settings: the Config dataclass, its flags (built from its fields), parsing and checking, the rules
-for --resume, and the command line that reproduces a config (finetune/search.py writes it as best_command.txt).
+for --resume, a config from its JSON, and the command line that reproduces a config (finetune/search.py writes it as best_command.txt).
 
 Used by finetune/kfold.py (the entry point) and finetune/search.py; nothing here imports torch.
 """
@@ -18,7 +18,7 @@ from finetune.blend import MODES
 from finetune.models import list_models
 from finetune.train import COMPILE_CHOICES, SWITCHES, TrainConfig
 from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
-from textdata.precision import PRECISIONS
+from textdata.numerics import PRECISIONS
 
 DESCRIPTION = "Stratified k-fold fine-tuning of an ELECTRA discriminator (or any encoder) as a text classifier."
 
@@ -180,6 +180,15 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
     fields = {f.name for f in dataclasses.fields(Config)} - {"train", "adapt", "output"}
     return Config(output=output, train=train, adapt=adapt_cfg, **{k: values[k] for k in fields})
 
+
+
+def config_from_json(values: dict) -> Config:
+    """The Config from a dict shaped as config.json records one (`train` and `adapt` nested), as the app's
+    training child is given it: settings left out keep their defaults, an unknown one is refused."""
+    values = dict(values)
+    train = config_from(TrainConfig, values.pop("train", {}))
+    adapt_cfg = config_from(AdaptConfig, values.pop("adapt", {}))
+    return config_from(Config, values, train=train, adapt=adapt_cfg)
 
 
 def command_line(cfg: Config) -> str:

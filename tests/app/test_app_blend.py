@@ -1,4 +1,4 @@
-"""/v1/classify serves the model folder's TF-IDF blend (textdata/blend.py), and --no-blend turns it off."""
+"""/v1/classify serves the model folder's TF-IDF blend (baseline/blend.py), and --no-blend turns it off."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from starlette.testclient import TestClient
 
 from app.config import parse_args
 from app.server import create_app
+from baseline.blend import Blend, baseline_proba, fit_baseline, save_baseline
 from serving.engine import Classifier
-from textdata.blend import Blend, baseline_proba, fit_baseline, save_baseline
 from textdata.normalize import Normalizer
 
 TEXTS = ["꿈에서 봤다", "오류 발생했다", "메모 기록", "회의 시간 약속 메모 " * 30]
@@ -31,7 +31,7 @@ def blended(tiny_classifier_dir, tmp_path_factory, toy_rows):
 def classify(folder, *flags):
     cfg = parse_args(["--model", str(folder), "--no-ui", *flags])
     clf = Classifier.load(folder, provider="torch", blend=cfg.blend)
-    with TestClient(create_app(cfg, clf)) as c:
+    with TestClient(base_url="http://127.0.0.1", app=create_app(cfg, clf)) as c:
         r = c.post("/v1/classify", json={"texts": TEXTS})
         model = c.get("/v1/model").json()
     assert r.status_code == 200, r.text

@@ -16,7 +16,7 @@ from test_app_ui_http import all_functions, gradio_call
 
 from app.labeling import SessionError, SessionStore, decisions
 from app.swap import check_engine
-from app.train_child import kfold_argv, multi_label_scores
+from app.train_child import multi_label_scores
 from app.trainset import active_label_sep, build, check
 from serving.engine import Classifier
 
@@ -24,6 +24,19 @@ LABELS = ["dream", "error", "memo"]
 THRESHOLDS = [0.45, 0.5, 0.6]
 TEXTS = ["꿈에서 봤다 메모 기록", "에러 발생했다 오늘", "오늘 회의 시간", "memo 약속 error 오류"]
 
+
+
+def finetune_half():
+    """The per-label blend module of issue 32's finetune half (k-fold --multi-label); these tests run once it is
+    merged (it moves with the baseline code: baseline/ or textdata/)."""
+    import importlib
+
+    for name in ("baseline.label_blend", "textdata.label_blend"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    pytest.skip("the finetune half of issue 32 (k-fold --multi-label, per-label blend) is not merged here")
 
 @pytest.fixture(scope="module")
 def ml_server(multilabel_classifier_dir, tmp_path_factory):
@@ -185,9 +198,6 @@ def test_training_table_and_retrain_flags_for_a_multi_label_model(tmp_path, mult
     with pytest.raises(ValueError, match="'error' has 1 row"):
         check(ts, 2, ";")
     check(ts, 1, ";")
-    spec = {"kfold_argv": ["--model", "m", "--final"], "label_sep": ";"}
-    assert kfold_argv(spec)[-3:] == ["--multi-label", "--label-sep", ";"]
-    assert kfold_argv({**spec, "label_sep": None}) == ["--model", "m", "--final"]
     ev = pd.DataFrame({"text": TEXTS, "label": [";".join(p.labels) for p in ml_engine.predict(TEXTS)]})
     scores = multi_label_scores(ml_engine, ev, ";")
     assert scores["macro_f1"] == 1.0 and scores["subset_accuracy"] == 1.0
@@ -198,7 +208,7 @@ def test_retraining_a_multi_label_model_makes_a_multi_label_version(multilabel_c
                                                                    multilabel_rows, tmp_path_factory):
     """The learning loop end to end on a multi-label active model: label sets in the table, k-fold with
     --multi-label, a gated export, the slice scored as sets, v2 promoted and answering label sets."""
-    pytest.importorskip("textdata.label_blend")  # k-fold's --multi-label: the finetune half of issue 32
+    finetune_half()  # k-fold --multi-label: the finetune half of issue 32
     import time
 
     from app_testkit import training_server
@@ -217,7 +227,7 @@ def test_retraining_a_multi_label_model_makes_a_multi_label_version(multilabel_c
         assert job["status"] == "succeeded", job.get("error")
         models = server.cwd / "app-data" / "models"
         spec = json.loads((models / ".jobs" / job_id / "spec.json").read_text())
-        assert spec["label_sep"] == ";"
+        assert spec["label_sep"] == ";" and spec["kfold"]["multi_label"] is True and spec["kfold"]["label_sep"] == ";"
         assert json.loads((models / "v2" / "config.json").read_text())["problem_type"] == "multi_label_classification"
         assert json.loads((models / "v2" / "thresholds.json").read_text())["labels"] == LABELS
         table = pd.read_csv(models / "v2" / "training" / "train.csv", dtype=str, keep_default_na=False)

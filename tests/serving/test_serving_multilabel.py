@@ -21,6 +21,19 @@ THRESHOLDS = np.array([0.45, 0.5, 0.6])  # tests/multilabel_fixture.py
 LABELS = ["dream", "error", "memo"]
 
 
+
+def finetune_half():
+    """The per-label blend module of issue 32's finetune half (k-fold --multi-label); these tests run once it is
+    merged (it moves with the baseline code: baseline/ or textdata/)."""
+    import importlib
+
+    for name in ("baseline.label_blend", "textdata.label_blend"):
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    pytest.skip("the finetune half of issue 32 (k-fold --multi-label, per-label blend) is not merged here")
+
 @pytest.fixture(scope="module")
 def ml_exported(multilabel_classifier_dir, multilabel_rows, tmp_path_factory):
     out = tmp_path_factory.mktemp("ml-exported")
@@ -180,7 +193,7 @@ def test_score_writes_pred_labels_and_probabilities(ml_exported, multilabel_rows
 def test_engine_applies_the_per_label_blend(multilabel_classifier_dir, multilabel_rows, tmp_path):
     """k-fold's multi-label blend (textdata/label_blend.py, the finetune half of issue 32) is applied per label
     before the thresholds; --no-blend serves the model's own sigmoids."""
-    label_blend = pytest.importorskip("textdata.label_blend")
+    label_blend = finetune_half()
     from textdata.normalize import Normalizer
 
     folder = tmp_path / "blended"
@@ -205,7 +218,7 @@ def test_engine_applies_the_per_label_blend(multilabel_classifier_dir, multilabe
 def test_served_answers_equal_kfolds_final_computation_on_unseen_rows(tiny_electra_dir, multilabel_rows, tmp_path):
     """k-fold --multi-label --final --holdout (the finetune half) writes the final model's answers on rows it never
     saw (holdout_predictions.csv: tuned thresholds, blend when kept); the exported folder answers the same."""
-    pytest.importorskip("textdata.label_blend")
+    finetune_half()  # k-fold --multi-label: the finetune half of issue 32
     from finetune import kfold
 
     data = tmp_path / "rows.csv"
