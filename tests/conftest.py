@@ -112,4 +112,4 @@ def toy_csv(tmp_path) -> Path:
 
 
 # The multi-label model fixture (issue 32), in its own module; imported here so every test package sees it.
-from multilabel_fixture import multilabel_classifier_dir, multilabel_rows  # noqa: E402, F401
+from multilabel_fixture import multilabel_classifier_dir, multilabel_rows  # noqa: F401
