@@ -14,12 +14,14 @@ from datetime import datetime
 from pathlib import Path
 
 from finetune.adapt import AdaptConfig
-from finetune.blend import MODES
-from finetune.models import list_models
-from finetune.train import COMPILE_CHOICES, SWITCHES, TrainConfig
+from finetune.models import list_models, resolve_model
+from finetune.train_config import COMPILE_CHOICES, SWITCHES, TrainConfig
 from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
+from textdata.inputs import check_file, check_table
 from textdata.precision import PRECISIONS
 
+BLEND_MODES = ("auto", "off", "on")  # finetune/blend.py
+BUILTIN_DATA_NAMES = ("bbcnews",)  # --data names finetune/kfold.py resolves itself (BUILTIN_DATA)
 DESCRIPTION = "Stratified k-fold fine-tuning of an ELECTRA discriminator (or any encoder) as a text classifier."
 
 @dataclass(frozen=True)
@@ -105,7 +107,7 @@ FLAGS = {
     "final": Flag("after CV, train on all rows and save OUTPUT/model"),
     "resume": Flag("reuse finished folds in --output"),
     "blend": Flag("blend the model with the TF-IDF baseline, fitted on out-of-fold rows and scored nested; "
-                  "auto: keep it (report, --final model) only where it beats the model", choices=MODES),
+                  "auto: keep it (report, --final model) only where it beats the model", choices=BLEND_MODES),
     "engine": Flag("where the folds train: here one after another, or as Ray tasks (pip install -e '.[ray]')",
                    choices=("local", "ray")),
     "address": Flag("--engine ray: the Ray cluster to join (e.g. auto)", shown="start Ray on this machine"),
@@ -140,7 +142,7 @@ ADAPT_FLAGS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=DefaultsHelp)
+    p = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=DefaultsHelp, allow_abbrev=False)
     p.add_argument("--model", help="local folder, hub id, or alias (see --list-models) (required)")
     p.add_argument("--data", help="CSV/TSV/JSONL/Parquet with text and label columns, or 'bbcnews' (built in) "
                                   "(required)")
@@ -180,6 +182,19 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
     fields = {f.name for f in dataclasses.fields(Config)} - {"train", "adapt", "output"}
     return Config(output=output, train=train, adapt=adapt_cfg, **{k: values[k] for k in fields})
 
+
+def check_inputs(cfg: Config) -> None:
+    """The files and folders the flags name exist (and a CSV's header has the named columns), checked before
+    torch loads, so that a typo answers in a second."""
+    if cfg.data not in BUILTIN_DATA_NAMES:
+        columns = {cfg.text_column: "--text-column", cfg.label_column: "--label-column"}
+        if cfg.group_column:
+            columns[cfg.group_column] = "--group-column"
+        check_table(cfg.data, columns, cfg.encoding, flag="--data")
+    if not Path(cfg.model).expanduser().is_dir():
+        resolve_model(cfg.model)  # an alias without its package, a path that is not there
+    for path in cfg.adapt.corpus:
+        check_file(path, "--adapt-corpus")
 
 
 def command_line(cfg: Config) -> str:

@@ -19,10 +19,19 @@ A hyperparameter search over this k-fold: finetune/search.py.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # flags and paths checked before torch loads: --help or a typo answers in a second
+    try:
+        from finetune.config import check_inputs, parse_args
+        from textdata.inputs import check_before_imports
+    except ModuleNotFoundError as e:  # run outside the project's environment
+        sys.exit(f"error: {e}: activate the project's venv (source .venv/bin/activate) or install it: pip install -e .")
+    check_before_imports(parse_args, check_inputs)
+
 import dataclasses
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
