@@ -4,8 +4,9 @@
                   [--max-batch-tokens 8192] [--max-wait-ms 5] [--max-queue 512] [--no-ui]
                   [--models-dir DATA_DIR/models] [--train-data base.csv] [--promote auto|manual]
 
-OUT is a `serving.export` folder (ONNX) or a transformers folder; it is copied into the model registry
-(--models-dir) as a version, and the registry's active version is served (without --model too).
+OUT is a `serving.export` folder (ONNX) or a transformers folder with a trained classification head; it is
+copied into the model registry (--models-dir) as a version (or found there, by content) and activated: the
+folder given is what serves. Without --model the registry's active version serves.
 Retraining from the labels runs in a child process (app/train_child.py). `python -m app --help` lists every
 limit. SIGTERM drains: in-flight requests finish, new ones get 503, then the process exits 0.
 """
@@ -25,6 +26,9 @@ def _stop_before_serving(signum, frame) -> None:
 # uvicorn installs its draining handlers once it serves. Only when run, not when imported (tests import main).
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _stop_before_serving)
+    from textdata.inputs import hint_on_missing_module
+
+    sys.excepthook = hint_on_missing_module  # outside the project's venv: one line, not a traceback
 
 import asyncio
 import logging
@@ -68,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     logs.setup(cfg.log_level)
     from serving.engine import ModelError
+    from textdata.inputs import check_table
 
     from .registry import Registry, RegistryError
     from .server import load_classifier
@@ -76,20 +81,25 @@ def main(argv: list[str] | None = None) -> int:
     new = False
     try:
         registry.clean_staging()
-        if cfg.model:
+        if cfg.train_data is not None:  # before the model loads: a typo answers at once, not at the first retrain
+            check_table(cfg.train_data, {"text": "--train-data (column text)", "label": "--train-data (column label)"},
+                        flag="--train-data")
+        if cfg.model:  # what the command line names is what serves (refused when it has no trained head)
             version, new = registry.register_folder(cfg.model)
-            if not new and registry.active() not in (None, version):
-                log.info("%s is registered as %s; serving the active version %s (switch with POST "
-                         "/v1/models/%s/activate)", cfg.model, version, registry.active(), version)
-        if not (cfg.model and (new or registry.active() is None)):
+        else:
             version = registry.active()
         if version is None:
             raise RegistryError(f"no --model given and no active version in {registry.root}: "
                                 "start with --model FOLDER (a serving.export or transformers folder)")
         clf = load_classifier(cfg, registry.path(version))
-        if version != registry.active():  # a folder new to the registry serves once it has loaded
+        was = registry.active()
+        if version != was:  # switched only once it has loaded
             # the folder name only: /v1/models and the UI show this, and server paths stay private (issue 24)
             registry.set_active(version, why=f"python -m app --model .../{Path(cfg.model).name}")
+        if cfg.model:
+            how = "registered now" if new else "registered before"
+            now = "active already" if version == was else (f"activated instead of {was}" if was else "activated")
+            log.info("serving %s as %s (%s; %s)", cfg.model, version, how, now)
     except (ModelError, ValueError) as e:
         if new:  # it never served: it does not stay as a version
             registry.delete(version)

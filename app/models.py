@@ -35,7 +35,7 @@ def version_row(m: dict) -> str:
 
 @exits_2_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m app.models", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m app.models", description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("command", choices=("list", "activate", "delete"))
     p.add_argument("version", nargs="?", help="v1, v2, ... (activate, delete)")
     p.add_argument("--models-dir", type=Path, default=Path("app-data/models"),

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from textdata.errors import UsageError
-from textdata.run_folder import VERSION_FILE, model_in_run
+from textdata.run_folder import VERSION_FILE, check_classifier, model_in_run
 from textdata.tables import atomic_path, write_json
 
 ACTIVE_FILE = "active"
@@ -160,6 +160,7 @@ class Registry:
         if not (src / "config.json").is_file():
             raise RegistryError(f"{src}: no config.json, so not a model folder (expected the output of "
                                 "serving.export or a transformers save_pretrained folder)")
+        check_classifier(src)
         digest = folder_sha256(src)
         for name in self.names():
             if self.meta(name).get("source_sha256") == digest:

@@ -167,7 +167,8 @@ def plot(rows: list[dict], path: Path) -> None:
 def parse(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("--labeled", required=True, help="labeled table for finetune/kfold.py (text and label columns)")
     p.add_argument("--group-column", help="passed to kfold: keep each group in one fold")
     p.add_argument("--output", required=True)

@@ -102,7 +102,8 @@ def load_tokenizer(folder: str | Path):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--corpus", nargs="+", required=True)
     parser.add_argument("--vocab-size", default="auto", help="a number, or auto (default): sized to the corpus")
     parser.add_argument("--output", required=True)

@@ -41,7 +41,7 @@ from textdata.errors import ModelError
 from textdata.labels import labels_from_config
 from textdata.normalize import Normalizer
 from textdata.precision import check_precision
-from textdata.run_folder import model_in_run
+from textdata.run_folder import check_classifier, model_in_run
 
 log = logging.getLogger("serving.engine")
 
@@ -156,8 +156,6 @@ class Classifier:
         blend: apply the folder's TF-IDF blend (baseline/, written by finetune --final) when it has one;
         probabilities and predictions are then blended, logits stay the model's own.
         """
-        from transformers import AutoConfig, AutoTokenizer
-
         if provider not in PROVIDERS:
             raise ValueError(f"provider {provider!r}: use one of {PROVIDERS}")
         if truncation not in TRUNCATIONS:
@@ -171,6 +169,9 @@ class Classifier:
         if not (folder / "config.json").exists():
             raise ModelError(f"{folder}: no config.json, so not a model folder (expected the output of "
                              "serving.export or a transformers save_pretrained folder)")
+        check_classifier(folder)
+        from transformers import AutoConfig, AutoTokenizer  # after the checks: a wrong folder answers at once
+
         try:
             config = AutoConfig.from_pretrained(folder)
             tokenizer = AutoTokenizer.from_pretrained(folder, use_fast=True)

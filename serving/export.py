@@ -24,11 +24,17 @@ instruction set it was measured on (`isa`); the engine warns when it serves on a
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # outside the project's venv: a one-line hint, not a traceback
+    from textdata.inputs import hint_on_missing_module
+
+    sys.excepthook = hint_on_missing_module
+
 import argparse
 import logging
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -41,7 +47,8 @@ from serving.quiet import understood_messages_dropped
 from textdata.blend import carry_blend
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
-from textdata.run_folder import model_in_run
+from textdata.inputs import check_table
+from textdata.run_folder import check_classifier, model_in_run
 from textdata.tables import missing_text, read_table, write_json
 
 log = logging.getLogger("serving.export")
@@ -203,6 +210,10 @@ def run(cfg: ExportConfig) -> dict:
     if not cfg.model.is_dir():
         raise ModelError(f"{cfg.model}: no such model folder")
     cfg = replace(cfg, model=model_in_run(cfg.model, use=("model",)))
+    check_classifier(cfg.model)
+    if cfg.eval_csv is not None:  # before the model loads (seconds): a typo answers at once
+        check_table(cfg.eval_csv, {cfg.text_column: "--text-column", cfg.label_column: "--label-column"},
+                    flag="--eval-csv")
     t0 = time.time()
     # fp32 eager on every device (on CUDA the torch default is bf16): the parity gate's reference.
     # Loading also validates config, labels and tokenizer.
