@@ -68,41 +68,52 @@ class DrainingServer(uvicorn.Server):
         self._captured_signals.clear()
 
 
+def model_to_serve(cfg, registry):
+    """(version, its loaded Classifier): what --model names, registered (or found registered, by content) and
+    activated once it has loaded, said in one line; without --model the active version. A folder that cannot
+    serve (no trained head, fails to load) raises, leaving the registry as it was."""
+    from .registry import RegistryError
+    from .server import load_classifier
+
+    new = False
+    if cfg.model:  # what the command line names is what serves
+        version, new = registry.register_folder(cfg.model)
+    else:
+        version = registry.active()
+    if version is None:
+        raise RegistryError(f"no --model given and no active version in {registry.root}: "
+                            "start with --model FOLDER (a serving.export or transformers folder)")
+    try:
+        clf = load_classifier(cfg, registry.path(version))
+    except ValueError:
+        if new:  # it never served: it does not stay as a version
+            registry.delete(version)
+        raise
+    was = registry.active()
+    if version != was:  # switched only once it has loaded
+        # the folder name only: /v1/models and the UI show this, and server paths stay private (issue 24)
+        registry.set_active(version, why=f"python -m app --model .../{Path(cfg.model).name}")
+    if cfg.model:
+        now = "active already" if version == was else (f"activated instead of {was}" if was else "activated")
+        log.info("serving %s as %s (%s; %s)", cfg.model, version, "registered now" if new else "registered before", now)
+    return version, clf
+
+
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     logs.setup(cfg.log_level)
-    from serving.engine import ModelError
     from textdata.inputs import check_table
 
-    from .registry import Registry, RegistryError
-    from .server import load_classifier
+    from .registry import Registry
 
     registry = Registry(cfg.registry_dir)
-    new = False
     try:
         registry.clean_staging()
         if cfg.train_data is not None:  # before the model loads: a typo answers at once, not at the first retrain
             check_table(cfg.train_data, {"text": "--train-data (column text)", "label": "--train-data (column label)"},
                         flag="--train-data")
-        if cfg.model:  # what the command line names is what serves (refused when it has no trained head)
-            version, new = registry.register_folder(cfg.model)
-        else:
-            version = registry.active()
-        if version is None:
-            raise RegistryError(f"no --model given and no active version in {registry.root}: "
-                                "start with --model FOLDER (a serving.export or transformers folder)")
-        clf = load_classifier(cfg, registry.path(version))
-        was = registry.active()
-        if version != was:  # switched only once it has loaded
-            # the folder name only: /v1/models and the UI show this, and server paths stay private (issue 24)
-            registry.set_active(version, why=f"python -m app --model .../{Path(cfg.model).name}")
-        if cfg.model:
-            how = "registered now" if new else "registered before"
-            now = "active already" if version == was else (f"activated instead of {was}" if was else "activated")
-            log.info("serving %s as %s (%s; %s)", cfg.model, version, how, now)
-    except (ModelError, ValueError) as e:
-        if new:  # it never served: it does not stay as a version
-            registry.delete(version)
+        version, clf = model_to_serve(cfg, registry)
+    except ValueError as e:  # ModelError, RegistryError, DataError: what the user gave cannot serve
         print(f"error: {e}", file=sys.stderr)
         return 2
     from .server import create_app

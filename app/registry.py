@@ -33,6 +33,8 @@ from textdata.errors import UsageError
 from textdata.run_folder import VERSION_FILE, check_classifier, model_in_run
 from textdata.tables import atomic_path, write_json
 
+from .lineage import record_import
+
 ACTIVE_FILE = "active"
 EVENTS_FILE = "events.jsonl"
 _VERSION = re.compile(r"^v([1-9][0-9]{0,8})$")
@@ -168,8 +170,9 @@ class Registry:
         stage = self.staging(f"import-{os.getpid()}")
         try:
             shutil.copytree(src, stage, dirs_exist_ok=True, ignore=shutil.ignore_patterns(VERSION_FILE))
+            trained_on = record_import(src, stage)  # so it is never judged on rows it trained on
             name = self.commit(stage, {"source": "imported", "name": src.resolve().name,
-                                       "imported_from": str(src.resolve()),
+                                       "imported_from": str(src.resolve()), "trained_on": trained_on,
                                        "source_sha256": digest, "parent": self.active()})
         finally:
             shutil.rmtree(stage, ignore_errors=True)

@@ -6,7 +6,7 @@ The server never trains: it writes JOB_DIR/spec.json and the tables and starts t
 process. It runs the project's one training path (`finetune.kfold.run`, as `finetune/kfold.py ... --final`)
 and its one export path (`serving.export.run`, as `python -m serving.export --quantize`, gated on the
 evaluation slice, or on the training rows when the slice is empty), both into the job's staging folder,
-then scores the new model and the active one on the evaluation slice. On CPU it lowers its own priority
+then scores the new model and the active one on the evaluation-slice rows neither trained on (app/lineage.py). On CPU it lowers its own priority
 first. Progress (stage, fold, epoch, step, ETA) goes to JOB_DIR/progress.json; what it prints, to the
 job's log. The server renames the staging folder into a version only after this process exits 0, so a
 killed run leaves no version behind.
@@ -25,6 +25,8 @@ from pathlib import Path
 
 from textdata.errors import exits_2_on_user_error
 from textdata.tables import read_table, write_json
+
+from .lineage import shared_rows, write_hashes
 
 
 class Progress:
@@ -135,13 +137,19 @@ def run(job: Path) -> dict:
     shutil.copy2(work / "report.json", staging / "report.json")
     (staging / "training").mkdir(exist_ok=True)
     shutil.copy2(job / "train.csv", staging / "training" / "train.csv")
+    write_hashes(staging, read_table(job / "train.csv")["text"].astype(str))
     champion = spec.get("champion")
+    # both scored on the slice rows neither trained on: an imported champion may have trained on the slice
+    compared = {"the new version": staging, **({champion["version"]: Path(champion["folder"])} if champion else {})}
+    rows, basis = shared_rows(read_table(job / "eval.csv"), compared)
+    rows.to_csv(job / "compared.csv", index=False)
     result = {
         "labels": report["labels"], "rows": report["n_used"],
         "cv_macro_f1": round(report["macro_f1_mean"], 4), "cv_macro_f1_std": round(report["macro_f1_std"], 4),
         "export": {"cpu_default": exported["cpu_default"], "quantization": (exported.get("quantization") or {}).get("recipe")},
-        "eval": eval_scores(staging, job / "eval.csv"),
-        "champion_eval": eval_scores(Path(champion["folder"]), job / "eval.csv") if champion else None,
+        "eval": eval_scores(staging, job / "compared.csv"),
+        "champion_eval": eval_scores(Path(champion["folder"]), job / "compared.csv") if champion else None,
+        "compared_on": basis,
     }
     progress.stage("done", spec["folds"] + 3)
     write_json(job / "result.json", result)

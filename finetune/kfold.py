@@ -59,6 +59,7 @@ from finetune.report import f1_text, fold_summary, holdout_baseline, summary_tab
 from finetune.train import encode, fit, predict_proba
 from textdata.blend import BaselineError, ServedBlend
 from textdata.errors import DataError, exits_2_on_user_error
+from textdata.learned import assess
 from textdata.normalize import Normalizer
 from textdata.tables import write_json, write_table
 
@@ -239,6 +240,9 @@ def run(cfg: Config) -> dict:
     report = fold_summary(cfg, got.results, recorded, data, prep.data_path, prep.resolved, accelerator.device)
     report["blend"], blend_oof = cv_blend(got.oof, got.base_oof, data.y, got.fold_of, data.labels, cfg.blend,
                                           report["macro_f1_mean"])
+    report["learned"] = assess(data.y, got.oof, report["blend"], len(data.labels), cfg.seed)  # said plainly
+    if report["learned"]["message"]:
+        report["warnings"].append(report["learned"]["message"])
     if held is not None:
         report["holdout"] = holdout_baseline(out, data, held, cfg)
     if main:
@@ -251,7 +255,8 @@ def run(cfg: Config) -> dict:
     if main:
         write_json(out / "report.json", report)
         print(summary_table(report))
-        print(f"\nwrote {out}/report.json, oof_predictions.csv, confusion_matrix.png, learning_curves.png"
+        print(f"\nwrote {out}/report.json, oof_predictions.csv, confusion_matrix.png, learning_curves.png, "
+              "fold_scores.png"
               + (", model/" if cfg.final else "") + (", holdout.csv" if held is not None else ""))
     return report
 
@@ -288,6 +293,7 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator) -> None:
     write_json(folder / "training_config.json", {
         "config": config_json(cfg), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
         "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))}, "blend": blend,
+        "learned": report.get("learned"),  # serving.export and the engine say it too
     })
     report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(data.y),
                              "blend": blend is not None}

@@ -39,6 +39,7 @@ from serving.torch_runner import TorchRunner, check_options, cuda_available, pro
 from textdata.blend import BASELINE_DIR, BLEND_FILE, TEXT_CAP, Encoded, ServedBlend
 from textdata.errors import ModelError
 from textdata.labels import labels_from_config
+from textdata.learned import folder_note
 from textdata.normalize import Normalizer
 from textdata.precision import check_precision
 from textdata.run_folder import check_classifier, model_in_run
@@ -124,6 +125,7 @@ class Classifier:
         self._report = None
         self.blend: ServedBlend | None = None  # set by load(blend=True) when the folder has one
         self._has_blend = False
+        self.learned = None  # "the model adds nothing; ..." when k-fold found so (textdata/learned.py)
         if (self.folder / REPORT_FILE).exists():
             self._report = json.loads((self.folder / REPORT_FILE).read_text(encoding="utf-8"))
 
@@ -218,6 +220,9 @@ class Classifier:
                 clf.blend = ServedBlend(folder, len(clf.labels))
             except ValueError as e:
                 raise ModelError(str(e)) from None
+        clf.learned = folder_note(folder, blended=clf.blend is not None)
+        if clf.learned:
+            log.warning("%s: %s", folder, clf.learned)
         if runner.backend == "torch":
             runner.finish_load(lambda: clf.encode(parity_texts) if parity_texts
                                else probe_ids(config.vocab_size, max_length))
@@ -288,6 +293,7 @@ class Classifier:
             **self._run.describe(),  # precision, cuda_graphs, cuda_graph_error, precision_check
             "blend": self.blend.info() if self.blend else None,
             "blend_available": self._has_blend,
+            "warnings": [self.learned] if self.learned else [],
         }
 
     def normalize(self, texts: Sequence[str]) -> list[str]:

@@ -44,10 +44,11 @@ from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, M
 from serving.parity import builtin_sample, compare, tokenization_mismatch, verdict
 from serving.quantize import BY_NAME, DEFAULT_ORDER, cpu_isa, quantize
 from serving.quiet import understood_messages_dropped
-from textdata.blend import carry_blend
+from textdata.blend import BASELINE_DIR, BLEND_FILE, carry_blend
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
 from textdata.inputs import check_table
+from textdata.learned import folder_note
 from textdata.run_folder import check_classifier, model_in_run
 from textdata.tables import missing_text, read_table, write_json
 
@@ -262,6 +263,9 @@ def run(cfg: ExportConfig) -> dict:
         "pytorch": {"macro_f1": ref_f1} if y_true else {},
         "files": {},
     }
+    # k-fold's finding (textdata/learned.py), for the answers as served: with the blend when it travels along
+    note = folder_note(cfg.model, blended=(cfg.model / BASELINE_DIR / BLEND_FILE).exists())
+    report["warnings"] = [note] if note else []
     failed = {}
     if cfg.target == "cuda" and not _has_cuda():
         report["files"][ONNX_FILE] = {"checked": False, "why": "fp16 CUDA model and no CUDA provider here"}
@@ -355,6 +359,8 @@ def main(argv: list[str] | None = None) -> int:
               f"argmax agreement {s['argmax_agreement']:.4f} on {s['texts']} texts{f1}{recipe}")
     if cfg.quantize:
         print(f"CPU default: {report['cpu_default']['file']}: {report['cpu_default']['why']}")
+    for w in report["warnings"]:
+        print(f"warning: {w}")
     print(f"wrote {cfg.output} ({report['seconds']} s); report: {cfg.output / REPORT_FILE}")
     return 0
 
