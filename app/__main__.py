@@ -73,7 +73,6 @@ def model_to_serve(cfg, registry):
     activated once it has loaded, said in one line; without --model the active version. A folder that cannot
     serve (no trained head, fails to load) raises, leaving the registry as it was."""
     from .registry import RegistryError
-    from .server import load_classifier
 
     new = False
     if cfg.model:  # what the command line names is what serves
@@ -83,6 +82,8 @@ def model_to_serve(cfg, registry):
     if version is None:
         raise RegistryError(f"no --model given and no active version in {registry.root}: "
                             "start with --model FOLDER (a serving.export or transformers folder)")
+    from .server import load_classifier  # the UI's imports (seconds): after the folder was checked
+
     try:
         clf = load_classifier(cfg, registry.path(version))
     except ValueError:

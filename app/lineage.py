@@ -20,15 +20,21 @@ import hashlib
 import json
 from collections import Counter
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import pandas as pd
+if TYPE_CHECKING:
+    import pandas as pd
 
-from textdata.tables import read_table
-
-from .trainset import key
+# pandas (through textdata.tables) is imported where a table is read: app/registry.py imports this module,
+# and `python -m app --model typo` or `python -m app.models list` must answer without loading it.
 
 TEXTS_FILE = "training/texts.sha256"
 BUILTIN_DATA = ("bbcnews",)  # finetune/kfold.py's built-in data sets: not a file we can read here
+
+
+def key(text: str) -> str:
+    """A text as app/trainset.py compares texts: whitespace collapsed."""
+    return " ".join(str(text).split())
 
 
 def text_hash(text: str) -> str:
@@ -61,6 +67,8 @@ def imported_texts(folder: Path) -> tuple[list[str] | None, dict]:
                                              "finetune/kfold.py --final model)"}
     if data in BUILTIN_DATA:
         return None, {"known": False, "data": data, "why": f"trained on the built-in data set {data!r}"}
+    from textdata.tables import read_table
+
     path = Path(data)
     if not path.is_file():
         return None, {"known": False, "data": data, "why": f"its training data {data} is not there (any more)"}
@@ -106,6 +114,8 @@ def trained_hashes(folder: Path) -> tuple[set[str] | None, str]:
         return set((folder / TEXTS_FILE).read_text(encoding="ascii").split()), ""
     except OSError:
         pass
+    from textdata.tables import read_table
+
     if (folder / "training" / "train.csv").is_file():  # a trained version from before TEXTS_FILE
         return {text_hash(t) for t in read_table(folder / "training" / "train.csv")["text"].astype(str)}, ""
     texts, record = imported_texts(folder)  # an imported version from before TEXTS_FILE
@@ -116,7 +126,7 @@ def shared_rows(table: pd.DataFrame, folders: dict[str, Path]) -> tuple[pd.DataF
     """The rows of `table` (text, label) that no version in `folders` ({name: folder}) trained on, and how the
     comparison was made: {"rows", "slice_rows", "left_out": {name: rows it trained on}, "unknown": {name: why}}."""
     hashes = table["text"].astype(str).map(text_hash)
-    keep = pd.Series(True, index=table.index)
+    keep = hashes.map(lambda _: True)
     left_out, unknown = {}, {}
     for name, folder in folders.items():
         trained, why = trained_hashes(folder)

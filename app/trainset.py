@@ -24,6 +24,7 @@ from textdata.errors import DataError
 from textdata.tables import missing_text, read_table, write_json
 
 from .labeling import decisions, valid_session_id
+from .lineage import key
 
 log = logging.getLogger("app")
 SLICE_FILE = "eval_slice.json"
@@ -41,10 +42,6 @@ class TrainingSet:
     conflicts: list[dict] = field(default_factory=list)
     n_conflicts: int = 0
     sources: dict = field(default_factory=dict)
-
-
-def key(text: str) -> str:
-    return " ".join(str(text).split())
 
 
 def in_eval_slice(text: str, share: float) -> bool:

@@ -67,18 +67,17 @@ def check_classifier(folder: str | Path, flag: str = "--model") -> None:
         return  # missing or unreadable: the loader says so with its own message
     if not isinstance(config, dict):
         return
-    fine_tune = (f"fine-tune it first (python finetune/kfold.py --model {folder} --data LABELED.csv --final) and "
-                 "serve that run's model/ or its serving.export folder")
+    fine_tune = f"fine-tune it first: python finetune/kfold.py --model {folder} --data LABELED.csv --final"
     arch = [a for a in config.get("architectures") or [] if isinstance(a, str)]
     if arch and not any(a.endswith("ForSequenceClassification") for a in arch):
         raise ModelError(f"{flag} {folder} is a {arch[0]}, a pretrained encoder with no trained classification "
-                         f"head (served, it would answer with a random one): {fine_tune}")
+                         f"head (it would answer with a random one); {fine_tune}")
     names = [str(v) for v in (config.get("id2label") or {}).values()]
     if not names or all(_PLACEHOLDER_LABEL.match(n) for n in names):
         shown = ", ".join(names[:3]) or "none: transformers' LABEL_0, LABEL_1"
-        raise ModelError(f"{flag} {folder} has no label names (id2label: {shown}), so it was never fine-tuned on "
-                         f"labels here and its head may be random: {fine_tune}. A classifier trained elsewhere: "
-                         "write its label names into config.json's id2label")
+        raise ModelError(f"{flag} {folder} has no label names (id2label: {shown}): never fine-tuned on named "
+                         f"labels, its head may be random; {fine_tune} (trained elsewhere: put the label names "
+                         "in config.json's id2label)")
 
 
 VERSION_FILE = "version.json"  # written by the app's model registry (app/registry.py) in each version folder
