@@ -12,8 +12,14 @@ it. `delete` refuses the active version.
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+if __name__ == "__main__":  # outside the project's venv: a one-line hint, not a traceback
+    from textdata.inputs import hint_on_missing_module
+
+    sys.excepthook = hint_on_missing_module
+
+import argparse
 from pathlib import Path
 
 from textdata.errors import exits_2_on_user_error

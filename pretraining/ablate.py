@@ -27,6 +27,13 @@ import sys
 import time
 from pathlib import Path
 
+if __name__ == "__main__":  # outside the project's venv: a one-line hint, not a traceback
+    try:
+        from pretraining.config import hint_on_missing_module
+    except ModuleNotFoundError as e:
+        sys.exit(f"error: {e}: activate the project's venv (source .venv/bin/activate) or install it: pip install -e .")
+    sys.excepthook = hint_on_missing_module
+
 from pretraining.config import TrainConfig, UsageError, build_parser, config_from_args, exits_2_on_usage_error
 
 ROWS = ("electra", "electra-15", "replace-mlm", "all-tokens-mlm", "mlm")

@@ -202,18 +202,20 @@ def check_paths(cfg: TrainConfig) -> None:
             raise UsageError(f"{flag} {folder}: no such folder")
 
 
+def hint_on_missing_module(kind, value, tb) -> None:
+    """sys.excepthook for pretraining's scripts: a library missing from this Python (run outside the project's
+    venv) is one line saying what to do, not a traceback. Twin of textdata/inputs.py's."""
+    if issubclass(kind, ModuleNotFoundError):
+        print(f"error: {value}: activate the project's venv (source .venv/bin/activate) or install it: "
+              "pip install -e .", file=sys.stderr)
+        return
+    sys.__excepthook__(kind, value, tb)
+
+
 def check_command_line(argv: list[str] | None, description: str) -> None:
     """pretraining/train.py's first step, before torch loads: parse (argparse exits on --help and bad flags) and
     check the paths; a UsageError is one line and exit 2. Twin of textdata/inputs.py `check_before_imports`
     (pretraining imports no other package), whose missing-library hint it also installs for the imports after."""
-
-    def hint_on_missing_module(kind, value, tb) -> None:
-        if issubclass(kind, ModuleNotFoundError):
-            print(f"error: {value}: activate the project's venv (source .venv/bin/activate) or install it: "
-                  "pip install -e .", file=sys.stderr)
-            return
-        sys.__excepthook__(kind, value, tb)
-
     sys.excepthook = hint_on_missing_module
     try:
         check_paths(config_from_args(build_parser(description).parse_args(argv)))

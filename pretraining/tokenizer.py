@@ -19,6 +19,13 @@ import argparse
 import sys
 from pathlib import Path
 
+if __name__ == "__main__":  # outside the project's venv: a one-line hint, not a traceback
+    try:
+        from pretraining.config import hint_on_missing_module
+    except ModuleNotFoundError as e:
+        sys.exit(f"error: {e}: activate the project's venv (source .venv/bin/activate) or install it: pip install -e .")
+    sys.excepthook = hint_on_missing_module
+
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from pretraining.config import UsageError
