@@ -6,7 +6,8 @@
 
 OUT is a `serving.export` folder (ONNX) or a transformers folder with a trained classification head; it is
 copied into the model registry (--models-dir) as a version (or found there, by content) and activated: the
-folder given is what serves. Without --model the registry's active version serves.
+folder given is what serves, unless a version the app retrained from it was promoted since (a restarted
+container keeps its learning loop). Without --model the registry's active version serves.
 Retraining from the labels runs in a child process (app/train_child.py). `python -m app --help` lists every
 limit. SIGTERM drains: in-flight requests finish, new ones get 503, then the process exits 0.
 """
@@ -68,17 +69,39 @@ class DrainingServer(uvicorn.Server):
         self._captured_signals.clear()
 
 
+def retrained_from(registry, version: str | None, ancestor: str) -> bool:
+    """`version` was trained by the app, directly or through other retrains, from `ancestor`."""
+    seen = set()
+    while version and version not in seen:
+        seen.add(version)
+        try:
+            meta = registry.meta(version)
+        except ValueError:  # deleted along the way
+            return False
+        if meta.get("source") != "trained":
+            return False
+        version = meta.get("parent")
+        if version == ancestor:
+            return True
+    return False
+
+
 def model_to_serve(cfg, registry):
-    """(version, its loaded Classifier): what --model names, registered (or found registered, by content) and
-    activated once it has loaded, said in one line; without --model the active version. A folder that cannot
-    serve (no trained head, fails to load) raises, leaving the registry as it was."""
+    """(version, its loaded Classifier). With --model, FOLDER's version (registered now, or found registered by
+    content) is activated once it has loaded, whatever was active, with one exception: a version the app
+    retrained from it and promoted stays (a container restarts with the same --model; the learning loop must
+    not be undone). Said in one line. Without --model, the active version. A folder that cannot serve (no
+    trained head, fails to load) raises, leaving the registry as it was."""
     from .registry import RegistryError
 
     new = False
     if cfg.model:  # what the command line names is what serves
         version, new = registry.register_folder(cfg.model)
+        given = version
+        if retrained_from(registry, registry.active(), version):
+            version = registry.active()
     else:
-        version = registry.active()
+        version = given = registry.active()
     if version is None:
         raise RegistryError(f"no --model given and no active version in {registry.root}: "
                             "start with --model FOLDER (a serving.export or transformers folder)")
@@ -94,7 +117,10 @@ def model_to_serve(cfg, registry):
     if version != was:  # switched only once it has loaded
         # the folder name only: /v1/models and the UI show this, and server paths stay private (issue 24)
         registry.set_active(version, why=f"python -m app --model .../{Path(cfg.model).name}")
-    if cfg.model:
+    if cfg.model and version != given:
+        log.info("serving %s: retrained from %s (%s) and promoted; `python -m app.models activate %s` serves %s "
+                 "itself", version, cfg.model, given, given, given)
+    elif cfg.model:
         now = "active already" if version == was else (f"activated instead of {was}" if was else "activated")
         log.info("serving %s as %s (%s; %s)", cfg.model, version, "registered now" if new else "registered before", now)
     return version, clf

@@ -42,6 +42,27 @@ def test_the_folder_given_is_what_serves(spread_model_dir, tmp_path, caplog):
     assert reg.names() == ["v1", "v2"]
 
 
+def test_a_promoted_retrain_of_the_folder_keeps_serving(spread_model_dir, tmp_path, caplog):
+    """A container restarts with the same --model: the version the app retrained from it and promoted stays."""
+    reg = Registry(tmp_path / "models")
+    model_to_serve(config(spread_model_dir, reg.root), reg)
+    stage = reg.staging("job")
+    shutil.copytree(spread_model_dir, stage, dirs_exist_ok=True)
+    (stage / "note.txt").write_text("retrained")
+    reg.set_active(reg.commit(stage, {"source": "trained", "parent": "v1"}))  # v2, promoted
+    with caplog.at_level(logging.INFO, logger="app"):
+        assert model_to_serve(config(spread_model_dir, reg.root), reg)[0] == "v2"
+    assert reg.active() == "v2"
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("serving ")]
+    assert said == [f"serving v2: retrained from {spread_model_dir} (v1) and promoted; "
+                    "`python -m app.models activate v1` serves v1 itself"]
+    other = tmp_path / "other"  # an imported folder is no retrain of v1: --model v1's folder replaces it
+    shutil.copytree(spread_model_dir, other)
+    (other / "note.txt").write_text("another model")
+    assert model_to_serve(config(other, reg.root), reg)[0] == "v3"
+    assert model_to_serve(config(spread_model_dir, reg.root), reg)[0] == "v1" and reg.active() == "v1"
+
+
 @pytest.mark.parametrize("kind", ["discriminator", "placeholder labels"])
 def test_a_folder_without_a_trained_head_is_refused(kind, spread_model_dir, tiny_electra_dir, tmp_path):
     reg = Registry(tmp_path / "models")
