@@ -40,6 +40,7 @@ import uvicorn
 from . import logs
 from .api import ServerState
 from .config import parse_args
+from .gate import proxy_settings
 from .protocol import bounded_protocol
 
 log = logging.getLogger("app")
@@ -106,9 +107,13 @@ def model_to_serve(cfg, registry):
         raise RegistryError(f"no --model given and no active version in {registry.root}: "
                             "start with --model FOLDER (a serving.export or transformers folder)")
     from .server import load_classifier  # the UI's imports (seconds): after the folder was checked
+    from .version_check import load_or_fall_back
 
     try:
-        clf = load_classifier(cfg, registry.path(version))
+        if version == given and cfg.model:  # the folder given serves itself or not at all
+            clf = load_classifier(cfg, registry.path(version))
+        else:  # the registry's active version, or the last one that serves (app/version_check.py)
+            version, clf = load_or_fall_back(registry, version, lambda folder: load_classifier(cfg, folder))
     except ValueError:
         if new:  # it never served: it does not stay as a version
             registry.delete(version)
@@ -116,7 +121,7 @@ def model_to_serve(cfg, registry):
     was = registry.active()
     if version != was:  # switched only once it has loaded
         # the folder name only: /v1/models and the UI show this, and server paths stay private (issue 24)
-        registry.set_active(version, why=f"python -m app --model .../{Path(cfg.model).name}")
+        registry.set_active(version, why=f"python -m app --model .../{Path(cfg.model or '').name}")
     if cfg.model and version != given:
         log.info("serving %s: retrained from %s (%s) and promoted; `python -m app.models activate %s` serves %s "
                  "itself", version, cfg.model, given, given, given)
@@ -150,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
     http = bounded_protocol(cfg.max_header_bytes, cfg.header_timeout_s, cfg.body_timeout_s)
     server = DrainingServer(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,
                                            timeout_graceful_shutdown=cfg.shutdown_timeout_s, http=http,
-                                           timeout_keep_alive=cfg.keep_alive_s), state)
+                                           timeout_keep_alive=cfg.keep_alive_s, **proxy_settings(cfg)), state)
     log.info("serving", extra={"fields": {"event": "start", "url": f"http://{cfg.host}:{cfg.port}",
                                           "model": cfg.model, "version": version, "auth": bool(cfg.api_key), "ui": cfg.ui}})
     server.run()

@@ -58,6 +58,7 @@ from finetune.models import list_models, load_classifier, load_tokenizer, resolv
 from finetune.report import f1_text, fold_summary, holdout_baseline, summary_table, write_outputs
 from finetune.train import encode, fit, predict_proba
 from textdata.blend import BaselineError, ServedBlend
+from textdata.drift import save_reference
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.learned import assess
 from textdata.normalize import Normalizer
@@ -249,6 +250,9 @@ def run(cfg: Config) -> dict:
         write_outputs(out, cfg, data, got.oof, got.base_oof, blend_oof, got.fold_of, report, got.histories, held)
     if cfg.final:
         final_model(cfg, prep, report, accelerator)
+        if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitor.py)
+            kept = (report["blend"] or {}).get("kept") and blend_oof is not None
+            save_reference(out / "model", blend_oof if kept else got.oof, data.texts, data.labels)
     report["wall_seconds"] = round(time.time() - started, 1)
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)

@@ -72,7 +72,7 @@ def test_engine_and_model_route_say_the_answers_are_the_baselines(learned_nothin
     assert warning.startswith(ADDS_NOTHING) and "shuffled labels score up to" in warning
     alone = Classifier.load(learned_nothing, provider="torch", blend=False)  # the model's own answers
     assert alone.info()["warnings"][0].startswith(AT_CHANCE)
-    with TestClient(create_app(Config(ui=False, data_dir=tmp_path), clf)) as client:
+    with TestClient(create_app(Config(ui=False, data_dir=tmp_path), clf), base_url="http://127.0.0.1") as client:
         assert client.get("/v1/model").json()["warnings"] == [warning]
 
 
