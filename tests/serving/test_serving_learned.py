@@ -33,7 +33,7 @@ def test_chance_level_and_no_weight_are_told_apart():
     guessed = np.eye(5)[rng.integers(0, 5, 400)]  # predictions unrelated to the labels
     found = assess(y, guessed, None, 5)
     assert found["at_chance"] and found["macro_f1"] <= found["chance_macro_f1_p95"] < 0.3
-    assert found["message"].startswith(AT_CHANCE) and "shuffled labels score up to" in found["message"]
+    assert found["message"].startswith(AT_CHANCE) and "with the labels shuffled its answers score up to" in found["message"]
     one_class = np.tile(np.eye(5)[0], (400, 1))  # the 1-epoch model of the README's first try
     blend = {"kept": True, "model_weight": 0.0, "baseline_weight": 2.3}
     assert assess(y, one_class, blend, 5)["message"].startswith(ADDS_NOTHING)
@@ -69,7 +69,7 @@ def test_engine_and_model_route_say_the_answers_are_the_baselines(learned_nothin
 
     clf = Classifier.load(learned_nothing, provider="torch")
     (warning,) = clf.info()["warnings"]
-    assert warning.startswith(ADDS_NOTHING) and "shuffled labels score up to" in warning
+    assert warning.startswith(ADDS_NOTHING) and "with the labels shuffled its answers score up to" in warning
     alone = Classifier.load(learned_nothing, provider="torch", blend=False)  # the model's own answers
     assert alone.info()["warnings"][0].startswith(AT_CHANCE)
     with TestClient(create_app(Config(ui=False, data_dir=tmp_path), clf), base_url="http://127.0.0.1") as client:
