@@ -70,7 +70,7 @@ def check_classifier(folder: str | Path, flag: str = "--model") -> None:
     fine_tune = f"fine-tune it first: python finetune/kfold.py --model {folder} --data LABELED.csv --final"
     arch = [a for a in config.get("architectures") or [] if isinstance(a, str)]
     if arch and not any(a.endswith("ForSequenceClassification") for a in arch):
-        raise ModelError(f"{flag} {folder} is a {arch[0]}, a pretrained encoder with no trained classification "
+        raise ModelError(f"{flag} {folder}: {arch[0]}, a pretrained encoder with no trained classification "
                          f"head (it would answer with a random one); {fine_tune}")
     names = [str(v) for v in (config.get("id2label") or {}).values()]
     if not names or all(_PLACEHOLDER_LABEL.match(n) for n in names):

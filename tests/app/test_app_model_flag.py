@@ -70,7 +70,7 @@ def test_a_folder_without_a_trained_head_is_refused(kind, spread_model_dir, tiny
     folder = tmp_path / kind
     if kind == "discriminator":  # pretraining/'s output: ElectraForPreTraining
         shutil.copytree(tiny_electra_dir, folder)
-        want = "is a ElectraForPreTraining, a pretrained encoder with no trained classification head"
+        want = "discriminator: ElectraForPreTraining, a pretrained encoder with no trained classification head"
     else:  # a classifier whose labels transformers named: never fine-tuned on labels
         shutil.copytree(spread_model_dir, folder)
         conf = json.loads((folder / "config.json").read_text())
