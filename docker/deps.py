@@ -21,7 +21,7 @@ TRAIN_ONLY = {
     "optimum-onnx": "optimum",
     "onnx": "onnx",  # read only to export, and by the TensorRT provider (which needs the GPU image)
     "matplotlib": "matplotlib",
-    # fits the TF-IDF baseline; a served blend applies the saved one with numpy (textdata/tfidf.py), which
+    # fits the TF-IDF baseline; a served blend applies the saved one with numpy (baseline/tfidf.py), which
     # also keeps scipy (sklearn's dependency) out of the slim image
     "scikit-learn": "sklearn",
 }

@@ -1,5 +1,5 @@
 """k-fold's settings: the Config dataclass, its flags (built from its fields), parsing and checking, the rules
-for --resume, and the command line that reproduces a config (finetune/search.py writes it as best_command.txt).
+for --resume, a config from its JSON, and the command line that reproduces a config (finetune/search.py writes it as best_command.txt).
 
 Used by finetune/kfold.py (the entry point) and finetune/search.py; nothing here imports torch.
 """
@@ -18,7 +18,7 @@ from finetune.models import list_models, resolve_model
 from finetune.train_config import COMPILE_CHOICES, SWITCHES, TrainConfig
 from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
 from textdata.inputs import check_file, check_table
-from textdata.precision import PRECISIONS
+from textdata.numerics import PRECISIONS
 
 BLEND_MODES = ("auto", "off", "on")  # finetune/blend.py
 BUILTIN_DATA_NAMES = ("bbcnews",)  # --data names finetune/kfold.py resolves itself (BUILTIN_DATA)
@@ -195,6 +195,15 @@ def check_inputs(cfg: Config) -> None:
         resolve_model(cfg.model)  # an alias without its package, a path that is not there
     for path in cfg.adapt.corpus:
         check_file(path, "--adapt-corpus")
+
+
+def config_from_json(values: dict) -> Config:
+    """The Config from a dict shaped as config.json records one (`train` and `adapt` nested), as the app's
+    training child is given it: settings left out keep their defaults, an unknown one is refused."""
+    values = dict(values)
+    train = config_from(TrainConfig, values.pop("train", {}))
+    adapt_cfg = config_from(AdaptConfig, values.pop("adapt", {}))
+    return config_from(Config, values, train=train, adapt=adapt_cfg)
 
 
 def command_line(cfg: Config) -> str:

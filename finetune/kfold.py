@@ -38,8 +38,9 @@ from pathlib import Path
 
 import numpy as np
 
+from baseline.blend import BaselineError, ServedBlend
+from baseline.folds import baseline_predict
 from finetune.adapt import adapt
-from finetune.baseline import baseline_predict
 from finetune.blend import cv_blend, save_final_blend
 from finetune.config import (  # noqa: F401
     RESUMABLE,
@@ -57,7 +58,6 @@ from finetune.metrics import fold_metrics
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model  # noqa: F401
 from finetune.report import f1_text, fold_summary, holdout_baseline, summary_table, write_outputs
 from finetune.train import encode, fit, predict_proba
-from textdata.blend import BaselineError, ServedBlend
 from textdata.drift import save_reference
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.learned import assess
@@ -110,7 +110,15 @@ def prepare(cfg: Config) -> Prepared:
     return Prepared(data_path, normalizer, data, held, resolved, tokenizer, ids, folds)
 
 
-def run_fold(cfg: Config, k: int, prep: Prepared, fold_dir: Path, accelerator) -> tuple[dict, np.ndarray, np.ndarray]:
+def step_reporter(on_progress, **where):
+    """fit's per-step callback that reports `where` (stage, fold) with the step, the steps and the epoch."""
+    if on_progress is None:
+        return None
+    return lambda step, steps, epoch: on_progress({**where, "epoch": epoch, "step": step, "steps": steps})
+
+
+def run_fold(cfg: Config, k: int, prep: Prepared, fold_dir: Path, accelerator,
+             on_progress=None) -> tuple[dict, np.ndarray, np.ndarray]:
     """One fold: (its record, the model's and the baseline's probabilities on its held-out rows). On --resume a
     finished fold is read back; otherwise it is trained, scored and written whole."""
     seed = cfg.seed * 1000 + k  # one seed per fold, derived from --seed
@@ -132,7 +140,8 @@ def run_fold(cfg: Config, k: int, prep: Prepared, fold_dir: Path, accelerator) -
     torch.manual_seed(seed)
     model = load_classifier(cfg.model, start, data.labels, cfg.dropout, cfg.random_init)
     hist = fit(model, tokenizer, [ids[i] for i in fit_idx], data.y[fit_idx], [ids[i] for i in stop_idx],
-               data.y[stop_idx], cfg.train, seed, accelerator, desc=f"fold {k + 1}/{cfg.folds}")
+               data.y[stop_idx], cfg.train, seed, accelerator, desc=f"fold {k + 1}/{cfg.folds}",
+               on_step=step_reporter(on_progress, stage="fold", fold=k + 1, folds=cfg.folds))
     proba = predict_proba(model, [ids[i] for i in val_idx], tokenizer.pad_token_id or 0, accelerator.device,
                           cfg.train.precision)
     del model
@@ -163,10 +172,10 @@ class FoldJob:
     k: int
     trial: int | None = None
 
-    def __call__(self, prep, accelerator):
+    def __call__(self, prep, accelerator, on_progress=None):
         fold_dir = Path(self.cfg.output) / "folds"
         fold_dir.mkdir(parents=True, exist_ok=True)
-        return run_fold(self.cfg, self.k, prep, fold_dir, accelerator)
+        return run_fold(self.cfg, self.k, prep, fold_dir, accelerator, on_progress)
 
 
 @dataclass
@@ -180,15 +189,18 @@ class FoldResults:
     fold_of: np.ndarray  # each row's fold
 
 
-def run_folds(cfg: Config, prep: Prepared, accelerator) -> FoldResults:
-    """Every fold through the runner (here or on Ray), gathered in fold order whatever order they finished in."""
+def run_folds(cfg: Config, prep: Prepared, accelerator, on_progress=None) -> FoldResults:
+    """Every fold through the runner (here or on Ray), gathered in fold order whatever order they finished in.
+    Local folds report every step to `on_progress`; Ray folds, each fold as it finishes."""
     by_fold = {}
-    with open_runner(cfg, prep, accelerator) as runner:
+    with open_runner(cfg, prep, accelerator, on_progress=on_progress) as runner:
         for k in range(cfg.folds):
             runner.submit(FoldJob(cfg, k))
         for _ in range(cfg.folds):
             job, (saved, proba, base_proba) = runner.next_done()
             by_fold[job.k] = saved, proba, base_proba
+            if on_progress is not None:
+                on_progress({"stage": "fold done", "fold": job.k + 1, "folds": cfg.folds, "done": len(by_fold)})
             print(f"fold {job.k}: macro-F1 {saved['macro_f1']:.4f} (baseline {f1_text(saved['baseline'])}), "
                   f"accuracy {saved['accuracy']:.4f}, best epoch {saved['best_epoch']}", file=sys.stderr)
     n, c = len(prep.data.y), len(prep.data.labels)
@@ -225,7 +237,9 @@ def start_run(cfg: Config, accelerator) -> tuple[Prepared, dict]:
     return prep, recorded
 
 
-def run(cfg: Config) -> dict:
+def run(cfg: Config, on_progress=None) -> dict:
+    """The whole k-fold run of `cfg`; `on_progress(event)`, when given, receives a dict per training step (its
+    "stage": "fold" or "final", the fold, "epoch", "step", "steps") and one as each fold finishes ("fold done")."""
     import transformers
 
     started = time.time()
@@ -236,7 +250,7 @@ def run(cfg: Config) -> dict:
     cpu_threads(accelerator)
     prep, recorded = start_run(cfg, accelerator)
     data, held = prep.data, prep.held
-    got = run_folds(cfg, prep, accelerator)
+    got = run_folds(cfg, prep, accelerator, on_progress)
 
     report = fold_summary(cfg, got.results, recorded, data, prep.data_path, prep.resolved, accelerator.device)
     report["blend"], blend_oof = cv_blend(got.oof, got.base_oof, data.y, got.fold_of, data.labels, cfg.blend,
@@ -249,7 +263,7 @@ def run(cfg: Config) -> dict:
     if main:
         write_outputs(out, cfg, data, got.oof, got.base_oof, blend_oof, got.fold_of, report, got.histories, held)
     if cfg.final:
-        final_model(cfg, prep, report, accelerator)
+        final_model(cfg, prep, report, accelerator, on_progress)
         if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitor.py)
             kept = (report["blend"] or {}).get("kept") and blend_oof is not None
             save_reference(out / "model", blend_oof if kept else got.oof, data.texts, data.labels)
@@ -265,7 +279,7 @@ def run(cfg: Config) -> dict:
     return report
 
 
-def final_model(cfg: Config, prep: Prepared, report: dict, accelerator) -> None:
+def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progress=None) -> None:
     """Train on every fold row for the median best epoch of the folds, then save a serving-ready folder;
     score it on the held-out rows (--holdout), which it never saw."""
     import torch
@@ -279,7 +293,7 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator) -> None:
     torch.manual_seed(cfg.seed)
     model = load_classifier(cfg.model, resolved, data.labels, cfg.dropout, cfg.random_init)
     fit(model, tokenizer, prep.ids, data.y, [], np.array([], dtype=np.int64), train_cfg, cfg.seed, accelerator,
-        desc="final")
+        desc="final", on_step=step_reporter(on_progress, stage="final"))
     if held is not None:
         proba = predict_proba(model, encode(tokenizer, held.texts, cfg.max_length), tokenizer.pad_token_id or 0,
                               accelerator.device, cfg.train.precision)

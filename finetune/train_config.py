@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from textdata.precision import check_precision
+from textdata.numerics import check_precision
 
 SWITCHES = ("auto", "on", "off")
 # graphs: compile with mode="reduce-overhead", which replays each static shape's step as a CUDA graph.
@@ -23,7 +23,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     patience: int = 2  # epochs without inner-validation improvement before stopping; 0 = never stop early
     class_weights: bool = False
-    precision: str = "auto"  # one of textdata.precision.PRECISIONS
+    precision: str = "auto"  # one of textdata.numerics.PRECISIONS
     static_shapes: str = "auto"  # auto (on CUDA) | on | off: pad to (batch_size, width bucket) shapes
     compile: str = "off"  # off | auto (on CUDA) | on: torch.compile the training forward and backward;
     # graphs: the same, replayed as CUDA graphs (CUDA only, implies static shapes)

@@ -19,16 +19,15 @@ from pathlib import Path
 OBJECTIVES = ("electra", "electra-15", "mlm", "replace-mlm", "all-tokens-mlm")
 
 
+# Twin of textdata.errors.UserError (pretraining imports no other package): tests/textdata/test_twins.py
 class UsageError(Exception):
-    """Bad input from the user: printed as one line, without a traceback.
-
-    Twin of textdata/errors.py `UserError` (pretraining imports no other package); finetune/adapt.py turns it
-    into a `DataError`."""
+    """Bad input from the user: printed as one line, without a traceback; finetune/adapt.py turns it into a
+    `DataError`."""
 
 
+# Twin of textdata.errors.exits_2_on_user_error: tests/textdata/test_twins.py
 def exits_2_on_usage_error(main):
-    """Wrap a CLI `main`: a UsageError becomes `error: <message>` on stderr and exit status 2 (twin of
-    textdata/errors.py `exits_2_on_user_error`)."""
+    """Wrap a CLI `main`: a UsageError becomes `error: <message>` on stderr and exit status 2."""
 
     @functools.wraps(main)
     def wrapper(*args, **kwargs) -> int:
@@ -159,9 +158,9 @@ def _default_help(name: str, default) -> str:
     return f"(default: {shown}" + ("; " + ", ".join(by_preset) if by_preset else "") + ")"
 
 
+# Twin of textdata.flags.add_flags (which the other CLIs use): tests/textdata/test_twins.py
 def build_parser(description: str) -> argparse.ArgumentParser:
-    """One flag per TrainConfig field, each help line showing its default per preset (twin of textdata/flags.py,
-    which the other CLIs use; pretraining imports no other package)."""
+    """One flag per TrainConfig field, each help line showing its default and each preset's value."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
                                      allow_abbrev=False)  # `--max-step 10` must not pass as --max-steps
     for f in fields(TrainConfig):

@@ -9,7 +9,7 @@ import shutil
 import numpy as np
 import pytest
 
-from textdata.blend import Blend, fit_baseline, save_baseline
+from baseline.blend import Blend, fit_baseline, save_baseline
 from textdata.learned import ADDS_NOTHING, AT_CHANCE, assess, chance_macro_f1, macro_f1
 
 LABELS = ["dream", "error", "memo"]  # the fixture's id2label order

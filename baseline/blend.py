@@ -13,7 +13,7 @@ logistic-regression stacker on the log-probabilities (2K features, K classes) wi
 docs/finetune.md, "Blend with the baseline".
 
 The baseline is saved without pickle: vocabulary and settings as JSON, idf and coefficients as
-safetensors. Serving applies it with numpy alone (textdata/tfidf.py: faster per row than rebuilding the
+safetensors. Serving applies it with numpy alone (baseline/tfidf.py: faster per row than rebuilding the
 scikit-learn objects, and the slim image carries no scikit-learn or scipy); only fitting uses scikit-learn.
 """
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from textdata.tfidf import TfidfLogreg, check_settings
+from baseline.tfidf import TfidfLogreg, check_settings
 
 BASELINE_DIR = "baseline"  # inside a model folder: tfidf.json, weights.safetensors, blend.json
 BLEND_FILE = "blend.json"
@@ -161,7 +161,7 @@ def _unreadable(target: Path, e: Exception) -> ValueError:
 
 def load_baseline(folder: str | Path) -> tuple[TfidfLogreg, int, Blend, dict]:
     """(the baseline as numpy, n_classes, blend, blend.json) from folder/baseline/; ValueError if broken or
-    saved with settings the numpy transform does not implement (textdata/tfidf.py: serving imports no sklearn)."""
+    saved with settings the numpy transform does not implement (baseline/tfidf.py: serving imports no sklearn)."""
     from safetensors.numpy import load_file
 
     target = Path(folder) / BASELINE_DIR

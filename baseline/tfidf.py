@@ -1,4 +1,4 @@
-"""The saved TF-IDF + logistic-regression baseline applied with numpy alone (serving's side of textdata/blend.py).
+"""The saved TF-IDF + logistic-regression baseline applied with numpy alone (serving's side of baseline/blend.py).
 
 Our own rather than scikit-learn objects rebuilt at load, for two measured reasons:
 - speed: on 2,000 ko-help rows in batches of 64 (load average ~3.5), sklearn's transform + predict_proba
@@ -8,7 +8,7 @@ Our own rather than scikit-learn objects rebuilt at load, for two measured reaso
 
 It copies scikit-learn 1.x's semantics exactly for the settings `tfidf_logreg` uses: TfidfVectorizer
 (`_preprocess`, `_white_spaces`, `_char_wb_ngrams`, `_count_vocab` with a fixed vocabulary,
-TfidfTransformer.transform) and LogisticRegression.predict_proba. tests/textdata/test_tfidf.py holds it to
+TfidfTransformer.transform) and LogisticRegression.predict_proba. tests/baseline/test_tfidf.py holds it to
 the fitted sklearn pipeline at 1e-9. Settings it does not implement are refused at load (`check_settings`),
 never served approximately.
 """

@@ -1,0 +1,6 @@
+"""The TF-IDF + logistic-regression baseline every k-fold report shows beside the model, and its blend with
+the model: one definition that finetune fits (`blend.py`, `folds.py`) and serving applies with numpy alone
+(`tfidf.py`).
+
+`finetune/`, `serving/` and `app/` import it; it imports `textdata/` and none of the stages.
+"""
