@@ -31,43 +31,13 @@ if __name__ == "__main__":
 
     sys.excepthook = hint_on_missing_module  # outside the project's venv: one line, not a traceback
 
-import asyncio
 import logging
 from pathlib import Path
 
-import uvicorn
-
 from . import logs
-from .api import ServerState
 from .config import parse_args
-from .gate import proxy_settings
-from .protocol import bounded_protocol
 
 log = logging.getLogger("app")
-
-
-class DrainingServer(uvicorn.Server):
-    """Marks the app as draining the moment SIGTERM/SIGINT arrives, before uvicorn closes sockets,
-    so requests already on open keep-alive connections get 503 instead of starting new work."""
-
-    def __init__(self, config: uvicorn.Config, state: ServerState):
-        super().__init__(config)
-        self.app_state = state
-
-    def handle_exit(self, sig, frame) -> None:
-        if not self.app_state.draining:
-            log.info("draining", extra={"fields": {"event": "draining", "signal": signal.Signals(sig).name}})
-        self.app_state.draining = True
-        try:
-            loop = asyncio.get_running_loop()  # signal handlers run on the loop's own thread
-            for callback in self.app_state.on_drain:
-                loop.call_soon_threadsafe(callback)
-        except RuntimeError:
-            pass
-        super().handle_exit(sig, frame)
-        # uvicorn re-raises the signal after its shutdown, so the exit status would read "killed";
-        # a completed drain is a clean exit, and supervisors should see 0.
-        self._captured_signals.clear()
 
 
 def retrained_from(registry, version: str | None, ancestor: str) -> bool:
@@ -148,6 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # ModelError, RegistryError, DataError: what the user gave cannot serve
         print(f"error: {e}", file=sys.stderr)
         return 2
+    # the server's own imports (uvicorn, FastAPI) after the checks: a usage error answers without them
+    import uvicorn
+
+    from .api import ServerState
+    from .draining import DrainingServer
+    from .gate import proxy_settings
+    from .protocol import bounded_protocol
     from .server import create_app
 
     state = ServerState()
