@@ -50,6 +50,7 @@ def test_a_promoted_retrain_of_the_folder_keeps_serving(spread_model_dir, tmp_pa
     shutil.copytree(spread_model_dir, stage, dirs_exist_ok=True)
     (stage / "note.txt").write_text("retrained")
     reg.set_active(reg.commit(stage, {"source": "trained", "parent": "v1"}))  # v2, promoted
+    caplog.clear()  # the first start's line, kept when an earlier test left the app's log level at INFO
     with caplog.at_level(logging.INFO, logger="app"):
         assert model_to_serve(config(spread_model_dir, reg.root), reg)[0] == "v2"
     assert reg.active() == "v2"
