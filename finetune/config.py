@@ -31,6 +31,8 @@ class Config:
     output: str
     text_column: str = "text"
     label_column: str = "label"
+    multi_label: bool = False  # several labels per row (finetune/multilabel_data.py)
+    label_sep: str = ";"
     group_column: str | None = None
     encoding: str = "utf-8"
     on_missing: str = "drop"  # drop rows with empty text/label (with a warning) or fail
@@ -89,6 +91,10 @@ def resume_differences(before: dict, now: dict) -> list[str]:
 FLAGS = {
     "text_column": Flag("the column holding the texts"),
     "label_column": Flag("the column holding the labels"),
+    "multi_label": Flag("each row may carry several labels (or none): the label column holds them separated by "
+                        "--label-sep (a JSON list in JSONL/Parquet); one sigmoid per label, per-label thresholds "
+                        "tuned on out-of-fold rows (docs/finetune.md#multi-label)"),
+    "label_sep": Flag("--multi-label: the separator between labels in a label cell"),
     "group_column": Flag("keep each group (source document, user...) inside one fold"),
     "encoding": Flag("input encoding, e.g. cp949 for Korean Excel exports"),
     "on_missing": Flag("rows with empty text or label: drop them with a warning or fail", choices=("drop", "fail")),
@@ -169,6 +175,8 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
         p.error("--model and --data are required (try --model minilm --data bbcnews offline)")
     if a.folds < 2:
         p.error("--folds must be at least 2")
+    if a.multi_label and (not a.label_sep or a.label_sep.isspace()):
+        p.error("--label-sep must be a visible separator such as ';' or ','")
     if not 0 <= a.holdout < 1:
         p.error("--holdout must be a fraction in [0, 1), e.g. 0.2")
     if a.cpus_per_fold < 1 or a.gpus_per_fold < 0:

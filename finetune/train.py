@@ -30,6 +30,11 @@ from textdata.numerics import bucket_widths, lr_at, resolve_dtype
 
 # Options for torch.compile; the CPU test swaps in a cheaper backend.
 COMPILE_OPTIONS: dict = {"dynamic": False}
+MULTI_LABEL = "multi_label_classification"  # transformers' problem_type for a sigmoid per label
+
+
+def is_multi_label(model) -> bool:
+    return getattr(model.config, "problem_type", None) == MULTI_LABEL
 
 
 @dataclass
@@ -126,8 +131,10 @@ def amp_dtype(precision: str, device: torch.device):
 @torch.no_grad()
 def predict_proba(model, ids: list[list[int]], pad_id: int, device, precision: str = "auto",
                   batch_tokens: int = 16384) -> np.ndarray:
-    """Softmax probabilities in input order; batches by token budget over length-sorted texts."""
+    """Softmax probabilities in input order (a sigmoid per label for a multi-label model); batches by token
+    budget over length-sorted texts."""
     model.eval()
+    squash = torch.sigmoid if is_multi_label(model) else lambda z: torch.softmax(z, dim=-1)
     dtype = amp_dtype(precision, device)
     order = np.argsort([len(x) for x in ids], kind="stable")
     out = np.zeros((len(ids), model.config.num_labels), dtype=np.float32)
@@ -141,7 +148,7 @@ def predict_proba(model, ids: list[list[int]], pad_id: int, device, precision: s
         rows = order[start:end]
         with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             logits = model(**collate(ids, rows, pad_id, device)).logits
-        out[rows] = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+        out[rows] = squash(logits.float()).cpu().numpy()
         start = end
     return out
 
@@ -157,9 +164,10 @@ class _Step:
     accelerator: object
     device: object
     dtype: object
-    weight: object  # class weights of the loss, or None
+    weight: object  # class weights of the loss (multi-label: BCE's pos_weight), or None
     widths: list | None  # padded widths of fixed-shape batches, or None
     pad_id: int
+    multi: bool = False  # multi-label: BCE-with-logits over a sigmoid per label
 
 
 def _prepare_step(model, train_ids, y_train, cfg: TrainConfig, accelerator, device, pad_id: int) -> _Step:
@@ -169,8 +177,12 @@ def _prepare_step(model, train_ids, y_train, cfg: TrainConfig, accelerator, devi
     optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=device.type == "cuda")
     wrapped = accelerator.prepare(model) if accelerator and accelerator.num_processes > 1 else model
     n_classes = model.config.num_labels
+    multi = is_multi_label(model)
     weight = None
-    if cfg.class_weights:  # "balanced": n / (k * count), as scikit-learn defines it
+    if cfg.class_weights and multi:  # BCE's pos_weight: negatives / positives per label
+        pos = np.asarray(y_train).sum(0)
+        weight = torch.tensor((len(y_train) - pos) / pos.clip(min=1), dtype=torch.float32, device=device)
+    elif cfg.class_weights:  # "balanced": n / (k * count), as scikit-learn defines it
         counts = np.bincount(y_train, minlength=n_classes).clip(min=1)
         weight = torch.tensor(len(y_train) / (n_classes * counts), dtype=torch.float32, device=device)
     graphs = cfg.compile == "graphs"
@@ -184,7 +196,7 @@ def _prepare_step(model, train_ids, y_train, cfg: TrainConfig, accelerator, devi
         wrapped = torch.compile(wrapped, **COMPILE_OPTIONS, mode="reduce-overhead")
     elif switch_on(cfg.compile, device):
         wrapped = torch.compile(wrapped, **COMPILE_OPTIONS)
-    return _Step(model, wrapped, optimizer, scaler, accelerator, device, dtype, weight, widths, pad_id)
+    return _Step(model, wrapped, optimizer, scaler, accelerator, device, dtype, weight, widths, pad_id, multi)
 
 
 def _train_step(run: _Step, train_ids, rows, labels, lengths, batch_size: int, max_grad_norm: float):
@@ -193,12 +205,14 @@ def _train_step(run: _Step, train_ids, rows, labels, lengths, batch_size: int, m
     if run.widths:
         longest = max(lengths[rows])
         batch = collate(train_ids, rows, run.pad_id, device, next(w for w in run.widths if w >= longest), batch_size)
-        labels = F.pad(labels, (0, batch_size - len(rows)), value=-100)  # ignored by the loss
+        # padding rows are ignored by the loss: -100 for cross-entropy, -1 (masked) for BCE
+        pad = batch_size - len(rows)
+        labels = F.pad(labels, (0, 0, 0, pad), value=-1) if run.multi else F.pad(labels, (0, pad), value=-100)
     else:
         batch = collate(train_ids, rows, run.pad_id, device)
     with torch.autocast(device.type, dtype=run.dtype or torch.float32, enabled=run.dtype is not None):
         logits = run.wrapped(**batch).logits
-    loss = F.cross_entropy(logits.float(), to_device(labels.numpy(), device), weight=run.weight)
+    loss = (bce_loss if run.multi else F.cross_entropy)(logits.float(), to_device(labels.numpy(), device), run.weight)
     run.optimizer.zero_grad(set_to_none=True)
     scaled = run.scaler.scale(loss)
     run.accelerator.backward(scaled) if run.accelerator else scaled.backward()
@@ -209,14 +223,28 @@ def _train_step(run: _Step, train_ids, rows, labels, lengths, batch_size: int, m
     return loss.detach()
 
 
+def bce_loss(logits: torch.Tensor, labels: torch.Tensor, pos_weight: torch.Tensor | None) -> torch.Tensor:
+    """BCE-with-logits averaged over the real rows' (row, label) cells; padding rows (label -1) count for nothing."""
+    real = labels >= 0
+    cells = F.binary_cross_entropy_with_logits(logits, labels.clamp(min=0), pos_weight=pos_weight, reduction="none")
+    return (cells * real).sum() / real.sum().clamp(min=1)
+
+
 def _inner_f1(model, val_ids, y_val, pad_id: int, device, cfg: TrainConfig, hist: History, epoch: int) -> float:
-    """Macro-F1 on the inner split (never the fold being scored), recorded in `hist`."""
+    """Macro-F1 on the inner split (never the fold being scored), recorded in `hist`; multi-label: at 0.5 with
+    mean BCE (thresholds are tuned later, on out-of-fold rows)."""
     n_classes = model.config.num_labels
     proba = predict_proba(model, val_ids, pad_id, device, cfg.precision)
-    f1 = f1_score(y_val, proba.argmax(1), average="macro", labels=list(range(n_classes)), zero_division=0)
+    if is_multi_label(model):
+        f1 = f1_score(y_val, (proba > 0.5).astype(np.int64), average="macro", zero_division=0)
+        p = proba.astype(np.float64).clip(1e-9, 1 - 1e-9)
+        loss = -(y_val * np.log(p) + (1 - y_val) * np.log1p(-p)).mean()
+    else:
+        f1 = f1_score(y_val, proba.argmax(1), average="macro", labels=list(range(n_classes)), zero_division=0)
+        loss = -np.log(proba[np.arange(len(y_val)), y_val].clip(1e-9)).mean()
     hist.epochs.append(epoch + 1)
     hist.val_macro_f1.append(float(f1))
-    hist.val_loss.append(float(-np.log(proba[np.arange(len(y_val)), y_val].clip(1e-9)).mean()))
+    hist.val_loss.append(float(loss))
     return float(f1)
 
 
@@ -235,7 +263,7 @@ def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, 
     steps_per_epoch = math.ceil(len(train_ids) / cfg.batch_size) // n_proc
     total = steps_per_epoch * cfg.epochs
     warmup = max(1, int(cfg.warmup * total))
-    y_t = torch.tensor(np.asarray(y_train), dtype=torch.long)
+    y_t = torch.tensor(np.asarray(y_train), dtype=torch.float32 if run.multi else torch.long)
 
     hist, best_f1, best_state, stale, step = History(), -1.0, None, 0, 0
     t0, seen = time.perf_counter(), 0
