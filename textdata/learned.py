@@ -54,7 +54,7 @@ def assess(y: np.ndarray, oof: np.ndarray, blend: dict | None, n_classes: int, s
     at_chance = f1 <= chance
     kept = bool(blend and blend.get("kept"))
     share = None
-    if kept and blend.get("baseline_weight"):
+    if kept and isinstance(blend.get("baseline_weight"), (int, float)) and blend["baseline_weight"] > 0:
         share = float(blend["model_weight"]) / float(blend["baseline_weight"])
     adds_nothing = kept and (at_chance or (share is not None and share < NO_WEIGHT))
     found = {"macro_f1": round(f1, 4), "chance_macro_f1_p95": round(chance, 4), "at_chance": at_chance,
@@ -90,8 +90,8 @@ def folder_note(folder: str | Path, blended: bool) -> str | None:
     if isinstance(config.get("learned"), dict):
         return message(config["learned"], blended)
     blend = config.get("blend") or {}
-    if blended and blend.get("baseline_weight"):
-        share = float(blend.get("model_weight", 0)) / float(blend["baseline_weight"])
-        if share < NO_WEIGHT:
-            return message({"adds_nothing": True, "model_weight_share": share}, blended)
+    a, b = blend.get("model_weight", 0), blend.get("baseline_weight")
+    # one weight pair (single-label); a multi-label blend's per-label weights are not read here
+    if blended and isinstance(a, (int, float)) and isinstance(b, (int, float)) and b > 0 and a / b < NO_WEIGHT:
+        return message({"adds_nothing": True, "model_weight_share": a / b}, blended)
     return None

@@ -92,3 +92,16 @@ def test_a_model_that_learned_keeps_quiet(trained_classifier_dir):
     from serving.engine import Classifier
 
     assert Classifier.load(trained_classifier_dir, provider="torch").info()["warnings"] == []
+
+
+def test_a_multi_label_blend_is_not_misread(tmp_path):
+    from textdata.learned import folder_note
+
+    # per-label weights (a multi-label blend): no single share to judge, and never a crash at load
+    (tmp_path / "training_config.json").write_text(json.dumps(
+        {"blend": {"model_weight": [0.0, 0.5], "baseline_weight": [1.0, 1.0]}}))
+    assert folder_note(tmp_path, blended=True) is None
+    (tmp_path / "training_config.json").write_text(json.dumps({"blend": {"model_weight": 0.0, "baseline_weight": 2.0}}))
+    assert folder_note(tmp_path, blended=True).startswith(ADDS_NOTHING)
+    assert folder_note(tmp_path, blended=False) is None
+
