@@ -30,6 +30,7 @@ from textdata.errors import DataError
 from textdata.tables import missing_text, read_table, write_json
 
 from .labeling import decisions, valid_session_id
+from .lineage import key
 
 log = logging.getLogger("app")
 SLICE_FILE = "eval_slice.json"
@@ -63,10 +64,6 @@ def active_label_sep(folder: Path) -> str | None:
         return json.loads((Path(folder) / THRESHOLDS_FILE).read_text(encoding="utf-8")).get("label_sep") or DEFAULT_SEP
     except (OSError, ValueError, AttributeError):
         return DEFAULT_SEP
-
-
-def key(text: str) -> str:
-    return " ".join(str(text).split())
 
 
 def in_eval_slice(text: str, share: float) -> bool:

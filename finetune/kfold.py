@@ -22,10 +22,19 @@ iteratively stratified, a sigmoid per label, per-label thresholds tuned nested (
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # flags and paths checked before torch loads: --help or a typo answers in a second
+    try:
+        from finetune.config import check_inputs, parse_args
+        from textdata.inputs import check_before_imports
+    except ModuleNotFoundError as e:  # run outside the project's environment
+        sys.exit(f"error: {e}: activate the project's venv (source .venv/bin/activate) or install it: pip install -e .")
+    check_before_imports(parse_args, check_inputs)
+
 import dataclasses
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +64,7 @@ from finetune.report import f1_text, fold_summary, holdout_baseline, summary_tab
 from finetune.train import encode, fit, predict_proba
 from textdata.drift import save_reference
 from textdata.errors import DataError, exits_2_on_user_error
+from textdata.learned import assess
 from textdata.normalize import Normalizer
 from textdata.tables import write_json, write_table
 
@@ -263,6 +273,9 @@ def run(cfg: Config, on_progress=None) -> dict:
         report = fold_summary(cfg, got.results, recorded, data, prep.data_path, prep.resolved, accelerator.device)
         report["blend"], blend_oof = cv_blend(got.oof, got.base_oof, data.y, got.fold_of, data.labels, cfg.blend,
                                               report["macro_f1_mean"])
+        report["learned"] = assess(data.y, got.oof, report["blend"], len(data.labels), cfg.seed)  # said plainly
+        if report["learned"]["message"]:
+            report["warnings"].append(report["learned"]["message"])
     if held is not None:
         report["holdout"] = (multilabel_run.holdout_entry(out, data, held, cfg, report) if ml else
                              holdout_baseline(out, data, held, cfg))
@@ -284,7 +297,8 @@ def run(cfg: Config, on_progress=None) -> dict:
         write_json(out / "report.json", report)
         print((multilabel_run.summary_table if ml else summary_table)(report))
         print(f"\nwrote {out}/report.json, oof_predictions.csv, "
-              + ("per_label_f1.png, label_cooccurrence.png" if ml else "confusion_matrix.png") + ", learning_curves.png"
+              + ("per_label_f1.png, label_cooccurrence.png" if ml else "confusion_matrix.png")
+              + ", learning_curves.png, fold_scores.png"
               + (f", {label_issues.FILE}" if (out / label_issues.FILE).exists() else "")
               + (", model/" if cfg.final else "") + (", holdout.csv" if held is not None else "")
               + (", holdout_predictions.csv" if ml and cfg.final and held is not None else ""))
@@ -330,6 +344,7 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
     write_json(folder / "training_config.json", {
         "config": config_json(cfg), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
         "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))}, "blend": blend,
+        "learned": report.get("learned"),  # serving.export and the engine say it too
     })
     report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(data.texts),
                              "blend": blend is not None}

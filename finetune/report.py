@@ -119,6 +119,9 @@ def summary_table(report: dict) -> str:
         score = f"{pm(blend)} (nested), weights model {blend['model_weight']:g}, baseline {blend['baseline_weight']:g}; " \
             if "folds" in blend else ""
         lines.append(f"blend {score}{'kept' if blend['kept'] else 'not kept'}: {blend['why']}")
+    learned = (report.get("learned") or {}).get("message")
+    if learned:
+        lines.append(f"warning: {learned}")
     held = report.get("holdout")
     if held:
         final = f"final model {held['macro_f1']:.4f}, " if "macro_f1" in held else ""

@@ -20,12 +20,20 @@ OUTPUT/config.json, log.jsonl, rtd_accuracy.png, checkpoint.pt (the latest, for 
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # flags and paths checked before torch loads: --help or a typo answers in a second
+    try:
+        from pretraining.config import PRESETS, check_command_line
+    except ModuleNotFoundError as e:  # run outside the project's environment
+        sys.exit(f"error: {e}: activate the project's venv (source .venv/bin/activate) or install it: pip install -e .")
+    check_command_line(sys.argv[1:], __doc__ + f"\npresets: {', '.join(PRESETS)}")
+
 import dataclasses
 import json
 import math
 import os
 import random
-import sys
 import time
 from pathlib import Path
 

@@ -40,9 +40,10 @@ from serving.runner import Runner
 from serving.torch_runner import TorchRunner, check_options, cuda_available, probe_ids
 from textdata.errors import ModelError
 from textdata.labels import labels_from_config
+from textdata.learned import folder_note
 from textdata.normalize import Normalizer
 from textdata.numerics import check_precision
-from textdata.run_folder import model_in_run
+from textdata.run_folder import check_classifier, model_in_run
 
 log = logging.getLogger("serving.engine")
 
@@ -130,6 +131,7 @@ class Classifier:
         self._report = None
         self.blend: ServedBlend | None = None  # set by load(blend=True) when the folder has one
         self._has_blend = False
+        self.learned = None  # "the model adds nothing; ..." when k-fold found so (textdata/learned.py)
         if (self.folder / REPORT_FILE).exists():
             self._report = json.loads((self.folder / REPORT_FILE).read_text(encoding="utf-8"))
 
@@ -162,8 +164,6 @@ class Classifier:
         blend: apply the folder's TF-IDF blend (baseline/, written by finetune --final) when it has one;
         probabilities and predictions are then blended, logits stay the model's own.
         """
-        from transformers import AutoConfig, AutoTokenizer
-
         if provider not in PROVIDERS:
             raise ValueError(f"provider {provider!r}: use one of {PROVIDERS}")
         if truncation not in TRUNCATIONS:
@@ -177,6 +177,9 @@ class Classifier:
         if not (folder / "config.json").exists():
             raise ModelError(f"{folder}: no config.json, so not a model folder (expected the output of "
                              "serving.export or a transformers save_pretrained folder)")
+        check_classifier(folder)
+        from transformers import AutoConfig, AutoTokenizer  # after the checks: a wrong folder answers at once
+
         try:
             config = AutoConfig.from_pretrained(folder)
             tokenizer = AutoTokenizer.from_pretrained(folder, use_fast=True)
@@ -223,6 +226,9 @@ class Classifier:
                 clf.blend = ServedBlend(folder, len(clf.labels))
             except ValueError as e:
                 raise ModelError(str(e)) from None
+        clf.learned = folder_note(folder, blended=clf.blend is not None)
+        if clf.learned:
+            log.warning("%s: %s", folder, clf.learned)
         if runner.backend == "torch":
             runner.finish_load(lambda: clf.encode(parity_texts) if parity_texts
                                else probe_ids(config.vocab_size, max_length))
@@ -297,6 +303,7 @@ class Classifier:
             "thresholds": self._thresholds.as_dict(self.labels) if self.multi_label else None,
             **({"label_sep": self.label_sep, "thresholds_tuned": self._thresholds.tuned,
                 "thresholds_source": self._thresholds.source} if self.multi_label else {}),
+            "warnings": [self.learned] if self.learned else [],
         }
 
     def normalize(self, texts: Sequence[str]) -> list[str]:

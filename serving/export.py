@@ -27,17 +27,23 @@ instruction set it was measured on (`isa`); the engine warns when it serves on a
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # outside the project's venv: a one-line hint, not a traceback
+    from textdata.inputs import hint_on_missing_module
+
+    sys.excepthook = hint_on_missing_module
+
 import argparse
 import logging
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from baseline.blend import carry_blend
+from baseline.blend import BASELINE_DIR, BLEND_FILE, carry_blend
 from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, ModelError
 from serving.multilabel import DEFAULT_SEP, label_matrix
 from serving.parity import agreement, builtin_sample, compare, tokenization_mismatch, verdict
@@ -45,7 +51,9 @@ from serving.quantize import BY_NAME, DEFAULT_ORDER, cpu_isa, quantize
 from serving.quiet import understood_messages_dropped
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
-from textdata.run_folder import model_in_run
+from textdata.inputs import check_table
+from textdata.learned import folder_note
+from textdata.run_folder import check_classifier, model_in_run
 from textdata.tables import missing_text, read_table, write_json
 
 log = logging.getLogger("serving.export")
@@ -226,6 +234,10 @@ def run(cfg: ExportConfig) -> dict:
     if not cfg.model.is_dir():
         raise ModelError(f"{cfg.model}: no such model folder")
     cfg = replace(cfg, model=model_in_run(cfg.model, use=("model",)))
+    check_classifier(cfg.model)
+    if cfg.eval_csv is not None:  # before the model loads (seconds): a typo answers at once
+        check_table(cfg.eval_csv, {cfg.text_column: "--text-column", cfg.label_column: "--label-column"},
+                    flag="--eval-csv")
     t0 = time.time()
     # fp32 eager on every device (on CUDA the torch default is bf16): the parity gate's reference.
     # Loading also validates config, labels and tokenizer.
@@ -278,6 +290,9 @@ def run(cfg: ExportConfig) -> dict:
         "pytorch": {"macro_f1": ref_f1} if y_true is not None else {},
         "files": {},
     }
+    # k-fold's finding (textdata/learned.py), for the answers as served: with the blend when it travels along
+    note = folder_note(cfg.model, blended=(cfg.model / BASELINE_DIR / BLEND_FILE).exists())
+    report["warnings"] = [note] if note else []
     failed = {}
     if cfg.target == "cuda" and not _has_cuda():
         report["files"][ONNX_FILE] = {"checked": False, "why": "fp16 CUDA model and no CUDA provider here"}
@@ -374,6 +389,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{what} {share:.4f} on {s['texts']} texts{f1}{recipe}")
     if cfg.quantize:
         print(f"CPU default: {report['cpu_default']['file']}: {report['cpu_default']['why']}")
+    for w in report["warnings"]:
+        print(f"warning: {w}")
     print(f"wrote {cfg.output} ({report['seconds']} s); report: {cfg.output / REPORT_FILE}")
     return 0
 

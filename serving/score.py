@@ -22,10 +22,16 @@ instead, with the same output: see serving/score_ray.py.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # outside the project's venv: a one-line hint, not a traceback
+    from textdata.inputs import hint_on_missing_module
+
+    sys.excepthook = hint_on_missing_module
+
 import argparse
 import logging
 import os
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -186,7 +192,7 @@ def build_parser(engine: str = "local") -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> ScoreConfig:
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--engine", choices=ENGINES, default=ScoreConfig.engine)
     engine = pre.parse_known_args(argv)[0].engine
     ap = build_parser(engine)
