@@ -22,7 +22,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
-import os
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -40,6 +39,7 @@ from finetune.metrics import KEYS, fold_metrics, summarize
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model
 from finetune.train import COMPILE_CHOICES, SWITCHES, TrainConfig, encode, fit, predict_proba
 from textdata.blend import BaselineError, ServedBlend
+from textdata.cpu_limits import omp_threads, plan_threads
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
 from textdata.normalize import Normalizer
@@ -211,9 +211,10 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
 def cpu_threads(accelerator) -> None:
     import torch
 
-    if accelerator.device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        # An explicit OMP_NUM_THREADS wins: on a CPU shared with other jobs, spin-waiting threads cost 5-10x.
-        torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if accelerator.device.type == "cpu" and omp_threads() is None:
+        # An explicit OMP_NUM_THREADS wins. Otherwise one thread per core this process may use that other work does
+        # not keep busy: threads waiting for a shared core cost 5-10x (textdata/cpu_limits.py).
+        torch.set_num_threads(plan_threads().threads)
 
 
 def run_fold(cfg: Config, k: int, train_idx, val_idx, data, ids, tokenizer, resolved: str, fold_dir: Path,

@@ -27,6 +27,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,10 @@ TRUNCATIONS = ("head", "head+tail")
 # on CPU smaller passes stay in cache, 1,024 tokens scored 15-23% more rows/s than 8,192 on two models; a GPU
 # wants large passes.
 CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 1024, 8192
+# Blended rows from which the baseline runs beside the model in _BLEND_POOL (a thread hand-off costs more than
+# it hides for a text or two); threads start on first use.
+BLEND_OVERLAP_ROWS = 2
+_BLEND_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="blend-baseline")
 
 
 @dataclass(frozen=True)
@@ -123,6 +128,7 @@ class Classifier:
         self._char_cap = max(4096, 32 * max_length)
         self._report = None
         self.blend: ServedBlend | None = None  # set by load(blend=True) when the folder has one
+        self.blend_overlap = True  # False: the baseline runs after the model (same numbers; bench/serving.py)
         self._has_blend = False
         if (self.folder / REPORT_FILE).exists():
             self._report = json.loads((self.folder / REPORT_FILE).read_text(encoding="utf-8"))
@@ -342,12 +348,16 @@ class Classifier:
         return self._proba(self.encode(texts, normalized))
 
     def _proba(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+        # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
+        rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)] if self.blend else []
+        texts = [seqs[i].text for i in rows]
+        # The baseline runs in a side thread during the model's pass: ONNX Runtime and most of the baseline's numpy
+        # release the GIL, so its cost mostly hides (docs/serving.md, "The blend's cost"). Same numbers either way.
+        overlap = self.blend_overlap and len(rows) >= BLEND_OVERLAP_ROWS
+        side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap else None
         probs = _softmax(self._logits(seqs))
-        if self.blend:
-            # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
-            rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)]
-            if rows:
-                probs[rows] = self.blend(probs[rows], [seqs[i].text for i in rows])
+        if rows:
+            probs[rows] = self.blend.combine(probs[rows], side.result() if side else self.blend.baseline_proba(texts))
         return probs
 
     def predict_logits(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
