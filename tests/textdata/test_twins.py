@@ -34,3 +34,21 @@ def test_precision_rules_agree_on_this_device():
                 autocast_dtype(cfg, device)
             continue
         assert autocast_dtype(cfg, device) == expected
+
+
+def test_cpu_limits_copies_agree():
+    """pretraining/cpu_limits.py is textdata/cpu_limits.py's code under another docstring, and answers the same."""
+    import inspect
+
+    import pretraining.cpu_limits as twin
+    import textdata.cpu_limits as original
+
+    def code(module):
+        source = inspect.getsource(module)
+        return source[source.index('"""', 3) + 3 :]  # after the module docstring
+
+    assert code(twin) == code(original)
+    for load in (0.0, 1.2, 7.5):
+        limits = dict(machine=4, affinity=2, quota=1.5, load=load)
+        assert twin.plan_threads(twin.CpuLimits(**limits)).as_dict() == \
+            original.plan_threads(original.CpuLimits(**limits)).as_dict()
