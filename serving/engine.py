@@ -14,7 +14,8 @@ What it does once, for every caller:
 - batches by a token budget: texts are sorted by length, each batch is padded only to its own
   longest text and holds at most `batch_tokens` padded tokens, then results go back in input order;
 - picks the provider: TensorRT, then CUDA, when present and a warm-up run works on them, else CPU;
-  on CUDA, inputs and outputs go through IO binding; on CPU, intra-op threads = usable cores.
+  on CUDA, inputs and outputs go through IO binding; on CPU, intra-op threads = usable cores (affinity, cgroup
+  quota) that other work does not keep busy, spin-waiting off where they are shared (textdata/cpu_limits.py);
   On a CUDA machine whose onnxruntime has no CUDA provider (the usual CPU wheel), `auto` serves the
   PyTorch weights instead of ONNX on CPU: bf16 weights and CUDA graphs (`serving/torch_runner.py`);
 `predict` is thread-safe: sessions and tokenizers are only read after `load`.
@@ -153,7 +154,7 @@ class Classifier:
 
         quantized: None = on CPU, the file export_report.json's `cpu_default` names (INT8 only where the
         export measured it faster; older exports: INT8 when present), the fp32/fp16 one on GPU;
-        True/False to force. threads: CPU intra-op threads (default: usable cores). batch_tokens: padded
+        True/False to force. threads: CPU intra-op threads (default: textdata/cpu_limits.py's plan). batch_tokens: padded
         tokens per pass, or a PassSize per device (default PassSize(): CPU_BATCH_TOKENS on CPU, GPU_BATCH_TOKENS
         on a GPU), settled once here into `.batch_tokens`.
         PyTorch backend only: precision auto = bf16 (fp16 without bf16) on CUDA, fp32 on CPU; cuda_graphs
