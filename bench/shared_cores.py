@@ -100,6 +100,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=12)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--workloads", default="score,train")
+    ap.add_argument("--conditions", default="as found,+1 busy",
+                    help="comma-separated: 'as found' and/or '+1 busy' (already loaded machine: 'as found' alone)")
     ap.add_argument("--name", default="")
     ap.add_argument("--child", default=None, help=argparse.SUPPRESS)
     ap.add_argument("--threads", type=int, default=None, help=argparse.SUPPRESS)
@@ -117,7 +119,7 @@ def main() -> None:
               "runs": []}
     dest = ROOT / "bench" / "results" / f"shared_cores{'-' + args.name if args.name else ''}.json"
     for r in range(args.rounds):
-        for condition in ("as found", "+1 busy"):
+        for condition in args.conditions.split(","):
             busy = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if condition == "+1 busy" else None
             try:
                 for workload in args.workloads.split(","):
