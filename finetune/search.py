@@ -42,6 +42,8 @@ from pathlib import Path
 import numpy as np
 
 from finetune import kfold
+from finetune.config import RESUMABLE as KFOLD_RESUMABLE
+from finetune.config import Config, build_parser, command_line, config_from_args, config_json, flat
 from finetune.data import FOLD_IDS
 from finetune.fold_runner import FoldFailed, open_runner
 from finetune.kfold import FoldJob
@@ -74,11 +76,11 @@ FLAGS = {
     "parallel": Flag("--engine ray: trials at once", shown="as many as fold tasks fit"),
 }
 # Settings of the k-fold Config that may change between a search and its --resume (they change no trial's numbers).
-RESUMABLE = kfold.RESUMABLE | {"output"}
+RESUMABLE = KFOLD_RESUMABLE | {"output"}
 
 
-def parse_args(argv=None) -> tuple[kfold.Config, SearchConfig] | None:
-    p = kfold.build_parser()
+def parse_args(argv=None) -> tuple[Config, SearchConfig] | None:
+    p = build_parser()
     p.description = __doc__.split("\n\n")[0]
     add_flags(p, SearchConfig, FLAGS)
     a = p.parse_args(argv)
@@ -87,7 +89,7 @@ def parse_args(argv=None) -> tuple[kfold.Config, SearchConfig] | None:
         return None
     if a.output is None and a.model:
         a.output = f"runs/{datetime.now():%Y%m%d-%H%M%S}-search-{Path(a.model.rstrip('/')).name}"
-    base = kfold.config_from_args(p, a)
+    base = config_from_args(p, a)
     scfg = config_from(SearchConfig, {f.name: getattr(a, f.name) for f in dataclasses.fields(SearchConfig)})
     if scfg.trials < 1 or scfg.random_trials < 0 or scfg.prune_after < 0 or (scfg.parallel or 1) < 1:
         p.error("--trials and --parallel must be at least 1, --random-trials and --prune-after at least 0")
@@ -103,15 +105,15 @@ def import_optuna():
     return optuna
 
 
-def _settings(base: kfold.Config, scfg: SearchConfig, space) -> dict:
+def _settings(base: Config, scfg: SearchConfig, space) -> dict:
     """What a --resume must find unchanged: the k-fold settings the trials share, and the space."""
-    cfg = {k: v for k, v in kfold._flat(kfold.config_json(base)).items()
+    cfg = {k: v for k, v in flat(config_json(base)).items()
            if k not in RESUMABLE}
     return {"kfold": cfg, "space": space.as_json(), "random_trials": scfg.random_trials, "prune": scfg.prune,
             "prune_after": scfg.prune_after}
 
 
-def open_study(optuna, out: Path, base: kfold.Config, scfg: SearchConfig, space):
+def open_study(optuna, out: Path, base: Config, scfg: SearchConfig, space):
     db, saved = out / "study.db", out / "search_config.json"
     settings = _settings(base, scfg, space)
     if db.exists() and not base.resume:
@@ -151,19 +153,19 @@ def _counted(study, optuna) -> int:
                if t.state in (S.COMPLETE, S.PRUNED) or (t.state == S.FAIL and not t.user_attrs.get("interrupted")))
 
 
-def trial_config(base: kfold.Config, space, params: dict, out: Path) -> kfold.Config:
+def trial_config(base: Config, space, params: dict, out: Path) -> Config:
     """The k-fold Config of one trial, in a folder named by its parameters (a rerun finds its finished folds)."""
     values = {**space.fixed, **params}
     key = hashlib.sha1(json.dumps(values, sort_keys=True).encode()).hexdigest()[:10]
     cfg = dataclasses.replace(apply(base, values), output=str(out / "trials" / key), resume=True, final=False)
     folder = Path(cfg.output)
     folder.mkdir(parents=True, exist_ok=True)
-    write_json(folder / "config.json", kfold.config_json(cfg))
+    write_json(folder / "config.json", config_json(cfg))
     shutil.copyfile(out / FOLD_IDS, folder / FOLD_IDS)  # the search's folds, for k-fold's --resume of this folder
     return cfg
 
 
-def run(base: kfold.Config, scfg: SearchConfig) -> dict:
+def run(base: Config, scfg: SearchConfig) -> dict:
     import transformers
 
     optuna = import_optuna()
@@ -274,7 +276,7 @@ def finish(optuna, study, base, scfg, space, out: Path, started: float) -> dict:
     if imp:
         importance_png(imp, out / "param_importance.png")
     report = {"trials": rows, "space": space.as_json(), "search": asdict(scfg),
-              "config": kfold.config_json(base), "importance": imp,
+              "config": config_json(base), "importance": imp,
               **({"importance_missing": why_not} if why_not else {})}
     print("\n" + table(rows, names))
     complete = [r for r in rows if r["state"] == "complete"]
@@ -286,7 +288,7 @@ def finish(optuna, study, base, scfg, space, out: Path, started: float) -> dict:
     best_trial = study.best_trial
     best_cfg = dataclasses.replace(apply(base, {**space.fixed, **best_trial.params}), output=str(out / "best"),
                                    resume=False, final=True)
-    command = kfold.command_line(best_cfg)
+    command = command_line(best_cfg)
     (out / "best_command.txt").write_text(command + "\n", encoding="utf-8")
     first = next((r for r in rows if r.get("recipe") and r["state"] == "complete"), None)
     report["best"] = {"trial": best_trial.number, "macro_f1_mean": best_trial.value,
@@ -300,7 +302,7 @@ def finish(optuna, study, base, scfg, space, out: Path, started: float) -> dict:
     best_dir = out / "best"
     shutil.rmtree(best_dir, ignore_errors=True)  # a rerun's best may be another trial: nothing of the old one stays
     shutil.copytree(best_trial.user_attrs["folder"], best_dir, ignore=shutil.ignore_patterns("adapt_*", "model"))
-    write_json(best_dir / "config.json", kfold.config_json(best_cfg))  # its own output
+    write_json(best_dir / "config.json", config_json(best_cfg))  # its own output
     best_report = kfold.run(dataclasses.replace(best_cfg, resume=True, final=base.final, engine="local"))
     if "holdout" in best_report:
         report["best"]["holdout"] = {k: best_report["holdout"].get(k) for k in ("n_rows", "macro_f1", "accuracy")

@@ -1,0 +1,205 @@
+"""k-fold's settings: the Config dataclass, its flags (built from its fields), parsing and checking, the rules
+for --resume, and the command line that reproduces a config (finetune/search.py writes it as best_command.txt).
+
+Used by finetune/kfold.py (the entry point) and finetune/search.py; nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from dataclasses import asdict, dataclass
+from datetime import datetime
+from pathlib import Path
+
+from finetune.adapt import AdaptConfig
+from finetune.blend import MODES
+from finetune.models import list_models
+from finetune.train import COMPILE_CHOICES, SWITCHES, TrainConfig
+from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
+from textdata.precision import PRECISIONS
+
+DESCRIPTION = "Stratified k-fold fine-tuning of an ELECTRA discriminator (or any encoder) as a text classifier."
+
+@dataclass(frozen=True)
+class Config:
+    model: str
+    data: str
+    output: str
+    text_column: str = "text"
+    label_column: str = "label"
+    group_column: str | None = None
+    encoding: str = "utf-8"
+    on_missing: str = "drop"  # drop rows with empty text/label (with a warning) or fail
+    normalize: str = "none"  # none | kc
+    folds: int = 5
+    seed: int = 42
+    max_length: int = 128
+    dropout: float | None = None
+    inner_val: float = 0.1
+    holdout: float = 0.0  # share of rows kept from the folds and the final model, to score the final model on
+    random_init: bool = False  # same architecture, random weights: what pretraining is worth
+    device: str = "auto"
+    final: bool = False
+    resume: bool = False
+    blend: str = "auto"  # auto | off | on: blend with the baseline (finetune/blend.py)
+    engine: str = "local"  # local | ray: where the folds train (finetune/fold_runner.py)
+    address: str | None = None  # a Ray cluster to join; none: start Ray on this machine
+    gpus_per_fold: float = 0.0  # Ray resources per fold task (fractions share a GPU)
+    cpus_per_fold: int = 1
+    train: TrainConfig = dataclasses.field(default_factory=TrainConfig)
+    adapt: AdaptConfig = dataclasses.field(default_factory=AdaptConfig)
+
+
+# Settings that may change on --resume: they change neither the folds nor their numbers (the fast-path
+# switches give the plain path's losses: tests/finetune/test_fast_path.py).
+# The blend only reads the saved folds; where a fold runs does not change its numbers.
+RESUMABLE = frozenset({"resume", "final", "blend", "train.static_shapes", "train.compile", "engine", "address",
+                       "gpus_per_fold", "cpus_per_fold"})
+
+
+def config_json(cfg) -> dict:
+    """A config dataclass as the JSON every output records (paths and other values as strings)."""
+    return json.loads(json.dumps(asdict(cfg), default=str))
+
+
+def flat(d: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in d.items():
+        if isinstance(value, dict):
+            out.update(flat(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def resume_differences(before: dict, now: dict) -> list[str]:
+    """Settings (dotted, e.g. 'train.lr') whose value differs from the run being resumed. A setting the old
+    run did not record yet (added in a later version) counts as equal when it is at its default, which is
+    what the old version did."""
+    old, new = flat(before), flat(now)
+    defaults = flat(config_json(Config(model="", data="", output="")))
+    return sorted(k for k, v in new.items() if k not in RESUMABLE
+                  and old.get(k, defaults.get(k)) != v)
+
+
+FLAGS = {
+    "text_column": Flag("the column holding the texts"),
+    "label_column": Flag("the column holding the labels"),
+    "group_column": Flag("keep each group (source document, user...) inside one fold"),
+    "encoding": Flag("input encoding, e.g. cp949 for Korean Excel exports"),
+    "on_missing": Flag("rows with empty text or label: drop them with a warning or fail", choices=("drop", "fail")),
+    "normalize": Flag("kc: KcELECTRA-style cleaning of noisy text (emoji, URLs, repeats); stored with the model",
+                      choices=("none", "kc")),
+    "folds": Flag("cross-validation folds (at least 2)"),
+    "seed": Flag("folds, initialisation and shuffling"),
+    "max_length": Flag("tokens per text"),
+    "dropout": Flag("override the model's dropout", shown="the model's"),
+    "inner_val": Flag("share of each training fold used for early stopping"),
+    "holdout": Flag("set this share of rows aside first (stratified; whole groups with --group-column): never "
+                    "seen by the folds or the final model, which is scored on them in report.json; written as "
+                    "OUTPUT/holdout.csv for serving.export --eval-csv (0: off)", metavar="FRACTION"),
+    "random_init": Flag("same architecture with random weights (ablation)"),
+    "device": Flag("where training runs", choices=("auto", "cpu", "cuda")),
+    "final": Flag("after CV, train on all rows and save OUTPUT/model"),
+    "resume": Flag("reuse finished folds in --output"),
+    "blend": Flag("blend the model with the TF-IDF baseline, fitted on out-of-fold rows and scored nested; "
+                  "auto: keep it (report, --final model) only where it beats the model", choices=MODES),
+    "engine": Flag("where the folds train: here one after another, or as Ray tasks (pip install -e '.[ray]')",
+                   choices=("local", "ray")),
+    "address": Flag("--engine ray: the Ray cluster to join (e.g. auto)", shown="start Ray on this machine"),
+    "gpus_per_fold": Flag("--engine ray: GPUs per fold task (0.5: two folds share a GPU)"),
+    "cpus_per_fold": Flag("--engine ray: CPUs (threads) per fold task"),
+}
+TRAIN_FLAGS = {
+    "epochs": Flag("training epochs per fold (early stopping may end sooner)"),
+    "batch_size": Flag("texts per step"),
+    "lr": Flag("peak learning rate"),
+    "layer_decay": Flag("layer-wise LR decay (1 = off)"),
+    "weight_decay": Flag("AdamW weight decay"),
+    "warmup": Flag("warmup share of all steps"),
+    "patience": Flag("early-stopping patience in epochs (0 = off)"),
+    "max_grad_norm": Flag("gradient clipping"),
+    "class_weights": Flag("weight the loss by inverse class frequency"),
+    "precision": Flag("float type on CUDA (auto: bf16 where the GPU has it; fp32 on CPU)", choices=PRECISIONS),
+    "static_shapes": Flag("pad batches to a few fixed shapes (auto: on CUDA); same loss, fewer distinct kernels",
+                          choices=SWITCHES),
+    "compile": Flag("torch.compile the training step (auto: on CUDA; first steps compile, slow); "
+                    "graphs: also replay it as CUDA graphs (CUDA only)", choices=COMPILE_CHOICES),
+}
+ADAPT_FLAGS = {
+    "steps": Flag("task-adaptive pretraining: this many replaced-token-detection steps per fold on the fold's "
+                  "training texts, from --model (an ELECTRA folder from pretraining/train.py); 0 = off"),
+    "lr": Flag("adaptation learning rate"),
+    "batch_size": Flag("blocks of 128 tokens per step"),
+    "warmup": Flag("adaptation warmup share of its steps"),
+    "seq_len": Flag("tokens per adaptation block (capped at the model's positions)"),
+    "corpus": Flag("extra unlabeled text files read in every fold"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=DefaultsHelp)
+    p.add_argument("--model", help="local folder, hub id, or alias (see --list-models) (required)")
+    p.add_argument("--data", help="CSV/TSV/JSONL/Parquet with text and label columns, or 'bbcnews' (built in) "
+                                  "(required)")
+    p.add_argument("--list-models", action="store_true", help="print the model aliases and exit (default: off)")
+    p.add_argument("--output", help="output folder (default: runs/<timestamp>-<model>)")
+    add_flags(p, Config, FLAGS, skip=("model", "data", "output", "train", "adapt"))
+    add_flags(p, TrainConfig, TRAIN_FLAGS)
+    add_flags(p, AdaptConfig, ADAPT_FLAGS, prefix="adapt_")
+    return p
+
+
+def parse_args(argv=None) -> Config | None:
+    p = build_parser()
+    a = p.parse_args(argv)
+    if a.list_models:
+        print(list_models())
+        return None
+    return config_from_args(p, a)
+
+
+def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Config:
+    """The Config from parsed flags, checked (p.error on a bad combination); finetune/search.py adds its own."""
+    if not a.model or not a.data:
+        p.error("--model and --data are required (try --model minilm --data bbcnews offline)")
+    if a.folds < 2:
+        p.error("--folds must be at least 2")
+    if not 0 <= a.holdout < 1:
+        p.error("--holdout must be a fraction in [0, 1), e.g. 0.2")
+    if a.cpus_per_fold < 1 or a.gpus_per_fold < 0:
+        p.error("--cpus-per-fold must be at least 1 and --gpus-per-fold at least 0")
+    if a.adapt_steps < 0 or (a.adapt_steps and a.random_init):
+        p.error("--adapt-steps must be >= 0, and adapts pretrained weights: it does not go with --random-init")
+    values = vars(a)
+    adapt_cfg = config_from(AdaptConfig, values, prefix="adapt_")
+    train = config_from(TrainConfig, {f.name: values[f.name] for f in dataclasses.fields(TrainConfig)})
+    output = a.output or f"runs/{datetime.now():%Y%m%d-%H%M%S}-{Path(a.model.rstrip('/')).name}"
+    fields = {f.name for f in dataclasses.fields(Config)} - {"train", "adapt", "output"}
+    return Config(output=output, train=train, adapt=adapt_cfg, **{k: values[k] for k in fields})
+
+
+
+def command_line(cfg: Config) -> str:
+    """The k-fold command that runs `cfg`: every setting away from its default as its flag."""
+    import shlex
+
+    default = config_json(Config(model="", data="", output=""))
+    now = config_json(cfg)
+    parts = ["python", "finetune/kfold.py", "--model", cfg.model, "--data", cfg.data]
+    for key, value in flat(now).items():
+        if key in ("model", "data", "output", "resume") or value == flat(default).get(key):
+            continue
+        group, _, name = key.rpartition(".")
+        flag = "--" + ("adapt_" if group == "adapt" else "") + name
+        flag = flag.replace("_", "-")
+        if isinstance(value, bool):
+            parts.append(flag if value else "--no-" + flag[2:])
+        elif isinstance(value, list):
+            parts += [flag, *map(str, value)]
+        else:
+            parts += [flag, repr(value) if isinstance(value, float) else str(value)]
+    return " ".join(shlex.quote(p) for p in [*parts, "--output", cfg.output])
+
