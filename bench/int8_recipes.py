@@ -164,16 +164,16 @@ def main() -> None:
     built = build_recipes(args, onnx_dir, fp32, calib)
     lengths = [int(n) for n in args.lengths.split(",") if n] or [None]
     out["by_length"] = {}
+    dest = ROOT / "bench" / "results" / f"int8_recipes-{args.name or args.work.name}.json"
     for length in lengths:
         res = measure_length(args, length, onnx_dir, built, texts, y)
         out["by_length"][str(res["max_length"])] = res
         print_length(res)
-    if len(lengths) == 1:  # the earlier single-length layout, for readers of older results
-        out.update(fp32=res["fp32"], recipes=res["recipes"])
-    out["loadavg_after"] = os.getloadavg()
+        if len(lengths) == 1:  # the earlier single-length layout, for readers of older results
+            out.update(fp32=res["fp32"], recipes=res["recipes"])
+        out["loadavg_after"] = os.getloadavg()
+        dest.write_text(json.dumps(out, indent=2) + "\n")  # after each length: a kill keeps the rest
     print(f"load average before/after: {load_before} / {out['loadavg_after']}")
-    dest = ROOT / "bench" / "results" / f"int8_recipes-{args.name or args.work.name}.json"
-    dest.write_text(json.dumps(out, indent=2) + "\n")
     print(f"wrote {dest}")
 
 
