@@ -7,10 +7,10 @@ from pathlib import Path
 
 import numpy as np
 
-from finetune.baseline import baseline_predict
+from baseline.blend import BaselineError
+from baseline.folds import baseline_predict
 from finetune.config import Config
 from finetune.metrics import KEYS, fold_metrics, summarize
-from textdata.blend import BaselineError
 from textdata.tables import write_table
 
 

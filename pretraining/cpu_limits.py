@@ -12,6 +12,7 @@ from pathlib import Path
 ROOT = Path("/")  # tests point this at a fake /proc and /sys
 
 
+# Twin of textdata.cpu_limits.CpuLimits: tests/textdata/test_twins.py
 @dataclass(frozen=True)
 class CpuLimits:
     machine: int  # logical CPUs of the machine
@@ -114,6 +115,7 @@ def read_limits(root: Path | None = None, affinity: int | None = None) -> CpuLim
                      quota=cgroup_quota(root), load=load_average(root))
 
 
+# Twin of textdata.cpu_limits.plan_threads: tests/textdata/test_twins.py
 def plan_threads(limits: CpuLimits | None = None, requested: int | None = None) -> ThreadPlan:
     """Threads (and ONNX Runtime spinning) for a CPU job starting now; `requested` (a user's count) wins."""
     lim = limits or read_limits()

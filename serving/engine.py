@@ -34,15 +34,15 @@ from pathlib import Path
 
 import numpy as np
 
+from baseline.blend import BASELINE_DIR, BLEND_FILE, TEXT_CAP, Encoded, ServedBlend
 from serving.onnx_runner import ORT_NAMES, OrtRunner
 from serving.quantize import cpu_isa
 from serving.runner import Runner
 from serving.torch_runner import TorchRunner, check_options, cuda_available, probe_ids
-from textdata.blend import BASELINE_DIR, BLEND_FILE, TEXT_CAP, Encoded, ServedBlend
 from textdata.errors import ModelError
 from textdata.labels import labels_from_config
 from textdata.normalize import Normalizer
-from textdata.precision import check_precision
+from textdata.numerics import check_precision
 from textdata.run_folder import model_in_run
 
 log = logging.getLogger("serving.engine")

@@ -34,11 +34,11 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from baseline.blend import carry_blend
 from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, ModelError
 from serving.parity import builtin_sample, compare, tokenization_mismatch, verdict
 from serving.quantize import BY_NAME, DEFAULT_ORDER, NO_VNNI_ORDER, cpu_isa, default_order, quantize
 from serving.quiet import understood_messages_dropped
-from textdata.blend import carry_blend
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
 from textdata.run_folder import model_in_run

@@ -46,7 +46,7 @@ class ScoreConfig:
     batch_tokens: int | None = None  # None: the engine's default for the device (1,024 CPU, 8,192 GPU)
     threads: int | None = None
     quantized: bool | None = None  # None: the CPU default export_report.json names (INT8 only where faster)
-    blend: bool = True  # the model folder's TF-IDF blend, when it has one (textdata/blend.py)
+    blend: bool = True  # the model folder's TF-IDF blend, when it has one (baseline/blend.py)
     progress: bool = True
     engine: str = "local"  # ray: serving/score_ray.py, whose RayScoreConfig adds the Ray-only settings
 
