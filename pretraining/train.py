@@ -198,14 +198,15 @@ def prepare_tokenizer(cfg: TrainConfig, out: Path, is_main: bool, wait, corpus=N
     return load_tokenizer(folder)
 
 
-def cpu_threads(device: torch.device, processes: int = 1) -> None:
+def cpu_threads(device: torch.device, processes: int = 1, report: bool = True) -> None:
     """On CPU, one torch thread per core this process may use that other work does not keep busy, shared among the
     processes of a CPU launch (an explicit OMP_NUM_THREADS wins): beside one CPU-bound process, 2 threads on 2
     cores ran 4.6-9.9x slower than 1."""
     if device.type == "cpu" and omp_threads() is None:
         plan = plan_threads()
         torch.set_num_threads(max(1, plan.threads // processes))
-        print(f"torch threads: {torch.get_num_threads()} ({plan.why})", file=sys.stderr)
+        if report:
+            print(f"torch threads: {torch.get_num_threads()} ({plan.why})", file=sys.stderr)
 
 
 def train(cfg: TrainConfig) -> Path:
@@ -217,12 +218,12 @@ def train(cfg: TrainConfig) -> Path:
     accelerator = Accelerator(kwargs_handlers=[DistributedDataParallelKwargs(find_unused_parameters=cfg.two_stage)])
     device, rank, world = accelerator.device, accelerator.process_index, accelerator.num_processes
     is_main = accelerator.is_main_process
-    cpu_threads(device, world)
     out = Path(cfg.output)
     ckpt_path = out / "checkpoint.pt"
 
     cfg, init, corpus, saved = check_inputs(cfg, device, world, out, ckpt_path)
     tokenizer, blocks = prepare_data(cfg, out, accelerator, corpus, init)
+    cpu_threads(device, world, report=is_main)  # after the input checks: an error stays the only line
     model, optimizer, dtype, scaler = model_and_optimizer(cfg, tokenizer, init, saved, device)
     switch_step = cfg.max_steps // 2 if cfg.two_stage else None
 
