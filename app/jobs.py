@@ -34,7 +34,7 @@ from . import child_watch
 from .registry import Registry, RegistryError
 from .swap import ActivationError, Switcher
 from .train_params import check_params, inherited, kfold_config
-from .trainset import TrainingDataError, build, check, eval_share
+from .trainset import TrainingDataError, active_label_sep, build, check, eval_share
 
 log = logging.getLogger("app")
 _JOB_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
@@ -163,23 +163,27 @@ class Jobs:
             base = self.base_model()
             share = eval_share(self.registry.root, self.cfg.eval_share)
             label_root = Path(self.cfg.data_dir) / "label"
-            ts = await asyncio.to_thread(build, label_root, self.cfg.train_data, share)
-            check(ts, int(params["folds"]))
-            return self._spawn(params, base, ts)
+            active = self.registry.active()
+            # a multi-label active model retrains multi-label: its separator, else None (single-label)
+            sep = active_label_sep(self.registry.path(active)) if active else None
+            ts = await asyncio.to_thread(build, label_root, self.cfg.train_data, share, sep)
+            check(ts, int(params["folds"]), sep)
+            return self._spawn(params, base, ts, sep)
 
-    def _spawn(self, params: dict, base: str, ts) -> dict:
+    def _spawn(self, params: dict, base: str, ts, label_sep: str | None = None) -> dict:
         job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         folder = self.root / job_id
         folder.mkdir(parents=True)
         write_table(ts.train, folder / "train.csv")
         write_table(ts.eval, folder / "eval.csv")
         staging = self.registry.staging(job_id)
+        multi = {"multi_label": True, "label_sep": label_sep} if label_sep else {}  # k-fold's --multi-label
         kfold = kfold_config(params, model=base, data=str(folder / "train.csv"), output=str(folder / "work"),
-                             final=True)
+                             final=True, **multi)
         active = self.registry.active()
         champion = {"version": active, "folder": str(self.registry.path(active).resolve())} if active else None
         write_json(folder / "spec.json", {"kfold": kfold, "staging": str(staging), "champion": champion,
-                                          "nice": self.cfg.train_nice})
+                                          "nice": self.cfg.train_nice, **({"label_sep": label_sep} if label_sep else {})})
         record = {"id": job_id, "status": "running", "created": round(time.time(), 3), "params": params,
                   "base_model": base, "parent": active, "data": ts.sources, "conflicts": ts.conflicts,
                   "n_conflicts": ts.n_conflicts, "version": None, "decision": None, "error": None,

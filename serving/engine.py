@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from baseline.blend import BASELINE_DIR, BLEND_FILE, TEXT_CAP, Encoded, ServedBlend
+from serving.multilabel import is_multi_label, load_thresholds, multi_label_predictions, sigmoid
 from serving.onnx_runner import ORT_NAMES, OrtRunner
 from serving.quantize import cpu_isa
 from serving.runner import Runner
@@ -109,6 +110,11 @@ class Classifier:
         self._config = config
         self.normalizer = normalizer
         self.labels = labels_from_config(config)
+        # Multi-label (serving/multilabel.py): sigmoid per label, labels over the thresholds in thresholds.json.
+        self.multi_label = is_multi_label(config)
+        self._thresholds = load_thresholds(self.folder, self.labels) if self.multi_label else None
+        self.thresholds = self._thresholds.values if self.multi_label else None
+        self.label_sep = self._thresholds.label_sep if self.multi_label else None
         self.max_length = max_length
         self.batch_tokens = batch_tokens
         self.truncation = truncation
@@ -294,6 +300,10 @@ class Classifier:
             **self._run.describe(),  # precision, cuda_graphs, cuda_graph_error, precision_check
             "blend": self.blend.info() if self.blend else None,
             "blend_available": self._has_blend,
+            "multi_label": self.multi_label,
+            "thresholds": self._thresholds.as_dict(self.labels) if self.multi_label else None,
+            **({"label_sep": self.label_sep, "thresholds_tuned": self._thresholds.tuned,
+                "thresholds_source": self._thresholds.source} if self.multi_label else {}),
         }
 
     def normalize(self, texts: Sequence[str]) -> list[str]:
@@ -348,15 +358,16 @@ class Classifier:
         """Probabilities, shape (len(texts), len(labels)), rows in input order (blended when `blend`)."""
         return self._proba(self.encode(texts, normalized))
 
-    def _proba(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
+    def _proba(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None) -> np.ndarray:
         # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
         rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)] if self.blend else []
         texts = [seqs[i].text for i in rows]
         # The baseline runs in a side thread during the model's pass: ONNX Runtime and most of the baseline's numpy
         # release the GIL, so its cost mostly hides (docs/serving.md, "The blend's cost"). Same numbers either way.
-        overlap = self.blend_overlap and len(rows) >= BLEND_OVERLAP_ROWS
+        overlap = self.blend_overlap and logits is None and len(rows) >= BLEND_OVERLAP_ROWS
         side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap else None
-        probs = _softmax(self._logits(seqs))
+        logits = self._logits(seqs) if logits is None else logits
+        probs = sigmoid(logits) if self.multi_label else _softmax(logits)
         if rows:
             probs[rows] = self.blend.combine(probs[rows], side.result() if side else self.blend.baseline_proba(texts))
         return probs
@@ -399,7 +410,11 @@ class Classifier:
         return self.predict_encoded(self.encode(texts), top_k)
 
     def predict_encoded(self, seqs: Sequence[Sequence[int]], top_k: int | None = None) -> list[Prediction]:
-        """`predict` for token ids from `encode` (with a blend, only those carry the text it reads)."""
+        """`predict` for token ids from `encode` (with a blend, only those carry the text it reads).
+        A multi-label model answers `MultiLabelPrediction`s (serving/multilabel.py)."""
+        if self.multi_label:
+            logits = self._logits(seqs)
+            return multi_label_predictions(self._proba(seqs, logits), logits, self.labels, self.thresholds, top_k)
         probs = self._proba(seqs)
         labels = self.labels
         out = []
