@@ -34,7 +34,7 @@ if __name__ == "__main__":  # flags and paths checked before torch loads: --help
 
 import dataclasses
 import json
-import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +62,7 @@ from finetune.metrics import fold_metrics
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model  # noqa: F401
 from finetune.report import f1_text, fold_summary, holdout_baseline, summary_table, write_outputs
 from finetune.train import encode, fit, predict_proba
+from textdata.cpu_limits import omp_threads, plan_threads
 from textdata.drift import save_reference
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.learned import assess
@@ -74,9 +75,10 @@ BUILTIN_DATA = {"bbcnews": bbcnews_csv}
 def cpu_threads(accelerator) -> None:
     import torch
 
-    if accelerator.device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        # An explicit OMP_NUM_THREADS wins: on a CPU shared with other jobs, spin-waiting threads cost 5-10x.
-        torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if accelerator.device.type == "cpu" and omp_threads() is None:
+        # An explicit OMP_NUM_THREADS wins. Otherwise one thread per core this process may use that other work does
+        # not keep busy: threads waiting for a shared core cost 5-10x (textdata/cpu_limits.py).
+        torch.set_num_threads(plan_threads().threads)
 
 
 @dataclass

@@ -14,7 +14,8 @@ What it does once, for every caller:
 - batches by a token budget: texts are sorted by length, each batch is padded only to its own
   longest text and holds at most `batch_tokens` padded tokens, then results go back in input order;
 - picks the provider: TensorRT, then CUDA, when present and a warm-up run works on them, else CPU;
-  on CUDA, inputs and outputs go through IO binding; on CPU, intra-op threads = usable cores.
+  on CUDA, inputs and outputs go through IO binding; on CPU, intra-op threads = usable cores (affinity, cgroup
+  quota) that other work does not keep busy, spin-waiting off where they are shared (textdata/cpu_limits.py);
   On a CUDA machine whose onnxruntime has no CUDA provider (the usual CPU wheel), `auto` serves the
   PyTorch weights instead of ONNX on CPU: bf16 weights and CUDA graphs (`serving/torch_runner.py`);
 `predict` is thread-safe: sessions and tokenizers are only read after `load`.
@@ -27,6 +28,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -56,6 +58,10 @@ TRUNCATIONS = ("head", "head+tail")
 # on CPU smaller passes stay in cache, 1,024 tokens scored 15-23% more rows/s than 8,192 on two models; a GPU
 # wants large passes.
 CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 1024, 8192
+# Blended rows from which the baseline runs beside the model in _BLEND_POOL (a thread hand-off costs more than
+# it hides for a text or two); threads start on first use.
+BLEND_OVERLAP_ROWS = 2
+_BLEND_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="blend-baseline")
 
 
 @dataclass(frozen=True)
@@ -130,6 +136,7 @@ class Classifier:
         self._char_cap = max(4096, 32 * max_length)
         self._report = None
         self.blend: ServedBlend | None = None  # set by load(blend=True) when the folder has one
+        self.blend_overlap = True  # False: the baseline runs after the model (same numbers; bench/serving.py)
         self._has_blend = False
         self.learned = None  # "the model adds nothing; ..." when k-fold found so (textdata/learned.py)
         if (self.folder / REPORT_FILE).exists():
@@ -155,7 +162,7 @@ class Classifier:
 
         quantized: None = on CPU, the file export_report.json's `cpu_default` names (INT8 only where the
         export measured it faster; older exports: INT8 when present), the fp32/fp16 one on GPU;
-        True/False to force. threads: CPU intra-op threads (default: usable cores). batch_tokens: padded
+        True/False to force. threads: CPU intra-op threads (default: textdata/cpu_limits.py's plan). batch_tokens: padded
         tokens per pass, or a PassSize per device (default PassSize(): CPU_BATCH_TOKENS on CPU, GPU_BATCH_TOKENS
         on a GPU), settled once here into `.batch_tokens`.
         PyTorch backend only: precision auto = bf16 (fp16 without bf16) on CUDA, fp32 on CPU; cuda_graphs
@@ -359,13 +366,17 @@ class Classifier:
         return self._proba(self.encode(texts, normalized))
 
     def _proba(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None) -> np.ndarray:
+        # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
+        rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)] if self.blend else []
+        texts = [seqs[i].text for i in rows]
+        # The baseline runs in a side thread during the model's pass: ONNX Runtime and most of the baseline's numpy
+        # release the GIL, so its cost mostly hides (docs/serving.md, "The blend's cost"). Same numbers either way.
+        overlap = self.blend_overlap and logits is None and len(rows) >= BLEND_OVERLAP_ROWS
+        side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap else None
         logits = self._logits(seqs) if logits is None else logits
         probs = sigmoid(logits) if self.multi_label else _softmax(logits)
-        if self.blend:
-            # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
-            rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)]
-            if rows:
-                probs[rows] = self.blend(probs[rows], [seqs[i].text for i in rows])
+        if rows:
+            probs[rows] = self.blend.combine(probs[rows], side.result() if side else self.blend.baseline_proba(texts))
         return probs
 
     def predict_logits(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:

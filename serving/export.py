@@ -47,7 +47,7 @@ from baseline.blend import BASELINE_DIR, BLEND_FILE, carry_blend
 from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, ModelError
 from serving.multilabel import DEFAULT_SEP, label_matrix
 from serving.parity import agreement, builtin_sample, compare, tokenization_mismatch, verdict
-from serving.quantize import BY_NAME, DEFAULT_ORDER, cpu_isa, quantize
+from serving.quantize import BY_NAME, DEFAULT_ORDER, NO_VNNI_ORDER, cpu_isa, default_order, quantize
 from serving.quiet import understood_messages_dropped
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
@@ -76,7 +76,7 @@ class ExportConfig:
     label_column: str = "label"
     min_agreement: float = 0.99
     max_f1_drop: float = 0.5
-    int8_recipes: tuple[str, ...] = DEFAULT_ORDER
+    int8_recipes: tuple[str, ...] = ()  # empty: this CPU's order (serving.quantize.default_order)
     opset: int | None = None
     max_eval_rows: int = 2000
     sample_size: int = 500
@@ -173,7 +173,7 @@ def _quantize_gated(cfg: ExportConfig, ref, texts, labels, y_true, ref_f1,
     attempts, slow_best = [], None  # slow_best: (info, attempt) of the fastest accurate but slow recipe
     need = cfg.min_int8_speedup
     try:
-        for name in cfg.int8_recipes:
+        for name in cfg.int8_recipes or default_order(isa):
             t = time.time()
             try:
                 info = quantize(src, cand, BY_NAME[name], isa, calibration_texts=calib, encoder=fp32)
@@ -228,8 +228,8 @@ def run(cfg: ExportConfig) -> dict:
     if cfg.max_f1_drop < 0:
         raise DataError(f"--max-f1-drop {cfg.max_f1_drop}: use points of macro-F1 >= 0 (0.5 = half a point)")
     unknown = [r for r in cfg.int8_recipes if r not in BY_NAME]
-    if unknown or not cfg.int8_recipes:
-        raise DataError(f"--int8-recipes {','.join(cfg.int8_recipes)}: unknown {unknown or 'empty'}; "
+    if unknown:
+        raise DataError(f"--int8-recipes {','.join(cfg.int8_recipes)}: unknown {unknown}; "
                         f"known: {', '.join(BY_NAME)}")
     if not cfg.model.is_dir():
         raise ModelError(f"{cfg.model}: no such model folder")
@@ -348,7 +348,8 @@ FLAGS = {
     "min_agreement": Flag("agreement with PyTorch required (argmax; per-label decisions for a multi-label model)"),
     "max_f1_drop": Flag("macro-F1 points a file may lose against PyTorch on --eval-csv rows"),
     "int8_recipes": Flag(f"INT8 recipes to try in order, comma-separated, first that passes wins "
-                         f"(known: {', '.join(BY_NAME)})", type=_recipe_list, shown=",".join(DEFAULT_ORDER)),
+                         f"(known: {', '.join(BY_NAME)})", type=_recipe_list,
+                         shown=f"{','.join(DEFAULT_ORDER)} (with VNNI or on ARM), {','.join(NO_VNNI_ORDER)} (without)"),
     "opset": Flag("ONNX opset", shown="Optimum's choice"),
     "min_int8_speedup": Flag("INT8 becomes the CPU default only if this many times as fast as model.onnx here "
                              "(0: whatever its speed, e.g. when exporting for another CPU)"),

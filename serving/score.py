@@ -168,7 +168,7 @@ FLAGS = {
     "max_length": Flag("tokens per text", shown="the training length"),
     "truncation": Flag("which tokens a long text keeps", choices=TRUNCATIONS),
     "batch_tokens": Flag("padded tokens per inference pass", shown=f"{CPU_BATCH_TOKENS} on CPU, {GPU_BATCH_TOKENS} on a GPU"),
-    "threads": Flag("CPU threads", shown="usable cores"),
+    "threads": Flag("CPU threads", shown="usable cores (affinity, cgroup quota) not kept busy by other work"),
     "quantized": Flag("use model.onnx even where export_report.json makes model_quantized.onnx the default",
                       name="--fp32", const=False, shown="on CPU, the file export_report.json names",
                       also=(("--int8", True, INT8_HELP),)),
