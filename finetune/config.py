@@ -44,6 +44,7 @@ class Config:
     final: bool = False
     resume: bool = False
     blend: str = "auto"  # auto | off | on: blend with the baseline (finetune/blend.py)
+    target_precision: float | None = None  # the served "confident" threshold's precision (finetune/coverage.py)
     engine: str = "local"  # local | ray: where the folds train (finetune/fold_runner.py)
     address: str | None = None  # a Ray cluster to join; none: start Ray on this machine
     gpus_per_fold: float = 0.0  # Ray resources per fold task (fractions share a GPU)
@@ -55,7 +56,7 @@ class Config:
 # Settings that may change on --resume: they change neither the folds nor their numbers (the fast-path
 # switches give the plain path's losses: tests/finetune/test_fast_path.py).
 # The blend only reads the saved folds; where a fold runs does not change its numbers.
-RESUMABLE = frozenset({"resume", "final", "blend", "train.static_shapes", "train.compile", "engine", "address",
+RESUMABLE = frozenset({"resume", "final", "blend", "target_precision", "train.static_shapes", "train.compile", "engine", "address",
                        "gpus_per_fold", "cpus_per_fold"})
 
 
@@ -106,6 +107,10 @@ FLAGS = {
     "resume": Flag("reuse finished folds in --output"),
     "blend": Flag("blend the model with the TF-IDF baseline, fitted on out-of-fold rows and scored nested; "
                   "auto: keep it (report, --final model) only where it beats the model", choices=MODES),
+    "target_precision": Flag("answers count as 'confident' above the calibrated-score threshold whose answered "
+                             "out-of-fold rows reach this precision (e.g. 0.9); chosen on out-of-fold rows, "
+                             "served with the --final model", shown="none: every answer confident",
+                             metavar="P"),
     "engine": Flag("where the folds train: here one after another, or as Ray tasks (pip install -e '.[ray]')",
                    choices=("local", "ray")),
     "address": Flag("--engine ray: the Ray cluster to join (e.g. auto)", shown="start Ray on this machine"),
@@ -169,6 +174,8 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
         p.error("--folds must be at least 2")
     if not 0 <= a.holdout < 1:
         p.error("--holdout must be a fraction in [0, 1), e.g. 0.2")
+    if a.target_precision is not None and not 0 < a.target_precision < 1:
+        p.error(f"--target-precision {a.target_precision:g}: must be a precision in (0, 1), e.g. 0.9")
     if a.cpus_per_fold < 1 or a.gpus_per_fold < 0:
         p.error("--cpus-per-fold must be at least 1 and --gpus-per-fold at least 0")
     if a.adapt_steps < 0 or (a.adapt_steps and a.random_init):

@@ -32,6 +32,7 @@ import numpy as np
 from finetune.adapt import adapt
 from finetune.baseline import baseline_predict
 from finetune.blend import cv_blend, save_final_blend
+from finetune.confidence import cv_calibration, save_calibration, write_pictures
 from finetune.config import (  # noqa: F401
     RESUMABLE,
     Config,
@@ -230,10 +231,14 @@ def run(cfg: Config) -> dict:
     report = fold_summary(cfg, got.results, recorded, data, prep.data_path, prep.resolved, accelerator.device)
     report["blend"], blend_oof = cv_blend(got.oof, got.base_oof, data.y, got.fold_of, data.labels, cfg.blend,
                                           report["macro_f1_mean"])
+    # Before anything is written: an unreachable --target-precision stops here (the folds are kept for --resume).
+    report["calibration"], served_oof, calibrated_oof = cv_calibration(got.oof, report["blend"], blend_oof, data,
+                                                                       got.fold_of, cfg.target_precision)
     if held is not None:
         report["holdout"] = holdout_baseline(out, data, held, cfg)
     if main:
         write_outputs(out, cfg, data, got.oof, got.base_oof, blend_oof, got.fold_of, report, got.histories, held)
+        write_pictures(out, report["calibration"], served_oof, calibrated_oof, data)
     if cfg.final:
         final_model(cfg, prep, report, accelerator)
     report["wall_seconds"] = round(time.time() - started, 1)
@@ -242,7 +247,8 @@ def run(cfg: Config) -> dict:
     if main:
         write_json(out / "report.json", report)
         print(summary_table(report))
-        print(f"\nwrote {out}/report.json, oof_predictions.csv, confusion_matrix.png, learning_curves.png"
+        print(f"\nwrote {out}/report.json, oof_predictions.csv, confusion_matrix.png, learning_curves.png, "
+              "calibration.png, coverage.png"
               + (", model/" if cfg.final else "") + (", holdout.csv" if held is not None else ""))
     return report
 
@@ -276,9 +282,11 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator) -> None:
     tokenizer.save_pretrained(folder)
     prep.normalizer.save(folder)
     blend = save_final_blend(folder, data.texts, data.y, len(data.labels), cfg.seed, report["blend"], report["warnings"])
+    calibration = save_calibration(folder, report.get("calibration"), data.labels, blend is not None, report["warnings"])
     write_json(folder / "training_config.json", {
         "config": config_json(cfg), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
         "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))}, "blend": blend,
+        "calibration": calibration,
     })
     report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(data.y),
                              "blend": blend is not None}

@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from finetune.baseline import baseline_predict
+from finetune.confidence import table_lines
 from finetune.config import Config
 from finetune.metrics import KEYS, fold_metrics, summarize
 from textdata.blend import BaselineError
@@ -118,6 +119,7 @@ def summary_table(report: dict) -> str:
         score = f"{pm(blend)} (nested), weights model {blend['model_weight']:g}, baseline {blend['baseline_weight']:g}; " \
             if "folds" in blend else ""
         lines.append(f"blend {score}{'kept' if blend['kept'] else 'not kept'}: {blend['why']}")
+    lines += table_lines(report.get("calibration"))
     held = report.get("holdout")
     if held:
         final = f"final model {held['macro_f1']:.4f}, " if "macro_f1" in held else ""
