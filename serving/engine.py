@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from serving.calibration import ServedCalibration
 from serving.onnx_runner import ORT_NAMES, OrtRunner
 from serving.quantize import cpu_isa
 from serving.runner import Runner
@@ -73,6 +74,7 @@ class Prediction:
     label: str
     score: float
     probabilities: dict[str, float]
+    confident: bool = True  # the score clears the served threshold (calibration.json); always without one
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -124,6 +126,7 @@ class Classifier:
         self._report = None
         self.blend: ServedBlend | None = None  # set by load(blend=True) when the folder has one
         self._has_blend = False
+        self.calibration = ServedCalibration()  # load() reads the folder's calibration.json (serving/calibration.py)
         if (self.folder / REPORT_FILE).exists():
             self._report = json.loads((self.folder / REPORT_FILE).read_text(encoding="utf-8"))
 
@@ -217,6 +220,7 @@ class Classifier:
                 clf.blend = ServedBlend(folder, len(clf.labels))
             except ValueError as e:
                 raise ModelError(str(e)) from None
+        clf.calibration = ServedCalibration.load(folder, clf.labels, blend_served=clf.blend is not None)
         if runner.backend == "torch":
             runner.finish_load(lambda: clf.encode(parity_texts) if parity_texts
                                else probe_ids(config.vocab_size, max_length))
@@ -287,6 +291,7 @@ class Classifier:
             **self._run.describe(),  # precision, cuda_graphs, cuda_graph_error, precision_check
             "blend": self.blend.info() if self.blend else None,
             "blend_available": self._has_blend,
+            "calibration": self.calibration.info(),
         }
 
     def normalize(self, texts: Sequence[str]) -> list[str]:
@@ -338,7 +343,8 @@ class Classifier:
         return [len(ids) for ids in self.encode(texts)]
 
     def predict_proba(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
-        """Probabilities, shape (len(texts), len(labels)), rows in input order (blended when `blend`)."""
+        """Probabilities, shape (len(texts), len(labels)), rows in input order (blended when `blend`, then
+        calibrated where the folder has calibration.json)."""
         return self._proba(self.encode(texts, normalized))
 
     def _proba(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
@@ -348,7 +354,7 @@ class Classifier:
             rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)]
             if rows:
                 probs[rows] = self.blend(probs[rows], [seqs[i].text for i in rows])
-        return probs
+        return self.calibration(probs)
 
     def predict_logits(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
         """Raw logits (float32), shape (len(texts), len(labels)), rows in input order."""
@@ -391,14 +397,15 @@ class Classifier:
         """`predict` for token ids from `encode` (with a blend, only those carry the text it reads)."""
         probs = self._proba(seqs)
         labels = self.labels
+        sure = self.calibration.confident(probs)
         out = []
-        for p in probs:
+        for p, ok in zip(probs, sure):
             best = int(p.argmax())
             if top_k is None:
                 dist = {labels[j]: float(p[j]) for j in range(len(labels))}
             else:
                 dist = {labels[j]: float(p[j]) for j in np.argsort(-p, kind="stable")[: max(1, top_k)]}
-            out.append(Prediction(label=labels[best], score=float(p[best]), probabilities=dist))
+            out.append(Prediction(label=labels[best], score=float(p[best]), probabilities=dist, confident=bool(ok)))
         return out
 
 

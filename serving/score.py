@@ -3,7 +3,9 @@
     python -m serving.score --model onnx/ --input in.csv --output out.csv \\
         [--text-column text] [--id-column id] [--top-k K] [--resume] [--batch-rows 2048]
 
-Every input row comes out in the same order with all its columns, plus `pred_label`, `pred_score`,
+Every input row comes out in the same order with all its columns, plus `pred_label`, `pred_score` (the
+calibrated probability where the model folder has calibration.json), `confident` (True where the score clears
+the threshold chosen for a target precision in k-fold; always True without one),
 one `prob_<label>` column per label (or, with --top-k K, `top1_label`, `top1_score` … `topK_score`)
 and `error`: rows whose text is empty, whitespace or nothing after normalisation get an empty
 prediction and the reason in `error`, never dropped; last `model_version`, the model that scored the row
