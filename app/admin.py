@@ -48,6 +48,8 @@ class TrainRequest(BaseModel):
     max_length: StrictInt | None = Field(None, ge=8, le=4096)
     seed: StrictInt | None = None
     class_weights: StrictBool | None = None
+    target_precision: StrictFloat | None = Field(None, gt=0, lt=1, description=(
+        "precision the served 'confident' threshold is chosen for (default: the active version's)"))
 
 
 def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Switcher) -> Jobs:

@@ -83,6 +83,9 @@ class Config:
     promote_tolerance: float = 0.01  # macro-F1 a candidate may lose on the evaluation slice and still be promoted
     eval_share: float = 0.2  # share of labeled texts (by a hash of the text) kept out of every training table
     train_nice: int = 10  # the training child's niceness on CPU: the API keeps the cores it needs
+    # "Not sure" answers routed to a person (app/review_queue.py): off by default, it stores users' texts.
+    review_queue: bool = False
+    review_queue_size: int = 1000
 
     @property
     def registry_dir(self) -> Path:
@@ -145,6 +148,9 @@ FLAGS = {
     "eval_share": Flag("share of labeled texts kept out of every training table to score versions on "
                        "(fixed in the registry at first use)"),
     "train_nice": Flag("niceness of the training process"),
+    "review_queue": Flag("keep the texts the API answers 'not sure' (under the model's threshold) in DATA_DIR/review "
+                         "for the Label tab; stores users' texts"),
+    "review_queue_size": Flag("texts the review queue holds; when full the oldest is dropped"),
 }
 
 
@@ -162,7 +168,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     if a.engine_batch_tokens is not None and a.engine_batch_tokens < 1:
         p.error("--engine-batch-tokens must be at least 1")
     for name in ("max_batch_tokens", "workers", "max_queue", "max_texts", "max_chars", "max_body_bytes",
-                 "max_upload_rows", "ui_concurrency", "max_header_bytes"):
+                 "max_upload_rows", "ui_concurrency", "max_header_bytes", "review_queue_size"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     for flag, value in (("--header-timeout", a.header_timeout_s), ("--body-timeout", a.body_timeout_s),

@@ -39,7 +39,8 @@ _JOB_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
 # What a retrain may set (POST /v1/train, the Train tab), with the kfold.py flag each becomes. Not given:
 # the value the active version was trained with (its training_config.json), else kfold.py's default.
 TRAIN_FIELDS = {"folds": "--folds", "epochs": "--epochs", "lr": "--lr", "batch_size": "--batch-size",
-                "max_length": "--max-length", "seed": "--seed", "normalize": "--normalize"}
+                "max_length": "--max-length", "seed": "--seed", "normalize": "--normalize",
+                "target_precision": "--target-precision"}  # a retrain serves its own threshold for it
 TRAIN_SWITCHES = {"class_weights": "--class-weights"}
 DEFAULT_FOLDS = 5
 LOG_TAIL_LINES = 40
@@ -115,7 +116,8 @@ class Jobs:
     def settings(self, given: dict) -> dict:
         """The retrain's settings: what was asked, else what the active version was trained with."""
         conf = self._active_training_config().get("config", {})
-        inherited = {**{k: conf[k] for k in ("folds", "max_length", "seed", "normalize") if k in conf},
+        inherited = {**{k: conf[k] for k in ("folds", "max_length", "seed", "normalize", "target_precision")
+                        if conf.get(k) is not None},
                      **{k: v for k, v in conf.get("train", {}).items()
                         if k in ("epochs", "lr", "batch_size", "class_weights")}}
         out = {**inherited, **{k: v for k, v in given.items() if v is not None}}

@@ -30,6 +30,7 @@ from textdata.tables import missing_text, write_table
 from .api import text_problem
 from .batcher import QueueFull
 from .labeling import ORDERS, SessionError, SessionStore
+from .review_queue import start_session
 from .uploads import read_upload, spreadsheet_safe, uploaded_only
 
 log = logging.getLogger("app")
@@ -162,7 +163,9 @@ def _classify_tab(cfg, state, labels: list[str]) -> None:
             (pred,) = await asyncio.wait_for(state.batcher.submit(seqs, [len(seqs[0])], engine), cfg.request_timeout_s)
         except (QueueFull, asyncio.TimeoutError):
             raise gr.Error("The server is busy; try again in a moment.") from None
-        return pred.probabilities, f"**{html.escape(pred.label)}** · {pred.score:.1%} · model {html.escape(engine.version)}"
+        unsure = "" if getattr(pred, "confident", True) else " · ⚠ **not sure** (under the model's threshold)"
+        return pred.probabilities, (f"**{html.escape(pred.label)}** · {pred.score:.1%}{unsure} · "
+                                    f"model {html.escape(engine.version)}")
 
 
     with gr.Tab("Classify", id="classify", elem_id="tab-classify"):
@@ -243,6 +246,12 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
     def resume(sid):
         return render(store.get(sid))
 
+    def review():  # the API's "not sure" answers (--review-queue) as a session, with the model's suggestions
+        session = start_session(state.review, store, list(state.engine.clf.labels))
+        if session is None:
+            return render(None, "The review queue is empty: no 'not sure' answers are waiting.")
+        return render(session, f"Loaded {len(session.texts)} 'not sure' answers from the review queue.")
+
     def act(action, sid, row, *args):
         session = store.get(sid)
         if session is None:
@@ -302,6 +311,8 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
                 l_column = gr.Textbox(label="Text column", value="text", elem_id="label-column")
                 l_start = gr.Button("Start labeling", variant="primary", elem_id="label-start")
                 l_sessions = gr.Dropdown(label="Earlier sessions", choices=[], elem_id="label-sessions")
+                l_review = gr.Button("Review 'not sure' answers", visible=state.review is not None,
+                                     elem_id="label-review")
         with gr.Column(elem_id="label-panel"):
             l_progress = gr.HTML(elem_id="label-progress")
             l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
@@ -335,6 +346,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
                       concurrency_limit=cfg.ui_concurrency)
         l_sessions.input(resume, l_sessions, outputs, **quick)
+        l_review.click(review, None, outputs, **quick)
         l_accept.click(partial(act, accept), [sid, row], outputs, **quick)
         for i, b in enumerate(l_buttons):
             b.click(partial(act, partial(choose, i)), [sid, row], outputs, **quick)
