@@ -32,6 +32,9 @@ def cv_calibration(oof: np.ndarray, blend: dict | None, blend_oof: np.ndarray | 
         section, _, after = calibrate_multi_label(served, data.Y, fold_of, data.labels, fitted_on, target)
         return section, served, after
     section, chosen, final = calibrate(served, data.y, fold_of, fitted_on)
+    if kept:  # for the record: the model alone, as --blend off would serve it
+        alone = calibrate(np.asarray(oof, np.float64), data.y, fold_of, "model")[0]
+        section["model_alone"] = {k: alone[k] for k in ("method", "why", "before", "after")}
     section["coverage"] = coverage_table(chosen, served, data.y, fold_of)
     if target is not None:
         section["served"] = served_threshold(chosen, final, served, data.y, fold_of, data.labels, target)

@@ -6,6 +6,8 @@ their logarithms, which is what a temperature does to logits (softmax(log p) = p
 
     temperature:  p' = softmax(log p / T)                       (one parameter; the argmax never moves)
     vector:       p' = softmax(w ⊙ log p + b)                   (2 per class; kept only where it wins, nested)
+    none:         p' = p                                        (where no calibrator beat the scores nested:
+                                                                 a kept blend is fitted by log-loss already)
 
 Multi-label: each label's sigmoid probability is rescaled on its logit, z = log(p / (1 - p)):
 
@@ -27,14 +29,14 @@ from pathlib import Path
 import numpy as np
 
 CALIBRATION_FILE = "calibration.json"
-METHODS = ("temperature", "vector")
+METHODS = ("temperature", "vector", "none")
 MULTI_LABEL_METHODS = ("temperature", "platt")
 _FLOOR = 1e-12  # log(0) guard, as in textdata/blend.py
 
 
 @dataclass(frozen=True)
 class Calibrator:
-    method: str  # temperature | vector (single-label); temperature | platt (multi-label)
+    method: str  # temperature | vector | none (single-label); temperature | platt (multi-label)
     multi_label: bool = False
     temperature: float | tuple = 1.0  # one T (single-label), one per label (multi-label temperature)
     weights: tuple | None = None  # vector: w per class; platt: a per label
@@ -43,6 +45,8 @@ class Calibrator:
     def __call__(self, probs: np.ndarray) -> np.ndarray:
         """Calibrated probabilities, same shape and dtype as `probs`."""
         p = np.asarray(probs)
+        if self.method == "none":
+            return p
         if self.multi_label:
             q = np.clip(p.astype(np.float64), _FLOOR, 1 - _FLOOR)
             z = np.log(q) - np.log1p(-q)
@@ -61,6 +65,8 @@ class Calibrator:
 
     def params(self) -> dict:
         """The parameters as calibration.json stores them."""
+        if self.method == "none":
+            return {}
         if self.method == "temperature":
             t = self.temperature
             return {"temperature": list(t) if isinstance(t, tuple) else float(t)}
@@ -99,6 +105,8 @@ def calibrator_from_json(spec: dict, n_labels: int) -> Calibrator:
     method = spec.get("method")
     if method not in (MULTI_LABEL_METHODS if multi else METHODS):
         raise ValueError(f"unknown method {method!r}")
+    if method == "none":
+        return Calibrator(method, multi)
     if method == "temperature":
         t = spec["temperature"]
         t = tuple(float(v) for v in t) if multi else float(t)

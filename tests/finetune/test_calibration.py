@@ -260,3 +260,17 @@ def test_scores_match_scikit_learn():
     assert s["brier"] == pytest.approx(np.mean(((np.eye(5)[y] - served) ** 2).sum(1)))
     assert s["brier"] == pytest.approx(brier_score_loss(y, served, labels=range(5)))
     assert nested(served, y, np.arange(500) % 2, "temperature").calibrated.shape == served.shape
+
+
+def test_none_where_no_calibrator_beats_the_scores_nested():
+    served, y, fold_of, _ = synthetic(sharpen=2.0, seed=0)
+    # like a kept blend: scores already fitted by log-loss on these very rows, so T = 1 is their optimum
+    true = fit_temperature(served, y)(served)
+    section, chosen, final = calibrate(true, y, fold_of, "blend")
+    cand = section["candidates"]
+    assert cand["temperature"]["log_loss_mean"] >= cand["none"]["log_loss_mean"]  # nested, a fitted T only adds noise
+    assert section["method"] == "none" and final.method == "none", section["why"]
+    assert section["after"] == section["before"] and chosen.calibrated is not None
+    np.testing.assert_array_equal(final(true), true)
+    table = coverage_table(chosen, true, y, fold_of)  # thresholds still chosen on the scores as they are
+    assert table[0]["precision_mean"] == pytest.approx(0.8, abs=0.03)
