@@ -66,7 +66,8 @@ def coverage_png(after: np.ndarray, y: np.ndarray, table: list[dict], path: Path
                         yerr=row["precision_std"], fmt="o", color=f"C{i + 1}",
                         label=f"target {row['target']:.2f}: coverage {row['coverage_mean']:.2f}")
     ax.set(xlabel="coverage (share of rows answered 'confident')", ylabel="precision of the answered rows",
-           title="coverage at a precision", xlim=(0, 1.01), ylim=(max(0.0, precision.min() - 0.05), 1.005))
+           title="coverage at a precision", xlim=(0, 1.01),
+           ylim=(max(0.0, min(precision.min(), min(r["target"] for r in table)) - 0.02), 1.005))
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()
