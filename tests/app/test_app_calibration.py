@@ -124,3 +124,17 @@ def test_full_queue_drops_the_oldest_and_dedups(tmp_path):
     again = ReviewQueue(tmp_path, size=3)
     assert [w.text for w in again.peek()] == [w.text for w in q.peek()] == ["text 4", "text 5"]
     assert len((tmp_path / "queue.jsonl").read_text().splitlines()) <= 2 * 3 + 16 + 1
+
+
+def test_a_retrain_inherits_the_target_precision():
+    from app.jobs import TRAIN_FIELDS, Jobs
+    from finetune.config import parse_args as kfold_args
+
+    jobs = Jobs.__new__(Jobs)  # settings() reads only the active version's training_config.json
+    jobs._active_training_config = lambda: {"config": {"folds": 3, "target_precision": 0.9, "train": {"epochs": 2}}}
+    assert jobs.settings({})["target_precision"] == 0.9
+    assert jobs.settings({"target_precision": 0.95})["target_precision"] == 0.95
+    jobs._active_training_config = lambda: {"config": {"folds": 3, "target_precision": None}}
+    assert "target_precision" not in jobs.settings({})
+    cfg = kfold_args(["--model", "m", "--data", "d.csv", TRAIN_FIELDS["target_precision"], "0.9"])
+    assert cfg.target_precision == 0.9
