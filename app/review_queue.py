@@ -96,8 +96,8 @@ class ReviewQueue:
 
     def _compact(self) -> None:
         with atomic_path(self.path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-            for item in self._items.values():
-                f.write(json.dumps({"op": "add", "item": item.__dict__}, ensure_ascii=False) + "\n")
+            f.writelines(json.dumps({"op": "add", "item": item.__dict__}, ensure_ascii=False) + "\n"
+                         for item in self._items.values())
         self._lines = len(self._items)
 
     def add(self, texts: list[str], predictions: list, version: str) -> int:

@@ -108,7 +108,7 @@ def main(argv=None) -> int:
         "date": time.strftime("%Y-%m-%d"), "model": str(folder), "backend": clf.info()["backend"],
         "model_file": clf.info()["model_file"], "rows": len(texts), "repeats": a.repeats, "max_length": 64,
         "rows_per_second": {m: {c: round(v, 1) for c, v in r.items()} for m, r in rows.items()},
-        "ratio_vs_none": {m: {c: round(rows[m][c] / rows["none"][c], 4) for c in r} for m, r in rows.items()
+        "ratio_vs_none": {m: {c: round(r[c] / rows["none"][c], 4) for c in r} for m, r in rows.items()
                           if m != "none"},
         "calibration_step_us_per_row": {m: round(v, 3) for m, v in step.items()},
         "goal": "rows/s with the calibrator >= 0.97x without (issue 33)",

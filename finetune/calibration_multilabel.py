@@ -128,8 +128,8 @@ def calibrate(P: np.ndarray, Y: np.ndarray, fold_of: np.ndarray, labels: list[st
     method = "platt" if np.all(p_loss < t_loss) and gain >= VECTOR_MARGIN else "temperature"
     calibrated, cals, folds = runs[method]
     final = fit(P, Y, method)
-    mean = lambda key, part: float(np.mean([f[part][key] for f in folds]))  # noqa: E731
-    std = lambda key, part: float(np.std([f[part][key] for f in folds]))  # noqa: E731
+    mean = lambda key, part: float(np.mean([f[part][key] for f in folds]))
+    std = lambda key, part: float(np.std([f[part][key] for f in folds]))
     section = {"method": method, "multi_label": True, "fitted_on": fitted_on, "bins": BINS, "nested": True,
                "why": f"per-label {method}: Platt's nested log-loss gain over temperatures {gain:+.4f}",
                "folds": folds, "final": {"method": final.method, **final.params()},

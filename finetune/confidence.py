@@ -55,14 +55,14 @@ def table_lines(section: dict | None) -> list[str]:
     if not section:
         return []
     lines = ["", f"calibration ({section['why']}; fitted on the {section['fitted_on']}'s out-of-fold rows, nested)",
-             f"{'fold':>6} {'ECE before':>11} {'ECE after':>10} {'log-loss before':>16} {'after':>7} "
-             f"{'Brier before':>13} {'after':>7}"]
+             (f"{'fold':>6} {'ECE before':>11} {'ECE after':>10} {'log-loss before':>16} {'after':>7} "
+             f"{'Brier before':>13} {'after':>7}")]
     for f in section["folds"]:
         b, a = f["before"], f["after"]
         lines.append(f"{f['fold']:>6} {b['ece']:>11.4f} {a['ece']:>10.4f} {b['log_loss']:>16.4f} {a['log_loss']:>7.4f} "
                      f"{b['brier']:>13.4f} {a['brier']:>7.4f}")
     b, a = section["before"], section["after"]
-    pm = lambda d, k: f"{d[k + '_mean']:.4f}±{d[k + '_std']:.3f}"  # noqa: E731
+    pm = lambda d, k: f"{d[k + '_mean']:.4f}±{d[k + '_std']:.3f}"
     lines.append(f"{'mean':>6} {pm(b, 'ece'):>11} {pm(a, 'ece'):>10} {pm(b, 'log_loss'):>16} {pm(a, 'log_loss'):>7} "
                  f"{pm(b, 'brier'):>13} {pm(a, 'brier'):>7}")
     if section.get("coverage"):

@@ -13,7 +13,13 @@ from pathlib import Path
 
 import numpy as np
 
-from textdata.calibration import CALIBRATION_FILE, Calibrator, confident, confident_multi_label, read_calibration
+from textdata.calibration import (
+    CALIBRATION_FILE,
+    Calibrator,
+    confident,
+    confident_multi_label,
+    read_calibration,
+)
 from textdata.errors import ModelError
 
 NOT_CALIBRATED = "no calibration.json (a model trained or exported before calibration): scores are served as " \

@@ -93,7 +93,7 @@ def test_vector_scaling_only_where_it_wins():
 
 
 def test_vector_fit_recovers_a_known_scaling():
-    served, y, _, true = synthetic(n=6000, sharpen=1.0, seed=5)
+    served, y, _, _true = synthetic(n=6000, sharpen=1.0, seed=5)
     w, b = np.array([0.5, 0.5, 0.5, 0.5, 0.5]), np.array([1.0, 0, 0, 0, -1.0])
     distorted = softmax(np.log(served) / 0.5 - b / 0.5)  # so w = 0.5, b = +b undo it
     cal = fit_vector(distorted, y)
@@ -115,7 +115,7 @@ def test_pick_threshold_lowest_that_keeps_the_target():
 
 def test_coverage_nested_holds_the_precision_on_held_out_folds():
     served, y, fold_of, _ = synthetic(n=6000, sharpen=2.0, seed=7)
-    _, chosen, final = calibrate(served, y, fold_of, "model")
+    _, chosen, _final = calibrate(served, y, fold_of, "model")
     table = coverage_table(chosen, served, y, fold_of)
     assert [r["target"] for r in table] == [0.8, 0.9, 0.95, 0.98, 0.99]
     coverages = [r["coverage_mean"] for r in table]
@@ -212,7 +212,7 @@ def test_multi_label_per_label_temperature_and_thresholds():
 
     served, Y, fold_of = multi_label_synthetic()
     names = ["a", "b", "c", "d"]
-    section, final, after = calibrate_ml(served, Y, fold_of, names, "model", target=0.9)
+    section, final, _after = calibrate_ml(served, Y, fold_of, names, "model", target=0.9)
     assert section["method"] == "temperature" and section["multi_label"]
     np.testing.assert_allclose(final.temperature, (3.0, 1.0, 0.5, 2.0), rtol=0.15)
     assert section["after"]["ece_mean"] < section["before"]["ece_mean"]

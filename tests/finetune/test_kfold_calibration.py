@@ -31,7 +31,7 @@ def run(tmp_path_factory, tiny_electra_dir, toy_rows):
 def test_report_section_pictures_and_table(run, capsys):
     import pandas as pd
 
-    out, args = run
+    out, _args = run
     report = json.loads((out / "report.json").read_text())
     cal = report["calibration"]
     assert cal["nested"] and len(cal["folds"]) == 3 and cal["method"] in ("temperature", "vector", "none")
