@@ -96,8 +96,10 @@ class ReviewQueue:
 
     def _compact(self) -> None:
         with atomic_path(self.path) as tmp, open(tmp, "w", encoding="utf-8") as f:
-            f.writelines(json.dumps({"op": "add", "item": item.__dict__}, ensure_ascii=False) + "\n"
-                         for item in self._items.values())
+            f.writelines(
+                json.dumps({"op": "add", "item": item.__dict__}, ensure_ascii=False) + "\n"
+                for item in self._items.values()
+            )
         self._lines = len(self._items)
 
     def add(self, texts: list[str], predictions: list, version: str) -> int:
@@ -108,8 +110,14 @@ class ReviewQueue:
             for text, pred in zip(texts, predictions):
                 if getattr(pred, "confident", True):
                     continue
-                item = Waiting(text, pred.label, round(float(pred.score), 6),
-                               {k: round(float(v), 6) for k, v in pred.probabilities.items()}, version, now)
+                item = Waiting(
+                    text,
+                    pred.label,
+                    round(float(pred.score), 6),
+                    {k: round(float(v), 6) for k, v in pred.probabilities.items()},
+                    version,
+                    now,
+                )
                 if self._insert(item):
                     self._write({"op": "add", "item": item.__dict__})
                     added += 1

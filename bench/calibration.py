@@ -43,7 +43,8 @@ def build_model(work: Path) -> Path:
     src = resolve_model("minilm")
     labels = ["business", "entertainment", "politics", "sport", "tech"]
     model = AutoModelForSequenceClassification.from_pretrained(
-        src, num_labels=5, id2label=dict(enumerate(labels)), label2id={k: i for i, k in enumerate(labels)})
+        src, num_labels=5, id2label=dict(enumerate(labels)), label2id={k: i for i, k in enumerate(labels)}
+    )
     tok = AutoTokenizer.from_pretrained(src, model_max_length=64)
     model.save_pretrained(work / "model")
     tok.save_pretrained(work / "model")
@@ -59,9 +60,17 @@ def calibrations(labels: list[str]) -> dict:
     t = np.full(n, 0.6)
     return {
         "none": ServedCalibration(),
-        "temperature": ServedCalibration(Calibrator("temperature", temperature=0.7), t, {"method": "temperature"}, ""),
-        "vector": ServedCalibration(Calibrator("vector", weights=tuple(np.linspace(0.8, 1.2, n)),
-                                               bias=tuple(np.linspace(-0.2, 0.2, n))), t, {"method": "vector"}, ""),
+        "temperature": ServedCalibration(
+            Calibrator("temperature", temperature=0.7), t, {"method": "temperature"}, ""
+        ),
+        "vector": ServedCalibration(
+            Calibrator(
+                "vector", weights=tuple(np.linspace(0.8, 1.2, n)), bias=tuple(np.linspace(-0.2, 0.2, n))
+            ),
+            t,
+            {"method": "vector"},
+            "",
+        ),
     }
 
 
@@ -80,7 +89,11 @@ def main(argv=None) -> int:
 
     a.work.mkdir(parents=True, exist_ok=True)
     folder = a.model or build_model(a.work)
-    texts = pd.read_csv(bbcnews_csv(Path.home() / ".cache" / "electra-classify"))["text"].astype(str).tolist()[: a.rows]
+    texts = (
+        pd.read_csv(bbcnews_csv(Path.home() / ".cache" / "electra-classify"))["text"]
+        .astype(str)
+        .tolist()[: a.rows]
+    )
     clf = Classifier.load(folder, quantized=False, max_length=64)
     modes = calibrations(list(clf.labels))
     load_before = os.getloadavg()
@@ -105,29 +118,45 @@ def main(argv=None) -> int:
         step[mode] = statistics.median(runs) / len(texts) * 1e6
     rows = {m: {c: len(texts) / statistics.median(v) for c, v in calls.items()} for m, calls in times.items()}
     result = {
-        "date": time.strftime("%Y-%m-%d"), "model": str(folder), "backend": clf.info()["backend"],
-        "model_file": clf.info()["model_file"], "rows": len(texts), "repeats": a.repeats, "max_length": 64,
+        "date": time.strftime("%Y-%m-%d"),
+        "model": str(folder),
+        "backend": clf.info()["backend"],
+        "model_file": clf.info()["model_file"],
+        "rows": len(texts),
+        "repeats": a.repeats,
+        "max_length": 64,
         "rows_per_second": {m: {c: round(v, 1) for c, v in r.items()} for m, r in rows.items()},
-        "ratio_vs_none": {m: {c: round(r[c] / rows["none"][c], 4) for c in r} for m, r in rows.items()
-                          if m != "none"},
+        "ratio_vs_none": {
+            m: {c: round(r[c] / rows["none"][c], 4) for c in r} for m, r in rows.items() if m != "none"
+        },
         "calibration_step_us_per_row": {m: round(v, 3) for m, v in step.items()},
         "goal": "rows/s with the calibrator >= 0.97x without (issue 33)",
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-                    "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
     }
     result["met"] = all(v >= 0.97 for r in result["ratio_vs_none"].values() for v in r.values())
     a.output.parent.mkdir(parents=True, exist_ok=True)
     a.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"{'calibration':<12} {'predict rows/s':>15} {'ratio':>7} {'predict_proba rows/s':>21} {'ratio':>7} "
-          f"{'step µs/row':>12}")
+    print(
+        f"{'calibration':<12} {'predict rows/s':>15} {'ratio':>7} {'predict_proba rows/s':>21} {'ratio':>7} "
+        f"{'step µs/row':>12}"
+    )
     for m in modes:
         r = result["rows_per_second"][m]
         ratio = result["ratio_vs_none"].get(m, {"predict": 1.0, "predict_proba": 1.0})
-        print(f"{m:<12} {r['predict']:>15.1f} {ratio['predict']:>7.3f} {r['predict_proba']:>21.1f} "
-              f"{ratio['predict_proba']:>7.3f} {result['calibration_step_us_per_row'][m]:>12.2f}")
-    print(f"goal >= 0.97x: {'met' if result['met'] else 'NOT met'}; load {load_before} -> {os.getloadavg()}; "
-          f"wrote {a.output}")
+        print(
+            f"{m:<12} {r['predict']:>15.1f} {ratio['predict']:>7.3f} {r['predict_proba']:>21.1f} "
+            f"{ratio['predict_proba']:>7.3f} {result['calibration_step_us_per_row'][m]:>12.2f}"
+        )
+    print(
+        f"goal >= 0.97x: {'met' if result['met'] else 'NOT met'}; load {load_before} -> {os.getloadavg()}; "
+        f"wrote {a.output}"
+    )
     return 0
 
 

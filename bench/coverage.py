@@ -52,11 +52,19 @@ def main(argv=None) -> int:
         print(f"fold {k}: accuracy {(oof[val].argmax(1) == data.y[val]).mean():.4f}", file=sys.stderr)
     section, _, _ = cv_calibration(oof, None, None, data, fold_of, a.target_precision)
     print("\n".join(table_lines(section)))
-    result = {"date": time.strftime("%Y-%m-%d"), "data": str(a.data), "rows": len(data.y), "folds": a.folds,
-              "group_column": a.group_column, "scores": "char TF-IDF + logistic regression, out-of-fold",
-              "accuracy": float((oof.argmax(1) == data.y).mean()), "calibration": section,
-              "wall_seconds": round(time.time() - started, 1),
-              "loadavg_before": load_before, "loadavg_after": os.getloadavg()}
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "data": str(a.data),
+        "rows": len(data.y),
+        "folds": a.folds,
+        "group_column": a.group_column,
+        "scores": "char TF-IDF + logistic regression, out-of-fold",
+        "accuracy": float((oof.argmax(1) == data.y).mean()),
+        "calibration": section,
+        "wall_seconds": round(time.time() - started, 1),
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
+    }
     a.output.parent.mkdir(parents=True, exist_ok=True)
     a.output.write_text(json.dumps(result, indent=1) + "\n")
     print(f"wrote {a.output}")

@@ -46,20 +46,30 @@ def main(argv=None) -> int:
     sure = served.confident(calibrated)
     right = calibrated.argmax(1) == y
     result = {
-        "date": time.strftime("%Y-%m-%d"), "model": str(a.model), "data": str(a.data), "rows": len(y),
+        "date": time.strftime("%Y-%m-%d"),
+        "model": str(a.model),
+        "data": str(a.data),
+        "rows": len(y),
         "calibration": served.info(),
-        "confident": {"coverage": float(sure.mean()), "precision": float(right[sure].mean()) if sure.any() else None,
-                      "answered": int(sure.sum())},
-        "calibrated": scores(calibrated, y), "uncalibrated": scores(raw, y),
-        "loadavg_before": load_before, "loadavg_after": os.getloadavg(),
+        "confident": {
+            "coverage": float(sure.mean()),
+            "precision": float(right[sure].mean()) if sure.any() else None,
+            "answered": int(sure.sum()),
+        },
+        "calibrated": scores(calibrated, y),
+        "uncalibrated": scores(raw, y),
+        "loadavg_before": load_before,
+        "loadavg_after": os.getloadavg(),
     }
     a.output.parent.mkdir(parents=True, exist_ok=True)
     a.output.write_text(json.dumps(result, indent=1) + "\n")
     c, u, s = result["calibrated"], result["uncalibrated"], result["confident"]
-    print(f"{len(y)} unseen rows: accuracy {c['accuracy']:.4f}; ECE {u['ece']:.4f} -> {c['ece']:.4f}, log-loss "
-          f"{u['log_loss']:.4f} -> {c['log_loss']:.4f}, Brier {u['brier']:.4f} -> {c['brier']:.4f}; confident: "
-          f"coverage {s['coverage']:.4f}, precision {s['precision']}; k-fold's estimate: coverage "
-          f"{result['calibration'].get('estimated_coverage')}, precision {result['calibration'].get('estimated_precision')}")
+    print(
+        f"{len(y)} unseen rows: accuracy {c['accuracy']:.4f}; ECE {u['ece']:.4f} -> {c['ece']:.4f}, log-loss "
+        f"{u['log_loss']:.4f} -> {c['log_loss']:.4f}, Brier {u['brier']:.4f} -> {c['brier']:.4f}; confident: "
+        f"coverage {s['coverage']:.4f}, precision {s['precision']}; k-fold's estimate: coverage "
+        f"{result['calibration'].get('estimated_coverage')}, precision {result['calibration'].get('estimated_precision')}"
+    )
     print(f"wrote {a.output}")
     return 0
 

@@ -46,8 +46,12 @@ def scores(probs: np.ndarray, y: np.ndarray) -> dict:
     labels = list(range(probs.shape[1]))
     p = np.clip(np.asarray(probs, np.float64), _FLOOR, 1.0)
     p /= p.sum(1, keepdims=True)
-    return {"ece": top_label_ece(p, y), "log_loss": float(log_loss(y, p, labels=labels)),
-            "brier": float(brier_score_loss(y, p, labels=labels)), "accuracy": float((p.argmax(1) == y).mean())}
+    return {
+        "ece": top_label_ece(p, y),
+        "log_loss": float(log_loss(y, p, labels=labels)),
+        "brier": float(brier_score_loss(y, p, labels=labels)),
+        "accuracy": float((p.argmax(1) == y).mean()),
+    }
 
 
 def mean_std(rows: list[dict], keys=("ece", "log_loss", "brier", "accuracy")) -> dict:
@@ -80,7 +84,9 @@ def fit_temperature(probs: np.ndarray, y: np.ndarray) -> Calibrator:
     return Calibrator("temperature", temperature=round(float(np.exp(-res.x)), 8))
 
 
-def fit_vector(probs: np.ndarray, y: np.ndarray, start: Calibrator | None = None, l2: float = 1e-4) -> Calibrator:
+def fit_vector(
+    probs: np.ndarray, y: np.ndarray, start: Calibrator | None = None, l2: float = 1e-4
+) -> Calibrator:
     """w, b per class minimising the mean log-loss of softmax(w ⊙ log p + b), from temperature scaling's
     solution; a small L2 pull towards it keeps a class with few rows from drifting."""
     from scipy.optimize import minimize
@@ -103,7 +109,9 @@ def fit_vector(probs: np.ndarray, y: np.ndarray, start: Calibrator | None = None
 
     res = minimize(loss, x0, jac=True, method="L-BFGS-B")
     w, b = res.x[:c], res.x[c:]
-    return Calibrator("vector", weights=tuple(round(float(v), 8) for v in w), bias=tuple(round(float(v), 8) for v in b))
+    return Calibrator(
+        "vector", weights=tuple(round(float(v), 8) for v in w), bias=tuple(round(float(v), 8) for v in b)
+    )
 
 
 FITTERS = {"temperature": fit_temperature, "vector": fit_vector}
@@ -144,13 +152,17 @@ def choose(candidates: dict[str, Nested], before: list[dict]) -> tuple[str, str]
         return "vector", f"vector scaling: nested log-loss lower in every fold, by {gain:.4f} on average"
     vector = f"vector scaling's nested log-loss gain {gain:+.4f} (needs >= {VECTOR_MARGIN} and a gain in every fold)"
     if t.mean() >= b.mean():
-        return "none", (f"none: temperature scaling's nested log-loss {t.mean():.4f} is not below the scores' own "
-                        f"{b.mean():.4f}, so they are served as they are; {vector}")
+        return "none", (
+            f"none: temperature scaling's nested log-loss {t.mean():.4f} is not below the scores' own "
+            f"{b.mean():.4f}, so they are served as they are; {vector}"
+        )
     return "temperature", f"temperature scaling: {vector}"
 
 
 def identity(probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray) -> Nested:
-    folds = [{"fold": int(k), "after": scores(probs[fold_of == k], y[fold_of == k])} for k in np.unique(fold_of)]
+    folds = [
+        {"fold": int(k), "after": scores(probs[fold_of == k], y[fold_of == k])} for k in np.unique(fold_of)
+    ]
     return Nested("none", probs, [Calibrator("none")] * len(folds), folds)
 
 
@@ -158,7 +170,9 @@ def describe(cal: Calibrator) -> dict:
     return {"method": cal.method, **cal.params()}
 
 
-def calibrate(probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, fitted_on: str) -> tuple[dict, Nested, Calibrator]:
+def calibrate(
+    probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, fitted_on: str
+) -> tuple[dict, Nested, Calibrator]:
     """(report["calibration"] without coverage, the chosen method's nested result, the calibrator fitted on
     every row, which the final model serves)."""
     probs = np.asarray(probs, np.float64)
@@ -171,11 +185,20 @@ def calibrate(probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, fitted_on: 
         folds.append({"fold": f["fold"], **describe(cal), "before": b, "after": f["after"]})
     final = FITTERS[method](probs, y) if method != "none" else Calibrator("none")
     section = {
-        "method": method, "why": why, "fitted_on": fitted_on, "bins": BINS, "nested": True,
+        "method": method,
+        "why": why,
+        "fitted_on": fitted_on,
+        "bins": BINS,
+        "nested": True,
         "folds": folds,
-        "before": mean_std([f["before"] for f in folds]), "after": mean_std([f["after"] for f in folds]),
-        "candidates": {"none": mean_std(before, ("log_loss", "ece")),
-                       **{m: mean_std([f["after"] for f in c.folds], ("log_loss", "ece")) for m, c in candidates.items()}},
+        "before": mean_std([f["before"] for f in folds]),
+        "after": mean_std([f["after"] for f in folds]),
+        "candidates": {
+            "none": mean_std(before, ("log_loss", "ece")),
+            **{
+                m: mean_std([f["after"] for f in c.folds], ("log_loss", "ece")) for m, c in candidates.items()
+            },
+        },
         "final": describe(final),
     }
     return section, chosen, final

@@ -41,9 +41,11 @@ def scores(P: np.ndarray, Y: np.ndarray) -> dict:
     """Mean binary ECE over labels, mean binary log-loss and Brier over every (row, label)."""
     p = np.clip(np.asarray(P, np.float64), _FLOOR, 1 - _FLOOR)
     Y = np.asarray(Y, np.float64)
-    return {"ece": float(np.mean([binary_ece(p[:, j], Y[:, j]) for j in range(p.shape[1])])),
-            "log_loss": float(-np.mean(Y * np.log(p) + (1 - Y) * np.log1p(-p))),
-            "brier": float(np.mean((p - Y) ** 2))}
+    return {
+        "ece": float(np.mean([binary_ece(p[:, j], Y[:, j]) for j in range(p.shape[1])])),
+        "log_loss": float(-np.mean(Y * np.log(p) + (1 - Y) * np.log1p(-p))),
+        "brier": float(np.mean((p - Y) ** 2)),
+    }
 
 
 def _label_temperature(z: np.ndarray, y: np.ndarray) -> float:
@@ -88,7 +90,9 @@ def nested(P: np.ndarray, Y: np.ndarray, fold_of: np.ndarray, method: str) -> tu
         cal = fit(P[rest], Y[rest], method)
         out[held] = cal(np.asarray(P[held], np.float64))
         cals.append(cal)
-        folds.append({"fold": int(k), "before": scores(P[held], Y[held]), "after": scores(out[held], Y[held])})
+        folds.append(
+            {"fold": int(k), "before": scores(P[held], Y[held]), "after": scores(out[held], Y[held])}
+        )
     return out, cals, folds
 
 
@@ -110,12 +114,22 @@ def answered(P: np.ndarray, Y: np.ndarray, thresholds: np.ndarray, decision: np.
     keep = confident_multi_label(P, asserted, thresholds)
     hits = (asserted[keep] & (Y[keep] == 1)).sum()
     said = asserted[keep].sum()
-    return {"coverage": float(keep.mean()), "precision": float(hits / said) if said else None,
-            "answered": int(keep.sum())}
+    return {
+        "coverage": float(keep.mean()),
+        "precision": float(hits / said) if said else None,
+        "answered": int(keep.sum()),
+    }
 
 
-def calibrate(P: np.ndarray, Y: np.ndarray, fold_of: np.ndarray, labels: list[str], fitted_on: str,
-              target: float | None = None, decision: np.ndarray | float = 0.5) -> tuple[dict, Calibrator, np.ndarray]:
+def calibrate(
+    P: np.ndarray,
+    Y: np.ndarray,
+    fold_of: np.ndarray,
+    labels: list[str],
+    fitted_on: str,
+    target: float | None = None,
+    decision: np.ndarray | float = 0.5,
+) -> tuple[dict, Calibrator, np.ndarray]:
     """(report["calibration"] for a multi-label run, the calibrator fitted on every row, the nested-calibrated
     out-of-fold probabilities). With `target`, the
     served per-label thresholds and their nested coverage; DataError when no label reaches it."""
@@ -130,11 +144,24 @@ def calibrate(P: np.ndarray, Y: np.ndarray, fold_of: np.ndarray, labels: list[st
     final = fit(P, Y, method)
     mean = lambda key, part: float(np.mean([f[part][key] for f in folds]))
     std = lambda key, part: float(np.std([f[part][key] for f in folds]))
-    section = {"method": method, "multi_label": True, "fitted_on": fitted_on, "bins": BINS, "nested": True,
-               "why": f"per-label {method}: Platt's nested log-loss gain over temperatures {gain:+.4f}",
-               "folds": folds, "final": {"method": final.method, **final.params()},
-               **{part: {f"{k}_{s}": (mean if s == "mean" else std)(k, part) for k in ("ece", "log_loss", "brier")
-                         for s in ("mean", "std")} for part in ("before", "after")}}
+    section = {
+        "method": method,
+        "multi_label": True,
+        "fitted_on": fitted_on,
+        "bins": BINS,
+        "nested": True,
+        "why": f"per-label {method}: Platt's nested log-loss gain over temperatures {gain:+.4f}",
+        "folds": folds,
+        "final": {"method": final.method, **final.params()},
+        **{
+            part: {
+                f"{k}_{s}": (mean if s == "mean" else std)(k, part)
+                for k in ("ece", "log_loss", "brier")
+                for s in ("mean", "std")
+            }
+            for part in ("before", "after")
+        },
+    }
     if target is not None:
         section["served"] = _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision)
     return section, final, calibrated
@@ -143,8 +170,10 @@ def calibrate(P: np.ndarray, Y: np.ndarray, fold_of: np.ndarray, labels: list[st
 def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision) -> dict:
     thresholds, best = label_thresholds(final(P), Y, target)
     if np.all(thresholds >= 1.0):
-        raise DataError(f"--target-precision {target:g}: no label reaches it on the {len(Y)} out-of-fold rows (the "
-                        f"best precision reached is {np.nanmax(best):.4f}, asserting at least {MIN_ANSWERED} rows)")
+        raise DataError(
+            f"--target-precision {target:g}: no label reaches it on the {len(Y)} out-of-fold rows (the "
+            f"best precision reached is {np.nanmax(best):.4f}, asserting at least {MIN_ANSWERED} rows)"
+        )
     folds = []
     for k, cal in zip(np.unique(fold_of), cals):
         held, rest = fold_of == k, fold_of != k
@@ -152,7 +181,12 @@ def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision) ->
         folds.append({"fold": int(k), **answered(calibrated[held], Y[held], th, decision)})
     cov = [f["coverage"] for f in folds]
     prec = [f["precision"] for f in folds if f["precision"] is not None]
-    return {"target_precision": target, "scope": "per_label",
-            "threshold": dict(zip(labels, (round(float(t), 6) for t in thresholds))),
-            "estimated_coverage": float(np.mean(cov)), "estimated_coverage_std": float(np.std(cov)),
-            "estimated_precision": float(np.mean(prec)) if prec else None, "folds": folds}
+    return {
+        "target_precision": target,
+        "scope": "per_label",
+        "threshold": dict(zip(labels, (round(float(t), 6) for t in thresholds))),
+        "estimated_coverage": float(np.mean(cov)),
+        "estimated_coverage_std": float(np.std(cov)),
+        "estimated_precision": float(np.mean(prec)) if prec else None,
+        "folds": folds,
+    }

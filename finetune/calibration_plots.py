@@ -32,8 +32,10 @@ def _reliability(probs: np.ndarray, y: np.ndarray, bins: int):
 def calibration_png(before: np.ndarray, after: np.ndarray, y: np.ndarray, section: dict, path: Path) -> None:
     """Accuracy against mean confidence per bin (top label), before and after, out-of-fold rows pooled."""
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.4), sharey=True)
-    for ax, probs, part, title in ((axes[0], before, "before", "served scores"),
-                                   (axes[1], after, "after", f"calibrated ({section['method']}, nested)")):
+    for ax, probs, part, title in (
+        (axes[0], before, "before", "served scores"),
+        (axes[1], after, "after", f"calibrated ({section['method']}, nested)"),
+    ):
         mids, acc, conf, counts = _reliability(np.asarray(probs, float), y, BINS)
         ax.plot([0, 1], [0, 1], ls="--", color="gray", lw=1, label="perfect")
         ax.bar(mids, acc, width=1 / BINS, edgecolor="black", alpha=0.6, label="accuracy in bin")
@@ -41,8 +43,12 @@ def calibration_png(before: np.ndarray, after: np.ndarray, y: np.ndarray, sectio
         for m, a, n in zip(mids, acc, counts):
             ax.text(m, min(a + 0.02, 0.97), str(n), ha="center", fontsize=6)
         s = section[part]
-        ax.set(title=f"{title}\nECE {s['ece_mean']:.3f}±{s['ece_std']:.3f}, log-loss {s['log_loss_mean']:.3f}",
-               xlabel="top-label confidence", xlim=(0, 1), ylim=(0, 1))
+        ax.set(
+            title=f"{title}\nECE {s['ece_mean']:.3f}±{s['ece_std']:.3f}, log-loss {s['log_loss_mean']:.3f}",
+            xlabel="top-label confidence",
+            xlim=(0, 1),
+            ylim=(0, 1),
+        )
         ax.grid(alpha=0.3)
     axes[0].set_ylabel("accuracy (rows per bin above the bars)")
     axes[0].legend(fontsize=7, loc="upper left")
@@ -62,12 +68,22 @@ def coverage_png(after: np.ndarray, y: np.ndarray, table: list[dict], path: Path
     for i, row in enumerate(table):
         ax.axhline(row["target"], color=f"C{i + 1}", ls=":", lw=0.8)
         if row["precision_mean"] is not None:
-            ax.errorbar(row["coverage_mean"], row["precision_mean"], xerr=row["coverage_std"],
-                        yerr=row["precision_std"], fmt="o", color=f"C{i + 1}",
-                        label=f"target {row['target']:.2f}: coverage {row['coverage_mean']:.2f}")
-    ax.set(xlabel="coverage (share of rows answered 'confident')", ylabel="precision of the answered rows",
-           title="coverage at a precision", xlim=(0, 1.01),
-           ylim=(max(0.0, min(precision.min(), min(r["target"] for r in table)) - 0.02), 1.005))
+            ax.errorbar(
+                row["coverage_mean"],
+                row["precision_mean"],
+                xerr=row["coverage_std"],
+                yerr=row["precision_std"],
+                fmt="o",
+                color=f"C{i + 1}",
+                label=f"target {row['target']:.2f}: coverage {row['coverage_mean']:.2f}",
+            )
+    ax.set(
+        xlabel="coverage (share of rows answered 'confident')",
+        ylabel="precision of the answered rows",
+        title="coverage at a precision",
+        xlim=(0, 1.01),
+        ylim=(max(0.0, min(precision.min(), min(r["target"] for r in table)) - 0.02), 1.005),
+    )
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="lower left")
     fig.tight_layout()

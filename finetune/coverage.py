@@ -31,8 +31,9 @@ def precision_curve(conf: np.ndarray, correct: np.ndarray) -> tuple[np.ndarray, 
     return c[answered - 1], np.cumsum(ok)[answered - 1] / answered
 
 
-def pick_threshold(conf: np.ndarray, correct: np.ndarray, target: float,
-                   min_answered: int = MIN_ANSWERED) -> tuple[float | None, float]:
+def pick_threshold(
+    conf: np.ndarray, correct: np.ndarray, target: float, min_answered: int = MIN_ANSWERED
+) -> tuple[float | None, float]:
     """(the lowest threshold whose answered rows reach `target` precision, or None; the best precision any
     threshold answering at least `min_answered` rows reaches)."""
     if len(conf) == 0:
@@ -87,8 +88,14 @@ def _thresholds(probs, y, target: float, scope: str) -> np.ndarray | None:
     return pick_per_class(probs, y, target, t)
 
 
-def nested_coverage(probs_rest_by_fold: list, probs_held: np.ndarray, y: np.ndarray, fold_of: np.ndarray,
-                    target: float, scope: str) -> dict:
+def nested_coverage(
+    probs_rest_by_fold: list,
+    probs_held: np.ndarray,
+    y: np.ndarray,
+    fold_of: np.ndarray,
+    target: float,
+    scope: str,
+) -> dict:
     """Per fold: the threshold chosen on the other folds' rows (as calibrated by that fold's calibrator),
     scored on the fold's own rows (nested-calibrated); mean ± std over folds."""
     folds = []
@@ -101,47 +108,78 @@ def nested_coverage(probs_rest_by_fold: list, probs_held: np.ndarray, y: np.ndar
         folds.append(row)
     cov = np.array([f["coverage"] for f in folds])
     prec = np.array([np.nan if f["precision"] is None else f["precision"] for f in folds])
-    return {"target": target, "scope": scope, "folds": folds,
-            "coverage_mean": float(cov.mean()), "coverage_std": float(cov.std()),
-            "precision_mean": None if np.isnan(prec).all() else float(np.nanmean(prec)),
-            "precision_std": None if np.isnan(prec).all() else float(np.nanstd(prec))}
+    return {
+        "target": target,
+        "scope": scope,
+        "folds": folds,
+        "coverage_mean": float(cov.mean()),
+        "coverage_std": float(cov.std()),
+        "precision_mean": None if np.isnan(prec).all() else float(np.nanmean(prec)),
+        "precision_std": None if np.isnan(prec).all() else float(np.nanstd(prec)),
+    }
 
 
-def coverage_table(chosen, probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, targets=TARGETS) -> list[dict]:
+def coverage_table(
+    chosen, probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, targets=TARGETS
+) -> list[dict]:
     """The report's coverage table (global thresholds), one entry per target precision."""
     rest = _rest_probs(chosen, probs, fold_of)
     return [nested_coverage(rest, chosen.calibrated, y, fold_of, t, "global") for t in targets]
 
 
 def _rest_probs(chosen, probs, fold_of) -> list:
-    return [cal(np.asarray(probs[fold_of != k], np.float64)) for k, cal in zip(np.unique(fold_of), chosen.per_fold)]
+    return [
+        cal(np.asarray(probs[fold_of != k], np.float64))
+        for k, cal in zip(np.unique(fold_of), chosen.per_fold)
+    ]
 
 
-def served_threshold(chosen, final, probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, labels: list[str],
-                     target: float) -> dict:
+def served_threshold(
+    chosen, final, probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, labels: list[str], target: float
+) -> dict:
     """What --target-precision serves: the threshold chosen on every row (as the final calibrator scores
     them), global or per class where that won nested, with the nested estimates. DataError (one line,
     naming the best precision reached) when no threshold reaches the target on the out-of-fold rows."""
     calibrated = final(np.asarray(probs, np.float64))
     t, best = pick_threshold(calibrated.max(1), calibrated.argmax(1) == y, target)
     if t is None:
-        raise DataError(f"--target-precision {target:g}: no threshold reaches it on the {len(y)} out-of-fold rows "
-                        f"(the best precision reached is {best:.4f}, answering at least "
-                        f"{min(MIN_ANSWERED, len(y))} rows); use a lower target, e.g. with --resume to keep the folds")
+        raise DataError(
+            f"--target-precision {target:g}: no threshold reaches it on the {len(y)} out-of-fold rows "
+            f"(the best precision reached is {best:.4f}, answering at least "
+            f"{min(MIN_ANSWERED, len(y))} rows); use a lower target, e.g. with --resume to keep the folds"
+        )
     rest = _rest_probs(chosen, probs, fold_of)
-    nested = {s: nested_coverage(rest, chosen.calibrated, y, fold_of, target, s) for s in ("global", "per_class")}
+    nested = {
+        s: nested_coverage(rest, chosen.calibrated, y, fold_of, target, s) for s in ("global", "per_class")
+    }
     g, pc = nested["global"], nested["per_class"]
     floor = min(target, g["precision_mean"] if g["precision_mean"] is not None else target)
-    wins = (pc["coverage_mean"] >= g["coverage_mean"] + PER_CLASS_MARGIN and pc["precision_mean"] is not None
-            and pc["precision_mean"] >= floor)
+    wins = (
+        pc["coverage_mean"] >= g["coverage_mean"] + PER_CLASS_MARGIN
+        and pc["precision_mean"] is not None
+        and pc["precision_mean"] >= floor
+    )
     scope = "per_class" if wins else "global"
-    threshold = (dict(zip(labels, (round(float(v), 6) for v in pick_per_class(calibrated, y, target, t))))
-                 if wins else round(t, 6))
+    threshold = (
+        dict(zip(labels, (round(float(v), 6) for v in pick_per_class(calibrated, y, target, t))))
+        if wins
+        else round(t, 6)
+    )
     est = nested[scope]
-    why = (f"per class: nested coverage {pc['coverage_mean']:.3f} vs {g['coverage_mean']:.3f} with one threshold"
-           if wins else f"one threshold: per-class thresholds' nested coverage {pc['coverage_mean']:.3f} vs "
-                        f"{g['coverage_mean']:.3f} (needs +{PER_CLASS_MARGIN} at no lower precision)")
-    return {"target_precision": target, "scope": scope, "threshold": threshold, "why": why,
-            "estimated_coverage": est["coverage_mean"], "estimated_coverage_std": est["coverage_std"],
-            "estimated_precision": est["precision_mean"], "estimated_precision_std": est["precision_std"],
-            "nested": nested}
+    why = (
+        f"per class: nested coverage {pc['coverage_mean']:.3f} vs {g['coverage_mean']:.3f} with one threshold"
+        if wins
+        else f"one threshold: per-class thresholds' nested coverage {pc['coverage_mean']:.3f} vs "
+        f"{g['coverage_mean']:.3f} (needs +{PER_CLASS_MARGIN} at no lower precision)"
+    )
+    return {
+        "target_precision": target,
+        "scope": scope,
+        "threshold": threshold,
+        "why": why,
+        "estimated_coverage": est["coverage_mean"],
+        "estimated_coverage_std": est["coverage_std"],
+        "estimated_precision": est["precision_mean"],
+        "estimated_precision_std": est["precision_std"],
+        "nested": nested,
+    }

@@ -22,15 +22,22 @@ from textdata.calibration import (
 )
 from textdata.errors import ModelError
 
-NOT_CALIBRATED = "no calibration.json (a model trained or exported before calibration): scores are served as " \
-                 "they are and every answer counts as confident"
+NOT_CALIBRATED = (
+    "no calibration.json (a model trained or exported before calibration): scores are served as "
+    "they are and every answer counts as confident"
+)
 
 
 class ServedCalibration:
     """`calibration(probs)` calibrates; `calibration.confident(probs)` flags each row; `.info()` for /v1/model."""
 
-    def __init__(self, calibrator: Calibrator | None = None, thresholds: np.ndarray | None = None,
-                 spec: dict | None = None, why: str = NOT_CALIBRATED):
+    def __init__(
+        self,
+        calibrator: Calibrator | None = None,
+        thresholds: np.ndarray | None = None,
+        spec: dict | None = None,
+        why: str = NOT_CALIBRATED,
+    ):
         self.calibrator, self.thresholds, self.spec, self.why = calibrator, thresholds, spec or {}, why
 
     @classmethod
@@ -44,8 +51,11 @@ class ServedCalibration:
             return cls()
         calibrator, thresholds, spec = found
         if spec.get("fitted_on") == "blend" and not blend_served:
-            return cls(spec=spec, why=f"{CALIBRATION_FILE} was fitted on the blend, which is not served here "
-                                      "(blend off): scores are the model's own and every answer counts as confident")
+            return cls(
+                spec=spec,
+                why=f"{CALIBRATION_FILE} was fitted on the blend, which is not served here "
+                "(blend off): scores are the model's own and every answer counts as confident",
+            )
         return cls(calibrator, thresholds, spec, why="")
 
     @property
@@ -62,8 +72,9 @@ class ServedCalibration:
             return np.asarray(probs).max(1) >= min_confidence
         return confident(probs, self.thresholds if self.applied else None)
 
-    def confident_multi_label(self, probs: np.ndarray, asserted: np.ndarray,
-                              min_confidence: float | None = None) -> np.ndarray:
+    def confident_multi_label(
+        self, probs: np.ndarray, asserted: np.ndarray, min_confidence: float | None = None
+    ) -> np.ndarray:
         """Multi-label rows: does every asserted label clear its own threshold (or `min_confidence`)."""
         if min_confidence is not None:
             return confident_multi_label(probs, asserted, np.full(np.shape(probs)[1], min_confidence))
@@ -72,12 +83,24 @@ class ServedCalibration:
     def info(self) -> dict:
         """What /v1/model and info()["calibration"] show: the method, the threshold, its target and the
         nested estimates k-fold made of them."""
-        keep = ("method", "temperature", "params", "fitted_on", "threshold", "threshold_scope", "target_precision",
-                "estimated_coverage", "estimated_precision", "nested")
+        keep = (
+            "method",
+            "temperature",
+            "params",
+            "fitted_on",
+            "threshold",
+            "threshold_scope",
+            "target_precision",
+            "estimated_coverage",
+            "estimated_precision",
+            "nested",
+        )
         out = {"calibrated": self.applied, **{k: self.spec[k] for k in keep if k in self.spec}}
         if not self.applied:
             out["why"] = self.why
             out["threshold"] = None
         elif self.thresholds is None:
-            out["why"] = "calibrated; no --target-precision was given to k-fold, so every answer counts as confident"
+            out["why"] = (
+                "calibrated; no --target-precision was given to k-fold, so every answer counts as confident"
+            )
         return out

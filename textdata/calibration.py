@@ -91,7 +91,9 @@ def confident(probs: np.ndarray, thresholds: np.ndarray | None) -> np.ndarray:
     return probs[np.arange(len(probs)), best] >= thresholds[best]
 
 
-def confident_multi_label(probs: np.ndarray, asserted: np.ndarray, thresholds: np.ndarray | None) -> np.ndarray:
+def confident_multi_label(
+    probs: np.ndarray, asserted: np.ndarray, thresholds: np.ndarray | None
+) -> np.ndarray:
     """Multi-label: per row, does every asserted label (`asserted`: (n, L) bool, over its decision threshold)
     clear its precision threshold. A row asserting no label asserts nothing wrong: confident."""
     if thresholds is None:
@@ -112,8 +114,10 @@ def calibrator_from_json(spec: dict, n_labels: int) -> Calibrator:
         t = tuple(float(v) for v in t) if multi else float(t)
         values = np.atleast_1d(np.asarray(t, np.float64))
         if (multi and len(values) != n_labels) or not np.all(np.isfinite(values)) or np.any(values <= 0):
-            raise ValueError(f"temperature {spec['temperature']!r}: need positive finite values"
-                             + (f", one per label ({n_labels})" if multi else ""))
+            raise ValueError(
+                f"temperature {spec['temperature']!r}: need positive finite values"
+                + (f", one per label ({n_labels})" if multi else "")
+            )
         return Calibrator(method, multi, temperature=t)
     w, b = (tuple(float(v) for v in spec["params"][k]) for k in ("weights", "bias"))
     if len(w) != n_labels or len(b) != n_labels or not np.all(np.isfinite(w + b)):
@@ -121,7 +125,9 @@ def calibrator_from_json(spec: dict, n_labels: int) -> Calibrator:
     return Calibrator(method, multi, weights=w, bias=b)
 
 
-def read_calibration(folder: str | Path, labels: list[str]) -> tuple[Calibrator, np.ndarray | None, dict] | None:
+def read_calibration(
+    folder: str | Path, labels: list[str]
+) -> tuple[Calibrator, np.ndarray | None, dict] | None:
     """(calibrator, thresholds per label or None, the JSON) from folder/calibration.json, or None without
     one; ValueError naming the file when it is unreadable or does not fit these labels."""
     path = Path(folder) / CALIBRATION_FILE

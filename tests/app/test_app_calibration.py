@@ -18,7 +18,14 @@ from app.server import create_app
 from app.trainset import build
 from serving.engine import Classifier, Prediction
 
-TEXTS = ["꿈에서 봤다", "오류 발생했다", "메모 기록", "회의 시간 약속", "좋은 날씨 일기", "내일 오늘 약속 메모"]
+TEXTS = [
+    "꿈에서 봤다",
+    "오류 발생했다",
+    "메모 기록",
+    "회의 시간 약속",
+    "좋은 날씨 일기",
+    "내일 오늘 약속 메모",
+]
 
 
 @pytest.fixture(scope="module")
@@ -32,9 +39,20 @@ def calibrated(spread_model_dir, tmp_path_factory):
     scaled = raw ** (1 / 0.7)
     scaled /= scaled.sum(1, keepdims=True)
     threshold = float(np.median(scaled.max(1)))
-    (folder / "calibration.json").write_text(json.dumps({
-        "method": "temperature", "temperature": 0.7, "labels": labels, "fitted_on": "model",
-        "threshold": threshold, "threshold_scope": "global", "target_precision": 0.9, "estimated_coverage": 0.42}))
+    (folder / "calibration.json").write_text(
+        json.dumps(
+            {
+                "method": "temperature",
+                "temperature": 0.7,
+                "labels": labels,
+                "fitted_on": "model",
+                "threshold": threshold,
+                "threshold_scope": "global",
+                "target_precision": 0.9,
+                "estimated_coverage": 0.42,
+            }
+        )
+    )
     return folder, threshold, scaled
 
 
@@ -77,7 +95,9 @@ def test_not_sure_answers_queue_metrics_and_session(calibrated, tmp_path):
     with client(folder, tmp_path, "--review-queue") as c:
         c.post("/v1/classify", json={"texts": TEXTS})
         c.post("/v1/classify", json={"texts": TEXTS})  # the same texts again: queued once
-        c.post("/v1/classify", json={"texts": TEXTS, "min_confidence": 0.0})  # the client's view; still queued once
+        c.post(
+            "/v1/classify", json={"texts": TEXTS, "min_confidence": 0.0}
+        )  # the client's view; still queued once
         metrics = c.get("/metrics").text
     assert f"app_not_confident_total {3 * len(unsure)}.0" in metrics
     assert f"app_review_queue_texts {len(unsure)}.0" in metrics
@@ -88,7 +108,9 @@ def test_not_sure_answers_queue_metrics_and_session(calibrated, tmp_path):
     labels = ["dream", "error", "memo"]
     waiting = queue.peek()
     session = start_session(queue, store, labels)
-    assert session.texts == unsure and len(queue) == 0 and len(ReviewQueue(tmp_path / "data" / "review", 9)) == 0
+    assert (
+        session.texts == unsure and len(queue) == 0 and len(ReviewQueue(tmp_path / "data" / "review", 9)) == 0
+    )
     assert session.suggestion == [w.label for w in waiting]  # the model's suggestion travels with each text
     np.testing.assert_allclose(session.confidence, [w.score for w in waiting])
     row = session.current()
@@ -131,7 +153,9 @@ def test_a_retrain_inherits_the_target_precision():
     from finetune.config import parse_args as kfold_args
 
     jobs = Jobs.__new__(Jobs)  # settings() reads only the active version's training_config.json
-    jobs._active_training_config = lambda: {"config": {"folds": 3, "target_precision": 0.9, "train": {"epochs": 2}}}
+    jobs._active_training_config = lambda: {
+        "config": {"folds": 3, "target_precision": 0.9, "train": {"epochs": 2}}
+    }
     assert jobs.settings({})["target_precision"] == 0.9
     assert jobs.settings({"target_precision": 0.95})["target_precision"] == 0.95
     jobs._active_training_config = lambda: {"config": {"folds": 3, "target_precision": None}}

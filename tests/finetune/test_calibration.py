@@ -57,7 +57,9 @@ def test_temperature_matches_scikit_learn():
 
     served, y, _, _ = synthetic(n=1500, seed=1)
     ours = fit_temperature(served, y)
-    theirs = CalibratedClassifierCV(FrozenEstimator(Passthrough().fit(served, y)), method="temperature").fit(served, y)
+    theirs = CalibratedClassifierCV(FrozenEstimator(Passthrough().fit(served, y)), method="temperature").fit(
+        served, y
+    )
     beta = float(theirs.calibrated_classifiers_[0].calibrators[0].beta_)
     assert 1 / ours.temperature == pytest.approx(beta, rel=1e-3)
     np.testing.assert_allclose(ours(served), theirs.predict_proba(served), atol=1e-4)
@@ -77,8 +79,9 @@ def test_temperature_undoes_over_confidence_nested():
         rest, held = fold_of != k, fold_of == k
         t = fit_temperature(served[rest], y[rest]).temperature
         assert f["temperature"] == pytest.approx(t)
-        np.testing.assert_allclose(chosen.calibrated[held], Calibrator("temperature", temperature=t)(served[held]),
-                                   atol=1e-9)
+        np.testing.assert_allclose(
+            chosen.calibrated[held], Calibrator("temperature", temperature=t)(served[held]), atol=1e-9
+        )
     assert (chosen.calibrated.argmax(1) == served.argmax(1)).all()  # a temperature never moves the answer
 
 
@@ -88,7 +91,10 @@ def test_vector_scaling_only_where_it_wins():
     shifted, y2, fold2, _ = synthetic(sharpen=2.0, bias=[2.0, 0, 0, -1.5, 0], seed=3)
     section, _, final = calibrate(shifted, y2, fold2, "blend")
     assert section["method"] == "vector", section["why"]
-    assert section["candidates"]["vector"]["log_loss_mean"] < section["candidates"]["temperature"]["log_loss_mean"]
+    assert (
+        section["candidates"]["vector"]["log_loss_mean"]
+        < section["candidates"]["temperature"]["log_loss_mean"]
+    )
     assert final.bias[0] < final.bias[3]  # it learned to take the +2 shift back more than the -1.5
 
 
@@ -144,7 +150,9 @@ def test_served_threshold_and_unreachable_target():
     noisy = np.full_like(served, 0.2)  # every score the same: precision is the accuracy, ~0.2
     noisy[np.arange(len(y)), (y + 1) % 5] += 0.01
     _, ch2, fin2 = calibrate(noisy, y, fold_of, "model")
-    with pytest.raises(DataError, match=r"--target-precision 0.9: no threshold .*best precision reached is 0\.\d{4}"):
+    with pytest.raises(
+        DataError, match=r"--target-precision 0.9: no threshold .*best precision reached is 0\.\d{4}"
+    ):
         served_threshold(ch2, fin2, noisy, y, fold_of, [f"c{i}" for i in range(5)], 0.9)
 
 
@@ -180,8 +188,11 @@ def test_calibration_json_round_trip(tmp_path):
     cal, thresholds, spec = read_calibration(tmp_path, labels)
     np.testing.assert_allclose(cal(served.astype(np.float32)), final(served), atol=1e-5)
     assert spec["nested"]["ece_after"] == section["after"]["ece_mean"]
-    assert (confident(final(served), thresholds) == (final(served).max(1) >= thresholds[0])).all() \
-        if section["served"]["scope"] == "global" else thresholds.shape == (5,)
+    assert (
+        (confident(final(served), thresholds) == (final(served).max(1) >= thresholds[0])).all()
+        if section["served"]["scope"] == "global"
+        else thresholds.shape == (5,)
+    )
     with pytest.raises(ValueError, match="calibration.json.*labels"):
         read_calibration(tmp_path, labels[::-1])
     section["fitted_on"] = "blend"
@@ -268,7 +279,9 @@ def test_none_where_no_calibrator_beats_the_scores_nested():
     true = fit_temperature(served, y)(served)
     section, chosen, final = calibrate(true, y, fold_of, "blend")
     cand = section["candidates"]
-    assert cand["temperature"]["log_loss_mean"] >= cand["none"]["log_loss_mean"]  # nested, a fitted T only adds noise
+    assert (
+        cand["temperature"]["log_loss_mean"] >= cand["none"]["log_loss_mean"]
+    )  # nested, a fitted T only adds noise
     assert section["method"] == "none" and final.method == "none", section["why"]
     assert section["after"] == section["before"] and chosen.calibrated is not None
     np.testing.assert_array_equal(final(true), true)

@@ -22,8 +22,20 @@ def run(tmp_path_factory, tiny_electra_dir, toy_rows):
     rows.loc[flip, "label"] = rows.loc[flip, "label"].map(lambda v: LABELS[(LABELS.index(v) + 1) % 3])
     rows.to_csv(data, index=False)
     out = folder / "run"
-    args = ["--model", str(tiny_electra_dir), "--data", str(data), "--folds", "3", "--epochs", "1",
-            "--batch-size", "8", "--output", str(out)]
+    args = [
+        "--model",
+        str(tiny_electra_dir),
+        "--data",
+        str(data),
+        "--folds",
+        "3",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--output",
+        str(out),
+    ]
     assert main([*args, "--final"]) == 0
     return out, args
 
@@ -42,7 +54,9 @@ def test_report_section_pictures_and_table(run, capsys):
     oof = pd.read_csv(out / "oof_predictions.csv")
     prefix = "blend_prob_" if cal["fitted_on"] == "blend" else "prob_"
     probs = oof[[prefix + c for c in LABELS]].to_numpy()
-    again, _, _ = calibrate(probs, oof["label"].map(LABELS.index).to_numpy(), oof["fold"].to_numpy(), cal["fitted_on"])
+    again, _, _ = calibrate(
+        probs, oof["label"].map(LABELS.index).to_numpy(), oof["fold"].to_numpy(), cal["fitted_on"]
+    )
     assert again["method"] == cal["method"]
     assert again["after"]["ece_mean"] == pytest.approx(cal["after"]["ece_mean"], abs=1e-4)
     assert again["before"]["log_loss_mean"] == pytest.approx(cal["before"]["log_loss_mean"], abs=1e-4)
@@ -70,7 +84,9 @@ def test_target_precision_on_resume_and_bad_targets(run, capsys):
     out, args = run
     assert main([*args, "--resume", "--target-precision", "0.999999"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-1].startswith("error: --target-precision 0.999999: no threshold reaches it on the 36 out-of-fold rows")
+    assert err[-1].startswith(
+        "error: --target-precision 0.999999: no threshold reaches it on the 36 out-of-fold rows"
+    )
     assert "best precision reached is" in err[-1]
     best = float(err[-1].split("best precision reached is ")[1].split(",")[0])
     target = round(max(0.01, best - 0.01), 4)  # one these rows reach, by the message's own number
@@ -79,4 +95,7 @@ def test_target_precision_on_resume_and_bad_targets(run, capsys):
     assert served["target_precision"] == target and served["scope"] in ("global", "per_class")
     with pytest.raises(SystemExit) as e:
         main([*args, "--resume", "--target-precision", "1.5"])
-    assert e.value.code == 2 and "--target-precision 1.5: must be a precision in (0, 1)" in capsys.readouterr().err
+    assert (
+        e.value.code == 2
+        and "--target-precision 1.5: must be a precision in (0, 1)" in capsys.readouterr().err
+    )
