@@ -35,6 +35,7 @@ import uvicorn
 from . import logs
 from .api import ServerState
 from .config import parse_args
+from .gate import proxy_settings
 from .protocol import bounded_protocol
 
 log = logging.getLogger("app")
@@ -71,6 +72,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from .registry import Registry, RegistryError
     from .server import load_classifier
+    from .version_check import load_or_fall_back
 
     registry = Registry(cfg.registry_dir)
     new = False
@@ -86,7 +88,10 @@ def main(argv: list[str] | None = None) -> int:
         if version is None:
             raise RegistryError(f"no --model given and no active version in {registry.root}: "
                                 "start with --model FOLDER (a serving.export or transformers folder)")
-        clf = load_classifier(cfg, registry.path(version))
+        if new:  # a folder given now serves itself or not at all
+            clf = load_classifier(cfg, registry.path(version))
+        else:  # the registry's active version, or the last one that serves (app/version_check.py)
+            version, clf = load_or_fall_back(registry, version, lambda folder: load_classifier(cfg, folder))
         if version != registry.active():  # a folder new to the registry serves once it has loaded
             # the folder name only: /v1/models and the UI show this, and server paths stay private (issue 24)
             registry.set_active(version, why=f"python -m app --model .../{Path(cfg.model).name}")
@@ -102,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     http = bounded_protocol(cfg.max_header_bytes, cfg.header_timeout_s, cfg.body_timeout_s)
     server = DrainingServer(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,
                                            timeout_graceful_shutdown=cfg.shutdown_timeout_s, http=http,
-                                           timeout_keep_alive=cfg.keep_alive_s), state)
+                                           timeout_keep_alive=cfg.keep_alive_s, **proxy_settings(cfg)), state)
     log.info("serving", extra={"fields": {"event": "start", "url": f"http://{cfg.host}:{cfg.port}",
                                           "model": cfg.model, "version": version, "auth": bool(cfg.api_key), "ui": cfg.ui}})
     server.run()

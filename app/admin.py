@@ -2,7 +2,9 @@
 
 Training, activating and deleting change what the server answers, so they are admin actions: with
 --api-key they need the key (the gate checks it on every route); without one they are refused unless the
-server listens on a loopback address only, or --allow-admin says anyone who can reach it may.
+server listens on a loopback address only, or --allow-admin says anyone who can reach it may. Reading the
+registry and the jobs (labeled texts, training logs) follows the same rule, and shows names, not server
+paths (app/redact.py).
 """
 
 from __future__ import annotations
@@ -11,13 +13,14 @@ import ipaddress
 
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import PlainTextResponse
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt
 
 from textdata.errors import DataError
 
 from .jobs import JobConflict, Jobs
+from .redact import names_only, names_only_text
 from .registry import Registry, RegistryError
 from .swap import ActivationError, Switcher
+from .train_params import request_model
 from .trainset import TrainingDataError
 
 
@@ -39,17 +42,7 @@ def admin_refusal(cfg) -> str | None:
             f"(or ELECTRA_API_KEY), listen on 127.0.0.1, or pass --allow-admin to allow them without a key")
 
 
-class TrainRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    folds: StrictInt | None = Field(None, ge=2, le=20, description="cross-validation folds")
-    epochs: StrictInt | None = Field(None, ge=1, le=100)
-    lr: StrictFloat | None = Field(None, gt=0, lt=1)
-    batch_size: StrictInt | None = Field(None, ge=1, le=4096)
-    max_length: StrictInt | None = Field(None, ge=8, le=4096)
-    seed: StrictInt | None = None
-    class_weights: StrictBool | None = None
-    target_precision: StrictFloat | None = Field(None, gt=0, lt=1, description=(
-        "precision the served 'confident' threshold is chosen for (default: the active version's)"))
+TrainRequest = request_model()  # app/train_params.py: the same bounds the Train tab is checked against
 
 
 def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Switcher) -> Jobs:
@@ -62,8 +55,10 @@ def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Swi
 
     @app.get("/v1/models")
     async def models():
-        return {"active": registry.active(), "serving": state.engine.version, "activating": switcher.busy,
-                "promote": cfg.promote, "promote_tolerance": cfg.promote_tolerance, "versions": registry.listing()}
+        admin()  # reading the registry and jobs (labeled texts, logs) too: the same rule as changing them
+        return names_only({"active": registry.active(), "serving": state.engine.version, "activating": switcher.busy,
+                           "promote": cfg.promote, "promote_tolerance": cfg.promote_tolerance,
+                           "versions": registry.listing()})
 
     @app.post("/v1/models/{version}/activate")
     async def activate(version: str):
@@ -71,9 +66,9 @@ def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Swi
         try:
             engine = await switcher.activate(version, why=f"POST /v1/models/{version}/activate")
         except RegistryError as e:
-            raise HTTPException(404, str(e)) from None
+            raise HTTPException(404, names_only_text(str(e))) from None
         except ActivationError as e:
-            raise HTTPException(422, str(e)) from None
+            raise HTTPException(422, names_only_text(str(e))) from None
         return {"active": engine.version, "serving": state.engine.version}
 
     @app.delete("/v1/models/{version}")
@@ -83,34 +78,37 @@ def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Swi
             registry.path(version)
             registry.delete(version)
         except RegistryError as e:
-            raise HTTPException(409 if version == registry.active() else 404, str(e)) from None
+            raise HTTPException(409 if version == registry.active() else 404, names_only_text(str(e))) from None
         return {"deleted": version}
 
     @app.post("/v1/train", status_code=202)
     async def train(req: TrainRequest | None = None):
         admin()
         try:
-            return await jobs.start((req or TrainRequest()).model_dump())
+            return names_only(await jobs.start((req or TrainRequest()).model_dump()))
         except JobConflict as e:
             raise HTTPException(409, str(e)) from None
         except (TrainingDataError, DataError) as e:
-            raise HTTPException(422, str(e)) from None
+            raise HTTPException(422, names_only_text(str(e))) from None
 
     @app.get("/v1/jobs")
     async def job_list():
-        return {"jobs": jobs.list()}
+        admin()
+        return {"jobs": names_only(jobs.list())}
 
     @app.get("/v1/jobs/{job_id}")
     async def job(job_id: str):
+        admin()
         try:
-            return jobs.get(job_id)
+            return names_only(jobs.get(job_id))
         except KeyError:
             raise HTTPException(404, f"no job {job_id!r}") from None
 
     @app.get("/v1/jobs/{job_id}/log", response_class=PlainTextResponse)
     async def job_log(job_id: str):
+        admin()
         try:
-            return (jobs.folder(job_id) / "train.log").read_text(encoding="utf-8", errors="replace")
+            return names_only_text((jobs.folder(job_id) / "train.log").read_text(encoding="utf-8", errors="replace"))
         except (KeyError, OSError):
             raise HTTPException(404, f"no log for job {job_id!r}") from None
 
@@ -118,7 +116,7 @@ def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Swi
     async def cancel(job_id: str):
         admin()
         try:
-            return await jobs.cancel(job_id)
+            return names_only(await jobs.cancel(job_id))
         except KeyError:
             raise HTTPException(404, f"no job {job_id!r}") from None
         except JobConflict as e:

@@ -23,6 +23,8 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from textdata.blank import is_blank
+
 from .batcher import Closed, MicroBatcher, QueueFull
 from .config import Config
 from .gate import LOGIN_PAGE, SESSION_COOKIE, AuthThrottle, UiSessions, client_of, is_https
@@ -45,6 +47,7 @@ class ServerState:
     sessions: UiSessions = field(default_factory=UiSessions)  # signed UI cookies, secret made at each start
     review: object = None  # app.review_queue.ReviewQueue with --review-queue: "not sure" answers for a person
     throttle: AuthThrottle = field(default_factory=AuthThrottle)  # wrong keys per client address
+    monitor: object = None  # app.monitor.Monitor: drift per version (None: --no-monitor)
 
 
 class ClassifyRequest(BaseModel):
@@ -102,7 +105,7 @@ def text_problem(text: str, normalize) -> str | None:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         return f"character {e.start + 1} is an unpaired surrogate ({text[e.start]!a}); send valid Unicode"
-    if not text.strip():
+    if is_blank(text):  # NUL or zero-width characters only are empty too (textdata/blank.py)
         return "empty text"
     if not normalize(text):
         return "no text after normalisation"
@@ -199,7 +202,12 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
         in X-Model-Version."""
         engine = state.engine
         clf = engine.clf
-        check_texts(texts, cfg, field, single, getattr(clf, "normalizer", str.strip))  # test doubles: a strip
+        try:
+            check_texts(texts, cfg, field, single, getattr(clf, "normalizer", str.strip))  # test doubles: a strip
+        except HTTPException:
+            if state.monitor is not None:
+                state.monitor.rejected_empty(engine, sum(1 for t in texts if not t.strip()))
+            raise
         request.state.n_texts = len(texts)
         request.state.engine = engine
         request.state.model_version = engine.version
@@ -226,6 +234,8 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
         except Exception:
             log.exception("inference failed")
             raise HTTPException(500, "inference failed; see the server log") from None
+        if state.monitor is not None:  # one queue put: the monitor's thread does the counting
+            state.monitor.observe(engine, preds, texts, seqs, getattr(clf, "max_length", None))
         unsure = [t for t, p in zip(texts, preds) if not getattr(p, "confident", True)]
         if unsure:  # counted and queued at the model's own threshold, whatever a request asked to see
             metrics.not_confident.inc(len(unsure))
@@ -255,6 +265,13 @@ def _add_status_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: M
                            "max_body_bytes": cfg.max_body_bytes, "max_queue": cfg.max_queue,
                            "request_timeout_s": cfg.request_timeout_s}}
 
+    @app.get("/v1/monitor")
+    async def monitor():
+        """Drift of what each version sees and says against its reference, and live precision from the audit."""
+        if state.monitor is None:
+            raise HTTPException(404, "monitoring is off (--no-monitor)")
+        return await asyncio.to_thread(state.monitor.report)
+
     @app.get("/healthz")
     async def healthz():
         return {"status": "ok"}
@@ -269,6 +286,8 @@ def _add_status_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: M
 
     @app.get("/metrics")
     async def metrics_endpoint():
+        if state.monitor is not None:
+            metrics.set_drift(await asyncio.to_thread(state.monitor.snapshot))
         return Response(metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
@@ -285,15 +304,20 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
             return RedirectResponse("/ui/", 303)
         client = client_of(request.scope)
         wait = state.throttle.retry_after(client)
-        if wait:  # the key is not checked while the address is blocked
+        if wait and not await state.throttle.slowed(client):  # a blocked address: slowed (app/gate.py)
             metrics.rejected.labels("auth").inc()
             page = LOGIN_PAGE.replace("<h2>API key required</h2>", f"<h2>Too many tries: wait {wait} s</h2>")
             return HTMLResponse(page, 429, headers={"Retry-After": str(wait)})
+        if wait:
+            state.throttle.done(client)
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
         given = (form.get("key") or [""])[0]
         if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
             metrics.rejected.labels("auth").inc()
             state.throttle.fail(client)
+            if wait:
+                page = LOGIN_PAGE.replace("<h2>API key required</h2>", f"<h2>Too many tries: wait {wait} s</h2>")
+                return HTMLResponse(page, 429, headers={"Retry-After": str(wait)})
             return HTMLResponse(LOGIN_PAGE.replace("<h2>API key required</h2>", "<h2>Wrong key</h2>"), 401)
         resp = RedirectResponse("/ui/", 303)
         resp.set_cookie(SESSION_COOKIE, state.sessions.issue(), max_age=int(state.sessions.ttl_s), httponly=True,

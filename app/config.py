@@ -67,11 +67,16 @@ class Config:
     body_timeout_s: float = 30.0
     keep_alive_s: float = 5.0
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
+    # Host names answered besides the loopback names and --host (app/origin.py); on 0.0.0.0 without any: all
+    allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
+    # Proxies whose X-Forwarded-For / -Proto are trusted (the client address the auth throttle counts by)
+    forwarded_allow_ips: tuple[str, ...] = field(default_factory=tuple)
     # UI
     ui: bool = True
     data_dir: Path = Path("app-data")
     max_upload_mb: float = 20.0
     max_upload_rows: int = 50_000
+    upload_mb_per_minute: float = 100.0  # per client address, all upload requests together (app/upload_guard.py)
     ui_concurrency: int = 2
     log_level: str = "info"
     # The learning loop (app/registry.py, app/jobs.py)
@@ -86,6 +91,12 @@ class Config:
     # "Not sure" answers routed to a person (app/review_queue.py): off by default, it stores users' texts.
     review_queue: bool = False
     review_queue_size: int = 1000
+    # Monitoring (app/monitor.py, app/audit.py): drift over the last monitor_window answers within
+    # monitor_span_s, per version; audit_rate > 0 keeps a sample of served texts for a blind audit.
+    monitor: bool = True
+    monitor_window: int = 1000
+    monitor_span_s: float = 24 * 3600.0
+    audit_rate: float = 0.0
 
     @property
     def registry_dir(self) -> Path:
@@ -131,10 +142,16 @@ FLAGS = {
     "keep_alive_s": Flag("seconds an idle keep-alive connection stays open", name="--keep-alive"),
     "cors_origins": Flag("allow this browser origin (repeatable); CORS is off without it", name="--cors-origin",
                          repeat=True),
+    "allowed_hosts": Flag("a Host name the server answers to besides the loopback names and --host (repeatable); "
+                          "others get 421", name="--allowed-host", repeat=True,
+                          shown="loopback names and --host; any on 0.0.0.0 / ::"),
+    "forwarded_allow_ips": Flag("trust X-Forwarded-For/-Proto from this proxy address (repeatable; '*': any)",
+                                shown="none: the connection's address counts", repeat=True),
     "ui": Flag("API only, no web UI"),
     "data_dir": Flag("where the UI keeps labeling sessions"),
-    "max_upload_mb": Flag("UI upload size"),
+    "max_upload_mb": Flag("UI upload size: per file, and all files of one upload request together"),
     "max_upload_rows": Flag("UI upload rows"),
+    "upload_mb_per_minute": Flag("MB one client address may upload to the UI per minute; beyond it 429"),
     "ui_concurrency": Flag("UI scoring jobs (label upload, batch) running at once"),
     "log_level": Flag("debug, info, warning or error"),
     "models_dir": Flag("the model registry: versions v1, v2, ... and the active pointer", shown="DATA_DIR/models"),
@@ -147,6 +164,11 @@ FLAGS = {
     "promote_tolerance": Flag("macro-F1 (0-1) a candidate may lose against the active version and be promoted"),
     "eval_share": Flag("share of labeled texts kept out of every training table to score versions on "
                        "(fixed in the registry at first use)"),
+    "monitor": Flag("no drift monitoring (/v1/monitor, the Monitor tab, app_drift in /metrics)"),
+    "monitor_window": Flag("answers per model version the drift statistics are computed over"),
+    "monitor_span_s": Flag("seconds an answer stays in the drift window", name="--monitor-span"),
+    "audit_rate": Flag("share of served texts sampled (deduplicated, bounded) for a blind audit in the Label "
+                       "tab, which gives live precision; it keeps texts users sent (0: off)", metavar="RATE"),
     "train_nice": Flag("niceness of the training process"),
     "review_queue": Flag("keep the texts the API answers 'not sure' (under the model's threshold) in DATA_DIR/review "
                          "for the Label tab; stores users' texts"),
@@ -171,8 +193,12 @@ def parse_args(argv: list[str] | None = None) -> Config:
                  "max_upload_rows", "ui_concurrency", "max_header_bytes", "review_queue_size"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
+    if not 0 <= a.audit_rate <= 1:
+        p.error(f"--audit-rate must be a share in [0, 1] (0.05: one text in 20), not {a.audit_rate}")
+    if a.monitor_window < 1 or not a.monitor_span_s > 0:
+        p.error("--monitor-window must be at least 1 and --monitor-span positive (or turn it off: --no-monitor)")
     for flag, value in (("--header-timeout", a.header_timeout_s), ("--body-timeout", a.body_timeout_s),
-                        ("--keep-alive", a.keep_alive_s)):
+                        ("--keep-alive", a.keep_alive_s), ("--upload-mb-per-minute", a.upload_mb_per_minute)):
         if not value > 0:
             p.error(f"{flag} must be positive")
     values = vars(a)
@@ -182,4 +208,6 @@ def parse_args(argv: list[str] | None = None) -> Config:
         p.error(f"{where} is empty (an unset variable?): give a key, or leave it out to serve without auth")
     values["api_key"] = key
     values["cors_origins"] = tuple(a.cors_origins)
+    values["allowed_hosts"] = tuple(a.allowed_hosts)
+    values["forwarded_allow_ips"] = tuple(a.forwarded_allow_ips)
     return Config(**values)

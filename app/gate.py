@@ -4,6 +4,7 @@ and metrics. Plain ASGI rather than BaseHTTPMiddleware so Gradio's streaming res
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
@@ -15,6 +16,7 @@ import uuid
 from collections import OrderedDict, deque
 
 from .metrics import Metrics, endpoint_label
+from .upload_guard import is_upload
 
 log = logging.getLogger("app.access")
 
@@ -26,6 +28,15 @@ _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 
 SESSION_TTL_S = 12 * 3600
 THROTTLE_FAILURES, THROTTLE_WINDOW_S = 10, 60.0
+BLOCKED_DELAY_S, BLOCKED_CHECKS = 1.0, 2  # a blocked address: each key check waits 1 s, 2 at once
+
+
+def proxy_settings(cfg) -> dict:
+    """uvicorn's proxy options: X-Forwarded-For / -Proto are trusted only from --forwarded-allow-ips. uvicorn's
+    own default trusts them from 127.0.0.1, so any local client (or a proxy passing them on) could rotate its
+    address to escape the throttle, or spoof another's to lock it out."""
+    ips = list(cfg.forwarded_allow_ips)
+    return {"proxy_headers": bool(ips), "forwarded_allow_ips": ips or None}
 
 
 class UiSessions:
@@ -58,12 +69,37 @@ class UiSessions:
 
 
 class AuthThrottle:
-    """Wrong keys per client address: after THROTTLE_FAILURES in THROTTLE_WINDOW_S, the client gets 429
-    without its key being checked (so guessing runs at 10 a minute, not 900 a second)."""
+    """Wrong keys per client address: after THROTTLE_FAILURES in THROTTLE_WINDOW_S the address is slowed,
+    not locked out: each of its requests waits BLOCKED_DELAY_S before its key is checked, at most
+    BLOCKED_CHECKS at once (more get 429 unchecked). A correct key then passes, so one client guessing
+    behind a shared proxy does not lock out everyone behind it, and guessing runs at 2 a second, not 900."""
 
-    def __init__(self, failures: int = THROTTLE_FAILURES, window_s: float = THROTTLE_WINDOW_S, clients: int = 10_000):
+    def __init__(self, failures: int = THROTTLE_FAILURES, window_s: float = THROTTLE_WINDOW_S, clients: int = 10_000,
+                 delay_s: float = BLOCKED_DELAY_S, checks: int = BLOCKED_CHECKS):
         self.failures, self.window_s, self.clients = failures, window_s, clients
+        self.delay_s, self.checks = delay_s, checks
         self._seen: OrderedDict[str, deque] = OrderedDict()
+        self._checking: dict[str, int] = {}
+
+    async def slowed(self, client: str) -> bool:
+        """For a blocked `client`: wait, then True (check its key now); False when it already has its share
+        of checks waiting (answer 429 without checking). Pair a True with `done(client)`."""
+        if self._checking.get(client, 0) >= self.checks:
+            return False
+        self._checking[client] = self._checking.get(client, 0) + 1
+        try:
+            await asyncio.sleep(self.delay_s)
+        except BaseException:
+            self.done(client)
+            raise
+        return True
+
+    def done(self, client: str) -> None:
+        left = self._checking.get(client, 1) - 1
+        if left:
+            self._checking[client] = left
+        else:
+            self._checking.pop(client, None)
 
     def retry_after(self, client: str) -> int:
         """Seconds until `client` may try a key again; 0 when it may now."""
@@ -116,8 +152,11 @@ LOGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Sign in<
 
 
 class Gate:
-    def __init__(self, app, *, state, metrics: Metrics, api_key: str | None, max_body_bytes: int):
+    def __init__(self, app, *, state, metrics: Metrics, api_key: str | None, max_body_bytes: int, sites=None,
+                 uploads=None):
         self.app = app
+        self.sites = sites  # app/origin.py SiteRule: Host and Origin, before anything else
+        self.uploads = uploads  # app/upload_guard.py UploadGuard: Gradio's upload route, total and rate
         self.state = state
         self.metrics = metrics
         self.api_key = api_key
@@ -139,7 +178,7 @@ class Gate:
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
-            if scope["type"] == "websocket" and self.credential(scope) != "ok":
+            if scope["type"] == "websocket" and (self.credential(scope) != "ok" or self._refused(scope)):
                 await send({"type": "websocket.close", "code": 4401})
                 return
             await self.app(scope, receive, send)
@@ -185,15 +224,31 @@ class Gate:
             level = logging.DEBUG if endpoint == "/ui" and status < 400 else logging.INFO
             log.log(level, "request", extra={"fields": record})
 
+    def _refused(self, scope) -> tuple[int, str] | None:
+        return self.sites.refusal(scope) if self.sites is not None else None
+
     async def _dispatch(self, scope, receive, send, path):
+        refused = self._refused(scope)
+        if refused:
+            self.metrics.rejected.labels("site").inc()
+            await _json(send, refused[0], {"detail": refused[1]})
+            return
         client = client_of(scope)
         guessing = self.api_key is not None and path not in OPEN_PATHS and _header(scope, b"authorization") is not None
         wait = self.state.throttle.retry_after(client) if guessing else 0
-        if wait:  # the key is not even checked: a blocked client learns nothing
-            self.metrics.rejected.labels("auth").inc()
-            await _json(send, 429, {"detail": "too many wrong keys from this address; retry later"},
-                        [(b"retry-after", str(wait).encode())])
-            return
+        if wait:
+            if not await self.state.throttle.slowed(client):
+                self.metrics.rejected.labels("auth").inc()
+                await _json(send, 429, {"detail": "too many wrong keys from this address; retry later"},
+                            [(b"retry-after", str(wait).encode())])
+                return
+            self.state.throttle.done(client)
+            if self.credential(scope) != "ok":  # the right key passes, slowed; a wrong one learns nothing new
+                self.state.throttle.fail(client)
+                self.metrics.rejected.labels("auth").inc()
+                await _json(send, 429, {"detail": "too many wrong keys from this address; retry later"},
+                            [(b"retry-after", str(wait).encode())])
+                return
         credential = self.credential(scope)
         if credential != "ok":
             self.metrics.rejected.labels("auth").inc()
@@ -213,7 +268,10 @@ class Gate:
                         [(b"retry-after", b"1"), (b"connection", b"close")])
             return
         if _is_ui(path):
-            # Gradio enforces its own upload limit (--max-upload-mb) on multipart uploads.
+            # Gradio enforces its own upload limit (--max-upload-mb) per file; the guard, per request and address.
+            if self.uploads is not None and scope["method"] == "POST" and is_upload(path):
+                await self.uploads(self.app, scope, receive, send, client)
+                return
             await self.app(scope, receive, send)
             return
         length = _header(scope, b"content-length")

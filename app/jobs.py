@@ -19,29 +19,30 @@ import hashlib
 import importlib.util
 import json
 import logging
+import os
 import re
 import secrets
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
 from textdata.tables import write_json, write_table
 
+from . import child_watch
 from .registry import Registry, RegistryError
 from .swap import ActivationError, Switcher
+from .train_params import TRAIN_PARAMS, check_params
 from .trainset import TrainingDataError, build, check, eval_share
 
 log = logging.getLogger("app")
 _JOB_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
-# What a retrain may set (POST /v1/train, the Train tab), with the kfold.py flag each becomes. Not given:
-# the value the active version was trained with (its training_config.json), else kfold.py's default.
-TRAIN_FIELDS = {"folds": "--folds", "epochs": "--epochs", "lr": "--lr", "batch_size": "--batch-size",
-                "max_length": "--max-length", "seed": "--seed", "normalize": "--normalize",
-                "target_precision": "--target-precision"}  # a retrain serves its own threshold for it
-TRAIN_SWITCHES = {"class_weights": "--class-weights"}
+# What a retrain may set (POST /v1/train, the Train tab: app/train_params.py), with the kfold.py flag each
+# becomes; `normalize` is only inherited. Not given: the value the active version was trained with (its
+# training_config.json), else kfold.py's default.
+TRAIN_FIELDS = {**{p.name: p.flag for p in TRAIN_PARAMS if p.kind is not bool}, "normalize": "--normalize"}
+TRAIN_SWITCHES = {p.name: p.flag for p in TRAIN_PARAMS if p.kind is bool}
 DEFAULT_FOLDS = 5
 LOG_TAIL_LINES = 40
 
@@ -77,7 +78,10 @@ class Jobs:
         self._lock = asyncio.Lock()
         for record in self.list():  # a server that died mid-job leaves it "running": it is not
             if record["status"] == "running":
-                self._finish(record, "failed", error="the server stopped while the job was running")
+                ended = child_watch.end_orphan(record.get("pid"), record.get("pid_started"))
+                self._finish(record, "failed", error="the server stopped while the job was running" +
+                             (f"; its training process (pid {record['pid']}) was still running and was ended"
+                              if ended else ""))
 
     # ------------------------------------------------------------ reading
     def folder(self, job_id: str) -> Path:
@@ -120,7 +124,7 @@ class Jobs:
                         if conf.get(k) is not None},
                      **{k: v for k, v in conf.get("train", {}).items()
                         if k in ("epochs", "lr", "batch_size", "class_weights")}}
-        out = {**inherited, **{k: v for k, v in given.items() if v is not None}}
+        out = {**inherited, **check_params(given)}  # the one check, for the API and the Train tab alike
         out.setdefault("folds", DEFAULT_FOLDS)
         if int(out["folds"]) < 2:
             raise TrainingDataError("folds must be at least 2")
@@ -194,19 +198,20 @@ class Jobs:
         self._save(record)
         with open(folder / "train.log", "wb") as out:
             # Its own session: a signal meant for the server (Ctrl-C) does not reach it; cancel sends its own.
-            self._proc = subprocess.Popen([sys.executable, "-m", "app.train_child", str(folder)], stdout=out,
-                                          stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-        record["pid"] = self._proc.pid
+            # It dies with the server, through the lifeline (app/child_watch.py).
+            self._proc, lifeline = child_watch.spawn(["-m", "app.train_child", str(folder)], out)
+        record["pid"], record["pid_started"] = self._proc.pid, child_watch.start_time(self._proc.pid)
         self._save(record)
         self.current = record
-        self._task = asyncio.get_running_loop().create_task(self._watch(record, self._proc, staging))
+        self._task = asyncio.get_running_loop().create_task(self._watch(record, self._proc, staging, lifeline))
         log.info("training job started", extra={"fields": {"event": "train_start", "job": job_id,
                                                            "rows": ts.sources.get("train_rows"), "pid": record["pid"]}})
         return record
 
     # ------------------------------------------------------------ finishing
-    async def _watch(self, record: dict, proc: subprocess.Popen, staging: Path) -> None:
+    async def _watch(self, record: dict, proc: subprocess.Popen, staging: Path, lifeline: int) -> None:
         rc = await asyncio.to_thread(proc.wait)
+        os.close(lifeline)
         folder = self.root / record["id"]
         try:
             if record["status"] == "cancelled":

@@ -92,8 +92,10 @@ class LabelSession:
 
     # ------------------------------------------------------------ creation and lookup
     @classmethod
-    def create(cls, root: Path, source: str, texts: list[str], predictions: list, labels: list[str]) -> LabelSession:
-        """`predictions`: engine Predictions for `texts` (label, score, probabilities)."""
+    def create(cls, root: Path, source: str, texts: list[str], predictions: list, labels: list[str],
+               blind: bool = False) -> LabelSession:
+        """`predictions`: engine Predictions for `texts` (label, score, probabilities). `blind`: an audit
+        session (app/audit.py), shown without the model's answer, in file order."""
         sid = secrets.token_hex(6)
         folder = root / sid
         folder.mkdir(parents=True)
@@ -104,7 +106,7 @@ class LabelSession:
             "probabilities": [json.dumps(p.probabilities) for p in predictions],
         }).to_parquet(folder / "items.parquet", index=False)
         meta = {"id": sid, "source": Path(source).name, "created": time.time(), "labels": list(labels),
-                "order": ORDERS[0], "rows": len(texts)}
+                "order": ORDERS[2] if blind else ORDERS[0], "rows": len(texts), **({"blind": True} if blind else {})}
         with atomic_path(folder / "meta.json") as tmp:
             tmp.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
         (folder / "journal.jsonl").touch()
@@ -284,6 +286,14 @@ class SessionStore:
 
     def create(self, source: str, texts: list[str], predictions: list, labels: list[str]) -> LabelSession:
         session = LabelSession.create(self.root, source, texts, predictions, labels)
+        with self._lock:
+            self._open[session.id] = session
+        return session
+
+    def create_blind(self, source: str, texts: list[str], labels: list[str]) -> LabelSession:
+        """A session with no suggestions: the texts alone (the live audit)."""
+        none = [type("NoAnswer", (), {"label": "", "score": 0.0, "probabilities": {}})()] * len(texts)
+        session = LabelSession.create(self.root, source, texts, none, labels, blind=True)
         with self._lock:
             self._open[session.id] = session
         return session

@@ -14,7 +14,7 @@ from prometheus_client import (
 # The *_created series double the output and no dashboard reads them.
 disable_created_metrics()
 
-ENDPOINTS = {"/v1/classify", "/", "/predict", "/v1/labels", "/v1/model", "/healthz", "/readyz", "/metrics", "/login",
+ENDPOINTS = {"/v1/monitor", "/v1/classify", "/", "/predict", "/v1/labels", "/v1/model", "/healthz", "/readyz", "/metrics", "/login",
              "/v1/models", "/v1/train", "/v1/jobs"}
 
 
@@ -52,6 +52,16 @@ class Metrics:
                                      "('not sure', calibration.json)", registry=r)
         self.review_queue = Gauge("app_review_queue_texts", "'Not sure' texts waiting in the review queue "
                                   "(--review-queue)", registry=r)
+        self.drift = Gauge("app_drift", "Population stability index of the served window against the version's "
+                           "reference (textdata/drift.py)", ["kind", "version"], registry=r)
+        self.audit_queue = Gauge("app_audit_queue_texts", "Sampled texts waiting for the live audit", registry=r)
+
+    def set_drift(self, snapshot: dict) -> None:
+        self.drift.clear()
+        for version, v in snapshot["versions"].items():
+            for kind, value in (v.get("drift") or {}).items():
+                self.drift.labels(kind, version).set(value)
+        self.audit_queue.set(snapshot.get("audit_queue", 0))
 
     def observe_batch(self, n_texts: int, tokens: int, seconds: float) -> None:
         self.batch_size.observe(n_texts)

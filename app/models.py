@@ -4,7 +4,8 @@
     python -m app.models activate v2 --models-dir app-data/models
     python -m app.models delete v3 --models-dir app-data/models
 
-`activate` moves the `active` pointer on disk: a running server on this registry notices within a second and
+`activate` loads and checks the version (as a server's switch does) and only then moves the `active` pointer
+on disk (`--no-check` skips the check): a running server on this registry notices within a second and
 switches as `POST /v1/models/{version}/activate` does (loaded and warmed first; a version that cannot serve
 is not switched to and the pointer is put back, the reason in events.jsonl); a server started later serves
 it. `delete` refuses the active version.
@@ -18,7 +19,8 @@ from pathlib import Path
 
 from textdata.errors import exits_2_on_user_error
 
-from .registry import Registry
+from .registry import Registry, RegistryError
+from .version_check import check_version
 
 
 def version_row(m: dict) -> str:
@@ -40,6 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("version", nargs="?", help="v1, v2, ... (activate, delete)")
     p.add_argument("--models-dir", type=Path, default=Path("app-data/models"),
                    help="the registry (default: app-data/models, python -m app's default)")
+    p.add_argument("--no-check", action="store_true",
+                   help="activate: move the pointer without loading the version first (a running server still "
+                        "checks it and puts the pointer back if it cannot serve)")
     a = p.parse_args(argv)
     reg = Registry(a.models_dir)
     if a.command == "list":
@@ -52,6 +57,15 @@ def main(argv: list[str] | None = None) -> int:
     if not a.version:
         p.error(f"{a.command} needs a version, e.g. v2")
     if a.command == "activate":
+        if not a.no_check:  # a version that cannot serve must not become what every later start serves
+            try:
+                check_version(reg.path(a.version))
+            except RegistryError:
+                raise
+            except Exception as e:  # noqa: BLE001 - any failure to load or answer: not activated, say why
+                why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+                raise RegistryError(f"{a.version} was not activated: it cannot serve ({why}); "
+                                    f"{reg.active() or 'no version'} stays active") from None
         reg.set_active(a.version, why="python -m app.models activate")
         print(f"{a.version} is active in {a.models_dir}: a running server on it switches within a second, "
               "unless the version cannot serve (then it puts the pointer back: see events.jsonl)")

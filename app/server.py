@@ -21,10 +21,13 @@ from .batcher import MicroBatcher
 from .config import Config, pass_size, quantized
 from .gate import Gate
 from .metrics import Metrics
+from .origin import SiteRule
 from .registry import Registry
 from .swap import Engine, Switcher
+from .upload_guard import FRAMING_BYTES, UploadGuard
 
 log = logging.getLogger("app")
+MB = 1 << 20
 
 
 def load_classifier(cfg: Config, folder):
@@ -50,6 +53,8 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     cfg = dataclasses.replace(cfg, engine_batch_tokens=clf.batch_tokens)
     state = state or ServerState()
     metrics = Metrics()
+    if cfg.monitor and state.monitor is None:
+        state.monitor = open_monitor(cfg)
     folder = getattr(clf, "folder", None)
     version = version or (model_version(folder) if folder is not None else clf.info()["name"])
     name = registry.meta(version).get("name", version) if registry is not None else clf.info()["name"]
@@ -90,6 +95,8 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         if jobs is not None:
             await jobs.shutdown()
         await batcher.close()
+        if state.monitor is not None:
+            await asyncio.to_thread(state.monitor.close)
         log.info("stopped", extra={"fields": {"event": "shutdown"}})
 
     app.router.lifespan_context = lifespan
@@ -97,12 +104,33 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         from .ui import mount_ui
 
         mount_ui(app, cfg, state, jobs)
-    app.add_middleware(Gate, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes)
+    sites = SiteRule(cfg.host, cfg.allowed_hosts, cfg.cors_origins)
+    if sites.any_host:
+        log.warning("listening on %s without --allowed-host: requests are answered under any Host name (DNS "
+                    "rebinding is not refused); give the names clients use with --allowed-host", cfg.host)
+    uploads = UploadGuard(int(cfg.max_upload_mb * MB) + FRAMING_BYTES, int(cfg.upload_mb_per_minute * MB))
+    app.add_middleware(Gate, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes,
+                       sites=sites, uploads=uploads if cfg.ui else None)
     if cfg.cors_origins:
         # Outside the gate: preflight requests carry no Authorization header.
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
     return app
+
+
+def open_monitor(cfg: Config):
+    """Drift windows kept in DATA_DIR/monitor; with --audit-rate, the audit sample beside them."""
+    from pathlib import Path
+
+    from .audit import AuditQueue
+    from .monitor import Monitor
+
+    folder = Path(cfg.data_dir) / "monitor"
+    monitor = Monitor(folder, size=cfg.monitor_window, span_s=cfg.monitor_span_s)
+    monitor.label_root = Path(cfg.data_dir) / "label"
+    if cfg.audit_rate:
+        monitor.audit = AuditQueue(folder, cfg.audit_rate)
+    return monitor
 
 
 def predict_by_length(clf, seqs: list[list[int]], lengths: list[int], max_tokens: int = 512,

@@ -1,6 +1,6 @@
 """The training job's own process: k-fold with --final, the gated INT8 export, the evaluation-slice scores.
 
-    python -m app.train_child JOB_DIR        (started by the server, app/jobs.py; never imported by it)
+    python -m app.train_child JOB_DIR [--lifeline FD]   (started by the server, app/jobs.py; never imported by it)
 
 The server never trains: it writes JOB_DIR/spec.json and the tables and starts this module as a child
 process. It runs the project's one training path (`finetune.kfold.run`, as `finetune/kfold.py ... --final`)
@@ -23,6 +23,7 @@ import sys
 import time
 from pathlib import Path
 
+from app.child_watch import LIFELINE_FLAG, watch_lifeline
 from textdata.errors import exits_2_on_user_error
 from textdata.tables import read_table, write_json
 
@@ -151,8 +152,11 @@ def run(job: Path) -> dict:
 @exits_2_on_user_error
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
+    if len(argv) == 3 and argv[1] == LIFELINE_FLAG and argv[2].isdigit():
+        watch_lifeline(int(argv[2]))  # the server's pipe: when it closes, this process group ends
+        argv = argv[:1]
     if len(argv) != 1:
-        print("usage: python -m app.train_child JOB_DIR", file=sys.stderr)
+        print(f"usage: python -m app.train_child JOB_DIR [{LIFELINE_FLAG} FD]", file=sys.stderr)
         return 2
     run(Path(argv[0]))
     return 0

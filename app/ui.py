@@ -98,14 +98,26 @@ def _client_gone() -> bool:
     return False
 
 
-def _score_chunks(n: int, score, progress, desc: str, unit: str, engine_turn: threading.Lock) -> list:
-    """`score(start, stop)` over SCORE_CHUNK-row chunks, stopping when the client is gone. One UI chunk
-    computes at a time (`engine_turn`), so API batches interleave with UI jobs however many run."""
+def _stop_reason(state) -> str | None:
+    """Why a UI job reading a file should stop now, or None (the shared reader asks every few hundred rows)."""
+    if state.draining:
+        return "the server is shutting down"
+    return "the page was closed" if _client_gone() else None
+
+
+def _within(by_row: dict[int, str], a: int, b: int) -> dict[int, str]:
+    return {i - a: v for i, v in by_row.items() if a <= i < b}
+
+
+def _score_chunks(n: int, score, progress, desc: str, unit: str, engine_turn: threading.Lock, state=None) -> list:
+    """`score(start, stop)` over SCORE_CHUNK-row chunks, stopping when the client is gone (or the server
+    drains). One UI chunk computes at a time (`engine_turn`), so API batches interleave with UI jobs."""
     parts = []
     for i in range(0, n, SCORE_CHUNK):
-        if _client_gone():
-            log.info("UI job cancelled: its client is gone", extra={"fields": {"event": "ui_cancelled", "done": i}})
-            raise gr.Error("Cancelled: the page was closed.")
+        why = _stop_reason(state) if state is not None else ("the page was closed" if _client_gone() else None)
+        if why:
+            log.info("UI job cancelled: %s", why, extra={"fields": {"event": "ui_cancelled", "done": i}})
+            raise gr.Error(f"Cancelled: {why}.")
         progress((i, n), desc=desc, unit=unit)
         with engine_turn:
             parts.append(score(i, min(n, i + SCORE_CHUNK)))
@@ -133,6 +145,10 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
                 from .ui_train import train_tab
 
                 train_tab(cfg, state, jobs)
+            if state.monitor is not None:
+                from .ui_monitor import monitor_tab
+
+                monitor_tab(cfg, state, store)
     # Gradio copies any file reference it finds in any input (a Dropdown's value too) into its cache, whose
     # files it serves: every input of every event takes uploaded files only.
     for block in {id(b): b for fn in demo.fns.values() for b in fn.inputs}.values():
@@ -206,6 +222,9 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
         hint = f"Model suggests **{html.escape(suggestion)}** at {session.confidence[row]:.1%}"
         probs = session.probs[row]
         accept = gr.update(value=f"✓ Accept: {suggestion}  [Enter]", visible=True)
+        if session.meta.get("blind"):  # the live audit: the person's label must not lean on the model's
+            suggestion, probs, accept = None, None, gr.update(visible="hidden")
+            hint = "Audit: choose the label you read in the text (the model's answer is hidden)."
     buttons = []
     for i in range(MAX_LABEL_BUTTONS):
         if i < len(session_labels) and row is not None:
@@ -230,14 +249,18 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
     render = partial(_render_label, store, labels)
 
     def start(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
-        df, column = read_upload(cfg, file, text_column)
+        df, column, errors, _ = read_upload(cfg, file, text_column, partial(_stop_reason, state))
+        if errors:  # a session's rows must be the file's rows: a shifted row is not labeled as it reads
+            first = min(errors)
+            more = f" (and {len(errors) - 1} more rows)" if len(errors) > 1 else ""
+            raise gr.Error(f"{Path(file).name}: {errors[first]}{more}"[:300])
         keep = ~missing_text(df[column])
         texts = df.loc[keep, column].astype(str).tolist()
         if not texts:
             raise gr.Error(f"Column {column!r} has no text.")
         clf = state.engine.clf  # one engine for the whole file, whatever is activated meanwhile
         preds = [p for part in _score_chunks(len(texts), lambda a, b: clf.predict(texts[a:b]), progress,
-                                             "Model suggestions", "texts", engine_turn) for p in part]
+                                             "Model suggestions", "texts", engine_turn, state) for p in part]
         session = store.create(Path(file).name, texts, preds, list(clf.labels))
         skipped = int((~keep).sum())
         note = f" ({skipped} empty rows left out)" if skipped else ""
@@ -367,17 +390,21 @@ def _batch_tab(cfg, state, exports: Exports, engine_turn) -> None:
     """Score an uploaded file: every row kept, with predictions, as a CSV to download."""
 
     def score_file(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
-        df, column = read_upload(cfg, file, text_column)
+        df, column, errors, notes = read_upload(cfg, file, text_column, partial(_stop_reason, state))
         clf = state.engine.clf  # one engine for the whole file
-        parts = _score_chunks(len(df), lambda a, b: score_frame(clf, df.iloc[a:b], column, None), progress,
-                              "Scoring", "rows", engine_turn)
+
+        def score(a, b):  # rows the reader flagged are kept, with the reason in `error`
+            return score_frame(clf, df.iloc[a:b], column, None, _within(errors, a, b), _within(notes, a, b))
+
+        parts = _score_chunks(len(df), score, progress, "Scoring", "rows", engine_turn, state)
         scored = pd.concat(parts)
         out = exports.path(f"{Path(file).stem}-scored.csv")
         write_table(spreadsheet_safe(scored), out)  # a person opens this one: formulas neutralised
         counts = scored["pred_label"].value_counts()
-        errors = int(scored["error"].notna().sum())
+        unscored = int(scored["pred_label"].isna().sum())
         summary = (f"Scored **{len(scored)}** rows: " + ", ".join(f"{html.escape(str(k))} {v}" for k, v in counts.items())
-                   + (f" · {errors} rows without text (see `error`)" if errors else ""))
+                   + (f" · {unscored} rows not scored (see `error`)" if unscored else "")
+                   + (f" · {len(notes)} rows with a text cut to {cfg.max_chars} characters" if notes else ""))
         return str(out), summary, scored.head(20)
 
 

@@ -16,8 +16,10 @@ from textdata.errors import DataError
 
 from .admin import admin_refusal
 from .jobs import JobConflict
+from .redact import names_only_text
 from .registry import RegistryError
 from .swap import ActivationError
+from .train_params import BY_NAME
 
 VERSION_COLUMNS = ["version", "active", "source", "rows", "cv macro-F1", "eval macro-F1", "active then (eval)",
                    "decision", "created"]
@@ -29,7 +31,7 @@ def _f(x) -> str:
 
 def versions_frame(registry) -> pd.DataFrame:
     rows = []
-    for m in registry.listing():
+    for m in registry.listing() if registry is not None else []:
         ev = m.get("eval") or {}
         champ = ev.get("champion") or {}
         rows.append({"version": m["version"], "active": "●" if m["active"] else "", "source": m.get("source", ""),
@@ -62,7 +64,7 @@ def progress_html(job: dict | None) -> str:
     if decision:
         parts.append(html.escape(decision))
     if job.get("error"):
-        parts.append(f"<pre>{html.escape(job['error'])}</pre>")
+        parts.append(f"<pre>{html.escape(names_only_text(job['error']))}</pre>")
     if job.get("n_conflicts"):
         parts.append(f"{job['n_conflicts']} texts had conflicting labels (the latest decision was used; "
                      f"GET /v1/jobs/{html.escape(job['id'])} lists them)")
@@ -78,6 +80,9 @@ def train_tab(cfg, state, jobs) -> None:
         return jobs.get(jobs_now[0]["id"]) if jobs_now else None
 
     def refresh():
+        why = admin_refusal(cfg)
+        if why:  # the registry and the jobs are read under the rule that changes them
+            return f"<div>⚠ {html.escape(why)}</div>", versions_frame(None), gr.update(choices=[], value=None)
         names = list(reversed(registry.names()))
         return (progress_html(latest()), versions_frame(registry),
                 gr.update(choices=names, value=None if not names else gr.skip()))
@@ -87,7 +92,7 @@ def train_tab(cfg, state, jobs) -> None:
         if why:
             return (f"⚠ {why}", *refresh())
         try:
-            job = await jobs.start({"folds": int(folds) if folds else None, "epochs": int(epochs) if epochs else None})
+            job = await jobs.start({"folds": folds, "epochs": epochs})  # checked there, as the API's are
             message = (f"Started job {job['id']}: {job['data'].get('train_rows')} training rows, "
                        f"{job['data'].get('eval_rows')} in the evaluation slice.")
         except (JobConflict, DataError) as e:
@@ -125,13 +130,16 @@ def train_tab(cfg, state, jobs) -> None:
                        f"{cfg.promote_tolerance:g} macro-F1" if cfg.promote == "auto" else "only when you promote it")
                     + ". Training runs in a separate process at lower priority.")
         with gr.Row():
-            t_folds = gr.Number(label="Folds", value=None, precision=0, minimum=2, elem_id="train-folds")
-            t_epochs = gr.Number(label="Epochs", value=None, precision=0, minimum=1, elem_id="train-epochs")
+            folds, epochs = BY_NAME["folds"], BY_NAME["epochs"]
+            t_folds = gr.Number(label="Folds", value=None, precision=0, minimum=folds.low, maximum=folds.high,
+                                elem_id="train-folds")
+            t_epochs = gr.Number(label="Epochs", value=None, precision=0, minimum=epochs.low, maximum=epochs.high,
+                                 elem_id="train-epochs")
             t_start = gr.Button("Train", variant="primary", elem_id="train-start")
             t_cancel = gr.Button("Cancel job", elem_id="train-cancel")
         t_progress = gr.HTML(elem_id="train-progress")
         t_message = gr.Markdown(elem_id="train-message")
-        t_versions = gr.Dataframe(versions_frame(registry), interactive=False, wrap=True, max_height=600,
+        t_versions = gr.Dataframe(versions_frame(None if admin_refusal(cfg) else registry), interactive=False, wrap=True, max_height=600,
                                   label="Versions (newest first)", elem_id="train-versions")
         with gr.Row():
             t_version = gr.Dropdown(label="Version", choices=[], elem_id="train-version")

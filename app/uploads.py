@@ -4,9 +4,10 @@
   under `gr.mount_gradio_app` Gradio's own "was it uploaded?" check is skipped (it only runs after
   `launch()`), so it would copy and read e.g. `/srv/x/secret.csv`. `uploaded_only` makes every UI input refuse such paths
   before Gradio copies them, and `read_upload` checks again before reading.
-- Bounded before parsing: a 2 MB CSV can hold a million empty columns (gigabytes once parsed), so the
-  header (or Parquet's metadata, or each JSONL line) is checked first, rows are read at most one past
-  the limit, and error messages are short.
+- Bounded before parsing (`upload_limits`, applied by textdata's shared reader): a 2 MB CSV can hold a
+  million empty columns in one row, a 51 KB Parquet file 200 MB of text; columns, one row's characters,
+  rows, decompressed bytes and parse time are checked as the file is read, cells over --max-chars are
+  cut, the read stops when its client leaves or the server shuts down, and error messages are short.
 - Spreadsheet-safe downloads: a cell starting with `=`, `+`, `-`, `@` (or a tab/CR) is a formula to
   Excel and LibreOffice; files a person downloads from the UI get such cells prefixed with `'`. Files
   pipelines read (`labeled.csv` under --data-dir, `python -m serving.score` output) keep the raw text.
@@ -14,9 +15,6 @@
 
 from __future__ import annotations
 
-import csv
-import io
-import json
 import re
 from pathlib import Path
 
@@ -25,10 +23,13 @@ import pandas as pd
 from gradio.utils import get_upload_folder, is_in_or_equal
 
 from textdata.errors import DataError
-from textdata.tables import iter_table, table_format
+from textdata.table_limits import TableLimits
+from textdata.tables import iter_rows, table_format
 
 MAX_UPLOAD_COLUMNS = 256
-HEADER_PEEK_BYTES = 1 << 20  # a header longer than this is not a table a person labels
+MAX_RECORD_CHARS = 1 << 20  # one row longer than this is not a table a person labels
+DECOMPRESSED_PER_UPLOAD_BYTE = 5  # a Parquet upload may hold 5x --max-upload-mb once decompressed
+READ_DEADLINE_S = 120.0
 MAX_MESSAGE_CHARS = 300
 FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 _NUMBER = re.compile(r"^[+-]?(\d+([.,]\d*)*|\.\d+)([eE][+-]?\d+)?$")
@@ -69,79 +70,57 @@ def _short(message: str) -> str:
     return message if len(message) <= MAX_MESSAGE_CHARS else message[: MAX_MESSAGE_CHARS - 1] + "…"
 
 
-def _check_shape(path: Path, fmt: str, max_rows: int) -> None:
-    """Columns (and, where free, rows) within limits, before pandas builds anything."""
-    limit = f"the UI takes at most {MAX_UPLOAD_COLUMNS} columns"
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        try:
-            meta = pq.ParquetFile(path).metadata
-        except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a bad file
-            raise gr.Error(_short(f"{path.name}: cannot read as Parquet: {e}")) from None
-        if meta.num_columns > MAX_UPLOAD_COLUMNS:
-            raise gr.Error(f"{path.name}: {meta.num_columns} columns; {limit}.")
-        if meta.num_rows > max_rows:
-            raise gr.Error(f"{meta.num_rows} rows; the limit is {max_rows} (--max-upload-rows).")
-        return
-    if fmt == "jsonl":
-        keys: set[str] = set()
-        with open(path, "rb") as f:
-            for lineno, line in enumerate(f, start=1):
-                if not line.strip():
-                    continue
-                try:
-                    obj = json.loads(line)
-                except ValueError:
-                    raise gr.Error(f"{path.name}: line {lineno} is not JSON.") from None
-                if not isinstance(obj, dict):
-                    raise gr.Error(f"{path.name}: line {lineno} is not a JSON object.")
-                if len(obj) > MAX_UPLOAD_COLUMNS or len(keys.union(obj)) > MAX_UPLOAD_COLUMNS:
-                    raise gr.Error(f"{path.name}: over {MAX_UPLOAD_COLUMNS} keys by line {lineno}; {limit}.")
-                keys.update(obj)
-                if lineno > max_rows + 1:
-                    break  # the row limit is checked on the parsed table
-        return
-    with open(path, "rb") as f:
-        head = f.read(HEADER_PEEK_BYTES).decode("utf-8-sig", "replace")
-    if "\n" not in head and len(head) >= HEADER_PEEK_BYTES:
-        raise gr.Error(f"{path.name}: the first line is over {HEADER_PEEK_BYTES >> 20} MB; is this a table?")
-    try:
-        first = head.partition("\n")[0].split("\t") if fmt == "tsv" else next(csv.reader(io.StringIO(head)), [])
-    except csv.Error as e:
-        raise gr.Error(_short(f"{path.name}: cannot read the header: {e}")) from None
-    if len(first) > MAX_UPLOAD_COLUMNS:
-        raise gr.Error(f"{path.name}: {len(first)} or more columns; {limit}.")
+def upload_limits(cfg, stop=None) -> TableLimits:
+    """What an uploaded table may hold, checked by the shared reader before it builds anything
+    (textdata/table_limits.py): columns, one row's characters, rows, decompressed bytes (a Parquet file's
+    metadata first), parse time; text cells over --max-chars are cut (as the API refuses them) and flagged."""
+    upload = int(cfg.max_upload_mb * 1024 * 1024)
+    return TableLimits(max_columns=MAX_UPLOAD_COLUMNS, max_record_chars=MAX_RECORD_CHARS, max_cell_chars=cfg.max_chars,
+                       max_rows=cfg.max_upload_rows, max_bytes=DECOMPRESSED_PER_UPLOAD_BYTE * upload,
+                       max_batch_bytes=min(256 << 20, DECOMPRESSED_PER_UPLOAD_BYTE * upload),
+                       deadline_s=READ_DEADLINE_S, stop=stop,
+                       flags={"max_rows": "--max-upload-rows", "max_bytes": f"{DECOMPRESSED_PER_UPLOAD_BYTE} x "
+                              "--max-upload-mb", "max_columns": "the UI's limit"})
 
 
-def read_upload(cfg, file, text_column: str) -> tuple[pd.DataFrame, str]:
-    """The uploaded table (at most --max-upload-rows rows) and the name of its text column."""
+def read_upload(cfg, file, text_column: str, stop=None) -> tuple[pd.DataFrame, str, dict, dict]:
+    """The uploaded table (at most --max-upload-rows rows), the name of its text column, and by position
+    the rows the reader could not read right (`errors`) and those it cut (`notes`). `stop` () -> a reason
+    or None ends the read early (the client left, the server is shutting down)."""
     path = uploaded_path(file)
     if path.stat().st_size > cfg.max_upload_mb * 1024 * 1024:
         raise gr.Error(f"The file is over {cfg.max_upload_mb:g} MB (--max-upload-mb).")
+    wanted = (text_column or "").strip() or "text"
     try:
-        fmt = table_format(path)
-        _check_shape(path, fmt, cfg.max_upload_rows)
-        chunks = iter_table(path, chunk_rows=cfg.max_upload_rows + 1)
-        df = next(chunks)
-        extra = next(chunks, None)
+        # The text column first (JSONL: keys may appear on any line, so chosen after), so a short row is
+        # flagged only when it lacks that column.
+        column = None if table_format(path) == "jsonl" else _text_column(_header(path, cfg, stop), wanted)
+        chunks = iter_rows(path, cfg.max_upload_rows + 1, columns=None if column is None else [column],
+                           limits=upload_limits(cfg, stop))
+        df, errors, notes = next(chunks)
         chunks.close()
     except DataError as e:
         raise gr.Error(_short(str(e).replace(str(path), path.name))) from None  # never show server paths
-    if len(df) > cfg.max_upload_rows or (extra is not None and len(extra)):
-        raise gr.Error(f"over {cfg.max_upload_rows} rows; the limit is {cfg.max_upload_rows} (--max-upload-rows).")
-    wanted = (text_column or "").strip() or "text"
-    if wanted in df.columns:
-        column = wanted
-    elif len(df.columns) == 1:
-        column = str(df.columns[0])
-    else:
-        names = [str(c) for c in df.columns]
-        shown = ", ".join(repr(c[:40]) for c in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
-        raise gr.Error(_short(f"No column {wanted[:60]!r}; the columns are {shown}. Type the name of the text column."))
+    column = column or _text_column([str(c) for c in df.columns], wanted)
     if len(df) == 0:
         raise gr.Error("The file has no rows.")
-    return df, column
+    return df, column, errors, notes
+
+
+def _header(path: Path, cfg, stop) -> list[str]:
+    chunks = iter_rows(path, 1, limits=upload_limits(cfg, stop))
+    names = [str(c) for c in next(chunks).frame.columns]
+    chunks.close()
+    return names
+
+
+def _text_column(names: list[str], wanted: str) -> str:
+    if wanted in names:
+        return wanted
+    if len(names) == 1:
+        return names[0]
+    shown = ", ".join(repr(c[:40]) for c in names[:20]) + (f" and {len(names) - 20} more" if len(names) > 20 else "")
+    raise gr.Error(_short(f"No column {wanted[:60]!r}; the columns are {shown}. Type the name of the text column."))
 
 
 def _neutral(value):

@@ -3,6 +3,7 @@
     python bench/api_load.py [--clients 32] [--duration 30] [--backends onnx,torch] [--shape small|mini]
                              [--rounds 1] [--work /tmp/bench-api] [--server-args "--threads 1"] [--output FILE]
     python bench/api_load.py --swap [--swaps 3] [--backends onnx] [--duration 30]     # model switches under load
+    python bench/api_load.py --monitor [--backends onnx] [--rounds 3]    # drift monitoring + 5% audit on vs off
 
 Builds (cached in --work) an ELECTRA-Small-shaped classifier with random weights (hidden 256, 12 layers,
 4 heads, FFN 1024, embeddings 128; a WordPiece vocabulary trained on the request texts; the 8 ko-help
@@ -32,6 +33,9 @@ intervals inside the measured window. Each request is counted "during a swap" wh
 activation (from its POST to its answer: loading, checking and warming the new engine, then the switch),
 else "steady"; p50/p99 and errors of both, from the same run. Target: 0 failed requests, p99 during a swap
 <= 2x steady p99. Writes bench/results/api_load_swap.json.
+
+`--monitor`: the two modes are drift monitoring on with a 5% audit sample (`--audit-rate 0.05`) and
+`--no-monitor`, both batching on; target: requests/s on >= 0.97x off. Writes bench/results/api_load_monitor.json.
 """
 
 from __future__ import annotations
@@ -361,6 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "api_load.json")
     ap.add_argument("--swap", action="store_true", help="model switches under load instead of batching on/off")
     ap.add_argument("--swaps", type=int, default=3, help="activations during the measured window (--swap)")
+    ap.add_argument("--monitor", action="store_true", help="drift monitoring + 5%% audit on vs off, batching on")
     args = ap.parse_args(argv)
     if args.swap:
         return main_swap(args)
@@ -378,12 +383,15 @@ def main(argv: list[str] | None = None) -> int:
         model = build_model(args.work, texts, labels, backend, args.shape)
         print(f"[{backend}] engine ceiling...", flush=True)
         ceiling = engine_ceiling(model, texts, max(2, args.clients // 2), args.ceiling_seconds, threads)
-        runs: dict[str, list[dict]] = {"batching on": [], "batching off": []}
+        modes = ((("monitor on", [*common, "--audit-rate", "0.05", "--data-dir", str(args.work / "app-data")]),
+                  ("monitor off", [*common, "--no-monitor"])) if args.monitor else
+                 (("batching on", common), ("batching off", [*common, "--no-batching"])))
+        runs: dict[str, list[dict]] = {mode: [] for mode, _ in modes}
         for r in range(args.rounds):
-            for mode, extra in (("batching on", common), ("batching off", [*common, "--no-batching"])):
+            for mode, extra in modes:
                 print(f"[{backend}] round {r + 1}/{args.rounds}: {mode}...", flush=True)
                 runs[mode].append(run_mode(f"{backend} {mode}", model, extra, texts, args))
-        on, off = _median_result(runs["batching on"]), _median_result(runs["batching off"])
+        on, off = (_median_result(runs[mode]) for mode, _ in modes)
         report_backends[backend] = {"engine_ceiling": ceiling, "results": [on, off],
                                     "throughput_ratio": round(on["rps"] / off["rps"], 2) if off["rps"] else None}
 
@@ -402,14 +410,18 @@ def main(argv: list[str] | None = None) -> int:
         detail = f"  ({c['single_texts_per_s']} -> {c['batched_texts_per_s']}, {c['batch']} per pass)"
         print(f"{backend:<8}{str(rep['throughput_ratio']) + 'x':>11}{str(c['ratio']) + 'x':>16}{detail:<36}"
               f"{on['p99_over_p50']!s:>11}")
-    print("targets: API on/off >= 3x, p99/p50 <= 5, zero errors and unanswered below the queue limit")
+    print("targets: monitor on/off >= 0.97x, zero errors" if args.monitor else
+          "targets: API on/off >= 3x, p99/p50 <= 5, zero errors and unanswered below the queue limit")
+    if args.monitor and args.output == ROOT / "bench" / "results" / "api_load.json":
+        args.output = ROOT / "bench" / "results" / "api_load_monitor.json"
 
     report = {"clients": args.clients, "duration_s": args.duration, "warmup_s": args.warmup, "rounds": args.rounds,
               "shape": args.shape, "model": {**SHAPES[args.shape], "weights": "random", "labels": len(labels),
                                              "max_length": MAX_LENGTH},
               "texts": "ko-help paragraphs, one per request" if DATA.exists() else "synthetic",
               "server_args": common, "backends": report_backends,
-              "targets": {"ratio_min": 3, "p99_over_p50_max": 5},
+              "compared": "monitor on (audit 5%) / off" if args.monitor else "batching on / off",
+              "targets": {"ratio_min": 0.97} if args.monitor else {"ratio_min": 3, "p99_over_p50_max": 5},
               "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                           "load_avg_before": [round(x, 2) for x in load_before],
                           "load_avg_after": [round(x, 2) for x in os.getloadavg()]},

@@ -50,6 +50,7 @@ from finetune.models import list_models, load_classifier, load_tokenizer, resolv
 from finetune.report import f1_text, fold_summary, holdout_baseline, summary_table, write_outputs
 from finetune.train import encode, fit, predict_proba
 from textdata.blend import BaselineError, ServedBlend
+from textdata.drift import save_reference
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.normalize import Normalizer
 from textdata.tables import write_json, write_table
@@ -241,6 +242,9 @@ def run(cfg: Config) -> dict:
         write_pictures(out, report["calibration"], served_oof, calibrated_oof, data)
     if cfg.final:
         final_model(cfg, prep, report, accelerator)
+        if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitor.py);
+            # served scores are calibrated (calibration.json), so the reference is too (nested, the blend's where kept)
+            save_reference(out / "model", calibrated_oof, data.texts, data.labels)
     report["wall_seconds"] = round(time.time() - started, 1)
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)

@@ -48,7 +48,7 @@ from textdata.tables import missing_text, read_table, write_json
 log = logging.getLogger("serving.export")
 
 # Files that travel with the model besides what Optimum writes (our own contracts from finetune/).
-SIDECARS = ("normalization.json", "training_config.json", "calibration.json")  # calibration: issue 33
+SIDECARS = ("normalization.json", "training_config.json", "reference.json", "calibration.json")
 CANDIDATE = ".int8-candidate.onnx"  # a recipe's output while it is judged; never served
 SLOW_CANDIDATE = ".int8-slow.onnx"  # the fastest recipe that passed accuracy but not speed, so far
 

@@ -48,7 +48,8 @@ from serving.scoring import (
 from textdata.errors import DataError, UsageError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
 from textdata.run_folder import model_in_run
-from textdata.tables import count_rows, iter_table, table_format
+from textdata.table_limits import TableLimits
+from textdata.tables import count_rows, iter_rows, table_format
 
 log = logging.getLogger("serving.score")
 RAY_ONLY = ("--address", "--num-workers", "--gpus-per-worker")
@@ -61,6 +62,16 @@ def _fingerprint(cfg: ScoreConfig, clf: Classifier, columns: list[str]) -> dict:
 
 
 # ---------------------------------------------------------------- the run
+WARN_ROWS = 10
+
+
+def _warn_rows(path: Path, row_errors: dict[int, str], warned: int) -> int:
+    """The first rows the reader flagged, named on stderr as they are met (all of them are in `error`)."""
+    for i in sorted(row_errors)[: max(0, WARN_ROWS - warned)]:
+        log.warning("%s: %s; kept with this in `error`, not scored", path, row_errors[i])
+    return warned + len(row_errors)
+
+
 def check_output(output: Path) -> None:
     """Fail before scoring, not after an hour of it: the output must be a file path in a folder we can write."""
     if output.is_dir():
@@ -92,11 +103,13 @@ def run(cfg: ScoreConfig) -> dict:
     if cfg.output.resolve() == cfg.input.resolve():
         raise DataError(f"{cfg.output}: the output would overwrite the input")
     needed = {cfg.text_column: "--text-column", **({cfg.id_column: "--id-column"} if cfg.id_column else {})}
-    chunks = iter_table(cfg.input, cfg.batch_rows, columns=needed, encoding=cfg.encoding)
+    # Every row is kept: one the reader cannot read right (a field too many: a shifted row) is flagged in `error`.
+    chunks = iter_rows(cfg.input, cfg.batch_rows, columns=needed, encoding=cfg.encoding,
+                       limits=TableLimits(cut=cfg.truncation))
     first = next(chunks)  # parses the header and checks columns before the model loads
     t0 = time.time()
     clf = load_model(cfg, cfg.threads)
-    columns, top_k = output_columns(list(first.columns), clf.labels, cfg, cfg.input)
+    columns, top_k = output_columns(list(first.frame.columns), clf.labels, cfg, cfg.input)
     ext = cfg.output.suffix
     parts, done = prepare_parts(cfg, _fingerprint(cfg, clf, columns), ext)
     skip = sum(n for _, n in done)
@@ -107,7 +120,7 @@ def run(cfg: ScoreConfig) -> dict:
     bar = tqdm(total=total, initial=min(skip, total or skip), unit="rows",
                disable=not cfg.progress, desc="scoring", file=sys.stderr)
     rows_in, scored_now, t_score = 0, 0, time.time()
-    tally = Tally(cfg.id_column)
+    tally, warned = Tally(cfg.id_column), 0
     for path, _ in done:
         tally.add_part(path, out_fmt, columns)
 
@@ -115,14 +128,15 @@ def run(cfg: ScoreConfig) -> dict:
         yield first
         yield from chunks
 
-    for chunk in all_chunks():
+    for chunk, row_errors, row_notes in all_chunks():
         start, rows_in = rows_in, rows_in + len(chunk)
         if rows_in <= skip or len(chunk) == 0:
             continue  # already in a part (resume), or a header-only file
         if start < skip:
             raise DataError(f"--resume: the parts end at row {skip}, inside a chunk of --batch-rows "
                             f"{cfg.batch_rows}; delete {parts} and start over")
-        out = score_frame(clf, chunk, cfg.text_column, top_k)
+        warned = _warn_rows(cfg.input, row_errors, warned)
+        out = score_frame(clf, chunk, cfg.text_column, top_k, row_errors, row_notes)
         append_part(parts, done, out, ext, out_fmt, tally)
         scored_now += len(out)
         bar.update(len(out))

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import shutil
 from collections import Counter
 from dataclasses import asdict, dataclass
@@ -23,6 +24,8 @@ from textdata.tables import atomic_path, missing_text, write_json, write_table
 
 log = logging.getLogger("serving.score")
 PARTS_SUFFIX = ".parts"
+# "row 3 (line 4): 3 fields, ...; the row begins '...'" counts as "3 fields, ...": kinds, not one per row
+_ROW_PARTS = re.compile(r"^row \d+ \(line \d+\): |; the row begins .*$", re.DOTALL)
 MANIFEST = "manifest.json"
 
 
@@ -74,11 +77,18 @@ def prediction_columns(labels: list[str], top_k: int | None) -> list[str]:
     return cols + ["error", "model_version"]
 
 
-def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int | None) -> pd.DataFrame:
-    """`df` with the prediction columns appended; rows without usable text get `error` and no prediction."""
+def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int | None,
+                row_errors: dict[int, str] | None = None, row_notes: dict[int, str] | None = None) -> pd.DataFrame:
+    """`df` with the prediction columns appended; rows without usable text get `error` and no prediction.
+
+    `row_errors` / `row_notes` (by position; textdata.tables.iter_rows): rows the reader could not read
+    right (no prediction, the reason in `error`) and rows it changed (a cell cut: predicted, the note in
+    `error`)."""
     labels = clf.labels
     raw = df[text_column]
     errors = np.where(missing_text(raw), "empty text", None).astype(object)
+    for i, why in (row_errors or {}).items():
+        errors[i] = why
     texts = raw.where(~missing_text(raw), "").astype(str).tolist()
     ok = np.flatnonzero(pd.isna(errors))
     # Normalisation can empty a text (e.g. only emoji under the `kc` recipe): a prediction on the
@@ -111,6 +121,9 @@ def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int 
     else:
         for j, lab in enumerate(labels):
             out[f"prob_{lab}"] = probs[:, j]
+    for i, note in (row_notes or {}).items():
+        if errors[i] is None:
+            errors[i] = note
     out["error"] = errors
     folder = getattr(clf, "folder", None)  # the version that scored each row: registry versions say v1, v2, ...
     out["model_version"] = model_version(folder) if folder is not None else None
@@ -253,7 +266,7 @@ class Tally:
     def add(self, df: pd.DataFrame) -> None:
         self.labels.update(df["pred_label"].dropna())
         bad = df["error"].notna()
-        self.errors.update(df.loc[bad, "error"])
+        self.errors.update(_ROW_PARTS.sub("", str(e)) for e in df.loc[bad, "error"])
         if self.id_column and len(self.error_ids) < 20:
             self.error_ids += df.loc[bad, self.id_column].astype(str).tolist()[: 20 - len(self.error_ids)]
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import codecs
 import csv
 import json
+import logging
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -18,7 +19,13 @@ from pathlib import Path
 
 import pandas as pd
 
+from textdata.blank import BLANK
 from textdata.errors import DataError
+from textdata.parquet_rows import parquet_rows
+from textdata.table_limits import TableLimits
+from textdata.text_rows import Rows, delimited_rows, jsonl_rows
+
+log = logging.getLogger("textdata")
 
 FORMATS = {".csv": "csv", ".tsv": "tsv", ".txt": "tsv", ".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet"}
 
@@ -44,18 +51,30 @@ def read_encoding(encoding: str) -> str:
     return "utf-8-sig" if is_utf8(encoding) else encoding
 
 
-def check_encoding(path: Path, encoding: str) -> None:
-    """Decode line by line so the error names the line, which pandas' message does not."""
+def check_encoding(path: Path, encoding: str, block: int = 1 << 20) -> None:
+    """Decode the file a block at a time (never a whole line: one line may be the whole file) so the error
+    names the line, which pandas' message does not."""
+    decoder = codecs.getincrementaldecoder(encoding)()
+    lineno, column = 1, 0
     with open(path, "rb") as f:
-        for lineno, raw in enumerate(f, start=1):
+        while True:
+            raw = f.read(block)
             try:
-                raw.decode(encoding)
+                decoder.decode(raw, final=not raw)
             except UnicodeDecodeError as e:
-                bad = raw[e.start : e.start + 4]
+                at = max(e.start - len(e.object) + len(raw), 0)  # the decoder may hold bytes from the last block
+                lineno += raw.count(b"\n", 0, at)
+                column = at - raw.rfind(b"\n", 0, at) - 1 if b"\n" in raw[:at] else column + at
+                bad = raw[at : at + 4]
                 hint = " (Korean files from Excel are often cp949: try --encoding cp949)" if is_utf8(encoding) else ""
                 raise DataError(
-                    f"{path}: line {lineno} is not valid {encoding} (bytes {bad!r} at column {e.start + 1}){hint}"
+                    f"{path}: line {lineno} is not valid {encoding} (bytes {bad!r} at column {column + 1}){hint}"
                 ) from None
+            if not raw:
+                return
+            newlines = raw.count(b"\n")
+            lineno += newlines
+            column = len(raw) - raw.rfind(b"\n") - 1 if newlines else column + len(raw)
 
 
 def _checked_input(path: str | os.PathLike, encoding: str) -> tuple[Path, str, str]:
@@ -73,29 +92,63 @@ def _checked_input(path: str | os.PathLike, encoding: str) -> tuple[Path, str, s
     return p, fmt, encoding
 
 
+def iter_rows(
+    path: str | os.PathLike,
+    chunk_rows: int,
+    columns: Iterable[str] | None = None,
+    encoding: str = "utf-8",
+    limits: TableLimits | None = None,
+) -> Iterator[Rows]:
+    """The table in chunks of `chunk_rows` rows, each with the rows that cannot be used (`errors`: a row with
+    more fields than the header, or fewer where a column in `columns` is missing; a JSONL line that is no
+    object) and those that were changed (`notes`: a cell over `limits.max_cell_chars` cut), by position.
+
+    For callers that keep every row (batch scoring). Strings stay strings (no NA guessing: a text "NA"
+    stays text); `columns` must exist (checked on the first chunk); a file with a header and no rows
+    yields one empty frame with its columns. Bounded by `limits` (textdata/table_limits.py) before parsing."""
+    if chunk_rows < 1:
+        raise ValueError("chunk_rows must be positive")
+    limits = limits or TableLimits()
+    p, fmt, encoding = _checked_input(path, encoding)
+    needed = list(columns) if columns is not None else None
+    if fmt == "parquet":
+        chunks = parquet_rows(p, chunk_rows, limits)
+    elif fmt == "jsonl":
+        chunks = jsonl_rows(p, encoding, chunk_rows, limits)
+    else:
+        chunks = delimited_rows(p, "\t" if fmt == "tsv" else ",", encoding, chunk_rows, limits, needed)
+    first = True
+    for chunk in chunks:
+        if first and columns is not None:
+            require_columns(chunk.frame, columns, p)
+        first = False
+        yield chunk
+
+
+def _strict(chunks: Iterator[Rows], path) -> Iterator[pd.DataFrame]:
+    """Chunks for callers that need every row right (training tables): a row problem is an error naming the
+    file, row and line; cut cells are logged."""
+    for chunk in chunks:
+        if chunk.errors:
+            first = min(chunk.errors)
+            more = f" (and {len(chunk.errors) - 1} more rows in this chunk)" if len(chunk.errors) > 1 else ""
+            raise DataError(f"{path}: {chunk.errors[first]}{more}")
+        if chunk.notes:
+            log.warning("%s: %s%s", path, chunk.notes[min(chunk.notes)],
+                        f" (and {len(chunk.notes) - 1} more rows)" if len(chunk.notes) > 1 else "")
+        yield chunk.frame
+
+
 def read_table(
     path: str | os.PathLike,
     columns: Iterable[str] | None = None,
     encoding: str = "utf-8",
+    limits: TableLimits | None = None,
 ) -> pd.DataFrame:
-    """Read CSV/TSV/JSONL/Parquet as strings (no NA guessing: a text "NA" stays text)."""
-    p, fmt, encoding = _checked_input(path, encoding)
-    try:
-        if fmt == "csv":
-            df = pd.read_csv(p, dtype=str, keep_default_na=False, encoding=encoding)
-        elif fmt == "tsv":
-            df = pd.read_csv(p, sep="\t", dtype=str, keep_default_na=False, quoting=3, encoding=encoding)
-        elif fmt == "jsonl":
-            df = pd.read_json(p, lines=True, dtype=False, encoding=encoding)
-        else:
-            df = pd.read_parquet(p)
-    except pd.errors.EmptyDataError:
-        raise DataError(f"{p}: the file is empty") from None
-    except (pd.errors.ParserError, ValueError, OSError) as e:
-        raise DataError(f"{p}: cannot parse as {fmt}: {str(e).strip().splitlines()[0]}") from None
-    if columns is not None:
-        require_columns(df, columns, p)
-    return df
+    """Read CSV/TSV/JSONL/Parquet whole, strings as strings; any row that does not fit the header is an
+    error (`iter_rows` for its rules and bounds)."""
+    frames = list(_strict(iter_rows(path, 1 << 62, columns, encoding, limits), path))
+    return frames[0] if len(frames) == 1 else pd.concat(frames)
 
 
 def require_columns(df: pd.DataFrame, columns: Iterable[str], path: str | os.PathLike) -> None:
@@ -112,8 +165,9 @@ def require_columns(df: pd.DataFrame, columns: Iterable[str], path: str | os.Pat
 
 
 def missing_text(values: pd.Series) -> pd.Series:
-    """True where a cell holds no usable text: NaN/None or only whitespace."""
-    return values.isna() | values.astype(str).str.strip().eq("")
+    """True where a cell holds no usable text: NaN/None, or only whitespace or invisible characters
+    (NUL, zero-width: textdata/blank.py)."""
+    return values.isna() | values.astype(str).str.fullmatch(BLANK.pattern).fillna(False).astype(bool)
 
 
 @contextmanager
@@ -171,51 +225,8 @@ def iter_table(
     chunk_rows: int,
     columns: Iterable[str] | None = None,
     encoding: str = "utf-8",
+    limits: TableLimits | None = None,
 ) -> Iterator[pd.DataFrame]:
-    """`read_table` in chunks of `chunk_rows` rows, so a file larger than memory can be processed.
-
-    Same parsing rules and messages as `read_table`; `columns` are checked on the first chunk, and a
-    file with a header but no rows yields one empty frame so callers still see its columns.
-    """
-    if chunk_rows < 1:
-        raise ValueError("chunk_rows must be positive")
-    p, fmt, encoding = _checked_input(path, encoding)
-    try:
-        if fmt == "csv":
-            chunks = pd.read_csv(p, dtype=str, keep_default_na=False, chunksize=chunk_rows,
-                                 encoding=encoding)
-        elif fmt == "tsv":
-            chunks = pd.read_csv(p, sep="\t", dtype=str, keep_default_na=False, quoting=3, chunksize=chunk_rows,
-                                 encoding=encoding)
-        elif fmt == "jsonl":
-            chunks = pd.read_json(p, lines=True, dtype=False, encoding=encoding, chunksize=chunk_rows)
-        else:
-            import pyarrow.parquet as pq
-
-            pf = pq.ParquetFile(p)
-            schema = pf.schema_arrow
-            batches = pf.iter_batches(batch_size=chunk_rows)
-            chunks = (b.to_pandas() for b in batches)
-            empty = schema.empty_table().to_pandas()
-        first = True
-        for chunk in chunks:
-            if first and columns is not None:
-                require_columns(chunk, columns, p)
-            first = False
-            yield chunk
-        if first:
-            if fmt == "parquet":
-                chunk = empty
-            else:
-                chunk = pd.read_csv(p, dtype=str, nrows=0, sep="\t" if fmt == "tsv" else ",", encoding=encoding) \
-                    if fmt != "jsonl" \
-                    else pd.DataFrame()
-            if columns is not None:
-                require_columns(chunk, columns, p)
-            yield chunk
-    except pd.errors.EmptyDataError:
-        raise DataError(f"{p}: the file is empty") from None
-    except (pd.errors.ParserError, ValueError, OSError) as e:
-        if isinstance(e, DataError):
-            raise
-        raise DataError(f"{p}: cannot parse as {fmt}: {str(e).strip().splitlines()[0]}") from None
+    """`read_table` in chunks of `chunk_rows` rows, so a file larger than memory can be processed: the same
+    rules, bounds and messages."""
+    yield from _strict(iter_rows(path, chunk_rows, columns, encoding, limits), path)

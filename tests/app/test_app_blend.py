@@ -31,7 +31,7 @@ def blended(tiny_classifier_dir, tmp_path_factory, toy_rows):
 def classify(folder, *flags):
     cfg = parse_args(["--model", str(folder), "--no-ui", *flags])
     clf = Classifier.load(folder, provider="torch", blend=cfg.blend)
-    with TestClient(create_app(cfg, clf)) as c:
+    with TestClient(base_url="http://127.0.0.1", app=create_app(cfg, clf)) as c:
         r = c.post("/v1/classify", json={"texts": TEXTS})
         model = c.get("/v1/model").json()
     assert r.status_code == 200, r.text

@@ -27,7 +27,7 @@ class FakeClassifier:
 
 def test_allowed_origin_gets_cors_headers_and_preflight_skips_auth():
     cfg = Config(model="m", ui=False, api_key="k", cors_origins=("https://app.example",))
-    with TestClient(create_app(cfg, FakeClassifier())) as client:
+    with TestClient(base_url="http://127.0.0.1", app=create_app(cfg, FakeClassifier())) as client:
         pre = client.options("/v1/classify", headers={"Origin": "https://app.example",
                                                       "Access-Control-Request-Method": "POST",
                                                       "Access-Control-Request-Headers": "authorization,content-type"})

@@ -120,7 +120,8 @@ def test_tables_that_cannot_train_are_refused_with_what_to_do(tmp_path):
 def admin_app(registry, tmp_path):
     def make(**kw):
         cfg = Config(ui=False, data_dir=tmp_path, models_dir=registry.root, train_model="m", **kw)
-        return TestClient(create_app(cfg, load_classifier(cfg, registry.path("v1")), registry=registry, version="v1"))
+        app = create_app(cfg, load_classifier(cfg, registry.path("v1")), registry=registry, version="v1")
+        return TestClient(app, base_url="http://127.0.0.1")
     return make
 
 
@@ -131,7 +132,8 @@ def test_admin_refused_without_a_key_off_loopback(admin_app, tmp_path):
             r = getattr(c, method)(path)
             assert r.status_code == 403, path
             assert "--api-key" in r.json()["detail"] and "--allow-admin" in r.json()["detail"]
-        assert c.get("/v1/models").json()["active"] == "v1"  # reading is not an admin action
+        for path in ("/v1/models", "/v1/jobs", "/v1/jobs/20250101-000000-abcdef", "/v1/jobs/20250101-000000-abcdef/log"):
+            assert c.get(path).status_code == 403, path  # reading the registry and jobs: the same rule (issue 29)
         body = c.post("/v1/classify", json={"text": "꿈에서 봤다"}).json()
         assert body["model_version"] == "v1"
     with admin_app(host="0.0.0.0", allow_admin=True) as c:
@@ -179,3 +181,25 @@ def test_candidate_worse_on_the_slice_stays_listed_with_both_scores(registry, tm
     assert d["promoted"] is True and activated == [made]
     made, d = decide("manual", 0.90, 0.60, "c")
     assert d["promoted"] is False and "--promote manual" in d["why"] and activated == ["v3"]
+
+
+def test_read_routes_show_names_not_server_paths(admin_app, registry, spread_model_dir, tmp_path):
+    """/v1/models showed imported_from and base_model paths, jobs and their logs staging paths, a 404 the
+    registry's path (issue 29)."""
+    root = str(registry.root.resolve())
+    job = registry.root / ".jobs" / "20250101-000000-abcdef"
+    job.mkdir(parents=True)
+    (job / "job.json").write_text(json.dumps({
+        "id": job.name, "status": "failed", "base_model": "/srv/encoders/kc-electra", "params": {},
+        "data": {"train_rows": 3}, "error": f"the training process exited with status 1. Last lines: saved {root}/.staging-x/m"}))
+    (job / "train.log").write_text(f"writing {root}/.staging-x/model.onnx\nloading /home/me/runs/pretrain/discriminator\n")
+    with admin_app() as c:
+        listing = c.get("/v1/models").text
+        record, log = c.get(f"/v1/jobs/{job.name}").text, c.get(f"/v1/jobs/{job.name}/log").text
+        jobs = c.get("/v1/jobs").text
+        missing = c.post("/v1/models/v9/activate").json()["detail"]
+    assert str(spread_model_dir.resolve()) not in listing and spread_model_dir.name in listing
+    for shown in (listing, record, log, jobs, missing):
+        assert root not in shown and "/srv/" not in shown and "/home/" not in shown, shown
+    assert "kc-electra" in record and "model.onnx" in log and "discriminator" in log
+    assert missing.startswith("no version v9 in models")

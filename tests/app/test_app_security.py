@@ -30,7 +30,7 @@ AUTH = {"Authorization": f"Bearer {KEY}"}
 
 @pytest.fixture
 def client(engine):
-    with TestClient(create_app(Config(model="m", ui=False, api_key=KEY), engine)) as c:
+    with TestClient(base_url="http://127.0.0.1", app=create_app(Config(model="m", ui=False, api_key=KEY), engine)) as c:
         c.app_state = c.app.state.server
         yield c
 
@@ -45,6 +45,9 @@ def rejected_auth(c) -> float:
     ({"text": ""}, "text", "empty text"),
     ({"text": " \n\t "}, "text", "empty text"),
     ({"texts": ["fine", "   "]}, "texts.1", "empty text"),
+    ({"text": "\x00\x00\x00"}, "text", "empty text"),  # answered at 0.999 before issue 29
+    ({"texts": ["fine", "\u200b\u200d\ufeff \u2060"]}, "texts.1", "empty text"),
+    ({"text": "\u3164\u115f"}, "text", "empty text"),  # Hangul fillers: letters by category, blank on screen
 ])
 def test_empty_texts_get_422_not_500(client, body, field, message):
     r = client.post("/v1/classify", json=body, headers=AUTH)
@@ -103,7 +106,7 @@ def test_ui_cookie_expires_is_per_start_and_ui_only(client, engine):
                              follow_redirects=False)
     assert "Secure" in behind_tls.headers["set-cookie"]
     # Another start of the server (a new secret) does not take this cookie.
-    with TestClient(create_app(Config(model="m", ui=False, api_key=KEY), engine)) as restarted:
+    with TestClient(base_url="http://127.0.0.1", app=create_app(Config(model="m", ui=False, api_key=KEY), engine)) as restarted:
         assert restarted.get("/ui/x", headers=cookie).status_code == 401
     # Logout revokes it on the server, not only in the browser.
     out = client.get("/logout", headers=cookie, follow_redirects=False)
@@ -113,24 +116,72 @@ def test_ui_cookie_expires_is_per_start_and_ui_only(client, engine):
     assert not expired.valid(expired.issue()) and UiSessions().valid(UiSessions().issue()) is False
 
 
-def test_wrong_keys_are_throttled_and_counted(client):
+def test_wrong_keys_are_throttled_and_counted_and_the_right_key_still_passes(client):
+    """After 10 wrong keys from one address the right key was refused too for 60 s: everyone behind one proxy
+    locked out by one guesser. Now the address is slowed (each check waits, two at once), not locked."""
+    client.app_state.throttle.delay_s = 0.05
     before = rejected_auth(client)
     codes = [client.post("/login", data={"key": f"guess-{i}"}).status_code for i in range(12)]
     assert codes[:10] == [401] * 10 and codes[10:] == [429, 429]
-    # Blocked: the right key is not even checked, on /login or the API, until the window passes.
-    assert client.post("/login", data={"key": KEY}, follow_redirects=False).status_code == 429
-    blocked = client.get("/v1/labels", headers=AUTH)
+    blocked = client.get("/v1/labels", headers={"Authorization": "Bearer wrong"})
     assert blocked.status_code == 429 and int(blocked.headers["retry-after"]) > 0
-    assert client.get("/healthz", headers=AUTH).status_code == 200
-    client.app_state.throttle._seen.clear()  # the window passing
+    assert client.get("/v1/labels", headers=AUTH).status_code == 200  # the right key, from the same address
+    assert client.post("/login", data={"key": KEY}, follow_redirects=False).status_code == 303
+    assert client.get("/healthz").status_code == 200
     assert rejected_auth(client) - before >= 13
-    assert client.get("/v1/labels", headers=AUTH).status_code == 200
+
+
+def test_a_blocked_address_gets_two_slowed_checks_at_once():
+    from app.gate import AuthThrottle
+
+    throttle = AuthThrottle(delay_s=0.2)
+
+    async def main():
+        return await asyncio.gather(*(throttle.slowed("10.0.0.9") for _ in range(3)), throttle.slowed("10.0.0.8"))
+
+    start = time.monotonic()
+    assert asyncio.run(main()) == [True, True, False, True] and time.monotonic() - start >= 0.2
+    for client in ("10.0.0.9", "10.0.0.9", "10.0.0.8"):
+        throttle.done(client)
+    assert throttle._checking == {}
+
+
+def _client_address_seen(settings: dict, forwarded_for: str) -> str:
+    async def echo(scope, receive, send):
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": scope["client"][0].encode()})
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(echo, host="127.0.0.1", port=port, log_config=None, lifespan="off",
+                                           **settings))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 20
+        while not server.started:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        return httpx.get(f"http://127.0.0.1:{port}/", headers={"X-Forwarded-For": forwarded_for}).text
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_forwarded_headers_are_trusted_only_from_named_proxies(monkeypatch):
+    """uvicorn trusted X-Forwarded-For from 127.0.0.1 by default: a client could rotate it to escape the
+    throttle, or spoof another address to lock that one out."""
+    from app.gate import proxy_settings
+
+    monkeypatch.setenv("FORWARDED_ALLOW_IPS", "*")  # uvicorn's own variable must not switch it on either
+    assert _client_address_seen(proxy_settings(Config(model="m")), "203.0.113.7") == "127.0.0.1"
+    behind = parse_args(["--forwarded-allow-ips", "127.0.0.1"])
+    assert _client_address_seen(proxy_settings(behind), "203.0.113.7") == "203.0.113.7"
 
 
 def test_model_info_does_not_show_server_paths(engine, monkeypatch):
     monkeypatch.setattr(engine, "_report", {"source": "/srv/private/runs/model", "eval_csv": "/home/x/eval.csv",
                                             "passed": True, "files": {"model.onnx": {"checked": True}}})
-    with TestClient(create_app(Config(model="m", ui=False), engine)) as c:
+    with TestClient(base_url="http://127.0.0.1", app=create_app(Config(model="m", ui=False), engine)) as c:
         report = c.get("/v1/model").json()["export_report"]
     assert report == {"source": "model", "eval_csv": "eval.csv", "passed": True,
                       "files": {"model.onnx": {"checked": True}}}

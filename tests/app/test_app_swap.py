@@ -114,7 +114,9 @@ def test_cli_activation_switches_the_running_server_or_is_put_back(swap_server):
     assert models_cli(["activate", other, "--models-dir", str(models)]) == 0
     wait_serving(other)
     assert httpx.post(url + "/v1/classify", json={"text": "꿈에서 봤다"}).json()["model_version"] == other
-    assert models_cli(["activate", "v3", "--models-dir", str(models)]) == 0  # the truncated ONNX
+    assert models_cli(["activate", "v3", "--models-dir", str(models)]) == 2  # the truncated ONNX: checked first
+    assert (models / "active").read_text().strip() == other
+    assert models_cli(["activate", "v3", "--no-check", "--models-dir", str(models)]) == 0  # moved unchecked
     deadline = time.monotonic() + 60
     while (models / "active").read_text().strip() != other and time.monotonic() < deadline:
         time.sleep(0.3)

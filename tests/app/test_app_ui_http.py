@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from pathlib import Path
@@ -197,3 +198,71 @@ def test_ui_job_stops_when_its_client_is_gone(server):
     _wait_for_cancel(server, before)
     _queue_big_score_job(server, uuid.uuid4().hex[:12])  # and never open its stream
     _wait_for_cancel(server, before + 1)
+
+
+def _upload(server, name: str, body: bytes) -> dict:
+    path = httpx.post(server.url + "/ui/gradio_api/upload", files={"files": (name, body, "text/csv")}).json()[0]
+    return {"path": path, "orig_name": name, "meta": {"_type": "gradio.FileData"}}
+
+
+def _call(server, api_name: str, file: dict) -> dict:
+    fn_index, _, inputs = next(f for f in all_functions(server.url) if f[1] == api_name)
+    return gradio_call(server.url, fn_index, [file if c["type"] == "file" else c.get("props", {}).get("value")
+                                              for c in inputs])
+
+
+def test_batch_tab_flags_a_shifted_row_and_the_label_tab_refuses_it(server):
+    """The Batch tab read `hello, world,1` under `text,id` as text "hello"... shifted: now that row is kept,
+    unscored, with the reason in `error`; the Label tab refuses the file naming the row."""
+    shifted = _upload(server, "shifted.csv", b"text,id\nhello, world,1\nsecond row,2\n")
+    done = _call(server, "score_file", shifted)
+    assert done["success"], done
+    scored = pd.read_csv(done["output"]["data"][0]["path"], dtype=str, keep_default_na=False)
+    assert scored["text"].tolist() == ["hello", "second row"] and scored["pred_label"][0] == ""
+    assert scored["error"][0].startswith("row 1 (line 2): 3 fields, the header has 2") and scored["error"][1] == ""
+    assert "1 rows not scored" in done["output"]["data"][1]
+    refused = _call(server, "start", shifted)
+    assert not refused["success"] and "shifted.csv: row 1 (line 2): 3 fields" in json.dumps(refused)
+
+
+def test_first_row_column_bomb_through_the_ui(server):
+    """'text\\na' + a million commas (1 MB) parsed for 18+ minutes at 5 GB in the server: one flagged row now."""
+    bomb = _upload(server, "bomb.csv", b"text\na" + b"," * 1_000_000)
+    start = time.monotonic()
+    done = _call(server, "score_file", bomb)
+    assert done["success"] and time.monotonic() - start < 60
+    scored = pd.read_csv(done["output"]["data"][0]["path"], dtype=str, keep_default_na=False)
+    assert scored.shape[0] == 1 and scored["error"][0].startswith("row 1 (line 2): 1000001 fields")
+    refused = _call(server, "start", bomb)
+    assert not refused["success"] and "1000001 fields" in json.dumps(refused)
+    assert httpx.get(server.url + "/healthz", timeout=5).status_code == 200
+
+
+def test_an_upload_being_read_stops_when_the_server_shuts_down(tmp_path, monkeypatch):
+    """After SIGTERM the server lived on at 6.3 GB while pandas parsed: a UI read now asks every 512 rows."""
+    from functools import partial
+
+    from app.api import ServerState
+    from app.ui import _stop_reason
+
+    monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
+    path = tmp_path / "rows.csv"
+    path.write_text("text\n" + "row\n" * 2000, encoding="utf-8")
+    state = ServerState()
+    assert len(_read_upload(Config(model="m"), str(path), "text", partial(_stop_reason, state))[0]) == 2000
+    state.draining = True
+    with pytest.raises(gr.Error, match="rows.csv: reading stopped: the server is shutting down"):
+        _read_upload(Config(model="m"), str(path), "text", partial(_stop_reason, state))
+    # and a scoring job already past reading stops at its next chunk
+    from app.ui import _score_chunks
+
+    with pytest.raises(gr.Error, match="Cancelled: the server is shutting down"):
+        _score_chunks(2000, lambda a, b: [], lambda *a, **k: None, "Scoring", "rows", threading.Lock(), state)
+
+
+def test_one_upload_request_may_not_hold_more_than_the_limit_in_all(server):
+    """Ten 19 MB files in one request were all stored: Gradio checks each file, not the request."""
+    files = [("files", (f"part{i}.csv", b"text\n" + b"a" * (3 * 1024 * 1024), "text/csv")) for i in range(8)]
+    r = httpx.post(server.url + "/ui/gradio_api/upload", files=files, timeout=60)
+    assert r.status_code == 413 and "--max-upload-mb" in r.json()["detail"]
+    assert httpx.post(server.url + "/ui/gradio_api/upload", files=files[:2], timeout=60).status_code == 200

@@ -31,7 +31,7 @@ clf = Classifier.load(cfg.model)
 registry = Registry(cfg.registry_dir)
 version, _new = registry.register_folder(cfg.model)
 registry.set_active(version)
-with TestClient(create_app(cfg, clf, None, registry, version)) as client:
+with TestClient(base_url="http://127.0.0.1", app=create_app(cfg, clf, None, registry, version)) as client:
     health = client.get("/healthz").status_code
     ui = client.get("/ui/").status_code
     got = client.post("/v1/classify", json={"texts": ["꿈에서 봤다", "오류 발생했다"]}).json()
@@ -86,7 +86,7 @@ from serving.engine import Classifier
 
 cfg = parse_args(["--model", sys.argv[2], "--data-dir", sys.argv[3], "--no-ui"])
 clf = Classifier.load(cfg.model)
-with TestClient(create_app(cfg, clf)) as client:
+with TestClient(base_url="http://127.0.0.1", app=create_app(cfg, clf)) as client:
     got = client.post("/v1/classify", json={"texts": json.loads(sys.argv[4])}).json()
 print("RESULT " + json.dumps({"blend": clf.info()["blend"], "classify": got,
                               "loaded": sorted(n for n in json.loads(sys.argv[1]) if sys.modules.get(n))}))

@@ -223,3 +223,19 @@ def test_a_carriage_return_in_a_text_reads_back_unchanged(exported_dir, tmp_path
     _run(exported_dir, inp, out)
     back = pd.read_csv(out, dtype=str, keep_default_na=False)
     assert back["text"].tolist() == texts and back["pred_label"].ne("").all()  # raw text kept for pipelines
+
+
+def test_a_shifted_row_is_flagged_and_kept_never_scored_shifted(exported_dir, tmp_path, caplog):
+    """`hello, world,1` under `text,id` once scored " world" and "2" with exit 0 and errors: 0."""
+    inp, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    inp.write_text("text,id\nhello, world,1\nsecond row,2\nshort\n", encoding="utf-8")
+    summary = _run(exported_dir, inp, out, id_column="id")
+    got = pd.read_csv(out, dtype=str, keep_default_na=False)
+    assert got["text"].tolist() == ["hello", "second row", "short"] and got["id"].tolist() == [" world", "2", ""]
+    assert got["error"][0].startswith("row 1 (line 2): 3 fields, the header has 2") and got["pred_label"][0] == ""
+    assert got["error"][1] == "" and got["pred_label"][1] != ""
+    assert got["error"][2].startswith("row 3 (line 4): 1 field, the header has 2: no 'id'")
+    assert summary["errors"] == 2 and summary["error_kinds"] == {
+        "3 fields, the header has 2 (a comma inside a text not in double quotes?)": 1,
+        "1 field, the header has 2: no 'id'": 1}
+    assert f"{inp}: row 1 (line 2): 3 fields" in caplog.text  # named on stderr as met

@@ -1,0 +1,295 @@
+"""How the served model is doing: drift of what it sees and says against the reference saved with it
+(textdata/drift.py), per model version, over a sliding window; and the live audit sample (app/audit.py).
+
+The request path only puts one tuple on a bounded queue (`observe`); a daemon thread bins it into the
+version's window, so monitoring costs the API a queue put per request. Statistics (PSI) are computed when
+read: by /v1/monitor, /metrics and the Monitor tab, and every `check_every` answers to log a line when a
+statistic crosses its alert threshold. Windows and their drift history are saved to the data folder
+(`monitor/state.json`, atomically) every `save_every_s` and at shutdown, and read back at start.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import queue
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from textdata.drift import (
+    CONFIDENCE_EDGES,
+    LENGTH_EDGES,
+    NONE_LABEL,
+    PSI_ALERT,
+    PSI_WATCH,
+    REFERENCE_FILE,
+    bin_index,
+    level,
+    psi,
+)
+from textdata.tables import write_json
+
+log = logging.getLogger("app")
+KINDS = ("class_mix", "confidence", "length")
+HISTORY = 500  # drift snapshots kept per version (one every check_every answers)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One answered text, as the window keeps it."""
+
+    t: float
+    names: tuple  # answered label(s); NONE_LABEL for a multi-label answer with none
+    confidence_bin: int
+    length_bin: int
+    overlong: bool  # cut at the model's max length
+    unsure: bool  # under the calibrated threshold ("not sure"), where the model has one
+
+
+def answered(pred) -> tuple[tuple, float, bool]:
+    """(labels, top score, not sure) of an engine prediction, single- or multi-label."""
+    names = getattr(pred, "labels", None)
+    if isinstance(names, (list, tuple)):  # multi-label: the labels over their thresholds
+        scores = getattr(pred, "scores", None) or getattr(pred, "probabilities", {}) or {0: 0.0}
+        return tuple(names) or (NONE_LABEL,), float(max(scores.values())), getattr(pred, "confident", True) is False
+    return (pred.label,), float(pred.score), getattr(pred, "confident", True) is False
+
+
+def read_reference(folder, labels: list[str]) -> tuple[dict | None, str]:
+    """(the version's reference, '') or (None, why there is none)."""
+    path = Path(folder) / REFERENCE_FILE if folder is not None else None
+    if path is None or not path.is_file():
+        return None, "no reference: this version was made before references were saved (or not by k-fold --final)"
+    try:
+        ref = json.loads(path.read_text(encoding="utf-8"))
+        mix = ref["class_mix"]
+        if not isinstance(ref["confidence"]["counts"], list) or not isinstance(ref["length"]["counts"], list):
+            raise TypeError("histogram counts are not lists")
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        return None, f"reference.json unreadable ({type(e).__name__}); drift is not computed"
+    unknown = sorted(set(mix) - set(labels) - {NONE_LABEL})
+    if unknown:
+        return None, f"reference.json is from another model (labels {unknown[:5]} not served); drift is not computed"
+    return ref, ""
+
+
+class Window:
+    """The last `size` answers of one version within `span_s` seconds, with running counts."""
+
+    def __init__(self, version: str, labels: list[str], reference: dict | None, why: str, size: int, span_s: float):
+        self.version, self.labels, self.reference, self.why = version, list(labels), reference, why
+        self.size, self.span_s = size, span_s
+        self.seen: deque[Seen] = deque()
+        self.mix: Counter = Counter()
+        self.confidence = np.zeros(len(CONFIDENCE_EDGES) - 1, dtype=np.int64)
+        self.length = np.zeros(len(LENGTH_EDGES) - 1, dtype=np.int64)
+        self.overlong = self.unsure = self.empty = self.total = 0
+        self.history: deque = deque(maxlen=HISTORY)
+        self.alerting: set[str] = set()
+
+    def add(self, s: Seen) -> None:
+        self.seen.append(s)
+        self.total += 1
+        self._count(s, +1)
+        while len(self.seen) > self.size:
+            self._count(self.seen.popleft(), -1)
+
+    def expire(self, now: float) -> None:
+        while self.seen and self.seen[0].t < now - self.span_s:
+            self._count(self.seen.popleft(), -1)
+
+    def _count(self, s: Seen, sign: int) -> None:
+        for name in s.names:
+            self.mix[name] += sign
+        self.confidence[s.confidence_bin] += sign
+        self.length[s.length_bin] += sign
+        self.overlong += sign * s.overlong
+        self.unsure += sign * s.unsure
+
+    def statistics(self) -> dict:
+        """PSI per kind against the reference (None without one), and the window's shares."""
+        n = len(self.seen)
+        names = [*self.labels, *([NONE_LABEL] if NONE_LABEL in (self.reference or {}).get("class_mix", {}) else [])]
+        drift = None
+        if self.reference is not None and n:
+            ref = self.reference
+            drift = {"class_mix": psi([ref["class_mix"].get(k, 0) for k in names], [self.mix.get(k, 0) for k in names]),
+                     "confidence": psi(ref["confidence"]["counts"], self.confidence),
+                     "length": psi(ref["length"]["counts"], self.length)}
+        return {"n": n, "drift": drift,
+                "levels": {k: level(v) for k, v in drift.items()} if drift else None,
+                "class_mix": {k: self.mix.get(k, 0) for k in names},
+                "confidence_counts": self.confidence.tolist(), "length_counts": self.length.tolist(),
+                "overlong_share": self.overlong / n if n else 0.0, "not_sure_share": self.unsure / n if n else 0.0,
+                "empty_rejected": self.empty}
+
+    def to_json(self) -> dict:
+        return {"labels": self.labels, "total": self.total, "empty": self.empty, "history": list(self.history),
+                "seen": [[s.t, list(s.names), s.confidence_bin, s.length_bin, s.overlong, s.unsure] for s in self.seen]}
+
+    def restore(self, saved: dict) -> None:
+        for t, names, cb, lb, over, unsure in saved.get("seen", [])[-self.size:]:
+            self.add(Seen(t, tuple(names), cb, lb, bool(over), bool(unsure)))
+        self.total, self.empty = saved.get("total", self.total), saved.get("empty", 0)
+        self.history.extend(saved.get("history", []))
+
+
+class Monitor:
+    def __init__(self, folder: Path | None, size: int = 1000, span_s: float = 24 * 3600, check_every: int = 100,
+                 save_every_s: float = 30.0, max_pending: int = 10_000):
+        if size < 1 or span_s <= 0:
+            raise ValueError("the monitor window needs a size >= 1 and a span > 0 seconds")
+        self.folder = Path(folder) if folder is not None else None
+        self.audit = None  # app.audit.AuditQueue when --audit-rate > 0
+        self.label_root: Path | None = None  # where the audit sessions are, for live precision
+        self.size, self.span_s, self.check_every, self.save_every_s = size, span_s, check_every, save_every_s
+        self.windows: dict[str, Window] = {}
+        self.lock = threading.Lock()
+        self._pending: queue.Queue = queue.Queue(maxsize=max_pending)
+        self.dropped = 0  # answers not counted because the binning thread fell behind (never blocks a request)
+        self._saved = self._load()
+        self._last_save = time.monotonic()
+        self._thread = threading.Thread(target=self._run, name="monitor", daemon=True)
+        self._thread.start()
+
+    # ----------------------------------------------------------- request path: one queue put
+    def observe(self, engine, preds: list, texts: list[str], seqs: list, max_length: int | None) -> None:
+        """The answers to `texts` (token ids `seqs`; one of `max_length` tokens was cut) by `engine`."""
+        try:
+            self._pending.put_nowait(("answers", engine, preds, texts, seqs, max_length, time.time()))
+        except queue.Full:
+            self.dropped += len(preds)
+
+    def rejected_empty(self, engine, n: int = 1) -> None:
+        try:
+            self._pending.put_nowait(("empty", engine, n))
+        except queue.Full:
+            pass
+
+    def flush(self) -> None:
+        """Wait until every observed answer is binned (tests, shutdown)."""
+        self._pending.join()
+
+    # ----------------------------------------------------------- the binning thread
+    def _run(self) -> None:
+        while True:
+            item = self._pending.get()
+            try:
+                if item is None:
+                    return
+                self._bin(item)
+            except Exception:  # monitoring must never take the server down
+                log.exception("monitor: could not count an answer")
+            finally:
+                self._pending.task_done()
+            if time.monotonic() - self._last_save > self.save_every_s:
+                self.save()
+
+    def _bin(self, item) -> None:
+        kind, engine = item[0], item[1]
+        with self.lock:
+            w = self._window(engine)
+            if kind == "empty":
+                w.empty += item[2]
+                return
+            _, _, preds, texts, seqs, max_length, now = item
+            names_of = []
+            for pred, text, seq in zip(preds, texts, seqs):
+                names, top, unsure = answered(pred)
+                names_of.append(names)
+                w.add(Seen(now, names, bin_index(top, CONFIDENCE_EDGES), bin_index(len(text), LENGTH_EDGES),
+                           bool(max_length and len(seq) >= max_length), unsure))
+                if w.total % self.check_every == 0:
+                    self._check(w, now)
+        if self.audit is not None:
+            self.audit.offer(engine.version, texts, [list(n) for n in names_of])
+
+    def _window(self, engine) -> Window:
+        w = self.windows.get(engine.version)
+        if w is None:
+            clf = engine.clf
+            ref, why = read_reference(getattr(clf, "folder", None), list(clf.labels))
+            w = self.windows[engine.version] = Window(engine.version, list(clf.labels), ref, why, self.size,
+                                                      self.span_s)
+            if engine.version in self._saved:
+                w.restore(self._saved.pop(engine.version))
+        return w
+
+    def _check(self, w: Window, now: float) -> None:
+        w.expire(now)
+        stats = w.statistics()
+        if stats["drift"] is None:
+            return
+        w.history.append({"t": round(now, 1), "n": stats["n"], **{k: round(v, 4) for k, v in stats["drift"].items()}})
+        for k, v in stats["drift"].items():
+            if v >= PSI_ALERT and k not in w.alerting:
+                w.alerting.add(k)
+                log.warning("drift alert: %s PSI %.3f >= %.2f on version %s over the last %d answers", k, v,
+                            PSI_ALERT, w.version, stats["n"],
+                            extra={"fields": {"event": "drift_alert", "kind": k, "psi": round(v, 4),
+                                              "version": w.version}})
+            elif v < PSI_ALERT and k in w.alerting:
+                w.alerting.discard(k)
+
+    # ----------------------------------------------------------- reading
+    def snapshot(self) -> dict:
+        now = time.time()
+        with self.lock:
+            versions = {}
+            for v, w in self.windows.items():
+                w.expire(now)
+                versions[v] = {**w.statistics(), "total": w.total, "reference": w.reference, "reference_note": w.why,
+                               "history": list(w.history), "alerts": sorted(w.alerting), "labels": w.labels}
+        return {"window": {"size": self.size, "span_s": self.span_s}, "thresholds": {"watch": PSI_WATCH, "alert": PSI_ALERT},
+                "dropped": self.dropped, "audit_queue": len(self.audit) if self.audit is not None else 0,
+                "versions": versions}
+
+    def report(self) -> dict:
+        """/v1/monitor: the snapshot, with live precision per version from the labeled audit sessions."""
+        from .audit import live_precision
+
+        snap = self.snapshot()
+        snap["audit"] = {"rate": self.audit.rate if self.audit is not None else 0.0, "queued": snap["audit_queue"],
+                         "live_precision": live_precision(self.label_root) if self.label_root is not None else {}}
+        for version, live in snap["audit"]["live_precision"].items():
+            if version in snap["versions"]:
+                snap["versions"][version]["live_precision"] = live
+        return snap
+
+    # ----------------------------------------------------------- persistence
+    def _state_path(self) -> Path | None:
+        return self.folder / "state.json" if self.folder is not None else None
+
+    def _load(self) -> dict:
+        path = self._state_path()
+        if path is None or not path.is_file():
+            return {}
+        try:
+            return json.loads(path.read_text(encoding="utf-8")).get("versions", {})
+        except (OSError, ValueError) as e:
+            log.warning("monitor: %s unreadable (%s); starting fresh windows", path.name, type(e).__name__)
+            return {}
+
+    def save(self) -> None:
+        path = self._state_path()
+        if path is None:
+            return
+        with self.lock:
+            state = {"versions": {**self._saved, **{v: w.to_json() for v, w in self.windows.items()}}}
+        if state["versions"]:  # nothing served yet: nothing to keep
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write_json(path, state)
+        if self.audit is not None:
+            self.audit.save()
+        self._last_save = time.monotonic()
+
+    def close(self) -> None:
+        self.flush()
+        self._pending.put(None)
+        self._thread.join(timeout=5)
+        self.save()

@@ -1,0 +1,108 @@
+"""The UI's Monitor tab: what the served version sees and says now against its reference (drift), the drift
+over time, and live precision from the audit sample; and the button that opens an audit session."""
+
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+
+from .audit import start_session
+
+
+def _shares(counts) -> list[float]:
+    total = sum(counts) or 1
+    return [c / total for c in counts]
+
+
+def figure(version: dict):
+    """Three panels: answered-label mix now vs reference, confidence histogram now vs reference, PSI over time."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
+    ref = version.get("reference") or {}
+    names = list(version["class_mix"])
+    x = range(len(names))
+    ax = axes[0]
+    ax.bar([i - 0.2 for i in x], _shares(version["class_mix"].values()), width=0.4, label="now")
+    if ref:
+        ax.bar([i + 0.2 for i in x], _shares([ref["class_mix"].get(k, 0) for k in names]), width=0.4, label="reference")
+    ax.set_xticks(list(x), names, rotation=45, ha="right")
+    ax.set_title("answered labels (share)")
+    ax.legend()
+    ax = axes[1]
+    bins = range(len(version["confidence_counts"]))
+    ax.bar([b / 10 + 0.025 for b in bins], _shares(version["confidence_counts"]), width=0.045, label="now")
+    if ref:
+        ax.bar([b / 10 + 0.075 for b in bins], _shares(ref["confidence"]["counts"]), width=0.045, label="reference")
+    ax.set_xlabel("top-label confidence")
+    ax.set_title("confidence (share)")
+    ax.legend()
+    ax = axes[2]
+    history = version.get("history") or []
+    for kind in ("class_mix", "confidence", "length"):
+        ax.plot([h["t"] - history[0]["t"] for h in history], [h[kind] for h in history], label=kind)
+    ax.axhline(0.25, color="red", linestyle="--", linewidth=1, label="alert (0.25)")
+    ax.axhline(0.1, color="orange", linestyle=":", linewidth=1, label="watch (0.1)")
+    ax.set_xlabel("seconds since the first check")
+    ax.set_title("drift (PSI) over time")
+    ax.legend(fontsize=8)
+    return fig
+
+
+def summary(report: dict, version: str) -> str:
+    v = report["versions"].get(version)
+    if v is None:
+        return f"Version **{html.escape(version)}** has answered nothing since it started serving."
+    lines = [(f"Version **{html.escape(version)}**: {v['n']} answers in the window (last {report['window']['size']}), "
+              f"{v['total']} counted since monitoring began.")]
+    if v["drift"] is None:
+        lines.append(f"No drift statistics: {html.escape(v['reference_note'] or 'no answers yet')}.")
+    else:
+        lines.append("| statistic | PSI | level |\n|---|---|---|")
+        lines += [f"| {k} | {val:.3f} | {v['levels'][k]} |" for k, val in v["drift"].items()]
+    lines.append(f"\nCut at the token limit: {v['overlong_share']:.1%} · not sure: {v['not_sure_share']:.1%} · "
+                 f"empty texts refused: {v['empty_rejected']}")
+    live = v.get("live_precision")
+    if live:
+        lo, hi = live["interval"]
+        lines.append(f"\n**Live precision** {live['precision']:.1%} (95% interval {lo:.1%}–{hi:.1%}) on "
+                     f"{live['audited']} audited answers.")
+    audit = report.get("audit", {})
+    lines.append(f"\nAudit sample: rate {audit.get('rate', 0):g}, {audit.get('queued', 0)} texts waiting."
+                 + ("" if audit.get("rate") else " Start the server with --audit-rate 0.05 to sample served texts."))
+    return "\n".join(lines)
+
+
+def monitor_tab(cfg, state, store) -> None:
+    monitor = state.monitor
+
+    def refresh():
+        report = monitor.report()
+        version = state.engine.version
+        v = report["versions"].get(version)
+        return summary(report, version), (figure(v) if v and v["n"] else None)
+
+    def audit(n):
+        if monitor.audit is None:
+            return "The audit is off: start the server with --audit-rate (e.g. 0.05)."
+        session = start_session(store, monitor.audit, list(state.engine.clf.labels), int(n))
+        if session is None:
+            return "No sampled texts are waiting yet."
+        return (f"Audit session of {session.meta['rows']} texts made: open the Label tab and choose it under "
+                "'Earlier sessions' (the model's answers are hidden there).")
+
+    with gr.Tab("Monitor", id="monitor", elem_id="tab-monitor") as tab:
+        m_summary = gr.Markdown(elem_id="monitor-summary")
+        m_plot = gr.Plot(label="now vs reference", elem_id="monitor-plot")
+        with gr.Row():
+            m_refresh = gr.Button("Refresh", elem_id="monitor-refresh")
+            m_n = gr.Number(value=50, precision=0, minimum=1, maximum=500, label="Texts per audit session")
+            m_audit = gr.Button("Start an audit session", elem_id="monitor-audit")
+        m_message = gr.Markdown(elem_id="monitor-message")
+        m_refresh.click(refresh, None, [m_summary, m_plot])
+        tab.select(refresh, None, [m_summary, m_plot])
+        m_audit.click(audit, m_n, m_message)

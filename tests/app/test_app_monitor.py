@@ -1,0 +1,226 @@
+"""Drift of what the served model sees and says, and live precision from the audit (app/monitor.py,
+app/audit.py): a simulated shift raises an alert, steady traffic raises none, an oracle-labeled audit gives a
+live precision whose interval holds the true one, windows survive a restart, and the API shows it all."""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pytest
+from starlette.testclient import TestClient
+
+from app.audit import AuditQueue, live_precision, start_session, wilson
+from app.config import Config, parse_args
+from app.labeling import SessionStore
+from app.monitor import Monitor
+from textdata.drift import REFERENCE_FILE, build_reference
+
+LABELS = ["dream", "error", "memo"]
+MIX = [0.5, 0.3, 0.2]
+
+
+@dataclass
+class Pred:
+    label: str
+    score: float
+    probabilities: dict
+
+
+@dataclass
+class FakeClf:
+    folder: Path
+    labels: list
+    max_length: int = 32
+
+
+@dataclass
+class FakeEngine:
+    clf: FakeClf
+    version: str
+
+
+def traffic(rng, n, mix=MIX):
+    """Answers drawn like the reference: labels by `mix`, confidences spread over 0.4-1, texts of 5-60 chars."""
+    labels = rng.choice(len(LABELS), size=n, p=mix)
+    conf = rng.uniform(0.4, 1.0, size=n)
+    lengths = rng.integers(5, 60, size=n)
+    preds = [Pred(LABELS[k], float(c), {}) for k, c in zip(labels, conf)]
+    texts = [f"t{rng.integers(1 << 40)}".ljust(int(m), "x") for m in lengths]
+    return preds, texts, [[1] * 10 for _ in texts]
+
+
+@pytest.fixture
+def reference_folder(tmp_path):
+    rng = np.random.default_rng(0)
+    preds, texts, _ = traffic(rng, 4000)
+    probs = np.zeros((len(preds), 3))
+    for i, p in enumerate(preds):  # the top score where the label is; the rest spread below it
+        k = LABELS.index(p.label)
+        probs[i] = (1 - p.score) / 2
+        probs[i, k] = p.score
+    folder = tmp_path / "v1"
+    folder.mkdir()
+    (folder / REFERENCE_FILE).write_text(json.dumps(build_reference(probs, texts, LABELS)))
+    return folder
+
+
+def feed(monitor, engine, rng, n, mix=MIX, chunk=50):
+    for _ in range(0, n, chunk):
+        monitor.observe(engine, *traffic(rng, chunk, mix), 32)
+    monitor.flush()
+
+
+def test_a_shift_to_one_class_alerts_within_1000_answers_and_steady_traffic_never(reference_folder, tmp_path,
+                                                                                   caplog):
+    engine = FakeEngine(FakeClf(reference_folder, LABELS), "v1")
+    rng = np.random.default_rng(1)
+    monitor = Monitor(tmp_path / "mon", size=1000)
+    with caplog.at_level(logging.WARNING, logger="app"):
+        feed(monitor, engine, rng, 5000)  # 5,000 answers of the reference mix
+        steady = monitor.snapshot()["versions"]["v1"]
+        assert steady["alerts"] == [] and "drift alert" not in caplog.text
+        assert max(h["class_mix"] for h in steady["history"]) < 0.1  # checked every 100 answers, never near
+        feed(monitor, engine, rng, 1000, mix=[0, 1, 0])  # then only "error"
+    shifted = monitor.snapshot()["versions"]["v1"]
+    assert "class_mix" in shifted["alerts"] and shifted["levels"]["class_mix"] == "alert"
+    first = next(i for i, h in enumerate(shifted["history"]) if h["class_mix"] >= 0.25)
+    assert len(shifted["history"]) - first <= 10  # within the last 1,000 answers (a check every 100)
+    assert "drift alert: class_mix" in caplog.text and caplog.text.count("drift alert: class_mix") == 1
+    monitor.close()
+
+
+def test_windows_are_per_version_and_survive_a_restart(reference_folder, tmp_path):
+    rng = np.random.default_rng(2)
+    v1 = FakeEngine(FakeClf(reference_folder, LABELS), "v1")
+    v2 = FakeEngine(FakeClf(tmp_path / "no-ref", LABELS), "v2")
+    monitor = Monitor(tmp_path / "mon", size=300)
+    feed(monitor, v1, rng, 400)
+    feed(monitor, v2, rng, 100)
+    before = monitor.snapshot()["versions"]
+    monitor.close()
+    assert before["v1"]["n"] == 300 and before["v1"]["total"] == 400 and before["v2"]["n"] == 100
+    assert before["v2"]["drift"] is None and "no reference" in before["v2"]["reference_note"]
+    again = Monitor(tmp_path / "mon", size=300)
+    feed(monitor=again, engine=v1, rng=rng, n=50)
+    after = again.snapshot()["versions"]["v1"]
+    assert after["total"] == 450 and after["n"] == 300 and after["history"][:3] == before["v1"]["history"][:3]
+    again.close()
+
+
+def test_a_reference_from_another_model_or_broken_is_named_and_serving_goes_on(reference_folder, tmp_path):
+    other = FakeEngine(FakeClf(reference_folder, ["a", "b"]), "v3")
+    broken = tmp_path / "broken"
+    broken.mkdir()
+    (broken / REFERENCE_FILE).write_text("{not json")
+    monitor = Monitor(None)
+    feed(monitor, other, np.random.default_rng(3), 50)
+    monitor.observe(FakeEngine(FakeClf(broken, LABELS), "v4"), *traffic(np.random.default_rng(4), 5), 32)
+    monitor.flush()
+    versions = monitor.snapshot()["versions"]
+    assert "another model" in versions["v3"]["reference_note"] and versions["v3"]["drift"] is None
+    assert "unreadable" in versions["v4"]["reference_note"] and versions["v4"]["n"] == 5
+
+
+def test_a_full_pending_queue_drops_counts_without_blocking(tmp_path):
+    monitor = Monitor(None, max_pending=1)
+    engine = FakeEngine(FakeClf(tmp_path, LABELS), "v1")
+    with monitor.lock:  # the binning thread is stuck: the request path must still return at once
+        for _ in range(20):
+            monitor.observe(engine, *traffic(np.random.default_rng(5), 3), 32)
+    monitor.flush()
+    assert monitor.dropped > 0
+
+
+def test_live_precision_from_an_oracle_labeled_audit_holds_the_true_precision(tmp_path):
+    rng = np.random.default_rng(6)
+    queue = AuditQueue(tmp_path / "mon", rate=0.05, seed=7)
+    truth, answers, texts = {}, [], []
+    for i in range(4000):  # the model is right 80% of the time on this traffic
+        true = LABELS[rng.integers(3)]
+        said = true if rng.random() < 0.8 else LABELS[(LABELS.index(true) + 1) % 3]
+        text = f"served text {i}"
+        truth[text] = true
+        texts.append(text)
+        answers.append([said])
+    right = np.mean([a[0] == truth[t] for t, a in zip(texts, answers)])
+    queue.offer("v1", texts, answers)
+    queue.offer("v1", texts[:100], answers[:100])  # texts seen again are not sampled twice
+    assert 120 < len(queue) < 290 and len({i["text"] for i in queue.items.values()}) == len(queue)
+    store = SessionStore(tmp_path / "label")
+    session = start_session(store, queue, LABELS, n=1000)
+    assert session.meta["blind"] and session.meta["order"] == "file order" and len(queue) == 0
+    for row, text in enumerate(session.texts):  # the oracle labels every audited text
+        session.decide(row, truth[text])
+    live = live_precision(tmp_path / "label")["v1"]
+    lo, hi = live["interval"]
+    assert live["audited"] == len(session.texts) and lo <= right <= hi and hi - lo < 0.15
+    assert set(live["per_class"]) == set(LABELS)
+
+
+def test_audit_queue_is_bounded_drops_the_oldest_and_survives_a_restart(tmp_path):
+    queue = AuditQueue(tmp_path, rate=1.0, max_items=10)
+    queue.offer("v1", [f"t{i}" for i in range(25)], [["memo"]] * 25)
+    assert [i["text"] for i in queue.items.values()] == [f"t{i}" for i in range(15, 25)]
+    queue.save()
+    again = AuditQueue(tmp_path, rate=1.0, max_items=10)
+    assert len(again) == 10 and again.offer("v1", ["t3", "new"], [["memo"]] * 2) == 1  # t3 was sampled before
+    assert wilson(0, 0) == (0.0, 1.0) and 0 < wilson(1, 1)[0] < 1 == wilson(1, 1)[1]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["--audit-rate", "1.5"], "--audit-rate must be a share in [0, 1]"),
+    (["--audit-rate", "-0.1"], "--audit-rate must be a share in [0, 1]"),
+    (["--monitor-window", "0"], "--monitor-window must be at least 1"),
+])
+def test_bad_monitor_flags_are_one_line_errors(argv, message, capsys):
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--model", "m", *argv])
+    assert e.value.code == 2 and message in capsys.readouterr().err
+
+
+def test_api_reports_drift_metrics_and_audit_on_the_real_engine(spread_model_dir, tmp_path):
+    from app.server import create_app
+    from serving.engine import Classifier
+
+    folder = tmp_path / "model"
+    shutil.copytree(spread_model_dir, folder)
+    clf = Classifier.load(folder)
+    texts = ["꿈에서 봤다 오늘", "에러 발생했다 회의", "메모 약속 내일", "dream diary", "error memo", "좋은 날씨 일기"]
+    (folder / REFERENCE_FILE).write_text(json.dumps(build_reference(clf.predict_proba(texts), texts, clf.labels)))
+    clf = Classifier.load(folder)
+    cfg = Config(model="m", ui=False, data_dir=tmp_path / "data", audit_rate=1.0)
+    with TestClient(create_app(cfg, clf), base_url="http://127.0.0.1") as c:
+        assert c.post("/v1/classify", json={"texts": texts}).status_code == 200
+        assert c.post("/v1/classify", json={"texts": ["ok", "  "]}).status_code == 422  # an empty text, counted
+        c.app.state.server.monitor.flush()
+        report = c.get("/v1/monitor").json()
+        (version,) = report["versions"]
+        v = report["versions"][version]
+        assert v["n"] == len(texts) and v["empty_rejected"] == 1 and v["drift"]["class_mix"] < 0.1
+        assert report["audit"]["queued"] == len(texts)
+        metrics = c.get("/metrics").text
+        assert f'app_drift{{kind="class_mix",version="{version}"}}' in metrics
+        assert "app_audit_queue_texts 6.0" in metrics
+    assert (tmp_path / "data" / "monitor" / "state.json").is_file()  # saved at shutdown
+    with TestClient(create_app(Config(model="m", ui=False, monitor=False), clf), base_url="http://127.0.0.1") as c:
+        assert c.get("/v1/monitor").status_code == 404
+
+
+def test_monitor_tab_summary_and_figure_show_the_window_against_the_reference(reference_folder, tmp_path):
+    from app.ui_monitor import figure, summary
+
+    monitor = Monitor(None, size=500)
+    feed(monitor, FakeEngine(FakeClf(reference_folder, LABELS), "v1"), np.random.default_rng(8), 600, mix=[0, 0, 1])
+    report = monitor.report()
+    text = summary(report, "v1")
+    assert "| class_mix |" in text and "alert" in text and "500 answers in the window" in text
+    assert "answered nothing" in summary(report, "v9")
+    fig = figure(report["versions"]["v1"])
+    bars = fig.axes[0].patches
+    assert len(bars) == 2 * len(LABELS) and bars[2].get_height() == pytest.approx(1.0)  # now: all "memo"
+    assert len(fig.axes[2].lines) >= 3  # PSI of the three statistics over time
