@@ -58,7 +58,8 @@ def calibrated(spread_model_dir, tmp_path_factory):
 
 def client(folder, tmp_path, *flags):
     cfg = parse_args(["--model", str(folder), "--no-ui", "--data-dir", str(tmp_path / "data"), *flags])
-    return TestClient(create_app(cfg, Classifier.load(folder, provider="torch")))
+    # issue 29: in-process clients name 127.0.0.1 (a Host the server answers to)
+    return TestClient(create_app(cfg, Classifier.load(folder, provider="torch")), base_url="http://127.0.0.1")
 
 
 def test_confident_and_calibrated_scores(calibrated, tmp_path):
