@@ -43,6 +43,9 @@ def main(argv=None) -> int:
     calibrated = clf.predict_proba(df["text"].astype(str).tolist())
     clf.calibration = ServedCalibration()
     raw = clf.predict_proba(df["text"].astype(str).tolist())
+    alone = Classifier.load(a.model, blend=False)  # the model without the blend and calibration
+    alone.calibration = ServedCalibration()
+    model_alone = alone.predict_proba(df["text"].astype(str).tolist())
     sure = served.confident(calibrated)
     right = calibrated.argmax(1) == y
     result = {
@@ -58,6 +61,7 @@ def main(argv=None) -> int:
         },
         "calibrated": scores(calibrated, y),
         "uncalibrated": scores(raw, y),
+        "model_alone": scores(model_alone, y),
         "loadavg_before": load_before,
         "loadavg_after": os.getloadavg(),
     }
