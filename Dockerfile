@@ -1,6 +1,6 @@
 # ELECTRA classifier server: JSON API (/v1) and labeling UI (/ui) in one process.
 #
-# Three variants (VARIANT build argument; sizes measured in README.md, "Docker"):
+# Three variants (VARIANT build argument; sizes measured in docs/results.md, "Docker images"):
 #   cpu  (default) serves an exported ONNX folder (python -m serving.export) on ONNX Runtime, no torch
 #   full           adds CPU torch and the training stack: un-exported transformers folders, export, training
 #                  (the server's retraining child runs in the same container: compose.train.yaml)

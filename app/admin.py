@@ -42,7 +42,7 @@ def admin_refusal(cfg) -> str | None:
             f"(or ELECTRA_API_KEY), listen on 127.0.0.1, or pass --allow-admin to allow them without a key")
 
 
-TrainRequest = request_model()  # app/train_params.py: the same bounds the Train tab is checked against
+TrainRequest = request_model()  # app/train_params.py RETRAINABLE: the same bounds the Train tab is checked against
 
 
 def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Switcher) -> Jobs:

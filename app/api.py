@@ -23,6 +23,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from serving.multilabel import MultiLabelPrediction
 from textdata.blank import is_blank
 
 from .batcher import Closed, MicroBatcher, QueueFull
@@ -55,7 +56,8 @@ class ClassifyRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     texts: list[StrictStr] | None = Field(None, description="texts to classify, answered in the same order")
     text: StrictStr | None = Field(None, description="one text (instead of `texts`)")
-    top_k: StrictInt | None = Field(None, ge=1, description="keep only the k most likely labels in `probabilities`")
+    top_k: StrictInt | None = Field(None, ge=1, description="keep only the k most likely labels in `probabilities` "
+                                    "(`scores` for a multi-label model)")
     min_confidence: float | None = Field(None, ge=0, le=1, strict=True, description=(
         "this request's own threshold for `confident` (0-1), instead of the model's (GET /v1/model, calibration)"))
 
@@ -68,10 +70,19 @@ class LabelScore(BaseModel):
                                         "false: 'not sure'")
 
 
+class LabelSet(BaseModel):
+    """A multi-label model's answer for one text."""
+
+    labels: list[str] = Field(description="the labels whose probability is over their threshold; [] for none")
+    scores: dict[str, float] = Field(description="every label's probability (independent sigmoids, id order)")
+    model_version: str
+
+
 class ClassifyResponse(BaseModel):
     model: str
     model_version: str = Field(description="the registry version that answered (also in X-Model-Version)")
-    predictions: list[LabelScore]
+    predictions: list[LabelScore | LabelSet] = Field(description="LabelScore for a single-label model, "
+                                                                 "LabelSet for a multi-label one")
 
 
 def _invalid(loc: list, msg: str, kind: str) -> HTTPException:
@@ -140,7 +151,10 @@ def check_texts(texts: list[str], cfg: Config, field: str, single: bool, normali
             raise _invalid(["body", field] if single else ["body", field, i], problem, "value_error")
 
 
-def _shape(pred, top_k: int | None, min_confidence: float | None = None) -> dict:
+def _shape(pred, top_k: int | None, version: str, min_confidence: float | None = None) -> dict:
+    if isinstance(pred, MultiLabelPrediction):
+        scores = pred.scores if top_k is None else dict(sorted(pred.scores.items(), key=lambda kv: -kv[1])[:top_k])
+        return {"labels": pred.labels, "scores": scores, "model_version": version}
     probs = pred.probabilities
     if top_k is not None:
         probs = dict(sorted(probs.items(), key=lambda kv: -kv[1])[:top_k])
@@ -193,7 +207,8 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
         # request than the JSON encoding itself (response_model above still documents the schema).
         engine = request.state.engine
         return JSONResponse({"model": engine.name, "model_version": engine.version,
-                             "predictions": [_shape(p, req.top_k, req.min_confidence) for p in preds]})
+                             "predictions": [_shape(p, req.top_k, engine.version, req.min_confidence)
+                                             for p in preds]})
 
     async def classify_texts(texts: list[str], field: str, single: bool, request: Request) -> list:
         """Every route that classifies comes through here: the same limits (errors name the client's

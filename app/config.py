@@ -42,7 +42,7 @@ class Config:
     threads: int | None = None
     fp32: bool = False  # use model.onnx even where the export made model_quantized.onnx the CPU default
     int8: bool = False  # use model_quantized.onnx even where the export kept model.onnx the CPU default
-    blend: bool = True  # apply the model folder's TF-IDF blend when it has one (textdata/blend.py)
+    blend: bool = True  # apply the model folder's TF-IDF blend when it has one (baseline/blend.py)
     # Padded tokens per forward pass inside the engine. A batch is padded to its longest text, so with
     # mixed lengths a large budget on CPU pays for padding; GPUs want it large. None: by device.
     engine_batch_tokens: int | None = None

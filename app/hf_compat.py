@@ -9,6 +9,13 @@
 
 Both go through `classify_texts` from api.py: the same per-request limits, batcher, queue and timeout;
 the gate in front of every route applies the same auth and body limit.
+
+A multi-label model (serving/multilabel.py) answers what those clients get from one: on `POST /`, each
+label's sigmoid probability, most likely first (`function_to_apply` "sigmoid", the pipeline's default for
+such a model, or "none" for the logits); on `POST /predict`, TEI's `raw_scores: true` gives the logits,
+which a TEI client applies a sigmoid to itself (TEI would softmax them otherwise, meaningless across
+independent labels: here the default is the sigmoid probabilities). Neither shape carries the thresholds:
+`/v1/classify` answers the label set.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Literal
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
@@ -27,8 +34,10 @@ RESPONSES = {422: {"description": "invalid field (named)"}, 429: {"description":
 class HFParameters(BaseModel):
     model_config = ConfigDict(extra="forbid")
     top_k: StrictInt | None = Field(None, ge=1, description="keep only the k most likely labels")
-    # The engine answers softmax probabilities; another function would need the raw logits.
-    function_to_apply: Literal["softmax"] | None = Field(None, description="only 'softmax' (the default)")
+    # A single-label model answers softmax probabilities; a multi-label one sigmoids or, with "none", its logits.
+    function_to_apply: Literal["softmax", "sigmoid", "none"] | None = Field(
+        None, description="single-label models: only 'softmax' (the default); multi-label: 'sigmoid' (the default) "
+                          "or 'none' (logits)")
 
 
 class HFRequest(BaseModel):
@@ -45,25 +54,47 @@ class TEIRequest(BaseModel):
     # Texts are always cut at the model's maximum length, as on /v1/classify.
     truncate: StrictBool | None = None
     truncation_direction: Literal["Right", "right"] | None = None
-    raw_scores: Literal[False] | None = Field(None, description="only false: answers are probabilities")
+    raw_scores: StrictBool | None = Field(None, description="single-label models: only false (probabilities); "
+                                          "multi-label: true answers the logits")
 
 
-def _ranked(pred, top_k: int | None) -> list[dict]:
-    ranked = sorted(pred.probabilities.items(), key=lambda kv: -kv[1])
+def _ranked(pred, top_k: int | None, labels: list[str] | None = None) -> list[dict]:
+    """{label, score} most likely first; with `labels` (a multi-label raw-score answer) the logits."""
+    scores = pred.raw_scores(labels) if labels is not None else pred.probabilities
+    ranked = sorted(scores.items(), key=lambda kv: -kv[1])
     return [{"label": label, "score": score} for label, score in ranked[:top_k]]
 
 
+def _refuse(loc: list, msg: str) -> HTTPException:
+    return HTTPException(422, [{"type": "value_error", "loc": ["body", *loc], "msg": msg}])
+
+
 def add_hf_routes(app: FastAPI, classify_texts: Callable[..., Awaitable[list]]) -> None:
-    async def run(inputs: str | list[str], request: Request) -> list:
+    async def run(inputs: str | list[str], request: Request) -> tuple[list, object]:
+        """(predictions, the classifier that made them: whether it is multi-label decides the shape)."""
         single = isinstance(inputs, str)
-        return await classify_texts([inputs] if single else inputs, "inputs", single, request)
+        preds = await classify_texts([inputs] if single else inputs, "inputs", single, request)
+        return preds, request.state.engine.clf
 
     @app.post("/", summary="Hugging Face Inference API: text classification", responses=RESPONSES)
     async def hf_inference(req: HFRequest, request: Request):
-        top_k = req.parameters.top_k if req.parameters else None
-        return JSONResponse([_ranked(p, top_k) for p in await run(req.inputs, request)])
+        params = req.parameters or HFParameters()
+        preds, clf = await run(req.inputs, request)
+        multi = getattr(clf, "multi_label", False)
+        fn = params.function_to_apply
+        if fn is not None and fn not in (("sigmoid", "none") if multi else ("softmax",)):
+            allowed = "'sigmoid' or 'none'" if multi else "only 'softmax'"
+            kind = "a multi-label model: independent probabilities per label" if multi else "a single-label model"
+            raise _refuse(["parameters", "function_to_apply"], f"{fn!r}: this is {kind}; use {allowed}")
+        raw = list(clf.labels) if multi and fn == "none" else None
+        return JSONResponse([_ranked(p, params.top_k, raw) for p in preds])
 
     @app.post("/predict", summary="text-embeddings-inference: classification", responses=RESPONSES)
     async def tei_predict(req: TEIRequest, request: Request):
-        ranked = [_ranked(p, None) for p in await run(req.inputs, request)]
+        preds, clf = await run(req.inputs, request)
+        multi = getattr(clf, "multi_label", False)
+        if req.raw_scores and not multi:
+            raise _refuse(["raw_scores"], "only false for this single-label model: answers are probabilities")
+        raw = list(clf.labels) if req.raw_scores else None
+        ranked = [_ranked(p, None, raw) for p in preds]
         return JSONResponse(ranked[0] if isinstance(req.inputs, str) else ranked)

@@ -33,16 +33,11 @@ from textdata.tables import write_json, write_table
 from . import child_watch
 from .registry import Registry, RegistryError
 from .swap import ActivationError, Switcher
-from .train_params import TRAIN_PARAMS, check_params
-from .trainset import TrainingDataError, build, check, eval_share
+from .train_params import check_params, inherited, kfold_config
+from .trainset import TrainingDataError, active_label_sep, build, check, eval_share
 
 log = logging.getLogger("app")
 _JOB_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
-# What a retrain may set (POST /v1/train, the Train tab: app/train_params.py), with the kfold.py flag each
-# becomes; `normalize` is only inherited. Not given: the value the active version was trained with (its
-# training_config.json), else kfold.py's default.
-TRAIN_FIELDS = {**{p.name: p.flag for p in TRAIN_PARAMS if p.kind is not bool}, "normalize": "--normalize"}
-TRAIN_SWITCHES = {p.name: p.flag for p in TRAIN_PARAMS if p.kind is bool}
 DEFAULT_FOLDS = 5
 LOG_TAIL_LINES = 40
 
@@ -119,12 +114,9 @@ class Jobs:
     # ------------------------------------------------------------ starting
     def settings(self, given: dict) -> dict:
         """The retrain's settings: what was asked, else what the active version was trained with."""
-        conf = self._active_training_config().get("config", {})
-        inherited = {**{k: conf[k] for k in ("folds", "max_length", "seed", "normalize", "target_precision")
-                        if conf.get(k) is not None},
-                     **{k: v for k, v in conf.get("train", {}).items()
-                        if k in ("epochs", "lr", "batch_size", "class_weights")}}
-        out = {**inherited, **check_params(given)}  # the one check, for the API and the Train tab alike
+        # What a retrain may set, and inherits when not given: app/train_params.py RETRAINABLE; the one check,
+        # for the API and the Train tab alike.
+        out = {**inherited(self._active_training_config().get("config", {})), **check_params(given)}
         out.setdefault("folds", DEFAULT_FOLDS)
         if int(out["folds"]) < 2:
             raise TrainingDataError("folds must be at least 2")
@@ -171,26 +163,27 @@ class Jobs:
             base = self.base_model()
             share = eval_share(self.registry.root, self.cfg.eval_share)
             label_root = Path(self.cfg.data_dir) / "label"
-            ts = await asyncio.to_thread(build, label_root, self.cfg.train_data, share)
-            check(ts, int(params["folds"]))
-            return self._spawn(params, base, ts)
+            active = self.registry.active()
+            # a multi-label active model retrains multi-label: its separator, else None (single-label)
+            sep = active_label_sep(self.registry.path(active)) if active else None
+            ts = await asyncio.to_thread(build, label_root, self.cfg.train_data, share, sep)
+            check(ts, int(params["folds"]), sep)
+            return self._spawn(params, base, ts, sep)
 
-    def _spawn(self, params: dict, base: str, ts) -> dict:
+    def _spawn(self, params: dict, base: str, ts, label_sep: str | None = None) -> dict:
         job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
         folder = self.root / job_id
         folder.mkdir(parents=True)
         write_table(ts.train, folder / "train.csv")
         write_table(ts.eval, folder / "eval.csv")
         staging = self.registry.staging(job_id)
-        argv = ["--model", base, "--data", str(folder / "train.csv"), "--output", str(folder / "work"), "--final"]
-        for k, flag in TRAIN_FIELDS.items():
-            if k in params:
-                argv += [flag, str(params[k])]
-        argv += [flag for k, flag in TRAIN_SWITCHES.items() if params.get(k)]
+        multi = {"multi_label": True, "label_sep": label_sep} if label_sep else {}  # k-fold's --multi-label
+        kfold = kfold_config(params, model=base, data=str(folder / "train.csv"), output=str(folder / "work"),
+                             final=True, **multi)
         active = self.registry.active()
         champion = {"version": active, "folder": str(self.registry.path(active).resolve())} if active else None
-        write_json(folder / "spec.json", {"kfold_argv": argv, "folds": int(params["folds"]), "work": str(folder / "work"),
-                                          "staging": str(staging), "champion": champion, "nice": self.cfg.train_nice})
+        write_json(folder / "spec.json", {"kfold": kfold, "staging": str(staging), "champion": champion,
+                                          "nice": self.cfg.train_nice, **({"label_sep": label_sep} if label_sep else {})})
         record = {"id": job_id, "status": "running", "created": round(time.time(), 3), "params": params,
                   "base_model": base, "parent": active, "data": ts.sources, "conflicts": ts.conflicts,
                   "n_conflicts": ts.n_conflicts, "version": None, "decision": None, "error": None,

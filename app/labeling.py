@@ -7,6 +7,12 @@ A session is a folder under `<data-dir>/label/<id>/`:
   happens, so a crash or a closed tab loses nothing; state is rebuilt by replaying it;
 - `labeled.csv`: `text,label`, UTF-8, the format `finetune/kfold.py` reads, appended at each decision
   (rewritten only on undo) so it can be picked up at any moment.
+
+A session started on a multi-label model (meta `multi_label`, `label_sep`, `thresholds`) decides label
+sets: a journal `label` event carries `labels` (a list, possibly empty: "none of these") and `label`, the
+names joined by the separator in the session's label order, which is what labeled.csv holds (the format of
+`finetune/kfold.py --multi-label --label-sep`). The suggestion is the model's set over its thresholds, the
+confidence how far the least certain label is from its threshold (serving/multilabel.py decision_margin).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from serving.multilabel import decision_margin
 from textdata.tables import atomic_path
 
 from .uploads import FORMULA_START
@@ -93,20 +100,26 @@ class LabelSession:
     # ------------------------------------------------------------ creation and lookup
     @classmethod
     def create(cls, root: Path, source: str, texts: list[str], predictions: list, labels: list[str],
-               blind: bool = False) -> LabelSession:
-        """`predictions`: engine Predictions for `texts` (label, score, probabilities). `blind`: an audit
-        session (app/audit.py), shown without the model's answer, in file order."""
+               thresholds=None, label_sep: str | None = None, blind: bool = False) -> LabelSession:
+        """`predictions`: engine Predictions for `texts` (label, score, probabilities); with `thresholds` (a
+        multi-label model's, label order) MultiLabelPredictions, and the session decides label sets.
+        `blind`: an audit session (app/audit.py), shown without the model's answer, in file order."""
         sid = secrets.token_hex(6)
         folder = root / sid
         folder.mkdir(parents=True)
-        pd.DataFrame({
-            "text": texts,
-            "suggestion": [p.label for p in predictions],
-            "confidence": [p.score for p in predictions],
-            "probabilities": [json.dumps(p.probabilities) for p in predictions],
-        }).to_parquet(folder / "items.parquet", index=False)
+        if thresholds is None:
+            items = {"suggestion": [p.label for p in predictions], "confidence": [p.score for p in predictions],
+                     "probabilities": [json.dumps(p.probabilities) for p in predictions]}
+        else:
+            probs = np.array([[p.scores[lab] for lab in labels] for p in predictions]).reshape(len(texts), len(labels))
+            items = {"suggestion": [label_sep.join(p.labels) for p in predictions],
+                     "confidence": decision_margin(probs, np.asarray(thresholds, np.float64)),
+                     "probabilities": [json.dumps(p.scores) for p in predictions]}
+        pd.DataFrame({"text": texts, **items}).to_parquet(folder / "items.parquet", index=False)
         meta = {"id": sid, "source": Path(source).name, "created": time.time(), "labels": list(labels),
                 "order": ORDERS[2] if blind else ORDERS[0], "rows": len(texts), **({"blind": True} if blind else {})}
+        if thresholds is not None:
+            meta.update(multi_label=True, label_sep=label_sep, thresholds=[float(t) for t in thresholds])
         with atomic_path(folder / "meta.json") as tmp:
             tmp.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
         (folder / "journal.jsonl").touch()
@@ -119,6 +132,15 @@ class LabelSession:
     @property
     def labeled_path(self) -> Path:
         return self.folder / "labeled.csv"
+
+    @property
+    def multi_label(self) -> bool:
+        return bool(self.meta.get("multi_label"))
+
+    def suggested_set(self, row: int) -> list[str]:
+        """A multi-label session's suggestion for `row`: the model's labels over their thresholds."""
+        s = self.suggestion[row]
+        return s.split(self.meta["label_sep"]) if s else []
 
     # ------------------------------------------------------------ journal
     def _replay(self) -> None:
@@ -203,16 +225,25 @@ class LabelSession:
                     "todo": len(self.texts) - labeled - skipped}
 
     # ------------------------------------------------------------ actions
-    def decide(self, row: int, label: str) -> bool:
-        """Label `row`; False (and nothing written) when it is no longer the row on screen (double click)."""
+    def decide(self, row: int, label: str | list[str]) -> bool:
+        """Label `row`; False (and nothing written) when it is no longer the row on screen (double click).
+        A multi-label session takes a list of labels (empty: none of these); one name means that one alone."""
         with self.lock:
-            if label not in self.labels:
-                raise SessionError(f"unknown label {label!r}")
+            chosen = None
+            if self.multi_label:
+                chosen = [label] if isinstance(label, str) else list(label)
+                unknown = [x for x in chosen if x not in self.labels]
+                chosen = [x for x in self.labels if x in chosen]  # the session's label order, each once
+                label = self.meta["label_sep"].join(chosen)
+            else:
+                unknown = [] if label in self.labels else [label]
+            if unknown:
+                raise SessionError(f"unknown label {unknown[0]!r}")
             if row != self.current():
                 return False
             self._pin = None
-            self._log({"op": "label", "row": row, "label": label, "suggested": self.suggestion[row],
-                       "confidence": round(float(self.confidence[row]), 6)})
+            self._log({"op": "label", "row": row, "label": label, **({"labels": chosen} if chosen is not None else {}),
+                       "suggested": self.suggestion[row], "confidence": round(float(self.confidence[row]), 6)})
             self.status[row] = 2
             with open(self.labeled_path, "a", encoding="utf-8", newline="") as f:
                 f.write(_csv_line(self.texts[row], label))
@@ -251,6 +282,10 @@ class LabelSession:
         if name.startswith(FORMULA_START):
             # labeled.csv keeps raw text for training; a label like =HYPERLINK(...) would run in a spreadsheet.
             raise SessionError(f"label names cannot start with {' '.join(FORMULA_START[:4])}")
+        sep = self.meta.get("label_sep")
+        if self.multi_label and sep in name:
+            # labeled.csv joins a text's labels with it: such a name would read back as two labels
+            raise SessionError(f"label names cannot contain {sep!r}, which separates labels in labeled.csv")
         with self.lock:
             if name in self.labels:
                 raise SessionError(f"{name!r} is already a label")
@@ -284,8 +319,9 @@ class SessionStore:
                 self._open[sid] = LabelSession(folder)
             return self._open[sid]
 
-    def create(self, source: str, texts: list[str], predictions: list, labels: list[str]) -> LabelSession:
-        session = LabelSession.create(self.root, source, texts, predictions, labels)
+    def create(self, source: str, texts: list[str], predictions: list, labels: list[str], thresholds=None,
+               label_sep: str | None = None) -> LabelSession:
+        session = LabelSession.create(self.root, source, texts, predictions, labels, thresholds, label_sep)
         with self._lock:
             self._open[session.id] = session
         return session

@@ -41,12 +41,18 @@ class ActivationError(Exception):
 
 def check_engine(clf) -> None:
     """A loaded model that answers nonsense must not serve: every text gets finite probabilities summing to 1
-    over the model's own labels."""
+    over the model's own labels (for a multi-label model, each label's in [0, 1])."""
     if not list(clf.labels):
         raise ValueError("the model has no labels")
+    multi = getattr(clf, "multi_label", False)
     for pred in clf.predict(CHECK_TEXTS):
-        total = sum(pred.probabilities.values())
-        if not all(math.isfinite(p) for p in pred.probabilities.values()) or abs(total - 1) > 1e-3:
+        values = pred.probabilities.values()
+        if multi:  # independent per-label probabilities: each in [0, 1], no sum
+            if not all(math.isfinite(p) and 0 <= p <= 1 for p in values):
+                raise ValueError(f"its per-label probabilities are not probabilities ({pred.probabilities})")
+            continue
+        total = sum(values)
+        if not all(math.isfinite(p) for p in values) or abs(total - 1) > 1e-3:
             raise ValueError(f"its probabilities are not a distribution ({pred.probabilities})")
 
 

@@ -3,10 +3,13 @@
     python -m app.train_child JOB_DIR [--lifeline FD]   (started by the server, app/jobs.py; never imported by it)
 
 The server never trains: it writes JOB_DIR/spec.json and the tables and starts this module as a child
-process. It runs the project's one training path (`finetune.kfold.run`, as `finetune/kfold.py ... --final`)
+process. It runs the project's one training path (`finetune.kfold.run` on the k-fold config the server wrote
+in spec.json, as `finetune/kfold.py ... --final` would build it)
 and its one export path (`serving.export.run`, as `python -m serving.export --quantize`, gated on the
 evaluation slice, or on the training rows when the slice is empty), both into the job's staging folder,
-then scores the new model and the active one on the evaluation slice. On CPU it lowers its own priority
+then scores the new model and the active one on the evaluation slice. A multi-label active model retrains
+multi-label (app/jobs.py puts multi_label and label_sep in the k-fold config, and label_sep in the spec): the
+slice is then scored as label sets (multi-label macro-F1, micro-F1, subset accuracy). On CPU it lowers its own priority
 first. Progress (stage, fold, epoch, step, ETA) goes to JOB_DIR/progress.json; what it prints, to the
 job's log. The server renames the staging folder into a version only after this process exits 0, so a
 killed run leaves no version behind.
@@ -17,7 +20,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import shutil
 import sys
 import time
@@ -43,16 +45,18 @@ class Progress:
         self.state.update(stage=name, stage_index=index, step=0, steps=0, epoch=None, **fields)
         self.write(force=True)
 
-    def bar(self, desc: str, n: int, total: int, postfix: str) -> None:
-        m = re.match(r"fold (\d+)/(\d+)", desc or "")
-        if m:
-            fold = int(m.group(1))
-            if self.state["fold"] != fold or self.state["stage"] != desc:
-                self.stage(desc, fold - 1, fold=fold)
-        elif desc == "final" and self.state["stage"] != "final":
-            self.stage("final model", self.stages - 3)
-        epoch = re.search(r"epoch=(\d+)", postfix or "")
-        self.state.update(step=n, steps=total or 0, epoch=int(epoch.group(1)) if epoch else self.state["epoch"])
+    def kfold(self, event: dict) -> None:
+        """One of finetune.kfold.run's progress events: a training step of a fold or of the final model."""
+        if event["stage"] == "fold":
+            name = f"fold {event['fold']}/{event['folds']}"
+            if self.state["stage"] != name:
+                self.stage(name, event["fold"] - 1, fold=event["fold"])
+        elif event["stage"] == "final":
+            if self.state["stage"] != "final model":
+                self.stage("final model", self.stages - 3)
+        else:
+            return
+        self.state.update(step=event["step"], steps=event["steps"], epoch=event["epoch"])
         self.write()
 
     def write(self, force: bool = False) -> None:
@@ -70,29 +74,9 @@ class Progress:
         write_json(self.path, s)
 
 
-def report_bars(progress: Progress) -> None:
-    """Route the training loop's tqdm bars (finetune/train.py) through `progress` as well as the log."""
-    from tqdm.auto import tqdm
-
-    import finetune.train
-
-    class ReportingBar(tqdm):
-        def __init__(self, *args, **kwargs):
-            kwargs["mininterval"] = 5.0  # the log is a file: a line every few seconds is enough
-            super().__init__(*args, **kwargs)
-            progress.bar(self.desc, 0, self.total, "")
-
-        def update(self, n=1):
-            out = super().update(n)
-            progress.bar(self.desc, self.n, self.total, str(self.postfix or ""))
-            return out
-
-    finetune.train.tqdm = ReportingBar
-
-
-def eval_scores(folder: Path, table: Path) -> dict | None:
+def eval_scores(folder: Path, table: Path, label_sep: str | None = None) -> dict | None:
     """macro-F1 and accuracy of the model in `folder` on the evaluation slice (labels it does not know count
-    as errors)."""
+    as errors). With `label_sep` (multi-label): macro-F1 over labels, micro-F1 and subset accuracy."""
     from sklearn.metrics import accuracy_score, f1_score
 
     from serving.engine import Classifier
@@ -101,10 +85,29 @@ def eval_scores(folder: Path, table: Path) -> dict | None:
     if df.empty:
         return None
     clf = Classifier.load(folder)
+    if label_sep is not None:
+        return multi_label_scores(clf, df, label_sep)
     pred = [p.label for p in clf.predict(df["text"].tolist())]
     labels = sorted(set(df["label"]) | set(pred))
     return {"macro_f1": round(float(f1_score(df["label"], pred, labels=labels, average="macro", zero_division=0)), 4),
             "accuracy": round(float(accuracy_score(df["label"], pred)), 4), "rows": len(df)}
+
+
+def multi_label_scores(clf, df, label_sep: str) -> dict:
+    """The slice scored as label sets; a single-label model (the champion before a switch) answers sets of one."""
+    from sklearn.metrics import f1_score
+    from sklearn.preprocessing import MultiLabelBinarizer
+
+    from serving.multilabel import parse_label_set
+
+    truth = [parse_label_set(c, label_sep) for c in df["label"].fillna("")]
+    preds = clf.predict(df["text"].tolist())
+    pred = [p.labels if getattr(clf, "multi_label", False) else [p.label] for p in preds]
+    mlb = MultiLabelBinarizer(classes=sorted({n for s in truth + pred for n in s}))
+    y, p = mlb.fit_transform(truth), mlb.transform(pred)
+    return {"macro_f1": round(float(f1_score(y, p, average="macro", zero_division=0)), 4),
+            "micro_f1": round(float(f1_score(y, p, average="micro", zero_division=0)), 4),
+            "subset_accuracy": round(float((y == p).all(1).mean()), 4), "rows": len(df)}
 
 
 def run(job: Path) -> dict:
@@ -120,31 +123,35 @@ def run(job: Path) -> dict:
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("serving").setLevel(logging.INFO)
 
-    progress = Progress(job / "progress.json", spec["folds"])
-    report_bars(progress)
-    work, staging = Path(spec["work"]), Path(spec["staging"])
-    report = kfold.run(kfold.parse_args(spec["kfold_argv"]))
+    from finetune.config import config_from_json
 
-    progress.stage("export", spec["folds"] + 1)
+    cfg = config_from_json(spec["kfold"])
+    progress = Progress(job / "progress.json", cfg.folds)
+    work, staging = Path(cfg.output), Path(spec["staging"])
+    report = kfold.run(cfg, on_progress=progress.kfold)
+
+    progress.stage("export", cfg.folds + 1)
     gate = job / "gate.csv"  # the evaluation slice, labels the new model knows; else the training rows
     ev = read_table(job / "eval.csv")
-    ev = ev[ev["label"].isin(report["labels"])]
+    sep = spec.get("label_sep")  # a multi-label retrain (app/jobs.py put multi_label in the k-fold config)
+    if sep is None:  # multi-label: names the model does not know are left out by the export's gate (warned)
+        ev = ev[ev["label"].isin(report["labels"])]
     (ev if len(ev) else read_table(job / "train.csv")).to_csv(gate, index=False)
     with understood_messages_dropped():  # as `python -m serving.export` prints it
         exported = export.run(export.ExportConfig(model=work / "model", output=staging, quantize=True, eval_csv=gate))
-    progress.stage("scoring", spec["folds"] + 2)
+    progress.stage("scoring", cfg.folds + 2)
     shutil.copy2(work / "report.json", staging / "report.json")
     (staging / "training").mkdir(exist_ok=True)
     shutil.copy2(job / "train.csv", staging / "training" / "train.csv")
     champion = spec.get("champion")
     result = {
-        "labels": report["labels"], "rows": report["n_used"],
+        "labels": report["labels"], "rows": report["n_used"], **({"multi_label": True} if sep else {}),
         "cv_macro_f1": round(report["macro_f1_mean"], 4), "cv_macro_f1_std": round(report["macro_f1_std"], 4),
         "export": {"cpu_default": exported["cpu_default"], "quantization": (exported.get("quantization") or {}).get("recipe")},
-        "eval": eval_scores(staging, job / "eval.csv"),
-        "champion_eval": eval_scores(Path(champion["folder"]), job / "eval.csv") if champion else None,
+        "eval": eval_scores(staging, job / "eval.csv", sep),
+        "champion_eval": eval_scores(Path(champion["folder"]), job / "eval.csv", sep) if champion else None,
     }
-    progress.stage("done", spec["folds"] + 3)
+    progress.stage("done", cfg.folds + 3)
     write_json(job / "result.json", result)
     return result
 

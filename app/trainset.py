@@ -5,6 +5,9 @@ force (app/labeling.py `decisions`). One text labeled several times: the latest 
 decisions by their time, all of them after the base table), and texts that got different labels are
 listed as conflicts. Texts are compared with their whitespace collapsed.
 
+For a multi-label active model (`label_sep` given) a label cell is a set: names joined by the separator,
+empty for "none of these" (a real answer, kept); sets are compared and written with their names sorted.
+
 The evaluation slice: a text belongs to it when a hash of the text falls below `share` (fixed in the
 registry's eval_slice.json at first use), so a text is in it or not forever, whichever session labeled
 it, and no version ever trains on it.
@@ -20,6 +23,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from serving.multilabel import parse_label_set
 from textdata.errors import DataError
 from textdata.tables import missing_text, read_table, write_json
 
@@ -41,6 +45,21 @@ class TrainingSet:
     conflicts: list[dict] = field(default_factory=list)
     n_conflicts: int = 0
     sources: dict = field(default_factory=dict)
+
+
+def active_label_sep(folder: Path) -> str | None:
+    """The label separator when the model in `folder` is multi-label (thresholds.json's, else ";"); None when not."""
+    from serving.multilabel import DEFAULT_SEP, THRESHOLDS_FILE, is_multi_label
+
+    try:
+        if not is_multi_label(json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))):
+            return None
+    except (OSError, ValueError):
+        return None
+    try:
+        return json.loads((Path(folder) / THRESHOLDS_FILE).read_text(encoding="utf-8")).get("label_sep") or DEFAULT_SEP
+    except (OSError, ValueError, AttributeError):
+        return DEFAULT_SEP
 
 
 def key(text: str) -> str:
@@ -65,11 +84,21 @@ def eval_share(models_dir: Path, share: float) -> float:
     return fixed
 
 
-def _rows(label_root: Path, base: Path | None) -> tuple[list[dict], dict]:
+def canonical_set(cell, sep: str, where: str = "") -> str:
+    """A multi-label cell as the table holds it: its names sorted, joined by `sep` ("" for none)."""
+    return sep.join(sorted(parse_label_set(cell, sep, where)))
+
+
+def _rows(label_root: Path, base: Path | None, label_sep: str | None = None) -> tuple[list[dict], dict]:
     rows, sources = [], {"base_rows": 0, "sessions": 0, "session_decisions": 0}
     if base is not None:
         df = read_table(base, columns={"text": "--train-data (column text)", "label": "--train-data (column label)"})
-        df = df[~missing_text(df["text"]) & ~missing_text(df["label"])]
+        keep = ~missing_text(df["text"])
+        if label_sep is None:  # multi-label: an empty label cell is "none of these", a row like any other
+            keep &= ~missing_text(df["label"])
+        df = df[keep]
+        if label_sep is not None:
+            df = df.assign(label=[canonical_set(c, label_sep, f"{base} row {i + 2}") for i, c in zip(df.index, df["label"])])
         rows += [{"text": t, "label": str(lab).strip(), "ts": float("-inf"), "source": Path(base).name}
                  for t, lab in zip(df["text"], df["label"])]
         sources["base_rows"] = len(df)
@@ -78,14 +107,17 @@ def _rows(label_root: Path, base: Path | None) -> tuple[list[dict], dict]:
             if not (valid_session_id(folder.name) and (folder / "journal.jsonl").exists()):
                 continue
             found = decisions(folder)
+            if label_sep is not None:
+                found = [{**d, "label": canonical_set(d["label"], label_sep)} for d in found]
             rows += [{**d, "source": f"session {folder.name}"} for d in found]
             sources["sessions"] += 1
             sources["session_decisions"] += len(found)
     return rows, sources
 
 
-def build(label_root: Path, base: Path | None, share: float) -> TrainingSet:
-    rows, sources = _rows(Path(label_root), base)
+def build(label_root: Path, base: Path | None, share: float, label_sep: str | None = None) -> TrainingSet:
+    """label_sep: the active model is multi-label and its label cells are sets joined by this separator."""
+    rows, sources = _rows(Path(label_root), base, label_sep)
     latest: dict[str, dict] = {}
     seen: dict[str, list[dict]] = {}
     for _, r in sorted(enumerate(rows), key=lambda ir: (ir[1]["ts"], ir[0])):  # by time; ties in reading order
@@ -107,15 +139,26 @@ def build(label_root: Path, base: Path | None, share: float) -> TrainingSet:
                        conflicts[:MAX_CONFLICTS_SHOWN], len(conflicts), sources)
 
 
-def check(ts: TrainingSet, folds: int) -> None:
+def label_counts(labels: pd.Series, label_sep: str | None) -> pd.Series:
+    """Rows per label: per class, or for multi-label sets per name (a row counts once for each of its names)."""
+    if label_sep is None:
+        return labels.value_counts()
+    names = [n for cell in labels for n in (cell.split(label_sep) if cell else [])]
+    return pd.Series(names, dtype=object).value_counts()
+
+
+def check(ts: TrainingSet, folds: int, label_sep: str | None = None) -> None:
     """Refuse, before any training starts, a table k-fold cannot learn from; each message says what to do."""
     n, held = len(ts.train), len(ts.eval)
     if n == 0:
         where = f" (all {held} labeled texts fall in the evaluation slice)" if held else ""
         raise TrainingDataError(f"no labeled rows to train on{where}: label texts in the Label tab, or start the "
                                 "server with --train-data FILE (a text,label table)")
-    counts = ts.train["label"].value_counts()
-    if len(counts) < 2:
+    counts = label_counts(ts.train["label"], label_sep)
+    if label_sep is not None and counts.empty:
+        raise TrainingDataError(f"no row of the {n} in the training table has a label (all 'none of these'): a "
+                                "multi-label classifier needs texts with labels; label some")
+    if label_sep is None and len(counts) < 2:
         raise TrainingDataError(f"the training table has one class only ({counts.index[0]!r}, {n} rows): a "
                                 "classifier needs at least 2; label texts of another class")
     small = counts[counts < folds]

@@ -27,6 +27,7 @@ from gradio.context import LocalContext
 from serving.scoring import score_frame
 from textdata.tables import missing_text, write_table
 
+from . import ui_multilabel
 from .api import text_problem
 from .batcher import QueueFull
 from .labeling import ORDERS, SessionError, SessionStore
@@ -47,6 +48,7 @@ document.addEventListener('keydown', (e) => {
   if (t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.tagName === 'SELECT' || t.isContentEditable)) return;
   const panel = document.getElementById('label-panel');
   if (!panel || panel.offsetParent === null) return;  // only while the Label tab is shown
+""" + ui_multilabel.MULTI_KEYS_JS + """
   let id = null;
   if (e.key === 'Enter' || e.key === 'a') id = 'accept-btn';
   else if (e.key === 's') id = 'skip-btn';
@@ -179,6 +181,9 @@ def _classify_tab(cfg, state, labels: list[str]) -> None:
             (pred,) = await asyncio.wait_for(state.batcher.submit(seqs, [len(seqs[0])], engine), cfg.request_timeout_s)
         except (QueueFull, asyncio.TimeoutError):
             raise gr.Error("The server is busy; try again in a moment.") from None
+        if getattr(clf, "multi_label", False):  # the label set over the thresholds, maybe empty
+            found = ", ".join(f"**{html.escape(x)}** {pred.scores[x]:.1%}" for x in pred.labels) or "**none of the labels**"
+            return pred.scores, f"{found} · model {html.escape(engine.version)}"
         unsure = "" if getattr(pred, "confident", True) else " · ⚠ **not sure** (under the model's threshold)"
         return pred.probabilities, (f"**{html.escape(pred.label)}** · {pred.score:.1%}{unsure} · "
                                     f"model {html.escape(engine.version)}")
@@ -203,7 +208,7 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
         hidden = [gr.update(visible="hidden")] * MAX_LABEL_BUTTONS
         return ["", None, gr.update(value="", label="Text"), "Upload a CSV with a `text` column to start.",
                 None, "", gr.update(visible="hidden"), *hidden, gr.update(choices=labels, value=None),
-                gr.update(value=ORDERS[0]), message, _sessions_update(store, None)]
+                gr.update(value=ORDERS[0]), message, _sessions_update(store, None), *ui_multilabel.hidden()]
     row = session.current()
     prog = session.progress()
     done = prog["labeled"]
@@ -225,9 +230,16 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
         if session.meta.get("blind"):  # the live audit: the person's label must not lean on the model's
             suggestion, probs, accept = None, None, gr.update(visible="hidden")
             hint = "Audit: choose the label you read in the text (the model's answer is hidden)."
+    panel = ui_multilabel.hidden()
+    if session.multi_label:  # checkboxes instead of the accept and label buttons
+        if row is not None:
+            hint, probs, panel = ui_multilabel.render(session, row)
+        accept, row_shown = gr.update(visible="hidden"), None
+    else:
+        row_shown = row
     buttons = []
     for i in range(MAX_LABEL_BUTTONS):
-        if i < len(session_labels) and row is not None:
+        if i < len(session_labels) and row_shown is not None:
             key = f"[{i + 1}] " if i < 9 else ""
             buttons.append(gr.update(value=f"{key}{session_labels[i]}", visible=True,
                                      variant="primary" if session_labels[i] == suggestion else "secondary"))
@@ -235,7 +247,7 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
             buttons.append(gr.update(visible="hidden"))
     return [session.id, row, text, hint, probs, bar, accept, *buttons,
             gr.update(choices=session_labels, value=None), gr.update(value=session.order), message,
-            _sessions_update(store, session.id)]
+            _sessions_update(store, session.id), *panel]
 
 def _sessions_update(store: SessionStore, current_id):
     choices = [(f"{m['source']} · {m['rows']} rows · {time.strftime('%Y-%m-%d %H:%M', time.localtime(m['created']))}",
@@ -261,7 +273,9 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         clf = state.engine.clf  # one engine for the whole file, whatever is activated meanwhile
         preds = [p for part in _score_chunks(len(texts), lambda a, b: clf.predict(texts[a:b]), progress,
                                              "Model suggestions", "texts", engine_turn, state) for p in part]
-        session = store.create(Path(file).name, texts, preds, list(clf.labels))
+        multi = getattr(clf, "multi_label", False)  # a multi-label model: the session decides label sets
+        session = store.create(Path(file).name, texts, preds, list(clf.labels), clf.thresholds if multi else None,
+                               clf.label_sep if multi else None)
         skipped = int((~keep).sum())
         note = f" ({skipped} empty rows left out)" if skipped else ""
         return render(session, f"Loaded {len(texts)} texts{note}. Least confident first; change the order below.")
@@ -287,7 +301,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
 
     def accept(session, row):
         if row is not None and session.current() == row:
-            session.decide(row, session.suggestion[row])
+            session.decide(row, session.suggested_set(row) if session.multi_label else session.suggestion[row])
 
     def choose(i, session, row):
         if row is not None and i < len(session.labels):
@@ -349,6 +363,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
             with gr.Row():
                 l_skip = gr.Button("Skip  [S]", size="sm", elem_id="skip-btn")
                 l_undo = gr.Button("↶ Undo  [U]", size="sm", elem_id="undo-btn")
+            l_panel = ui_multilabel.build_panel()
             l_message = gr.Markdown(elem_id="label-message")
             gr.Markdown("Keys: **Enter** accept · **1–9** choose a label · **S** skip · **U** undo. "
                         "Every decision is saved on the server as you go.", elem_classes="shortcut-help")
@@ -364,7 +379,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
                     l_export = gr.Button("Download labeled CSV (text,label)", elem_id="label-export")
                     l_file_out = gr.File(label="Labeled CSV", elem_id="label-download")
         outputs = [sid, row, l_text, l_hint, l_probs, l_progress, l_accept, *l_buttons, l_other, l_order,
-                   l_message, l_sessions]
+                   l_message, l_sessions, *l_panel]
         quick = {"concurrency_limit": QUICK, "concurrency_id": "label", "trigger_mode": "once"}
         l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
                       concurrency_limit=cfg.ui_concurrency)
@@ -374,6 +389,8 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         for i, b in enumerate(l_buttons):
             b.click(partial(act, partial(choose, i)), [sid, row], outputs, **quick)
         l_other_btn.click(partial(act, choose_other), [sid, row, l_other], outputs, **quick)
+        l_panel[1].click(partial(act, ui_multilabel.save), [sid, row, l_panel[0]], outputs, **quick)
+        l_panel[2].click(partial(act, ui_multilabel.none_of_these), [sid, row], outputs, **quick)
         l_skip.click(partial(act, skip), [sid, row], outputs, **quick)
         l_undo.click(partial(act, undo), [sid, row], outputs, **quick)
         l_order.input(partial(act, set_order), [sid, row, l_order], outputs, **quick)
@@ -400,8 +417,13 @@ def _batch_tab(cfg, state, exports: Exports, engine_turn) -> None:
         scored = pd.concat(parts)
         out = exports.path(f"{Path(file).stem}-scored.csv")
         write_table(spreadsheet_safe(scored), out)  # a person opens this one: formulas neutralised
-        counts = scored["pred_label"].value_counts()
-        unscored = int(scored["pred_label"].isna().sum())
+        if "pred_labels" in scored:  # multi-label: label sets, "(none)" where no label is over its threshold
+            got = scored["pred_labels"].notna()  # unscored rows have none; "none of these" is ""
+            counts = scored.loc[got, "pred_labels"].replace("", "(none)").value_counts()
+            unscored = int((~got).sum())
+        else:
+            counts = scored["pred_label"].value_counts()
+            unscored = int(scored["pred_label"].isna().sum())
         summary = (f"Scored **{len(scored)}** rows: " + ", ".join(f"{html.escape(str(k))} {v}" for k, v in counts.items())
                    + (f" · {unscored} rows not scored (see `error`)" if unscored else "")
                    + (f" · {len(notes)} rows with a text cut to {cfg.max_chars} characters" if notes else ""))
@@ -416,7 +438,8 @@ def _batch_tab(cfg, state, exports: Exports, engine_turn) -> None:
                 b_column = gr.Textbox(label="Text column", value="text", elem_id="batch-column")
                 b_go = gr.Button("Score", variant="primary", elem_id="batch-go")
         b_summary = gr.Markdown(elem_id="batch-summary")
-        b_out = gr.File(label="Scored CSV (every input column + pred_label, pred_score, prob_*, error, model_version)",
+        b_out = gr.File(label="Scored CSV (every input column + pred_label, pred_score or, multi-label, pred_labels; prob_*, "
+                              "error, model_version)",
                         elem_id="batch-download")
         b_preview = gr.Dataframe(label="First rows", interactive=False, elem_id="batch-preview")
         b_go.click(score_file, [b_file, b_column], [b_out, b_summary, b_preview], concurrency_id="scoring",

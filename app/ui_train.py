@@ -19,7 +19,9 @@ from .jobs import JobConflict
 from .redact import names_only_text
 from .registry import RegistryError
 from .swap import ActivationError
-from .train_params import BY_NAME
+from .train_params import RETRAINABLE
+
+TAB_PARAMS = [p for p in RETRAINABLE if p.tab]
 
 VERSION_COLUMNS = ["version", "active", "source", "rows", "cv macro-F1", "eval macro-F1", "active then (eval)",
                    "decision", "created"]
@@ -87,12 +89,13 @@ def train_tab(cfg, state, jobs) -> None:
         return (progress_html(latest()), versions_frame(registry),
                 gr.update(choices=names, value=None if not names else gr.skip()))
 
-    async def start(folds, epochs):
+    async def start(*values):
         why = admin_refusal(cfg)
         if why:
             return (f"⚠ {why}", *refresh())
         try:
-            job = await jobs.start({"folds": folds, "epochs": epochs})  # checked there, as the API's are
+            # checked there, as the API's are
+            job = await jobs.start({p.name: v for p, v in zip(TAB_PARAMS, values)})
             message = (f"Started job {job['id']}: {job['data'].get('train_rows')} training rows, "
                        f"{job['data'].get('eval_rows')} in the evaluation slice.")
         except (JobConflict, DataError) as e:
@@ -130,11 +133,9 @@ def train_tab(cfg, state, jobs) -> None:
                        f"{cfg.promote_tolerance:g} macro-F1" if cfg.promote == "auto" else "only when you promote it")
                     + ". Training runs in a separate process at lower priority.")
         with gr.Row():
-            folds, epochs = BY_NAME["folds"], BY_NAME["epochs"]
-            t_folds = gr.Number(label="Folds", value=None, precision=0, minimum=folds.low, maximum=folds.high,
-                                elem_id="train-folds")
-            t_epochs = gr.Number(label="Epochs", value=None, precision=0, minimum=epochs.low, maximum=epochs.high,
-                                 elem_id="train-epochs")
+            inputs = [gr.Number(label=p.name.replace("_", " ").capitalize(), value=None,
+                                precision=0 if p.kind is int else None, minimum=p.low, maximum=p.high,
+                                elem_id="train-" + p.name.replace("_", "-")) for p in TAB_PARAMS]
             t_start = gr.Button("Train", variant="primary", elem_id="train-start")
             t_cancel = gr.Button("Cancel job", elem_id="train-cancel")
         t_progress = gr.HTML(elem_id="train-progress")
@@ -146,7 +147,7 @@ def train_tab(cfg, state, jobs) -> None:
             t_activate = gr.Button("Promote / activate", elem_id="train-activate")
         outs = [t_message, t_progress, t_versions, t_version]
         quick = {"concurrency_limit": 16, "concurrency_id": "train"}
-        t_start.click(start, [t_folds, t_epochs], outs, **quick)
+        t_start.click(start, inputs, outs, **quick)
         t_cancel.click(cancel, None, outs, **quick)
         t_activate.click(activate, t_version, outs, **quick)
         timer = gr.Timer(1.0)

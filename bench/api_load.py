@@ -7,10 +7,9 @@
 
 Builds (cached in --work) an ELECTRA-Small-shaped classifier with random weights (hidden 256, 12 layers,
 4 heads, FFN 1024, embeddings 128; a WordPiece vocabulary trained on the request texts; the 8 ko-help
-labels) and its `serving.export --quantize` folder. Backend `onnx` serves that folder (INT8 on CPU, what
-the README recommends); `torch` serves the transformers folder (eager PyTorch, what `python -m app` runs
-on a model that was not exported). Random weights cost exactly what trained ones do, and throughput is
-all this measures. `--shape mini` (hidden 64, 2 layers) shows a model so small that per-request
+labels) and its `serving.export --quantize` folder. Backend `onnx` serves that folder (INT8 on CPU);
+`torch` the transformers folder (eager PyTorch, what `python -m app` runs on a model not exported). Random
+weights cost what trained ones do, and throughput is all this measures. `--shape mini` (hidden 64, 2 layers) shows a model so small that per-request
 overhead dominates.
 
 For each backend and mode, starts `python -m app --model M --no-ui` (`--no-batching` for "off") on a
@@ -20,19 +19,16 @@ requests/s, p50/p99 latency, the mean batch size the server formed (from /metric
 or transport failure) and unanswered requests (still open --grace seconds after the end). With
 --rounds N the modes alternate N times and the medians are reported.
 
-The engine ceiling, measured in-process in the same run, is what batching can give at most on this
-machine: texts per second through the engine alone in passes of --clients/2 texts (the batch a server
-forms under that load) over one text per pass. On a CPU a pass costs nearly the same per text batched or
-not once the model is compute-bound (ONNX Runtime: ~1.4x here); eager PyTorch pays a large fixed cost
-per pass that batching shares. Prints a table and writes bench/results/api_load.json with the load
-average beside the numbers (the 2 CPU cores may be shared).
+The engine ceiling (in-process, same run) is the most batching can give here: the engine's texts/s in passes
+of --clients/2 texts (the batch a server forms under that load) over one text per pass; a compute-bound
+CPU pass costs about the same per text either way (ONNX Runtime: ~1.4x), while eager PyTorch's large fixed
+cost per pass is shared. Writes bench/results/api_load.json, load average beside the numbers.
 
-`--swap`: one server (batching on) on a model registry holding the model as v1 and a copy as v2, under
-the same load, while --swaps activations (`POST /v1/models/{v}/activate`, v2, v1, v2, ...) run at even
-intervals inside the measured window. Each request is counted "during a swap" when it overlaps an
-activation (from its POST to its answer: loading, checking and warming the new engine, then the switch),
-else "steady"; p50/p99 and errors of both, from the same run. Target: 0 failed requests, p99 during a swap
-<= 2x steady p99. Writes bench/results/api_load_swap.json.
+`--swap`: one server (batching on) on a registry holding the model as v1 and a copy as v2, under the same
+load, while --swaps activations (`POST /v1/models/{v}/activate`, v2, v1, v2, ...) run at even intervals in
+the measured window. A request overlapping an activation (its POST to its answer: load, check, warm-up,
+switch) counts "during a swap", else "steady"; p50/p99 and errors of both. Target: 0 failed requests, p99
+during a swap <= 2x steady p99. Writes bench/results/api_load_swap.json.
 
 `--monitor`: the two modes are drift monitoring on with a 5% audit sample (`--audit-rate 0.05`) and
 `--no-monitor`, both batching on; target: requests/s on >= 0.97x off. Writes bench/results/api_load_monitor.json.
@@ -58,6 +54,7 @@ from pathlib import Path
 import httpx
 import numpy as np
 import pandas as pd
+from load_clients import load
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data" / "ko-help" / "train.csv"
@@ -165,90 +162,6 @@ def batch_stats(url: str) -> tuple[float, float]:
     return value("app_batch_size_texts_sum"), value("app_batch_size_texts_count")
 
 
-class Connection:
-    """A minimal HTTP/1.1 keep-alive client: the load generator shares the 2 cores with the server, and
-    httpx spends about as much CPU per request as the server does, which would cap what is measured."""
-
-    def __init__(self, host: str, port: int, timeout: float):
-        self.host, self.port, self.timeout = host, port, timeout
-        self.reader = self.writer = None
-
-    async def post_json(self, path: str, body: bytes) -> int:
-        if self.writer is None:
-            self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
-                f"Content-Length: {len(body)}\r\n\r\n").encode()
-        self.writer.write(head + body)
-        try:
-            return await asyncio.wait_for(self._response(), self.timeout)
-        except BaseException:
-            self.close()  # a half-read response would corrupt the next one
-            raise
-
-    async def _response(self) -> int:
-        headers = await self.reader.readuntil(b"\r\n\r\n")
-        status = int(headers[9:12])
-        m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", headers)
-        await self.reader.readexactly(int(m.group(1)) if m else 0)
-        if re.search(rb"(?i)\r\nconnection: *close", headers):
-            self.close()
-        return status
-
-    def close(self) -> None:
-        if self.writer is not None:
-            self.writer.close()
-        self.reader = self.writer = None
-
-
-async def load(url: str, texts: list[str], clients: int, duration: float, warmup: float, grace: float,
-               timeout: float, samples: list | None = None, beside=None) -> dict:
-    """Closed-loop clients for `duration` after `warmup`. `samples` gets (start, end, ok) of every measured
-    request; `beside(measure_from, stop_at)` is a coroutine run alongside (the swaps)."""
-    host, port = url.removeprefix("http://").split(":")
-    bodies = [json.dumps({"text": t}, ensure_ascii=False).encode() for t in texts]
-    latencies: list[float] = []
-    errors: dict[str, int] = {}
-    sent = answered = 0
-    rng = random.Random(1)
-    start = time.perf_counter()
-    measure_from, stop_at = start + warmup, start + warmup + duration
-
-    async def client():
-        nonlocal sent, answered
-        conn = Connection(host, int(port), timeout)
-        while time.perf_counter() < stop_at:
-            body = rng.choice(bodies)
-            t0 = time.perf_counter()
-            sent += 1
-            try:
-                status = await conn.post_json("/v1/classify", body)
-                kind = None if status == 200 else f"HTTP {status}"
-            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError) as e:
-                kind = type(e).__name__
-            t1 = time.perf_counter()
-            answered += 1
-            if kind:
-                errors[kind] = errors.get(kind, 0) + 1
-            elif measure_from <= t0 and t1 <= stop_at:
-                latencies.append(t1 - t0)
-            if samples is not None and (kind or (measure_from <= t0 and t1 <= stop_at)):
-                samples.append((t0, t1, kind is None))
-        conn.close()
-
-    tasks = [asyncio.create_task(client()) for _ in range(clients)]
-    if beside is not None:
-        tasks.append(asyncio.create_task(beside(measure_from, stop_at)))
-    await asyncio.sleep(max(0.0, stop_at - time.perf_counter()))
-    _, pending = await asyncio.wait(tasks, timeout=grace)
-    for t in pending:
-        t.cancel()
-    lat = np.array(latencies) * 1000
-    return {"requests": len(lat), "rps": round(len(lat) / duration, 1),
-            "p50_ms": round(float(np.percentile(lat, 50)), 1) if len(lat) else None,
-            "p99_ms": round(float(np.percentile(lat, 99)), 1) if len(lat) else None,
-            "errors": sum(errors.values()), "error_kinds": errors, "unanswered": sent - answered}
-
-
 def run_mode(name: str, model: Path, extra: list[str], texts: list[str], args) -> dict:
     log = args.work / f"server-{name.replace(' ', '-')}.log"
     proc, url = start_server(model, extra, log)
@@ -349,6 +262,26 @@ def _median_result(runs: list[dict]) -> dict:
     return chosen
 
 
+def print_tables(args, report_backends: dict, load_before) -> None:
+    print(f"\n{args.shape} model, {args.clients} clients, {args.duration:g} s per mode x {args.rounds} round(s), "
+          f"{os.cpu_count()} CPUs, load avg {load_before[0]:.1f}")
+    print(f"{'backend':<8}{'mode':<14}{'req/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'p99/p50':>9}{'batch':>7}{'errors':>8}"
+          f"{'unanswered':>12}")
+    for backend, rep in report_backends.items():
+        for r in rep["results"]:
+            print(f"{backend:<8}{r['mode'].removeprefix(backend + ' '):<14}{r['rps']:>8}{r['p50_ms']:>9}{r['p99_ms']:>9}"
+                  f"{r['p99_over_p50']:>9}{r['mean_batch_texts']!s:>7}{r['errors']:>8}{r['unanswered']:>12}")
+    print(f"\n{'backend':<8}{'API on/off':>11}{'engine ceiling':>16}{'  (texts/s: 1 per pass -> batched)':<36}"
+          f"{'p99/p50 on':>11}")
+    for backend, rep in report_backends.items():
+        c, on = rep["engine_ceiling"], rep["results"][0]
+        detail = f"  ({c['single_texts_per_s']} -> {c['batched_texts_per_s']}, {c['batch']} per pass)"
+        print(f"{backend:<8}{str(rep['throughput_ratio']) + 'x':>11}{str(c['ratio']) + 'x':>16}{detail:<36}"
+              f"{on['p99_over_p50']!s:>11}")
+    print("targets: monitor on/off >= 0.97x, zero errors" if args.monitor else
+          "targets: API on/off >= 3x, p99/p50 <= 5, zero errors and unanswered below the queue limit")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--clients", type=int, default=32)
@@ -395,23 +328,7 @@ def main(argv: list[str] | None = None) -> int:
         report_backends[backend] = {"engine_ceiling": ceiling, "results": [on, off],
                                     "throughput_ratio": round(on["rps"] / off["rps"], 2) if off["rps"] else None}
 
-    print(f"\n{args.shape} model, {args.clients} clients, {args.duration:g} s per mode x {args.rounds} round(s), "
-          f"{os.cpu_count()} CPUs, load avg {load_before[0]:.1f}")
-    print(f"{'backend':<8}{'mode':<14}{'req/s':>8}{'p50 ms':>9}{'p99 ms':>9}{'p99/p50':>9}{'batch':>7}{'errors':>8}"
-          f"{'unanswered':>12}")
-    for backend, rep in report_backends.items():
-        for r in rep["results"]:
-            print(f"{backend:<8}{r['mode'].removeprefix(backend + ' '):<14}{r['rps']:>8}{r['p50_ms']:>9}{r['p99_ms']:>9}"
-                  f"{r['p99_over_p50']:>9}{r['mean_batch_texts']!s:>7}{r['errors']:>8}{r['unanswered']:>12}")
-    print(f"\n{'backend':<8}{'API on/off':>11}{'engine ceiling':>16}{'  (texts/s: 1 per pass -> batched)':<36}"
-          f"{'p99/p50 on':>11}")
-    for backend, rep in report_backends.items():
-        c, on = rep["engine_ceiling"], rep["results"][0]
-        detail = f"  ({c['single_texts_per_s']} -> {c['batched_texts_per_s']}, {c['batch']} per pass)"
-        print(f"{backend:<8}{str(rep['throughput_ratio']) + 'x':>11}{str(c['ratio']) + 'x':>16}{detail:<36}"
-              f"{on['p99_over_p50']!s:>11}")
-    print("targets: monitor on/off >= 0.97x, zero errors" if args.monitor else
-          "targets: API on/off >= 3x, p99/p50 <= 5, zero errors and unanswered below the queue limit")
+    print_tables(args, report_backends, load_before)
     if args.monitor and args.output == ROOT / "bench" / "results" / "api_load.json":
         args.output = ROOT / "bench" / "results" / "api_load_monitor.json"
 

@@ -6,7 +6,7 @@ Reads OUTPUT/oof_predictions.csv (prob_* and baseline_prob_* columns, fold ids) 
 nested (each fold's blend fitted on the other folds' rows only, as finetune/kfold.py reports it):
 - model and baseline alone;
 - `average`: w · p_model + (1 - w) · p_baseline, w searched on a grid for macro-F1 (the issue's recipe);
-- `logpool`: p ∝ exp(a · log p_model + b · log p_baseline), a, b >= 0 by log-loss (textdata/blend.py, served);
+- `logpool`: p ∝ exp(a · log p_model + b · log p_baseline), a, b >= 0 by log-loss (baseline/blend.py, served);
 - `stacker`: multinomial logistic regression on both models' log-probabilities (2K features).
 Seconds, no training. Prints a table and writes JSON.
 """
@@ -24,8 +24,8 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from baseline.blend import Blend, fit_blend, nested_blend
 from finetune.metrics import fold_metrics
-from textdata.blend import Blend, fit_blend, nested_blend
 
 
 class _Average:

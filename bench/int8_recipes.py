@@ -53,6 +53,32 @@ def quantizable_nodes(model_file: Path) -> list[tuple[str, str]]:
             if n.op_type in ("MatMul", "Attention") and any(i for i in n.input[1:2])]
 
 
+def sensitivity(onnx_dir: Path, isa: str, ref, texts, labels, y) -> list[dict]:
+    """Each quantizable node quantized alone (the first recipe), the rest fp32: its cost, worst first."""
+    from serving.engine import Classifier
+    from serving.quantize import RECIPES, quantize
+
+    sens = []
+    for name, op in quantizable_nodes(onnx_dir / "model.onnx"):
+        dst = onnx_dir / "cand-node.onnx"
+        quantize(onnx_dir / "model.onnx", dst, RECIPES[0], isa, nodes_to_quantize=[name])
+        m = metrics(ref, Classifier.load(dst).predict_logits(texts), labels, y)
+        sens.append({"node": name, "op": op, **m})
+        print(f"  {name:60s} mean|Δ| {m['mean_abs_logit_diff']:.4f} flips {m['flips']}", flush=True)
+    return sorted(sens, key=lambda s: -s["mean_abs_logit_diff"])
+
+
+def median_rows_per_second(clfs: dict, texts: list[str], rounds: int) -> dict:
+    """Rows/s of each classifier on `texts`, rounds interleaved, medians."""
+    speed = {k: [] for k in clfs}
+    for _ in range(rounds):
+        for k, clf in clfs.items():
+            t = time.perf_counter()
+            clf.predict_logits(texts)
+            speed[k].append(len(texts) / (time.perf_counter() - t))
+    return {k: statistics.median(v) for k, v in speed.items()}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--model", type=Path, required=True)
@@ -93,14 +119,7 @@ def main() -> None:
     isa = cpu_isa()
 
     if args.sensitivity:
-        sens = []
-        for name, op in quantizable_nodes(onnx_dir / "model.onnx"):
-            dst = onnx_dir / "cand-node.onnx"
-            quantize(onnx_dir / "model.onnx", dst, RECIPES[0], isa, nodes_to_quantize=[name])
-            m = metrics(ref, Classifier.load(dst).predict_logits(texts), labels, y)
-            sens.append({"node": name, "op": op, **m})
-            print(f"  {name:60s} mean|Δ| {m['mean_abs_logit_diff']:.4f} flips {m['flips']}", flush=True)
-        out["sensitivity"] = sorted(sens, key=lambda s: -s["mean_abs_logit_diff"])
+        out["sensitivity"] = sensitivity(onnx_dir, isa, ref, texts, labels, y)
 
     chosen = [r for r in RECIPES if not args.recipes or r.name in args.recipes.split(",")]
     isas = [i for i in args.isas.split(",") if i] or [isa]
@@ -120,13 +139,7 @@ def main() -> None:
               f"F1 {m['macro_f1']:.4f} ({m['macro_f1_change_points']:+.2f} pts) mean|Δ| {m['mean_abs_logit_diff']:.4f}",
               flush=True)
 
-    speed = {k: [] for k in clfs}
-    for _ in range(args.rounds):
-        for k, clf in clfs.items():
-            t = time.perf_counter()
-            clf.predict_logits(texts)
-            speed[k].append(len(texts) / (time.perf_counter() - t))
-    rows_s = {k: statistics.median(v) for k, v in speed.items()}
+    rows_s = median_rows_per_second(clfs, texts, args.rounds)
     for k in clfs:
         target = out["recipes"].get(k, out["fp32"])
         target["rows_per_second"] = rows_s[k]

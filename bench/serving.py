@@ -150,7 +150,7 @@ def prepare_built(args, df: pd.DataFrame, onnx_dir: Path):
         export(ExportConfig(model=model_dir, output=onnx_dir, quantize=True, eval_csv=heldout_csv,
                             max_eval_rows=len(heldout), min_agreement=0.01, max_f1_drop=100))
     if args.blend:
-        from textdata.blend import Blend, fit_baseline, save_baseline
+        from baseline.blend import Blend, fit_baseline, save_baseline
 
         labels = sorted(train["label"].unique())
         baseline = fit_baseline(train["text"].tolist(), train["label"].map(labels.index).to_numpy(), 0)
@@ -216,8 +216,8 @@ def throughput_round(model_dir: Path, onnx_dir: Path, texts: list[str], csv: Pat
     import torch
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
+    from baseline.blend import BASELINE_DIR
     from serving import score
-    from textdata.blend import BASELINE_DIR
 
     out = {}
     pipe = pipeline("text-classification", model=AutoModelForSequenceClassification.from_pretrained(model_dir),

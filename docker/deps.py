@@ -21,9 +21,10 @@ TRAIN_ONLY = {
     "optimum-onnx": "optimum",
     "onnx": "onnx",  # read only to export, and by the TensorRT provider (which needs the GPU image)
     "matplotlib": "matplotlib",
-    # fits the TF-IDF baseline; a served blend applies the saved one with numpy (textdata/tfidf.py), which
+    # fits the TF-IDF baseline; a served blend applies the saved one with numpy (baseline/tfidf.py), which
     # also keeps scipy (sklearn's dependency) out of the slim image
     "scikit-learn": "sklearn",
+    "iterative-stratification": "iterstrat",  # k-fold's multi-label folds
 }
 # installed on its own, before the rest, from a source chosen at build time (CPU index, GPU PyPI, a wheel)
 SEPARATE = {"torch"}

@@ -1,4 +1,4 @@
-"""The k-fold side of the blend (textdata/blend.py): its nested estimate, the keep-or-not rule, the report."""
+"""The k-fold side of the blend (baseline/blend.py): its nested estimate, the keep-or-not rule, the report."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from finetune.metrics import fold_metrics, summarize
-from textdata.blend import (
+from baseline.blend import (
     BASELINE_DIR,
     BaselineError,
     Blend,
@@ -18,6 +17,7 @@ from textdata.blend import (
     nested_blend,
     save_baseline,
 )
+from finetune.metrics import fold_metrics, summarize
 
 MODES = ("auto", "off", "on")
 METHOD = "log-linear pool: p ∝ exp(a·log p_model + b·log p_baseline), a, b fitted by log-loss"

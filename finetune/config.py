@@ -1,5 +1,5 @@
 """k-fold's settings: the Config dataclass, its flags (built from its fields), parsing and checking, the rules
-for --resume, and the command line that reproduces a config (finetune/search.py writes it as best_command.txt).
+for --resume, a config from its JSON, and the command line that reproduces a config (finetune/search.py writes it as best_command.txt).
 
 Used by finetune/kfold.py (the entry point) and finetune/search.py; nothing here imports torch.
 """
@@ -18,7 +18,7 @@ from finetune.blend import MODES
 from finetune.models import list_models
 from finetune.train import COMPILE_CHOICES, SWITCHES, TrainConfig
 from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
-from textdata.precision import PRECISIONS
+from textdata.numerics import PRECISIONS
 
 DESCRIPTION = "Stratified k-fold fine-tuning of an ELECTRA discriminator (or any encoder) as a text classifier."
 
@@ -29,6 +29,8 @@ class Config:
     output: str
     text_column: str = "text"
     label_column: str = "label"
+    multi_label: bool = False  # several labels per row (finetune/multilabel_data.py)
+    label_sep: str = ";"
     group_column: str | None = None
     encoding: str = "utf-8"
     on_missing: str = "drop"  # drop rows with empty text/label (with a warning) or fail
@@ -88,6 +90,10 @@ def resume_differences(before: dict, now: dict) -> list[str]:
 FLAGS = {
     "text_column": Flag("the column holding the texts"),
     "label_column": Flag("the column holding the labels"),
+    "multi_label": Flag("each row may carry several labels (or none): the label column holds them separated by "
+                        "--label-sep (a JSON list in JSONL/Parquet); one sigmoid per label, per-label thresholds "
+                        "tuned on out-of-fold rows (docs/finetune.md#multi-label)"),
+    "label_sep": Flag("--multi-label: the separator between labels in a label cell"),
     "group_column": Flag("keep each group (source document, user...) inside one fold"),
     "encoding": Flag("input encoding, e.g. cp949 for Korean Excel exports"),
     "on_missing": Flag("rows with empty text or label: drop them with a warning or fail", choices=("drop", "fail")),
@@ -172,6 +178,8 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
         p.error("--model and --data are required (try --model minilm --data bbcnews offline)")
     if a.folds < 2:
         p.error("--folds must be at least 2")
+    if a.multi_label and (not a.label_sep or a.label_sep.isspace()):
+        p.error("--label-sep must be a visible separator such as ';' or ','")
     if not 0 <= a.holdout < 1:
         p.error("--holdout must be a fraction in [0, 1), e.g. 0.2")
     if a.target_precision is not None and not 0 < a.target_precision < 1:
@@ -187,6 +195,15 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
     fields = {f.name for f in dataclasses.fields(Config)} - {"train", "adapt", "output"}
     return Config(output=output, train=train, adapt=adapt_cfg, **{k: values[k] for k in fields})
 
+
+
+def config_from_json(values: dict) -> Config:
+    """The Config from a dict shaped as config.json records one (`train` and `adapt` nested), as the app's
+    training child is given it: settings left out keep their defaults, an unknown one is refused."""
+    values = dict(values)
+    train = config_from(TrainConfig, values.pop("train", {}))
+    adapt_cfg = config_from(AdaptConfig, values.pop("adapt", {}))
+    return config_from(Config, values, train=train, adapt=adapt_cfg)
 
 
 def command_line(cfg: Config) -> str:

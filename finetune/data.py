@@ -6,6 +6,7 @@ because the first thing a user runs is their own CSV and a pandas traceback help
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 from dataclasses import dataclass
@@ -30,6 +31,16 @@ class LabeledData:
     groups: np.ndarray | None
     labels: list[str]  # id -> name, sorted
     dropped: dict[str, int]  # reason -> count
+    # --multi-label (finetune/multilabel_data.py): y is None and Y (n, L) holds 0/1 per label; a row of zeros
+    # is a row with no label ("none of these")
+    multi_label: bool = False
+    Y: np.ndarray | None = None
+    label_sep: str = ";"
+
+    @property
+    def targets(self) -> np.ndarray:
+        """What the loss and the folds read: y (n,) for single-label, Y (n, L) for multi-label."""
+        return self.Y if self.multi_label else self.y
 
 
 def bbcnews_csv(cache_dir: Path) -> Path:
@@ -61,6 +72,8 @@ def load_labeled(
     on_missing: str = "drop",
     normalizer: Normalizer | None = None,
     encoding: str = "utf-8",
+    multi_label: bool = False,
+    label_sep: str = ";",
 ) -> LabeledData:
     columns = {text_column: "--text-column", label_column: "--label-column"}
     if group_column:
@@ -70,7 +83,8 @@ def load_labeled(
         raise DataError(f"{path}: no rows")
 
     no_text = missing_text(table[text_column]).to_numpy()
-    no_label = missing_text(table[label_column]).to_numpy()
+    # multi-label: an empty label cell is a row with no label, kept
+    no_label = np.zeros(len(table), bool) if multi_label else missing_text(table[label_column]).to_numpy()
     no_group = missing_text(table[group_column]).to_numpy() if group_column else np.zeros(len(table), bool)
     bad = no_text | no_label | no_group
     dropped = {
@@ -90,6 +104,9 @@ def load_labeled(
 
     keep = np.flatnonzero(~bad)
     kept = table.iloc[keep]
+    if multi_label:
+        return _multi_label_data(path, table, keep, label_column, group_column, folds, normalizer, text_column,
+                                 dropped, label_sep)
     raw_labels = kept[label_column].astype(str).str.strip()
     labels = label_order(raw_labels)
     if len(labels) < 2:
@@ -119,8 +136,32 @@ def load_labeled(
     )
 
 
+def _multi_label_data(path, table, keep, label_column, group_column, folds, normalizer, text_column, dropped,
+                      label_sep) -> LabeledData:
+    from finetune.multilabel_data import check_label_counts, label_matrix, parse_label_sets
+
+    kept = table.iloc[keep]
+    sets = parse_label_sets(kept[label_column], label_sep, path, label_column)
+    Y, labels = label_matrix(sets)
+    if not labels:
+        raise DataError(f"{path}: column {label_column!r} holds no label in any row")
+    check_label_counts(Y, labels, folds, path)
+    groups = None
+    if group_column:
+        groups = kept[group_column].astype(str).to_numpy()
+        if folds > 1 and len(set(groups)) < folds:
+            raise DataError(f"{path}: column {group_column!r} has {len(set(groups))} groups, fewer than --folds {folds}")
+    return LabeledData(table=table, keep=keep, texts=[(normalizer or Normalizer())(t) for t in kept[text_column].astype(str)],
+                       y=None, groups=groups, labels=labels, dropped=dropped, multi_label=True, Y=Y, label_sep=label_sep)
+
+
 def make_folds(y: np.ndarray, groups: np.ndarray | None, folds: int, seed: int) -> list[tuple[np.ndarray, np.ndarray]]:
-    """(train, val) index pairs: stratified, and with every group inside one fold when groups are given."""
+    """(train, val) index pairs: stratified, and with every group inside one fold when groups are given.
+    A 2-D `y` (multi-label Y) is stratified iteratively over its labels (finetune/multilabel_data.py)."""
+    if np.ndim(y) == 2:
+        from finetune.multilabel_data import multilabel_folds
+
+        return multilabel_folds(y, groups, folds, seed)
     if groups is not None:
         splitter = StratifiedGroupKFold(n_splits=folds, shuffle=True, random_state=seed)
         return [(tr, va) for tr, va in splitter.split(np.zeros(len(y)), y, groups)]
@@ -132,7 +173,12 @@ def inner_split(y: np.ndarray, groups: np.ndarray | None, fraction: float, seed:
     """Carve an early-stopping set out of a training fold, so the fold being scored is never looked at.
 
     Returns positions into `y`. Classes too small to split stay wholly in training.
+    A 2-D `y` (multi-label Y) is split iteratively stratified over its labels.
     """
+    if np.ndim(y) == 2:
+        from finetune.multilabel_data import multilabel_split
+
+        return multilabel_split(y, groups, fraction, seed)
     n_splits = max(2, round(1 / fraction))
     if groups is not None and len(set(groups)) >= 2:
         try:
@@ -156,17 +202,23 @@ def split_holdout(data: LabeledData, fraction: float, folds: int, seed: int, pat
 
     The held-out part is about `fraction` of the rows (1/round(1/fraction) of them, a whole inner split).
     """
-    cv_pos, held_pos = inner_split(data.y, data.groups, fraction, seed)
+    cv_pos, held_pos = inner_split(data.targets, data.groups, fraction, seed)
     if len(held_pos) == 0:
         raise DataError(f"{path}: --holdout {fraction}: too few rows per class to hold any out")
 
     def part(pos: np.ndarray) -> LabeledData:
         pos = np.sort(pos)
-        return LabeledData(table=data.table, keep=data.keep[pos], texts=[data.texts[i] for i in pos], y=data.y[pos],
-                           groups=None if data.groups is None else data.groups[pos], labels=data.labels,
-                           dropped=data.dropped)
+        return dataclasses.replace(data, keep=data.keep[pos], texts=[data.texts[i] for i in pos],
+                                   y=None if data.y is None else data.y[pos],
+                                   Y=None if data.Y is None else data.Y[pos],
+                                   groups=None if data.groups is None else data.groups[pos])
 
     cv, held = part(cv_pos), part(held_pos)
+    if data.multi_label:
+        from finetune.multilabel_data import check_label_counts
+
+        check_label_counts(cv.Y, data.labels, folds, path, after=f"after --holdout {fraction}, ")
+        return cv, held
     counts = np.bincount(cv.y, minlength=len(data.labels))
     if counts.min() < folds:
         name = data.labels[int(counts.argmin())]
@@ -192,14 +244,14 @@ def fixed_folds(out: Path, data: LabeledData, folds: int, seed: int, reuse: bool
         rows = [np.asarray(v, dtype=np.int64) for v in saved["val_rows"]]
         pos = [np.searchsorted(data.keep, r).clip(0, max(0, len(data.keep) - 1)) for r in rows]
         every = np.sort(np.concatenate(pos)) if pos else np.array([], dtype=np.int64)
-        if (len(rows) != folds or not np.array_equal(every, np.arange(len(data.y)))
+        if (len(rows) != folds or not np.array_equal(every, np.arange(len(data.texts)))
                 or any(not np.array_equal(data.keep[p], r) for p, r in zip(pos, rows))):
-            raise DataError(f"{path}: its {len(rows)} folds do not cover the rows now read ({len(data.y)} used, "
+            raise DataError(f"{path}: its {len(rows)} folds do not cover the rows now read ({len(data.texts)} used, "
                             f"--folds {folds}); the data changed since that run: use a new --output")
-        everything = np.arange(len(data.y))
+        everything = np.arange(len(data.texts))
         return [(np.setdiff1d(everything, p), np.sort(p)) for p in pos]
-    split = make_folds(data.y, data.groups, folds, seed)
+    split = make_folds(data.targets, data.groups, folds, seed)
     out.mkdir(parents=True, exist_ok=True)
-    write_json(path, {"seed": seed, "folds": folds, "n_used": len(data.y),
+    write_json(path, {"seed": seed, "folds": folds, "n_used": len(data.texts),
                       "val_rows": [data.keep[va].tolist() for _, va in split]})
     return split

@@ -68,8 +68,9 @@ class LocalRunner:
 
     slots = 1
 
-    def __init__(self, prep, accelerator, wrap_errors: bool = False):
+    def __init__(self, prep, accelerator, wrap_errors: bool = False, on_progress=None):
         self.prep, self.accelerator, self.pending, self.wrap_errors = prep, accelerator, deque(), wrap_errors
+        self.on_progress = on_progress  # given to each job: its steps are reported from this process
 
     def submit(self, job) -> None:
         self.pending.append(job)
@@ -77,7 +78,9 @@ class LocalRunner:
     def next_done(self):
         job = self.pending.popleft()
         try:
-            return job, job(self.prep, self.accelerator)
+            if self.on_progress is None:
+                return job, job(self.prep, self.accelerator)
+            return job, job(self.prep, self.accelerator, on_progress=self.on_progress)
         except UserError:
             raise
         except Exception as e:
@@ -185,12 +188,13 @@ def ray_session(cfg):
 
 
 @contextmanager
-def open_runner(cfg, prep, accelerator, wrap_errors: bool = False):
+def open_runner(cfg, prep, accelerator, wrap_errors: bool = False, on_progress=None):
     """The runner for `cfg.engine`. Unless `wrap_errors` (a search), a fold that lost its worker every time stops
-    the run with one line naming it and --resume; a fold's own error is raised as it is."""
+    the run with one line naming it and --resume; a fold's own error is raised as it is. Local jobs are given
+    `on_progress` for their steps (a Ray worker cannot call back into this process)."""
     try:
         if cfg.engine != "ray":
-            yield LocalRunner(prep, accelerator, wrap_errors)
+            yield LocalRunner(prep, accelerator, wrap_errors, on_progress)
             return
         with ray_session(cfg) as ray:
             runner = RayRunner(ray, cfg, prep)

@@ -5,6 +5,7 @@
     python finetune/kfold.py --model runs/pretrain/discriminator --data train.csv --group-column page --final
     python finetune/kfold.py --model runs/pretrain/discriminator --data train.csv --group-column page \\
         --adapt-steps 300
+    python finetune/kfold.py --model minilm --data debtags.csv --label-column labels --multi-label --final
 
 Per fold: (with --adapt-steps) replaced-token detection continued on the fold's training texts only, see
 finetune/adapt.py; a fresh model from the pretrained weights, early stopping on an inner split of the
@@ -15,6 +16,8 @@ in report.json is the one measured on rows it never saw, and they are the export
 Several GPUs: `accelerate launch finetune/kfold.py ...`, or each fold on its own GPU(s) as a Ray task:
 `--engine ray [--address auto] [--gpus-per-fold 1] [--cpus-per-fold N]` (finetune/fold_runner.py).
 A hyperparameter search over this k-fold: finetune/search.py.
+--multi-label: a row carries several labels (or none), separated by --label-sep in its label cell; folds
+iteratively stratified, a sigmoid per label, per-label thresholds tuned nested (finetune/multilabel_run.py).
 """
 
 from __future__ import annotations
@@ -29,8 +32,10 @@ from pathlib import Path
 
 import numpy as np
 
+from baseline.blend import BaselineError, ServedBlend
+from baseline.folds import baseline_predict
+from finetune import multilabel_run
 from finetune.adapt import adapt
-from finetune.baseline import baseline_predict
 from finetune.blend import cv_blend, save_final_blend
 from finetune.confidence import cv_calibration, save_calibration, write_pictures
 from finetune.config import (  # noqa: F401
@@ -49,7 +54,6 @@ from finetune.metrics import fold_metrics
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model  # noqa: F401
 from finetune.report import f1_text, fold_summary, holdout_baseline, summary_table, write_outputs
 from finetune.train import encode, fit, predict_proba
-from textdata.blend import BaselineError, ServedBlend
 from textdata.drift import save_reference
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.normalize import Normalizer
@@ -88,7 +92,7 @@ def prepare(cfg: Config) -> Prepared:
     data_path = BUILTIN_DATA[cfg.data](cache) if cfg.data in BUILTIN_DATA else Path(cfg.data)
     normalizer = Normalizer(cfg.normalize)
     data = load_labeled(data_path, cfg.text_column, cfg.label_column, cfg.group_column, cfg.folds,
-                        cfg.on_missing, normalizer, cfg.encoding)
+                        cfg.on_missing, normalizer, cfg.encoding, cfg.multi_label, cfg.label_sep)
     held = None
     if cfg.holdout:  # set aside before anything is fitted: neither the folds nor the final model see them
         data, held = split_holdout(data, cfg.holdout, cfg.folds, cfg.seed, data_path)
@@ -101,7 +105,15 @@ def prepare(cfg: Config) -> Prepared:
     return Prepared(data_path, normalizer, data, held, resolved, tokenizer, ids, folds)
 
 
-def run_fold(cfg: Config, k: int, prep: Prepared, fold_dir: Path, accelerator) -> tuple[dict, np.ndarray, np.ndarray]:
+def step_reporter(on_progress, **where):
+    """fit's per-step callback that reports `where` (stage, fold) with the step, the steps and the epoch."""
+    if on_progress is None:
+        return None
+    return lambda step, steps, epoch: on_progress({**where, "epoch": epoch, "step": step, "steps": steps})
+
+
+def run_fold(cfg: Config, k: int, prep: Prepared, fold_dir: Path, accelerator,
+             on_progress=None) -> tuple[dict, np.ndarray, np.ndarray]:
     """One fold: (its record, the model's and the baseline's probabilities on its held-out rows). On --resume a
     finished fold is read back; otherwise it is trained, scored and written whole."""
     seed = cfg.seed * 1000 + k  # one seed per fold, derived from --seed
@@ -114,28 +126,34 @@ def run_fold(cfg: Config, k: int, prep: Prepared, fold_dir: Path, accelerator) -
 
     data, ids, tokenizer = prep.data, prep.ids, prep.tokenizer
     train_idx, val_idx = prep.folds[k]
-    inner_tr, inner_va = inner_split(data.y[train_idx], None if data.groups is None else data.groups[train_idx],
+    targets = data.targets  # y, or Y (n, L) with --multi-label
+    inner_tr, inner_va = inner_split(targets[train_idx], None if data.groups is None else data.groups[train_idx],
                                      cfg.inner_val, seed)
     fit_idx, stop_idx = train_idx[inner_tr], train_idx[inner_va]
     start = prep.resolved
     if cfg.adapt.steps:  # the fold's training texts only: the held-out rows are what it is scored on
         start = str(adapt(start, [data.texts[i] for i in train_idx], fold_dir / f"adapt_{k}", cfg.adapt, seed))
     torch.manual_seed(seed)
-    model = load_classifier(cfg.model, start, data.labels, cfg.dropout, cfg.random_init)
-    hist = fit(model, tokenizer, [ids[i] for i in fit_idx], data.y[fit_idx], [ids[i] for i in stop_idx],
-               data.y[stop_idx], cfg.train, seed, accelerator, desc=f"fold {k + 1}/{cfg.folds}")
+    model = load_classifier(cfg.model, start, data.labels, cfg.dropout, cfg.random_init, data.multi_label)
+    hist = fit(model, tokenizer, [ids[i] for i in fit_idx], targets[fit_idx], [ids[i] for i in stop_idx],
+               targets[stop_idx], cfg.train, seed, accelerator, desc=f"fold {k + 1}/{cfg.folds}",
+               on_step=step_reporter(on_progress, stage="fold", fold=k + 1, folds=cfg.folds))
     proba = predict_proba(model, [ids[i] for i in val_idx], tokenizer.pad_token_id or 0, accelerator.device,
                           cfg.train.precision)
     del model
-    try:
-        base_proba = baseline_predict(data.texts, data.y, train_idx, val_idx, seed)
-        base_metrics = fold_metrics(data.y[val_idx], base_proba.argmax(1), data.labels)
-    except BaselineError as e:  # the model's numbers stand; the report says why there is no baseline
-        base_proba = np.full_like(proba, np.nan)
-        base_metrics = {"error": str(e)}
+    if data.multi_label:  # at 0.5: tuned thresholds need the other folds (multilabel_run.cv_report)
+        base_proba, metrics, base_metrics = multilabel_run.fold_scores(data, train_idx, val_idx, proba, seed)
+    else:
+        try:
+            base_proba = baseline_predict(data.texts, data.y, train_idx, val_idx, seed)
+            base_metrics = fold_metrics(data.y[val_idx], base_proba.argmax(1), data.labels)
+        except BaselineError as e:  # the model's numbers stand; the report says why there is no baseline
+            base_proba = np.full_like(proba, np.nan)
+            base_metrics = {"error": str(e)}
+        metrics = fold_metrics(data.y[val_idx], proba.argmax(1), data.labels)
     saved = {
         "fold": k, "seed": seed, "n_train": len(fit_idx), "n_early_stopping": len(stop_idx),
-        "n_val": len(val_idx), **fold_metrics(data.y[val_idx], proba.argmax(1), data.labels),
+        "n_val": len(val_idx), **metrics,
         "best_epoch": hist.best_epoch, "train_seconds": round(hist.seconds, 2),
         "samples_per_second": round(hist.samples_per_second, 2),
         "baseline": base_metrics,
@@ -154,10 +172,10 @@ class FoldJob:
     k: int
     trial: int | None = None
 
-    def __call__(self, prep, accelerator):
+    def __call__(self, prep, accelerator, on_progress=None):
         fold_dir = Path(self.cfg.output) / "folds"
         fold_dir.mkdir(parents=True, exist_ok=True)
-        return run_fold(self.cfg, self.k, prep, fold_dir, accelerator)
+        return run_fold(self.cfg, self.k, prep, fold_dir, accelerator, on_progress)
 
 
 @dataclass
@@ -171,18 +189,24 @@ class FoldResults:
     fold_of: np.ndarray  # each row's fold
 
 
-def run_folds(cfg: Config, prep: Prepared, accelerator) -> FoldResults:
-    """Every fold through the runner (here or on Ray), gathered in fold order whatever order they finished in."""
+def run_folds(cfg: Config, prep: Prepared, accelerator, on_progress=None) -> FoldResults:
+    """Every fold through the runner (here or on Ray), gathered in fold order whatever order they finished in.
+    Local folds report every step to `on_progress`; Ray folds, each fold as it finishes."""
     by_fold = {}
-    with open_runner(cfg, prep, accelerator) as runner:
+    with open_runner(cfg, prep, accelerator, on_progress=on_progress) as runner:
         for k in range(cfg.folds):
             runner.submit(FoldJob(cfg, k))
         for _ in range(cfg.folds):
             job, (saved, proba, base_proba) = runner.next_done()
             by_fold[job.k] = saved, proba, base_proba
+            if on_progress is not None:
+                on_progress({"stage": "fold done", "fold": job.k + 1, "folds": cfg.folds, "done": len(by_fold)})
+            if prep.data.multi_label:
+                print(multilabel_run.fold_line(job.k, saved), file=sys.stderr)
+                continue
             print(f"fold {job.k}: macro-F1 {saved['macro_f1']:.4f} (baseline {f1_text(saved['baseline'])}), "
                   f"accuracy {saved['accuracy']:.4f}, best epoch {saved['best_epoch']}", file=sys.stderr)
-    n, c = len(prep.data.y), len(prep.data.labels)
+    n, c = len(prep.data.texts), len(prep.data.labels)
     got = FoldResults([], [], np.full((n, c), np.nan, dtype=np.float32), np.full((n, c), np.nan, dtype=np.float32),
                       np.full(n, -1))
     for k, (_, val_idx) in enumerate(prep.folds):
@@ -209,14 +233,18 @@ def start_run(cfg: Config, accelerator) -> tuple[Prepared, dict]:
         write_json(out / "config.json", recorded)
         if held is not None:  # the rows as read, every column: serving.export --eval-csv takes it as is
             write_table(data.table.iloc[held.keep], out / "holdout.csv")
-    print(f"{len(data.y)} rows, {len(data.labels)} classes, {cfg.folds} folds"
+    kind = (f"labels (multi-label, {int((data.Y.sum(1) == 0).sum())} rows with none)" if data.multi_label
+            else "classes")
+    print(f"{len(data.texts)} rows, {len(data.labels)} {kind}, {cfg.folds} folds"
           f"{' grouped by ' + repr(cfg.group_column) if cfg.group_column else ''}; model {prep.resolved} "
           f"on {accelerator.device if cfg.engine == 'local' else 'Ray workers'}; folds fixed in {out / FOLD_IDS}",
           file=sys.stderr)
     return prep, recorded
 
 
-def run(cfg: Config) -> dict:
+def run(cfg: Config, on_progress=None) -> dict:
+    """The whole k-fold run of `cfg`; `on_progress(event)`, when given, receives a dict per training step (its
+    "stage": "fold" or "final", the fold, "epoch", "step", "steps") and one as each fold finishes ("fold done")."""
     import transformers
 
     started = time.time()
@@ -227,37 +255,48 @@ def run(cfg: Config) -> dict:
     cpu_threads(accelerator)
     prep, recorded = start_run(cfg, accelerator)
     data, held = prep.data, prep.held
-    got = run_folds(cfg, prep, accelerator)
+    got = run_folds(cfg, prep, accelerator, on_progress)
 
-    report = fold_summary(cfg, got.results, recorded, data, prep.data_path, prep.resolved, accelerator.device)
-    report["blend"], blend_oof = cv_blend(got.oof, got.base_oof, data.y, got.fold_of, data.labels, cfg.blend,
-                                          report["macro_f1_mean"])
+    ml = data.multi_label  # multi-label: finetune/multilabel_run.py
+    if ml:
+        report, blend_oof = multilabel_run.cv_report(cfg, got, recorded, prep, accelerator.device)
+    else:
+        report = fold_summary(cfg, got.results, recorded, data, prep.data_path, prep.resolved, accelerator.device)
+        report["blend"], blend_oof = cv_blend(got.oof, got.base_oof, data.y, got.fold_of, data.labels, cfg.blend,
+                                              report["macro_f1_mean"])
     # Before anything is written: an unreachable --target-precision stops here (the folds are kept for --resume).
+    # Multi-label: the per-label calibration's nested numbers in the report (finetune/calibration_multilabel.py).
     report["calibration"], served_oof, calibrated_oof = cv_calibration(got.oof, report["blend"], blend_oof, data,
                                                                        got.fold_of, cfg.target_precision)
     if held is not None:
-        report["holdout"] = holdout_baseline(out, data, held, cfg)
+        report["holdout"] = (multilabel_run.holdout_entry(out, data, held, cfg, report) if ml else
+                             holdout_baseline(out, data, held, cfg))
     if main:
-        write_outputs(out, cfg, data, got.oof, got.base_oof, blend_oof, got.fold_of, report, got.histories, held)
+        (multilabel_run.write_outputs if ml else write_outputs)(out, cfg, data, got.oof, got.base_oof, blend_oof,
+                                                                got.fold_of, report, got.histories, held)
         write_pictures(out, report["calibration"], served_oof, calibrated_oof, data)
     if cfg.final:
-        final_model(cfg, prep, report, accelerator)
+        final_model(cfg, prep, report, accelerator, on_progress)
         if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitor.py);
-            # served scores are calibrated (calibration.json), so the reference is too (nested, the blend's where kept)
-            save_reference(out / "model", calibrated_oof, data.texts, data.labels)
+            # single-label scores are served calibrated (calibration.json), so the reference is too (nested)
+            kept = (report["blend"] or {}).get("kept") and blend_oof is not None
+            save_reference(out / "model", (blend_oof if kept else got.oof) if ml else calibrated_oof, data.texts,
+                           data.labels, multilabel_run.served_thresholds(out / "model") if ml else None)
     report["wall_seconds"] = round(time.time() - started, 1)
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     if main:
         write_json(out / "report.json", report)
-        print(summary_table(report))
-        print(f"\nwrote {out}/report.json, oof_predictions.csv, confusion_matrix.png, learning_curves.png, "
-              "calibration.png, coverage.png"
-              + (", model/" if cfg.final else "") + (", holdout.csv" if held is not None else ""))
+        print((multilabel_run.summary_table if ml else summary_table)(report))
+        print(f"\nwrote {out}/report.json, oof_predictions.csv, "
+              + ("per_label_f1.png, label_cooccurrence.png" if ml else "confusion_matrix.png, calibration.png, "
+                 "coverage.png") + ", learning_curves.png"
+              + (", model/" if cfg.final else "") + (", holdout.csv" if held is not None else "")
+              + (", holdout_predictions.csv" if ml and cfg.final and held is not None else ""))
     return report
 
 
-def final_model(cfg: Config, prep: Prepared, report: dict, accelerator) -> None:
+def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progress=None) -> None:
     """Train on every fold row for the median best epoch of the folds, then save a serving-ready folder;
     score it on the held-out rows (--holdout), which it never saw."""
     import torch
@@ -269,12 +308,14 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator) -> None:
     if cfg.adapt.steps:  # every row is training data for the final model
         resolved = str(adapt(resolved, data.texts, Path(cfg.output) / "adapt_final", cfg.adapt, cfg.seed))
     torch.manual_seed(cfg.seed)
-    model = load_classifier(cfg.model, resolved, data.labels, cfg.dropout, cfg.random_init)
-    fit(model, tokenizer, prep.ids, data.y, [], np.array([], dtype=np.int64), train_cfg, cfg.seed, accelerator,
-        desc="final")
+    model = load_classifier(cfg.model, resolved, data.labels, cfg.dropout, cfg.random_init, data.multi_label)
+    fit(model, tokenizer, prep.ids, data.targets, [], data.targets[:0], train_cfg, cfg.seed, accelerator,
+        desc="final", on_step=step_reporter(on_progress, stage="final"))
+    proba = None
     if held is not None:
         proba = predict_proba(model, encode(tokenizer, held.texts, cfg.max_length), tokenizer.pad_token_id or 0,
                               accelerator.device, cfg.train.precision)
+    if held is not None and not data.multi_label:  # multi-label: scored as served, in multilabel_run.final_extras
         report["holdout"].update(fold_metrics(held.y, proba.argmax(1), data.labels))
         print(f"holdout ({len(held.y)} rows never trained on): final model macro-F1 "
               f"{report['holdout']['macro_f1']:.4f}, baseline {f1_text(report['holdout']['baseline'])}",
@@ -285,16 +326,22 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator) -> None:
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     prep.normalizer.save(folder)
-    blend = save_final_blend(folder, data.texts, data.y, len(data.labels), cfg.seed, report["blend"], report["warnings"])
-    calibration = save_calibration(folder, report.get("calibration"), data.labels, blend is not None, report["warnings"])
+    if data.multi_label:  # thresholds.json, baseline/ (a per-label blend), the held-out rows scored as served
+        blend = multilabel_run.final_extras(folder, Path(cfg.output), data, held, proba, cfg, report)
+    else:
+        blend = save_final_blend(folder, data.texts, data.y, len(data.labels), cfg.seed, report["blend"],
+                                 report["warnings"])
+    # calibration.json: single-label only for now (a multi-label folder's per-label one is not served yet)
+    calibration = None if data.multi_label else save_calibration(folder, report.get("calibration"), data.labels,
+                                                                 blend is not None, report["warnings"])
     write_json(folder / "training_config.json", {
         "config": config_json(cfg), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
         "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))}, "blend": blend,
         "calibration": calibration,
     })
-    report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(data.y),
+    report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(data.texts),
                              "blend": blend is not None}
-    if blend and held is not None:  # the blend as served (baseline/ read back), on rows nothing was fitted on
+    if blend and held is not None and not data.multi_label:  # the blend as served (baseline/ read back), on rows nothing was fitted on
         served = ServedBlend(folder, len(data.labels))(proba, held.texts)
         report["holdout"]["blend"] = fold_metrics(held.y, served.argmax(1), data.labels)
 

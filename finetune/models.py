@@ -103,12 +103,16 @@ def load_tokenizer(name: str, resolved: str, max_length: int):
     return tok
 
 
-def load_classifier(name: str, resolved: str, labels: list[str], dropout: float | None = None, random_init: bool = False):
-    """A sequence classifier with a fresh head for `labels` on the pretrained encoder (or random weights)."""
+def load_classifier(name: str, resolved: str, labels: list[str], dropout: float | None = None, random_init: bool = False,
+                    multi_label: bool = False):
+    """A sequence classifier with a fresh head for `labels` on the pretrained encoder (or random weights);
+    `multi_label`: a sigmoid per label (config.json's problem_type, which serving reads)."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
     kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
               "label2id": {v: i for i, v in enumerate(labels)}}
+    if multi_label:
+        kwargs["problem_type"] = "multi_label_classification"
     if dropout is not None:
         kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, classifier_dropout=dropout)
     try:

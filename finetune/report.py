@@ -7,11 +7,11 @@ from pathlib import Path
 
 import numpy as np
 
-from finetune.baseline import baseline_predict
+from baseline.blend import BaselineError
+from baseline.folds import baseline_predict
 from finetune.confidence import table_lines
 from finetune.config import Config
 from finetune.metrics import KEYS, fold_metrics, summarize
-from textdata.blend import BaselineError
 from textdata.tables import write_table
 
 

@@ -23,6 +23,8 @@ and the first trial is the recipe the flags give, so the table shows what the se
   param_importance.png (Optuna's default importance evaluator), best_command.txt (the best recipe as a k-fold command), and
   best/: a k-fold run folder of the best trial (report, out-of-fold predictions, plots; with --final its model/,
   trained by k-fold's own final step and scored on the --holdout rows).
+With --multi-label a trial's score is its nested tuned macro-F1 (per-label thresholds tuned on the other folds:
+k-fold's headline; see `objective`), and pruning compares running means of the folds' macro-F1 at 0.5.
 The best trial's CV score is optimistic: it was picked on the folds it is scored on (docs/finetune.md). With
 --holdout and --final, best/report.json's holdout score is the honest number.
 """
@@ -124,8 +126,10 @@ def open_study(optuna, out: Path, base: Config, scfg: SearchConfig, space):
         differs = sorted(k for k in set(before) | set(settings) if before.get(k) != settings.get(k))
         if "kfold" in differs:
             differs.remove("kfold")
+            # a setting added since (e.g. multi_label) counts as unchanged when it is at its default
+            default = flat(config_json(Config(model="", data="", output="")))
             differs += sorted(k for k in set(before["kfold"]) | set(settings["kfold"])
-                              if before["kfold"].get(k) != settings["kfold"].get(k))
+                              if before["kfold"].get(k, default.get(k)) != settings["kfold"].get(k, default.get(k)))
         if differs:
             raise DataError(f"--resume: the search in {out} was run with different {differs}; use a new --output")
     out.mkdir(parents=True, exist_ok=True)
@@ -179,8 +183,8 @@ def run(base: Config, scfg: SearchConfig) -> dict:
     prep = kfold.prepare(dataclasses.replace(base, output=str(out)))
     if prep.held is not None:
         write_table(prep.data.table.iloc[prep.held.keep], out / "holdout.csv")
-    print(f"{len(prep.data.y)} rows, {base.folds} folds fixed in {out / FOLD_IDS}"
-          + (f", {len(prep.held.y)} rows held out" if prep.held is not None else "")
+    print(f"{len(prep.data.texts)} rows, {base.folds} folds fixed in {out / FOLD_IDS}"
+          + (f", {len(prep.held.texts)} rows held out" if prep.held is not None else "")
           + f"; {scfg.trials} trials, {_counted(study, optuna)} done before", file=sys.stderr)
 
     with open_runner(base, prep, accelerator, wrap_errors=True) as runner:
@@ -194,7 +198,7 @@ def run(base: Config, scfg: SearchConfig) -> dict:
                 active[trial.number] = {"trial": trial, "cfg": cfg, "scores": [], "t0": time.time()}
                 runner.submit(FoldJob(cfg, 0, trial.number))
             try:
-                job, (saved, _, _) = runner.next_done()
+                job, (saved, proba, _) = runner.next_done()
             except FoldFailed as e:
                 state = active.pop(e.job.trial)
                 state["trial"].set_user_attr("error", str(e))
@@ -203,15 +207,21 @@ def run(base: Config, scfg: SearchConfig) -> dict:
                 continue
             state = active[job.trial]
             trial, scores = state["trial"], state["scores"]
-            scores.append(saved["macro_f1"])
+            scores.append(saved["macro_f1"])  # multi-label: at 0.5, the fold's own number (pruning only)
+            state.setdefault("proba", {})[job.k] = proba
             trial.set_user_attr("fold_macro_f1", scores)
             trial.set_user_attr("seconds", round(time.time() - state["t0"], 1))
             trial.report(float(np.mean(scores)), step=len(scores))
             if len(scores) == base.folds:
-                study.tell(trial, float(np.mean(scores)))
+                value = objective(prep, state["proba"], scores)
+                study.tell(trial, value)
                 del active[job.trial]
-                print(f"trial {job.trial}: macro-F1 {np.mean(scores):.4f} ± {np.std(scores):.4f} {trial.params}",
-                      file=sys.stderr)
+                if prep.data.multi_label:
+                    print(f"trial {job.trial}: nested tuned macro-F1 {value:.4f} (folds at 0.5: {np.mean(scores):.4f}"
+                          f" ± {np.std(scores):.4f}) {trial.params}", file=sys.stderr)
+                else:
+                    print(f"trial {job.trial}: macro-F1 {np.mean(scores):.4f} ± {np.std(scores):.4f} {trial.params}",
+                          file=sys.stderr)
             elif trial.should_prune():
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                 del active[job.trial]
@@ -220,6 +230,24 @@ def run(base: Config, scfg: SearchConfig) -> dict:
             else:
                 runner.submit(FoldJob(state["cfg"], len(scores), job.trial))
     return finish(optuna, study, base, scfg, space, out, started)
+
+
+def objective(prep, proba_by_fold: dict, scores: list[float]) -> float:
+    """A finished trial's score. Single-label: the mean fold macro-F1. Multi-label: macro-F1 at per-label
+    thresholds tuned nested (each fold cut at thresholds tuned on the other folds' rows), k-fold's headline:
+    macro- rather than micro-F1 because it weighs every label the same (micro-F1 is carried by the few frequent
+    labels, which any recipe gets right), and it is what per-label thresholds maximise and what the export gate
+    judges. Tuned rather than at 0.5, because recipes move the probabilities (--class-weights' pos_weight lifts
+    them all) and 0.5 would rank recipes by calibration instead of by what the served model does."""
+    if not prep.data.multi_label:
+        return float(np.mean(scores))
+    from finetune.multilabel import scored
+
+    fold_of = np.full(len(prep.data.texts), -1)
+    oof = np.zeros(prep.data.Y.shape)
+    for k, (_, val_idx) in enumerate(prep.folds):
+        fold_of[val_idx], oof[val_idx] = k, proba_by_fold[k]
+    return float(scored(prep.data.Y, oof, fold_of, prep.data.labels)["macro_f1_mean"])
 
 
 def trial_rows(study) -> list[dict]:

@@ -25,15 +25,18 @@ import torch.nn.functional as F
 from sklearn.metrics import f1_score
 from tqdm.auto import tqdm
 
-from textdata.precision import check_precision, resolve_dtype
-from textdata.schedule import lr_at
-from textdata.widths import bucket_widths
+from textdata.numerics import bucket_widths, check_precision, lr_at, resolve_dtype
 
 SWITCHES = ("auto", "on", "off")
 # graphs: compile with mode="reduce-overhead", which replays each static shape's step as a CUDA graph.
 COMPILE_CHOICES = (*SWITCHES, "graphs")
 # Options for torch.compile; the CPU test swaps in a cheaper backend.
 COMPILE_OPTIONS: dict = {"dynamic": False}
+MULTI_LABEL = "multi_label_classification"  # transformers' problem_type for a sigmoid per label
+
+
+def is_multi_label(model) -> bool:
+    return getattr(model.config, "problem_type", None) == MULTI_LABEL
 
 
 @dataclass(frozen=True)
@@ -47,7 +50,7 @@ class TrainConfig:
     max_grad_norm: float = 1.0
     patience: int = 2  # epochs without inner-validation improvement before stopping; 0 = never stop early
     class_weights: bool = False
-    precision: str = "auto"  # one of textdata.precision.PRECISIONS
+    precision: str = "auto"  # one of textdata.numerics.PRECISIONS
     static_shapes: str = "auto"  # auto (on CUDA) | on | off: pad to (batch_size, width bucket) shapes
     compile: str = "off"  # off | auto (on CUDA) | on: torch.compile the training forward and backward;
     # graphs: the same, replayed as CUDA graphs (CUDA only, implies static shapes)
@@ -153,8 +156,10 @@ def amp_dtype(precision: str, device: torch.device):
 @torch.no_grad()
 def predict_proba(model, ids: list[list[int]], pad_id: int, device, precision: str = "auto",
                   batch_tokens: int = 16384) -> np.ndarray:
-    """Softmax probabilities in input order; batches by token budget over length-sorted texts."""
+    """Softmax probabilities in input order (a sigmoid per label for a multi-label model); batches by token
+    budget over length-sorted texts."""
     model.eval()
+    squash = torch.sigmoid if is_multi_label(model) else lambda z: torch.softmax(z, dim=-1)
     dtype = amp_dtype(precision, device)
     order = np.argsort([len(x) for x in ids], kind="stable")
     out = np.zeros((len(ids), model.config.num_labels), dtype=np.float32)
@@ -168,46 +173,122 @@ def predict_proba(model, ids: list[list[int]], pad_id: int, device, precision: s
         rows = order[start:end]
         with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
             logits = model(**collate(ids, rows, pad_id, device)).logits
-        out[rows] = torch.softmax(logits.float(), dim=-1).cpu().numpy()
+        out[rows] = squash(logits.float()).cpu().numpy()
         start = end
     return out
 
 
-def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, seed: int,
-        accelerator=None, desc: str = "train") -> History:
-    """Train `model` in place; returns with the weights of its best inner-validation epoch loaded."""
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    device = accelerator.device if accelerator else torch.device("cpu")
-    model.to(device)
-    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+@dataclass
+class _Step:
+    """What one optimisation step needs besides its rows: built once per fit."""
+
+    model: object
+    wrapped: object  # the model as called: compiled or wrapped by accelerate, or the model itself
+    optimizer: object
+    scaler: object
+    accelerator: object
+    device: object
+    dtype: object
+    weight: object  # class weights of the loss (multi-label: BCE's pos_weight), or None
+    widths: list | None  # padded widths of fixed-shape batches, or None
+    pad_id: int
+    multi: bool = False  # multi-label: BCE-with-logits over a sigmoid per label
+
+
+def _prepare_step(model, train_ids, y_train, cfg: TrainConfig, accelerator, device, pad_id: int) -> _Step:
     dtype = amp_dtype(cfg.precision, device)
     scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
     groups = layer_lr_groups(model, cfg.layer_decay, cfg.weight_decay)
     optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=device.type == "cuda")
     wrapped = accelerator.prepare(model) if accelerator and accelerator.num_processes > 1 else model
-    n_proc, rank = (accelerator.num_processes, accelerator.process_index) if accelerator else (1, 0)
-
     n_classes = model.config.num_labels
+    multi = is_multi_label(model)
     weight = None
-    if cfg.class_weights:  # "balanced": n / (k * count), as scikit-learn defines it
+    if cfg.class_weights and multi:  # BCE's pos_weight: negatives / positives per label
+        pos = np.asarray(y_train).sum(0)
+        weight = torch.tensor((len(y_train) - pos) / pos.clip(min=1), dtype=torch.float32, device=device)
+    elif cfg.class_weights:  # "balanced": n / (k * count), as scikit-learn defines it
         counts = np.bincount(y_train, minlength=n_classes).clip(min=1)
         weight = torch.tensor(len(y_train) / (n_classes * counts), dtype=torch.float32, device=device)
-    lengths = np.array([len(x) for x in train_ids])
-    steps_per_epoch = math.ceil(len(train_ids) / cfg.batch_size) // n_proc
-    total = steps_per_epoch * cfg.epochs
-    warmup = max(1, int(cfg.warmup * total))
-    y_t = torch.tensor(np.asarray(y_train), dtype=torch.long)
     graphs = cfg.compile == "graphs"
     if graphs and device.type != "cuda":
         raise ValueError(f"compile 'graphs' replays CUDA graphs and needs a CUDA device, not {device.type}; "
                          "use compile 'on' or 'off'")
     # A graph has fixed shapes: graphs pad to the width buckets whatever static_shapes says.
-    widths = bucket_widths(int(lengths.max())) if graphs or switch_on(cfg.static_shapes, device) else None
+    longest = int(max(len(x) for x in train_ids))
+    widths = bucket_widths(longest) if graphs or switch_on(cfg.static_shapes, device) else None
     if graphs:
         wrapped = torch.compile(wrapped, **COMPILE_OPTIONS, mode="reduce-overhead")
     elif switch_on(cfg.compile, device):
         wrapped = torch.compile(wrapped, **COMPILE_OPTIONS)
+    return _Step(model, wrapped, optimizer, scaler, accelerator, device, dtype, weight, widths, pad_id, multi)
+
+
+def _train_step(run: _Step, train_ids, rows, labels, lengths, batch_size: int, max_grad_norm: float):
+    """One optimisation step on `rows`; returns the loss, left on the device."""
+    device = run.device
+    if run.widths:
+        longest = max(lengths[rows])
+        batch = collate(train_ids, rows, run.pad_id, device, next(w for w in run.widths if w >= longest), batch_size)
+        # padding rows are ignored by the loss: -100 for cross-entropy, -1 (masked) for BCE
+        pad = batch_size - len(rows)
+        labels = F.pad(labels, (0, 0, 0, pad), value=-1) if run.multi else F.pad(labels, (0, pad), value=-100)
+    else:
+        batch = collate(train_ids, rows, run.pad_id, device)
+    with torch.autocast(device.type, dtype=run.dtype or torch.float32, enabled=run.dtype is not None):
+        logits = run.wrapped(**batch).logits
+    loss = (bce_loss if run.multi else F.cross_entropy)(logits.float(), to_device(labels.numpy(), device), run.weight)
+    run.optimizer.zero_grad(set_to_none=True)
+    scaled = run.scaler.scale(loss)
+    run.accelerator.backward(scaled) if run.accelerator else scaled.backward()
+    run.scaler.unscale_(run.optimizer)
+    torch.nn.utils.clip_grad_norm_(run.model.parameters(), max_grad_norm)
+    run.scaler.step(run.optimizer)
+    run.scaler.update()
+    return loss.detach()
+
+
+def bce_loss(logits: torch.Tensor, labels: torch.Tensor, pos_weight: torch.Tensor | None) -> torch.Tensor:
+    """BCE-with-logits averaged over the real rows' (row, label) cells; padding rows (label -1) count for nothing."""
+    real = labels >= 0
+    cells = F.binary_cross_entropy_with_logits(logits, labels.clamp(min=0), pos_weight=pos_weight, reduction="none")
+    return (cells * real).sum() / real.sum().clamp(min=1)
+
+
+def _inner_f1(model, val_ids, y_val, pad_id: int, device, cfg: TrainConfig, hist: History, epoch: int) -> float:
+    """Macro-F1 on the inner split (never the fold being scored), recorded in `hist`; multi-label: at 0.5 with
+    mean BCE (thresholds are tuned later, on out-of-fold rows)."""
+    n_classes = model.config.num_labels
+    proba = predict_proba(model, val_ids, pad_id, device, cfg.precision)
+    if is_multi_label(model):
+        f1 = f1_score(y_val, (proba > 0.5).astype(np.int64), average="macro", zero_division=0)
+        p = proba.astype(np.float64).clip(1e-9, 1 - 1e-9)
+        loss = -(y_val * np.log(p) + (1 - y_val) * np.log1p(-p)).mean()
+    else:
+        f1 = f1_score(y_val, proba.argmax(1), average="macro", labels=list(range(n_classes)), zero_division=0)
+        loss = -np.log(proba[np.arange(len(y_val)), y_val].clip(1e-9)).mean()
+    hist.epochs.append(epoch + 1)
+    hist.val_macro_f1.append(float(f1))
+    hist.val_loss.append(float(loss))
+    return float(f1)
+
+
+def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, seed: int,
+        accelerator=None, desc: str = "train", on_step=None) -> History:
+    """Train `model` in place; returns with the weights of its best inner-validation epoch loaded.
+    `on_step(step, steps, epoch)`, when given, is called after every step (epoch counts from 1)."""
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    device = accelerator.device if accelerator else torch.device("cpu")
+    model.to(device)
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+    run = _prepare_step(model, train_ids, y_train, cfg, accelerator, device, pad_id)
+    n_proc, rank = (accelerator.num_processes, accelerator.process_index) if accelerator else (1, 0)
+    lengths = np.array([len(x) for x in train_ids])
+    steps_per_epoch = math.ceil(len(train_ids) / cfg.batch_size) // n_proc
+    total = steps_per_epoch * cfg.epochs
+    warmup = max(1, int(cfg.warmup * total))
+    y_t = torch.tensor(np.asarray(y_train), dtype=torch.float32 if run.multi else torch.long)
 
     hist, best_f1, best_state, stale, step = History(), -1.0, None, 0, 0
     t0, seen = time.perf_counter(), 0
@@ -217,40 +298,22 @@ def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, 
         batches = length_grouped_batches(lengths, cfg.batch_size, rng)[rank::n_proc][:steps_per_epoch]
         epoch_losses = []
         for rows in batches:
-            for g in optimizer.param_groups:
+            for g in run.optimizer.param_groups:
                 g["lr"] = lr_at(step, total, cfg.lr, warmup) * g["lr_scale"]
-            labels = y_t[rows]
-            if widths:
-                longest = max(lengths[rows])
-                batch = collate(train_ids, rows, pad_id, device, next(w for w in widths if w >= longest), cfg.batch_size)
-                labels = F.pad(labels, (0, cfg.batch_size - len(rows)), value=-100)  # ignored by the loss
-            else:
-                batch = collate(train_ids, rows, pad_id, device)
-            with torch.autocast(device.type, dtype=dtype or torch.float32, enabled=dtype is not None):
-                logits = wrapped(**batch).logits
-            loss = F.cross_entropy(logits.float(), to_device(labels.numpy(), device), weight=weight)
-            optimizer.zero_grad(set_to_none=True)
-            scaled = scaler.scale(loss)
-            accelerator.backward(scaled) if accelerator else scaled.backward()
-            scaler.unscale_(optimizer)
-            torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.max_grad_norm)
-            scaler.step(optimizer)
-            scaler.update()
+            epoch_losses.append(_train_step(run, train_ids, rows, y_t[rows], lengths, cfg.batch_size,
+                                            cfg.max_grad_norm))
             step += 1
             seen += len(rows) * n_proc
             hist.steps.append(step)
-            epoch_losses.append(loss.detach())
             if step % 50 == 0:  # reading a loss waits for the GPU: only now and then
                 bar.set_postfix(epoch=epoch + 1, loss=f"{epoch_losses[-1].item():.3f}")
             bar.update()
+            if on_step is not None:
+                on_step(step, total, epoch + 1)
         hist.train_loss += torch.stack(epoch_losses).float().cpu().tolist() if epoch_losses else []
 
         if len(val_ids):  # early stopping looks only at the inner split, never at the fold being scored
-            proba = predict_proba(model, val_ids, pad_id, device, cfg.precision)
-            f1 = f1_score(y_val, proba.argmax(1), average="macro", labels=list(range(n_classes)), zero_division=0)
-            hist.epochs.append(epoch + 1)
-            hist.val_macro_f1.append(float(f1))
-            hist.val_loss.append(float(-np.log(proba[np.arange(len(y_val)), y_val].clip(1e-9)).mean()))
+            f1 = _inner_f1(model, val_ids, y_val, pad_id, device, cfg, hist, epoch)
             if f1 > best_f1:
                 best_f1, stale, hist.best_epoch = f1, 0, epoch + 1
                 best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})

@@ -14,16 +14,15 @@ from dataclasses import asdict, dataclass, fields
 from pretraining.model import OBJECTIVES
 
 
+# Twin of textdata.errors.UserError (pretraining imports no other package): tests/textdata/test_twins.py
 class UsageError(Exception):
-    """Bad input from the user: printed as one line, without a traceback.
-
-    Twin of textdata/errors.py `UserError` (pretraining imports no other package); finetune/adapt.py turns it
-    into a `DataError`."""
+    """Bad input from the user: printed as one line, without a traceback; finetune/adapt.py turns it into a
+    `DataError`."""
 
 
+# Twin of textdata.errors.exits_2_on_user_error: tests/textdata/test_twins.py
 def exits_2_on_usage_error(main):
-    """Wrap a CLI `main`: a UsageError becomes `error: <message>` on stderr and exit status 2 (twin of
-    textdata/errors.py `exits_2_on_user_error`)."""
+    """Wrap a CLI `main`: a UsageError becomes `error: <message>` on stderr and exit status 2."""
 
     @functools.wraps(main)
     def wrapper(*args, **kwargs) -> int:
@@ -154,9 +153,9 @@ def _default_help(name: str, default) -> str:
     return f"(default: {shown}" + ("; " + ", ".join(by_preset) if by_preset else "") + ")"
 
 
+# Twin of textdata.flags.add_flags (which the other CLIs use): tests/textdata/test_twins.py
 def build_parser(description: str) -> argparse.ArgumentParser:
-    """One flag per TrainConfig field, each help line showing its default per preset (twin of textdata/flags.py,
-    which the other CLIs use; pretraining imports no other package)."""
+    """One flag per TrainConfig field, each help line showing its default and each preset's value."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")

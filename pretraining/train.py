@@ -47,11 +47,9 @@ from pretraining.model import ElectraPretrainer
 from pretraining.tokenizer import load_tokenizer, resolve_vocab_size, train_tokenizer
 
 
+# Twin of textdata.numerics.lr_at (pretraining imports no other package): tests/textdata/test_twins.py
 def lr_at(step: int, cfg: TrainConfig) -> float:
-    """Linear warmup to cfg.lr, then linear decay to 0 at max_steps (ELECTRA's schedule, power 1).
-
-    Twin of textdata/schedule.py `lr_at` (pretraining imports no other package); tests/textdata/test_schedule.py
-    checks that the two agree."""
+    """Linear warmup to cfg.lr, then linear decay to 0 at max_steps (ELECTRA's schedule, power 1)."""
     if step < cfg.warmup_steps:
         return cfg.lr * (step + 1) / cfg.warmup_steps
     return cfg.lr * max(0.0, (cfg.max_steps - step) / max(1, cfg.max_steps - cfg.warmup_steps))
@@ -121,9 +119,9 @@ def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 
+# Twin of textdata.numerics.resolve_dtype (pretraining imports no other package): tests/textdata/test_twins.py
 def autocast_dtype(cfg: TrainConfig, device: torch.device) -> torch.dtype:
-    """Twin of textdata/precision.py `resolve_dtype` (pretraining imports no other package); tests/textdata/
-    test_precision.py checks that the two agree."""
+    """The autocast dtype for cfg.precision on `device`: bf16 (fp16 without bf16) on CUDA under auto, else fp32."""
     if cfg.precision == "auto":
         if device.type != "cuda":
             return torch.float32
@@ -211,33 +209,10 @@ def train(cfg: TrainConfig) -> Path:
     out = Path(cfg.output)
     ckpt_path = out / "checkpoint.pt"
 
-    # ---- check inputs before any slow work
-    check_compile_device(cfg, device)
-    init = init_source(cfg.init_from) if cfg.init_from else None
-    if init is not None:
-        cfg = dataclasses.replace(cfg, **init[2])  # the folder's shape, recorded in config.json and checkpoints
-    corpus = corpus_as_text(cfg.corpus, cfg.text_column, out / "corpus")
-    check_corpus(corpus)
-    if cfg.batch_size % world:
-        raise UsageError(f"batch size {cfg.batch_size} does not split over {world} processes")
-    saved = checkpoint_to_resume(cfg, ckpt_path)
-    out.mkdir(parents=True, exist_ok=True)
-
+    cfg, init, corpus, saved = check_inputs(cfg, device, world, out, ckpt_path)
     tokenizer, blocks = prepare_data(cfg, out, accelerator, corpus, init)
-
-    # ---- model, optimizer, scaler
-    torch.manual_seed(cfg.seed)  # same initial weights on every process
-    model = build_model(cfg, tokenizer)
-    if init is not None and saved is None:
-        load_init(model, init[0], init[1])
-    model = model.to(device)
-    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999),
-                                  eps=cfg.adam_epsilon, fused=device.type == "cuda")
-    dtype = autocast_dtype(cfg, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    model, optimizer, dtype, scaler = model_and_optimizer(cfg, tokenizer, init, saved, device)
     switch_step = cfg.max_steps // 2 if cfg.two_stage else None
-    if cfg.two_stage:
-        model.stage = "generator"
 
     step, position, stats = 0, 0, StepStats()
     if saved is not None:
@@ -312,15 +287,50 @@ def train(cfg: TrainConfig) -> Path:
             checkpoint()
         bar.update(1)
     bar.close()
-
     if is_main:
-        if step >= cfg.max_steps:
-            export(raw, tokenizer, out)
-            print(f"saved discriminator and generator to {out}", file=sys.stderr)
-        else:
-            print(f"stopped at step {step} of {cfg.max_steps}; continue with --resume", file=sys.stderr)
-        log.close()
+        finish(raw, tokenizer, out, step, cfg.max_steps, log)
     return out
+
+
+def check_inputs(cfg: TrainConfig, device, world: int, out: Path, ckpt_path: Path):
+    """(cfg with an --init-from folder's shape, that folder, the corpus, the checkpoint to resume or None),
+    checked before any slow work."""
+    check_compile_device(cfg, device)
+    init = init_source(cfg.init_from) if cfg.init_from else None
+    if init is not None:
+        cfg = dataclasses.replace(cfg, **init[2])  # the folder's shape, recorded in config.json and checkpoints
+    corpus = corpus_as_text(cfg.corpus, cfg.text_column, out / "corpus")
+    check_corpus(corpus)
+    if cfg.batch_size % world:
+        raise UsageError(f"batch size {cfg.batch_size} does not split over {world} processes")
+    saved = checkpoint_to_resume(cfg, ckpt_path)
+    out.mkdir(parents=True, exist_ok=True)
+    return cfg, init, corpus, saved
+
+
+def model_and_optimizer(cfg: TrainConfig, tokenizer, init, saved, device):
+    """(model on `device`, AdamW, autocast dtype, grad scaler); the weights are the same on every process."""
+    torch.manual_seed(cfg.seed)
+    model = build_model(cfg, tokenizer)
+    if init is not None and saved is None:
+        load_init(model, init[0], init[1])
+    model = model.to(device)
+    optimizer = torch.optim.AdamW(param_groups(model, cfg.weight_decay), lr=cfg.lr, betas=(0.9, 0.999),
+                                  eps=cfg.adam_epsilon, fused=device.type == "cuda")
+    dtype = autocast_dtype(cfg, device)
+    scaler = torch.amp.GradScaler(device.type, enabled=dtype == torch.float16)
+    if cfg.two_stage:
+        model.stage = "generator"
+    return model, optimizer, dtype, scaler
+
+
+def finish(raw, tokenizer, out: Path, step: int, max_steps: int, log) -> None:
+    if step >= max_steps:
+        export(raw, tokenizer, out)
+        print(f"saved discriminator and generator to {out}", file=sys.stderr)
+    else:
+        print(f"stopped at step {step} of {max_steps}; continue with --resume", file=sys.stderr)
+    log.close()
 
 
 def prepare_data(cfg: TrainConfig, out: Path, accelerator, corpus, init):

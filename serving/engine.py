@@ -32,16 +32,17 @@ from pathlib import Path
 
 import numpy as np
 
+from baseline.blend import BASELINE_DIR, BLEND_FILE, TEXT_CAP, Encoded, ServedBlend
 from serving.calibration import ServedCalibration
+from serving.multilabel import is_multi_label, load_thresholds, multi_label_predictions, sigmoid
 from serving.onnx_runner import ORT_NAMES, OrtRunner
 from serving.quantize import cpu_isa
 from serving.runner import Runner
 from serving.torch_runner import TorchRunner, check_options, cuda_available, probe_ids
-from textdata.blend import BASELINE_DIR, BLEND_FILE, TEXT_CAP, Encoded, ServedBlend
 from textdata.errors import ModelError
 from textdata.labels import labels_from_config
 from textdata.normalize import Normalizer
-from textdata.precision import check_precision
+from textdata.numerics import check_precision
 from textdata.run_folder import model_in_run
 
 log = logging.getLogger("serving.engine")
@@ -105,6 +106,11 @@ class Classifier:
         self._config = config
         self.normalizer = normalizer
         self.labels = labels_from_config(config)
+        # Multi-label (serving/multilabel.py): sigmoid per label, labels over the thresholds in thresholds.json.
+        self.multi_label = is_multi_label(config)
+        self._thresholds = load_thresholds(self.folder, self.labels) if self.multi_label else None
+        self.thresholds = self._thresholds.values if self.multi_label else None
+        self.label_sep = self._thresholds.label_sep if self.multi_label else None
         self.max_length = max_length
         self.batch_tokens = batch_tokens
         self.truncation = truncation
@@ -292,6 +298,10 @@ class Classifier:
             "blend": self.blend.info() if self.blend else None,
             "blend_available": self._has_blend,
             "calibration": self.calibration.info(),
+            "multi_label": self.multi_label,
+            "thresholds": self._thresholds.as_dict(self.labels) if self.multi_label else None,
+            **({"label_sep": self.label_sep, "thresholds_tuned": self._thresholds.tuned,
+                "thresholds_source": self._thresholds.source} if self.multi_label else {}),
         }
 
     def normalize(self, texts: Sequence[str]) -> list[str]:
@@ -347,8 +357,9 @@ class Classifier:
         calibrated where the folder has calibration.json)."""
         return self._proba(self.encode(texts, normalized))
 
-    def _proba(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
-        probs = _softmax(self._logits(seqs))
+    def _proba(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None) -> np.ndarray:
+        logits = self._logits(seqs) if logits is None else logits
+        probs = sigmoid(logits) if self.multi_label else _softmax(logits)
         if self.blend:
             # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
             rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)]
@@ -394,7 +405,11 @@ class Classifier:
         return self.predict_encoded(self.encode(texts), top_k)
 
     def predict_encoded(self, seqs: Sequence[Sequence[int]], top_k: int | None = None) -> list[Prediction]:
-        """`predict` for token ids from `encode` (with a blend, only those carry the text it reads)."""
+        """`predict` for token ids from `encode` (with a blend, only those carry the text it reads).
+        A multi-label model answers `MultiLabelPrediction`s (serving/multilabel.py)."""
+        if self.multi_label:
+            logits = self._logits(seqs)
+            return multi_label_predictions(self._proba(seqs, logits), logits, self.labels, self.thresholds, top_k)
         probs = self._proba(seqs)
         labels = self.labels
         sure = self.calibration.confident(probs)

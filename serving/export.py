@@ -13,7 +13,10 @@ has them, and
 export_report.json.
 The gate (serving/parity.py) compares each file with PyTorch on up to --max-eval-rows rows of
 --eval-csv (argmax agreement and macro-F1 change) or, without labels, on a built-in sample
-(agreement only, with a warning). A file that fails is not kept and the command exits 2; when only
+(agreement only, with a warning). A multi-label model (config.json problem_type
+multi_label_classification) is judged per label: agreement of the `sigmoid > threshold` decisions
+(thresholds.json) and the multi-label macro-F1; its --eval-csv label cells hold names separated by
+--label-sep (default: thresholds.json's, else ";"), or a JSON list in JSONL/Parquet. A file that fails is not kept and the command exits 2; when only
 INT8 fails, model.onnx is kept and the report lists every recipe tried and why each failed.
 INT8 must also be faster: a recipe that passes is timed against model.onnx on up to --speed-rows of
 the judged rows on this CPU (the engine alone, median of --speed-passes interleaved passes) and becomes
@@ -35,11 +38,12 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from baseline.blend import carry_blend
 from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, ModelError
-from serving.parity import builtin_sample, compare, tokenization_mismatch, verdict
+from serving.multilabel import DEFAULT_SEP, label_matrix
+from serving.parity import agreement, builtin_sample, compare, tokenization_mismatch, verdict
 from serving.quantize import BY_NAME, DEFAULT_ORDER, cpu_isa, quantize
 from serving.quiet import understood_messages_dropped
-from textdata.blend import carry_blend
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
 from textdata.run_folder import model_in_run
@@ -48,7 +52,7 @@ from textdata.tables import missing_text, read_table, write_json
 log = logging.getLogger("serving.export")
 
 # Files that travel with the model besides what Optimum writes (our own contracts from finetune/).
-SIDECARS = ("normalization.json", "training_config.json", "reference.json", "calibration.json")
+SIDECARS = ("normalization.json", "training_config.json", "thresholds.json", "calibration.json", "reference.json")
 CANDIDATE = ".int8-candidate.onnx"  # a recipe's output while it is judged; never served
 SLOW_CANDIDATE = ".int8-slow.onnx"  # the fastest recipe that passed accuracy but not speed, so far
 
@@ -71,6 +75,7 @@ class ExportConfig:
     min_int8_speedup: float = 1.15
     speed_rows: int = 256
     speed_passes: int = 3
+    label_sep: str | None = None  # multi-label --eval-csv: None = thresholds.json's label_sep, else ";"
 
 
 def _onnx_export(cfg: ExportConfig, work: Path) -> tuple[Path, Path]:
@@ -102,13 +107,30 @@ def _eval_rows(cfg: ExportConfig) -> tuple[list[str], list[str] | None, list[str
     n_calib = min(200, len(df) // 5)
     calib, judged = df.iloc[:n_calib], df.iloc[n_calib : n_calib + cfg.max_eval_rows]
     texts = judged[cfg.text_column].astype(str).tolist()
-    return texts, judged[cfg.label_column].astype(str).tolist(), calib[cfg.text_column].astype(str).tolist() or texts
+    # raw cells: a multi-label model parses them (JSONL/Parquet lists included), a single-label one takes strings
+    cells = [(i, c) for i, c in zip(judged.index, judged[cfg.label_column])]
+    return texts, cells, calib[cfg.text_column].astype(str).tolist() or texts
+
+
+def _targets(cfg: ExportConfig, reference: Classifier, cells: list | None):
+    """The gate's y_true: label strings, or for a multi-label model an (n, L) 0/1 matrix (labels the model
+    does not know are left out, with a warning naming them)."""
+    if cells is None:
+        return None
+    if not reference.multi_label:
+        return [str(c) for _, c in cells]
+    sep = cfg.label_sep or reference.label_sep or DEFAULT_SEP
+    y, unknown = label_matrix([c for _, c in cells], reference.labels, sep, f"{cfg.eval_csv} column {cfg.label_column}")
+    if unknown:
+        log.warning("%s: %d label name(s) the model does not know are left out of the gate's targets: %s",
+                    cfg.eval_csv, len(unknown), ", ".join(f"{k!r} ({v} rows)" for k, v in list(unknown.items())[:5]))
+    return y
 
 
 def _check(cfg: ExportConfig, file: Path, ref, texts, labels, y_true, ref_f1) -> tuple[dict, list[str], Classifier]:
     # blend=False: the gate judges (and times) the model's file alone, not the TF-IDF baseline beside it
     clf = Classifier.load(file, provider="cuda" if cfg.target == "cuda" else "cpu", blend=False)
-    stats = compare(ref, clf.predict_logits(texts), labels, y_true)
+    stats = compare(ref, clf.predict_logits(texts), labels, y_true, clf.thresholds)
     return stats, verdict(stats, ref_f1, cfg.min_agreement, cfg.max_f1_drop), clf
 
 
@@ -208,12 +230,13 @@ def run(cfg: ExportConfig) -> dict:
     # fp32 eager on every device (on CUDA the torch default is bf16): the parity gate's reference.
     # Loading also validates config, labels and tokenizer.
     reference = Classifier.load(cfg.model, provider="torch", precision="fp32", cuda_graphs=False)
-    texts, y_true, calib = _eval_rows(cfg)
+    texts, cells, calib = _eval_rows(cfg)
+    y_true = _targets(cfg, reference, cells)
     mismatch = tokenization_mismatch(cfg.model, reference, texts)
     if mismatch:
         raise ModelError(f"{cfg.model}: serving would tokenize differently from training: {mismatch}")
     if y_true is None:
-        log.warning("no --eval-csv: the parity gate judges argmax agreement on %d built-in texts, not on your "
+        log.warning("no --eval-csv: the parity gate judges agreement on %d built-in texts, not on your "
                     "data, and cannot judge macro-F1; pass --eval-csv with labeled rows to judge on them", len(texts))
     cfg.output.mkdir(parents=True, exist_ok=True)
 
@@ -236,7 +259,7 @@ def run(cfg: ExportConfig) -> dict:
 
     labels = reference.labels
     ref_logits = reference.predict_logits(texts)
-    ref_f1 = compare(ref_logits, ref_logits, labels, y_true).get("macro_f1")
+    ref_f1 = compare(ref_logits, ref_logits, labels, y_true, reference.thresholds).get("macro_f1")
     report = {
         "source": str(cfg.model.resolve()),
         "target": cfg.target,
@@ -247,11 +270,14 @@ def run(cfg: ExportConfig) -> dict:
         "cpu_default": {"file": ONNX_FILE, "why": "no --quantize"},
         "max_length": reference.max_length,
         "labels": labels,
-        "gate": {"judged_on": "eval_csv" if y_true else "builtin_sample", "rows": len(texts),
-                 "min_agreement": cfg.min_agreement, "max_f1_drop_points": cfg.max_f1_drop if y_true else None},
+        **({"multi_label": True, "thresholds": reference.info()["thresholds"]} if reference.multi_label else {}),
+        "gate": {"judged_on": "eval_csv" if y_true is not None else "builtin_sample", "rows": len(texts),
+                 **({"agreement": "per-label decisions (sigmoid > threshold)"} if reference.multi_label else {}),
+                 "min_agreement": cfg.min_agreement,
+                 "max_f1_drop_points": cfg.max_f1_drop if y_true is not None else None},
         "eval_csv": str(cfg.eval_csv) if cfg.eval_csv else None,
-        "eval_rows": len(y_true) if y_true else 0,
-        "pytorch": {"macro_f1": ref_f1} if y_true else {},
+        "eval_rows": len(y_true) if y_true is not None else 0,
+        "pytorch": {"macro_f1": ref_f1} if y_true is not None else {},
         "files": {},
     }
     failed = {}
@@ -306,7 +332,7 @@ FLAGS = {
     "eval_csv": Flag("labeled table for the parity gate and macro-F1", shown="none: a built-in sample, no F1"),
     "text_column": Flag("the --eval-csv column holding the texts"),
     "label_column": Flag("the --eval-csv column holding the labels"),
-    "min_agreement": Flag("argmax agreement with PyTorch required"),
+    "min_agreement": Flag("agreement with PyTorch required (argmax; per-label decisions for a multi-label model)"),
     "max_f1_drop": Flag("macro-F1 points a file may lose against PyTorch on --eval-csv rows"),
     "int8_recipes": Flag(f"INT8 recipes to try in order, comma-separated, first that passes wins "
                          f"(known: {', '.join(BY_NAME)})", type=_recipe_list, shown=",".join(DEFAULT_ORDER)),
@@ -316,6 +342,8 @@ FLAGS = {
     "speed_rows": Flag("judged rows timed for the speed check"),
     "speed_passes": Flag("interleaved timed passes (median)"),
     "max_eval_rows": Flag("--eval-csv rows the gate judges (seeded sample)"),
+    "label_sep": Flag("multi-label model: separator of the names in --eval-csv's label cells",
+                      shown="thresholds.json's label_sep, else ;"),
     "sample_size": Flag("built-in texts judged when there is no --eval-csv"),
 }
 
@@ -343,8 +371,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         f1 = f", macro-F1 {s['macro_f1']:.4f} (PyTorch {f1_ref:.4f})" if "macro_f1" in s else ""
         recipe = f", INT8 recipe {s['recipe']}" if "recipe" in s else ""
+        what, share = agreement(s)
         print(f"{name}: {s['size_mb']} MB, max |Δlogit| {s['max_abs_logit_diff']:.2e}, "
-              f"argmax agreement {s['argmax_agreement']:.4f} on {s['texts']} texts{f1}{recipe}")
+              f"{what} {share:.4f} on {s['texts']} texts{f1}{recipe}")
     if cfg.quantize:
         print(f"CPU default: {report['cpu_default']['file']}: {report['cpu_default']['why']}")
     print(f"wrote {cfg.output} ({report['seconds']} s); report: {cfg.output / REPORT_FILE}")

@@ -1,7 +1,9 @@
 """The parity gate of `serving.export`: which rows an exported file is judged on, and what it must keep.
 
 With labeled rows (--eval-csv) a file must keep PyTorch's argmax on --min-agreement of them AND lose
-at most --max-f1-drop points of macro-F1. Without labels only agreement can be judged, on a built-in
+at most --max-f1-drop points of macro-F1. For a multi-label model the agreement is per label (the same
+`sigmoid > threshold` decision as PyTorch on --min-agreement of all row x label decisions) and the F1 is the
+multi-label macro-F1 (the mean over labels of each label's F1). Without labels only agreement can be judged, on a built-in
 sample: the hand-written texts below plus seeded recombinations of their sentences (real words,
 lengths from a few tokens to past any max_length), so that one flipped near-tie is 0.2% and not 6%.
 """
@@ -63,10 +65,13 @@ def builtin_sample(n: int = 500, seed: int = 0) -> list[str]:
     return out[:n]
 
 
-def compare(ref: np.ndarray, got: np.ndarray, labels: list[str], y_true: list[str] | None) -> dict:
-    """Logit differences, argmax agreement with `ref`, and macro-F1 when labels are known."""
+def compare(ref: np.ndarray, got: np.ndarray, labels: list[str], y_true, thresholds: np.ndarray | None = None) -> dict:
+    """Logit differences, argmax agreement with `ref`, and macro-F1 when labels are known. With `thresholds`
+    (a multi-label model; y_true then an (n, L) 0/1 matrix): per-label decision agreement instead."""
     from sklearn.metrics import f1_score
 
+    if thresholds is not None:
+        return _compare_multi_label(ref, got, y_true, thresholds)
     out = {
         "texts": len(ref),
         "max_abs_logit_diff": float(np.abs(ref - got).max()),
@@ -79,11 +84,39 @@ def compare(ref: np.ndarray, got: np.ndarray, labels: list[str], y_true: list[st
     return out
 
 
+def _compare_multi_label(ref: np.ndarray, got: np.ndarray, y_true: np.ndarray | None, thresholds: np.ndarray) -> dict:
+    from sklearn.metrics import f1_score
+
+    from serving.multilabel import sigmoid
+
+    p_ref, p_got = sigmoid(ref), sigmoid(got)
+    d_ref, d_got = p_ref > thresholds[None, :], p_got > thresholds[None, :]
+    out = {
+        "texts": len(ref),
+        "max_abs_logit_diff": float(np.abs(ref - got).max()),
+        "mean_abs_logit_diff": float(np.abs(ref - got).mean()),
+        "max_abs_prob_diff": float(np.abs(p_ref - p_got).max()),
+        "label_agreement": float((d_ref == d_got).mean()),  # over every row x label decision
+        "row_agreement": float((d_ref == d_got).all(1).mean()),  # rows whose whole label set is the same
+    }
+    if y_true is not None:
+        out["macro_f1"] = float(f1_score(y_true, d_got.astype(np.int8), average="macro", zero_division=0))
+        out["micro_f1"] = float(f1_score(y_true, d_got.astype(np.int8), average="micro", zero_division=0))
+    return out
+
+
+def agreement(stats: dict) -> tuple[str, float]:
+    """(what was agreed on, the share): argmax for single-label, per-label decisions for multi-label."""
+    key = "label_agreement" if "label_agreement" in stats else "argmax_agreement"
+    return key.replace("_", " "), stats[key]
+
+
 def verdict(stats: dict, reference_f1: float | None, min_agreement: float, max_f1_drop: float) -> list[str]:
     """Why `stats` fails the gate; empty when it passes. max_f1_drop is in points (0.5 = half a point)."""
     why = []
-    if stats["argmax_agreement"] < min_agreement:
-        why.append(f"argmax agreement {stats['argmax_agreement']:.4f} < {min_agreement}")
+    what, share = agreement(stats)
+    if share < min_agreement:
+        why.append(f"{what} {share:.4f} < {min_agreement}")
     if reference_f1 is not None and "macro_f1" in stats:
         drop = 100 * (reference_f1 - stats["macro_f1"])
         stats["macro_f1_change_points"] = -drop

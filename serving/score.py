@@ -3,10 +3,12 @@
     python -m serving.score --model onnx/ --input in.csv --output out.csv \\
         [--text-column text] [--id-column id] [--top-k K] [--resume] [--batch-rows 2048]
 
-Every input row comes out in the same order with all its columns, plus `pred_label`, `pred_score` (the
-calibrated probability where the model folder has calibration.json), `confident` (True where the score clears
-the threshold chosen for a target precision in k-fold; always True without one),
-one `prob_<label>` column per label (or, with --top-k K, `top1_label`, `top1_score` … `topK_score`)
+Every input row comes out in the same order with all its columns, plus `pred_label`, `pred_score` (calibrated where the
+model folder has calibration.json), `confident` (the score clears k-fold's threshold for --target-precision;
+always True without one)
+(for a multi-label model instead `pred_labels`: the labels over their thresholds joined by thresholds.json's
+`label_sep`, empty for none), one `prob_<label>` column per label (or, with --top-k K, `top1_label`,
+`top1_score` … `topK_score`)
 and `error`: rows whose text is empty, whitespace or nothing after normalisation get an empty
 prediction and the reason in `error`, never dropped; last `model_version`, the model that scored the row
 (a registry version's name, app/registry.py, or the model folder's name).
@@ -109,7 +111,7 @@ def run(cfg: ScoreConfig) -> dict:
     first = next(chunks)  # parses the header and checks columns before the model loads
     t0 = time.time()
     clf = load_model(cfg, cfg.threads)
-    columns, top_k = output_columns(list(first.frame.columns), clf.labels, cfg, cfg.input)
+    columns, top_k = output_columns(list(first.frame.columns), clf.labels, cfg, cfg.input, clf.multi_label)
     ext = cfg.output.suffix
     parts, done = prepare_parts(cfg, _fingerprint(cfg, clf, columns), ext)
     skip = sum(n for _, n in done)

@@ -46,7 +46,7 @@ class ScoreConfig:
     batch_tokens: int | None = None  # None: the engine's default for the device (1,024 CPU, 8,192 GPU)
     threads: int | None = None
     quantized: bool | None = None  # None: the CPU default export_report.json names (INT8 only where faster)
-    blend: bool = True  # the model folder's TF-IDF blend, when it has one (textdata/blend.py)
+    blend: bool = True  # the model folder's TF-IDF blend, when it has one (baseline/blend.py)
     progress: bool = True
     engine: str = "local"  # ray: serving/score_ray.py, whose RayScoreConfig adds the Ray-only settings
 
@@ -56,19 +56,22 @@ def load_model(cfg: ScoreConfig, threads: int | None) -> Classifier:
                            threads=threads, truncation=cfg.truncation, quantized=cfg.quantized, blend=cfg.blend)
 
 
-def output_columns(columns_in: list[str], labels: list[str], cfg: ScoreConfig, where: Path) -> tuple[list[str], int | None]:
+def output_columns(columns_in: list[str], labels: list[str], cfg: ScoreConfig, where: Path,
+                   multi_label: bool = False) -> tuple[list[str], int | None]:
     """(the output's columns: the input's, then the predictions', and top-k as it applies to these labels);
     an input column the output would add is refused."""
     top_k = min(cfg.top_k, len(labels)) if cfg.top_k else None
-    pred_cols = prediction_columns(labels, top_k)
+    pred_cols = prediction_columns(labels, top_k, multi_label)
     clash = [c for c in pred_cols if c in columns_in]
     if clash:
         raise DataError(f"{where}: already has column(s) {clash}, which the output adds; rename them first")
     return [str(c) for c in columns_in] + pred_cols, top_k
 
 
-def prediction_columns(labels: list[str], top_k: int | None) -> list[str]:
-    cols = ["pred_label", "pred_score", "confident"]
+def prediction_columns(labels: list[str], top_k: int | None, multi_label: bool = False) -> list[str]:
+    """Single-label: pred_label, pred_score, confident. Multi-label: pred_labels (the labels over their thresholds, joined
+    by the model's separator, empty for none). Then prob_<label> per label (or top-k), error, model_version."""
+    cols = ["pred_labels"] if multi_label else ["pred_label", "pred_score", "confident"]
     if top_k:
         for i in range(1, top_k + 1):
             cols += [f"top{i}_label", f"top{i}_score"]
@@ -105,14 +108,17 @@ def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int 
     have[ok] = True
     best = np.where(have, np.nan_to_num(probs, nan=-1).argmax(1), -1)
     label_arr = np.array(labels, dtype=object)
-    calibration = getattr(clf, "calibration", None)  # serving/calibration.py; test doubles may lack it
-    sure = np.ones(len(df), bool)
-    if calibration is not None and len(ok):
-        sure[ok] = calibration.confident(probs[ok])
-    out = {"pred_label": np.where(have, label_arr[np.maximum(best, 0)], None),
-           "pred_score": np.where(have, probs[np.arange(len(df)), np.maximum(best, 0)], np.nan),
-           "confident": pd.array(np.where(have, sure, False), dtype="boolean")}
-    out["confident"][~have] = pd.NA
+    if getattr(clf, "multi_label", False):
+        out = {"pred_labels": _label_sets(probs, have, clf)}
+    else:
+        calibration = getattr(clf, "calibration", None)  # serving/calibration.py; test doubles may lack it
+        sure = np.ones(len(df), bool)
+        if calibration is not None and len(ok):
+            sure[ok] = calibration.confident(probs[ok])
+        out = {"pred_label": np.where(have, label_arr[np.maximum(best, 0)], None),
+               "pred_score": np.where(have, probs[np.arange(len(df)), np.maximum(best, 0)], np.nan),
+               "confident": pd.array(np.where(have, sure, False), dtype="boolean")}
+        out["confident"][~have] = pd.NA
     if top_k:
         order = np.argsort(-np.nan_to_num(probs, nan=-1), axis=1, kind="stable")[:, :top_k]
         for i in range(order.shape[1]):
@@ -133,6 +139,15 @@ def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int 
         if col != "confident":  # boolean (True/False, empty without a prediction)
             preds[col] = preds[col].astype("float64" if col.endswith("_score") or col.startswith("prob_") else "string")
     return pd.concat([df, preds], axis=1)
+
+
+def _label_sets(probs: np.ndarray, have: np.ndarray, clf) -> np.ndarray:
+    """Per row, the labels over their thresholds joined by the model's separator ("" for none); None without text."""
+    over = probs > clf.thresholds[None, :]  # NaN rows compare False
+    out = np.full(len(probs), None, dtype=object)
+    for i in np.flatnonzero(have):
+        out[i] = clf.label_sep.join(clf.labels[j] for j in np.flatnonzero(over[i]))
+    return out
 
 
 # ---------------------------------------------------------------- parts and resume
@@ -264,8 +279,13 @@ class Tally:
         self.labels, self.errors, self.error_ids, self.id_column = Counter(), Counter(), [], id_column
 
     def add(self, df: pd.DataFrame) -> None:
-        self.labels.update(df["pred_label"].dropna())
         bad = df["error"].notna()
+        if "pred_labels" in df:  # multi-label: label sets, "(none)" where no label is over its threshold
+            # predicted rows have probabilities (a row with a note in `error` too); "" reads back from CSV as missing
+            scored = df[[c for c in df.columns if c.startswith("prob_") or c == "top1_score"]].notna().any(axis=1)
+            self.labels.update(df.loc[scored, "pred_labels"].fillna("").replace("", "(none)"))
+        else:
+            self.labels.update(df["pred_label"].dropna())
         self.errors.update(_ROW_PARTS.sub("", str(e)) for e in df.loc[bad, "error"])
         if self.id_column and len(self.error_ids) < 20:
             self.error_ids += df.loc[bad, self.id_column].astype(str).tolist()[: 20 - len(self.error_ids)]

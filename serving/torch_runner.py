@@ -22,8 +22,7 @@ from pathlib import Path
 import numpy as np
 
 from textdata.errors import UsageError
-from textdata.precision import resolve_dtype
-from textdata.widths import bucket_widths
+from textdata.numerics import bucket_widths, resolve_dtype
 
 log = logging.getLogger("serving.engine")
 

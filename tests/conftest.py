@@ -109,3 +109,7 @@ def toy_csv(tmp_path) -> Path:
     path = tmp_path / "notes.csv"
     make_toy_rows().to_csv(path, index=False)
     return path
+
+
+# The multi-label model fixture (issue 32), in its own module; imported here so every test package sees it.
+from multilabel_fixture import multilabel_classifier_dir, multilabel_rows  # noqa: F401

@@ -44,3 +44,26 @@ def test_readme_command_flags_exist(command):
     assert proc.returncode == 0, proc.stderr[-2000:]
     for flag in re.findall(r"(?<=\s)--[a-z][a-z0-9-]*", command):
         assert flag in proc.stdout, f"{' '.join(target)} has no {flag}"
+
+
+def test_readme_fits_one_page():
+    assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 150
+
+
+def github_anchor(heading: str) -> str:
+    """The id GitHub gives a heading: lower case, punctuation dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+def test_links_reach_a_file_and_heading(page):
+    source = ROOT / page
+    for target in re.findall(r"\]\(([^)\s]+)\)", source.read_text(encoding="utf-8")):
+        if target.startswith(("http://", "https://")):
+            continue
+        path, _, anchor = target.partition("#")
+        linked = (source.parent / path).resolve() if path else source
+        assert linked.exists(), f"{page} links to {target}: no such file"
+        if anchor and linked.suffix == ".md":
+            headings = re.findall(r"^#+ (.+)$", linked.read_text(encoding="utf-8"), flags=re.MULTILINE)
+            assert anchor in {github_anchor(h) for h in headings}, f"{page} links to {target}: no such heading"

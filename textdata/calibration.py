@@ -31,7 +31,7 @@ import numpy as np
 CALIBRATION_FILE = "calibration.json"
 METHODS = ("temperature", "vector", "none")
 MULTI_LABEL_METHODS = ("temperature", "platt")
-_FLOOR = 1e-12  # log(0) guard, as in textdata/blend.py
+_FLOOR = 1e-12  # log(0) guard, as in baseline/blend.py
 
 
 @dataclass(frozen=True)

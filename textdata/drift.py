@@ -38,7 +38,7 @@ def answers(probabilities: np.ndarray, labels: list[str], thresholds=None) -> tu
     p = np.asarray(probabilities, dtype=np.float64)
     if thresholds is None:
         return [labels[i] for i in p.argmax(1)], p.max(1)
-    over = p >= np.asarray(thresholds)[None, :]
+    over = p > np.asarray(thresholds)[None, :]  # p > t: the rule k-fold and serving use
     names = [[labels[j] for j in np.flatnonzero(row)] or [NONE_LABEL] for row in over]
     return [n for row in names for n in row], p.max(1)
 

@@ -2,8 +2,8 @@
 
 Each field becomes `--field-name` with its type read from the annotation and its default from the field; a
 `Flag` adds what the dataclass cannot say (help, choices, another flag name, a default worked out later).
-`pretraining/config.py` builds its flags the same way from its presets (a marked twin: pretraining imports no
-other package).
+`pretraining/config.py` `build_parser` builds its flags the same way from its presets (a marked twin:
+pretraining imports no other package; tests/textdata/test_twins.py checks that the two agree).
 """
 
 from __future__ import annotations

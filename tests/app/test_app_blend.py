@@ -1,4 +1,4 @@
-"""/v1/classify serves the model folder's TF-IDF blend (textdata/blend.py), and --no-blend turns it off."""
+"""/v1/classify serves the model folder's TF-IDF blend (baseline/blend.py), and --no-blend turns it off."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from starlette.testclient import TestClient
 
 from app.config import parse_args
 from app.server import create_app
+from baseline.blend import Blend, baseline_proba, fit_baseline, save_baseline
 from serving.engine import Classifier
-from textdata.blend import Blend, baseline_proba, fit_baseline, save_baseline
 from textdata.normalize import Normalizer
 
 TEXTS = ["꿈에서 봤다", "오류 발생했다", "메모 기록", "회의 시간 약속 메모 " * 30]

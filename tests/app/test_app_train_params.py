@@ -10,10 +10,10 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.config import Config
-from app.jobs import TRAIN_FIELDS, TRAIN_SWITCHES, Jobs
+from app.jobs import Jobs
 from app.registry import Registry
 from app.server import create_app, load_classifier
-from app.train_params import TRAIN_PARAMS, check_params
+from app.train_params import RETRAINABLE, check_params
 from app.trainset import TrainingDataError
 
 BAD = [("epochs", 1e9), ("epochs", 0), ("folds", 21), ("folds", 1), ("seed", -1), ("seed", 1e20), ("seed", 2**32),
@@ -33,8 +33,10 @@ def test_good_settings_pass_and_whole_floats_from_number_boxes_are_ints():
                                                    "class_weights": True}
     with pytest.raises(TrainingDataError, match="unknown training setting"):
         check_params({"epoch": 3})
-    # the kfold flags come from the same list
-    assert set(TRAIN_FIELDS) | set(TRAIN_SWITCHES) == {p.name for p in TRAIN_PARAMS} | {"normalize"}
+    # what a retrain only inherits (the served model's normalisation) cannot be set
+    assert [p.name for p in RETRAINABLE if not p.api] == ["normalize"]
+    with pytest.raises(TrainingDataError, match="unknown training setting"):
+        check_params({"normalize": "kc"})
 
 
 @pytest.fixture

@@ -94,13 +94,13 @@ print("RESULT " + json.dumps({"blend": clf.info()["blend"], "classify": got,
 
 
 def test_serves_a_blended_onnx_folder_without_sklearn_or_scipy(tiny_onnx_dir, toy_rows, tmp_path):
-    """The TF-IDF blend is served by textdata/tfidf.py (numpy): the slim image has no scikit-learn or scipy."""
+    """The TF-IDF blend is served by baseline/tfidf.py (numpy): the slim image has no scikit-learn or scipy."""
     import shutil
 
     import numpy as np
 
+    from baseline.blend import Blend, baseline_proba, fit_baseline, save_baseline
     from serving.engine import Classifier
-    from textdata.blend import Blend, baseline_proba, fit_baseline, save_baseline
     from textdata.normalize import Normalizer
 
     blocked = sorted({*_train_only_modules(), "scipy"})

@@ -10,8 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from baseline.blend import BASELINE_DIR, Blend, baseline_proba, fit_baseline, fit_blend
 from finetune.blend import cv_blend
-from textdata.blend import BASELINE_DIR, Blend, baseline_proba, fit_baseline, fit_blend
 
 ROOT = Path(__file__).resolve().parents[2]
 

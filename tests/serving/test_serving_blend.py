@@ -1,9 +1,9 @@
-"""The served blend (textdata/blend.py through serving.engine, serving.export and serving.score)."""
+"""The served blend (baseline/blend.py through serving.engine, serving.export and serving.score)."""
 
 import numpy as np
 import pytest
 
-from textdata.blend import BASELINE_DIR, Blend, baseline_proba, fit_baseline, save_baseline
+from baseline.blend import BASELINE_DIR, Blend, baseline_proba, fit_baseline, save_baseline
 
 
 # ----------------------------------------------------------------------------------------- served

@@ -70,8 +70,8 @@ def test_normalization_and_training_config_travel(trained_classifier_dir, tmp_pa
 def test_parity_gate_failure_deletes_file(trained_classifier_dir, tmp_path, monkeypatch):
     real = export.compare
 
-    def worse(ref, got, labels, y_true):
-        stats = real(ref, got, labels, y_true)
+    def worse(ref, got, labels, y_true, thresholds=None):
+        stats = real(ref, got, labels, y_true, thresholds)
         if not (ref == got).all():  # the ONNX comparisons, not PyTorch against itself
             stats["argmax_agreement"] = 0.5
         return stats

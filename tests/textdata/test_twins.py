@@ -1,19 +1,30 @@
-"""pretraining/ keeps its own copies of shared rules so that it imports no other package; each pair agrees."""
+"""pretraining/ keeps its own copies of shared rules so that it imports no other package; each pair agrees.
+
+A copy is marked by a comment line right above it, `# Twin of <module>.<name>: tests/textdata/test_twins.py`;
+test_every_marked_twin_is_checked_here holds each mark to a test below that uses both sides."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import argparse
+import ast
+import importlib
+import re
+from dataclasses import fields, replace
+from pathlib import Path
 
 import pytest
 import torch
 
-from pretraining.config import TrainConfig
+from pretraining.config import TrainConfig, build_parser, exits_2_on_usage_error
 from pretraining.config import UsageError as PretrainUsageError
 from pretraining.train import autocast_dtype
 from pretraining.train import lr_at as pretrain_lr_at
-from textdata.errors import UsageError
-from textdata.precision import PRECISIONS, resolve_dtype
-from textdata.schedule import lr_at
+from textdata.errors import UsageError, UserError, exits_2_on_user_error
+from textdata.flags import add_flags
+from textdata.numerics import PRECISIONS, lr_at, resolve_dtype
+
+ROOT = Path(__file__).resolve().parents[2]
+MARK = re.compile(r"^# Twin of ([\w.]+)")
 
 
 @pytest.mark.parametrize(("max_steps", "warmup_steps", "lr"), [(100, 10, 1e-3), (7, 1, 5e-4), (1000, 0, 2e-4)])
@@ -34,3 +45,79 @@ def test_precision_rules_agree_on_this_device():
                 autocast_dtype(cfg, device)
             continue
         assert autocast_dtype(cfg, device) == expected
+
+
+def test_exit_wrappers_agree(capsys):
+    """A user error is one line on stderr and exit 2; a clean run passes its status through; a bug keeps its
+    traceback."""
+    outcomes = []
+    for wrap, error in ((exits_2_on_user_error, UserError), (exits_2_on_usage_error, PretrainUsageError)):
+        def fails(error=error):
+            raise error("--max-steps must be positive")
+
+        def bug():
+            raise RuntimeError("a bug")
+
+        status = wrap(fails)()
+        outcomes.append((status, capsys.readouterr().err, wrap(lambda: 0)()))
+        with pytest.raises(RuntimeError, match="a bug"):
+            wrap(bug)()
+    assert outcomes[0] == outcomes[1] == (2, "error: --max-steps must be positive\n", 0)
+
+
+def _options(parser: argparse.ArgumentParser) -> dict[str, argparse.Action]:
+    return {option: action for action in parser._actions for option in action.option_strings
+            if action.dest != "help"}
+
+
+def test_flag_builders_agree():
+    """pretraining's build_parser gives every TrainConfig field the flag, the parsed value and the shown default
+    that textdata.flags.add_flags gives it (corpus and output are required there, and presets add their values)."""
+    ours = build_parser("pretrain")
+    shared = argparse.ArgumentParser()
+    add_flags(shared, TrainConfig, skip=("corpus", "output"))
+    assert set(_options(ours)) - {"--corpus", "--output"} == set(_options(shared))
+    assert len(_options(shared)) == len(fields(TrainConfig)) - 2
+    for option, action in _options(shared).items():
+        shown = re.search(r"\(default: [^)]*\)", action.help).group(0)[:-1]
+        assert shown in _options(ours)[option].help, option
+    given = ["--preset", "tiny", "--hidden-size", "64", "--two-stage", "--lr", "0.002", "--tokenizer", "tok",
+             "--stop-after", "5", "--objective", "mlm"]
+    ours_args = vars(ours.parse_args(["--corpus", "c.txt", "--output", "out", *given]))
+    shared_args = vars(shared.parse_args(given))
+    for dest in ("preset", "hidden_size", "two_stage", "lr", "tokenizer", "stop_after", "objective"):
+        assert ours_args[dest] == shared_args[dest], dest
+
+
+def _marks() -> list[tuple[str, str]]:
+    """(pretraining's qualified name, its twin's) for every `# Twin of` line right above a def or class."""
+    found = []
+    for path in sorted((ROOT / "pretraining").glob("*.py")):
+        lines = path.read_text(encoding="utf-8").splitlines()
+        module = "pretraining." + path.stem
+        for node in ast.parse("\n".join(lines)).body:
+            if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and node.lineno >= 2:
+                mark = MARK.match(lines[node.lineno - 2])
+                if mark:
+                    found.append((f"{module}.{node.name}", mark.group(1)))
+    return found
+
+
+def _resolve(qualified: str):
+    module, _, name = qualified.rpartition(".")
+    return getattr(importlib.import_module(module), name)
+
+
+def test_every_marked_twin_is_checked_here():
+    """Each mark names an object that exists, and some test in this file uses both it and the copy."""
+    marks = _marks()
+    assert {copy.rsplit(".", 1)[1] for copy, _ in marks} >= {
+        "UsageError", "exits_2_on_usage_error", "build_parser", "lr_at", "autocast_dtype"}
+    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
+    imported = {alias.asname or alias.name: f"{node.module}.{alias.name}"
+                for node in tree.body if isinstance(node, ast.ImportFrom) for alias in node.names}
+    used_by_test = [{imported[n.id] for n in ast.walk(f) if isinstance(n, ast.Name) and n.id in imported}
+                    for f in tree.body if isinstance(f, ast.FunctionDef) and f.name.startswith("test_")]
+    for copy, twin in marks:
+        assert _resolve(copy) is not None and _resolve(twin) is not None
+        assert any({copy, twin} <= used for used in used_by_test), f"no test here checks {copy} against {twin}"

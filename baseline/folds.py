@@ -1,11 +1,11 @@
-"""The baseline every report shows beside the model, per fold (its definition: textdata/blend.py, which
-serving shares to apply the blend)."""
+"""The baseline every k-fold report shows beside the model, per fold (its definition: blend.py, which serving
+shares to apply the blend)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from textdata.blend import baseline_proba, fit_baseline
+from baseline.blend import baseline_proba, fit_baseline
 
 
 def baseline_predict(texts: list[str], y: np.ndarray, train: np.ndarray, val: np.ndarray, seed: int) -> np.ndarray:

@@ -1,11 +1,11 @@
-"""The served numpy baseline (textdata/tfidf.py) against the fitted scikit-learn pipeline it replaces at serve time."""
+"""The served numpy baseline (baseline/tfidf.py) against the fitted scikit-learn pipeline it replaces at serve time."""
 
 import json
 
 import numpy as np
 import pytest
 
-from textdata.blend import BASELINE_DIR, Blend, fit_baseline, load_baseline, save_baseline
+from baseline.blend import BASELINE_DIR, Blend, fit_baseline, load_baseline, save_baseline
 
 # What serving meets: Korean, mixed case, whitespace runs of every kind, empty and blank texts, one-character
 # words (shorter than the 4-gram: sklearn counts them once), long text, characters never seen in training.

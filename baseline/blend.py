@@ -13,7 +13,7 @@ logistic-regression stacker on the log-probabilities (2K features, K classes) wi
 docs/finetune.md, "Blend with the baseline".
 
 The baseline is saved without pickle: vocabulary and settings as JSON, idf and coefficients as
-safetensors. Serving applies it with numpy alone (textdata/tfidf.py: faster per row than rebuilding the
+safetensors. Serving applies it with numpy alone (baseline/tfidf.py: faster per row than rebuilding the
 scikit-learn objects, and the slim image carries no scikit-learn or scipy); only fitting uses scikit-learn.
 """
 
@@ -22,10 +22,14 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
-from textdata.tfidf import TfidfLogreg, check_settings
+from baseline.tfidf import TfidfLogreg, check_settings
+
+if TYPE_CHECKING:
+    from baseline.label_blend import LabelBlend
 
 BASELINE_DIR = "baseline"  # inside a model folder: tfidf.json, weights.safetensors, blend.json
 BLEND_FILE = "blend.json"
@@ -159,9 +163,9 @@ def _unreadable(target: Path, e: Exception) -> ValueError:
     return ValueError(f"{target}: unreadable baseline ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''})")
 
 
-def load_baseline(folder: str | Path) -> tuple[TfidfLogreg, int, Blend, dict]:
+def load_baseline(folder: str | Path) -> tuple[TfidfLogreg, int, Blend | LabelBlend, dict]:
     """(the baseline as numpy, n_classes, blend, blend.json) from folder/baseline/; ValueError if broken or
-    saved with settings the numpy transform does not implement (textdata/tfidf.py: serving imports no sklearn)."""
+    saved with settings the numpy transform does not implement (baseline/tfidf.py: serving imports no sklearn)."""
     from safetensors.numpy import load_file
 
     target = Path(folder) / BASELINE_DIR
@@ -173,8 +177,14 @@ def load_baseline(folder: str | Path) -> tuple[TfidfLogreg, int, Blend, dict]:
         unknown = set(settings) - set(_VECTORIZER_KEYS)
         if unknown:
             raise ValueError(f"unknown vectorizer settings {sorted(unknown)}")
-        blend = Blend(float(meta["model_weight"]), float(meta["baseline_weight"]))
         n_classes = int(spec["n_classes"])
+        multi = bool(spec.get("multi_label", False))  # one-vs-rest, a weight per label: baseline/label_blend.py
+        if multi:
+            from baseline.label_blend import LabelBlend
+
+            blend = LabelBlend.from_meta(meta, n_classes)
+        else:
+            blend = Blend(float(meta["model_weight"]), float(meta["baseline_weight"]))
     except Exception as e:  # noqa: BLE001 - json and safetensors each raise their own types
         raise _unreadable(target, e) from None
     try:
@@ -183,7 +193,7 @@ def load_baseline(folder: str | Path) -> tuple[TfidfLogreg, int, Blend, dict]:
         raise ValueError(f"{target}: {e}") from None
     try:
         baseline = TfidfLogreg(settings, spec["vocabulary"], weights["idf"], weights["coef"], weights["intercept"],
-                               spec["classes"])
+                               spec["classes"], multi_label=multi)
     except Exception as e:  # noqa: BLE001 - a missing key, a wrong shape
         raise _unreadable(target, e) from None
     return baseline, n_classes, blend, meta

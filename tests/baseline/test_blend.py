@@ -1,9 +1,9 @@
-"""The baseline and blend math that k-fold fits and serving applies (textdata/blend.py)."""
+"""The baseline and blend math that k-fold fits and serving applies (baseline/blend.py)."""
 
 import numpy as np
 import pytest
 
-from textdata.blend import (
+from baseline.blend import (
     BASELINE_DIR,
     BaselineError,
     Blend,

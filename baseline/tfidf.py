@@ -1,4 +1,4 @@
-"""The saved TF-IDF + logistic-regression baseline applied with numpy alone (serving's side of textdata/blend.py).
+"""The saved TF-IDF + logistic-regression baseline applied with numpy alone (serving's side of baseline/blend.py).
 
 Our own rather than scikit-learn objects rebuilt at load, for two measured reasons:
 - speed: on 2,000 ko-help rows in batches of 64 (load average ~3.5), sklearn's transform + predict_proba
@@ -8,7 +8,7 @@ Our own rather than scikit-learn objects rebuilt at load, for two measured reaso
 
 It copies scikit-learn 1.x's semantics exactly for the settings `tfidf_logreg` uses: TfidfVectorizer
 (`_preprocess`, `_white_spaces`, `_char_wb_ngrams`, `_count_vocab` with a fixed vocabulary,
-TfidfTransformer.transform) and LogisticRegression.predict_proba. tests/textdata/test_tfidf.py holds it to
+TfidfTransformer.transform) and LogisticRegression.predict_proba. tests/baseline/test_tfidf.py holds it to
 the fitted sklearn pipeline at 1e-9. Settings it does not implement are refused at load (`check_settings`),
 never served approximately.
 """
@@ -46,7 +46,7 @@ class TfidfLogreg:
     """`predict_proba(texts)` and `classes_` of a fitted TfidfVectorizer + LogisticRegression pipeline."""
 
     def __init__(self, settings: dict, vocabulary: list[str], idf: np.ndarray, coef: np.ndarray,
-                 intercept: np.ndarray, classes: list[int]):
+                 intercept: np.ndarray, classes: list[int], multi_label: bool = False):
         check_settings(settings)
         self.lowercase, self.sublinear_tf = bool(settings["lowercase"]), bool(settings["sublinear_tf"])
         self.ngram_range = (int(settings["ngram_range"][0]), int(settings["ngram_range"][1]))
@@ -56,10 +56,12 @@ class TfidfLogreg:
         self.idf = np.asarray(idf, np.float64)
         coef = np.asarray(coef, np.float64)
         self.classes_ = np.asarray(classes)
-        # sklearn's binary LR keeps one row of coefficients and answers [1 - sigmoid, sigmoid]
-        want_rows = 1 if len(self.classes_) <= 2 else len(self.classes_)
-        if len(self.classes_) < 2 or coef.shape != (want_rows, len(vocabulary)) or np.shape(intercept) != (want_rows,) \
-                or self.idf.shape != (len(vocabulary),):
+        # sklearn's binary LR keeps one row of coefficients and answers [1 - sigmoid, sigmoid]; one-vs-rest
+        # (multi-label, baseline/label_blend.py) keeps a row per label and answers a sigmoid per label
+        self.multi_label = multi_label
+        want_rows = len(self.classes_) if multi_label else 1 if len(self.classes_) <= 2 else len(self.classes_)
+        if len(self.classes_) < (1 if multi_label else 2) or coef.shape != (want_rows, len(vocabulary)) \
+                or np.shape(intercept) != (want_rows,) or self.idf.shape != (len(vocabulary),):
             raise ValueError("weights do not match the vocabulary and classes")
         self._index_vocabulary(vocabulary)
         self.coef_t = np.ascontiguousarray(coef.T)  # (vocabulary, rows): a gather per n-gram, not per class
@@ -189,6 +191,8 @@ class TfidfLogreg:
 
     def predict_proba(self, texts: list[str]) -> np.ndarray:
         z = self.decision_function(texts)
+        if self.multi_label:
+            return np.exp(-np.logaddexp(0.0, -z))
         if z.shape[1] == 1:  # binary: sklearn's expit, written so that large |z| neither overflows nor warns
             p = np.exp(-np.logaddexp(0.0, -z[:, 0]))
             return np.stack([1.0 - p, p], axis=1)

@@ -1,0 +1,153 @@
+"""Multi-label serving: what a multi-label model folder carries and how its answers are read.
+
+A model folder is multi-label when its config.json says `problem_type: "multi_label_classification"`
+(what transformers' BCE-with-logits head and finetune/kfold.py --multi-label write). Its
+`thresholds.json` (written by k-fold, copied by serving.export) holds one threshold per label:
+
+    {"labels": [names in id order], "thresholds": [float per label], "default": 0.5, "tuned": true,
+     "label_sep": ";"}
+
+Without it every label's threshold is 0.5. Probabilities are independent sigmoids, one per label; a text's
+labels are those whose probability is over their threshold (strictly: `p > t`), possibly none.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from textdata.errors import DataError, ModelError
+
+PROBLEM_TYPE = "multi_label_classification"
+THRESHOLDS_FILE = "thresholds.json"
+DEFAULT_THRESHOLD = 0.5
+DEFAULT_SEP = ";"
+
+
+def is_multi_label(config) -> bool:
+    """A transformers config (or a dict of config.json) for a multi-label head."""
+    value = config.get("problem_type") if isinstance(config, dict) else getattr(config, "problem_type", None)
+    return value == PROBLEM_TYPE
+
+
+def sigmoid(logits: np.ndarray) -> np.ndarray:
+    """Per-label probabilities, float32, without overflow warnings for large negative logits."""
+    z = np.asarray(logits, np.float32)
+    return (0.5 * (1.0 + np.tanh(0.5 * z))).astype(np.float32, copy=False)
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    values: np.ndarray  # (L,) float64, label id order
+    label_sep: str = DEFAULT_SEP
+    tuned: bool = False
+    source: str = "default 0.5 (no thresholds.json)"
+
+    def as_dict(self, labels: list[str]) -> dict[str, float]:
+        return {lab: float(t) for lab, t in zip(labels, self.values)}
+
+
+def load_thresholds(folder: str | Path, labels: list[str]) -> Thresholds:
+    """The folder's thresholds.json checked against the model's labels, or 0.5 per label without one."""
+    path = Path(folder) / THRESHOLDS_FILE
+    if not path.exists():
+        return Thresholds(np.full(len(labels), DEFAULT_THRESHOLD))
+    try:
+        spec = json.loads(path.read_text(encoding="utf-8"))
+        names, values = [str(x) for x in spec["labels"]], [float(x) for x in spec["thresholds"]]
+        sep = str(spec.get("label_sep") or DEFAULT_SEP)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"{path}: unreadable ({type(e).__name__}: {e}); expected "
+                         '{"labels": [...], "thresholds": [...], "label_sep": ";"}') from None
+    if names != list(labels) or len(values) != len(labels):
+        raise ModelError(f"{path}: labels {names[:5]}{'…' if len(names) > 5 else ''} ({len(values)} thresholds) "
+                         f"do not match the model's {list(labels)[:5]} ({len(labels)} labels, config.json id order)")
+    bad = [(n, v) for n, v in zip(names, values) if not (0.0 < v < 1.0) or not math.isfinite(v)]
+    if bad:
+        raise ModelError(f"{path}: threshold {bad[0][1]!r} for label {bad[0][0]!r} is not a probability in (0, 1)")
+    if not sep or sep.isspace():
+        raise ModelError(f"{path}: label_sep {sep!r} cannot separate labels")
+    return Thresholds(np.asarray(values, np.float64), sep, bool(spec.get("tuned", False)), THRESHOLDS_FILE)
+
+
+@dataclass
+class MultiLabelPrediction:
+    """One text's answer from a multi-label model. `labels`: those over their thresholds (maybe none);
+    `scores`: every label's probability, id order. `label`/`score`/`probabilities` are the most likely
+    label, its probability and the scores (top_k-limited when asked), so code written for single-label
+    predictions keeps working (the check at activation, the Classify tab)."""
+
+    labels: list[str]
+    scores: dict[str, float]
+    label: str
+    score: float
+    probabilities: dict[str, float]
+    logits: np.ndarray = field(repr=False, default=None)  # the model's own logits, for raw-score clients (TEI)
+
+    def raw_scores(self, names: list[str]) -> dict[str, float]:
+        return {lab: float(v) for lab, v in zip(names, self.logits)}
+
+
+def multi_label_predictions(probs: np.ndarray, logits: np.ndarray, labels: list[str], thresholds: np.ndarray,
+                            top_k: int | None) -> list[MultiLabelPrediction]:
+    over = probs > thresholds[None, :]
+    out = []
+    for p, lg, row in zip(probs, logits, over):
+        scores = {labels[j]: float(p[j]) for j in range(len(labels))}
+        best = int(p.argmax())
+        dist = scores if top_k is None else {labels[j]: scores[labels[j]]
+                                             for j in np.argsort(-p, kind="stable")[: max(1, top_k)]}
+        out.append(MultiLabelPrediction([labels[j] for j in np.flatnonzero(row)], scores, labels[best],
+                                        float(p[best]), dist, lg))
+    return out
+
+
+def decision_margin(probs: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
+    """Per row, how far its least certain label is from its threshold, as a share of the room on that side
+    (0: a label exactly at its threshold, 1: every label at 0 or 1). The Label tab's confidence: least
+    confident first puts the texts where one tick could go either way first."""
+    t = thresholds[None, :]
+    room = np.where(probs > t, 1.0 - t, t)
+    return (np.abs(probs - t) / room).min(axis=1) if probs.shape[1] else np.ones(len(probs))
+
+
+def parse_label_set(value, sep: str, where: str = "") -> list[str]:
+    """A label cell as a list of names: `a;b` (split on `sep`, blanks around names dropped), a JSON list (a
+    Python list/array from JSONL or Parquet, or its JSON text), or empty = no label. Repeated names once."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return []
+    if isinstance(value, (list, tuple, np.ndarray)):
+        names = [str(v).strip() for v in value]
+    else:
+        text = str(value).strip()
+        if text.startswith("[") and text.endswith("]"):
+            try:
+                names = [str(v).strip() for v in json.loads(text)]
+            except (ValueError, TypeError):
+                raise DataError(f"{where}: {text[:60]!r} starts like a JSON list but is not one") from None
+        else:
+            names = [n.strip() for n in text.split(sep)]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def label_matrix(cells, labels: list[str], sep: str, where: str) -> tuple[np.ndarray, dict[str, int]]:
+    """(n, L) 0/1 targets for label cells, and the names not among `labels` with their row counts (left out
+    of the matrix: a label the model does not know cannot be judged)."""
+    index = {lab: j for j, lab in enumerate(labels)}
+    y = np.zeros((len(cells), len(labels)), np.int8)
+    unknown: dict[str, int] = {}
+    for i, cell in enumerate(cells):
+        for name in parse_label_set(cell, sep, f"{where} row {i + 1}"):
+            if name in index:
+                y[i, index[name]] = 1
+            else:
+                unknown[name] = unknown.get(name, 0) + 1
+    return y, unknown
+
+
+def join_labels(names, sep: str) -> str:
+    return sep.join(names)
