@@ -150,16 +150,12 @@ def test_full_queue_drops_the_oldest_and_dedups(tmp_path):
 
 
 def test_a_retrain_inherits_the_target_precision():
-    from app.jobs import TRAIN_FIELDS, Jobs
-    from finetune.config import parse_args as kfold_args
+    from app.jobs import Jobs
+    from app.train_params import kfold_config, request_model
 
     jobs = Jobs.__new__(Jobs)  # settings() reads only the active version's training_config.json
-    jobs._active_training_config = lambda: {
-        "config": {"folds": 3, "target_precision": 0.9, "train": {"epochs": 2}}
-    }
+    jobs._active_training_config = lambda: {"config": {"folds": 3, "target_precision": 0.9, "train": {"epochs": 2}}}
     assert jobs.settings({})["target_precision"] == 0.9
     assert jobs.settings({"target_precision": 0.95})["target_precision"] == 0.95
-    jobs._active_training_config = lambda: {"config": {"folds": 3, "target_precision": None}}
-    assert "target_precision" not in jobs.settings({})
-    cfg = kfold_args(["--model", "m", "--data", "d.csv", TRAIN_FIELDS["target_precision"], "0.9"])
-    assert cfg.target_precision == 0.9
+    assert kfold_config({"target_precision": 0.9}, model="m")["target_precision"] == 0.9  # k-fold's Config field
+    assert "target_precision" in request_model().model_fields  # POST /v1/train takes it
