@@ -4,8 +4,10 @@
                   [--max-batch-tokens 8192] [--max-wait-ms 5] [--max-queue 512] [--no-ui]
                   [--models-dir DATA_DIR/models] [--train-data base.csv] [--promote auto|manual]
 
-OUT is a `serving.export` folder (ONNX) or a transformers folder; it is copied into the model registry
-(--models-dir) as a version, and the registry's active version is served (without --model too).
+OUT is a `serving.export` folder (ONNX) or a transformers folder with a trained classification head; it is
+copied into the model registry (--models-dir) as a version (or found there, by content) and activated: the
+folder given is what serves, unless a version the app retrained from it was promoted since (a restarted
+container keeps its learning loop). Without --model the registry's active version serves.
 Retraining from the labels runs in a child process (app/train_child.py). `python -m app --help` lists every
 limit. SIGTERM drains: in-flight requests finish, new ones get 503, then the process exits 0.
 """
@@ -25,81 +27,104 @@ def _stop_before_serving(signum, frame) -> None:
 # uvicorn installs its draining handlers once it serves. Only when run, not when imported (tests import main).
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, _stop_before_serving)
+    from textdata.inputs import hint_on_missing_module
 
-import asyncio
+    sys.excepthook = hint_on_missing_module  # outside the project's venv: one line, not a traceback
+
 import logging
 from pathlib import Path
 
-import uvicorn
-
 from . import logs
-from .api import ServerState
 from .config import parse_args
-from .gate import proxy_settings
-from .protocol import bounded_protocol
 
 log = logging.getLogger("app")
 
 
-class DrainingServer(uvicorn.Server):
-    """Marks the app as draining the moment SIGTERM/SIGINT arrives, before uvicorn closes sockets,
-    so requests already on open keep-alive connections get 503 instead of starting new work."""
-
-    def __init__(self, config: uvicorn.Config, state: ServerState):
-        super().__init__(config)
-        self.app_state = state
-
-    def handle_exit(self, sig, frame) -> None:
-        if not self.app_state.draining:
-            log.info("draining", extra={"fields": {"event": "draining", "signal": signal.Signals(sig).name}})
-        self.app_state.draining = True
+def retrained_from(registry, version: str | None, ancestor: str) -> bool:
+    """`version` was trained by the app, directly or through other retrains, from `ancestor`."""
+    seen = set()
+    while version and version not in seen:
+        seen.add(version)
         try:
-            loop = asyncio.get_running_loop()  # signal handlers run on the loop's own thread
-            for callback in self.app_state.on_drain:
-                loop.call_soon_threadsafe(callback)
-        except RuntimeError:
-            pass
-        super().handle_exit(sig, frame)
-        # uvicorn re-raises the signal after its shutdown, so the exit status would read "killed";
-        # a completed drain is a clean exit, and supervisors should see 0.
-        self._captured_signals.clear()
+            meta = registry.meta(version)
+        except ValueError:  # deleted along the way
+            return False
+        if meta.get("source") != "trained":
+            return False
+        version = meta.get("parent")
+        if version == ancestor:
+            return True
+    return False
+
+
+def model_to_serve(cfg, registry):
+    """(version, its loaded Classifier). With --model, FOLDER's version (registered now, or found registered by
+    content) is activated once it has loaded, whatever was active, with one exception: a version the app
+    retrained from it and promoted stays (a container restarts with the same --model; the learning loop must
+    not be undone). Said in one line. Without --model, the active version. A folder that cannot serve (no
+    trained head, fails to load) raises, leaving the registry as it was."""
+    from .registry import RegistryError
+
+    new = False
+    if cfg.model:  # what the command line names is what serves
+        version, new = registry.register_folder(cfg.model)
+        given = version
+        if retrained_from(registry, registry.active(), version):
+            version = registry.active()
+    else:
+        version = given = registry.active()
+    if version is None:
+        raise RegistryError(f"no --model given and no active version in {registry.root}: "
+                            "start with --model FOLDER (a serving.export or transformers folder)")
+    from .server import load_classifier  # the UI's imports (seconds): after the folder was checked
+    from .version_check import load_or_fall_back
+
+    try:
+        if version == given and cfg.model:  # the folder given serves itself or not at all
+            clf = load_classifier(cfg, registry.path(version))
+        else:  # the registry's active version, or the last one that serves (app/version_check.py)
+            version, clf = load_or_fall_back(registry, version, lambda folder: load_classifier(cfg, folder))
+    except ValueError:
+        if new:  # it never served: it does not stay as a version
+            registry.delete(version)
+        raise
+    was = registry.active()
+    if version != was:  # switched only once it has loaded
+        # the folder name only: /v1/models and the UI show this, and server paths stay private (issue 24)
+        registry.set_active(version, why=f"python -m app --model .../{Path(cfg.model or '').name}")
+    if cfg.model and version != given:
+        log.info("serving %s: retrained from %s (%s) and promoted; `python -m app.models activate %s` serves %s "
+                 "itself", version, cfg.model, given, given, given)
+    elif cfg.model:
+        now = "active already" if version == was else (f"activated instead of {was}" if was else "activated")
+        log.info("serving %s as %s (%s; %s)", cfg.model, version, "registered now" if new else "registered before", now)
+    return version, clf
 
 
 def main(argv: list[str] | None = None) -> int:
     cfg = parse_args(argv)
     logs.setup(cfg.log_level)
-    from serving.engine import ModelError
+    from textdata.inputs import check_table
 
-    from .registry import Registry, RegistryError
-    from .server import load_classifier
-    from .version_check import load_or_fall_back
+    from .registry import Registry
 
     registry = Registry(cfg.registry_dir)
-    new = False
     try:
         registry.clean_staging()
-        if cfg.model:
-            version, new = registry.register_folder(cfg.model)
-            if not new and registry.active() not in (None, version):
-                log.info("%s is registered as %s; serving the active version %s (switch with POST "
-                         "/v1/models/%s/activate)", cfg.model, version, registry.active(), version)
-        if not (cfg.model and (new or registry.active() is None)):
-            version = registry.active()
-        if version is None:
-            raise RegistryError(f"no --model given and no active version in {registry.root}: "
-                                "start with --model FOLDER (a serving.export or transformers folder)")
-        if new:  # a folder given now serves itself or not at all
-            clf = load_classifier(cfg, registry.path(version))
-        else:  # the registry's active version, or the last one that serves (app/version_check.py)
-            version, clf = load_or_fall_back(registry, version, lambda folder: load_classifier(cfg, folder))
-        if version != registry.active():  # a folder new to the registry serves once it has loaded
-            # the folder name only: /v1/models and the UI show this, and server paths stay private (issue 24)
-            registry.set_active(version, why=f"python -m app --model .../{Path(cfg.model).name}")
-    except (ModelError, ValueError) as e:
-        if new:  # it never served: it does not stay as a version
-            registry.delete(version)
+        if cfg.train_data is not None:  # before the model loads: a typo answers at once, not at the first retrain
+            check_table(cfg.train_data, {"text": "--train-data (column text)", "label": "--train-data (column label)"},
+                        flag="--train-data")
+        version, clf = model_to_serve(cfg, registry)
+    except ValueError as e:  # ModelError, RegistryError, DataError: what the user gave cannot serve
         print(f"error: {e}", file=sys.stderr)
         return 2
+    # the server's own imports (uvicorn, FastAPI) after the checks: a usage error answers without them
+    import uvicorn
+
+    from .api import ServerState
+    from .draining import DrainingServer
+    from .gate import proxy_settings
+    from .protocol import bounded_protocol
     from .server import create_app
 
     state = ServerState()

@@ -93,7 +93,7 @@ def _describe(error: dict) -> str:
     """'texts.1: Input should be a valid string': the field a client must fix, then what is wrong."""
     loc = error.get("loc", [])
     if error.get("type") == "json_invalid":
-        return f"body: invalid JSON near character {loc[-1] if len(loc) > 1 else '?'}"
+        return f"body: invalid JSON near character {loc[-1] if len(loc) > 1 else '?'}; {error.get('msg')}"
     return (".".join(str(p) for p in loc if p != "body") or "body") + f": {error.get('msg')}"
 
 
@@ -102,10 +102,18 @@ _WRONG_KEY = {("body", "text"): (list, "a list of texts goes under 'texts'; 'tex
               ("body", "texts"): (str, "one text goes under 'text' (or send 'texts' as a list of strings)")}
 
 
-def _hint(error: dict, given) -> dict:
+# What a whole body that is not a JSON object (a list, a string, plain text, nothing) should have been.
+_BODY_EXAMPLE = {"/v1/classify": '{"texts": ["..."]}', "/": '{"inputs": "..."}', "/predict": '{"inputs": "..."}'}
+
+
+def _hint(error: dict, given, path: str = "") -> dict:
     wrong = _WRONG_KEY.get(tuple(error.get("loc", ())))
     if wrong and isinstance(given, wrong[0]):
         error["msg"] = wrong[1]
+    loc, kind = tuple(error.get("loc", ())), error.get("type")
+    if kind == "json_invalid" or (loc == ("body",) and kind in ("model_attributes_type", "dict_type", "missing")):
+        example = _BODY_EXAMPLE.get(path)
+        error["msg"] = f"the body must be a JSON object{f' like {example}' if example else ' (see /docs)'}"
     return error
 
 
@@ -179,7 +187,7 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
-        errors = [_hint({k: e[k] for k in ("type", "loc", "msg") if k in e}, e.get("input"))
+        errors = [_hint({k: e[k] for k in ("type", "loc", "msg") if k in e}, e.get("input"), request.url.path)
                   for e in exc.errors()]
         return _validation_response(errors)
 

@@ -7,9 +7,10 @@ The child builds the version in <models-dir>/.staging-<id>/; only when it exits 
 version.json there and rename it to the next vN. A child that fails, is cancelled or is killed leaves the
 staging folder, which is removed: no half-written version ever appears.
 
-Then champion/challenger: the new version's macro-F1 on the evaluation slice against the active version's
-on the same rows (both measured by the child). With --promote auto it is activated (app/swap.py) unless
-it is worse by more than --promote-tolerance; otherwise it stays a candidate with both scores listed.
+Then champion/challenger: the new version's macro-F1 against the active version's on the evaluation-slice rows
+neither trained on (both measured by the child; app/lineage.py), and the decision says how many rows that is.
+With --promote auto it is activated (app/swap.py) unless it is worse by more than --promote-tolerance;
+otherwise it stays a candidate with both scores listed.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ from pathlib import Path
 from textdata.tables import write_json, write_table
 
 from . import child_watch
+from .lineage import describe
 from .registry import Registry, RegistryError
 from .swap import ActivationError, Switcher
 from .train_params import check_params, inherited, kfold_config
@@ -235,22 +237,27 @@ class Jobs:
                 "rows": result["rows"], "table_sha256": record["table_sha256"], "training": record["params"],
                 "data": record["data"], "labels": result["labels"], "cv_macro_f1": result["cv_macro_f1"],
                 "cv_macro_f1_std": result["cv_macro_f1_std"], "export": result["export"],
-                "eval": {**(result.get("eval") or {}), "champion": champion}}
+                "trained_on": {"known": True, "table": "training/train.csv", "sha256": record["table_sha256"]},
+                "eval": {**(result.get("eval") or {}), "champion": champion, "compared_on": result.get("compared_on")}}
 
     async def _decide(self, version: str, result: dict, parent: str | None) -> dict:
         cand = (result.get("eval") or {}).get("macro_f1")
         champ = (result.get("champion_eval") or {}).get("macro_f1")
         tol = self.cfg.promote_tolerance
+        basis = result.get("compared_on")
+        on = f" {describe(basis)}" if basis else ""
         if self.cfg.promote == "manual":
             promote, why = False, f"--promote manual: promote it with POST /v1/models/{version}/activate or the Train tab"
         elif cand is None:
-            promote, why = False, "the evaluation slice is empty, so it was not compared: promote it by hand"
+            what = ("the evaluation slice is empty" if not basis or not basis["slice_rows"] else
+                    f"every evaluation-slice row was trained on by one of them ({describe(basis)})")
+            promote, why = False, f"{what}, so it was not compared: promote it by hand"
         elif champ is None or cand >= champ - tol:
             vs = f"{parent}'s {champ:.4f}" if champ is not None else "no active version scored"
-            promote, why = True, f"evaluation macro-F1 {cand:.4f} vs {vs} (tolerance {tol:g})"
+            promote, why = True, f"evaluation macro-F1 {cand:.4f} vs {vs}{on} (tolerance {tol:g})"
         else:
-            promote, why = False, (f"evaluation macro-F1 {cand:.4f} is below {parent}'s {champ:.4f} by more than "
-                                   f"--promote-tolerance {tol:g}: kept as a candidate")
+            promote, why = False, (f"evaluation macro-F1 {cand:.4f} is below {parent}'s {champ:.4f}{on} by more "
+                                   f"than --promote-tolerance {tol:g}: kept as a candidate")
         self.registry.log("decision", version=version, promoted=promote, why=why)
         if promote:
             try:

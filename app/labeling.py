@@ -100,10 +100,12 @@ class LabelSession:
     # ------------------------------------------------------------ creation and lookup
     @classmethod
     def create(cls, root: Path, source: str, texts: list[str], predictions: list, labels: list[str],
-               thresholds=None, label_sep: str | None = None, blind: bool = False) -> LabelSession:
+               thresholds=None, label_sep: str | None = None, blind: bool = False, columns: dict | None = None,
+               **meta_fields) -> LabelSession:
         """`predictions`: engine Predictions for `texts` (label, score, probabilities); with `thresholds` (a
         multi-label model's, label order) MultiLabelPredictions, and the session decides label sets.
-        `blind`: an audit session (app/audit.py), shown without the model's answer, in file order."""
+        `blind`: an audit session (app/audit.py), shown without the model's answer, in file order. `columns`
+        (more per-row values) and `meta_fields` are kept for other kinds of session (app/review.py)."""
         sid = secrets.token_hex(6)
         folder = root / sid
         folder.mkdir(parents=True)
@@ -115,9 +117,10 @@ class LabelSession:
             items = {"suggestion": [label_sep.join(p.labels) for p in predictions],
                      "confidence": decision_margin(probs, np.asarray(thresholds, np.float64)),
                      "probabilities": [json.dumps(p.scores) for p in predictions]}
-        pd.DataFrame({"text": texts, **items}).to_parquet(folder / "items.parquet", index=False)
+        pd.DataFrame({"text": texts, **items, **(columns or {})}).to_parquet(folder / "items.parquet", index=False)
         meta = {"id": sid, "source": Path(source).name, "created": time.time(), "labels": list(labels),
-                "order": ORDERS[2] if blind else ORDERS[0], "rows": len(texts), **({"blind": True} if blind else {})}
+                "order": ORDERS[2] if blind else ORDERS[0], "rows": len(texts), **({"blind": True} if blind else {}),
+                **meta_fields}
         if thresholds is not None:
             meta.update(multi_label=True, label_sep=label_sep, thresholds=[float(t) for t in thresholds])
         with atomic_path(folder / "meta.json") as tmp:
@@ -320,8 +323,8 @@ class SessionStore:
             return self._open[sid]
 
     def create(self, source: str, texts: list[str], predictions: list, labels: list[str], thresholds=None,
-               label_sep: str | None = None) -> LabelSession:
-        session = LabelSession.create(self.root, source, texts, predictions, labels, thresholds, label_sep)
+               label_sep: str | None = None, **kinds) -> LabelSession:
+        session = LabelSession.create(self.root, source, texts, predictions, labels, thresholds, label_sep, **kinds)
         with self._lock:
             self._open[session.id] = session
         return session

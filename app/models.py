@@ -13,8 +13,14 @@ it. `delete` refuses the active version.
 
 from __future__ import annotations
 
-import argparse
 import sys
+
+if __name__ == "__main__":  # outside the project's venv: a one-line hint, not a traceback
+    from textdata.inputs import hint_on_missing_module
+
+    sys.excepthook = hint_on_missing_module
+
+import argparse
 from pathlib import Path
 
 from textdata.errors import exits_2_on_user_error
@@ -37,7 +43,7 @@ def version_row(m: dict) -> str:
 
 @exits_2_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m app.models", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m app.models", description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("command", choices=("list", "activate", "delete"))
     p.add_argument("version", nargs="?", help="v1, v2, ... (activate, delete)")
     p.add_argument("--models-dir", type=Path, default=Path("app-data/models"),

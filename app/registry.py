@@ -30,8 +30,10 @@ import time
 from pathlib import Path
 
 from textdata.errors import UsageError
-from textdata.run_folder import VERSION_FILE, model_in_run
+from textdata.run_folder import VERSION_FILE, check_classifier, model_in_run
 from textdata.tables import atomic_path, write_json
+
+from .lineage import record_import
 
 ACTIVE_FILE = "active"
 EVENTS_FILE = "events.jsonl"
@@ -160,6 +162,7 @@ class Registry:
         if not (src / "config.json").is_file():
             raise RegistryError(f"{src}: no config.json, so not a model folder (expected the output of "
                                 "serving.export or a transformers save_pretrained folder)")
+        check_classifier(src)
         digest = folder_sha256(src)
         for name in self.names():
             if self.meta(name).get("source_sha256") == digest:
@@ -167,8 +170,9 @@ class Registry:
         stage = self.staging(f"import-{os.getpid()}")
         try:
             shutil.copytree(src, stage, dirs_exist_ok=True, ignore=shutil.ignore_patterns(VERSION_FILE))
+            trained_on = record_import(src, stage)  # so it is never judged on rows it trained on
             name = self.commit(stage, {"source": "imported", "name": src.resolve().name,
-                                       "imported_from": str(src.resolve()),
+                                       "imported_from": str(src.resolve()), "trained_on": trained_on,
                                        "source_sha256": digest, "parent": self.active()})
         finally:
             shutil.rmtree(stage, ignore_errors=True)

@@ -7,9 +7,10 @@ process. It runs the project's one training path (`finetune.kfold.run` on the k-
 in spec.json, as `finetune/kfold.py ... --final` would build it)
 and its one export path (`serving.export.run`, as `python -m serving.export --quantize`, gated on the
 evaluation slice, or on the training rows when the slice is empty), both into the job's staging folder,
-then scores the new model and the active one on the evaluation slice. A multi-label active model retrains
-multi-label (app/jobs.py puts multi_label and label_sep in the k-fold config, and label_sep in the spec): the
-slice is then scored as label sets (multi-label macro-F1, micro-F1, subset accuracy). On CPU it lowers its own priority
+then scores the new model and the active one on the evaluation-slice rows neither trained on (app/lineage.py).
+A multi-label active model retrains multi-label (app/jobs.py puts multi_label and label_sep in the k-fold
+config, and label_sep in the spec): the slice is then scored as label sets (multi-label macro-F1, micro-F1,
+subset accuracy). On CPU it lowers its own priority
 first. Progress (stage, fold, epoch, step, ETA) goes to JOB_DIR/progress.json; what it prints, to the
 job's log. The server renames the staging folder into a version only after this process exits 0, so a
 killed run leaves no version behind.
@@ -28,6 +29,8 @@ from pathlib import Path
 from app.child_watch import LIFELINE_FLAG, watch_lifeline
 from textdata.errors import exits_2_on_user_error
 from textdata.tables import read_table, write_json
+
+from .lineage import shared_rows, write_hashes
 
 
 class Progress:
@@ -143,13 +146,19 @@ def run(job: Path) -> dict:
     shutil.copy2(work / "report.json", staging / "report.json")
     (staging / "training").mkdir(exist_ok=True)
     shutil.copy2(job / "train.csv", staging / "training" / "train.csv")
+    write_hashes(staging, read_table(job / "train.csv")["text"].astype(str))
     champion = spec.get("champion")
+    # both scored on the slice rows neither trained on: an imported champion may have trained on the slice
+    compared = {"the new version": staging, **({champion["version"]: Path(champion["folder"])} if champion else {})}
+    rows, basis = shared_rows(read_table(job / "eval.csv"), compared)
+    rows.to_csv(job / "compared.csv", index=False)
     result = {
         "labels": report["labels"], "rows": report["n_used"], **({"multi_label": True} if sep else {}),
         "cv_macro_f1": round(report["macro_f1_mean"], 4), "cv_macro_f1_std": round(report["macro_f1_std"], 4),
         "export": {"cpu_default": exported["cpu_default"], "quantization": (exported.get("quantization") or {}).get("recipe")},
-        "eval": eval_scores(staging, job / "eval.csv", sep),
-        "champion_eval": eval_scores(Path(champion["folder"]), job / "eval.csv", sep) if champion else None,
+        "eval": eval_scores(staging, job / "compared.csv", sep),
+        "champion_eval": eval_scores(Path(champion["folder"]), job / "compared.csv", sep) if champion else None,
+        "compared_on": basis,
     }
     progress.stage("done", cfg.folds + 3)
     write_json(job / "result.json", result)

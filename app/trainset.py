@@ -3,7 +3,9 @@
 Rows come from the base table (`--train-data`, optional) and from every labeling session's decisions in
 force (app/labeling.py `decisions`). One text labeled several times: the latest decision wins (session
 decisions by their time, all of them after the base table), and texts that got different labels are
-listed as conflicts. Texts are compared with their whitespace collapsed.
+listed as conflicts. Texts are compared with their whitespace collapsed. A Review-suspects session
+(app/review.py) is a labeling session too: its decisions correct base rows the same way, and are counted
+(`corrections`, `review_kept`) for the Train tab.
 
 For a multi-label active model (`label_sep` given) a label cell is a set: names joined by the separator,
 empty for "none of these" (a real answer, kept); sets are compared and written with their names sorted.
@@ -28,9 +30,11 @@ from textdata.errors import DataError
 from textdata.tables import missing_text, read_table, write_json
 
 from .labeling import decisions, valid_session_id
+from .lineage import key
 
 log = logging.getLogger("app")
 SLICE_FILE = "eval_slice.json"
+REVIEW = "review"  # meta.json "kind" of a Review-suspects session
 MAX_CONFLICTS_SHOWN = 50
 
 
@@ -60,10 +64,6 @@ def active_label_sep(folder: Path) -> str | None:
         return json.loads((Path(folder) / THRESHOLDS_FILE).read_text(encoding="utf-8")).get("label_sep") or DEFAULT_SEP
     except (OSError, ValueError, AttributeError):
         return DEFAULT_SEP
-
-
-def key(text: str) -> str:
-    return " ".join(str(text).split())
 
 
 def in_eval_slice(text: str, share: float) -> bool:
@@ -109,10 +109,31 @@ def _rows(label_root: Path, base: Path | None, label_sep: str | None = None) -> 
             found = decisions(folder)
             if label_sep is not None:
                 found = [{**d, "label": canonical_set(d["label"], label_sep)} for d in found]
-            rows += [{**d, "source": f"session {folder.name}"} for d in found]
+            review = session_kind(folder) == REVIEW
+            rows += [{**d, "source": f"session {folder.name}", "review": review} for d in found]
             sources["sessions"] += 1
             sources["session_decisions"] += len(found)
     return rows, sources
+
+
+def session_kind(folder: Path) -> str:
+    """"review" for a Review-suspects session (app/review.py), "label" for the others."""
+    try:
+        return json.loads((folder / "meta.json").read_text(encoding="utf-8")).get("kind", "label")
+    except (OSError, ValueError, AttributeError):
+        return "label"
+
+
+def review_counts(seen: dict[str, list[dict]]) -> dict:
+    """Texts whose label in force comes from a review: `corrections` where it differs from the label the text
+    had before any review (base table or a labeling session), `review_kept` where the review kept it."""
+    corrections = kept = 0
+    for history in seen.values():
+        before = [h["label"] for h in history if not h.get("review")]
+        if history[-1].get("review") and before:
+            corrections += history[-1]["label"] != before[-1]
+            kept += history[-1]["label"] == before[-1]
+    return {"corrections": corrections, "review_kept": kept}
 
 
 def build(label_root: Path, base: Path | None, share: float, label_sep: str | None = None) -> TrainingSet:
@@ -132,6 +153,7 @@ def build(label_root: Path, base: Path | None, share: float, label_sep: str | No
             conflicts.append({"text": k, "kept": latest[k]["label"],
                               "labels": [{"label": h["label"], "source": h["source"],
                                           "time": None if h["ts"] == float("-inf") else h["ts"]} for h in history]})
+    sources.update(review_counts(seen))
     table = pd.DataFrame([{"text": r["text"], "label": r["label"]} for r in latest.values()], columns=["text", "label"])
     held = table["text"].map(lambda t: in_eval_slice(t, share)).astype(bool)
     sources.update(rows=len(table), eval_rows=int(held.sum()), train_rows=int((~held).sum()))

@@ -32,6 +32,8 @@ from .api import text_problem
 from .batcher import QueueFull
 from .labeling import ORDERS, SessionError, SessionStore
 from .review_queue import start_session
+from .ui_review import ReviewPanel
+from .ui_review import hint as review_hint
 from .uploads import read_upload, spreadsheet_safe, uploaded_only
 
 log = logging.getLogger("app")
@@ -52,6 +54,7 @@ document.addEventListener('keydown', (e) => {
   let id = null;
   if (e.key === 'Enter' || e.key === 'a') id = 'accept-btn';
   else if (e.key === 's') id = 'skip-btn';
+  else if (e.key === 'k') id = 'keep-btn';
   else if (e.key === 'u' || e.key === 'z') id = 'undo-btn';
   else if (/^[1-9]$/.test(e.key)) id = 'label-btn-' + e.key;
   const b = id && document.getElementById(id);
@@ -141,7 +144,7 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
         gr.Markdown(f"## {html.escape(name)}\nLabels: {', '.join(html.escape(x) for x in labels)}{sign_out}")
         with gr.Tabs():
             _classify_tab(cfg, state, labels)
-            _label_tab(cfg, state, labels, store, exports, engine_turn)
+            _label_tab(cfg, state, labels, store, exports, engine_turn, jobs)
             _batch_tab(cfg, state, exports, engine_turn)
             if jobs is not None:
                 from .ui_train import train_tab
@@ -225,6 +228,7 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
         again = " (skipped earlier)" if session.status[row] == 1 else ""
         text = gr.update(value=session.texts[row], label=f"Row {row + 1}{again}")
         hint = f"Model suggests **{html.escape(suggestion)}** at {session.confidence[row]:.1%}"
+        hint = review_hint(session, row) or hint
         probs = session.probs[row]
         accept = gr.update(value=f"✓ Accept: {suggestion}  [Enter]", visible=True)
         if session.meta.get("blind"):  # the live audit: the person's label must not lean on the model's
@@ -255,7 +259,7 @@ def _sessions_update(store: SessionStore, current_id):
     return gr.update(choices=choices, value=current_id)
 
 
-def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Exports, engine_turn) -> None:
+def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Exports, engine_turn, jobs=None) -> None:
     """Label an uploaded file with the model's suggestions, least confident first; every decision saved as made."""
 
     render = partial(_render_label, store, labels)
@@ -283,7 +287,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
     def resume(sid):
         return render(store.get(sid))
 
-    def review():  # the API's "not sure" answers (--review-queue) as a session, with the model's suggestions
+    def review_unsure():  # the API's "not sure" answers (--review-queue) as a session, with the model's suggestions
         session = start_session(state.review, store, list(state.engine.clf.labels))
         if session is None:
             return render(None, "The review queue is empty: no 'not sure' answers are waiting.")
@@ -350,6 +354,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
                 l_sessions = gr.Dropdown(label="Earlier sessions", choices=[], elem_id="label-sessions")
                 l_review = gr.Button("Review 'not sure' answers", visible=state.review is not None,
                                      elem_id="label-review")
+        review = ReviewPanel(cfg, store, getattr(jobs, "registry", None), labels)
         with gr.Column(elem_id="label-panel"):
             l_progress = gr.HTML(elem_id="label-progress")
             l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
@@ -357,6 +362,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
                 l_hint = gr.Markdown(elem_id="label-hint")
                 l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs")
             l_accept = gr.Button("Accept", variant="primary", visible="hidden", elem_id="accept-btn")
+            review.keep_button()
             with gr.Row():
                 l_buttons = [gr.Button(visible="hidden", size="sm", elem_id=f"label-btn-{i + 1}", min_width=80)
                              for i in range(MAX_LABEL_BUTTONS)]
@@ -384,7 +390,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
                       concurrency_limit=cfg.ui_concurrency)
         l_sessions.input(resume, l_sessions, outputs, **quick)
-        l_review.click(review, None, outputs, **quick)
+        l_review.click(review_unsure, None, outputs, **quick)
         l_accept.click(partial(act, accept), [sid, row], outputs, **quick)
         for i, b in enumerate(l_buttons):
             b.click(partial(act, partial(choose, i)), [sid, row], outputs, **quick)
@@ -397,6 +403,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         for trigger in (l_add.click, l_new.submit):  # the button, or Enter in the box
             trigger(partial(act, add_label), [sid, row, l_new], outputs, **quick).then(lambda: "", None, l_new)
         l_export.click(export, sid, l_file_out, **quick)
+        review.wire(render, act, outputs, sid, row, l_hint)
         # On opening the tab rather than on page load: Gradio 6 applies page-load updates to a tab
         # not yet shown and then re-mounts it with its initial props, losing them.
         label_tab.select(resume, sid, outputs, **quick)

@@ -67,6 +67,10 @@ def progress_html(job: dict | None) -> str:
         parts.append(html.escape(decision))
     if job.get("error"):
         parts.append(f"<pre>{html.escape(names_only_text(job['error']))}</pre>")
+    fixed = (job.get("data") or {}).get("corrections")
+    if fixed is not None:
+        parts.append(f"{fixed} label corrections from Review suspects went in "
+                     f"({(job.get('data') or {}).get('review_kept', 0)} labels kept)")
     if job.get("n_conflicts"):
         parts.append(f"{job['n_conflicts']} texts had conflicting labels (the latest decision was used; "
                      f"GET /v1/jobs/{html.escape(job['id'])} lists them)")
@@ -97,7 +101,8 @@ def train_tab(cfg, state, jobs) -> None:
             # checked there, as the API's are
             job = await jobs.start({p.name: v for p, v in zip(TAB_PARAMS, values)})
             message = (f"Started job {job['id']}: {job['data'].get('train_rows')} training rows, "
-                       f"{job['data'].get('eval_rows')} in the evaluation slice.")
+                       f"{job['data'].get('eval_rows')} in the evaluation slice, "
+                       f"{job['data'].get('corrections', 0)} label corrections from Review suspects.")
         except (JobConflict, DataError) as e:
             message = f"⚠ {e}"
         return (message, *refresh())

@@ -221,7 +221,14 @@ class ServedBlend:
         self.n_labels = n_labels
 
     def __call__(self, p_model: np.ndarray, texts: list[str]) -> np.ndarray:
-        return self.blend(p_model, baseline_proba(self.baseline, texts, self.n_labels)).astype(np.float32)
+        return self.combine(p_model, self.baseline_proba(texts))
+
+    # The two halves of __call__, for a caller that runs the baseline beside the model (serving/engine.py).
+    def baseline_proba(self, texts: list[str]) -> np.ndarray:
+        return baseline_proba(self.baseline, texts, self.n_labels)
+
+    def combine(self, p_model: np.ndarray, p_baseline: np.ndarray) -> np.ndarray:
+        return self.blend(p_model, p_baseline).astype(np.float32)
 
     def info(self) -> dict:
         keep = ("method", "nested_macro_f1_mean", "nested_macro_f1_std", "lift_vs_model")

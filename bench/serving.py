@@ -27,7 +27,8 @@ built model: it is exported with the default gate (INT8 kept only if it passes o
 the same three measures run on --eval-csv's rows (or --score-csv's).
 With a TF-IDF blend in the exported folder (a --finetuned folder from `kfold.py --final` that kept one, or
 --blend: a baseline fitted on the training pages, weights 1/1 since only its cost is measured), the
-rows/s are also measured with the blend turned off (`--no-blend`), and the ratio is reported.
+rows/s are also measured with the blend turned off (`--no-blend`) and with the baseline run after the model
+instead of beside it (the engine's sequential path), and the ratios are reported.
 Writes bench/results/serving.json. The 2 CPU cores are shared with other work: load average is
 recorded beside the numbers.
 """
@@ -217,22 +218,29 @@ def throughput_round(model_dir: Path, onnx_dir: Path, texts: list[str], csv: Pat
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
     from baseline.blend import BASELINE_DIR
-    from serving import score
+    from serving import engine, score
 
     out = {}
+    overlap_rows = engine.BLEND_OVERLAP_ROWS
     pipe = pipeline("text-classification", model=AutoModelForSequenceClassification.from_pretrained(model_dir),
                     tokenizer=AutoTokenizer.from_pretrained(model_dir), device=-1)
     with torch.inference_mode():
         t = time.perf_counter()
         preds = pipe(texts, batch_size=32, truncation=True)
         out["pipeline_bs32"] = len(preds) / (time.perf_counter() - t)
-    blends = (True, False) if (onnx_dir / BASELINE_DIR).is_dir() else (True,)
+    # With a blend in the folder: interleaved with it off, and with the baseline run after the model instead of
+    # beside it (the engine's sequential path), its cost measured in the same run.
+    blends = ("on", "off", "sequential") if (onnx_dir / BASELINE_DIR).is_dir() else ("on",)
     for name, quantized in variants.items():
-        for blend in blends:  # with a blend in the folder: interleaved with it off, its cost measured in the same run
-            key = name if blend else f"{name}_no_blend"
+        for blend in blends:
+            key = name if blend == "on" else f"{name}_{'no_blend' if blend == 'off' else 'blend_sequential'}"
             cfg = score.ScoreConfig(model=onnx_dir, input=csv, output=work / f"scored-{key}.csv", progress=False,
-                                    quantized=quantized, blend=blend)
-            s = score.run(cfg)
+                                    quantized=quantized, blend=blend != "off")
+            engine.BLEND_OVERLAP_ROWS = sys.maxsize if blend == "sequential" else overlap_rows
+            try:
+                s = score.run(cfg)
+            finally:
+                engine.BLEND_OVERLAP_ROWS = overlap_rows
             assert s["rows"] == len(texts)
             out[key] = s["rows_per_second"]
             out[key + "_incl_load"] = s["rows"] / s["seconds"]
@@ -284,6 +292,7 @@ def main() -> None:
     fp32 = Classifier.load(onnx_dir, quantized=False)
     default = Classifier.load(onnx_dir)  # what a user gets: the file export_report.json's cpu_default names
     info["served_by_default"] = {"file": default.info()["model_file"], "why": default.info()["model_file_why"]}
+    info["cpu_threads"] = default.info().get("cpu_threads")  # the engine's plan at load (textdata/cpu_limits.py)
     print(f"served by default: {info['served_by_default']['file']} ({info['served_by_default']['why']})", flush=True)
     variants = {"score_default": None, "score_fp32": False}
     if (onnx_dir / "model_quantized.onnx").exists() and not default.info()["quantized"]:
@@ -333,6 +342,8 @@ def summarize(lat, thr, report, model_info, load_before, heldout_rows, csv, rows
         "isa": report.get("isa"),
         "blend_rows_per_second_ratio": {k: v / rows_s[f"{k}_no_blend"] for k, v in rows_s.items()
                                         if f"{k}_no_blend" in rows_s},
+        "blend_sequential_rows_per_second_ratio": {k: rows_s[f"{k}_blend_sequential"] / rows_s[f"{k}_no_blend"]
+                                                   for k in rows_s if f"{k}_blend_sequential" in rows_s},
         "heldout_macro_f1": f1,
         "int8_passed_gate": "model_quantized.onnx" in files,
         "int8_recipe": (report.get("quantization") or {}).get("recipe"),
@@ -369,6 +380,10 @@ def print_table(result: dict) -> None:
     for k, ratio in result["blend_rows_per_second_ratio"].items():
         print(f"| {k} rows/s with the TF-IDF blend / without | {rows_s[k]:.0f} / {rows_s[k + '_no_blend']:.0f} "
               f"= {ratio:.2f}x | | |")
+        if k in result["blend_sequential_rows_per_second_ratio"]:
+            print(f"| {k} rows/s, baseline after the model (not beside it) / without | "
+                  f"{rows_s[k + '_blend_sequential']:.0f} / {rows_s[k + '_no_blend']:.0f} = "
+                  f"{result['blend_sequential_rows_per_second_ratio'][k]:.2f}x | | |")
     m = result["machine"]
     print(f"\nload average before/after: {m['loadavg_before']} / {m['loadavg_after']}")
 

@@ -19,7 +19,6 @@ from baseline.blend import (
 )
 from finetune.metrics import fold_metrics, summarize
 
-MODES = ("auto", "off", "on")
 METHOD = "log-linear pool: p ∝ exp(a·log p_model + b·log p_baseline), a, b fitted by log-loss"
 
 

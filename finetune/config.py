@@ -14,12 +14,15 @@ from datetime import datetime
 from pathlib import Path
 
 from finetune.adapt import AdaptConfig
-from finetune.blend import MODES
-from finetune.models import list_models
-from finetune.train import COMPILE_CHOICES, SWITCHES, TrainConfig
+from finetune.models import list_models, resolve_model
+from finetune.train_config import COMPILE_CHOICES, SWITCHES, TrainConfig
 from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
+from textdata.inputs import check_file, check_table
 from textdata.numerics import PRECISIONS
 
+BLEND_MODES = ("auto", "off", "on")  # finetune/blend.py
+LABEL_ISSUE_MODES = ("auto", "off")  # finetune/label_issues.py (kept here: --help must not import pandas)
+BUILTIN_DATA_NAMES = ("bbcnews",)  # --data names finetune/kfold.py resolves itself (BUILTIN_DATA)
 DESCRIPTION = "Stratified k-fold fine-tuning of an ELECTRA discriminator (or any encoder) as a text classifier."
 
 @dataclass(frozen=True)
@@ -47,6 +50,7 @@ class Config:
     resume: bool = False
     blend: str = "auto"  # auto | off | on: blend with the baseline (finetune/blend.py)
     target_precision: float | None = None  # the served "confident" threshold's precision (finetune/coverage.py)
+    label_issues: str = "auto"  # auto | off: rank likely label errors (finetune/label_issues.py)
     engine: str = "local"  # local | ray: where the folds train (finetune/fold_runner.py)
     address: str | None = None  # a Ray cluster to join; none: start Ray on this machine
     gpus_per_fold: float = 0.0  # Ray resources per fold task (fractions share a GPU)
@@ -58,7 +62,7 @@ class Config:
 # Settings that may change on --resume: they change neither the folds nor their numbers (the fast-path
 # switches give the plain path's losses: tests/finetune/test_fast_path.py).
 # The blend only reads the saved folds; where a fold runs does not change its numbers.
-RESUMABLE = frozenset({"resume", "final", "blend", "target_precision", "train.static_shapes", "train.compile", "engine", "address",
+RESUMABLE = frozenset({"resume", "final", "blend", "label_issues", "target_precision", "train.static_shapes", "train.compile", "engine", "address",
                        "gpus_per_fold", "cpus_per_fold"})
 
 
@@ -112,7 +116,10 @@ FLAGS = {
     "final": Flag("after CV, train on all rows and save OUTPUT/model"),
     "resume": Flag("reuse finished folds in --output"),
     "blend": Flag("blend the model with the TF-IDF baseline, fitted on out-of-fold rows and scored nested; "
-                  "auto: keep it (report, --final model) only where it beats the model", choices=MODES),
+                  "auto: keep it (report, --final model) only where it beats the model", choices=BLEND_MODES),
+    "label_issues": Flag("rank likely label errors with cleanlab from the out-of-fold probabilities of what is "
+                         "served (the blend where kept): OUTPUT/label_issues.csv, most likely first, and a plot; "
+                         "auto: wherever every class has enough rows", choices=LABEL_ISSUE_MODES),
     "target_precision": Flag("answers count as 'confident' above the calibrated-score threshold whose answered "
                              "out-of-fold rows reach this precision (e.g. 0.9); chosen on out-of-fold rows, "
                              "served with the --final model", shown="none: every answer confident",
@@ -151,7 +158,7 @@ ADAPT_FLAGS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=DefaultsHelp)
+    p = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=DefaultsHelp, allow_abbrev=False)
     p.add_argument("--model", help="local folder, hub id, or alias (see --list-models) (required)")
     p.add_argument("--data", help="CSV/TSV/JSONL/Parquet with text and label columns, or 'bbcnews' (built in) "
                                   "(required)")
@@ -195,6 +202,19 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
     fields = {f.name for f in dataclasses.fields(Config)} - {"train", "adapt", "output"}
     return Config(output=output, train=train, adapt=adapt_cfg, **{k: values[k] for k in fields})
 
+
+def check_inputs(cfg: Config) -> None:
+    """The files and folders the flags name exist (and a CSV's header has the named columns), checked before
+    torch loads, so that a typo answers in a second."""
+    if cfg.data not in BUILTIN_DATA_NAMES:
+        columns = {cfg.text_column: "--text-column", cfg.label_column: "--label-column"}
+        if cfg.group_column:
+            columns[cfg.group_column] = "--group-column"
+        check_table(cfg.data, columns, cfg.encoding, flag="--data")
+    if not Path(cfg.model).expanduser().is_dir():
+        resolve_model(cfg.model)  # an alias without its package, a path that is not there
+    for path in cfg.adapt.corpus:
+        check_file(path, "--adapt-corpus")
 
 
 def config_from_json(values: dict) -> Config:

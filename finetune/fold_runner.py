@@ -18,7 +18,6 @@ the driver, which writes them too if its disk is not the worker's; the driver al
 from __future__ import annotations
 
 import logging
-import os
 from collections import deque
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,10 +113,10 @@ def import_ray():
 
 
 def usable_cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    """Cores this process may use: affinity and cgroup quota (textdata/cpu_limits.py)."""
+    from textdata.cpu_limits import read_limits
+
+    return read_limits().usable
 
 
 class RayRunner:

@@ -22,9 +22,18 @@ iteratively stratified, a sigmoid per label, per-label thresholds tuned nested (
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # flags and paths checked before torch loads: --help or a typo answers in a second
+    try:
+        from finetune.config import check_inputs, parse_args
+        from textdata.inputs import check_before_imports
+    except ModuleNotFoundError as e:  # run outside the project's environment
+        sys.exit(f"error: {e}: activate the project's venv (source .venv/bin/activate) or install it: pip install -e .")
+    check_before_imports(parse_args, check_inputs)
+
 import dataclasses
 import json
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -34,7 +43,7 @@ import numpy as np
 
 from baseline.blend import BaselineError, ServedBlend
 from baseline.folds import baseline_predict
-from finetune import multilabel_run
+from finetune import label_issues, multilabel_run
 from finetune.adapt import adapt
 from finetune.blend import cv_blend, save_final_blend
 from finetune.confidence import cv_calibration, save_calibration, write_pictures
@@ -54,8 +63,10 @@ from finetune.metrics import fold_metrics
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model  # noqa: F401
 from finetune.report import f1_text, fold_summary, holdout_baseline, summary_table, write_outputs
 from finetune.train import encode, fit, predict_proba
+from textdata.cpu_limits import omp_threads, plan_threads
 from textdata.drift import save_reference
 from textdata.errors import DataError, exits_2_on_user_error
+from textdata.learned import assess
 from textdata.normalize import Normalizer
 from textdata.tables import write_json, write_table
 
@@ -65,9 +76,10 @@ BUILTIN_DATA = {"bbcnews": bbcnews_csv}
 def cpu_threads(accelerator) -> None:
     import torch
 
-    if accelerator.device.type == "cpu" and "OMP_NUM_THREADS" not in os.environ:
-        # An explicit OMP_NUM_THREADS wins: on a CPU shared with other jobs, spin-waiting threads cost 5-10x.
-        torch.set_num_threads(max(1, os.cpu_count() or 1))
+    if accelerator.device.type == "cpu" and omp_threads() is None:
+        # An explicit OMP_NUM_THREADS wins. Otherwise one thread per core this process may use that other work does
+        # not keep busy: threads waiting for a shared core cost 5-10x (textdata/cpu_limits.py).
+        torch.set_num_threads(plan_threads().threads)
 
 
 @dataclass
@@ -264,6 +276,9 @@ def run(cfg: Config, on_progress=None) -> dict:
         report = fold_summary(cfg, got.results, recorded, data, prep.data_path, prep.resolved, accelerator.device)
         report["blend"], blend_oof = cv_blend(got.oof, got.base_oof, data.y, got.fold_of, data.labels, cfg.blend,
                                               report["macro_f1_mean"])
+        report["learned"] = assess(data.y, got.oof, report["blend"], len(data.labels), cfg.seed)  # said plainly
+        if report["learned"]["message"]:
+            report["warnings"].append(report["learned"]["message"])
     # Before anything is written: an unreachable --target-precision stops here (the folds are kept for --resume).
     # Multi-label: the per-label calibration's nested numbers in the report (finetune/calibration_multilabel.py).
     report["calibration"], served_oof, calibrated_oof = cv_calibration(got.oof, report["blend"], blend_oof, data,
@@ -272,6 +287,8 @@ def run(cfg: Config, on_progress=None) -> dict:
         report["holdout"] = (multilabel_run.holdout_entry(out, data, held, cfg, report) if ml else
                              holdout_baseline(out, data, held, cfg))
     if main:
+        report["label_issues"] = label_issues.run(cfg.label_issues, out, data, got.oof, blend_oof, report["blend"],
+                                                  got.fold_of, prep.data_path, report["warnings"])
         (multilabel_run.write_outputs if ml else write_outputs)(out, cfg, data, got.oof, got.base_oof, blend_oof,
                                                                 got.fold_of, report, got.histories, held)
         write_pictures(out, report["calibration"], served_oof, calibrated_oof, data)
@@ -290,7 +307,9 @@ def run(cfg: Config, on_progress=None) -> dict:
         print((multilabel_run.summary_table if ml else summary_table)(report))
         print(f"\nwrote {out}/report.json, oof_predictions.csv, "
               + ("per_label_f1.png, label_cooccurrence.png" if ml else "confusion_matrix.png, calibration.png, "
-                 "coverage.png") + ", learning_curves.png"
+                 "coverage.png")
+              + ", learning_curves.png, fold_scores.png"
+              + (f", {label_issues.FILE}" if (out / label_issues.FILE).exists() else "")
               + (", model/" if cfg.final else "") + (", holdout.csv" if held is not None else "")
               + (", holdout_predictions.csv" if ml and cfg.final and held is not None else ""))
     return report
@@ -326,6 +345,7 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
     prep.normalizer.save(folder)
+    label_issues.carry(Path(cfg.output), folder)
     if data.multi_label:  # thresholds.json, baseline/ (a per-label blend), the held-out rows scored as served
         blend = multilabel_run.final_extras(folder, Path(cfg.output), data, held, proba, cfg, report)
     else:
@@ -338,6 +358,7 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
         "config": config_json(cfg), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
         "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))}, "blend": blend,
         "calibration": calibration,
+        "learned": report.get("learned"),  # serving.export and the engine say it too
     })
     report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(data.texts),
                              "blend": blend is not None}

@@ -17,6 +17,7 @@ import numpy as np
 
 from baseline.blend import BaselineError
 from baseline.label_blend import fit_label_blend, fit_ovr_baseline, ovr_proba
+from finetune.label_issues import table_lines
 from finetune.multilabel import (
     DEFAULT,
     GRID,
@@ -306,4 +307,5 @@ def summary_table(report: dict) -> str:
         final = (f"final {held['served']} micro-F1 {held['micro_f1']:.4f} (0.5: {held['at_0_5']['micro_f1']:.4f}), "
                  f"macro-F1 {held['macro_f1']:.4f} (0.5: {held['at_0_5']['macro_f1']:.4f}); " if "served" in held else "")
         lines.append(f"holdout ({held['n_rows']} rows, never trained on): {final}baseline {baseline}")
+    lines += table_lines(report.get("label_issues"))
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from baseline.blend import BaselineError
 from baseline.folds import baseline_predict
 from finetune.confidence import table_lines
 from finetune.config import Config
+from finetune.label_issues import table_lines
 from finetune.metrics import KEYS, fold_metrics, summarize
 from textdata.tables import write_table
 
@@ -119,11 +120,15 @@ def summary_table(report: dict) -> str:
         score = f"{pm(blend)} (nested), weights model {blend['model_weight']:g}, baseline {blend['baseline_weight']:g}; " \
             if "folds" in blend else ""
         lines.append(f"blend {score}{'kept' if blend['kept'] else 'not kept'}: {blend['why']}")
+    learned = (report.get("learned") or {}).get("message")
+    if learned:
+        lines.append(f"warning: {learned}")
     lines += table_lines(report.get("calibration"))
     held = report.get("holdout")
     if held:
         final = f"final model {held['macro_f1']:.4f}, " if "macro_f1" in held else ""
         lines.append(f"holdout ({held['n_rows']} rows, never trained on): {final}"
                      f"baseline {f1_text(held['baseline'])}" + (f", blend {f1_text(held['blend'])}" if "blend" in held else ""))
+    lines += table_lines(report.get("label_issues"))
     return "\n".join(lines)
 

@@ -31,71 +31,42 @@ The best trial's CV score is optimistic: it was picked on the folds it is scored
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # flags and paths checked before torch loads: --help or a typo answers in a second
+    try:
+        from finetune.config import check_inputs
+        from finetune.search_config import parse_args
+        from textdata.inputs import check_before_imports
+    except ModuleNotFoundError as e:  # run outside the project's environment
+        sys.exit(f"error: {e}: activate the project's venv (source .venv/bin/activate) or install it: pip install -e .")
+    check_before_imports(parse_args, lambda parsed: check_inputs(parsed[0]))
+
 import dataclasses
 import hashlib
 import json
 import shutil
-import sys
 import time
-from dataclasses import asdict, dataclass
-from datetime import datetime
+from dataclasses import asdict
 from pathlib import Path
 
 import numpy as np
 
 from finetune import kfold
 from finetune.config import RESUMABLE as KFOLD_RESUMABLE
-from finetune.config import Config, build_parser, command_line, config_from_args, config_json, flat
+from finetune.config import Config, command_line, config_json, flat
 from finetune.data import FOLD_IDS
 from finetune.fold_runner import FoldFailed, open_runner
 from finetune.kfold import FoldJob
+from finetune.search_config import SearchConfig, parse_args
 from finetune.search_space import apply, current, load_space
 from textdata.errors import DataError, exits_2_on_user_error
-from textdata.flags import Flag, add_flags, config_from
 from textdata.tables import write_json, write_table
 
 INSTALL_HINT = "finetune/search.py needs Optuna, which is not installed: pip install -e '.[search]'"
 STUDY = "kfold-search"
-
-
-@dataclass(frozen=True)
-class SearchConfig:
-    trials: int = 12
-    space: str | None = None  # JSON (inline or a file) laid over the default space
-    random_trials: int = 4  # trials sampled at random before TPE models the results
-    prune: bool = True
-    prune_after: int = 3  # finished trials before pruning starts
-    parallel: int | None = None  # trials at once with --engine ray (default: as many as fold tasks fit)
-
-
-FLAGS = {
-    "trials": Flag("trials in the study, counting finished, pruned and failed ones (a rerun adds the missing ones)"),
-    "space": Flag("search space: inline JSON or a JSON file laid over the default (finetune/search_space.py)",
-                  shown="lr, epochs, batch size, warm-up, layer decay, class weights"),
-    "random_trials": Flag("trials sampled at random before TPE models the results"),
-    "prune": Flag("stop a trial whose running fold mean is below the median of earlier trials"),
-    "prune_after": Flag("finished trials before pruning starts"),
-    "parallel": Flag("--engine ray: trials at once", shown="as many as fold tasks fit"),
-}
 # Settings of the k-fold Config that may change between a search and its --resume (they change no trial's numbers).
 RESUMABLE = KFOLD_RESUMABLE | {"output"}
-
-
-def parse_args(argv=None) -> tuple[Config, SearchConfig] | None:
-    p = build_parser()
-    p.description = __doc__.split("\n\n")[0]
-    add_flags(p, SearchConfig, FLAGS)
-    a = p.parse_args(argv)
-    if a.list_models:
-        print(kfold.list_models())
-        return None
-    if a.output is None and a.model:
-        a.output = f"runs/{datetime.now():%Y%m%d-%H%M%S}-search-{Path(a.model.rstrip('/')).name}"
-    base = config_from_args(p, a)
-    scfg = config_from(SearchConfig, {f.name: getattr(a, f.name) for f in dataclasses.fields(SearchConfig)})
-    if scfg.trials < 1 or scfg.random_trials < 0 or scfg.prune_after < 0 or (scfg.parallel or 1) < 1:
-        p.error("--trials and --parallel must be at least 1, --random-trials and --prune-after at least 0")
-    return base, scfg
 
 
 def import_optuna():

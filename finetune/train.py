@@ -25,11 +25,9 @@ import torch.nn.functional as F
 from sklearn.metrics import f1_score
 from tqdm.auto import tqdm
 
-from textdata.numerics import bucket_widths, check_precision, lr_at, resolve_dtype
+from finetune.train_config import COMPILE_CHOICES, SWITCHES, TrainConfig  # noqa: F401 - where callers found them
+from textdata.numerics import bucket_widths, lr_at, resolve_dtype
 
-SWITCHES = ("auto", "on", "off")
-# graphs: compile with mode="reduce-overhead", which replays each static shape's step as a CUDA graph.
-COMPILE_CHOICES = (*SWITCHES, "graphs")
 # Options for torch.compile; the CPU test swaps in a cheaper backend.
 COMPILE_OPTIONS: dict = {"dynamic": False}
 MULTI_LABEL = "multi_label_classification"  # transformers' problem_type for a sigmoid per label
@@ -37,29 +35,6 @@ MULTI_LABEL = "multi_label_classification"  # transformers' problem_type for a s
 
 def is_multi_label(model) -> bool:
     return getattr(model.config, "problem_type", None) == MULTI_LABEL
-
-
-@dataclass(frozen=True)
-class TrainConfig:
-    epochs: int = 4
-    batch_size: int = 32
-    lr: float = 1e-4
-    layer_decay: float = 0.8  # ELECTRA-Base's fine-tuning value; 1.0 turns it off
-    weight_decay: float = 0.01
-    warmup: float = 0.1  # fraction of all steps
-    max_grad_norm: float = 1.0
-    patience: int = 2  # epochs without inner-validation improvement before stopping; 0 = never stop early
-    class_weights: bool = False
-    precision: str = "auto"  # one of textdata.numerics.PRECISIONS
-    static_shapes: str = "auto"  # auto (on CUDA) | on | off: pad to (batch_size, width bucket) shapes
-    compile: str = "off"  # off | auto (on CUDA) | on: torch.compile the training forward and backward;
-    # graphs: the same, replayed as CUDA graphs (CUDA only, implies static shapes)
-
-    def __post_init__(self):
-        for name, choices in (("static_shapes", SWITCHES), ("compile", COMPILE_CHOICES)):
-            if getattr(self, name) not in choices:
-                raise ValueError(f"{name} {getattr(self, name)!r}: use one of {choices}")
-        check_precision(self.precision)
 
 
 @dataclass

@@ -27,6 +27,13 @@ import sys
 import time
 from pathlib import Path
 
+if __name__ == "__main__":  # outside the project's venv: a one-line hint, not a traceback
+    try:
+        from pretraining.config import hint_on_missing_module
+    except ModuleNotFoundError as e:
+        sys.exit(f"error: {e}: activate the project's venv (source .venv/bin/activate) or install it: pip install -e .")
+    sys.excepthook = hint_on_missing_module
+
 from pretraining.config import TrainConfig, UsageError, build_parser, config_from_args, exits_2_on_usage_error
 
 ROWS = ("electra", "electra-15", "replace-mlm", "all-tokens-mlm", "mlm")
@@ -167,7 +174,8 @@ def plot(rows: list[dict], path: Path) -> None:
 def parse(argv=None) -> tuple[TrainConfig, argparse.Namespace]:
     argv = list(sys.argv[1:] if argv is None else argv)
     ours, rest = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("--labeled", required=True, help="labeled table for finetune/kfold.py (text and label columns)")
     p.add_argument("--group-column", help="passed to kfold: keep each group in one fold")
     p.add_argument("--output", required=True)

@@ -10,8 +10,13 @@ import argparse
 import functools
 import sys
 from dataclasses import asdict, dataclass, fields
+from pathlib import Path
 
-from pretraining.model import OBJECTIVES
+# The objectives pretraining/model.py implements (here so that checking flags needs no torch).
+# electra: RTD on all tokens (the paper's method). electra-15: RTD loss only on the 15% masked positions.
+# mlm: BERT baseline, a discriminator-sized MLM. replace-mlm: MLM whose input has generator samples instead
+# of [MASK]. all-tokens-mlm: predict every token of the sampled input, with a copy gate (paper, section 3.2).
+OBJECTIVES = ("electra", "electra-15", "mlm", "replace-mlm", "all-tokens-mlm")
 
 
 # Twin of textdata.errors.UserError (pretraining imports no other package): tests/textdata/test_twins.py
@@ -156,7 +161,8 @@ def _default_help(name: str, default) -> str:
 # Twin of textdata.flags.add_flags (which the other CLIs use): tests/textdata/test_twins.py
 def build_parser(description: str) -> argparse.ArgumentParser:
     """One flag per TrainConfig field, each help line showing its default and each preset's value."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)  # `--max-step 10` must not pass as --max-steps
     for f in fields(TrainConfig):
         flag = "--" + f.name.replace("_", "-")
         if f.name == "corpus":
@@ -182,6 +188,39 @@ def config_from_args(args: argparse.Namespace) -> TrainConfig:
     if preset not in PRESETS:
         raise UsageError(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
     return TrainConfig.from_dict({**PRESETS[preset], **given})
+
+
+def check_paths(cfg: TrainConfig) -> None:
+    """The files and folders the flags name exist, checked before torch loads (a typo answers in a second);
+    pretraining/corpus.py `check_corpus` reads them fully later."""
+    for path in cfg.corpus:
+        if not Path(path).is_file():
+            raise UsageError(f"corpus file not found: {path}" + (" (a folder: give its files)" if Path(path).is_dir() else ""))
+    for flag, folder in (("--tokenizer", cfg.tokenizer), ("--init-from", cfg.init_from)):
+        if folder and not Path(folder).is_dir():
+            raise UsageError(f"{flag} {folder}: no such folder")
+
+
+def hint_on_missing_module(kind, value, tb) -> None:
+    """sys.excepthook for pretraining's scripts: a library missing from this Python (run outside the project's
+    venv) is one line saying what to do, not a traceback. Twin of textdata/inputs.py's."""
+    if issubclass(kind, ModuleNotFoundError):
+        print(f"error: {value}: activate the project's venv (source .venv/bin/activate) or install it: "
+              "pip install -e .", file=sys.stderr)
+        return
+    sys.__excepthook__(kind, value, tb)
+
+
+def check_command_line(argv: list[str] | None, description: str) -> None:
+    """pretraining/train.py's first step, before torch loads: parse (argparse exits on --help and bad flags) and
+    check the paths; a UsageError is one line and exit 2. Twin of textdata/inputs.py `check_before_imports`
+    (pretraining imports no other package), whose missing-library hint it also installs for the imports after."""
+    sys.excepthook = hint_on_missing_module
+    try:
+        check_paths(config_from_args(build_parser(description).parse_args(argv)))
+    except UsageError as e:
+        print(f"error: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
 
 
 def resume_differences(saved: dict, current: TrainConfig) -> list[str]:

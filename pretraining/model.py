@@ -29,10 +29,7 @@ from torch import nn
 from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 from transformers.models.electra.modeling_electra import ElectraSelfAttention
 
-# electra: RTD on all tokens (the paper's method). electra-15: RTD loss only on the 15% masked positions.
-# mlm: BERT baseline, a discriminator-sized MLM. replace-mlm: MLM whose input has generator samples instead
-# of [MASK]. all-tokens-mlm: predict every token of the sampled input, with a copy gate (paper, section 3.2).
-OBJECTIVES = ("electra", "electra-15", "mlm", "replace-mlm", "all-tokens-mlm")
+from pretraining.config import OBJECTIVES  # defined torch-free there, for the flags
 
 
 class SdpaSelfAttention(ElectraSelfAttention):

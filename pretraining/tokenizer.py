@@ -19,6 +19,13 @@ import argparse
 import sys
 from pathlib import Path
 
+if __name__ == "__main__":  # outside the project's venv: a one-line hint, not a traceback
+    try:
+        from pretraining.config import hint_on_missing_module
+    except ModuleNotFoundError as e:
+        sys.exit(f"error: {e}: activate the project's venv (source .venv/bin/activate) or install it: pip install -e .")
+    sys.excepthook = hint_on_missing_module
+
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
 
 from pretraining.config import UsageError
@@ -102,7 +109,8 @@ def load_tokenizer(folder: str | Path):
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     allow_abbrev=False)
     parser.add_argument("--corpus", nargs="+", required=True)
     parser.add_argument("--vocab-size", default="auto", help="a number, or auto (default): sized to the corpus")
     parser.add_argument("--output", required=True)

@@ -14,7 +14,8 @@ What it does once, for every caller:
 - batches by a token budget: texts are sorted by length, each batch is padded only to its own
   longest text and holds at most `batch_tokens` padded tokens, then results go back in input order;
 - picks the provider: TensorRT, then CUDA, when present and a warm-up run works on them, else CPU;
-  on CUDA, inputs and outputs go through IO binding; on CPU, intra-op threads = usable cores.
+  on CUDA, inputs and outputs go through IO binding; on CPU, intra-op threads = usable cores (affinity, cgroup
+  quota) that other work does not keep busy, spin-waiting off where they are shared (textdata/cpu_limits.py);
   On a CUDA machine whose onnxruntime has no CUDA provider (the usual CPU wheel), `auto` serves the
   PyTorch weights instead of ONNX on CPU: bf16 weights and CUDA graphs (`serving/torch_runner.py`);
 `predict` is thread-safe: sessions and tokenizers are only read after `load`.
@@ -27,6 +28,7 @@ import json
 import logging
 import os
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,9 +43,10 @@ from serving.runner import Runner
 from serving.torch_runner import TorchRunner, check_options, cuda_available, probe_ids
 from textdata.errors import ModelError
 from textdata.labels import labels_from_config
+from textdata.learned import folder_note
 from textdata.normalize import Normalizer
 from textdata.numerics import check_precision
-from textdata.run_folder import model_in_run
+from textdata.run_folder import check_classifier, model_in_run
 
 log = logging.getLogger("serving.engine")
 
@@ -56,6 +59,10 @@ TRUNCATIONS = ("head", "head+tail")
 # on CPU smaller passes stay in cache, 1,024 tokens scored 15-23% more rows/s than 8,192 on two models; a GPU
 # wants large passes.
 CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 1024, 8192
+# Blended rows from which the baseline runs beside the model in _BLEND_POOL (a thread hand-off costs more than
+# it hides for a text or two); threads start on first use.
+BLEND_OVERLAP_ROWS = 2
+_BLEND_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="blend-baseline")
 
 
 @dataclass(frozen=True)
@@ -131,8 +138,10 @@ class Classifier:
         self._char_cap = max(4096, 32 * max_length)
         self._report = None
         self.blend: ServedBlend | None = None  # set by load(blend=True) when the folder has one
+        self.blend_overlap = True  # False: the baseline runs after the model (same numbers; bench/serving.py)
         self._has_blend = False
         self.calibration = ServedCalibration()  # load() reads the folder's calibration.json (serving/calibration.py)
+        self.learned = None  # "the model adds nothing; ..." when k-fold found so (textdata/learned.py)
         if (self.folder / REPORT_FILE).exists():
             self._report = json.loads((self.folder / REPORT_FILE).read_text(encoding="utf-8"))
 
@@ -156,7 +165,7 @@ class Classifier:
 
         quantized: None = on CPU, the file export_report.json's `cpu_default` names (INT8 only where the
         export measured it faster; older exports: INT8 when present), the fp32/fp16 one on GPU;
-        True/False to force. threads: CPU intra-op threads (default: usable cores). batch_tokens: padded
+        True/False to force. threads: CPU intra-op threads (default: textdata/cpu_limits.py's plan). batch_tokens: padded
         tokens per pass, or a PassSize per device (default PassSize(): CPU_BATCH_TOKENS on CPU, GPU_BATCH_TOKENS
         on a GPU), settled once here into `.batch_tokens`.
         PyTorch backend only: precision auto = bf16 (fp16 without bf16) on CUDA, fp32 on CPU; cuda_graphs
@@ -165,8 +174,6 @@ class Classifier:
         blend: apply the folder's TF-IDF blend (baseline/, written by finetune --final) when it has one;
         probabilities and predictions are then blended, logits stay the model's own.
         """
-        from transformers import AutoConfig, AutoTokenizer
-
         if provider not in PROVIDERS:
             raise ValueError(f"provider {provider!r}: use one of {PROVIDERS}")
         if truncation not in TRUNCATIONS:
@@ -180,6 +187,9 @@ class Classifier:
         if not (folder / "config.json").exists():
             raise ModelError(f"{folder}: no config.json, so not a model folder (expected the output of "
                              "serving.export or a transformers save_pretrained folder)")
+        check_classifier(folder)
+        from transformers import AutoConfig, AutoTokenizer  # after the checks: a wrong folder answers at once
+
         try:
             config = AutoConfig.from_pretrained(folder)
             tokenizer = AutoTokenizer.from_pretrained(folder, use_fast=True)
@@ -227,6 +237,9 @@ class Classifier:
             except ValueError as e:
                 raise ModelError(str(e)) from None
         clf.calibration = ServedCalibration.load(folder, clf.labels, blend_served=clf.blend is not None)
+        clf.learned = folder_note(folder, blended=clf.blend is not None)
+        if clf.learned:
+            log.warning("%s: %s", folder, clf.learned)
         if runner.backend == "torch":
             runner.finish_load(lambda: clf.encode(parity_texts) if parity_texts
                                else probe_ids(config.vocab_size, max_length))
@@ -302,6 +315,7 @@ class Classifier:
             "thresholds": self._thresholds.as_dict(self.labels) if self.multi_label else None,
             **({"label_sep": self.label_sep, "thresholds_tuned": self._thresholds.tuned,
                 "thresholds_source": self._thresholds.source} if self.multi_label else {}),
+            "warnings": [self.learned] if self.learned else [],
         }
 
     def normalize(self, texts: Sequence[str]) -> list[str]:
@@ -358,13 +372,17 @@ class Classifier:
         return self._proba(self.encode(texts, normalized))
 
     def _proba(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None) -> np.ndarray:
+        # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
+        rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)] if self.blend else []
+        texts = [seqs[i].text for i in rows]
+        # The baseline runs in a side thread during the model's pass: ONNX Runtime and most of the baseline's numpy
+        # release the GIL, so its cost mostly hides (docs/serving.md, "The blend's cost"). Same numbers either way.
+        overlap = self.blend_overlap and logits is None and len(rows) >= BLEND_OVERLAP_ROWS
+        side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap else None
         logits = self._logits(seqs) if logits is None else logits
         probs = sigmoid(logits) if self.multi_label else _softmax(logits)
-        if self.blend:
-            # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
-            rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)]
-            if rows:
-                probs[rows] = self.blend(probs[rows], [seqs[i].text for i in rows])
+        if rows:
+            probs[rows] = self.blend.combine(probs[rows], side.result() if side else self.blend.baseline_proba(texts))
         return self.calibration(probs)
 
     def predict_logits(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:

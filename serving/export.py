@@ -28,31 +28,40 @@ instruction set it was measured on (`isa`); the engine warns when it serves on a
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # outside the project's venv: a one-line hint, not a traceback
+    from textdata.inputs import hint_on_missing_module
+
+    sys.excepthook = hint_on_missing_module
+
 import argparse
 import logging
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from baseline.blend import carry_blend
+from baseline.blend import BASELINE_DIR, BLEND_FILE, carry_blend
 from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, ModelError
 from serving.multilabel import DEFAULT_SEP, label_matrix
 from serving.parity import agreement, builtin_sample, compare, tokenization_mismatch, verdict
-from serving.quantize import BY_NAME, DEFAULT_ORDER, cpu_isa, quantize
+from serving.quantize import BY_NAME, DEFAULT_ORDER, NO_VNNI_ORDER, cpu_isa, default_order, quantize
 from serving.quiet import understood_messages_dropped
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
-from textdata.run_folder import model_in_run
+from textdata.inputs import check_table
+from textdata.learned import folder_note
+from textdata.run_folder import check_classifier, model_in_run
 from textdata.tables import missing_text, read_table, write_json
 
 log = logging.getLogger("serving.export")
 
 # Files that travel with the model besides what Optimum writes (our own contracts from finetune/).
-SIDECARS = ("normalization.json", "training_config.json", "thresholds.json", "calibration.json", "reference.json")
+SIDECARS = ("normalization.json", "training_config.json", "thresholds.json", "calibration.json", "reference.json",
+            "label_issues.csv")
 CANDIDATE = ".int8-candidate.onnx"  # a recipe's output while it is judged; never served
 SLOW_CANDIDATE = ".int8-slow.onnx"  # the fastest recipe that passed accuracy but not speed, so far
 
@@ -68,7 +77,7 @@ class ExportConfig:
     label_column: str = "label"
     min_agreement: float = 0.99
     max_f1_drop: float = 0.5
-    int8_recipes: tuple[str, ...] = DEFAULT_ORDER
+    int8_recipes: tuple[str, ...] = ()  # empty: this CPU's order (serving.quantize.default_order)
     opset: int | None = None
     max_eval_rows: int = 2000
     sample_size: int = 500
@@ -165,7 +174,7 @@ def _quantize_gated(cfg: ExportConfig, ref, texts, labels, y_true, ref_f1,
     attempts, slow_best = [], None  # slow_best: (info, attempt) of the fastest accurate but slow recipe
     need = cfg.min_int8_speedup
     try:
-        for name in cfg.int8_recipes:
+        for name in cfg.int8_recipes or default_order(isa):
             t = time.time()
             try:
                 info = quantize(src, cand, BY_NAME[name], isa, calibration_texts=calib, encoder=fp32)
@@ -220,12 +229,16 @@ def run(cfg: ExportConfig) -> dict:
     if cfg.max_f1_drop < 0:
         raise DataError(f"--max-f1-drop {cfg.max_f1_drop}: use points of macro-F1 >= 0 (0.5 = half a point)")
     unknown = [r for r in cfg.int8_recipes if r not in BY_NAME]
-    if unknown or not cfg.int8_recipes:
-        raise DataError(f"--int8-recipes {','.join(cfg.int8_recipes)}: unknown {unknown or 'empty'}; "
+    if unknown:
+        raise DataError(f"--int8-recipes {','.join(cfg.int8_recipes)}: unknown {unknown}; "
                         f"known: {', '.join(BY_NAME)}")
     if not cfg.model.is_dir():
         raise ModelError(f"{cfg.model}: no such model folder")
     cfg = replace(cfg, model=model_in_run(cfg.model, use=("model",)))
+    check_classifier(cfg.model)
+    if cfg.eval_csv is not None:  # before the model loads (seconds): a typo answers at once
+        check_table(cfg.eval_csv, {cfg.text_column: "--text-column", cfg.label_column: "--label-column"},
+                    flag="--eval-csv")
     t0 = time.time()
     # fp32 eager on every device (on CUDA the torch default is bf16): the parity gate's reference.
     # Loading also validates config, labels and tokenizer.
@@ -280,6 +293,9 @@ def run(cfg: ExportConfig) -> dict:
         "pytorch": {"macro_f1": ref_f1} if y_true is not None else {},
         "files": {},
     }
+    # k-fold's finding (textdata/learned.py), for the answers as served: with the blend when it travels along
+    note = folder_note(cfg.model, blended=(cfg.model / BASELINE_DIR / BLEND_FILE).exists())
+    report["warnings"] = [note] if note else []
     failed = {}
     if cfg.target == "cuda" and not _has_cuda():
         report["files"][ONNX_FILE] = {"checked": False, "why": "fp16 CUDA model and no CUDA provider here"}
@@ -335,7 +351,8 @@ FLAGS = {
     "min_agreement": Flag("agreement with PyTorch required (argmax; per-label decisions for a multi-label model)"),
     "max_f1_drop": Flag("macro-F1 points a file may lose against PyTorch on --eval-csv rows"),
     "int8_recipes": Flag(f"INT8 recipes to try in order, comma-separated, first that passes wins "
-                         f"(known: {', '.join(BY_NAME)})", type=_recipe_list, shown=",".join(DEFAULT_ORDER)),
+                         f"(known: {', '.join(BY_NAME)})", type=_recipe_list,
+                         shown=f"{','.join(DEFAULT_ORDER)} (with VNNI or on ARM), {','.join(NO_VNNI_ORDER)} (without)"),
     "opset": Flag("ONNX opset", shown="Optimum's choice"),
     "min_int8_speedup": Flag("INT8 becomes the CPU default only if this many times as fast as model.onnx here "
                              "(0: whatever its speed, e.g. when exporting for another CPU)"),
@@ -376,6 +393,8 @@ def main(argv: list[str] | None = None) -> int:
               f"{what} {share:.4f} on {s['texts']} texts{f1}{recipe}")
     if cfg.quantize:
         print(f"CPU default: {report['cpu_default']['file']}: {report['cpu_default']['why']}")
+    for w in report["warnings"]:
+        print(f"warning: {w}")
     print(f"wrote {cfg.output} ({report['seconds']} s); report: {cfg.output / REPORT_FILE}")
     return 0
 

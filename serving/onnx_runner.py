@@ -12,16 +12,16 @@ from pathlib import Path
 
 import numpy as np
 
+from textdata.cpu_limits import plan_threads, read_limits
+
 ORT_NAMES = {"tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
 # Largest batch shape TensorRT is told to expect; beyond it TensorRT would rebuild its engine.
 TRT_MAX_BATCH = 64
 
 
 def usable_cores() -> int:
-    try:
-        return max(1, len(os.sched_getaffinity(0)))
-    except AttributeError:  # macOS, Windows
-        return max(1, os.cpu_count() or 1)
+    """Cores this process may use: affinity and cgroup quota (textdata/cpu_limits.py)."""
+    return read_limits().usable
 
 
 class OrtRunner:
@@ -35,8 +35,13 @@ class OrtRunner:
         opts = ort.SessionOptions()
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.inter_op_num_threads = 1
+        self.threads = None
         if provider == "cpu":
-            opts.intra_op_num_threads = threads or usable_cores()
+            # Threads from the cores this process may use minus those other work keeps busy; spin-waiting
+            # between operators off where cores are shared (textdata/cpu_limits.py, docs/serving.md "Shared cores").
+            self.threads = plan_threads(requested=threads)
+            opts.intra_op_num_threads = self.threads.threads
+            opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.threads.spinning else "0")
         providers: list = [ORT_NAMES[provider]]
         if provider == "tensorrt":
             cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache"), "electra-classify", "trt")
@@ -66,7 +71,8 @@ class OrtRunner:
         return longest  # any shape runs: no padding beyond the batch's longest text
 
     def describe(self) -> dict:
-        return {"precision": "float32", "cuda_graphs": 0, "cuda_graph_error": None, "precision_check": None}
+        return {"precision": "float32", "cuda_graphs": 0, "cuda_graph_error": None, "precision_check": None,
+                "cpu_threads": self.threads.as_dict() if self.threads else None}
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> np.ndarray:
         feeds = {k: v for k, v in feeds.items() if k in self.input_names}

@@ -23,8 +23,13 @@ class Recipe:
     reduce_range: bool = False
     ops: tuple[str, ...] = ("MatMul", "Attention")
     keep_fp32: tuple[str, ...] = ()  # node groups left in fp32: "ffn_out", "last_layer", "attention"
+    only: tuple[str, ...] = ()  # node groups quantized, the rest fp32 (empty: every node of `ops`)
+    weight_type: str | None = None  # QInt8 (s8) or QUInt8 (u8); None: the instruction set's (ISA_WEIGHTS)
 
 
+# ONNX Runtime's quantization docs for x86 without VNNI (AVX2, AVX-512 without VNNI) prescribe U8U8, or U8S8 with
+# reduce_range (7-bit weights, so that VPMADDUBSW's int16 pair sums cannot saturate), per channel; the `-u8u8` and
+# `-reduce-range` recipes pin those formats on any CPU, the subsets quantize only where most of the work is.
 RECIPES = [
     Recipe("dynamic"),
     Recipe("dynamic-per-channel", per_channel=True),
@@ -32,11 +37,29 @@ RECIPES = [
     Recipe("dynamic-keep-ffn-out", keep_fp32=("ffn_out",)),
     Recipe("dynamic-keep-last-layer", keep_fp32=("last_layer",)),
     Recipe("static-qdq", method="static", per_channel=True, ops=("MatMul",)),
+    Recipe("dynamic-u8u8-per-channel", per_channel=True, weight_type="QUInt8"),
+    Recipe("dynamic-reduce-range", reduce_range=True, weight_type="QInt8"),
+    Recipe("dynamic-reduce-range-per-channel", per_channel=True, reduce_range=True, weight_type="QInt8"),
+    Recipe("dynamic-ffn-only", per_channel=True, only=("ffn_in", "ffn_out")),
+    Recipe("dynamic-reduce-range-ffn-only", per_channel=True, reduce_range=True, weight_type="QInt8",
+           only=("ffn_in", "ffn_out")),
+    Recipe("dynamic-attention-only", per_channel=True, only=("attention", "attention_out")),
+    Recipe("static-qdq-per-tensor", method="static", ops=("MatMul",)),
+    Recipe("static-qdq-u8u8", method="static", per_channel=True, ops=("MatMul",), weight_type="QUInt8"),
 ]
 BY_NAME = {r.name: r for r in RECIPES}
 # Tried in this order by `serving.export --quantize` (measured: docs/serving.md, "Which INT8").
 DEFAULT_ORDER = ("dynamic-per-channel", "dynamic-keep-ffn-out", "static-qdq")  # fastest first
+# Without VNNI: U8S8 with 7-bit weights first, the format ONNX Runtime's fast AVX2 kernels take (its U8U8 kernels
+# widen to int16 and run at about fp32's rate), then the u8u8 recipes of DEFAULT_ORDER. Speed unmeasured on such a
+# CPU (docs/serving.md, "INT8 that pays on AVX2"): the export's speed check decides there.
+NO_VNNI_ORDER = ("dynamic-reduce-range-per-channel", "dynamic-reduce-range-ffn-only", *DEFAULT_ORDER)
 ISAS = ("avx2", "avx512", "avx512_vnni", "arm64")
+
+
+def default_order(isa: str) -> tuple[str, ...]:
+    """The recipes `serving.export --quantize` tries on this instruction set, in order."""
+    return NO_VNNI_ORDER if isa in ("avx2", "avx512") else DEFAULT_ORDER
 
 
 @dataclass(frozen=True)
@@ -86,8 +109,13 @@ def node_groups(model) -> dict[str, list[str]]:
         if m:
             layer[n.name] = int(m.group(1))
     last = max(layer.values(), default=-1)
+    def matching(pattern: str) -> list[str]:
+        return [n.name for n in nodes if re.search(pattern, n.name)]
+
     return {
-        "ffn_out": [n.name for n in nodes if re.search(r"layer\.\d+/output/dense/MatMul$", n.name)],
+        "ffn_out": matching(r"layer\.\d+/output/dense/MatMul$"),
+        "ffn_in": matching(r"layer\.\d+/intermediate/dense/MatMul$"),
+        "attention_out": matching(r"layer\.\d+/attention/output/dense/MatMul$"),
         "last_layer": [name for name, i in layer.items() if i == last],
         "attention": [n.name for n in nodes if n.op_type == "Attention"],
     }
@@ -125,13 +153,19 @@ def quantize(src: Path, dst: Path, recipe: Recipe, isa: str, nodes_to_quantize: 
     if isa not in ISA_WEIGHTS:
         raise ValueError(f"unknown instruction set {isa!r}: use one of {ISAS}")
     exclude = sorted({n for g in recipe.keep_fp32 for n in groups[g]})
+    if recipe.only:
+        picked = sorted({n for g in recipe.only for n in groups[g]})
+        if not picked:
+            raise ValueError(f"recipe {recipe.name}: no {'/'.join(recipe.only)} nodes in this graph")
+        nodes_to_quantize = sorted(set(nodes_to_quantize) & set(picked)) if nodes_to_quantize else picked
     plan = ISA_WEIGHTS[isa]
     static = recipe.method == "static"
-    weight_type = QuantType[plan.static if static else plan.dynamic]
-    reduce_range = recipe.reduce_range or (static and plan.static_reduce_range)
+    weight_type = QuantType[recipe.weight_type or (plan.static if static else plan.dynamic)]
+    # 7-bit weights are for s8 weights only (u8u8 products cannot saturate)
+    reduce_range = recipe.reduce_range or (static and plan.static_reduce_range and weight_type == QuantType.QInt8)
     info = {"recipe": recipe.name, "method": recipe.method, "isa": isa, "ops": list(recipe.ops),
             "per_channel": recipe.per_channel, "reduce_range": reduce_range, "fp32_nodes": exclude,
-            "weight_type": weight_type.name}
+            "only": list(recipe.only), "weight_type": weight_type.name}
     extra = {"DefaultTensorType": onnx.TensorProto.FLOAT}
     if recipe.method == "dynamic":
         quantize_dynamic(src, dst, weight_type=weight_type, per_channel=recipe.per_channel,

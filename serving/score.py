@@ -24,10 +24,16 @@ instead, with the same output: see serving/score_ray.py.
 
 from __future__ import annotations
 
+import sys
+
+if __name__ == "__main__":  # outside the project's venv: a one-line hint, not a traceback
+    from textdata.inputs import hint_on_missing_module
+
+    sys.excepthook = hint_on_missing_module
+
 import argparse
 import logging
 import os
-import sys
 import tempfile
 import time
 from dataclasses import replace
@@ -164,7 +170,7 @@ FLAGS = {
     "max_length": Flag("tokens per text", shown="the training length"),
     "truncation": Flag("which tokens a long text keeps", choices=TRUNCATIONS),
     "batch_tokens": Flag("padded tokens per inference pass", shown=f"{CPU_BATCH_TOKENS} on CPU, {GPU_BATCH_TOKENS} on a GPU"),
-    "threads": Flag("CPU threads", shown="usable cores"),
+    "threads": Flag("CPU threads", shown="usable cores (affinity, cgroup quota) not kept busy by other work"),
     "quantized": Flag("use model.onnx even where export_report.json makes model_quantized.onnx the default",
                       name="--fp32", const=False, shown="on CPU, the file export_report.json names",
                       also=(("--int8", True, INT8_HELP),)),
@@ -188,7 +194,7 @@ def build_parser(engine: str = "local") -> argparse.ArgumentParser:
 
 
 def parse_args(argv: list[str] | None = None) -> ScoreConfig:
-    pre = argparse.ArgumentParser(add_help=False)
+    pre = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     pre.add_argument("--engine", choices=ENGINES, default=ScoreConfig.engine)
     engine = pre.parse_known_args(argv)[0].engine
     ap = build_parser(engine)

@@ -103,7 +103,8 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, flags: dict[str, Flag]
 
 def parser_for(cls: type, prog: str, description: str, flags: dict[str, Flag] | None = None,
                skip: Sequence[str] = (), epilog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog, formatter_class=DefaultsHelp)
+    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog, formatter_class=DefaultsHelp,
+                                     allow_abbrev=False)  # `--epoch 1` must not be taken as --epochs
     add_flags(parser, cls, flags, skip)
     return parser
 

@@ -8,6 +8,7 @@ no `model_type`, so handing the run folder to transformers gives its error listi
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -48,6 +49,35 @@ def model_in_run(path: str | Path, use: tuple[str, ...], flag: str = "--model") 
         raise ModelError(f"{flag} {path}: its config.json has no model_type, so it is not a model folder "
                          "(expected a transformers save_pretrained folder or serving.export's output)")
     return path
+
+
+_PLACEHOLDER_LABEL = re.compile(r"^LABEL_[0-9]+$")
+
+
+def check_classifier(folder: str | Path, flag: str = "--model") -> None:
+    """Refuse a model folder with no trained classification head, before anything loads it: transformers
+    would add a random head with only a warning, and its answers would look like a model's (issue 31). Such a
+    folder is a pretrained encoder (pretraining/'s discriminator: ElectraForPreTraining, a masked LM), or has
+    transformers' placeholder labels LABEL_0, LABEL_1, ... (never fine-tuned on named labels). serving.export,
+    the engine (so batch scoring) and the app's registry all ask this; it reads config.json only."""
+    folder = Path(folder)
+    try:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return  # missing or unreadable: the loader says so with its own message
+    if not isinstance(config, dict):
+        return
+    fine_tune = f"fine-tune it first: python finetune/kfold.py --model {folder} --data LABELED.csv --final"
+    arch = [a for a in config.get("architectures") or [] if isinstance(a, str)]
+    if arch and not any(a.endswith("ForSequenceClassification") for a in arch):
+        raise ModelError(f"{flag} {folder}: {arch[0]}, a pretrained encoder with no trained classification "
+                         f"head (it would answer with a random one); {fine_tune}")
+    names = [str(v) for v in (config.get("id2label") or {}).values()]
+    if not names or all(_PLACEHOLDER_LABEL.match(n) for n in names):
+        shown = ", ".join(names[:3]) or "none: transformers' LABEL_0, LABEL_1"
+        raise ModelError(f"{flag} {folder} has no label names (id2label: {shown}): never fine-tuned on named "
+                         f"labels, its head may be random; {fine_tune} (trained elsewhere: put the label names "
+                         "in config.json's id2label)")
 
 
 VERSION_FILE = "version.json"  # written by the app's model registry (app/registry.py) in each version folder

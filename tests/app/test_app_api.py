@@ -103,6 +103,13 @@ def test_invalid_json_and_wrong_content(server):
     r = httpx.post(server.url + "/v1/classify", content="\xff\xfe garbage".encode("latin-1"),
                    headers={"content-type": "application/json"})
     assert r.status_code == 422
+    # a body that is not a JSON object says what it should be, not pydantic's "valid dictionary"
+    for body, route, example in (('["a", "b"]', "/v1/classify", '{"texts": ["..."]}'),
+                                 ("plain text", "/v1/classify", '{"texts": ["..."]}'),
+                                 ('"one text"', "/predict", '{"inputs": "..."}')):
+        r = httpx.post(server.url + route, content=body, headers={"content-type": "application/json"})
+        assert r.status_code == 422 and f"the body must be a JSON object like {example}" in r.json()["message"]
+        assert "valid dictionary" not in r.text
     assert httpx.get(server.url + "/v1/classify").status_code == 405
     assert httpx.get(server.url + "/v2/whatever").status_code == 404
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import time
 
@@ -17,8 +18,15 @@ from app_testkit import training_server
 
 @pytest.fixture(scope="module")
 def train_server(spread_model_dir, tiny_electra_dir, tmp_path_factory, toy_rows):
-    with training_server(spread_model_dir, tiny_electra_dir, toy_rows(n_per_class=12, seed=3),
-                         tmp_path_factory.mktemp("train"), "--no-ui") as server:
+    root = tmp_path_factory.mktemp("train")
+    rows = toy_rows(n_per_class=12, seed=3)
+    # v1 as `finetune/kfold.py --final` leaves it, trained on every other row of the base table: some of the
+    # evaluation slice's rows, which it must not be judged on (issue 31)
+    v1 = root / "v1-model"
+    shutil.copytree(spread_model_dir, v1)
+    rows.iloc[::2][["text", "label"]].to_csv(root / "v1-data.csv", index=False)
+    (v1 / "training_config.json").write_text(json.dumps({"config": {"data": str(root / "v1-data.csv")}}))
+    with training_server(v1, tiny_electra_dir, rows, root, "--no-ui") as server:
         yield server
 
 
@@ -68,10 +76,18 @@ def test_training_makes_a_scored_version_that_is_promoted_and_rolled_back(train_
     meta = json.loads((models / "v2" / "version.json").read_text())
     assert meta["parent"] == "v1" and meta["source"] == "trained" and meta["rows"] == job["data"]["train_rows"]
     assert len(meta["table_sha256"]) == 64 and meta["training"]["folds"] == 2
-    assert meta["eval"]["rows"] == job["data"]["eval_rows"] and meta["eval"]["champion"]["version"] == "v1"
+    # both scored on the slice rows neither trained on: v1's own training rows are left out
+    eval_texts = set(pd.read_csv(models / ".jobs" / job["id"] / "eval.csv")["text"])
+    v1_trained = eval_texts & set(pd.read_csv(train_server.cwd / "v1-data.csv")["text"])
+    assert 0 < len(v1_trained) < len(eval_texts)
+    assert meta["eval"]["compared_on"] == {"rows": len(eval_texts) - len(v1_trained), "slice_rows": len(eval_texts),
+                                           "left_out": {"v1": len(v1_trained)}, "unknown": {}}
+    assert meta["eval"]["rows"] == meta["eval"]["champion"]["rows"] == len(eval_texts) - len(v1_trained)
+    assert meta["eval"]["champion"]["version"] == "v1"
+    assert f"on {len(eval_texts) - len(v1_trained)} of {len(eval_texts)} evaluation-slice rows (left out, " \
+           f"trained on: v1 {len(v1_trained)})" in job["decision"]["why"]
     assert 0 <= meta["eval"]["macro_f1"] <= 1 and 0 <= meta["eval"]["champion"]["macro_f1"] <= 1
     assert (models / "v2" / "report.json").is_file() and (models / "v2" / "model.onnx").is_file()
-    eval_texts = set(pd.read_csv(models / ".jobs" / job["id"] / "eval.csv")["text"])
     assert not eval_texts & set(pd.read_csv(models / "v2" / "training" / "train.csv")["text"])
     r = httpx.post(url + "/v1/classify", json={"text": "꿈에서 봤다"})
     assert r.status_code == 200 and r.json()["model_version"] == "v2"

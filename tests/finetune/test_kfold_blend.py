@@ -62,6 +62,24 @@ def test_report_table_and_csv_hold_a_nested_blend(blend_run):
     assert (oof["blend_pred_label"] == np.array(LABELS)[pbl.argmax(1)]).all()
 
 
+def test_whether_the_model_learned_is_said_where_it_is_read(blend_run):
+    from textdata.learned import assess
+
+    _, out, proc, _ = blend_run
+    report = json.loads((out / "report.json").read_text())
+    oof = pd.read_csv(out / "oof_predictions.csv")
+    y = oof["label"].map(LABELS.index).to_numpy()
+    # recomputed from the out-of-fold CSV and the report's blend (seed 42, k-fold's default)
+    want = assess(y, oof[[f"prob_{c}" for c in LABELS]].to_numpy(), report["blend"], 3, 42)
+    assert report["learned"] == want
+    assert json.loads((out / "model" / "training_config.json").read_text())["learned"] == want
+    if want["message"]:  # one epoch of a tiny random encoder: usually
+        assert want["message"] in report["warnings"] and f"warning: {want['message']}" in proc.stdout
+    else:
+        assert "warning: the model" not in proc.stdout
+    assert "fold_scores.png" in proc.stdout.splitlines()[-1]
+
+
 def test_final_model_serves_the_blend_k_fold_computed(blend_run):
     from serving.engine import Classifier
     from textdata.normalize import Normalizer

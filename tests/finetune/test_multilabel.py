@@ -403,3 +403,16 @@ def test_multi_label_search_scores_trials_by_kfolds_nested_tuned_macro_f1(tmp_pa
     assert best["multi_label"] and best["macro_f1_mean"] != pytest.approx(best["at_0_5"]["macro_f1_mean"])
     trial = next(r for r in report["trials"] if r["trial"] == report["best"]["trial"])
     assert trial["fold_macro_f1"] == pytest.approx([f["at_0_5"]["macro_f1"] for f in best["folds"]])
+
+
+def test_multi_label_run_ranks_label_issues_through_cleanlabs_multilabel_api(ml_run):
+    """issue 34's step on the real multi-label k-fold: label sets given and suggested, from the kept blend."""
+    df, out, proc = ml_run
+    section = json.loads((out / "report.json").read_text())["label_issues"]
+    assert section["multi_label"] and section["probabilities"].startswith("blend")
+    assert set(section["per_class"]) == {"dream", "error", "memo"}
+    table = pd.read_csv(out / "label_issues.csv", keep_default_na=False)
+    assert len(table) == section["n_flagged"] and table["quality"].is_monotonic_increasing
+    for _, r in table.iterrows():  # the given set is the row's, as read
+        assert set(filter(None, r["given_label"].split(";"))) == set(filter(None, str(df.loc[r["row"], "labels"]).split(";")))
+    assert "label issues (" in proc.stdout and (out / "model" / "label_issues.csv").exists()

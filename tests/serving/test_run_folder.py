@@ -46,10 +46,20 @@ def test_score_uses_model_in_a_kfold_run(tiny_classifier_dir, tmp_path, capsys):
     assert Classifier.load(run).folder == run / "model"  # the app and the UI load through here
 
 
-@pytest.mark.parametrize("kind", ["pretraining", "kfold-without-model", "other"])
-def test_serving_says_which_folder_to_pass(kind, tiny_electra_dir, tmp_path, capsys):
+@pytest.mark.parametrize("kind", ["pretraining", "discriminator", "placeholder-labels", "kfold-without-model",
+                                  "other"])
+def test_serving_says_which_folder_to_pass(kind, tiny_electra_dir, tiny_classifier_dir, tmp_path, capsys):
     if kind == "pretraining":
         run, want = pretraining_run(tmp_path / "pretrain", tiny_electra_dir), "Fine-tune it first"
+    elif kind == "discriminator":  # the run's discriminator/ itself: transformers would add a random head
+        run, want = tmp_path / "discriminator", "ElectraForPreTraining, a pretrained encoder with no trained"
+        shutil.copytree(tiny_electra_dir, run)
+    elif kind == "placeholder-labels":
+        run, want = tmp_path / "hub-model", "never fine-tuned on named labels"
+        shutil.copytree(tiny_classifier_dir, run)
+        conf = json.loads((run / "config.json").read_text())
+        conf["id2label"] = {str(i): f"LABEL_{i}" for i in range(3)}
+        (run / "config.json").write_text(json.dumps(conf))
     elif kind == "kfold-without-model":
         run, want = kfold_run(tmp_path / "cv", None), "--resume --final"
     else:

@@ -100,3 +100,27 @@ def test_score_writes_blended_probabilities_and_no_blend_the_model_s(blended_dir
         score.run(cfg)
         want = Classifier.load(folder, provider="torch", blend=blend).predict_proba(texts)
         np.testing.assert_allclose(pd.read_csv(out)[cols].to_numpy(), want, atol=1e-4)
+
+
+def test_baseline_beside_the_model_gives_the_sequential_numbers(blended_dir, monkeypatch):
+    """The engine runs the baseline in a side thread during the model's pass; the numbers equal the path that runs
+    it after the model, exactly, for whole batches and for the API's mixed ids."""
+    from serving import engine
+    from serving.engine import Classifier
+
+    folder, _ = blended_dir
+    clf = Classifier.load(folder, provider="torch")
+    submitted = []
+    submit = engine._BLEND_POOL.submit
+    monkeypatch.setattr(engine._BLEND_POOL, "submit", lambda fn, *a: submitted.append(len(a[0])) or submit(fn, *a))
+    texts = TEXTS * 7
+    seqs = clf.encode(texts)
+    mixed = seqs[:10] + [list(s) for s in seqs[10:15]] + seqs[15:]  # plain ids: no text, the model's own numbers
+    overlapped = clf.predict_proba(texts), clf._proba(mixed), clf.predict_proba(TEXTS[:1])
+    assert submitted == [len(texts), len(texts) - 5]  # one text: no hand-off
+    clf.blend_overlap = False
+    sequential = clf.predict_proba(texts), clf._proba(mixed), clf.predict_proba(TEXTS[:1])
+    assert len(submitted) == 2
+    for a, b in zip(overlapped, sequential):
+        assert a.dtype == b.dtype and np.array_equal(a, b)
+    assert not np.array_equal(sequential[1][10:15], sequential[0][10:15])  # the plain-id rows were not blended

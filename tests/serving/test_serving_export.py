@@ -59,11 +59,13 @@ def test_normalization_and_training_config_travel(trained_classifier_dir, tmp_pa
     (src / "normalization.json").write_text('{"kind": "kc", "max_repeats": 2}')
     (src / "training_config.json").write_text('{"max_length": 128}')
     (src / "reference.json").write_text('{"class_mix": {}}')  # the drift monitor's reference (app/monitor.py)
+    (src / "label_issues.csv").write_text("rank,row,text\n1,3,x\n")  # finetune --final: the suspects travel too
     out = tmp_path / "onnx"
     report = export.run(export.ExportConfig(model=src, output=out))
     assert (out / "normalization.json").read_text() == '{"kind": "kc", "max_repeats": 2}'
     assert (out / "training_config.json").exists()
     assert (out / "reference.json").read_text() == '{"class_mix": {}}'
+    assert (out / "label_issues.csv").read_text() == "rank,row,text\n1,3,x\n"
     assert set(report["files"]) == {"model.onnx"} and not (out / "model_quantized.onnx").exists()
 
 

@@ -9,7 +9,17 @@ from onnx import numpy_helper
 
 from serving.engine import Classifier
 from serving.parity import builtin_sample
-from serving.quantize import BY_NAME, ISA_WEIGHTS, ISAS, RECIPES, cpu_isa, node_groups, quantize
+from serving.quantize import (
+    BY_NAME,
+    DEFAULT_ORDER,
+    ISA_WEIGHTS,
+    ISAS,
+    RECIPES,
+    cpu_isa,
+    default_order,
+    node_groups,
+    quantize,
+)
 
 
 def test_every_recipe_writes_what_it_says_and_keeps_the_logits_close(exported_dir, tmp_path):
@@ -19,6 +29,8 @@ def test_every_recipe_writes_what_it_says_and_keeps_the_logits_close(exported_di
     groups = node_groups(onnx.load(str(src)))
     # The tiny ELECTRA has 2 layers: one FFN output per layer, the last layer's 4 weight nodes.
     assert len(groups["ffn_out"]) == 2 and all("/output/dense/" in n for n in groups["ffn_out"])
+    assert len(groups["ffn_in"]) == 2 and all("/intermediate/dense/" in n for n in groups["ffn_in"])
+    assert len(groups["attention_out"]) == 2 and all("/attention/output/dense/" in n for n in groups["attention_out"])
     assert len(groups["last_layer"]) == 4 and len(groups["attention"]) == 2
     texts = builtin_sample(60)
     fp32 = Classifier.load(src)
@@ -39,11 +51,22 @@ def test_every_recipe_writes_what_it_says_and_keeps_the_logits_close(exported_di
             assert ops & {"MatMulInteger", "DynamicQuantizeMatMul"}, r.name
         if "ffn_out" in r.keep_fp32:
             assert set(groups["ffn_out"]) <= fp32_matmuls and info["fp32_nodes"] == sorted(groups["ffn_out"])
+        if r.only:  # a subset: its groups quantized, every other MatMul left fp32
+            picked = {n for g in r.only for n in groups[g]}
+            others = {n.name for n in onnx.load(str(src)).graph.node if n.op_type == "MatMul"} - picked
+            assert picked and others <= fp32_matmuls and not picked & fp32_matmuls, r.name
         # QAttention replaces each Attention unless Attention is not quantized or that node is kept fp32.
-        kept_attention = "Attention" not in r.ops or set(groups["attention"]) & set(info["fp32_nodes"])
+        kept_attention = ("Attention" not in r.ops or set(groups["attention"]) & set(info["fp32_nodes"])
+                          or (r.only and "attention" not in r.only))
         assert ("Attention" in ops) == bool(kept_attention), r.name
         got = Classifier.load(dst).predict_logits(texts)
-        assert np.abs(got - ref).max() < 0.5 and (got.argmax(1) == ref.argmax(1)).mean() >= 0.9, r.name
+        assert np.abs(got - ref).max() < 0.5, r.name
+        if r.reduce_range:  # 7-bit weights may flip this tiny model's near-ties (docs/serving.md): decisive rows agree
+            top2 = np.sort(ref, 1)[:, -2:]
+            decisive = top2[:, 1] - top2[:, 0] > 0.1
+            assert decisive.sum() >= 30 and (got.argmax(1) == ref.argmax(1))[decisive].all(), r.name
+        else:
+            assert (got.argmax(1) == ref.argmax(1)).mean() >= 0.9, r.name
 
 
 def _quantized_weights(file) -> list[np.ndarray]:
@@ -73,3 +96,28 @@ def test_each_isa_gets_the_weights_its_kernels_want(exported_dir, tmp_path, isa)
 def test_unknown_isa_is_refused(exported_dir, tmp_path):
     with pytest.raises(ValueError, match="unknown instruction set 'avx3'"):
         quantize(exported_dir / "model.onnx", tmp_path / "x.onnx", BY_NAME["dynamic"], "avx3")
+
+
+@pytest.mark.parametrize("isa", ["avx2", "avx512_vnni"])
+def test_recipes_that_pin_a_weight_format_keep_it_on_every_isa(exported_dir, tmp_path, isa):
+    """ONNX Runtime's AVX2 advice as recipes: U8U8, and U8S8 with 7-bit weights, whatever the instruction set."""
+    src = exported_dir / "model.onnx"
+    u8 = quantize(src, tmp_path / "u8.onnx", BY_NAME["dynamic-u8u8-per-channel"], isa)
+    assert u8["weight_type"] == "QUInt8" and not u8["reduce_range"]
+    assert {w.dtype for w in _quantized_weights(tmp_path / "u8.onnx")} == {np.dtype(np.uint8)}
+    rr = quantize(src, tmp_path / "rr.onnx", BY_NAME["dynamic-reduce-range-per-channel"], isa)
+    weights = _quantized_weights(tmp_path / "rr.onnx")
+    assert rr["weight_type"] == "QInt8" and rr["reduce_range"]
+    assert {w.dtype for w in weights} == {np.dtype(np.int8)} and max(int(np.abs(w.astype(np.int32)).max()) for w in weights) <= 64
+    enc = Classifier.load(src)
+    st = quantize(src, tmp_path / "st.onnx", BY_NAME["static-qdq-u8u8"], isa, calibration_texts=builtin_sample(20), encoder=enc)
+    assert st["weight_type"] == "QUInt8" and not st["reduce_range"]  # 7 bits are for s8 weights only
+    assert {w.dtype for w in _quantized_weights(tmp_path / "st.onnx")} == {np.dtype(np.uint8)}
+
+
+def test_without_vnni_the_export_tries_the_avx2_formats_first():
+    assert default_order("avx512_vnni") == default_order("arm64") == DEFAULT_ORDER
+    for isa in ("avx2", "avx512"):
+        order = default_order(isa)
+        assert BY_NAME[order[0]].reduce_range and BY_NAME[order[0]].weight_type == "QInt8"
+        assert set(DEFAULT_ORDER) < set(order) and all(name in BY_NAME for name in order)

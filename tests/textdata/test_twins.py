@@ -17,8 +17,11 @@ import torch
 
 from pretraining.config import TrainConfig, build_parser, exits_2_on_usage_error
 from pretraining.config import UsageError as PretrainUsageError
+from pretraining.cpu_limits import CpuLimits as PretrainCpuLimits
+from pretraining.cpu_limits import plan_threads as pretrain_plan_threads
 from pretraining.train import autocast_dtype
 from pretraining.train import lr_at as pretrain_lr_at
+from textdata.cpu_limits import CpuLimits, plan_threads
 from textdata.errors import UsageError, UserError, exits_2_on_user_error
 from textdata.flags import add_flags
 from textdata.numerics import PRECISIONS, lr_at, resolve_dtype
@@ -121,3 +124,22 @@ def test_every_marked_twin_is_checked_here():
     for copy, twin in marks:
         assert _resolve(copy) is not None and _resolve(twin) is not None
         assert any({copy, twin} <= used for used in used_by_test), f"no test here checks {copy} against {twin}"
+
+
+def test_cpu_limits_copies_agree():
+    """pretraining/cpu_limits.py is textdata/cpu_limits.py's code under another docstring (its `# Twin of` marks
+    aside), and plans the same threads."""
+    import inspect
+
+    import pretraining.cpu_limits as twin
+    import textdata.cpu_limits as original
+
+    def code(module):
+        source = inspect.getsource(module)
+        body = source[source.index('"""', 3) + 3 :]  # after the module docstring
+        return "\n".join(line for line in body.splitlines() if not MARK.match(line))
+
+    assert code(twin) == code(original)
+    for load in (0.0, 1.2, 7.5):
+        limits = {"machine": 4, "affinity": 2, "quota": 1.5, "load": load}
+        assert pretrain_plan_threads(PretrainCpuLimits(**limits)).as_dict() == plan_threads(CpuLimits(**limits)).as_dict()

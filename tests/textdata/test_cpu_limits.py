@@ -1,0 +1,130 @@
+"""CPU threads follow the machine's limits: affinity, cgroup quota (v1 and v2) and the work already on the cores.
+Fake /proc and /sys trees stand in for machines this test does not run on; no timings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from textdata import cpu_limits
+from textdata.cpu_limits import CpuLimits, cgroup_quota, load_average, plan_threads, read_limits
+
+
+def fake_root(tmp_path: Path, cgroup: str, files: dict[str, str], loadavg: str = "0.10 0.20 0.30 1/100 42") -> Path:
+    (tmp_path / "proc/self").mkdir(parents=True)
+    (tmp_path / "proc/self/cgroup").write_text(cgroup)
+    (tmp_path / "proc/loadavg").write_text(loadavg)
+    for rel, text in files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    return tmp_path
+
+
+def test_cgroup_v2_quota_is_the_tightest_on_the_path(tmp_path):
+    root = fake_root(tmp_path, "0::/user.slice/job\n", {
+        "sys/fs/cgroup/user.slice/job/cpu.max": "max 100000\n",  # the job's own: no limit
+        "sys/fs/cgroup/user.slice/cpu.max": "150000 100000\n",  # its parent: 1.5 cores, binding the job
+        "sys/fs/cgroup/cpu.max": "max 100000\n"})
+    assert cgroup_quota(root) == 1.5
+    limits = read_limits(root, affinity=4)
+    assert limits.quota == 1.5 and limits.usable == 1 and limits.quota_bound
+
+
+def test_cgroup_v1_quota_read_at_the_container_s_mount_root(tmp_path):
+    # Inside a container, /proc/self/cgroup names the host's path, which does not exist under the mount.
+    root = fake_root(tmp_path, "4:cpu,cpuacct:/docker/abc123\n2:memory:/docker/abc123\n", {
+        "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us": "300000\n",
+        "sys/fs/cgroup/cpu,cpuacct/cpu.cfs_period_us": "100000\n"})
+    assert cgroup_quota(root) == 3.0
+    assert read_limits(root, affinity=8).usable == 3
+
+
+def test_no_quota_and_unreadable_files_leave_affinity(tmp_path):
+    root = fake_root(tmp_path, "1:cpu:/\n", {"sys/fs/cgroup/cpu/cpu.cfs_quota_us": "-1\n",
+                                              "sys/fs/cgroup/cpu/cpu.cfs_period_us": "100000\n"})
+    assert cgroup_quota(root) is None
+    assert cgroup_quota(tmp_path / "nowhere") is None and load_average(tmp_path / "nowhere") == 0.0
+    limits = read_limits(root, affinity=6)
+    assert limits.usable == 6 and not limits.quota_bound
+
+
+@pytest.mark.parametrize(("machine", "affinity", "quota", "load", "threads", "spinning"), [
+    (2, 2, None, 0.2, 2, True),  # idle: a thread per core, spinning on
+    (2, 2, None, 1.1, 1, False),  # one CPU-bound process beside us: one thread, no spinning
+    (2, 2, None, 9.0, 1, False),  # far more work than cores: still one thread
+    (8, 2, None, 4.0, 1, False),  # pinned to 2 of 8 CPUs: our share of the load is 1
+    (8, 8, 4.0, 0.0, 4, False),  # quota below affinity: spinning would burn the quota
+    (16, 16, None, 5.6, 10, False),
+])
+def test_plan_follows_cores_quota_and_load(machine, affinity, quota, load, threads, spinning):
+    plan = plan_threads(CpuLimits(machine=machine, affinity=affinity, quota=quota, load=load))
+    assert (plan.threads, plan.spinning) == (threads, spinning)
+    assert f"{threads} of" in plan.why
+
+
+def test_a_requested_count_wins_and_keeps_the_spinning_rule():
+    busy = CpuLimits(machine=2, affinity=2, quota=None, load=3.0)
+    plan = plan_threads(busy, requested=2)
+    assert (plan.threads, plan.spinning) == (2, False) and plan.why == "requested 2"
+
+
+def test_onnx_runtime_session_gets_the_plan(tmp_path, monkeypatch):
+    import onnx
+    from onnx import TensorProto, helper
+
+    from serving.onnx_runner import OrtRunner, usable_cores
+
+    graph = helper.make_graph([helper.make_node("Identity", ["input_ids"], ["logits"])], "g",
+                              [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [None, None])],
+                              [helper.make_tensor_value_info("logits", TensorProto.INT64, [None, None])])
+    model_file = tmp_path / "m.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(model_file))
+    for load, threads, spin in (("0.00", 3, "1"), ("2.40", 1, "0")):
+        root = fake_root(tmp_path / load, "0::/\n", {"sys/fs/cgroup/cpu.max": "300000 100000\n"},
+                         loadavg=f"{load} 0 0 1/1 1")
+        monkeypatch.setattr(cpu_limits, "ROOT", root)
+        monkeypatch.setattr(cpu_limits, "_affinity", lambda: 3)
+        monkeypatch.setattr(cpu_limits.os, "cpu_count", lambda: 3)
+        assert usable_cores() == 3
+        runner = OrtRunner(model_file, "cpu", None, 16)
+        opts = runner.session.get_session_options()
+        assert opts.intra_op_num_threads == threads
+        assert opts.get_session_config_entry("session.intra_op.allow_spinning") == spin
+        assert runner.describe()["cpu_threads"]["threads"] == threads
+    assert OrtRunner(model_file, "cpu", 2, 16).session.get_session_options().intra_op_num_threads == 2
+
+
+@pytest.fixture
+def restore_torch_threads():
+    import torch
+
+    before = torch.get_num_threads()
+    yield torch
+    torch.set_num_threads(before)
+
+
+def test_kfold_and_pretraining_set_torch_threads_from_the_plan(monkeypatch, restore_torch_threads):
+    from types import SimpleNamespace
+
+    import pretraining.cpu_limits
+    from finetune import kfold
+    from pretraining import train
+
+    torch = restore_torch_threads
+    cpu = SimpleNamespace(device=torch.device("cpu"))
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
+    for module in (cpu_limits, pretraining.cpu_limits):
+        monkeypatch.setattr(module, "read_limits", lambda: CpuLimits(machine=4, affinity=3, quota=None, load=0.0))
+    kfold.cpu_threads(cpu)
+    assert torch.get_num_threads() == 3
+    torch.set_num_threads(1)
+    train.cpu_threads(torch.device("cpu"))
+    assert torch.get_num_threads() == 3
+    train.cpu_threads(torch.device("cpu"), processes=2)  # a CPU launch of two processes shares the cores
+    assert torch.get_num_threads() == 1
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the user's count wins: left alone
+    torch.set_num_threads(1)
+    kfold.cpu_threads(cpu)
+    train.cpu_threads(torch.device("cpu"))
+    assert torch.get_num_threads() == 1
