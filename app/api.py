@@ -46,6 +46,7 @@ class ServerState:
     # Fixed cost of one engine pass in tokens' worth, measured at start-up; decides how batches are cut.
     call_overhead_tokens: float = 12.0
     sessions: UiSessions = field(default_factory=UiSessions)  # signed UI cookies, secret made at each start
+    review: object = None  # app.review_queue.ReviewQueue with --review-queue: "not sure" answers for a person
     throttle: AuthThrottle = field(default_factory=AuthThrottle)  # wrong keys per client address
     monitor: object = None  # app.monitor.Monitor: drift per version (None: --no-monitor)
 
@@ -57,12 +58,16 @@ class ClassifyRequest(BaseModel):
     text: StrictStr | None = Field(None, description="one text (instead of `texts`)")
     top_k: StrictInt | None = Field(None, ge=1, description="keep only the k most likely labels in `probabilities` "
                                     "(`scores` for a multi-label model)")
+    min_confidence: float | None = Field(None, ge=0, le=1, strict=True, description=(
+        "this request's own threshold for `confident` (0-1), instead of the model's (GET /v1/model, calibration)"))
 
 
 class LabelScore(BaseModel):
     label: str
-    score: float
+    score: float = Field(description="the calibrated probability of `label` where the model has calibration.json")
     probabilities: dict[str, float]
+    confident: bool = Field(description="`score` clears the threshold (the model's, or the request's min_confidence); "
+                                        "false: 'not sure'")
 
 
 class LabelSet(BaseModel):
@@ -154,14 +159,15 @@ def check_texts(texts: list[str], cfg: Config, field: str, single: bool, normali
             raise _invalid(["body", field] if single else ["body", field, i], problem, "value_error")
 
 
-def _shape(pred, top_k: int | None, version: str) -> dict:
+def _shape(pred, top_k: int | None, version: str, min_confidence: float | None = None) -> dict:
     if isinstance(pred, MultiLabelPrediction):
         scores = pred.scores if top_k is None else dict(sorted(pred.scores.items(), key=lambda kv: -kv[1])[:top_k])
         return {"labels": pred.labels, "scores": scores, "model_version": version}
     probs = pred.probabilities
     if top_k is not None:
         probs = dict(sorted(probs.items(), key=lambda kv: -kv[1])[:top_k])
-    return {"label": pred.label, "score": pred.score, "probabilities": probs}
+    sure = getattr(pred, "confident", True) if min_confidence is None else pred.score >= min_confidence
+    return {"label": pred.label, "score": pred.score, "probabilities": probs, "confident": bool(sure)}
 
 
 def build_api(cfg: Config, state: ServerState, metrics: Metrics) -> FastAPI:
@@ -209,7 +215,8 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
         # request than the JSON encoding itself (response_model above still documents the schema).
         engine = request.state.engine
         return JSONResponse({"model": engine.name, "model_version": engine.version,
-                             "predictions": [_shape(p, req.top_k, engine.version) for p in preds]})
+                             "predictions": [_shape(p, req.top_k, engine.version, req.min_confidence)
+                                             for p in preds]})
 
     async def classify_texts(texts: list[str], field: str, single: bool, request: Request) -> list:
         """Every route that classifies comes through here: the same limits (errors name the client's
@@ -252,6 +259,11 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
             raise HTTPException(500, "inference failed; see the server log") from None
         if state.monitor is not None:  # one queue put: the monitor's thread does the counting
             state.monitor.observe(engine, preds, texts, seqs, getattr(clf, "max_length", None))
+        unsure = [t for t, p in zip(texts, preds) if not getattr(p, "confident", True)]
+        if unsure:  # counted and queued at the model's own threshold, whatever a request asked to see
+            metrics.not_confident.inc(len(unsure))
+            if state.review is not None:
+                state.review.add(texts, preds, engine.version)
         return preds
 
     add_hf_routes(app, classify_texts)

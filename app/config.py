@@ -88,6 +88,9 @@ class Config:
     promote_tolerance: float = 0.01  # macro-F1 a candidate may lose on the evaluation slice and still be promoted
     eval_share: float = 0.2  # share of labeled texts (by a hash of the text) kept out of every training table
     train_nice: int = 10  # the training child's niceness on CPU: the API keeps the cores it needs
+    # "Not sure" answers routed to a person (app/review_queue.py): off by default, it stores users' texts.
+    review_queue: bool = False
+    review_queue_size: int = 1000
     # Monitoring (app/monitor.py, app/audit.py): drift over the last monitor_window answers within
     # monitor_span_s, per version; audit_rate > 0 keeps a sample of served texts for a blind audit.
     monitor: bool = True
@@ -167,6 +170,9 @@ FLAGS = {
     "audit_rate": Flag("share of served texts sampled (deduplicated, bounded) for a blind audit in the Label "
                        "tab, which gives live precision; it keeps texts users sent (0: off)", metavar="RATE"),
     "train_nice": Flag("niceness of the training process"),
+    "review_queue": Flag("keep the texts the API answers 'not sure' (under the model's threshold) in DATA_DIR/review "
+                         "for the Label tab; stores users' texts"),
+    "review_queue_size": Flag("texts the review queue holds; when full the oldest is dropped"),
 }
 
 
@@ -184,7 +190,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
     if a.engine_batch_tokens is not None and a.engine_batch_tokens < 1:
         p.error("--engine-batch-tokens must be at least 1")
     for name in ("max_batch_tokens", "workers", "max_queue", "max_texts", "max_chars", "max_body_bytes",
-                 "max_upload_rows", "ui_concurrency", "max_header_bytes"):
+                 "max_upload_rows", "ui_concurrency", "max_header_bytes", "review_queue_size"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
     if not 0 <= a.audit_rate <= 1:

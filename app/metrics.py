@@ -48,6 +48,10 @@ class Metrics:
         self.model_info = Gauge("app_model_info", "The model version serving now (1)", ["version"], registry=r)
         self.rejected = Counter("app_rejected_total", "Requests turned away before the engine", ["reason"],
                                 registry=r)
+        self.not_confident = Counter("app_not_confident_total", "API answers under the model's threshold "
+                                     "('not sure', calibration.json)", registry=r)
+        self.review_queue = Gauge("app_review_queue_texts", "'Not sure' texts waiting in the review queue "
+                                  "(--review-queue)", registry=r)
         self.drift = Gauge("app_drift", "Population stability index of the served window against the version's "
                            "reference (textdata/drift.py)", ["kind", "version"], registry=r)
         self.audit_queue = Gauge("app_audit_queue_texts", "Sampled texts waiting for the live audit", registry=r)

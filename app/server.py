@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import statistics
 import time
+from pathlib import Path
 
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
@@ -62,6 +63,11 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     switcher = None
     if registry is not None:
         switcher = Switcher(registry, state, metrics, lambda f: load_classifier(cfg, f), call_overhead_tokens, describe)
+    if cfg.review_queue:
+        from .review_queue import ReviewQueue
+
+        state.review = ReviewQueue(Path(cfg.data_dir) / "review", cfg.review_queue_size)
+        metrics.review_queue.set_function(lambda: len(state.review))
     app = build_api(cfg, state, metrics)
     app.state.server = state
     jobs = add_admin_routes(app, cfg, state, registry, switcher) if registry is not None else None

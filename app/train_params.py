@@ -51,6 +51,9 @@ RETRAINABLE = (
     TrainParam("class_weights", bool, "train.class_weights", help="weight classes by their inverse frequency"),
     # the text normalisation the served model applies: a retrain keeps it
     TrainParam("normalize", str, "normalize", api=False),
+    # the served "confident" threshold's precision (calibration.json): a retrain carries its own
+    TrainParam("target_precision", float, "target_precision", 0, 1, open_bounds=True,
+               help="precision the served 'confident' threshold is chosen for (default: the active version's)"),
 )
 BY_NAME = {p.name: p for p in RETRAINABLE}
 SETTABLE = {p.name: p for p in RETRAINABLE if p.api}

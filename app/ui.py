@@ -31,6 +31,7 @@ from . import ui_multilabel
 from .api import text_problem
 from .batcher import QueueFull
 from .labeling import ORDERS, SessionError, SessionStore
+from .review_queue import start_session
 from .ui_review import ReviewPanel
 from .ui_review import hint as review_hint
 from .uploads import read_upload, spreadsheet_safe, uploaded_only
@@ -186,7 +187,9 @@ def _classify_tab(cfg, state, labels: list[str]) -> None:
         if getattr(clf, "multi_label", False):  # the label set over the thresholds, maybe empty
             found = ", ".join(f"**{html.escape(x)}** {pred.scores[x]:.1%}" for x in pred.labels) or "**none of the labels**"
             return pred.scores, f"{found} · model {html.escape(engine.version)}"
-        return pred.probabilities, f"**{html.escape(pred.label)}** · {pred.score:.1%} · model {html.escape(engine.version)}"
+        unsure = "" if getattr(pred, "confident", True) else " · ⚠ **not sure** (under the model's threshold)"
+        return pred.probabilities, (f"**{html.escape(pred.label)}** · {pred.score:.1%}{unsure} · "
+                                    f"model {html.escape(engine.version)}")
 
 
     with gr.Tab("Classify", id="classify", elem_id="tab-classify"):
@@ -284,6 +287,12 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
     def resume(sid):
         return render(store.get(sid))
 
+    def review_unsure():  # the API's "not sure" answers (--review-queue) as a session, with the model's suggestions
+        session = start_session(state.review, store, list(state.engine.clf.labels))
+        if session is None:
+            return render(None, "The review queue is empty: no 'not sure' answers are waiting.")
+        return render(session, f"Loaded {len(session.texts)} 'not sure' answers from the review queue.")
+
     def act(action, sid, row, *args):
         session = store.get(sid)
         if session is None:
@@ -343,6 +352,8 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
                 l_column = gr.Textbox(label="Text column", value="text", elem_id="label-column")
                 l_start = gr.Button("Start labeling", variant="primary", elem_id="label-start")
                 l_sessions = gr.Dropdown(label="Earlier sessions", choices=[], elem_id="label-sessions")
+                l_review = gr.Button("Review 'not sure' answers", visible=state.review is not None,
+                                     elem_id="label-review")
         review = ReviewPanel(cfg, store, getattr(jobs, "registry", None), labels)
         with gr.Column(elem_id="label-panel"):
             l_progress = gr.HTML(elem_id="label-progress")
@@ -379,6 +390,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
                       concurrency_limit=cfg.ui_concurrency)
         l_sessions.input(resume, l_sessions, outputs, **quick)
+        l_review.click(review_unsure, None, outputs, **quick)
         l_accept.click(partial(act, accept), [sid, row], outputs, **quick)
         for i, b in enumerate(l_buttons):
             b.click(partial(act, partial(choose, i)), [sid, row], outputs, **quick)

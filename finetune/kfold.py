@@ -46,6 +46,7 @@ from baseline.folds import baseline_predict
 from finetune import label_issues, multilabel_run
 from finetune.adapt import adapt
 from finetune.blend import cv_blend, save_final_blend
+from finetune.confidence import cv_calibration, save_calibration, write_pictures
 from finetune.config import (  # noqa: F401
     RESUMABLE,
     Config,
@@ -278,6 +279,10 @@ def run(cfg: Config, on_progress=None) -> dict:
         report["learned"] = assess(data.y, got.oof, report["blend"], len(data.labels), cfg.seed)  # said plainly
         if report["learned"]["message"]:
             report["warnings"].append(report["learned"]["message"])
+    # Before anything is written: an unreachable --target-precision stops here (the folds are kept for --resume).
+    # Multi-label: the per-label calibration's nested numbers in the report (finetune/calibration_multilabel.py).
+    report["calibration"], served_oof, calibrated_oof = cv_calibration(got.oof, report["blend"], blend_oof, data,
+                                                                       got.fold_of, cfg.target_precision)
     if held is not None:
         report["holdout"] = (multilabel_run.holdout_entry(out, data, held, cfg, report) if ml else
                              holdout_baseline(out, data, held, cfg))
@@ -286,12 +291,14 @@ def run(cfg: Config, on_progress=None) -> dict:
                                                   got.fold_of, prep.data_path, report["warnings"])
         (multilabel_run.write_outputs if ml else write_outputs)(out, cfg, data, got.oof, got.base_oof, blend_oof,
                                                                 got.fold_of, report, got.histories, held)
+        write_pictures(out, report["calibration"], served_oof, calibrated_oof, data)
     if cfg.final:
         final_model(cfg, prep, report, accelerator, on_progress)
-        if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitor.py)
+        if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitor.py);
+            # single-label scores are served calibrated (calibration.json), so the reference is too (nested)
             kept = (report["blend"] or {}).get("kept") and blend_oof is not None
-            save_reference(out / "model", blend_oof if kept else got.oof, data.texts, data.labels,
-                           multilabel_run.served_thresholds(out / "model") if ml else None)
+            save_reference(out / "model", (blend_oof if kept else got.oof) if ml else calibrated_oof, data.texts,
+                           data.labels, multilabel_run.served_thresholds(out / "model") if ml else None)
     report["wall_seconds"] = round(time.time() - started, 1)
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
@@ -299,7 +306,8 @@ def run(cfg: Config, on_progress=None) -> dict:
         write_json(out / "report.json", report)
         print((multilabel_run.summary_table if ml else summary_table)(report))
         print(f"\nwrote {out}/report.json, oof_predictions.csv, "
-              + ("per_label_f1.png, label_cooccurrence.png" if ml else "confusion_matrix.png")
+              + ("per_label_f1.png, label_cooccurrence.png" if ml else "confusion_matrix.png, calibration.png, "
+                 "coverage.png")
               + ", learning_curves.png, fold_scores.png"
               + (f", {label_issues.FILE}" if (out / label_issues.FILE).exists() else "")
               + (", model/" if cfg.final else "") + (", holdout.csv" if held is not None else "")
@@ -343,9 +351,13 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
     else:
         blend = save_final_blend(folder, data.texts, data.y, len(data.labels), cfg.seed, report["blend"],
                                  report["warnings"])
+    # calibration.json: single-label only for now (a multi-label folder's per-label one is not served yet)
+    calibration = None if data.multi_label else save_calibration(folder, report.get("calibration"), data.labels,
+                                                                 blend is not None, report["warnings"])
     write_json(folder / "training_config.json", {
         "config": config_json(cfg), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
         "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))}, "blend": blend,
+        "calibration": calibration,
         "learned": report.get("learned"),  # serving.export and the engine say it too
     })
     report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(data.texts),

@@ -35,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from baseline.blend import BASELINE_DIR, BLEND_FILE, TEXT_CAP, Encoded, ServedBlend
+from serving.calibration import ServedCalibration
 from serving.multilabel import is_multi_label, load_thresholds, multi_label_predictions, sigmoid
 from serving.onnx_runner import ORT_NAMES, OrtRunner
 from serving.quantize import cpu_isa
@@ -81,6 +82,7 @@ class Prediction:
     label: str
     score: float
     probabilities: dict[str, float]
+    confident: bool = True  # the score clears the served threshold (calibration.json); always without one
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -138,6 +140,7 @@ class Classifier:
         self.blend: ServedBlend | None = None  # set by load(blend=True) when the folder has one
         self.blend_overlap = True  # False: the baseline runs after the model (same numbers; bench/serving.py)
         self._has_blend = False
+        self.calibration = ServedCalibration()  # load() reads the folder's calibration.json (serving/calibration.py)
         self.learned = None  # "the model adds nothing; ..." when k-fold found so (textdata/learned.py)
         if (self.folder / REPORT_FILE).exists():
             self._report = json.loads((self.folder / REPORT_FILE).read_text(encoding="utf-8"))
@@ -233,6 +236,7 @@ class Classifier:
                 clf.blend = ServedBlend(folder, len(clf.labels))
             except ValueError as e:
                 raise ModelError(str(e)) from None
+        clf.calibration = ServedCalibration.load(folder, clf.labels, blend_served=clf.blend is not None)
         clf.learned = folder_note(folder, blended=clf.blend is not None)
         if clf.learned:
             log.warning("%s: %s", folder, clf.learned)
@@ -306,6 +310,7 @@ class Classifier:
             **self._run.describe(),  # precision, cuda_graphs, cuda_graph_error, precision_check
             "blend": self.blend.info() if self.blend else None,
             "blend_available": self._has_blend,
+            "calibration": self.calibration.info(),
             "multi_label": self.multi_label,
             "thresholds": self._thresholds.as_dict(self.labels) if self.multi_label else None,
             **({"label_sep": self.label_sep, "thresholds_tuned": self._thresholds.tuned,
@@ -362,7 +367,8 @@ class Classifier:
         return [len(ids) for ids in self.encode(texts)]
 
     def predict_proba(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
-        """Probabilities, shape (len(texts), len(labels)), rows in input order (blended when `blend`)."""
+        """Probabilities, shape (len(texts), len(labels)), rows in input order (blended when `blend`, then
+        calibrated where the folder has calibration.json)."""
         return self._proba(self.encode(texts, normalized))
 
     def _proba(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None) -> np.ndarray:
@@ -377,7 +383,7 @@ class Classifier:
         probs = sigmoid(logits) if self.multi_label else _softmax(logits)
         if rows:
             probs[rows] = self.blend.combine(probs[rows], side.result() if side else self.blend.baseline_proba(texts))
-        return probs
+        return self.calibration(probs)
 
     def predict_logits(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
         """Raw logits (float32), shape (len(texts), len(labels)), rows in input order."""
@@ -424,14 +430,15 @@ class Classifier:
             return multi_label_predictions(self._proba(seqs, logits), logits, self.labels, self.thresholds, top_k)
         probs = self._proba(seqs)
         labels = self.labels
+        sure = self.calibration.confident(probs)
         out = []
-        for p in probs:
+        for p, ok in zip(probs, sure):
             best = int(p.argmax())
             if top_k is None:
                 dist = {labels[j]: float(p[j]) for j in range(len(labels))}
             else:
                 dist = {labels[j]: float(p[j]) for j in np.argsort(-p, kind="stable")[: max(1, top_k)]}
-            out.append(Prediction(label=labels[best], score=float(p[best]), probabilities=dist))
+            out.append(Prediction(label=labels[best], score=float(p[best]), probabilities=dist, confident=bool(ok)))
         return out
 
 

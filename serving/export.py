@@ -8,7 +8,8 @@
 Writes into OUT: model.onnx (Optimum export, dynamic batch/sequence axes, ONNX Runtime transformer
 fusions; fp16 for --target cuda), model_quantized.onnx (--quantize: INT8 for CPU, the first recipe
 of --int8-recipes that passes the gate), the tokenizer, config.json (id2label), labels.json,
-normalization.json / training_config.json / baseline/ (the TF-IDF blend) when the model has them, and
+normalization.json / training_config.json / calibration.json / baseline/ (the TF-IDF blend) when the model
+has them, and
 export_report.json.
 The gate (serving/parity.py) compares each file with PyTorch on up to --max-eval-rows rows of
 --eval-csv (argmax agreement and macro-F1 change) or, without labels, on a built-in sample
@@ -263,6 +264,8 @@ def run(cfg: ExportConfig) -> dict:
         for name in SIDECARS:
             if (cfg.model / name).exists():
                 shutil.copy2(cfg.model / name, cfg.output / name)
+            else:  # a calibration from an earlier export into this folder must not calibrate this model
+                (cfg.output / name).unlink(missing_ok=True)
         carry_blend(cfg.model, cfg.output)
         write_json(cfg.output / "labels.json", reference.labels)
         shutil.move(model_file, cfg.output / ONNX_FILE)

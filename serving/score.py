@@ -3,7 +3,9 @@
     python -m serving.score --model onnx/ --input in.csv --output out.csv \\
         [--text-column text] [--id-column id] [--top-k K] [--resume] [--batch-rows 2048]
 
-Every input row comes out in the same order with all its columns, plus `pred_label`, `pred_score`
+Every input row comes out in the same order with all its columns, plus `pred_label`, `pred_score` (calibrated where the
+model folder has calibration.json), `confident` (the score clears k-fold's threshold for --target-precision;
+always True without one)
 (for a multi-label model instead `pred_labels`: the labels over their thresholds joined by thresholds.json's
 `label_sep`, empty for none), one `prob_<label>` column per label (or, with --top-k K, `top1_label`,
 `top1_score` … `topK_score`)

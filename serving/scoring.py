@@ -69,9 +69,9 @@ def output_columns(columns_in: list[str], labels: list[str], cfg: ScoreConfig, w
 
 
 def prediction_columns(labels: list[str], top_k: int | None, multi_label: bool = False) -> list[str]:
-    """Single-label: pred_label, pred_score. Multi-label: pred_labels (the labels over their thresholds, joined
+    """Single-label: pred_label, pred_score, confident. Multi-label: pred_labels (the labels over their thresholds, joined
     by the model's separator, empty for none). Then prob_<label> per label (or top-k), error, model_version."""
-    cols = ["pred_labels"] if multi_label else ["pred_label", "pred_score"]
+    cols = ["pred_labels"] if multi_label else ["pred_label", "pred_score", "confident"]
     if top_k:
         for i in range(1, top_k + 1):
             cols += [f"top{i}_label", f"top{i}_score"]
@@ -111,8 +111,14 @@ def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int 
     if getattr(clf, "multi_label", False):
         out = {"pred_labels": _label_sets(probs, have, clf)}
     else:
+        calibration = getattr(clf, "calibration", None)  # serving/calibration.py; test doubles may lack it
+        sure = np.ones(len(df), bool)
+        if calibration is not None and len(ok):
+            sure[ok] = calibration.confident(probs[ok])
         out = {"pred_label": np.where(have, label_arr[np.maximum(best, 0)], None),
-               "pred_score": np.where(have, probs[np.arange(len(df)), np.maximum(best, 0)], np.nan)}
+               "pred_score": np.where(have, probs[np.arange(len(df)), np.maximum(best, 0)], np.nan),
+               "confident": pd.array(np.where(have, sure, False), dtype="boolean")}
+        out["confident"][~have] = pd.NA
     if top_k:
         order = np.argsort(-np.nan_to_num(probs, nan=-1), axis=1, kind="stable")[:, :top_k]
         for i in range(order.shape[1]):
@@ -130,7 +136,8 @@ def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int 
     preds = pd.DataFrame(out, index=df.index)
     # Fixed dtypes so every part has the same schema, also a part where every value is missing.
     for col in preds.columns:
-        preds[col] = preds[col].astype("float64" if col.endswith("_score") or col.startswith("prob_") else "string")
+        if col != "confident":  # boolean (True/False, empty without a prediction)
+            preds[col] = preds[col].astype("float64" if col.endswith("_score") or col.startswith("prob_") else "string")
     return pd.concat([df, preds], axis=1)
 
 

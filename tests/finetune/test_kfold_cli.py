@@ -167,6 +167,7 @@ def test_holdout_is_never_trained_on_and_scores_the_final_model(tmp_path, tiny_e
 
 
 def test_final_model_carries_the_drift_reference_of_its_served_oof_answers(finished_run):
+    from finetune.calibration import calibrate
     from textdata.drift import CONFIDENCE_EDGES, bin_index
 
     _, out, _ = finished_run
@@ -176,6 +177,9 @@ def test_final_model_carries_the_drift_reference_of_its_served_oof_answers(finis
     used = oof[oof["error"] == ""]
     prefix = "blend_" if (report.get("blend") or {}).get("kept") else ""
     probs = used[[f"{prefix}prob_{k}" for k in ("dream", "error", "memo")]].astype(float).to_numpy()
+    # what is served is calibrated (calibration.json): the reference holds the nested-calibrated answers
+    y = used["label"].map(["dream", "error", "memo"].index).to_numpy()
+    probs = calibrate(probs, y, used["fold"].astype(int).to_numpy(), "model")[1].calibrated
     names = np.array(["dream", "error", "memo"])[probs.argmax(1)]
     assert ref["class_mix"] == {k: int((names == k).sum()) for k in ("dream", "error", "memo")}
     want = np.bincount([bin_index(c, CONFIDENCE_EDGES) for c in probs.max(1)], minlength=10)

@@ -37,7 +37,7 @@ def test_every_row_kept_in_order(exported_dir, tmp_path):
     got = pd.read_csv(out, dtype=str, keep_default_na=False)
     assert len(got) == len(EDGE_TEXTS) and summary["rows"] == len(EDGE_TEXTS)
     assert got["text"].tolist() == EDGE_TEXTS and got["extra"].tolist() == _edge_frame()["extra"].tolist()
-    assert got.columns.tolist() == ["id", "text", "extra", "pred_label", "pred_score", "prob_dream", "prob_error",
+    assert got.columns.tolist() == ["id", "text", "extra", "pred_label", "pred_score", "confident", "prob_dream", "prob_error",
                                     "prob_memo", "error", "model_version"]
     empty = got["error"] != ""
     assert empty.tolist() == [False, True, True] + [False] * 7

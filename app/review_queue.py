@@ -1,0 +1,149 @@
+"""The review queue (`python -m app --review-queue`): texts the API answered "not sure" (under the served
+threshold, calibration.json), kept for a person to label in the UI's Label tab.
+
+Off by default: it stores texts that users sent. Kept in `<data-dir>/review/queue.jsonl`, a journal of
+`add` and `take` lines replayed at start (compacted when it grows past twice the queue's size):
+- bounded: at most `size` texts; a full queue drops its oldest text, it never refuses or holds a request;
+- deduplicated: a text already waiting (whitespace collapsed) is not added again;
+- `start_session` hands every waiting text, with the model's suggestion, to a labeling session
+  (app/labeling.py), whose decisions a retrain reads like any other session's (app/trainset.py).
+Appending a line is the only disk work on the request path (no fsync: a crash may lose the last few
+texts of a queue, never a decision); a disk error is logged, never raised into a request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from collections import OrderedDict
+from dataclasses import dataclass
+from pathlib import Path
+
+from textdata.tables import atomic_path
+
+log = logging.getLogger("app")
+QUEUE_FILE = "queue.jsonl"
+SOURCE = "review queue"  # the labeling session's source name
+
+
+def key(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+@dataclass
+class Waiting:
+    """A queued text with the model's answer (what LabelSession.create reads: label, score, probabilities)."""
+
+    text: str
+    label: str
+    score: float
+    probabilities: dict
+    version: str = ""
+    ts: float = 0.0
+
+
+class ReviewQueue:
+    def __init__(self, folder: Path, size: int):
+        if size < 1:
+            raise ValueError("the review queue holds at least 1 text")
+        self.path, self.size = Path(folder) / QUEUE_FILE, size
+        self._items: OrderedDict[str, Waiting] = OrderedDict()
+        self._lock = threading.Lock()
+        self._lines = 0
+        self.dropped = 0  # oldest texts dropped by a full queue since start
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._replay()
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    def _replay(self) -> None:
+        if not self.path.exists():
+            return
+        for line in self.path.read_text(encoding="utf-8").splitlines():
+            try:
+                event = json.loads(line)
+                if event["op"] == "add":
+                    self._insert(Waiting(**event["item"]))
+                elif event["op"] == "take":
+                    for k in event["keys"]:
+                        self._items.pop(k, None)
+            except (ValueError, KeyError, TypeError):
+                continue  # a line torn by a crash: that text was never fully queued
+            self._lines += 1
+
+    def _insert(self, item: Waiting) -> bool:
+        k = key(item.text)
+        if k in self._items:
+            return False
+        self._items[k] = item
+        while len(self._items) > self.size:
+            self._items.popitem(last=False)
+            self.dropped += 1
+        return True
+
+    def _write(self, event: dict) -> None:
+        try:
+            with open(self.path, "a", encoding="utf-8") as f:
+                f.write(json.dumps(event, ensure_ascii=False) + "\n")
+            self._lines += 1
+            if self._lines > 2 * self.size + 16:
+                self._compact()
+        except OSError as e:
+            log.warning("review queue: cannot write %s: %s", self.path, e)
+
+    def _compact(self) -> None:
+        with atomic_path(self.path) as tmp, open(tmp, "w", encoding="utf-8") as f:
+            f.writelines(
+                json.dumps({"op": "add", "item": item.__dict__}, ensure_ascii=False) + "\n"
+                for item in self._items.values()
+            )
+        self._lines = len(self._items)
+
+    def add(self, texts: list[str], predictions: list, version: str) -> int:
+        """Queue the texts whose prediction is not confident; returns how many were new."""
+        added = 0
+        now = round(time.time(), 3)
+        with self._lock:
+            for text, pred in zip(texts, predictions):
+                if getattr(pred, "confident", True):
+                    continue
+                item = Waiting(
+                    text,
+                    pred.label,
+                    round(float(pred.score), 6),
+                    {k: round(float(v), 6) for k, v in pred.probabilities.items()},
+                    version,
+                    now,
+                )
+                if self._insert(item):
+                    self._write({"op": "add", "item": item.__dict__})
+                    added += 1
+        return added
+
+    def peek(self) -> list[Waiting]:
+        with self._lock:
+            return list(self._items.values())
+
+    def discard(self, texts: list[str]) -> None:
+        """Take these texts out of the queue (they went to a labeling session)."""
+        keys = [key(t) for t in texts]
+        with self._lock:
+            for k in keys:
+                self._items.pop(k, None)
+            if keys:
+                self._write({"op": "take", "keys": keys})
+
+
+def start_session(queue: ReviewQueue, store, labels: list[str]):
+    """A labeling session (app/labeling.py) holding every waiting text with the model's suggestion, least
+    confident first; None when the queue is empty."""
+    items = queue.peek()
+    if not items:
+        return None
+    texts = [i.text for i in items]
+    session = store.create(SOURCE, texts, items, list(labels))
+    queue.discard(texts)  # only once the session holds them: a failed start loses no text
+    return session

@@ -1,0 +1,166 @@
+"""What serving a calibrator costs: engine rows/s with calibration.json applied against without, same run.
+
+    python bench/calibration.py [--model FOLDER] [--rows 1000] [--repeats 7] [--work /tmp/bench-calibration] \\
+        [--output bench/results/calibration-serving.json]
+
+One engine is loaded once (--model: an exported or transformers folder; default: MiniLM from the `minilm`
+alias with a 5-label head, exported to ONNX fp32 in --work, which is the served path), then its
+calibration is switched between none, temperature scaling and vector scaling (both with a threshold, so
+`confident` is computed too) between interleaved passes (order reversed every other round: a fixed order
+measured the first mode up to 2x faster under a shifting load) over the same BBC News texts (--rows, cut at
+64 tokens): everything else is the same object. Measured per pass: `predict` (what the API and UI call:
+tokenize, forward, calibrate, one Prediction per text) and `predict_proba` (what serving.score calls);
+medians over --repeats, the ratio against no calibration, and the calibration step alone on those rows.
+Goal (issue 33): rows/s with the calibrator >= 0.97x without. The CPU is shared: load average recorded.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def build_model(work: Path) -> Path:
+    """MiniLM with a 5-label head (its values do not change the cost), exported to ONNX fp32 once."""
+    out = work / "onnx"
+    if (out / "model.onnx").exists():
+        return out
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    from finetune.models import resolve_model
+    from serving.export import ExportConfig, run
+
+    src = resolve_model("minilm")
+    labels = ["business", "entertainment", "politics", "sport", "tech"]
+    model = AutoModelForSequenceClassification.from_pretrained(
+        src, num_labels=5, id2label=dict(enumerate(labels)), label2id={k: i for i, k in enumerate(labels)}
+    )
+    tok = AutoTokenizer.from_pretrained(src, model_max_length=64)
+    model.save_pretrained(work / "model")
+    tok.save_pretrained(work / "model")
+    run(ExportConfig(model=work / "model", output=out))
+    return out
+
+
+def calibrations(labels: list[str]) -> dict:
+    from serving.calibration import ServedCalibration
+    from textdata.calibration import Calibrator
+
+    n = len(labels)
+    t = np.full(n, 0.6)
+    return {
+        "none": ServedCalibration(),
+        "temperature": ServedCalibration(
+            Calibrator("temperature", temperature=0.7), t, {"method": "temperature"}, ""
+        ),
+        "vector": ServedCalibration(
+            Calibrator(
+                "vector", weights=tuple(np.linspace(0.8, 1.2, n)), bias=tuple(np.linspace(-0.2, 0.2, n))
+            ),
+            t,
+            {"method": "vector"},
+            "",
+        ),
+    }
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", type=Path)
+    p.add_argument("--rows", type=int, default=1000)
+    p.add_argument("--repeats", type=int, default=7)
+    p.add_argument("--work", type=Path, default=Path("/tmp/bench-calibration"))
+    p.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "calibration-serving.json")
+    a = p.parse_args(argv)
+    import pandas as pd
+
+    from finetune.data import bbcnews_csv
+    from serving.engine import Classifier
+
+    a.work.mkdir(parents=True, exist_ok=True)
+    folder = a.model or build_model(a.work)
+    texts = (
+        pd.read_csv(bbcnews_csv(Path.home() / ".cache" / "electra-classify"))["text"]
+        .astype(str)
+        .tolist()[: a.rows]
+    )
+    clf = Classifier.load(folder, quantized=False, max_length=64)
+    modes = calibrations(list(clf.labels))
+    load_before = os.getloadavg()
+    times = {m: {"predict": [], "predict_proba": []} for m in modes}
+    for r in range(a.repeats):  # interleaved, the order reversed every other round: drifting load hits
+        for mode in list(modes)[:: 1 if r % 2 == 0 else -1]:  # every mode alike, first and last alike
+            cal = modes[mode]
+            clf.calibration = cal
+            for call in ("predict", "predict_proba"):
+                start = time.perf_counter()
+                getattr(clf, call)(texts)
+                times[mode][call].append(time.perf_counter() - start)
+    clf.calibration = modes["none"]
+    raw = clf.predict_proba(texts)
+    step = {}
+    for mode, cal in modes.items():  # the calibration step alone, on these rows' probabilities
+        runs = []
+        for _ in range(50):
+            start = time.perf_counter()
+            cal(raw)
+            cal.confident(cal(raw))
+            runs.append(time.perf_counter() - start)
+        step[mode] = statistics.median(runs) / len(texts) * 1e6
+    rows = {m: {c: len(texts) / statistics.median(v) for c, v in calls.items()} for m, calls in times.items()}
+    result = {
+        "date": time.strftime("%Y-%m-%d"),
+        "model": str(folder),
+        "backend": clf.info()["backend"],
+        "model_file": clf.info()["model_file"],
+        "rows": len(texts),
+        "repeats": a.repeats,
+        "max_length": 64,
+        "rows_per_second": {m: {c: round(v, 1) for c, v in r.items()} for m, r in rows.items()},
+        "ratio_vs_none": {
+            m: {c: round(r[c] / rows["none"][c], 4) for c in r} for m, r in rows.items() if m != "none"
+        },
+        "calibration_step_us_per_row": {m: round(v, 3) for m, v in step.items()},
+        "goal": "rows/s with the calibrator >= 0.97x without (issue 33)",
+        "machine": {
+            "cpu": platform.processor() or platform.machine(),
+            "cores": os.cpu_count(),
+            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
+            "loadavg_before": load_before,
+            "loadavg_after": os.getloadavg(),
+        },
+    }
+    result["met"] = all(v >= 0.97 for r in result["ratio_vs_none"].values() for v in r.values())
+    a.output.parent.mkdir(parents=True, exist_ok=True)
+    a.output.write_text(json.dumps(result, indent=1) + "\n")
+    print(
+        f"{'calibration':<12} {'predict rows/s':>15} {'ratio':>7} {'predict_proba rows/s':>21} {'ratio':>7} "
+        f"{'step µs/row':>12}"
+    )
+    for m in modes:
+        r = result["rows_per_second"][m]
+        ratio = result["ratio_vs_none"].get(m, {"predict": 1.0, "predict_proba": 1.0})
+        print(
+            f"{m:<12} {r['predict']:>15.1f} {ratio['predict']:>7.3f} {r['predict_proba']:>21.1f} "
+            f"{ratio['predict_proba']:>7.3f} {result['calibration_step_us_per_row'][m]:>12.2f}"
+        )
+    print(
+        f"goal >= 0.97x: {'met' if result['met'] else 'NOT met'}; load {load_before} -> {os.getloadavg()}; "
+        f"wrote {a.output}"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,192 @@
+"""Calibration and thresholds for a target precision when each label is its own sigmoid (multi-label).
+
+Each label's probability is rescaled on its logit (textdata/calibration.py): a temperature per label by
+default, Platt scaling (a slope and an intercept per label) only where its nested log-loss wins in every
+fold and by VECTOR_MARGIN on average. Scored nested like the single-label calibrator. Calibration error
+here is the labels' mean binary ECE (15 bins on each label's probability against its 0/1 target).
+
+For a target precision, each label gets its own threshold: the lowest at which the rows asserting that
+label are right at least `target` of the time (finetune/coverage.py's rule, per label). A row is confident
+when every label it asserts (over its decision threshold, thresholds.json) clears its precision threshold.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from finetune.calibration import BINS, VECTOR_MARGIN
+from finetune.coverage import MIN_ANSWERED, pick_threshold
+from textdata.calibration import Calibrator, confident_multi_label
+from textdata.errors import DataError
+
+_FLOOR = 1e-7
+
+
+def _logits(p: np.ndarray) -> np.ndarray:
+    q = np.clip(np.asarray(p, np.float64), _FLOOR, 1 - _FLOOR)
+    return np.log(q) - np.log1p(-q)
+
+
+def binary_ece(p: np.ndarray, y: np.ndarray, bins: int = BINS) -> float:
+    which = np.minimum((p * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in range(bins):
+        rows = which == b
+        if rows.any():
+            total += rows.sum() * abs(y[rows].mean() - p[rows].mean())
+    return float(total / max(1, len(y)))
+
+
+def scores(P: np.ndarray, Y: np.ndarray) -> dict:
+    """Mean binary ECE over labels, mean binary log-loss and Brier over every (row, label)."""
+    p = np.clip(np.asarray(P, np.float64), _FLOOR, 1 - _FLOOR)
+    Y = np.asarray(Y, np.float64)
+    return {
+        "ece": float(np.mean([binary_ece(p[:, j], Y[:, j]) for j in range(p.shape[1])])),
+        "log_loss": float(-np.mean(Y * np.log(p) + (1 - Y) * np.log1p(-p))),
+        "brier": float(np.mean((p - Y) ** 2)),
+    }
+
+
+def _label_temperature(z: np.ndarray, y: np.ndarray) -> float:
+    from scipy.optimize import minimize_scalar
+
+    def nll(log_beta):
+        s = np.exp(log_beta) * z
+        return float(np.mean(np.logaddexp(0, s) - y * s))  # binary cross-entropy on logits
+
+    return float(np.exp(-minimize_scalar(nll, bounds=(-10.0, 10.0), method="bounded").x))
+
+
+def fit(P: np.ndarray, Y: np.ndarray, method: str) -> Calibrator:
+    """Per-label temperature (T_l) or Platt (a_l, b_l, by scikit-learn's logistic regression on the logit).
+    A label that is never (or always) on in these rows keeps its probabilities (T = 1, or a = 1, b = 0)."""
+    from sklearn.linear_model import LogisticRegression
+
+    Z = _logits(P)
+    Y = np.asarray(Y)
+    temps, a, b = [], [], []
+    for j in range(Z.shape[1]):
+        both = 0 < Y[:, j].sum() < len(Y)
+        if method == "temperature":
+            temps.append(round(_label_temperature(Z[:, j], Y[:, j]), 8) if both else 1.0)
+        elif both:
+            lr = LogisticRegression(C=1e4, max_iter=1000).fit(Z[:, [j]], Y[:, j])
+            a.append(round(float(lr.coef_[0, 0]), 8))
+            b.append(round(float(lr.intercept_[0]), 8))
+        else:
+            a.append(1.0)
+            b.append(0.0)
+    if method == "temperature":
+        return Calibrator("temperature", multi_label=True, temperature=tuple(temps))
+    return Calibrator("platt", multi_label=True, weights=tuple(a), bias=tuple(b))
+
+
+def nested(P: np.ndarray, Y: np.ndarray, fold_of: np.ndarray, method: str) -> tuple[np.ndarray, list, list]:
+    out = np.empty(P.shape, np.float64)
+    cals, folds = [], []
+    for k in np.unique(fold_of):
+        held, rest = fold_of == k, fold_of != k
+        cal = fit(P[rest], Y[rest], method)
+        out[held] = cal(np.asarray(P[held], np.float64))
+        cals.append(cal)
+        folds.append(
+            {"fold": int(k), "before": scores(P[held], Y[held]), "after": scores(out[held], Y[held])}
+        )
+    return out, cals, folds
+
+
+def label_thresholds(P: np.ndarray, Y: np.ndarray, target: float) -> tuple[np.ndarray, list[float]]:
+    """(per label: the lowest threshold at which that label's assertions reach `target` precision, 1.0 where
+    none does; per label the best precision reached)."""
+    out, best = np.ones(P.shape[1]), []
+    for j in range(P.shape[1]):
+        t, b = pick_threshold(P[:, j], Y[:, j] == 1, target)
+        best.append(b)
+        if t is not None:
+            out[j] = t
+    return out, best
+
+
+def answered(P: np.ndarray, Y: np.ndarray, thresholds: np.ndarray, decision: np.ndarray) -> dict:
+    """Coverage (confident rows) and the micro precision of the labels asserted in those rows."""
+    asserted = P >= decision
+    keep = confident_multi_label(P, asserted, thresholds)
+    hits = (asserted[keep] & (Y[keep] == 1)).sum()
+    said = asserted[keep].sum()
+    return {
+        "coverage": float(keep.mean()),
+        "precision": float(hits / said) if said else None,
+        "answered": int(keep.sum()),
+    }
+
+
+def calibrate(
+    P: np.ndarray,
+    Y: np.ndarray,
+    fold_of: np.ndarray,
+    labels: list[str],
+    fitted_on: str,
+    target: float | None = None,
+    decision: np.ndarray | float = 0.5,
+) -> tuple[dict, Calibrator, np.ndarray]:
+    """(report["calibration"] for a multi-label run, the calibrator fitted on every row, the nested-calibrated
+    out-of-fold probabilities). With `target`, the
+    served per-label thresholds and their nested coverage; DataError when no label reaches it."""
+    P, Y = np.asarray(P, np.float64), np.asarray(Y)
+    decision = np.broadcast_to(np.asarray(decision, np.float64), (P.shape[1],))
+    runs = {m: nested(P, Y, fold_of, m) for m in ("temperature", "platt")}
+    t_loss = np.array([f["after"]["log_loss"] for f in runs["temperature"][2]])
+    p_loss = np.array([f["after"]["log_loss"] for f in runs["platt"][2]])
+    gain = float((t_loss - p_loss).mean())
+    method = "platt" if np.all(p_loss < t_loss) and gain >= VECTOR_MARGIN else "temperature"
+    calibrated, cals, folds = runs[method]
+    final = fit(P, Y, method)
+    mean = lambda key, part: float(np.mean([f[part][key] for f in folds]))
+    std = lambda key, part: float(np.std([f[part][key] for f in folds]))
+    section = {
+        "method": method,
+        "multi_label": True,
+        "fitted_on": fitted_on,
+        "bins": BINS,
+        "nested": True,
+        "why": f"per-label {method}: Platt's nested log-loss gain over temperatures {gain:+.4f}",
+        "folds": folds,
+        "final": {"method": final.method, **final.params()},
+        **{
+            part: {
+                f"{k}_{s}": (mean if s == "mean" else std)(k, part)
+                for k in ("ece", "log_loss", "brier")
+                for s in ("mean", "std")
+            }
+            for part in ("before", "after")
+        },
+    }
+    if target is not None:
+        section["served"] = _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision)
+    return section, final, calibrated
+
+
+def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision) -> dict:
+    thresholds, best = label_thresholds(final(P), Y, target)
+    if np.all(thresholds >= 1.0):
+        raise DataError(
+            f"--target-precision {target:g}: no label reaches it on the {len(Y)} out-of-fold rows (the "
+            f"best precision reached is {np.nanmax(best):.4f}, asserting at least {MIN_ANSWERED} rows)"
+        )
+    folds = []
+    for k, cal in zip(np.unique(fold_of), cals):
+        held, rest = fold_of == k, fold_of != k
+        th, _ = label_thresholds(cal(P[rest]), Y[rest], target)
+        folds.append({"fold": int(k), **answered(calibrated[held], Y[held], th, decision)})
+    cov = [f["coverage"] for f in folds]
+    prec = [f["precision"] for f in folds if f["precision"] is not None]
+    return {
+        "target_precision": target,
+        "scope": "per_label",
+        "threshold": dict(zip(labels, (round(float(t), 6) for t in thresholds))),
+        "estimated_coverage": float(np.mean(cov)),
+        "estimated_coverage_std": float(np.std(cov)),
+        "estimated_precision": float(np.mean(prec)) if prec else None,
+        "folds": folds,
+    }

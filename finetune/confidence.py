@@ -1,0 +1,151 @@
+"""k-fold's confidence step: calibrate what will be served, the coverage table, the served threshold for
+--target-precision, the pictures, the table's lines, and calibration.json in the --final model folder.
+
+Called by finetune/kfold.py after the blend (finetune/calibration.py, finetune/coverage.py; multi-label:
+finetune/calibration_multilabel.py). What is calibrated is what is served: the blend's nested out-of-fold
+probabilities where the blend is kept, else the model's.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from finetune.calibration import calibrate
+from finetune.coverage import coverage_table, served_threshold
+from textdata.calibration import CALIBRATION_FILE
+from textdata.tables import write_json
+
+MULTI_LABEL = "multi_label_classification"
+
+
+def cv_calibration(
+    oof: np.ndarray,
+    blend: dict | None,
+    blend_oof: np.ndarray | None,
+    data,
+    fold_of: np.ndarray,
+    target: float | None,
+) -> tuple[dict, np.ndarray, np.ndarray]:
+    """(report["calibration"], the served out-of-fold probabilities before, and after nested calibration)."""
+    kept = bool(blend and blend.get("kept") and blend_oof is not None)
+    served, fitted_on = (blend_oof, "blend") if kept else (oof, "model")
+    served = np.asarray(served, np.float64)
+    if getattr(data, "multi_label", False):
+        from finetune.calibration_multilabel import calibrate as calibrate_multi_label
+
+        section, _, after = calibrate_multi_label(served, data.Y, fold_of, data.labels, fitted_on, target)
+        return section, served, after
+    section, chosen, final = calibrate(served, data.y, fold_of, fitted_on)
+    if kept:  # for the record: the model alone, as --blend off would serve it
+        alone = calibrate(np.asarray(oof, np.float64), data.y, fold_of, "model")[0]
+        section["model_alone"] = {k: alone[k] for k in ("method", "why", "before", "after")}
+    section["coverage"] = coverage_table(chosen, served, data.y, fold_of)
+    if target is not None:
+        section["served"] = served_threshold(chosen, final, served, data.y, fold_of, data.labels, target)
+    return section, served, chosen.calibrated
+
+
+def write_pictures(out: Path, section: dict, before: np.ndarray, after: np.ndarray, data) -> None:
+    if getattr(data, "multi_label", False):
+        return  # the reliability diagram and coverage curve are top-label pictures
+    from finetune.calibration_plots import calibration_png, coverage_png
+
+    calibration_png(before, after, data.y, section, out / "calibration.png")
+    coverage_png(after, data.y, section["coverage"], out / "coverage.png")
+
+
+def table_lines(section: dict | None) -> list[str]:
+    """The printed table's calibration part: per fold before → after, mean ± std, coverage per target."""
+    if not section:
+        return []
+    lines = [
+        "",
+        f"calibration ({section['why']}; fitted on the {section['fitted_on']}'s out-of-fold rows, nested)",
+        (
+            f"{'fold':>6} {'ECE before':>11} {'ECE after':>10} {'log-loss before':>16} {'after':>7} "
+            f"{'Brier before':>13} {'after':>7}"
+        ),
+    ]
+    for f in section["folds"]:
+        b, a = f["before"], f["after"]
+        lines.append(
+            f"{f['fold']:>6} {b['ece']:>11.4f} {a['ece']:>10.4f} {b['log_loss']:>16.4f} {a['log_loss']:>7.4f} "
+            f"{b['brier']:>13.4f} {a['brier']:>7.4f}"
+        )
+    b, a = section["before"], section["after"]
+    pm = lambda d, k: f"{d[k + '_mean']:.4f}±{d[k + '_std']:.3f}"
+    lines.append(
+        f"{'mean':>6} {pm(b, 'ece'):>11} {pm(a, 'ece'):>10} {pm(b, 'log_loss'):>16} {pm(a, 'log_loss'):>7} "
+        f"{pm(b, 'brier'):>13} {pm(a, 'brier'):>7}"
+    )
+    if section.get("coverage"):
+        lines += [
+            "",
+            "coverage at a precision (threshold chosen on the other folds, scored on the held-out fold)",
+            f"{'target':>7} {'coverage':>14} {'precision':>14}",
+        ]
+        for row in section["coverage"]:
+            prec = (
+                "n/a"
+                if row["precision_mean"] is None
+                else f"{row['precision_mean']:.4f}±{row['precision_std']:.3f}"
+            )
+            lines.append(
+                f"{row['target']:>7.2f} {row['coverage_mean']:>8.4f}±{row['coverage_std']:.3f} {prec:>14}"
+            )
+    served = section.get("served")
+    if served:
+        t = served["threshold"]
+        shown = (
+            f"{t:.4f}"
+            if isinstance(t, float)
+            else "per " + ("label" if section.get("multi_label") else "class")
+        )
+        lines.append(
+            f"served: target precision {served['target_precision']:g}, threshold {shown} "
+            f"({served['scope']}), estimated coverage {served['estimated_coverage']:.4f}"
+            f"±{served['estimated_coverage_std']:.3f} (nested)"
+        )
+    return lines
+
+
+def save_calibration(
+    folder: Path, section: dict | None, labels: list[str], blend_served: bool, warnings: list[str]
+) -> dict | None:
+    """calibration.json in the final model folder (what serving/calibration.py reads); what
+    training_config.json records. A calibrator fitted on the blend is not saved when the final model is
+    served without it (its baseline could not be fitted): those scores are not the ones it was fitted on."""
+    path = Path(folder) / CALIBRATION_FILE
+    path.unlink(missing_ok=True)  # a rerun into the same folder must not serve an old one
+    if not section:
+        return None
+    if section["fitted_on"] == "blend" and not blend_served:
+        warnings.append(
+            "final model: calibrated on the blend, which it is served without; no calibration.json"
+        )
+        return None
+    served = section.get("served") or {}
+    keys = ("ece", "log_loss", "brier")
+    spec = {
+        **section["final"],
+        "problem_type": MULTI_LABEL if section.get("multi_label") else "single_label_classification",
+        "labels": list(labels),
+        "fitted_on": section["fitted_on"],
+        "threshold": served.get("threshold"),
+        "threshold_scope": served.get("scope"),
+        "target_precision": served.get("target_precision"),
+        "estimated_coverage": served.get("estimated_coverage"),
+        "estimated_precision": served.get("estimated_precision"),
+        "nested": {
+            "folds": len(section["folds"]),
+            "method_why": section["why"],
+            **{f"{k}_{part}": section[part][f"{k}_mean"] for part in ("before", "after") for k in keys},
+            "estimated_coverage_std": served.get("estimated_coverage_std"),
+            "estimated_precision_std": served.get("estimated_precision_std"),
+            "threshold_why": served.get("why"),
+        },
+    }
+    write_json(path, spec)
+    return {k: spec[k] for k in ("method", "threshold", "target_precision", "estimated_coverage")}

@@ -1,0 +1,106 @@
+"""The engine's calibration: a model folder's calibration.json (finetune --final, copied by serving.export)
+applied to every probability the engine answers, and whether each answer clears the served threshold.
+
+The math is textdata/calibration.py's, the same k-fold measured with. A folder without calibration.json
+(exported before calibration existed) is served as before: scores as they are, every answer confident,
+and info() says so. A calibrator fitted on the blend is not applied when the blend is not served
+(`blend=False`): those are not the scores it was fitted on.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from textdata.calibration import (
+    CALIBRATION_FILE,
+    Calibrator,
+    confident,
+    confident_multi_label,
+    read_calibration,
+)
+from textdata.errors import ModelError
+
+NOT_CALIBRATED = (
+    "no calibration.json (a model trained or exported before calibration): scores are served as "
+    "they are and every answer counts as confident"
+)
+
+
+class ServedCalibration:
+    """`calibration(probs)` calibrates; `calibration.confident(probs)` flags each row; `.info()` for /v1/model."""
+
+    def __init__(
+        self,
+        calibrator: Calibrator | None = None,
+        thresholds: np.ndarray | None = None,
+        spec: dict | None = None,
+        why: str = NOT_CALIBRATED,
+    ):
+        self.calibrator, self.thresholds, self.spec, self.why = calibrator, thresholds, spec or {}, why
+
+    @classmethod
+    def load(cls, folder: str | Path, labels: list[str], blend_served: bool) -> ServedCalibration:
+        """The folder's calibration as this engine serves it; ModelError (one line) for a broken file."""
+        try:
+            found = read_calibration(folder, list(labels))
+        except ValueError as e:
+            raise ModelError(str(e)) from None
+        if found is None:
+            return cls()
+        calibrator, thresholds, spec = found
+        if spec.get("fitted_on") == "blend" and not blend_served:
+            return cls(
+                spec=spec,
+                why=f"{CALIBRATION_FILE} was fitted on the blend, which is not served here "
+                "(blend off): scores are the model's own and every answer counts as confident",
+            )
+        return cls(calibrator, thresholds, spec, why="")
+
+    @property
+    def applied(self) -> bool:
+        return self.calibrator is not None
+
+    def __call__(self, probs: np.ndarray) -> np.ndarray:
+        return probs if self.calibrator is None else self.calibrator(probs)
+
+    def confident(self, probs: np.ndarray, min_confidence: float | None = None) -> np.ndarray:
+        """Single-label rows: does each top (calibrated) probability clear the threshold of its label, or
+        `min_confidence` where a caller names its own."""
+        if min_confidence is not None:
+            return np.asarray(probs).max(1) >= min_confidence
+        return confident(probs, self.thresholds if self.applied else None)
+
+    def confident_multi_label(
+        self, probs: np.ndarray, asserted: np.ndarray, min_confidence: float | None = None
+    ) -> np.ndarray:
+        """Multi-label rows: does every asserted label clear its own threshold (or `min_confidence`)."""
+        if min_confidence is not None:
+            return confident_multi_label(probs, asserted, np.full(np.shape(probs)[1], min_confidence))
+        return confident_multi_label(probs, asserted, self.thresholds if self.applied else None)
+
+    def info(self) -> dict:
+        """What /v1/model and info()["calibration"] show: the method, the threshold, its target and the
+        nested estimates k-fold made of them."""
+        keep = (
+            "method",
+            "temperature",
+            "params",
+            "fitted_on",
+            "threshold",
+            "threshold_scope",
+            "target_precision",
+            "estimated_coverage",
+            "estimated_precision",
+            "nested",
+        )
+        out = {"calibrated": self.applied, **{k: self.spec[k] for k in keep if k in self.spec}}
+        if not self.applied:
+            out["why"] = self.why
+            out["threshold"] = None
+        elif self.thresholds is None:
+            out["why"] = (
+                "calibrated; no --target-precision was given to k-fold, so every answer counts as confident"
+            )
+        return out

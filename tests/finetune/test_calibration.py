@@ -1,0 +1,289 @@
+"""Calibration and coverage at a precision on synthetic out-of-fold arrays (finetune/calibration.py,
+finetune/coverage.py, finetune/calibration_multilabel.py, textdata/calibration.py)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from finetune.calibration import calibrate, fit_temperature, fit_vector, nested, scores, top_label_ece
+from finetune.confidence import save_calibration, table_lines
+from finetune.coverage import answered, coverage_table, pick_threshold, served_threshold
+from textdata.calibration import Calibrator, confident, confident_multi_label, read_calibration
+from textdata.errors import DataError
+
+
+def softmax(z):
+    z = np.exp(z - z.max(1, keepdims=True))
+    return z / z.sum(1, keepdims=True)
+
+
+def synthetic(n=3000, c=5, sharpen=3.0, bias=None, seed=0, folds=3):
+    """True probabilities softmax(z); labels drawn from them; the 'served' scores over-confident by
+    `sharpen` (a temperature of 1/sharpen) and, with `bias`, shifted per class."""
+    rng = np.random.default_rng(seed)
+    z = rng.normal(0, 1.5, (n, c))
+    true = softmax(z)
+    y = np.array([rng.choice(c, p=p) for p in true])
+    served = softmax(sharpen * z + (0 if bias is None else np.asarray(bias)))
+    fold_of = rng.permutation(np.arange(n) % folds)
+    return served, y, fold_of, true
+
+
+def test_ece_by_hand():
+    probs = np.array([[0.9, 0.1], [0.9, 0.1], [0.6, 0.4], [0.3, 0.7]])
+    y = np.array([0, 1, 0, 1])
+    # bins (15): 0.9 -> bin 13 (2 rows, accuracy 0.5, confidence 0.9), 0.6 -> bin 9 (1 row, 1.0 vs 0.6),
+    # 0.7 -> bin 10 (1 row, 1.0 vs 0.7)
+    expected = (2 * 0.4 + 1 * 0.4 + 1 * 0.3) / 4
+    assert top_label_ece(probs, y) == pytest.approx(expected)
+
+
+def test_temperature_matches_scikit_learn():
+    from sklearn.base import BaseEstimator, ClassifierMixin
+    from sklearn.calibration import CalibratedClassifierCV
+    from sklearn.frozen import FrozenEstimator
+
+    class Passthrough(ClassifierMixin, BaseEstimator):  # its "features" are the probabilities themselves
+        def fit(self, X, y):
+            self.classes_ = np.unique(y)
+            return self
+
+        def predict_proba(self, X):
+            return X
+
+        def predict(self, X):
+            return X.argmax(1)
+
+    served, y, _, _ = synthetic(n=1500, seed=1)
+    ours = fit_temperature(served, y)
+    theirs = CalibratedClassifierCV(FrozenEstimator(Passthrough().fit(served, y)), method="temperature").fit(
+        served, y
+    )
+    beta = float(theirs.calibrated_classifiers_[0].calibrators[0].beta_)
+    assert 1 / ours.temperature == pytest.approx(beta, rel=1e-3)
+    np.testing.assert_allclose(ours(served), theirs.predict_proba(served), atol=1e-4)
+
+
+def test_temperature_undoes_over_confidence_nested():
+    served, y, fold_of, true = synthetic(sharpen=3.0)
+    section, chosen, final = calibrate(served, y, fold_of, "model")
+    assert section["method"] == "temperature"
+    assert final.temperature == pytest.approx(3.0, rel=0.15)
+    # the true probabilities' own ECE on 1,000 rows a fold is what sampling noise leaves: the floor
+    floor = np.mean([top_label_ece(true[fold_of == k], y[fold_of == k]) for k in range(3)])
+    assert section["after"]["ece_mean"] < floor + 0.01 < section["before"]["ece_mean"] / 2
+    assert section["after"]["log_loss_mean"] < section["before"]["log_loss_mean"]
+    assert len(section["folds"]) == 3
+    for k, f in enumerate(section["folds"]):  # fold k: calibrated by the other folds' fit only
+        rest, held = fold_of != k, fold_of == k
+        t = fit_temperature(served[rest], y[rest]).temperature
+        assert f["temperature"] == pytest.approx(t)
+        np.testing.assert_allclose(
+            chosen.calibrated[held], Calibrator("temperature", temperature=t)(served[held]), atol=1e-9
+        )
+    assert (chosen.calibrated.argmax(1) == served.argmax(1)).all()  # a temperature never moves the answer
+
+
+def test_vector_scaling_only_where_it_wins():
+    plain, y, fold_of, _ = synthetic(sharpen=2.0, seed=3)
+    assert calibrate(plain, y, fold_of, "model")[0]["method"] == "temperature"
+    shifted, y2, fold2, _ = synthetic(sharpen=2.0, bias=[2.0, 0, 0, -1.5, 0], seed=3)
+    section, _, final = calibrate(shifted, y2, fold2, "blend")
+    assert section["method"] == "vector", section["why"]
+    assert (
+        section["candidates"]["vector"]["log_loss_mean"]
+        < section["candidates"]["temperature"]["log_loss_mean"]
+    )
+    assert final.bias[0] < final.bias[3]  # it learned to take the +2 shift back more than the -1.5
+
+
+def test_vector_fit_recovers_a_known_scaling():
+    served, y, _, _true = synthetic(n=6000, sharpen=1.0, seed=5)
+    w, b = np.array([0.5, 0.5, 0.5, 0.5, 0.5]), np.array([1.0, 0, 0, 0, -1.0])
+    distorted = softmax(np.log(served) / 0.5 - b / 0.5)  # so w = 0.5, b = +b undo it
+    cal = fit_vector(distorted, y)
+    np.testing.assert_allclose(cal.weights, w, atol=0.08)
+    np.testing.assert_allclose(np.array(cal.bias) - np.mean(cal.bias), b - b.mean(), atol=0.15)
+
+
+def test_pick_threshold_lowest_that_keeps_the_target():
+    conf = np.array([0.99, 0.95, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4])
+    correct = np.array([1, 1, 1, 1, 0, 1, 0, 0], bool)
+    t, best = pick_threshold(conf, correct, 0.8, min_answered=1)
+    assert t == 0.6  # 5 of 6 answered rows right (0.833); at 0.5, 5 of 7 (0.714)
+    t, best = pick_threshold(conf, correct, 0.99, min_answered=5)
+    assert t is None and best == pytest.approx(5 / 6)
+    ties = np.array([0.9, 0.9, 0.9, 0.5])  # a threshold answers every row tied with it
+    t, _ = pick_threshold(ties, np.array([1, 1, 0, 1], bool), 0.7, min_answered=1)
+    assert t == 0.5  # at 0.9: 2/3 = 0.667; at 0.5: 3/4
+
+
+def test_coverage_nested_holds_the_precision_on_held_out_folds():
+    served, y, fold_of, _ = synthetic(n=6000, sharpen=2.0, seed=7)
+    _, chosen, _final = calibrate(served, y, fold_of, "model")
+    table = coverage_table(chosen, served, y, fold_of)
+    assert [r["target"] for r in table] == [0.8, 0.9, 0.95, 0.98, 0.99]
+    coverages = [r["coverage_mean"] for r in table]
+    assert coverages == sorted(coverages, reverse=True) and 0 < coverages[1] < 1
+    for r in table[:3]:  # enough rows to check: the held-out precision lands near the target
+        assert r["precision_mean"] == pytest.approx(r["target"], abs=0.03)
+        for f in r["folds"]:  # recomputed: the threshold came from the other folds' rows
+            k = f["fold"]
+            rest_probs = chosen.per_fold[k](served[fold_of != k])
+            t, _ = pick_threshold(rest_probs.max(1), rest_probs.argmax(1) == y[fold_of != k], r["target"])
+            assert f["threshold"] == pytest.approx(t)
+            held = fold_of == k
+            again = answered(chosen.calibrated[held], y[held], np.full(served.shape[1], t))
+            assert f["coverage"] == pytest.approx(again["coverage"])
+
+
+def test_served_threshold_and_unreachable_target():
+    served, y, fold_of, _ = synthetic(n=3000, sharpen=2.0, seed=8)
+    _, chosen, final = calibrate(served, y, fold_of, "model")
+    got = served_threshold(chosen, final, served, y, fold_of, [f"c{i}" for i in range(5)], 0.9)
+    cal = final(served)
+    t = got["threshold"] if got["scope"] == "global" else None
+    if t is not None:
+        assert (cal.argmax(1) == y)[cal.max(1) >= t].mean() >= 0.9
+    assert 0 < got["estimated_coverage"] < 1
+    noisy = np.full_like(served, 0.2)  # every score the same: precision is the accuracy, ~0.2
+    noisy[np.arange(len(y)), (y + 1) % 5] += 0.01
+    _, ch2, fin2 = calibrate(noisy, y, fold_of, "model")
+    with pytest.raises(
+        DataError, match=r"--target-precision 0.9: no threshold .*best precision reached is 0\.\d{4}"
+    ):
+        served_threshold(ch2, fin2, noisy, y, fold_of, [f"c{i}" for i in range(5)], 0.9)
+
+
+def test_per_class_thresholds_where_they_win():
+    rng = np.random.default_rng(11)
+    n = 4000
+    # class 0's answers are always right at scores 0.6-0.7; class 1's are right half the time below 0.9 and
+    # always above: one threshold for 0.9 must shut out class 0 with class 1's coin flips, one per class not
+    probs = np.empty((n, 2))
+    pred = np.where(rng.random(n) < 0.5, 0, 1)
+    top = np.where(pred == 0, 0.6 + 0.1 * rng.random(n), 0.55 + 0.4 * rng.random(n))
+    y = np.where(pred == 0, 0, np.where((top > 0.9) | (rng.random(n) < 0.5), 1, 0))
+    probs[np.arange(n), pred] = top
+    probs[np.arange(n), 1 - pred] = 1 - top
+    fold_of = np.arange(n) % 3
+    # temperature scaling keeps the scores' order (vector scaling would shift class 0 up and let one
+    # threshold do nearly as well: it does, and is chosen, on these rows)
+    chosen, final = nested(probs, y, fold_of, "temperature"), fit_temperature(probs, y)
+    got = served_threshold(chosen, final, probs, y, fold_of, ["a", "b"], 0.9)
+    assert got["scope"] == "per_class", got["why"]
+    assert got["nested"]["per_class"]["coverage_mean"] > got["nested"]["global"]["coverage_mean"] + 0.01
+    assert got["estimated_precision"] >= 0.88
+
+
+def test_calibration_json_round_trip(tmp_path):
+    served, y, fold_of, _ = synthetic(n=2000, seed=9)
+    section, chosen, final = calibrate(served, y, fold_of, "model")
+    labels = [f"c{i}" for i in range(5)]
+    section["served"] = served_threshold(chosen, final, served, y, fold_of, labels, 0.9)
+    warnings = []
+    saved = save_calibration(tmp_path, section, labels, blend_served=False, warnings=warnings)
+    assert saved["target_precision"] == 0.9 and not warnings
+    cal, thresholds, spec = read_calibration(tmp_path, labels)
+    np.testing.assert_allclose(cal(served.astype(np.float32)), final(served), atol=1e-5)
+    assert spec["nested"]["ece_after"] == section["after"]["ece_mean"]
+    assert (
+        (confident(final(served), thresholds) == (final(served).max(1) >= thresholds[0])).all()
+        if section["served"]["scope"] == "global"
+        else thresholds.shape == (5,)
+    )
+    with pytest.raises(ValueError, match="calibration.json.*labels"):
+        read_calibration(tmp_path, labels[::-1])
+    section["fitted_on"] = "blend"
+    assert save_calibration(tmp_path, section, labels, blend_served=False, warnings=warnings) is None
+    assert not (tmp_path / "calibration.json").exists() and "blend" in warnings[0]
+    assert any("ECE before" in line for line in table_lines(section))
+
+
+def test_bad_calibration_json_is_one_line(tmp_path):
+    (tmp_path / "calibration.json").write_text(json.dumps({"method": "temperature", "temperature": -1}))
+    with pytest.raises(ValueError, match=r"calibration.json: unreadable calibration .*temperature -1"):
+        read_calibration(tmp_path, ["a", "b"])
+    assert read_calibration(tmp_path / "nothing", ["a"]) is None
+
+
+# ------------------------------------------------------------------------------------------ multi-label
+def multi_label_synthetic(n=4000, labels=4, seed=0, temps=(3.0, 1.0, 0.5, 2.0), shift=None):
+    rng = np.random.default_rng(seed)
+    z = rng.normal(-1.0, 2.0, (n, labels))
+    Y = (rng.random((n, labels)) < 1 / (1 + np.exp(-z))).astype(int)
+    served = 1 / (1 + np.exp(-(z * np.asarray(temps) + (0 if shift is None else np.asarray(shift)))))
+    return served, Y, rng.permutation(np.arange(n) % 3)
+
+
+def test_multi_label_per_label_temperature_and_thresholds():
+    from finetune.calibration_multilabel import calibrate as calibrate_ml
+    from finetune.calibration_multilabel import label_thresholds
+
+    served, Y, fold_of = multi_label_synthetic()
+    names = ["a", "b", "c", "d"]
+    section, final, _after = calibrate_ml(served, Y, fold_of, names, "model", target=0.9)
+    assert section["method"] == "temperature" and section["multi_label"]
+    np.testing.assert_allclose(final.temperature, (3.0, 1.0, 0.5, 2.0), rtol=0.15)
+    assert section["after"]["ece_mean"] < section["before"]["ece_mean"]
+    served_section = section["served"]
+    assert served_section["scope"] == "per_label" and set(served_section["threshold"]) == set(names)
+    cal = final(served)
+    th = np.array([served_section["threshold"][k] for k in names])
+    for j in range(4):  # each label's assertions above its threshold reach the target on these rows
+        above = cal[:, j] >= th[j]
+        assert Y[above, j].mean() >= 0.9
+    assert served_section["estimated_precision"] == pytest.approx(0.9, abs=0.05)
+    again, _ = label_thresholds(cal, Y, 0.9)
+    np.testing.assert_allclose(again, th, atol=1e-6)
+
+
+def test_multi_label_platt_where_it_wins_and_confident_rule():
+    from finetune.calibration_multilabel import calibrate as calibrate_ml
+
+    served, Y, fold_of = multi_label_synthetic(temps=(1, 1, 1, 1), shift=(2.0, -2.0, 1.5, 0.0), seed=2)
+    section, final, _ = calibrate_ml(served, Y, fold_of, list("abcd"), "model")
+    assert section["method"] == "platt", section["why"]
+    assert final.bias[0] < 0 < final.bias[1]
+    probs = np.array([[0.95, 0.2], [0.6, 0.1], [0.1, 0.2]])
+    asserted = probs >= 0.5
+    # row 0 asserts label 0 above its 0.9 threshold; row 1 asserts it below; row 2 asserts nothing
+    assert confident_multi_label(probs, asserted, np.array([0.9, 0.9])).tolist() == [True, False, True]
+
+
+def test_multi_label_unreachable_target():
+    from finetune.calibration_multilabel import calibrate as calibrate_ml
+
+    rng = np.random.default_rng(4)
+    served = np.full((600, 3), 0.5)
+    Y = (rng.random((600, 3)) < 0.3).astype(int)
+    with pytest.raises(DataError, match=r"--target-precision 0.95: no label reaches it .*best precision"):
+        calibrate_ml(served, Y, np.arange(600) % 3, list("abc"), "model", target=0.95)
+
+
+def test_scores_match_scikit_learn():
+    from sklearn.metrics import brier_score_loss, log_loss
+
+    served, y, _, _ = synthetic(n=500, seed=12)
+    s = scores(served, y)
+    assert s["log_loss"] == pytest.approx(log_loss(y, served, labels=range(5)))
+    assert s["brier"] == pytest.approx(np.mean(((np.eye(5)[y] - served) ** 2).sum(1)))
+    assert s["brier"] == pytest.approx(brier_score_loss(y, served, labels=range(5)))
+    assert nested(served, y, np.arange(500) % 2, "temperature").calibrated.shape == served.shape
+
+
+def test_none_where_no_calibrator_beats_the_scores_nested():
+    served, y, fold_of, _ = synthetic(sharpen=2.0, seed=0)
+    # like a kept blend: scores already fitted by log-loss on these very rows, so T = 1 is their optimum
+    true = fit_temperature(served, y)(served)
+    section, chosen, final = calibrate(true, y, fold_of, "blend")
+    cand = section["candidates"]
+    assert (
+        cand["temperature"]["log_loss_mean"] >= cand["none"]["log_loss_mean"]
+    )  # nested, a fitted T only adds noise
+    assert section["method"] == "none" and final.method == "none", section["why"]
+    assert section["after"] == section["before"] and chosen.calibrated is not None
+    np.testing.assert_array_equal(final(true), true)
+    table = coverage_table(chosen, true, y, fold_of)  # thresholds still chosen on the scores as they are
+    assert table[0]["precision_mean"] == pytest.approx(0.8, abs=0.03)

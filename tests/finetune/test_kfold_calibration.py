@@ -1,0 +1,101 @@
+"""k-fold end to end with calibration: the report's section and pictures, calibration.json in the final model
+as the engine serves it, --target-precision on --resume, and the one-line errors."""
+
+import json
+
+import numpy as np
+import pytest
+
+from finetune.calibration import calibrate
+from finetune.kfold import main
+
+LABELS = ["dream", "error", "memo"]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory, tiny_electra_dir, toy_rows):
+    folder = tmp_path_factory.mktemp("kfold-calibration")
+    data = folder / "notes.csv"
+    rows = toy_rows(n_per_class=12, seed=5)
+    # every other label moved to the next class: no 20 rows can be answered at a precision near 1
+    flip = np.arange(len(rows)) % 2 == 0
+    rows.loc[flip, "label"] = rows.loc[flip, "label"].map(lambda v: LABELS[(LABELS.index(v) + 1) % 3])
+    rows.to_csv(data, index=False)
+    out = folder / "run"
+    args = [
+        "--model",
+        str(tiny_electra_dir),
+        "--data",
+        str(data),
+        "--folds",
+        "3",
+        "--epochs",
+        "1",
+        "--batch-size",
+        "8",
+        "--output",
+        str(out),
+    ]
+    assert main([*args, "--final"]) == 0
+    return out, args
+
+
+def test_report_section_pictures_and_table(run, capsys):
+    import pandas as pd
+
+    out, _args = run
+    report = json.loads((out / "report.json").read_text())
+    cal = report["calibration"]
+    assert cal["nested"] and len(cal["folds"]) == 3 and cal["method"] in ("temperature", "vector", "none")
+    assert cal["fitted_on"] == ("blend" if report["blend"]["kept"] else "model")
+    assert [r["target"] for r in cal["coverage"]] == [0.8, 0.9, 0.95, 0.98, 0.99]
+    assert (out / "calibration.png").stat().st_size > 0 and (out / "coverage.png").stat().st_size > 0
+    # recomputed from oof_predictions.csv: the same section
+    oof = pd.read_csv(out / "oof_predictions.csv")
+    prefix = "blend_prob_" if cal["fitted_on"] == "blend" else "prob_"
+    probs = oof[[prefix + c for c in LABELS]].to_numpy()
+    again, _, _ = calibrate(
+        probs, oof["label"].map(LABELS.index).to_numpy(), oof["fold"].to_numpy(), cal["fitted_on"]
+    )
+    assert again["method"] == cal["method"]
+    assert again["after"]["ece_mean"] == pytest.approx(cal["after"]["ece_mean"], abs=1e-4)
+    assert again["before"]["log_loss_mean"] == pytest.approx(cal["before"]["log_loss_mean"], abs=1e-4)
+
+
+def test_final_model_serves_the_calibration(run):
+    from serving.engine import Classifier
+
+    out, _ = run
+    report = json.loads((out / "report.json").read_text())
+    spec = json.loads((out / "model" / "calibration.json").read_text())
+    assert spec["method"] == report["calibration"]["final"]["method"] and spec["labels"] == LABELS
+    assert spec["threshold"] is None and spec["target_precision"] is None  # no --target-precision
+    assert spec["nested"]["ece_after"] == report["calibration"]["after"]["ece_mean"]
+    config = json.loads((out / "model" / "training_config.json").read_text())
+    assert config["calibration"]["method"] == spec["method"]
+    clf = Classifier.load(out / "model", provider="torch")
+    info = clf.info()["calibration"]
+    assert info["calibrated"] and "every answer counts as confident" in info["why"]
+    assert all(p.confident for p in clf.predict(["꿈에서 봤다", "오류 발생"]))
+    np.testing.assert_allclose(clf.predict_proba(["꿈에서 봤다"]).sum(), 1, atol=1e-5)
+
+
+def test_target_precision_on_resume_and_bad_targets(run, capsys):
+    out, args = run
+    assert main([*args, "--resume", "--target-precision", "0.999999"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(
+        "error: --target-precision 0.999999: no threshold reaches it on the 36 out-of-fold rows"
+    )
+    assert "best precision reached is" in err[-1]
+    best = float(err[-1].split("best precision reached is ")[1].split(",")[0])
+    target = round(max(0.01, best - 0.01), 4)  # one these rows reach, by the message's own number
+    assert main([*args, "--resume", "--target-precision", str(target)]) == 0
+    served = json.loads((out / "report.json").read_text())["calibration"]["served"]
+    assert served["target_precision"] == target and served["scope"] in ("global", "per_class")
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--resume", "--target-precision", "1.5"])
+    assert (
+        e.value.code == 2
+        and "--target-precision 1.5: must be a precision in (0, 1)" in capsys.readouterr().err
+    )
