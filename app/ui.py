@@ -32,13 +32,12 @@ from .api import text_problem
 from .batcher import QueueFull
 from .labeling import ORDERS, SessionError, SessionStore
 from .review_queue import start_session
+from .ui_label_view import MAX_LABEL_BUTTONS, _render_label
 from .ui_review import ReviewPanel
-from .ui_review import hint as review_hint
 from .uploads import read_upload, spreadsheet_safe, uploaded_only
 
 log = logging.getLogger("app")
 
-MAX_LABEL_BUTTONS = 20
 QUICK = 16  # concurrent quick events (classify, label clicks): milliseconds each
 SCORE_CHUNK = 256  # rows per engine call in scoring jobs: the progress bar moves at this step
 
@@ -203,60 +202,32 @@ def _classify_tab(cfg, state, labels: list[str]) -> None:
 
 
 
-def _render_label(store: SessionStore, labels: list[str], session, message: str = "") -> list:
-    """Every output of the Label tab, for whatever state the session is in."""
-    # "hidden", not False: Gradio 6 drops components with visible=False from the page, and when one
-    # is shown again it replays stale updates from the page-load event and hides itself.
+def _export_labeled(store: SessionStore, exports: Exports, sid) -> str:
+    """A session's labeled.csv for download; a person opens this one, so formulas are neutralised."""
+    session = store.get(sid)
     if session is None:
-        hidden = [gr.update(visible="hidden")] * MAX_LABEL_BUTTONS
-        return ["", None, gr.update(value="", label="Text"), "Upload a CSV with a `text` column to start.",
-                None, "", gr.update(visible="hidden"), *hidden, gr.update(choices=labels, value=None),
-                gr.update(value=ORDERS[0]), message, _sessions_update(store, None), *ui_multilabel.hidden()]
-    row = session.current()
-    prog = session.progress()
-    done = prog["labeled"]
-    bar = (f'<progress value="{done}" max="{prog["total"]}" style="width:100%"></progress>'
-           f'<div><b>{done}</b> labeled · <b>{prog["skipped"]}</b> skipped · <b>{prog["todo"]}</b> to go · '
-           f'{prog["total"]} in {html.escape(session.meta["source"])}</div>')
-    session_labels = session.labels
-    if row is None:
-        text = gr.update(value="", label="All done")
-        hint = f"All {prog['total']} texts are labeled. Download the labeled CSV below."
-        probs, accept, suggestion = None, gr.update(visible="hidden"), None
-    else:
-        suggestion = session.suggestion[row]
-        again = " (skipped earlier)" if session.status[row] == 1 else ""
-        text = gr.update(value=session.texts[row], label=f"Row {row + 1}{again}")
-        hint = f"Model suggests **{html.escape(suggestion)}** at {session.confidence[row]:.1%}"
-        hint = review_hint(session, row) or hint
-        probs = session.probs[row]
-        accept = gr.update(value=f"✓ Accept: {suggestion}  [Enter]", visible=True)
-        if session.meta.get("blind"):  # the live audit: the person's label must not lean on the model's
-            suggestion, probs, accept = None, None, gr.update(visible="hidden")
-            hint = "Audit: choose the label you read in the text (the model's answer is hidden)."
-    panel = ui_multilabel.hidden()
-    if session.multi_label:  # checkboxes instead of the accept and label buttons
-        if row is not None:
-            hint, probs, panel = ui_multilabel.render(session, row)
-        accept, row_shown = gr.update(visible="hidden"), None
-    else:
-        row_shown = row
-    buttons = []
-    for i in range(MAX_LABEL_BUTTONS):
-        if i < len(session_labels) and row_shown is not None:
-            key = f"[{i + 1}] " if i < 9 else ""
-            buttons.append(gr.update(value=f"{key}{session_labels[i]}", visible=True,
-                                     variant="primary" if session_labels[i] == suggestion else "secondary"))
-        else:
-            buttons.append(gr.update(visible="hidden"))
-    return [session.id, row, text, hint, probs, bar, accept, *buttons,
-            gr.update(choices=session_labels, value=None), gr.update(value=session.order), message,
-            _sessions_update(store, session.id), *panel]
+        raise gr.Error("No labeling session yet.")
+    out = exports.path(f"{Path(session.meta['source']).stem}-labeled.csv")
+    with session.lock:
+        labeled = pd.read_csv(session.labeled_path, dtype=str, keep_default_na=False)
+    write_table(spreadsheet_safe(labeled), out)
+    return str(out)
 
-def _sessions_update(store: SessionStore, current_id):
-    choices = [(f"{m['source']} · {m['rows']} rows · {time.strftime('%Y-%m-%d %H:%M', time.localtime(m['created']))}",
-                m["id"]) for m in store.list()[:50]]
-    return gr.update(choices=choices, value=current_id)
+
+def _label_extras(labels: list[str]) -> tuple:
+    """The Label tab's order, other-label, new-label and download controls."""
+    with gr.Accordion("Order, other labels, download", open=True):
+        with gr.Row():
+            l_order = gr.Dropdown(ORDERS, value=ORDERS[0], label="Queue order", elem_id="label-order")
+            l_other = gr.Dropdown(choices=labels, label="Other label", elem_id="label-other")
+            l_other_btn = gr.Button("Label as selected", size="sm", elem_id="label-other-btn")
+        with gr.Row():
+            l_new = gr.Textbox(label="New label", max_length=60, elem_id="label-new")
+            l_add = gr.Button("Add label", size="sm", elem_id="label-add")
+        with gr.Row():
+            l_export = gr.Button("Download labeled CSV (text,label)", elem_id="label-export")
+            l_file_out = gr.File(label="Labeled CSV", elem_id="label-download")
+    return l_order, l_other, l_other_btn, l_new, l_add, l_export, l_file_out
 
 
 def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Exports, engine_turn, jobs=None) -> None:
@@ -332,15 +303,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
     def set_order(session, row, order):
         session.set_order(order)
 
-    def export(sid):
-        session = store.get(sid)
-        if session is None:
-            raise gr.Error("No labeling session yet.")
-        out = exports.path(f"{Path(session.meta['source']).stem}-labeled.csv")
-        with session.lock:
-            labeled = pd.read_csv(session.labeled_path, dtype=str, keep_default_na=False)
-        write_table(spreadsheet_safe(labeled), out)  # a person opens this one: formulas neutralised
-        return str(out)
+    export = partial(_export_labeled, store, exports)
 
     with gr.Tab("Label", id="label", elem_id="tab-label") as label_tab:
         sid = gr.BrowserState("", storage_key="electra-label-session")
@@ -373,17 +336,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
             l_message = gr.Markdown(elem_id="label-message")
             gr.Markdown("Keys: **Enter** accept · **1–9** choose a label · **S** skip · **U** undo. "
                         "Every decision is saved on the server as you go.", elem_classes="shortcut-help")
-            with gr.Accordion("Order, other labels, download", open=True):
-                with gr.Row():
-                    l_order = gr.Dropdown(ORDERS, value=ORDERS[0], label="Queue order", elem_id="label-order")
-                    l_other = gr.Dropdown(choices=labels, label="Other label", elem_id="label-other")
-                    l_other_btn = gr.Button("Label as selected", size="sm", elem_id="label-other-btn")
-                with gr.Row():
-                    l_new = gr.Textbox(label="New label", max_length=60, elem_id="label-new")
-                    l_add = gr.Button("Add label", size="sm", elem_id="label-add")
-                with gr.Row():
-                    l_export = gr.Button("Download labeled CSV (text,label)", elem_id="label-export")
-                    l_file_out = gr.File(label="Labeled CSV", elem_id="label-download")
+            l_order, l_other, l_other_btn, l_new, l_add, l_export, l_file_out = _label_extras(labels)
         outputs = [sid, row, l_text, l_hint, l_probs, l_progress, l_accept, *l_buttons, l_other, l_order,
                    l_message, l_sessions, *l_panel]
         quick = {"concurrency_limit": QUICK, "concurrency_id": "label", "trigger_mode": "once"}

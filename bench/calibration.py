@@ -75,6 +75,29 @@ def calibrations(labels: list[str]) -> dict:
     }
 
 
+def measure(clf, modes: dict, texts: list[str], repeats: int) -> tuple[dict, dict]:
+    """(rows/s per mode and call, the calibration step alone in µs per row per mode)."""
+    times = {m: {"predict": [], "predict_proba": []} for m in modes}
+    for r in range(repeats):  # interleaved, the order reversed every other round: drifting load hits
+        for mode in list(modes)[:: 1 if r % 2 == 0 else -1]:  # every mode alike, first and last alike
+            clf.calibration = modes[mode]
+            for call in ("predict", "predict_proba"):
+                start = time.perf_counter()
+                getattr(clf, call)(texts)
+                times[mode][call].append(time.perf_counter() - start)
+    clf.calibration = modes["none"]
+    raw = clf.predict_proba(texts)
+    step = {}
+    for mode, cal in modes.items():  # the calibration step alone, on these rows' probabilities
+        runs = []
+        for _ in range(50):
+            start = time.perf_counter()
+            cal.confident(cal(raw))
+            runs.append(time.perf_counter() - start)
+        step[mode] = statistics.median(runs) / len(texts) * 1e6
+    return {m: {c: len(texts) / statistics.median(v) for c, v in calls.items()} for m, calls in times.items()}, step
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path)
@@ -98,27 +121,7 @@ def main(argv=None) -> int:
     clf = Classifier.load(folder, quantized=False, max_length=64)
     modes = calibrations(list(clf.labels))
     load_before = os.getloadavg()
-    times = {m: {"predict": [], "predict_proba": []} for m in modes}
-    for r in range(a.repeats):  # interleaved, the order reversed every other round: drifting load hits
-        for mode in list(modes)[:: 1 if r % 2 == 0 else -1]:  # every mode alike, first and last alike
-            cal = modes[mode]
-            clf.calibration = cal
-            for call in ("predict", "predict_proba"):
-                start = time.perf_counter()
-                getattr(clf, call)(texts)
-                times[mode][call].append(time.perf_counter() - start)
-    clf.calibration = modes["none"]
-    raw = clf.predict_proba(texts)
-    step = {}
-    for mode, cal in modes.items():  # the calibration step alone, on these rows' probabilities
-        runs = []
-        for _ in range(50):
-            start = time.perf_counter()
-            cal(raw)
-            cal.confident(cal(raw))
-            runs.append(time.perf_counter() - start)
-        step[mode] = statistics.median(runs) / len(texts) * 1e6
-    rows = {m: {c: len(texts) / statistics.median(v) for c, v in calls.items()} for m, calls in times.items()}
+    rows, step = measure(clf, modes, texts, a.repeats)
     result = {
         "date": time.strftime("%Y-%m-%d"),
         "model": str(folder),

@@ -35,7 +35,7 @@ def main(argv=None) -> int:
     p.add_argument("--target-precision", type=float, default=0.9)
     p.add_argument("--output", type=Path, required=True)
     a = p.parse_args(argv)
-    from finetune.baseline import baseline_predict
+    from baseline.folds import baseline_predict
     from finetune.confidence import cv_calibration, table_lines
     from finetune.data import fixed_folds, load_labeled
     from textdata.normalize import Normalizer

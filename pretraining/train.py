@@ -275,8 +275,7 @@ def train(cfg: TrainConfig) -> Path:
             plot_rtd_curve(log.path, out / "rtd_accuracy.png")
         accelerator.wait_for_everyone()
 
-    # ---- the loop
-    model.train()
+    model.train()  # the loop
     while step < last_stop:
         if step == switch_step:
             raw.start_discriminator_stage()
