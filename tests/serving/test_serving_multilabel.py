@@ -21,18 +21,12 @@ THRESHOLDS = np.array([0.45, 0.5, 0.6])  # tests/multilabel_fixture.py
 LABELS = ["dream", "error", "memo"]
 
 
-
 def finetune_half():
-    """The per-label blend module of issue 32's finetune half (k-fold --multi-label); these tests run once it is
-    merged (it moves with the baseline code: baseline/ or textdata/)."""
-    import importlib
+    """The per-label blend of issue 32's finetune half (k-fold --multi-label)."""
+    from baseline import label_blend
 
-    for name in ("baseline.label_blend", "textdata.label_blend"):
-        try:
-            return importlib.import_module(name)
-        except ImportError:
-            continue
-    pytest.skip("the finetune half of issue 32 (k-fold --multi-label, per-label blend) is not merged here")
+    return label_blend
+
 
 @pytest.fixture(scope="module")
 def ml_exported(multilabel_classifier_dir, multilabel_rows, tmp_path_factory):
