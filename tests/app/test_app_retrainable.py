@@ -12,9 +12,9 @@ from finetune.config import Config, config_from_json, config_json, parse_args
 
 # A value away from k-fold's default for every retrainable setting.
 GIVEN = {"folds": 3, "epochs": 7, "lr": 0.002, "batch_size": 16, "max_length": 64, "seed": 9, "class_weights": True,
-         "normalize": "kc"}
+         "normalize": "kc", "target_precision": 0.9}
 FLAGS = ["--folds", "3", "--epochs", "7", "--lr", "0.002", "--batch-size", "16", "--max-length", "64", "--seed", "9",
-         "--class-weights", "--normalize", "kc"]
+         "--class-weights", "--normalize", "kc", "--target-precision", "0.9"]
 
 
 def test_every_retrainable_setting_is_given_and_away_from_its_default():
@@ -38,7 +38,8 @@ def test_a_retrain_inherits_each_setting_from_the_recorded_config():
     got = inherited(recorded)
     assert got == GIVEN
     # the order job.json's params have always had: top-level settings, then train.* in Config order
-    assert list(got) == ["folds", "max_length", "seed", "normalize", "epochs", "batch_size", "lr", "class_weights"]
+    assert list(got) == ["folds", "max_length", "seed", "normalize", "target_precision", "epochs", "batch_size", "lr",
+                         "class_weights"]
 
 
 def test_api_fields_and_train_tab_come_from_the_list():

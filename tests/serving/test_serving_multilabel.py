@@ -33,7 +33,8 @@ def ml_exported(multilabel_classifier_dir, multilabel_rows, tmp_path_factory):
     out = tmp_path_factory.mktemp("ml-exported")
     eval_csv = out.parent / "ml-eval.csv"
     multilabel_rows(60, seed=2).to_csv(eval_csv, index=False)
-    (multilabel_classifier_dir / "calibration.json").write_text('{"kind": "test"}')
+    (multilabel_classifier_dir / "calibration.json").write_text(
+        '{"method": "temperature", "problem_type": "multi_label_classification", "temperature": [1, 1, 1]}')
     try:
         export.run(export.ExportConfig(model=multilabel_classifier_dir, output=out, quantize=True, eval_csv=eval_csv,
                                        min_agreement=0.95, min_int8_speedup=0))
