@@ -23,10 +23,10 @@ def fold_metrics(y_true: np.ndarray, y_pred: np.ndarray, labels: list[str]) -> d
     }
 
 
-def summarize(folds: list[dict]) -> dict:
-    """mean and (population) std of each headline metric over folds."""
+def summarize(folds: list[dict], keys: tuple[str, ...] = KEYS) -> dict:
+    """mean and (population) std of each headline metric (`keys`) over folds."""
     out = {}
-    for key in KEYS:
+    for key in keys:
         values = np.array([f[key] for f in folds], dtype=float)
         out[f"{key}_mean"] = float(values.mean())
         out[f"{key}_std"] = float(values.std())

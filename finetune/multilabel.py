@@ -19,6 +19,8 @@ from __future__ import annotations
 import numpy as np
 from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
 
+from finetune import metrics
+
 KEYS = ("micro_f1", "macro_f1", "samples_f1", "subset_accuracy")
 DEFAULT = 0.5
 # Candidate thresholds: a grid rather than every distinct probability, so a label's threshold cannot sit on
@@ -75,13 +77,8 @@ def nested_thresholds(Y: np.ndarray, proba: np.ndarray, fold_of: np.ndarray) -> 
 
 
 def summarize(folds: list[dict]) -> dict:
-    """mean and (population) std of each headline metric over folds."""
-    out = {}
-    for key in KEYS:
-        values = np.array([f[key] for f in folds], dtype=float)
-        out[f"{key}_mean"] = float(values.mean())
-        out[f"{key}_std"] = float(values.std())
-    return out
+    """mean and (population) std of each multi-label headline metric over folds (finetune/metrics.py's)."""
+    return metrics.summarize(folds, KEYS)
 
 
 def scored(Y: np.ndarray, proba: np.ndarray, fold_of: np.ndarray, labels: list[str]) -> dict:
