@@ -56,7 +56,7 @@ def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Swi
     @app.get("/v1/models")
     async def models():
         admin()  # reading the registry and jobs (labeled texts, logs) too: the same rule as changing them
-        return names_only({"active": registry.active(), "serving": state.engine.version, "activating": switcher.busy,
+        return names_only({"active": registry.active(), "serving": state.served.version, "activating": switcher.busy,
                            "promote": cfg.promote, "promote_tolerance": cfg.promote_tolerance,
                            "versions": registry.listing()})
 
@@ -69,7 +69,7 @@ def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Swi
             raise HTTPException(404, names_only_text(str(e))) from None
         except ActivationError as e:
             raise HTTPException(422, names_only_text(str(e))) from None
-        return {"active": engine.version, "serving": state.engine.version}
+        return {"active": engine.version, "serving": state.served.version}
 
     @app.delete("/v1/models/{version}")
     async def delete(version: str):

@@ -41,10 +41,8 @@ class ServerState:
     ready: bool = False  # model warmed through the batcher
     draining: bool = False  # SIGTERM received: finish in-flight work, take no new work
     batcher: MicroBatcher | None = None
-    engine: object = None  # the served app.swap.Engine; replaced whole by a model switch
+    served: object = None  # the served app.swap.ServedVersion; replaced whole by a model switch
     on_drain: list = field(default_factory=list)  # called on the event loop when SIGTERM arrives
-    # Fixed cost of one engine pass in tokens' worth, measured at start-up; decides how batches are cut.
-    call_overhead_tokens: float = 12.0
     sessions: UiSessions = field(default_factory=UiSessions)  # signed UI cookies, secret made at each start
     review: object = None  # app.review_queue.ReviewQueue with --review-queue: "not sure" answers for a person
     throttle: AuthThrottle = field(default_factory=AuthThrottle)  # wrong keys per client address
@@ -171,7 +169,7 @@ def _shape(pred, top_k: int | None, version: str, min_confidence: float | None =
 
 
 def build_api(cfg: Config, state: ServerState, metrics: Metrics) -> FastAPI:
-    """The routes read the served engine (`state.engine`) per request, so a model switch needs no restart."""
+    """The routes read the served version (`state.served`) per request, so a model switch needs no restart."""
     # Swagger UI and ReDoc from the installed fastapi-offline package, not a CDN: /docs works air-gapped.
     app = FastAPIOffline(title="ELECTRA classifier", version="1", docs_url="/docs", redoc_url="/redoc",
                          static_url="/docs/static")
@@ -213,27 +211,27 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
         preds = await classify_texts(texts, field, single, request)
         # A plain JSONResponse: re-validating our own output through the response model costs more per
         # request than the JSON encoding itself (response_model above still documents the schema).
-        engine = request.state.engine
-        return JSONResponse({"model": engine.name, "model_version": engine.version,
-                             "predictions": [_shape(p, req.top_k, engine.version, req.min_confidence)
+        served = request.state.served
+        return JSONResponse({"model": served.name, "model_version": served.version,
+                             "predictions": [_shape(p, req.top_k, served.version, req.min_confidence)
                                              for p in preds]})
 
     async def classify_texts(texts: list[str], field: str, single: bool, request: Request) -> list:
         """Every route that classifies comes through here: the same limits (errors name the client's
-        `field`), one batcher, one timeout, one set of errors. The request keeps the engine it finds here
+        `field`), one batcher, one timeout, one set of errors. The request keeps the version it finds here
         (its tokenizer, its model) to the end, whatever is activated meanwhile; the gate sends its version
         in X-Model-Version."""
-        engine = state.engine
-        clf = engine.clf
+        served = state.served
+        clf = served.clf
         try:
             check_texts(texts, cfg, field, single, getattr(clf, "normalizer", str.strip))  # test doubles: a strip
         except HTTPException:
             if state.monitor is not None:
-                state.monitor.rejected_empty(engine, sum(1 for t in texts if not t.strip()))
+                state.monitor.rejected_empty(served, sum(1 for t in texts if not t.strip()))
             raise
         request.state.n_texts = len(texts)
-        request.state.engine = engine
-        request.state.model_version = engine.version
+        request.state.served = served
+        request.state.model_version = served.version
         batcher = state.batcher
         if batcher is None:
             raise HTTPException(503, "model is starting", headers={"Retry-After": "1"})
@@ -245,7 +243,7 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
         else:
             seqs = clf.encode(texts)
         try:
-            preds = await asyncio.wait_for(batcher.submit(seqs, [len(s) for s in seqs], engine), cfg.request_timeout_s)
+            preds = await asyncio.wait_for(batcher.submit(seqs, [len(s) for s in seqs], served), cfg.request_timeout_s)
         except QueueFull as e:
             metrics.rejected.labels("queue_full").inc()
             raise HTTPException(429, f"busy: {e}; retry later", headers={"Retry-After": "1"}) from None
@@ -258,12 +256,12 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
             log.exception("inference failed")
             raise HTTPException(500, "inference failed; see the server log") from None
         if state.monitor is not None:  # one queue put: the monitor's thread does the counting
-            state.monitor.observe(engine, preds, texts, seqs, getattr(clf, "max_length", None))
+            state.monitor.observe(served, preds, texts, seqs, getattr(clf, "max_length", None))
         unsure = [t for t, p in zip(texts, preds) if not getattr(p, "confident", True)]
         if unsure:  # counted and queued at the model's own threshold, whatever a request asked to see
             metrics.not_confident.inc(len(unsure))
             if state.review is not None:
-                state.review.add(texts, preds, engine.version)
+                state.review.add(texts, preds, served.version)
         return preds
 
     add_hf_routes(app, classify_texts)
@@ -274,16 +272,17 @@ def _add_status_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: M
 
     @app.get("/v1/labels")
     async def labels():
-        return {"labels": list(state.engine.clf.labels)}
+        return {"labels": list(state.served.clf.labels)}
 
     @app.get("/v1/model")
     async def model():
-        engine = state.engine
-        return {**engine.info, "name": engine.name, "version": engine.version,
+        served = state.served
+        overhead = await asyncio.to_thread(lambda: served.clf.call_overhead_tokens)  # measured once, off the loop
+        return {**served.info, "name": served.name, "version": served.version,
                 "batching": {"enabled": cfg.batching, "max_batch_tokens": cfg.max_batch_tokens,
                              "max_wait_ms": cfg.max_wait_ms, "workers": cfg.workers,
-                             "engine_batch_tokens": engine.clf.batch_tokens,
-                             "call_overhead_tokens": round(engine.overhead, 1)},
+                             "engine_batch_tokens": served.clf.batch_tokens,
+                             "call_overhead_tokens": round(overhead, 1)},
                 "limits": {"max_texts": cfg.max_texts, "max_chars": cfg.max_chars,
                            "max_body_bytes": cfg.max_body_bytes, "max_queue": cfg.max_queue,
                            "request_timeout_s": cfg.request_timeout_s}}

@@ -74,7 +74,7 @@ def add_hf_routes(app: FastAPI, classify_texts: Callable[..., Awaitable[list]]) 
         """(predictions, the classifier that made them: whether it is multi-label decides the shape)."""
         single = isinstance(inputs, str)
         preds = await classify_texts([inputs] if single else inputs, "inputs", single, request)
-        return preds, request.state.engine.clf
+        return preds, request.state.served.clf
 
     @app.post("/", summary="Hugging Face Inference API: text classification", responses=RESPONSES)
     async def hf_inference(req: HFRequest, request: Request):

@@ -6,8 +6,6 @@ import asyncio
 import contextlib
 import dataclasses
 import logging
-import statistics
-import time
 from pathlib import Path
 
 from fastapi import FastAPI
@@ -23,7 +21,7 @@ from .gate import Gate
 from .metrics import Metrics
 from .origin import SiteRule
 from .registry import Registry
-from .swap import Engine, Switcher
+from .swap import ServedVersion, Switcher
 from .upload_guard import FRAMING_BYTES, UploadGuard
 
 log = logging.getLogger("app")
@@ -58,11 +56,11 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     folder = getattr(clf, "folder", None)
     version = version or (model_version(folder) if folder is not None else clf.info()["name"])
     name = registry.meta(version).get("name", version) if registry is not None else clf.info()["name"]
-    state.engine = Engine(clf, version, name, describe(clf), state.call_overhead_tokens)
+    state.served = ServedVersion(clf, version, name, describe(clf))
     metrics.set_model(version)
     switcher = None
     if registry is not None:
-        switcher = Switcher(registry, state, metrics, lambda f: load_classifier(cfg, f), call_overhead_tokens, describe)
+        switcher = Switcher(registry, state, metrics, lambda f: load_classifier(cfg, f), describe)
     if cfg.review_queue:
         from .review_queue import ReviewQueue
 
@@ -74,9 +72,8 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
-        def predict(seqs, lengths, engine: Engine):
-            return predict_by_length(engine.clf, seqs, lengths, max_tokens=engine.clf.batch_tokens,
-                                     overhead_tokens=engine.overhead)
+        def predict(seqs, lengths, served: ServedVersion):
+            return served.clf.predict_encoded(seqs)  # the engine plans the passes (serving/passes.py)
 
         batcher = MicroBatcher(predict,
                                max_batch_tokens=cfg.max_batch_tokens, max_wait_ms=cfg.max_wait_ms,
@@ -133,65 +130,14 @@ def open_monitor(cfg: Config):
     return monitor
 
 
-def predict_by_length(clf, seqs: list[list[int]], lengths: list[int], max_tokens: int = 512,
-                      overhead_tokens: float = 12) -> list:
-    """`clf.predict_encoded` on groups of similar length, answers in input order.
-
-    A forward pass is padded to its longest text, and every padded token costs as much as a real one;
-    each pass also has a fixed cost (`overhead_tokens`, in tokens' worth of compute: 10-20 for ONNX on
-    CPU, ~150 for eager PyTorch, see `call_overhead_tokens`). Texts are sorted by length and a group is
-    cut where the padding that the next, longer text would add to it costs more than a new pass (or the
-    group would pass `max_tokens` padded tokens). One rule for both regimes: ONNX on CPU gets several
-    tight groups, PyTorch gets one wide pass.
-    """
-    order = sorted(range(len(seqs)), key=lengths.__getitem__)
-    out: list = [None] * len(seqs)
-    group: list[int] = []
-
-    def flush():
-        for i, pred in zip(group, clf.predict_encoded([seqs[j] for j in group])):
-            out[i] = pred
-
-    for i in order:
-        n = lengths[i]
-        if group and (len(group) * (n - lengths[group[-1]]) > overhead_tokens or (len(group) + 1) * n > max_tokens):
-            flush()
-            group = []
-        group.append(i)
-    if group:
-        flush()
-    return out
-
-
-def call_overhead_tokens(clf, repeats: int = 5) -> float:
-    """The engine's fixed cost per forward pass, in tokens' worth of compute: medians of one 16-token
-    text and of 8 x 64 tokens give the per-token cost, and what one pass costs beyond its tokens."""
-
-    def median_time(seqs):
-        times = []
-        for _ in range(repeats):
-            start = time.perf_counter()
-            clf.predict_encoded(seqs)
-            times.append(time.perf_counter() - start)
-        return statistics.median(times)
-
-    ids = clf.encode(["warm up " * 64])[0]  # real token ids, truncated to the model's max length
-    short, wide = ids[: min(16, len(ids))], ids[:64]
-    t_short, t_wide = median_time([short]), median_time([wide] * 8)
-    per_token = max(t_wide - t_short, 1e-9) / (8 * len(wide) - len(short))
-    return float(min(1000.0, max(0.0, t_short / per_token - len(short))))
-
-
 async def _warm_up(batcher: MicroBatcher, state: ServerState) -> None:
     """Ready means the engine's per-pass cost is measured and a request has gone through the whole path
     (queue, worker thread, engine)."""
-    engine = state.engine
-    overhead = await asyncio.to_thread(call_overhead_tokens, engine.clf)
+    served = state.served
+    overhead = await asyncio.to_thread(lambda: served.clf.call_overhead_tokens)
     log.info("engine pass overhead: %.0f tokens' worth", overhead,
              extra={"fields": {"event": "calibrated", "call_overhead_tokens": round(overhead)}})
-    if state.engine is engine:  # not switched meanwhile (a switch measures its own)
-        state.engine = engine = dataclasses.replace(engine, overhead=overhead)
-    seqs = engine.clf.encode(["warm up"])
-    await batcher.submit(seqs, [len(seqs[0])], engine)
+    seqs = served.clf.encode(["warm up"])
+    await batcher.submit(seqs, [len(seqs[0])], served)
     state.ready = True
     log.info("ready", extra={"fields": {"event": "ready"}})

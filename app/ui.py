@@ -130,11 +130,11 @@ def _score_chunks(n: int, score, progress, desc: str, unit: str, engine_turn: th
 
 def build_ui(cfg, state, jobs=None) -> gr.Blocks:
     """The tabs, each built by its own function: Classify, Label, Batch, and Train with a model registry.
-    Each action uses the engine serving when it starts (`state.engine`), so a model switch needs no reload."""
+    Each action uses the engine serving when it starts (`state.served`), so a model switch needs no reload."""
     store = SessionStore(Path(cfg.data_dir) / "label")
     exports = Exports()
-    labels = list(state.engine.clf.labels)
-    name = state.engine.name
+    labels = list(state.served.clf.labels)
+    name = state.served.name
     engine_turn = threading.Lock()  # one UI scoring chunk at a time, whichever tab asks
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
     with gr.Blocks(title=f"{name} · ELECTRA classifier", analytics_enabled=False,
@@ -166,7 +166,7 @@ def _classify_tab(cfg, state, labels: list[str]) -> None:
     """One text in, its label and probabilities out, through the API's micro-batcher."""
 
     async def classify(text: str):
-        engine = state.engine
+        engine = state.served
         clf = engine.clf
         text = (text or "").strip()
         if not text:
@@ -245,7 +245,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         texts = df.loc[keep, column].astype(str).tolist()
         if not texts:
             raise gr.Error(f"Column {column!r} has no text.")
-        clf = state.engine.clf  # one engine for the whole file, whatever is activated meanwhile
+        clf = state.served.clf  # one engine for the whole file, whatever is activated meanwhile
         preds = [p for part in _score_chunks(len(texts), lambda a, b: clf.predict(texts[a:b]), progress,
                                              "Model suggestions", "texts", engine_turn, state) for p in part]
         multi = getattr(clf, "multi_label", False)  # a multi-label model: the session decides label sets
@@ -259,7 +259,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         return render(store.get(sid))
 
     def review_unsure():  # the API's "not sure" answers (--review-queue) as a session, with the model's suggestions
-        session = start_session(state.review, store, list(state.engine.clf.labels))
+        session = start_session(state.review, store, list(state.served.clf.labels))
         if session is None:
             return render(None, "The review queue is empty: no 'not sure' answers are waiting.")
         return render(session, f"Loaded {len(session.texts)} 'not sure' answers from the review queue.")
@@ -368,7 +368,7 @@ def _batch_tab(cfg, state, exports: Exports, engine_turn) -> None:
 
     def score_file(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
         df, column, errors, notes = read_upload(cfg, file, text_column, partial(_stop_reason, state))
-        clf = state.engine.clf  # one engine for the whole file
+        clf = state.served.clf  # one engine for the whole file
 
         def score(a, b):  # rows the reader flagged are kept, with the reason in `error`
             return score_frame(clf, df.iloc[a:b], column, None, _within(errors, a, b), _within(notes, a, b))

@@ -82,14 +82,14 @@ def monitor_tab(cfg, state, store) -> None:
 
     def refresh():
         report = monitor.report()
-        version = state.engine.version
+        version = state.served.version
         v = report["versions"].get(version)
         return summary(report, version), (figure(v) if v and v["n"] else None)
 
     def audit(n):
         if monitor.audit is None:
             return "The audit is off: start the server with --audit-rate (e.g. 0.05)."
-        session = start_session(store, monitor.audit, list(state.engine.clf.labels), int(n))
+        session = start_session(store, monitor.audit, list(state.served.clf.labels), int(n))
         if session is None:
             return "No sampled texts are waiting yet."
         return (f"Audit session of {session.meta['rows']} texts made: open the Label tab and choose it under "

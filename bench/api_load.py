@@ -178,14 +178,13 @@ def run_mode(name: str, model: Path, extra: list[str], texts: list[str], args) -
 
 
 def engine_ceiling(model: Path, texts: list[str], batch: int, seconds: float, threads: int | None) -> dict:
-    """Texts/s through the engine alone (token ids ready, no HTTP), one text per pass vs `batch` per pass
-    cut the way the server cuts them: the most any micro-batcher could gain on this machine."""
+    """Texts/s through the engine alone (token ids ready, no HTTP), one text per call vs `batch` per call,
+    whose passes the engine plans as it does for the server: the most any micro-batcher could gain here."""
     sys.path.insert(0, str(ROOT))
-    from app.server import call_overhead_tokens, predict_by_length
     from serving.engine import Classifier
 
     clf = Classifier.load(model, batch_tokens=512, threads=threads)  # the server's default engine budget
-    overhead = call_overhead_tokens(clf)
+    overhead = clf.call_overhead_tokens
     seqs = clf.encode(texts[:3000])
     rng = random.Random(2)
 
@@ -193,7 +192,7 @@ def engine_ceiling(model: Path, texts: list[str], batch: int, seconds: float, th
         done, start = 0, time.perf_counter()
         while time.perf_counter() - start < seconds:
             pick = rng.sample(seqs, size)
-            predict_by_length(clf, pick, [len(s) for s in pick], overhead_tokens=overhead)
+            clf.predict_encoded(pick)
             done += size
         return done / (time.perf_counter() - start)
 

@@ -11,8 +11,9 @@ What it does once, for every caller:
   `truncation="head"` keeps the first tokens, like the tokenizer did in training; `"head+tail"`
   keeps the first quarter and the last three quarters of the budget (Sun et al. 2019: the end of a
   long text often carries the conclusion);
-- batches by a token budget: texts are sorted by length, each batch is padded only to its own
-  longest text and holds at most `batch_tokens` padded tokens, then results go back in input order;
+- plans the forward passes once per call (serving/passes.py): texts sorted by length, a pass cut where padding
+  would cost more than a new pass (`call_overhead_tokens`, measured once) or past `batch_tokens` padded tokens,
+  each padded only to its own longest text, results back in input order;
 - picks the provider: TensorRT, then CUDA, when present and a warm-up run works on them, else CPU;
   on CUDA, inputs and outputs go through IO binding; on CPU, intra-op threads = usable cores (affinity, cgroup
   quota) that other work does not keep busy, spin-waiting off where they are shared (textdata/cpu_limits.py);
@@ -24,9 +25,9 @@ What it does once, for every caller:
 from __future__ import annotations
 
 import importlib.util
-import json
 import logging
 import os
+import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -34,25 +35,21 @@ from pathlib import Path
 
 import numpy as np
 
-from baseline.blend import BASELINE_DIR, BLEND_FILE, TEXT_CAP, Encoded, ServedBlend
+from baseline.blend import TEXT_CAP, Encoded, ServedBlend
+from serving import passes
 from serving.calibration import ServedCalibration
+from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE, WEIGHT_FILES, ModelFolder
 from serving.multilabel import is_multi_label, load_thresholds, multi_label_predictions, sigmoid
 from serving.onnx_runner import ORT_NAMES, OrtRunner
 from serving.quantize import cpu_isa
 from serving.runner import Runner
 from serving.torch_runner import TorchRunner, check_options, cuda_available, probe_ids
 from textdata.errors import ModelError
-from textdata.labels import labels_from_config
 from textdata.learned import folder_note
-from textdata.normalize import Normalizer
 from textdata.numerics import check_precision
-from textdata.run_folder import check_classifier, model_in_run
 
 log = logging.getLogger("serving.engine")
 
-ONNX_FILE = "model.onnx"
-ONNX_INT8_FILE = "model_quantized.onnx"
-REPORT_FILE = "export_report.json"
 PROVIDERS = ("auto", "cpu", "cuda", "tensorrt", "torch")
 TRUNCATIONS = ("head", "head+tail")
 # Default padded tokens per pass (Classifier.load(batch_tokens=None)). Measured (docs/serving.md, "Pass size"):
@@ -91,30 +88,18 @@ def _softmax(logits: np.ndarray) -> np.ndarray:
     return z / z.sum(axis=-1, keepdims=True)
 
 
-def _resolve_files(path: Path) -> tuple[Path, list[Path]]:
-    """(folder, ONNX files in it); a path to one .onnx file selects that file."""
-    if not path.exists():
-        raise ModelError(f"{path}: no such model folder")
-    path = model_in_run(path, use=("model",))
-    if path.is_file():
-        if path.suffix != ".onnx":
-            raise ModelError(f"{path}: expected a model folder or an .onnx file")
-        return path.parent, [path]
-    return path, [p for p in (path / ONNX_FILE, path / ONNX_INT8_FILE) if p.exists()]
-
-
 class Classifier:
     """Use `Classifier.load(...)`; the constructor takes already-built parts."""
 
-    def __init__(self, folder, runner: Runner, tokenizer, config, normalizer, max_length, batch_tokens, truncation,
-                 model_file):
-        self.folder = Path(folder)
+    def __init__(self, model: ModelFolder, runner: Runner, max_length: int, batch_tokens: int, truncation: str,
+                 model_file: Path | None = None, blend: bool = True):
+        self.model_folder = model
+        self.folder = model.path
         self._run = runner
-        self._config = config
-        self.normalizer = normalizer
-        self.labels = labels_from_config(config)
+        self.normalizer = model.normalizer
+        self.labels = model.labels
         # Multi-label (serving/multilabel.py): sigmoid per label, labels over the thresholds in thresholds.json.
-        self.multi_label = is_multi_label(config)
+        self.multi_label = is_multi_label(model.config)
         self._thresholds = load_thresholds(self.folder, self.labels) if self.multi_label else None
         self.thresholds = self._thresholds.values if self.multi_label else None
         self.label_sep = self._thresholds.label_sep if self.multi_label else None
@@ -127,23 +112,26 @@ class Classifier:
         # and never mutating it after load is what makes concurrent encode_batch calls safe.
         from tokenizers import Tokenizer
 
-        self._tok = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+        self._tok = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
         self._tok.no_truncation()
         self._tok.no_padding()
         self._prefix, self._suffix = _special_tokens(self._tok)
-        self._pad_id = tokenizer.pad_token_id or 0
+        self._pad_id = model.tokenizer.pad_token_id or 0
         self._budget = max_length - len(self._prefix) - len(self._suffix)
         # Characters beyond this cannot reach the kept tokens after whitespace is collapsed (a token
         # covers at least one character); cutting first keeps a 50 MB cell from stalling the tokenizer.
         self._char_cap = max(4096, 32 * max_length)
-        self._report = None
-        self.blend: ServedBlend | None = None  # set by load(blend=True) when the folder has one
+        self._overhead: float | None = None  # call_overhead_tokens, measured on first need
+        self._overhead_lock = threading.Lock()
         self.blend_overlap = True  # False: the baseline runs after the model (same numbers; bench/serving.py)
-        self._has_blend = False
-        self.calibration = ServedCalibration()  # load() reads the folder's calibration.json (serving/calibration.py)
-        self.learned = None  # "the model adds nothing; ..." when k-fold found so (textdata/learned.py)
-        if (self.folder / REPORT_FILE).exists():
-            self._report = json.loads((self.folder / REPORT_FILE).read_text(encoding="utf-8"))
+        try:  # the folder's TF-IDF blend (baseline/, written by finetune --final) when asked and present
+            self.blend = ServedBlend(self.folder, len(self.labels)) if blend and model.has_blend else None
+        except ValueError as e:
+            raise ModelError(str(e)) from None
+        self.calibration = ServedCalibration.load(self.folder, self.labels, blend_served=self.blend is not None)
+        self.learned = folder_note(self.folder, blended=self.blend is not None)  # k-fold's finding (textdata/learned.py)
+        if self.learned:
+            log.warning("%s: %s", self.folder, self.learned)
 
     # ---------------------------------------------------------------- loading
     @classmethod
@@ -174,83 +162,45 @@ class Classifier:
         blend: apply the folder's TF-IDF blend (baseline/, written by finetune --final) when it has one;
         probabilities and predictions are then blended, logits stay the model's own.
         """
-        if provider not in PROVIDERS:
-            raise ValueError(f"provider {provider!r}: use one of {PROVIDERS}")
-        if truncation not in TRUNCATIONS:
-            raise ValueError(f"truncation {truncation!r}: use one of {TRUNCATIONS}")
-        batch_tokens = PassSize() if batch_tokens is None else batch_tokens
-        sizes = (batch_tokens.cpu, batch_tokens.gpu) if isinstance(batch_tokens, PassSize) else (batch_tokens,)
-        if min(sizes) < 1:
-            raise ValueError("batch_tokens must be positive")
-        check_precision(precision)
-        folder, onnx_files = _resolve_files(Path(path))
-        if not (folder / "config.json").exists():
-            raise ModelError(f"{folder}: no config.json, so not a model folder (expected the output of "
-                             "serving.export or a transformers save_pretrained folder)")
-        check_classifier(folder)
-        from transformers import AutoConfig, AutoTokenizer  # after the checks: a wrong folder answers at once
-
-        try:
-            config = AutoConfig.from_pretrained(folder)
-            tokenizer = AutoTokenizer.from_pretrained(folder, use_fast=True)
-        except Exception as e:  # noqa: BLE001 - transformers raises many types for a broken folder
-            msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ModelError(f"{folder}: cannot read config/tokenizer: {msg}") from None
-        if not getattr(tokenizer, "is_fast", False):
-            raise ModelError(f"{folder}: needs a fast tokenizer (tokenizer.json or a vocab a fast tokenizer can load)")
-        if not getattr(config, "id2label", None):
-            raise ModelError(f"{folder}: config.json has no id2label")
-        try:
-            normalizer = Normalizer.load(folder)
-        except (ValueError, json.JSONDecodeError) as e:
-            raise ModelError(str(e)) from None
-        max_length = _resolve_max_length(max_length, tokenizer, config)
-
-        torch_folder = folder
-        if provider == "auto" and onnx_files and _gpu_without_ort_gpu():
-            torch_folder = _torch_weights_folder(folder)
-            if torch_folder is not None:
-                log.warning("CUDA is here but onnxruntime has no CUDA provider (onnxruntime-gpu is not "
-                            "installed): serving %s with PyTorch on the GPU", torch_folder)
-                onnx_files = []
+        batch_tokens = _check_options(provider, truncation, batch_tokens, precision)
+        model = ModelFolder.read(path)
+        max_length = model.max_length(max_length)
+        onnx_files, torch_folder = model.onnx_files, model.path
+        if provider == "auto" and onnx_files and _gpu_without_ort_gpu() and (weights := model.torch_weights()):
+            torch_folder, onnx_files = weights, ()
+            log.warning("CUDA is here but onnxruntime has no CUDA provider (onnxruntime-gpu is not installed): "
+                        "serving %s with PyTorch on the GPU", torch_folder)
         if provider == "torch" or not onnx_files:
             if provider not in ("auto", "torch"):
-                raise ModelError(f"{folder}: no {ONNX_FILE} here, so provider {provider!r} is not possible; "
+                raise ModelError(f"{model.path}: no {ONNX_FILE} here, so provider {provider!r} is not possible; "
                                  "export it with `python -m serving.export` or use provider='torch'")
             if isinstance(batch_tokens, PassSize):  # settled now: CUDA graphs are captured up to it
                 batch_tokens = batch_tokens.on("cuda" if cuda_available() else "cpu")
-            runner = cls._torch(torch_folder or folder, threads, precision=precision, cuda_graphs=cuda_graphs,
+            runner = cls._torch(torch_folder, threads, precision=precision, cuda_graphs=cuda_graphs,
                                 max_length=max_length, batch_tokens=batch_tokens)
-            model_file = None
+            model_file, why = None, "no ONNX file served: PyTorch weights"
         else:
-            runner, model_file, why = cls._onnx(folder, onnx_files, provider, threads, quantized, max_length)
+            runner, model_file, why = cls._onnx(model, provider, threads, quantized, max_length)
         if isinstance(batch_tokens, PassSize):  # settled once, for the device the runner got
             batch_tokens = batch_tokens.on(runner.provider)
-        clf = cls(folder, runner, tokenizer, config, normalizer, max_length, batch_tokens, truncation, model_file)
-        clf.model_file_why = why if model_file else "no ONNX file served: PyTorch weights"
         if model_file and runner.provider == "cpu":
-            _warn_other_isa(clf._report, model_file)
-        clf._has_blend = (folder / BASELINE_DIR / BLEND_FILE).exists()
-        if blend and clf._has_blend:
-            try:
-                clf.blend = ServedBlend(folder, len(clf.labels))
-            except ValueError as e:
-                raise ModelError(str(e)) from None
-        clf.calibration = ServedCalibration.load(folder, clf.labels, blend_served=clf.blend is not None)
-        clf.learned = folder_note(folder, blended=clf.blend is not None)
-        if clf.learned:
-            log.warning("%s: %s", folder, clf.learned)
+            model.warn_other_isa(model_file)
+        clf = cls(model, runner, max_length, batch_tokens, truncation, model_file, blend)
+        clf.model_file_why = why
         if runner.backend == "torch":
             runner.finish_load(lambda: clf.encode(parity_texts) if parity_texts
-                               else probe_ids(config.vocab_size, max_length))
-        clf.predict(["warm-up", "warm up " * (max_length // 4)])  # first run allocates arenas/kernels
-        log.info("loaded %s: backend=%s provider=%s file=%s max_length=%d", folder, runner.backend,
+                               else probe_ids(model.config.vocab_size, max_length))
+        # First run allocates arenas/kernels (and the blend's baseline): one pass, so that nothing is planned
+        # yet and the pass cost is measured only where a call has passes to plan.
+        seqs = clf.encode(["warm-up", "warm up " * (max_length // 4)])
+        clf._proba(seqs, clf._logits(seqs, [np.arange(len(seqs))]))
+        log.info("loaded %s: backend=%s provider=%s file=%s max_length=%d", model.path, runner.backend,
                  runner.provider, model_file.name if model_file else "(transformers)", max_length)
         return clf
 
     @staticmethod
     def _torch(folder: Path, threads, **options):
-        if not any((folder / f).exists() for f in ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")):
+        if not any((folder / f).exists() for f in WEIGHT_FILES):
             what = "no PyTorch weights (model.safetensors)" + ("" if (folder / ONNX_FILE).exists() else f" and no {ONNX_FILE}")
             raise ModelError(f"{folder}: {what}")
         if importlib.util.find_spec("torch") is None:
@@ -264,7 +214,7 @@ class Classifier:
             raise ModelError(f"{folder}: cannot load the PyTorch model: {str(e).splitlines()[0]}") from None
 
     @staticmethod
-    def _onnx(folder: Path, files: list[Path], provider: str, threads, quantized, max_length):
+    def _onnx(model: ModelFolder, provider: str, threads, quantized, max_length):
         import onnxruntime as ort
 
         available = ort.get_available_providers()
@@ -274,9 +224,10 @@ class Classifier:
             if ORT_NAMES[cand] not in available:
                 errors.append(f"{cand}: not in this onnxruntime build (it has {available})")
                 continue
-            model_file, why = _pick_file(files, cand, quantized, _read_report(folder))
+            model_file, why = model.pick_file(cand, quantized)
             if model_file is None:
-                errors.append(f"{cand}: no suitable file among {[f.name for f in files]} (INT8 runs on CPU only)")
+                errors.append(f"{cand}: no suitable file among {[f.name for f in model.onnx_files]} "
+                              "(INT8 runs on CPU only)")
                 continue
             try:
                 runner = OrtRunner(model_file, cand, threads, max_length)
@@ -291,7 +242,7 @@ class Classifier:
             except Exception as e:  # noqa: BLE001 - any failure here means "try the next provider"
                 errors.append(f"{cand}: {str(e).splitlines()[0] if str(e) else type(e).__name__}")
                 log.warning("provider %s not usable: %s", cand, errors[-1])
-        raise ModelError(f"{folder}: no usable execution provider: " + "; ".join(errors))
+        raise ModelError(f"{model.path}: no usable execution provider: " + "; ".join(errors))
 
     # ---------------------------------------------------------------- inference
     def info(self) -> dict:
@@ -306,10 +257,10 @@ class Classifier:
             "model_file": self.model_file.name if self.model_file else None,
             "model_file_why": self.model_file_why,
             "cpu_isa": cpu_isa(),
-            "export_report": self._report,
+            "export_report": self.model_folder.report,
             **self._run.describe(),  # precision, cuda_graphs, cuda_graph_error, precision_check
             "blend": self.blend.info() if self.blend else None,
-            "blend_available": self._has_blend,
+            "blend_available": self.model_folder.has_blend,
             "calibration": self.calibration.info(),
             "multi_label": self.multi_label,
             "thresholds": self._thresholds.as_dict(self.labels) if self.multi_label else None,
@@ -362,10 +313,6 @@ class Classifier:
             out.append(c if len(t) <= cap else self.normalizer(t[:TEXT_CAP])[:TEXT_CAP])
         return out
 
-    def count_tokens(self, texts: Sequence[str]) -> list[int]:
-        """Tokens per text after normalisation, truncation and special tokens (what a batch costs)."""
-        return [len(ids) for ids in self.encode(texts)]
-
     def predict_proba(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
         """Probabilities, shape (len(texts), len(labels)), rows in input order (blended when `blend`, then
         calibrated where the folder has calibration.json)."""
@@ -389,30 +336,40 @@ class Classifier:
         """Raw logits (float32), shape (len(texts), len(labels)), rows in input order."""
         return self._logits(self.encode(texts, normalized))
 
-    def _logits(self, seqs: Sequence[Sequence[int]]) -> np.ndarray:
-        n = len(seqs)
-        logits = np.empty((n, len(self.labels)), np.float32)
-        if n == 0:
-            return logits
-        lengths = np.fromiter((len(s) for s in seqs), np.int64, n)
-        order = np.argsort(-lengths, kind="stable")
-        start = 0
-        while start < n:
-            longest = max(1, int(lengths[order[start]]))  # sorted longest first, so this pads the batch
-            longest = self._run.width(longest)  # a CUDA graph's bucket; the longest text elsewhere
-            size = max(1, self.batch_tokens // longest)
-            if self._run.max_batch:
-                size = min(size, self._run.max_batch)
-            idx = order[start : start + size]
+    @property
+    def call_overhead_tokens(self) -> float:
+        """The fixed cost of one forward pass in tokens' worth, measured here once, on first need (serving/passes.py).
+        A server measures it before it says ready; setting it fixes the pass plan (benchmarks)."""
+        if self._overhead is None:
+            with self._overhead_lock:
+                if self._overhead is None:
+                    ids = list(self.encode(["warm up " * 64])[0])  # real ids, cut to the model's max length
+                    self._overhead = passes.measure_overhead(lambda seqs: self._logits(seqs, [np.arange(len(seqs))]), ids)
+        return self._overhead
+
+    @call_overhead_tokens.setter
+    def call_overhead_tokens(self, tokens: float) -> None:
+        self._overhead = float(tokens)
+
+    def plan(self, seqs: Sequence[Sequence[int]]) -> list[np.ndarray]:
+        """The forward passes for `seqs`: row indices per pass (serving/passes.py), planned once per call."""
+        if len(seqs) <= 1:
+            return [np.arange(len(seqs))] if seqs else []
+        return passes.plan([len(s) for s in seqs], self.batch_tokens, self.call_overhead_tokens, self._run.width,
+                           self._run.max_batch)
+
+    def _logits(self, seqs: Sequence[Sequence[int]], plan: list[np.ndarray] | None = None) -> np.ndarray:
+        """Logits in input order; each pass of `plan` (default: `self.plan(seqs)`) padded to its longest text."""
+        logits = np.empty((len(seqs), len(self.labels)), np.float32)
+        for idx in self.plan(seqs) if plan is None else plan:
+            longest = self._run.width(max(1, max(len(seqs[i]) for i in idx)))  # a CUDA graph's bucket; else the longest
             ids = np.full((len(idx), longest), self._pad_id, np.int64)
             mask = np.zeros((len(idx), longest), np.int64)
             for row, i in enumerate(idx):
                 s = seqs[i]
                 ids[row, : len(s)] = s
                 mask[row, : len(s)] = 1
-            feeds = {"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)}
-            logits[idx] = self._run(feeds)
-            start += size
+            logits[idx] = self._run({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
         return logits
 
     def predict(self, texts: Sequence[str], top_k: int | None = None) -> list[Prediction]:
@@ -442,6 +399,20 @@ class Classifier:
         return out
 
 
+def _check_options(provider: str, truncation: str, batch_tokens, precision: str) -> int | PassSize:
+    """Load's options checked before anything is read; the pass size, PassSize() by default."""
+    if provider not in PROVIDERS:
+        raise ValueError(f"provider {provider!r}: use one of {PROVIDERS}")
+    if truncation not in TRUNCATIONS:
+        raise ValueError(f"truncation {truncation!r}: use one of {TRUNCATIONS}")
+    batch_tokens = PassSize() if batch_tokens is None else batch_tokens
+    sizes = (batch_tokens.cpu, batch_tokens.gpu) if isinstance(batch_tokens, PassSize) else (batch_tokens,)
+    if min(sizes) < 1:
+        raise ValueError("batch_tokens must be positive")
+    check_precision(precision)
+    return batch_tokens
+
+
 def _special_tokens(tok) -> tuple[list[int], list[int]]:
     """The ids the tokenizer's post-processor puts before and after a text: what a fast tokenizer added in
     training, whatever its class. (`build_inputs_with_special_tokens` is not: a plain
@@ -461,61 +432,3 @@ def _gpu_without_ort_gpu() -> bool:
     import onnxruntime as ort
 
     return cuda_available() and ORT_NAMES["cuda"] not in ort.get_available_providers()
-
-
-def _torch_weights_folder(folder: Path) -> Path | None:
-    """PyTorch weights for an exported folder: its own, or those of the model it was exported from."""
-    candidates = [folder]
-    report = folder / REPORT_FILE
-    if report.exists():
-        candidates.append(Path(json.loads(report.read_text(encoding="utf-8")).get("source", "")))
-    weights = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
-    return next((c for c in candidates if any((c / w).exists() for w in weights)), None)
-
-
-def _read_report(folder: Path) -> dict | None:
-    try:
-        return json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _pick_file(files: list[Path], provider: str, quantized: bool | None, report: dict | None) -> tuple[Path | None, str]:
-    """(the ONNX file to serve, why: for info())."""
-    by_name = {f.name: f for f in files}
-    if len(files) == 1 and files[0].name not in (ONNX_FILE, ONNX_INT8_FILE):
-        return files[0], "the .onnx file given"
-    if provider != "cpu":
-        # Dynamic INT8 (MatMulInteger/DynamicQuantizeLinear) has no CUDA/TensorRT kernels.
-        return (None if quantized else by_name.get(ONNX_FILE)), f"{provider}: INT8 runs on CPU only"
-    if quantized is not None:
-        return by_name.get(ONNX_INT8_FILE if quantized else ONNX_FILE), f"forced (quantized={quantized})"
-    default = ((report or {}).get("cpu_default") or {})
-    if default.get("file") in by_name:
-        return by_name[default["file"]], f"{REPORT_FILE} cpu_default: {default.get('why', '')}"
-    if ONNX_INT8_FILE in by_name:
-        return by_name[ONNX_INT8_FILE], f"{ONNX_INT8_FILE} present and {REPORT_FILE} has no speed decision (older export)"
-    return by_name.get(ONNX_FILE), f"no {ONNX_INT8_FILE}"
-
-
-def _warn_other_isa(report: dict | None, model_file: Path) -> None:
-    """The INT8 choice (weight format and speed) holds for the instruction set it was measured on."""
-    measured = (report or {}).get("isa") or ((report or {}).get("quantization") or {}).get("isa")
-    here = cpu_isa()
-    if measured and measured != here and (model_file.parent / ONNX_INT8_FILE).exists():
-        log.warning("%s: the export chose its INT8 format and CPU default on %s, this CPU is %s: serving %s may be "
-                    "slower than the other file (or, for INT8 made for VNNI on a CPU without it, less accurate); "
-                    "re-export here with `python -m serving.export --quantize`, or force the file with "
-                    "--fp32/--int8", model_file.parent, measured, here, model_file.name)
-
-
-def _resolve_max_length(requested: int | None, tokenizer, config) -> int:
-    positions = getattr(config, "max_position_embeddings", None) or 512
-    trained = tokenizer.model_max_length if tokenizer.model_max_length < 1_000_000 else positions
-    length = requested or trained
-    if length > positions:
-        log.warning("max_length %d > the model's %d positions; using %d", length, positions, positions)
-        length = positions
-    if length < 3:
-        raise ValueError(f"max_length {length} leaves no room for text")
-    return int(length)

@@ -45,7 +45,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from baseline.blend import BASELINE_DIR, BLEND_FILE, carry_blend
-from serving.engine import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE, Classifier, ModelError
+from serving.engine import Classifier, ModelError
+from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE
 from serving.multilabel import DEFAULT_SEP, label_matrix
 from serving.parity import agreement, builtin_sample, compare, tokenization_mismatch, verdict
 from serving.quantize import BY_NAME, DEFAULT_ORDER, NO_VNNI_ORDER, cpu_isa, default_order, quantize

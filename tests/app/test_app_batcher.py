@@ -163,52 +163,6 @@ def test_close_finishes_queued_work_and_refuses_new():
     assert run(main()) == ["queued@1"]
 
 
-def test_predict_by_length_cuts_where_padding_costs_more_than_a_pass():
-    from app.server import predict_by_length
-
-    class Recorder:
-        def __init__(self):
-            self.calls = []
-
-        def predict_encoded(self, seqs):
-            self.calls.append(list(seqs))
-            return [f"p({t})" for t in seqs]
-
-    clf = Recorder()
-    texts = ["l100", "s10", "m30", "s11", "m32", "s12", "l90"]
-    lengths = [100, 10, 30, 11, 32, 12, 90]
-    assert predict_by_length(clf, texts, lengths, overhead_tokens=12) == [f"p({t})" for t in texts]
-    # 90 -> 100 pads one text by 10 tokens (< 12: same pass); 32 -> 90 would pad two by 58 each.
-    assert clf.calls == [["s10", "s11", "s12"], ["m30", "m32"], ["l90", "l100"]]
-    clf.calls.clear()
-    predict_by_length(clf, texts, lengths, overhead_tokens=4)  # a cheap pass: tighter groups
-    assert clf.calls == [["s10", "s11", "s12"], ["m30", "m32"], ["l90"], ["l100"]]
-    clf.calls.clear()
-    # A costly pass (eager PyTorch) takes everything the padded-token cap allows in one go.
-    predict_by_length(clf, texts, lengths, max_tokens=512, overhead_tokens=1000)
-    assert clf.calls == [["s10", "s11", "s12", "m30", "m32"], ["l90", "l100"]]
-    clf.calls.clear()
-    predict_by_length(clf, ["a"] * 6, [100] * 6, max_tokens=300)  # the padded-token cap cuts too
-    assert [len(c) for c in clf.calls] == [3, 3]
-
-
-def test_call_overhead_tokens_recovers_the_fixed_cost_of_a_pass(monkeypatch):
-    from app import server
-
-    clock = [0.0]
-    monkeypatch.setattr(server.time, "perf_counter", lambda: clock[0])
-
-    class Costed:  # 20 ms per pass plus 0.1 ms per padded token, on a fake clock
-        def encode(self, texts):
-            return [list(range(2 + 2 * len(t.split()))) for t in texts]
-
-        def predict_encoded(self, seqs):
-            clock[0] += 0.020 + 0.0001 * len(seqs) * max(map(len, seqs))
-            return [None] * len(seqs)
-
-    assert server.call_overhead_tokens(Costed()) == pytest.approx(200)
-
-
 def test_a_batch_never_mixes_engines_and_each_request_runs_on_its_own():
     """What a model switch relies on: requests queued for the old engine run on it, the new ones on the new."""
     calls = []

@@ -97,7 +97,7 @@ def test_predict_shapes_and_top_k(onnx_clf):
 
 def test_encode_once_then_predict_encoded_matches_predict(onnx_clf):
     seqs = onnx_clf.encode(TEXTS)
-    assert [len(s) for s in seqs] == onnx_clf.count_tokens(TEXTS)
+    assert seqs == [onnx_clf.encode([t])[0] for t in TEXTS]  # a batch encodes each text as it would alone
     assert all(len(s) <= onnx_clf.max_length for s in seqs)
     assert seqs[-1] == onnx_clf.encode([""])[0] and len(seqs[-1]) == 2  # [CLS] [SEP] only
     assert onnx_clf.predict_encoded(seqs, top_k=2) == onnx_clf.predict(TEXTS, top_k=2)
@@ -107,7 +107,7 @@ def test_long_text_truncated_not_crashing(trained_classifier_dir, exported_dir):
     long_text = "꿈에서 봤다 " * 5000  # far beyond the 128 positions
     for path in (trained_classifier_dir, exported_dir):
         clf = Classifier.load(path, provider="torch" if path == trained_classifier_dir else "auto")
-        assert clf.count_tokens([long_text, "꿈", ""]) == [128, 3, 2]
+        assert [len(ids) for ids in clf.encode([long_text, "꿈", ""])] == [128, 3, 2]
         assert len(clf.predict([long_text])) == 1
     # A max_length beyond the position table is clamped instead of crashing later.
     assert Classifier.load(exported_dir, max_length=10_000).max_length == 128
@@ -121,7 +121,7 @@ def test_head_and_head_tail_policies(exported_dir):
     # head keeps only the start, so the different endings cannot matter; head+tail keeps the end.
     np.testing.assert_allclose(head.predict_logits([a]), head.predict_logits([b]), atol=1e-6)
     assert np.abs(both.predict_logits([a]) - both.predict_logits([b])).max() > 1e-3
-    assert both.count_tokens([a]) == [128]
+    assert len(both.encode([a])[0]) == 128
 
 
 def test_thread_safe(onnx_clf):
