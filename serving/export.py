@@ -7,10 +7,9 @@
 
 Writes into OUT: model.onnx (Optimum export, dynamic batch/sequence axes, ONNX Runtime transformer
 fusions; fp16 for --target cuda), model_quantized.onnx (--quantize: INT8 for CPU, the first recipe
-of --int8-recipes that passes the gate), the tokenizer, config.json (id2label), labels.json,
+of --int8-recipes that passes the gate), the tokenizer, config.json (id2label: the labels),
 normalization.json / training_config.json / calibration.json / baseline/ (the TF-IDF blend) when the model
-has them, and
-export_report.json.
+has them, and export_report.json.
 The gate (serving/parity.py) compares each file with PyTorch on up to --max-eval-rows rows of
 --eval-csv (argmax agreement and macro-F1 change) or, without labels, on a built-in sample
 (agreement only, with a warning). A multi-label model (config.json problem_type
@@ -44,7 +43,7 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from baseline.blend import BASELINE_DIR, BLEND_FILE, carry_blend
+from baseline.blend import carry_blend
 from serving.engine import Classifier, ModelError
 from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE
 from serving.multilabel import DEFAULT_SEP, label_matrix
@@ -150,11 +149,12 @@ def _time_engines(fp32: Classifier, int8: Classifier, seqs: list, passes: int, m
     rows until it has run `min_seconds`: a small model scores a few rows in milliseconds, where one
     scheduler tick on shared cores would decide."""
     times = {"fp32": [], "int8": []}
+    plan = fp32.plan(seqs)  # the same passes for both files, planned (and the pass cost measured) before the clock
     for _ in range(passes):
         for name, clf in (("fp32", fp32), ("int8", int8)):
             n, t = 0, time.perf_counter()
             while n == 0 or time.perf_counter() - t < min_seconds:
-                clf._logits(seqs)  # the ONNX file alone: a blend's baseline would add the same cost to both
+                clf._logits(seqs, plan)  # the ONNX file alone: a blend's baseline would add the same cost to both
                 n += 1
             times[name].append((time.perf_counter() - t) / n)
     fp32_s, int8_s = statistics.median(times["fp32"]), statistics.median(times["int8"])
@@ -217,7 +217,8 @@ def _quantize_gated(cfg: ExportConfig, ref, texts, labels, y_true, ref_f1,
         slow.unlink(missing_ok=True)
 
 
-def run(cfg: ExportConfig) -> dict:
+def _check_config(cfg: ExportConfig) -> ExportConfig:
+    """The options checked before anything loads (a typo answers at once); the model folder a run folder names."""
     if cfg.quantize and cfg.target == "cuda":
         raise ModelError("--quantize with --target cuda: dynamic INT8 has no CUDA kernels in ONNX Runtime "
                          "(it would run on the CPU); export fp16 for CUDA, or INT8 with --target cpu")
@@ -237,26 +238,18 @@ def run(cfg: ExportConfig) -> dict:
         raise ModelError(f"{cfg.model}: no such model folder")
     cfg = replace(cfg, model=model_in_run(cfg.model, use=("model",)))
     check_classifier(cfg.model)
-    if cfg.eval_csv is not None:  # before the model loads (seconds): a typo answers at once
+    if cfg.eval_csv is not None:
         check_table(cfg.eval_csv, {cfg.text_column: "--text-column", cfg.label_column: "--label-column"},
                     flag="--eval-csv")
-    t0 = time.time()
-    # fp32 eager on every device (on CUDA the torch default is bf16): the parity gate's reference.
-    # Loading also validates config, labels and tokenizer.
-    reference = Classifier.load(cfg.model, provider="torch", precision="fp32", cuda_graphs=False)
-    texts, cells, calib = _eval_rows(cfg)
-    y_true = _targets(cfg, reference, cells)
-    mismatch = tokenization_mismatch(cfg.model, reference, texts)
-    if mismatch:
-        raise ModelError(f"{cfg.model}: serving would tokenize differently from training: {mismatch}")
-    if y_true is None:
-        log.warning("no --eval-csv: the parity gate judges agreement on %d built-in texts, not on your "
-                    "data, and cannot judge macro-F1; pass --eval-csv with labeled rows to judge on them", len(texts))
-    cfg.output.mkdir(parents=True, exist_ok=True)
+    return cfg
 
+
+def _write_folder(cfg: ExportConfig) -> None:
+    """model.onnx and what travels with it (tokenizer, config.json with id2label, our sidecars, the blend) into
+    --output; a file an earlier export left there that this model does not have is removed."""
+    cfg.output.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix=".export-", dir=cfg.output) as tmp:
-        work = Path(tmp)
-        model_file, raw = _onnx_export(cfg, work)
+        model_file, raw = _onnx_export(cfg, Path(tmp))
         for name in (ONNX_FILE, ONNX_INT8_FILE, CANDIDATE):
             (cfg.output / name).unlink(missing_ok=True)  # a stale file must not outlive this export
         for p in raw.iterdir():
@@ -268,13 +261,14 @@ def run(cfg: ExportConfig) -> dict:
             else:  # a calibration from an earlier export into this folder must not calibrate this model
                 (cfg.output / name).unlink(missing_ok=True)
         carry_blend(cfg.model, cfg.output)
-        write_json(cfg.output / "labels.json", reference.labels)
         shutil.move(model_file, cfg.output / ONNX_FILE)
 
-    labels = reference.labels
-    ref_logits = reference.predict_logits(texts)
-    ref_f1 = compare(ref_logits, ref_logits, labels, y_true, reference.thresholds).get("macro_f1")
-    report = {
+
+def _report_head(cfg: ExportConfig, reference: Classifier, texts: list, y_true, ref_f1) -> dict:
+    """What export_report.json says before any file is judged."""
+    # k-fold's finding (textdata/learned.py), for the answers as served: with the blend when it travels along
+    note = folder_note(cfg.model, blended=reference.model_folder.has_blend)
+    return {
         "source": str(cfg.model.resolve()),
         "target": cfg.target,
         "precision": "fp16" if cfg.target == "cuda" else "fp32",
@@ -283,7 +277,7 @@ def run(cfg: ExportConfig) -> dict:
         "isa": cpu_isa(),
         "cpu_default": {"file": ONNX_FILE, "why": "no --quantize"},
         "max_length": reference.max_length,
-        "labels": labels,
+        "labels": reference.labels,
         **({"multi_label": True, "thresholds": reference.info()["thresholds"]} if reference.multi_label else {}),
         "gate": {"judged_on": "eval_csv" if y_true is not None else "builtin_sample", "rows": len(texts),
                  **({"agreement": "per-label decisions (sigmoid > threshold)"} if reference.multi_label else {}),
@@ -293,10 +287,12 @@ def run(cfg: ExportConfig) -> dict:
         "eval_rows": len(y_true) if y_true is not None else 0,
         "pytorch": {"macro_f1": ref_f1} if y_true is not None else {},
         "files": {},
+        "warnings": [note] if note else [],
     }
-    # k-fold's finding (textdata/learned.py), for the answers as served: with the blend when it travels along
-    note = folder_note(cfg.model, blended=(cfg.model / BASELINE_DIR / BLEND_FILE).exists())
-    report["warnings"] = [note] if note else []
+
+
+def _judge_files(cfg: ExportConfig, report: dict, ref_logits, texts, labels, y_true, ref_f1, calib) -> dict:
+    """Gate model.onnx, then (--quantize) the INT8 recipes, into `report`; {file: why} for each that failed."""
     failed = {}
     if cfg.target == "cuda" and not _has_cuda():
         report["files"][ONNX_FILE] = {"checked": False, "why": "fp16 CUDA model and no CUDA provider here"}
@@ -319,6 +315,29 @@ def run(cfg: ExportConfig) -> dict:
         else:
             failed[ONNX_INT8_FILE] = "every recipe failed (" + "; ".join(
                 f"{a['recipe']}: {', '.join(a['why'])}" for a in attempts) + ")"
+    return failed
+
+
+def run(cfg: ExportConfig) -> dict:
+    cfg = _check_config(cfg)
+    t0 = time.time()
+    # fp32 eager on every device (on CUDA the torch default is bf16): the parity gate's reference.
+    # Loading also validates config, labels and tokenizer.
+    reference = Classifier.load(cfg.model, provider="torch", precision="fp32", cuda_graphs=False)
+    texts, cells, calib = _eval_rows(cfg)
+    y_true = _targets(cfg, reference, cells)
+    mismatch = tokenization_mismatch(cfg.model, reference, texts)
+    if mismatch:
+        raise ModelError(f"{cfg.model}: serving would tokenize differently from training: {mismatch}")
+    if y_true is None:
+        log.warning("no --eval-csv: the parity gate judges agreement on %d built-in texts, not on your "
+                    "data, and cannot judge macro-F1; pass --eval-csv with labeled rows to judge on them", len(texts))
+    _write_folder(cfg)
+    labels = reference.labels
+    ref_logits = reference.predict_logits(texts)
+    ref_f1 = compare(ref_logits, ref_logits, labels, y_true, reference.thresholds).get("macro_f1")
+    report = _report_head(cfg, reference, texts, y_true, ref_f1)
+    failed = _judge_files(cfg, report, ref_logits, texts, labels, y_true, ref_f1, calib)
     report["passed"] = not failed
     report["seconds"] = round(time.time() - t0, 1)
     write_json(cfg.output / REPORT_FILE, report)

@@ -11,16 +11,17 @@ import pytest
 
 from serving import export
 from serving.engine import ModelError
+from serving.model_folder import ModelFolder
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_export_folder_contents(exported_dir, trained_classifier_dir):
     names = {p.name for p in exported_dir.iterdir()}
-    assert {"model.onnx", "model_quantized.onnx", "config.json", "tokenizer.json", "labels.json",
-            "export_report.json"} <= names
+    assert {"model.onnx", "model_quantized.onnx", "config.json", "tokenizer.json", "export_report.json"} <= names
     assert not any(n.startswith(".export-") for n in names)  # the work folder is gone
-    assert json.loads((exported_dir / "labels.json").read_text()) == ["dream", "error", "memo"]
+    # the labels travel in config.json's id2label, the one place the engine reads them from
+    assert "labels.json" not in names and ModelFolder.read(exported_dir).labels == ["dream", "error", "memo"]
     graph = onnx.load(exported_dir / "model.onnx").graph
     # Dynamic batch and sequence axes, and the O2 fusions actually happened.
     dims = graph.input[0].type.tensor_type.shape.dim
