@@ -57,7 +57,11 @@ class ModelFolder:
             normalizer = Normalizer.load(folder)
         except (ValueError, json.JSONDecodeError) as e:
             raise ModelError(str(e)) from None
-        return cls(folder, files, _read_report(folder), config, tokenizer, normalizer, labels_from_config(config),
+        try:
+            report = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):  # none (a transformers folder) or unreadable: decided without it
+            report = None
+        return cls(folder, files, report, config, tokenizer, normalizer, labels_from_config(config),
                    (folder / BASELINE_DIR / BLEND_FILE).exists())
 
     def torch_weights(self) -> Path | None:
@@ -123,9 +127,3 @@ def _config_and_tokenizer(folder: Path):
         raise ModelError(f"{folder}: config.json has no id2label")
     return config, tokenizer
 
-
-def _read_report(folder: Path) -> dict | None:
-    try:
-        return json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None

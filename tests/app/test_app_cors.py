@@ -11,6 +11,7 @@ from serving.engine import Prediction
 
 class FakeClassifier:
     batch_tokens = 512  # what the engine settled at load
+    call_overhead_tokens = 12.0  # what the engine measured; it plans its own passes
 
     def __init__(self):
         self.labels = ["a", "b"]

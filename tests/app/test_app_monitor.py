@@ -39,7 +39,7 @@ class FakeClf:
 
 
 @dataclass
-class FakeEngine:
+class FakeServed:
     clf: FakeClf
     version: str
 
@@ -77,7 +77,7 @@ def feed(monitor, engine, rng, n, mix=MIX, chunk=50):
 
 def test_a_shift_to_one_class_alerts_within_1000_answers_and_steady_traffic_never(reference_folder, tmp_path,
                                                                                    caplog):
-    engine = FakeEngine(FakeClf(reference_folder, LABELS), "v1")
+    engine = FakeServed(FakeClf(reference_folder, LABELS), "v1")
     rng = np.random.default_rng(1)
     monitor = Monitor(tmp_path / "mon", size=1000)
     with caplog.at_level(logging.WARNING, logger="app"):
@@ -96,8 +96,8 @@ def test_a_shift_to_one_class_alerts_within_1000_answers_and_steady_traffic_neve
 
 def test_windows_are_per_version_and_survive_a_restart(reference_folder, tmp_path):
     rng = np.random.default_rng(2)
-    v1 = FakeEngine(FakeClf(reference_folder, LABELS), "v1")
-    v2 = FakeEngine(FakeClf(tmp_path / "no-ref", LABELS), "v2")
+    v1 = FakeServed(FakeClf(reference_folder, LABELS), "v1")
+    v2 = FakeServed(FakeClf(tmp_path / "no-ref", LABELS), "v2")
     monitor = Monitor(tmp_path / "mon", size=300)
     feed(monitor, v1, rng, 400)
     feed(monitor, v2, rng, 100)
@@ -113,13 +113,13 @@ def test_windows_are_per_version_and_survive_a_restart(reference_folder, tmp_pat
 
 
 def test_a_reference_from_another_model_or_broken_is_named_and_serving_goes_on(reference_folder, tmp_path):
-    other = FakeEngine(FakeClf(reference_folder, ["a", "b"]), "v3")
+    other = FakeServed(FakeClf(reference_folder, ["a", "b"]), "v3")
     broken = tmp_path / "broken"
     broken.mkdir()
     (broken / REFERENCE_FILE).write_text("{not json")
     monitor = Monitor(None)
     feed(monitor, other, np.random.default_rng(3), 50)
-    monitor.observe(FakeEngine(FakeClf(broken, LABELS), "v4"), *traffic(np.random.default_rng(4), 5), 32)
+    monitor.observe(FakeServed(FakeClf(broken, LABELS), "v4"), *traffic(np.random.default_rng(4), 5), 32)
     monitor.flush()
     versions = monitor.snapshot()["versions"]
     assert "another model" in versions["v3"]["reference_note"] and versions["v3"]["drift"] is None
@@ -128,7 +128,7 @@ def test_a_reference_from_another_model_or_broken_is_named_and_serving_goes_on(r
 
 def test_a_full_pending_queue_drops_counts_without_blocking(tmp_path):
     monitor = Monitor(None, max_pending=1)
-    engine = FakeEngine(FakeClf(tmp_path, LABELS), "v1")
+    engine = FakeServed(FakeClf(tmp_path, LABELS), "v1")
     with monitor.lock:  # the binning thread is stuck: the request path must still return at once
         for _ in range(20):
             monitor.observe(engine, *traffic(np.random.default_rng(5), 3), 32)
@@ -215,7 +215,7 @@ def test_monitor_tab_summary_and_figure_show_the_window_against_the_reference(re
     from app.ui_monitor import figure, summary
 
     monitor = Monitor(None, size=500)
-    feed(monitor, FakeEngine(FakeClf(reference_folder, LABELS), "v1"), np.random.default_rng(8), 600, mix=[0, 0, 1])
+    feed(monitor, FakeServed(FakeClf(reference_folder, LABELS), "v1"), np.random.default_rng(8), 600, mix=[0, 0, 1])
     report = monitor.report()
     text = summary(report, "v1")
     assert "| class_mix |" in text and "alert" in text and "500 answers in the window" in text

@@ -8,6 +8,7 @@ the connection bounds run a real uvicorn with the app's protocol class and sub-s
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import threading
 import time
@@ -179,8 +180,9 @@ def test_forwarded_headers_are_trusted_only_from_named_proxies(monkeypatch):
 
 
 def test_model_info_does_not_show_server_paths(engine, monkeypatch):
-    monkeypatch.setattr(engine, "_report", {"source": "/srv/private/runs/model", "eval_csv": "/home/x/eval.csv",
-                                            "passed": True, "files": {"model.onnx": {"checked": True}}})
+    report = {"source": "/srv/private/runs/model", "eval_csv": "/home/x/eval.csv", "passed": True,
+              "files": {"model.onnx": {"checked": True}}}
+    monkeypatch.setattr(engine, "model_folder", dataclasses.replace(engine.model_folder, report=report))
     with TestClient(base_url="http://127.0.0.1", app=create_app(Config(model="m", ui=False), engine)) as c:
         report = c.get("/v1/model").json()["export_report"]
     assert report == {"source": "model", "eval_csv": "eval.csv", "passed": True,

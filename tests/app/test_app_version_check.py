@@ -38,7 +38,7 @@ def test_a_start_on_a_broken_active_version_falls_back_with_a_warning(broken_v2,
     served = {}
 
     def run(server):  # instead of serving: note what would be served
-        served["version"] = server.config.app.state.server.engine.version
+        served["version"] = server.config.app.state.server.served.version
 
     monkeypatch.setattr("app.draining.DrainingServer.run", run)  # app/__main__.py imports it when it serves
     assert app_main.main(["--models-dir", str(broken_v2.root), "--no-ui"]) == 0
