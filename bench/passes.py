@@ -1,13 +1,17 @@
-"""Batch scoring with the engine's pass plan (serving/passes.py) against the plan it replaced, in one run.
+"""Batch scoring with the engine's pass plans (serving/passes.py) against the plan they replaced, in one run.
 
     python bench/passes.py [--work /tmp/bench-passes] [--shape small] [--rows 2048] [--rounds 5]
 
 Before issue 30, `Classifier._logits` sorted a call's texts longest first and cut a pass only at the pass size
-(`batch_tokens // longest` rows); the server alone cut by cost first. Now every call is planned once by the cost model
-(a pass is also cut where padding would cost more than a new pass, `call_overhead_tokens`, measured once), batch
-scoring included. This times `Classifier.predict_proba` on chunks of `serving.score`'s --batch-rows (2,048 rows,
-what score_frame hands the engine) of ko-help/train.csv, with each plan, interleaved over --rounds, medians; the
-planning itself is inside the timing. Also counts passes and the share of padded tokens each plan runs.
+(`batch_tokens // longest` rows); the server alone cut by cost first. Now every call is planned once by
+serving/passes.py. Three plans, timed on `Classifier.predict_proba` over chunks of `serving.score`'s --batch-rows
+(2,048 rows, what score_frame hands the engine) of ko-help/train.csv, interleaved over --rounds, medians, the
+planning inside the timing:
+- before: the old plan;
+- after: what batch scoring runs now, the cost model with `passes.FIXED` (cut at the pass size only, shortest
+  first), so that a file's bytes never follow the machine's timing;
+- cost: the API's plan, also cut where padding would cost more than a pass (`call_overhead_tokens`, measured).
+Also counts passes and the share of padded tokens each plan runs.
 
 The model: a random-init ELECTRA of --shape (bench/serving.py's shapes and tokenizer), exported to ONNX fp32 (rows/s
 do not depend on the weights). Writes bench/results/passes.json.
@@ -82,6 +86,7 @@ def main() -> None:
     ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "passes.json")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    from serving import passes
     from serving.engine import Classifier
 
     clf = Classifier.load(build(args.work, args.shape), provider="cpu")
@@ -89,12 +94,15 @@ def main() -> None:
     texts = df["text"].astype(str).tolist()
     chunks = [texts[i * args.rows : (i + 1) * args.rows] for i in range(args.chunks)]
     overhead = clf.call_overhead_tokens  # measured once, before any timing
-    plans = {"before": lambda seqs: old_plan([len(s) for s in seqs], clf.batch_tokens), "after": clf.plan}
+    engine_plan = clf.plan
+    plans = {"before": lambda seqs, _overhead=None: old_plan([len(s) for s in seqs], clf.batch_tokens),
+             "after": lambda seqs, _overhead=None: engine_plan(seqs, passes.FIXED),  # what predict_proba runs now
+             "cost": lambda seqs, _overhead=None: engine_plan(seqs)}  # the API's plan: cut by the measured cost too
     rates: dict[str, list[float]] = {k: [] for k in plans}
     load_before = os.getloadavg()
     for _ in range(args.rounds):
         for name, plan in plans.items():
-            clf.plan = plan  # what _logits asks for its passes
+            clf.plan = plan  # what predict_proba asks for its passes
             start = time.perf_counter()
             for chunk in chunks:
                 clf.predict_proba(chunk)
@@ -115,14 +123,17 @@ def main() -> None:
                         "passes": sum(map(len, made)),
                         "padding_share": padding_share([x for s in seqs for x in s],
                                                        [p + sum(map(len, seqs[:k])) for k, m in enumerate(made) for p in m])}
-    result["ratio_after_over_before"] = round(result["after"]["rows_per_s"] / result["before"]["rows_per_s"], 3)
+    for name in ("after", "cost"):
+        result[f"ratio_{name}_over_before"] = round(result[name]["rows_per_s"] / result["before"]["rows_per_s"], 3)
+        result[f"ratio_{name}_over_before_per_round"] = [round(a / b, 3) for a, b in zip(rates[name], rates["before"])]
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
     print(f"{'plan':8s} {'rows/s':>9s} {'passes':>7s} {'padding':>8s}")
     for name in plans:
         r = result[name]
         print(f"{name:8s} {r['rows_per_s']:9.1f} {r['passes']:7d} {r['padding_share']:8.1%}")
-    print(f"after / before: {result['ratio_after_over_before']:.3f}x  (call_overhead_tokens {overhead:.1f}, "
+    print(f"after / before: {result['ratio_after_over_before']:.3f}x, cost / before: "
+          f"{result['ratio_cost_over_before']:.3f}x  (call_overhead_tokens {overhead:.1f}, "
           f"batch_tokens {clf.batch_tokens}, {args.shape}, load {load_before[0]:.1f}); wrote {args.output}")
 
 

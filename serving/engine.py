@@ -315,10 +315,13 @@ class Classifier:
 
     def predict_proba(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
         """Probabilities, shape (len(texts), len(labels)), rows in input order (blended when `blend`, then
-        calibrated where the folder has calibration.json)."""
-        return self._proba(self.encode(texts, normalized))
+        calibrated where the folder has calibration.json). Passes cut at the pass size only (passes.FIXED): a file
+        scored twice, or resumed, gets the same bytes whatever the machine's load."""
+        seqs = self.encode(texts, normalized)
+        return self._proba(seqs, plan=self.plan(seqs, passes.FIXED))
 
-    def _proba(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None) -> np.ndarray:
+    def _proba(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None,
+               plan: list[np.ndarray] | None = None) -> np.ndarray:
         # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
         rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)] if self.blend else []
         texts = [seqs[i].text for i in rows]
@@ -326,15 +329,16 @@ class Classifier:
         # release the GIL, so its cost mostly hides (docs/serving.md, "The blend's cost"). Same numbers either way.
         overlap = self.blend_overlap and logits is None and len(rows) >= BLEND_OVERLAP_ROWS
         side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap else None
-        logits = self._logits(seqs) if logits is None else logits
+        logits = (self._logits(seqs) if plan is None else self._logits(seqs, plan)) if logits is None else logits
         probs = sigmoid(logits) if self.multi_label else _softmax(logits)
         if rows:
             probs[rows] = self.blend.combine(probs[rows], side.result() if side else self.blend.baseline_proba(texts))
         return self.calibration(probs)
 
     def predict_logits(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
-        """Raw logits (float32), shape (len(texts), len(labels)), rows in input order."""
-        return self._logits(self.encode(texts, normalized))
+        """Raw logits (float32), shape (len(texts), len(labels)), rows in input order; passes as `predict_proba`'s."""
+        seqs = self.encode(texts, normalized)
+        return self._logits(seqs, self.plan(seqs, passes.FIXED))
 
     @property
     def call_overhead_tokens(self) -> float:
@@ -343,7 +347,9 @@ class Classifier:
         if self._overhead is None:
             with self._overhead_lock:
                 if self._overhead is None:
-                    ids = list(self.encode(["warm up " * 64])[0])  # real ids, cut to the model's max length
+                    # real ids cut to the model's max length, tokenized here: a call's normalizer sees only its texts
+                    text = self._tok.encode("warm up " * 64, add_special_tokens=False).ids[: self._budget]
+                    ids = self._prefix + text + self._suffix
                     self._overhead = passes.measure_overhead(lambda seqs: self._logits(seqs, [np.arange(len(seqs))]), ids)
         return self._overhead
 
@@ -351,12 +357,13 @@ class Classifier:
     def call_overhead_tokens(self, tokens: float) -> None:
         self._overhead = float(tokens)
 
-    def plan(self, seqs: Sequence[Sequence[int]]) -> list[np.ndarray]:
-        """The forward passes for `seqs`: row indices per pass (serving/passes.py), planned once per call."""
+    def plan(self, seqs: Sequence[Sequence[int]], overhead: float | None = None) -> list[np.ndarray]:
+        """The forward passes for `seqs`: row indices per pass (serving/passes.py), planned once per call, with
+        `overhead` tokens' worth per pass (default: the measured `call_overhead_tokens`)."""
         if len(seqs) <= 1:
             return [np.arange(len(seqs))] if seqs else []
-        return passes.plan([len(s) for s in seqs], self.batch_tokens, self.call_overhead_tokens, self._run.width,
-                           self._run.max_batch)
+        overhead = self.call_overhead_tokens if overhead is None else overhead
+        return passes.plan([len(s) for s in seqs], self.batch_tokens, overhead, self._run.width, self._run.max_batch)
 
     def _logits(self, seqs: Sequence[Sequence[int]], plan: list[np.ndarray] | None = None) -> np.ndarray:
         """Logits in input order; each pass of `plan` (default: `self.plan(seqs)`) padded to its longest text."""
