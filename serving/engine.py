@@ -190,10 +190,7 @@ class Classifier:
         if runner.backend == "torch":
             runner.finish_load(lambda: clf.encode(parity_texts) if parity_texts
                                else probe_ids(model.config.vocab_size, max_length))
-        # First run allocates arenas/kernels (and the blend's baseline): one pass, so that nothing is planned
-        # yet and the pass cost is measured only where a call has passes to plan.
-        seqs = clf.encode(["warm-up", "warm up " * (max_length // 4)])
-        clf._proba(seqs, clf._logits(seqs, [np.arange(len(seqs))]))
+        clf.predict(["warm-up", "warm up " * (max_length // 4)])  # first run allocates arenas/kernels
         log.info("loaded %s: backend=%s provider=%s file=%s max_length=%d", model.path, runner.backend,
                  runner.provider, model_file.name if model_file else "(transformers)", max_length)
         return clf
@@ -329,7 +326,7 @@ class Classifier:
         # release the GIL, so its cost mostly hides (docs/serving.md, "The blend's cost"). Same numbers either way.
         overlap = self.blend_overlap and logits is None and len(rows) >= BLEND_OVERLAP_ROWS
         side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap else None
-        logits = (self._logits(seqs) if plan is None else self._logits(seqs, plan)) if logits is None else logits
+        logits = self._logits(seqs, plan) if logits is None else logits
         probs = sigmoid(logits) if self.multi_label else _softmax(logits)
         if rows:
             probs[rows] = self.blend.combine(probs[rows], side.result() if side else self.blend.baseline_proba(texts))
@@ -381,18 +378,24 @@ class Classifier:
 
     def predict(self, texts: Sequence[str], top_k: int | None = None) -> list[Prediction]:
         """One Prediction per text, in input order. `probabilities` holds every label in id order,
-        or with `top_k` the k most likely, most likely first."""
+        or with `top_k` the k most likely, most likely first. Passes as `predict_proba`'s: the same texts always
+        get the same answers (the UI's files, batch scoring)."""
         if isinstance(texts, str):
             raise TypeError("predict takes a list of texts, not one string")
-        return self.predict_encoded(self.encode(texts), top_k)
+        seqs = self.encode(texts)
+        return self._predictions(seqs, top_k, self.plan(seqs, passes.FIXED))
 
     def predict_encoded(self, seqs: Sequence[Sequence[int]], top_k: int | None = None) -> list[Prediction]:
-        """`predict` for token ids from `encode` (with a blend, only those carry the text it reads).
-        A multi-label model answers `MultiLabelPrediction`s (serving/multilabel.py)."""
+        """`predict` for token ids from `encode` (with a blend, only those carry the text it reads): the server's
+        batches, whose passes are also cut by the measured cost (a request's answer already depends on the batch
+        it shares). A multi-label model answers `MultiLabelPrediction`s (serving/multilabel.py)."""
+        return self._predictions(seqs, top_k, self.plan(seqs))
+
+    def _predictions(self, seqs, top_k: int | None, plan: list[np.ndarray]) -> list[Prediction]:
         if self.multi_label:
-            logits = self._logits(seqs)
+            logits = self._logits(seqs, plan)
             return multi_label_predictions(self._proba(seqs, logits), logits, self.labels, self.thresholds, top_k)
-        probs = self._proba(seqs)
+        probs = self._proba(seqs, plan=plan)
         labels = self.labels
         sure = self.calibration.confident(probs)
         out = []

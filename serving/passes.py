@@ -7,7 +7,8 @@ cost (`call_overhead_tokens`, in tokens' worth of compute: 10-20 for ONNX on CPU
 for a very small model). Texts are sorted by length and a pass is cut where the padding that the next, longer text
 would add to it costs more than a new pass, or where it would hold more than the pass size's padded tokens, or more
 rows than the backend takes. One rule for both regimes: ONNX on CPU gets several tight passes, PyTorch one wide pass.
-Calls whose output is a file (`predict_proba`, `predict_logits`) plan with `FIXED` instead of the measured cost.
+Only the server's batches (`Classifier.predict_encoded`) plan with the measured cost; calls on texts (`predict`,
+`predict_proba`, `predict_logits`: the UI, batch scoring, the export's gate) plan with `FIXED`.
 """
 
 from __future__ import annotations
@@ -21,9 +22,9 @@ import numpy as np
 
 # The most a pass's fixed cost is taken to be, in tokens' worth: beyond it the pass size cuts first anyway.
 MAX_OVERHEAD_TOKENS = 1000.0
-# The overhead for a plan that must not depend on this machine's timing: cut at the pass size only. Files take it
-# (batch scoring, the export's gate): with a dynamic-INT8 file a row's probabilities follow the pass it ran in
-# (activations are quantised per pass), so a measured cost would make a resumed file differ from an uninterrupted one.
+# The overhead for a plan that must not depend on this machine's timing: cut at the pass size only. Calls on texts
+# take it: with a dynamic-INT8 file a row's probabilities follow the pass it ran in (activations are quantised per
+# pass), so a measured cost would make a resumed file differ from an uninterrupted one, and predict() from scoring.
 FIXED = math.inf
 
 

@@ -85,8 +85,9 @@ def test_the_engine_runs_the_passes_it_planned_once(exported_dir):
 def test_the_pass_cost_is_measured_once_and_only_when_a_plan_needs_it(exported_dir):
     clf = Classifier.load(exported_dir, provider="cpu", quantized=False)
     assert clf._overhead is None  # loading (its warm-up included) plans nothing
-    clf.predict(["한 문장"])  # one text: one pass, nothing to plan
-    # files (batch scoring, the export's gate) cut at the pass size only, so their bytes never follow the timing
+    clf.predict_encoded(clf.encode(["한 문장"]))  # one text: one pass, nothing to plan
+    # calls on texts (the UI, batch scoring, the export's gate) cut at the pass size only: never follow the timing
+    clf.predict(["꿈", "오류 " * 30, "메모"])
     clf.predict_proba(["꿈", "오류 " * 30, "메모"])
     clf.predict_logits(["꿈", "오류 " * 30])
     assert clf._overhead is None
