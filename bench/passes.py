@@ -6,7 +6,8 @@ Before issue 30, `Classifier._logits` sorted a call's texts longest first and cu
 (`batch_tokens // longest` rows); the server alone cut by cost first. Now every call is planned once by
 serving/passes.py. Three plans, timed on `Classifier.predict_proba` over chunks of `serving.score`'s --batch-rows
 (2,048 rows, what score_frame hands the engine) of ko-help/train.csv, interleaved over --rounds, medians, the
-planning inside the timing:
+planning inside the timing (rows per wall second, and per CPU second of this process: steadier where other work
+shares the cores):
 - before: the old plan;
 - after: what batch scoring runs now, the cost model with `passes.FIXED` (cut at the pass size only, shortest
   first), so that a file's bytes never follow the machine's timing;
@@ -99,14 +100,16 @@ def main() -> None:
              "after": lambda seqs, _overhead=None: engine_plan(seqs, passes.FIXED),  # what predict_proba runs now
              "cost": lambda seqs, _overhead=None: engine_plan(seqs)}  # the API's plan: cut by the measured cost too
     rates: dict[str, list[float]] = {k: [] for k in plans}
+    cpu_rates: dict[str, list[float]] = {k: [] for k in plans}  # rows per CPU-second: steadier on shared cores
     load_before = os.getloadavg()
     for _ in range(args.rounds):
         for name, plan in plans.items():
             clf.plan = plan  # what predict_proba asks for its passes
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             for chunk in chunks:
                 clf.predict_proba(chunk)
             rates[name].append(sum(map(len, chunks)) / (time.perf_counter() - start))
+            cpu_rates[name].append(sum(map(len, chunks)) / (time.process_time() - cpu))
     seqs = [clf.encode(c) for c in chunks]
     result = {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.processor() or platform.machine(),
@@ -120,20 +123,23 @@ def main() -> None:
         made = [plan(s) for s in seqs]
         result[name] = {"rows_per_s": round(statistics.median(rates[name]), 1),
                         "rows_per_s_all": [round(r, 1) for r in rates[name]],
+                        "rows_per_cpu_s": round(statistics.median(cpu_rates[name]), 1),
                         "passes": sum(map(len, made)),
                         "padding_share": padding_share([x for s in seqs for x in s],
                                                        [p + sum(map(len, seqs[:k])) for k, m in enumerate(made) for p in m])}
     for name in ("after", "cost"):
         result[f"ratio_{name}_over_before"] = round(result[name]["rows_per_s"] / result["before"]["rows_per_s"], 3)
         result[f"ratio_{name}_over_before_per_round"] = [round(a / b, 3) for a, b in zip(rates[name], rates["before"])]
+        result[f"cpu_ratio_{name}_over_before"] = round(result[name]["rows_per_cpu_s"] / result["before"]["rows_per_cpu_s"], 3)
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=2) + "\n", encoding="utf-8")
-    print(f"{'plan':8s} {'rows/s':>9s} {'passes':>7s} {'padding':>8s}")
+    print(f"{'plan':8s} {'rows/s':>9s} {'rows/cpu-s':>11s} {'passes':>7s} {'padding':>8s}")
     for name in plans:
         r = result[name]
-        print(f"{name:8s} {r['rows_per_s']:9.1f} {r['passes']:7d} {r['padding_share']:8.1%}")
-    print(f"after / before: {result['ratio_after_over_before']:.3f}x, cost / before: "
-          f"{result['ratio_cost_over_before']:.3f}x  (call_overhead_tokens {overhead:.1f}, "
+        print(f"{name:8s} {r['rows_per_s']:9.1f} {r['rows_per_cpu_s']:11.1f} {r['passes']:7d} {r['padding_share']:8.1%}")
+    print(f"after / before: {result['ratio_after_over_before']:.3f}x (CPU {result['cpu_ratio_after_over_before']:.3f}x), "
+          f"cost / before: {result['ratio_cost_over_before']:.3f}x (CPU {result['cpu_ratio_cost_over_before']:.3f}x)  "
+          f"(call_overhead_tokens {overhead:.1f}, "
           f"batch_tokens {clf.batch_tokens}, {args.shape}, load {load_before[0]:.1f}); wrote {args.output}")
 
 
