@@ -154,7 +154,7 @@ def test_batch_tab_writes_pred_labels_and_probabilities(ml_server, ml_engine):
     done = gradio_call(url, fn[0], [_upload(url, "batch.csv", csv.encode()), "text"])
     assert done["success"], done
     preview = done["output"]["data"][2]
-    assert preview["headers"][:5] == ["text", "pred_labels", "prob_dream", "prob_error", "prob_memo"]
+    assert preview["headers"][:6] == ["text", "pred_labels", "confident", "prob_dream", "prob_error", "prob_memo"]
     got = [r[1] for r in preview["data"]]
     assert got == [";".join(p.labels) for p in ml_engine.predict(TEXTS)]
     assert "(none)" in done["output"]["data"][1]
