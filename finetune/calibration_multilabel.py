@@ -2,7 +2,9 @@
 
 Each label's probability is rescaled on its logit (textdata/calibration.py): a temperature per label by
 default, Platt scaling (a slope and an intercept per label) only where its nested log-loss wins in every
-fold and by VECTOR_MARGIN on average. Scored nested like the single-label calibrator. Calibration error
+fold and by VECTOR_MARGIN on average, and none where the chosen one's nested log-loss is not below the
+scores' own (the single-label rule, finetune/calibration.py's choose(): a kept blend is fitted by log-loss
+on these rows already). Scored nested like the single-label calibrator. Calibration error
 here is the labels' mean binary ECE (15 bins on each label's probability against its 0/1 target).
 
 For a target precision, each label gets its own threshold: the lowest at which the rows asserting that
@@ -148,7 +150,15 @@ def calibrate(
     gain = float((t_loss - p_loss).mean())
     method = "platt" if np.all(p_loss < t_loss) and gain >= VECTOR_MARGIN else "temperature"
     calibrated, cals, folds = runs[method]
-    final = fit(P, Y, method)
+    why = f"per-label {method}: Platt's nested log-loss gain over temperatures {gain:+.4f}"
+    before = np.mean([f["before"]["log_loss"] for f in folds])
+    if np.mean([f["after"]["log_loss"] for f in folds]) >= before:  # finetune/calibration.py's choose(), per label
+        why = (f"none: per-label {method}'s nested log-loss {np.mean([f['after']['log_loss'] for f in folds]):.4f} "
+               f"is not below the scores' own {before:.4f}, so they are served as they are")
+        method, calibrated = "none", P
+        cals = [Calibrator("none", multi_label=True)] * len(folds)
+        folds = [{**f, "after": f["before"]} for f in folds]
+    final = fit(P, Y, method) if method != "none" else Calibrator("none", multi_label=True)
     mean = lambda key, part: float(np.mean([f[part][key] for f in folds]))
     std = lambda key, part: float(np.std([f[part][key] for f in folds]))
     section = {
@@ -157,7 +167,7 @@ def calibrate(
         "fitted_on": fitted_on,
         "bins": BINS,
         "nested": True,
-        "why": f"per-label {method}: Platt's nested log-loss gain over temperatures {gain:+.4f}",
+        "why": why,
         "folds": folds,
         "final": {"method": final.method, **final.params()},
         **{

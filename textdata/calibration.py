@@ -12,7 +12,8 @@ their logarithms, which is what a temperature does to logits (softmax(log p) = p
 Multi-label: each label's sigmoid probability is rescaled on its logit, z = log(p / (1 - p)):
 
     temperature:  p'_l = sigmoid(z_l / T_l)                     (one parameter per label)
-    platt:        p'_l = sigmoid(a_l z_l + b_l)                 (two per label)
+    platt:        p'_l = sigmoid(a_l z_l + b_l)                 (two per label, a_l > 0)
+    none:         p'_l = p_l                                    (as single-label)
 
 The threshold: an answer is `confident` when its top calibrated probability is at least the threshold of
 the label it answers (one threshold for every label, or one per label where that won in k-fold); a
@@ -32,13 +33,13 @@ import numpy as np
 
 CALIBRATION_FILE = "calibration.json"
 METHODS = ("temperature", "vector", "none")
-MULTI_LABEL_METHODS = ("temperature", "platt")
+MULTI_LABEL_METHODS = ("temperature", "platt", "none")
 _FLOOR = 1e-12  # log(0) guard, as in baseline/blend.py
 
 
 @dataclass(frozen=True)
 class Calibrator:
-    method: str  # temperature | vector | none (single-label); temperature | platt (multi-label)
+    method: str  # temperature | vector | none (single-label); temperature | platt | none (multi-label)
     multi_label: bool = False
     temperature: float | tuple = 1.0  # one T (single-label), one per label (multi-label temperature)
     weights: tuple | None = None  # vector: w per class; platt: a per label

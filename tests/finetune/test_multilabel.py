@@ -345,7 +345,7 @@ def test_final_model_folder_follows_the_multi_label_contract(ml_run):
     assert written["pred_labels"].tolist() == want  # cut on the uncalibrated scores, as thresholds.json was tuned
     # the scores written are calibrated by the folder's calibration.json (per label, issue 33)
     calibrator, _, cal_spec = read_calibration(model_dir, spec["labels"])
-    assert cal_spec["problem_type"] == "multi_label_classification" and cal_spec["method"] in ("temperature", "platt")
+    assert cal_spec["problem_type"] == "multi_label_classification" and cal_spec["method"] in ("temperature", "platt", "none")
     got = written[[f"prob_{n}" for n in spec["labels"]]].to_numpy()
     assert np.allclose(got, calibrator(proba.astype(np.float64)), atol=1e-5)
 
