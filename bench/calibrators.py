@@ -28,7 +28,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from finetune.calibration import FITTERS, scores, top_label_ece  # noqa: E402
+from finetune.calibration import FITTERS, scores, top_label_ece
 
 
 def isotonic(probs: np.ndarray, y: np.ndarray):
@@ -100,15 +100,15 @@ def main(argv=None) -> int:
         row["ece_below_none_folds"] = int(sum(f["ece"] < b["ece"] for f, b in zip(folds, before)))
         row["folds"] = folds
         rows[name] = row
-        pm = lambda k: f"{row[k][0]:.4f}±{row[k][1]:.4f}"
-        print(f"{name:>12} {pm('ece'):>14} {pm('log_loss'):>14} {pm('brier'):>14} "
+        pm = {k: f"{row[k][0]:.4f}±{row[k][1]:.4f}" for k in ("ece", "log_loss", "brier")}
+        print(f"{name:>12} {pm['ece']:>14} {pm['log_loss']:>14} {pm['brier']:>14} "
               f"{row['ece_below_none_folds']:>10} of {len(folds)}")
     fl = floor(probs, fold_of, a.bootstrap)
     print(f"\nECE of perfectly calibrated scores on as many rows (labels drawn from the scores): mean {fl['mean']:.4f}, "
           f"95th percentile {fl['p95']:.4f}")
     result = {"date": str(date.today()), "machine": platform.machine(), "command": "python bench/calibrators.py "
               + " ".join(sys.argv[1:] if argv is None else argv), "run": str(a.run), "served": served,
-              "rows": int(len(y)), "candidates": rows, "perfect_calibration_ece": fl}
+              "rows": len(y), "candidates": rows, "perfect_calibration_ece": fl}
     a.output.parent.mkdir(parents=True, exist_ok=True)
     a.output.write_text(json.dumps(result, indent=1))
     print(f"wrote {a.output}")

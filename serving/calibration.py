@@ -15,7 +15,6 @@ from pathlib import Path
 import numpy as np
 
 from serving.multilabel import Thresholds
-
 from textdata.calibration import (
     CALIBRATION_FILE,
     Calibrator,

@@ -9,7 +9,13 @@ import pytest
 from finetune.calibration import calibrate, fit_temperature, fit_vector, nested, scores, top_label_ece
 from finetune.confidence import save_calibration, table_lines
 from finetune.coverage import answered, coverage_table, pick_threshold, served_threshold
-from textdata.calibration import Calibrator, calibrator_from_json, confident, confident_multi_label, read_calibration
+from textdata.calibration import (
+    Calibrator,
+    calibrator_from_json,
+    confident,
+    confident_multi_label,
+    read_calibration,
+)
 from textdata.errors import DataError
 
 
