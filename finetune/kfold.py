@@ -61,12 +61,13 @@ from finetune.data import FOLD_IDS, bbcnews_csv, fixed_folds, inner_split, load_
 from finetune.fold_runner import open_runner, pick_accelerator, save_fold
 from finetune.metrics import fold_metrics
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model  # noqa: F401
+from finetune.multilabel import nested_thresholds
 from finetune.report import f1_text, fold_summary, holdout_baseline, summary_table, write_outputs
 from finetune.train import encode, fit, predict_proba
 from textdata.cpu_limits import omp_threads, plan_threads
 from textdata.drift import save_reference
 from textdata.errors import DataError, exits_2_on_user_error
-from textdata.learned import assess
+from textdata.learned import assess, assess_multi
 from textdata.normalize import Normalizer
 from textdata.tables import write_json, write_table
 
@@ -272,13 +273,15 @@ def run(cfg: Config, on_progress=None) -> dict:
     ml = data.multi_label  # multi-label: finetune/multilabel_run.py
     if ml:
         report, blend_oof = multilabel_run.cv_report(cfg, got, recorded, prep, accelerator.device)
+        report["learned"] = assess_multi(data.Y, nested_thresholds(data.Y, got.oof, got.fold_of)[0], report["blend"],
+                                         cfg.seed)
     else:
         report = fold_summary(cfg, got.results, recorded, data, prep.data_path, prep.resolved, accelerator.device)
         report["blend"], blend_oof = cv_blend(got.oof, got.base_oof, data.y, got.fold_of, data.labels, cfg.blend,
                                               report["macro_f1_mean"])
         report["learned"] = assess(data.y, got.oof, report["blend"], len(data.labels), cfg.seed)  # said plainly
-        if report["learned"]["message"]:
-            report["warnings"].append(report["learned"]["message"])
+    if report["learned"]["message"]:
+        report["warnings"].append(report["learned"]["message"])
     # Before anything is written: an unreachable --target-precision stops here (the folds are kept for --resume).
     # Multi-label: the per-label calibration's nested numbers in the report (finetune/calibration_multilabel.py).
     report["calibration"], served_oof, calibrated_oof = cv_calibration(

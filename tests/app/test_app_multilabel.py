@@ -10,6 +10,7 @@ import httpx
 import numpy as np
 import pandas as pd
 import pytest
+from app_testkit import session_outputs as _call
 from app_testkit import start_server
 from huggingface_hub import InferenceClient
 from test_app_ui_http import all_functions, gradio_call
@@ -101,21 +102,6 @@ def _dependency(url: str, elem_id: str) -> tuple[int, list]:
 def _upload(url: str, name: str, data: bytes) -> dict:
     path = httpx.post(url + "/ui/gradio_api/upload", files={"files": (name, data, "text/csv")}).json()[0]
     return {"path": path, "orig_name": name, "meta": {"_type": "gradio.FileData"}}
-
-
-def _call(url: str, session: str, fn_index: int, data: list) -> dict:
-    """One event in a browser session of our own: its gr.State (the row on screen) lives across calls."""
-    r = httpx.post(url + "/ui/gradio_api/queue/join", json={"data": data, "fn_index": fn_index,
-                                                            "session_hash": session, "event_data": None,
-                                                            "trigger_id": None})
-    r.raise_for_status()
-    with httpx.stream("GET", url + "/ui/gradio_api/queue/data", params={"session_hash": session}, timeout=60) as st:
-        for line in st.iter_lines():
-            if line.startswith("data:") and json.loads(line[5:]).get("msg") == "process_completed":
-                done = json.loads(line[5:])
-                assert done["success"], done
-                return done["output"]["data"]
-    raise AssertionError("no process_completed message")
 
 
 def test_label_tab_checkboxes_journal_undo_and_labeled_csv(ml_server, ml_engine):

@@ -296,6 +296,21 @@ def test_multi_label_run_reports_nested_and_0_5_scores(ml_run):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
 
 
+def test_multi_label_run_says_whether_the_model_learned(ml_run):
+    from textdata.learned import assess_multi
+
+    _, out, _ = ml_run
+    report = json.loads((out / "report.json").read_text())
+    oof = pd.read_csv(out / "oof_predictions.csv", keep_default_na=False)
+    used = oof[oof["fold"] >= 0]  # the rows the folds scored, in the run's order
+
+    def sets(column):
+        return np.array([[int(lab in str(s).split(";")) for lab in report["labels"]] for s in used[column]])
+
+    assert report["learned"] == assess_multi(sets("labels"), sets("pred_labels"), report["blend"], report["seed"])
+    assert json.loads((out / "model" / "training_config.json").read_text())["learned"] == report["learned"]
+
+
 def test_oof_predictions_hold_every_row_probabilities_and_label_sets(ml_run):
     df, out, _ = ml_run
     oof = pd.read_csv(out / "oof_predictions.csv", keep_default_na=False)
