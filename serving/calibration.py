@@ -71,7 +71,7 @@ class ServedCalibration:
     def multi_label_thresholds(self, thresholds: Thresholds) -> Thresholds:
         """A multi-label folder's thresholds.json moved to the scale its scores are served: each label's
         calibration is increasing, so the label sets are the ones the uncalibrated thresholds cut."""
-        if not self.applied:
+        if not self.applied or self.calibrator.method == "none":
             return thresholds
         return dataclasses.replace(
             thresholds,
