@@ -61,12 +61,13 @@ from finetune.data import FOLD_IDS, bbcnews_csv, fixed_folds, inner_split, load_
 from finetune.fold_runner import open_runner, pick_accelerator, save_fold
 from finetune.metrics import fold_metrics
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model  # noqa: F401
+from finetune.multilabel import nested_thresholds
 from finetune.report import f1_text, fold_summary, holdout_baseline, summary_table, write_outputs
 from finetune.train import encode, fit, predict_proba
 from textdata.cpu_limits import omp_threads, plan_threads
 from textdata.drift import save_reference
 from textdata.errors import DataError, exits_2_on_user_error
-from textdata.learned import assess
+from textdata.learned import assess, assess_multi
 from textdata.normalize import Normalizer
 from textdata.tables import write_json, write_table
 
@@ -272,17 +273,20 @@ def run(cfg: Config, on_progress=None) -> dict:
     ml = data.multi_label  # multi-label: finetune/multilabel_run.py
     if ml:
         report, blend_oof = multilabel_run.cv_report(cfg, got, recorded, prep, accelerator.device)
+        report["learned"] = assess_multi(data.Y, nested_thresholds(data.Y, got.oof, got.fold_of)[0], report["blend"],
+                                         cfg.seed)
     else:
         report = fold_summary(cfg, got.results, recorded, data, prep.data_path, prep.resolved, accelerator.device)
         report["blend"], blend_oof = cv_blend(got.oof, got.base_oof, data.y, got.fold_of, data.labels, cfg.blend,
                                               report["macro_f1_mean"])
         report["learned"] = assess(data.y, got.oof, report["blend"], len(data.labels), cfg.seed)  # said plainly
-        if report["learned"]["message"]:
-            report["warnings"].append(report["learned"]["message"])
+    if report["learned"]["message"]:
+        report["warnings"].append(report["learned"]["message"])
     # Before anything is written: an unreachable --target-precision stops here (the folds are kept for --resume).
     # Multi-label: the per-label calibration's nested numbers in the report (finetune/calibration_multilabel.py).
-    report["calibration"], served_oof, calibrated_oof = cv_calibration(got.oof, report["blend"], blend_oof, data,
-                                                                       got.fold_of, cfg.target_precision)
+    report["calibration"], served_oof, calibrated_oof = cv_calibration(
+        got.oof, report["blend"], blend_oof, data, got.fold_of, cfg.target_precision,
+        multilabel_run.fold_decisions(report) if ml else None)
     if held is not None:
         report["holdout"] = (multilabel_run.holdout_entry(out, data, held, cfg, report) if ml else
                              holdout_baseline(out, data, held, cfg))
@@ -295,10 +299,10 @@ def run(cfg: Config, on_progress=None) -> dict:
     if cfg.final:
         final_model(cfg, prep, report, accelerator, on_progress)
         if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitor.py);
-            # single-label scores are served calibrated (calibration.json), so the reference is too (nested)
-            kept = (report["blend"] or {}).get("kept") and blend_oof is not None
-            save_reference(out / "model", (blend_oof if kept else got.oof) if ml else calibrated_oof, data.texts,
-                           data.labels, multilabel_run.served_thresholds(out / "model") if ml else None)
+            # scores are served calibrated where calibration.json is written, so the reference is too (nested)
+            ref, thresholds = (multilabel_run.served_reference(out / "model", served_oof, calibrated_oof) if ml
+                               else (calibrated_oof, None))
+            save_reference(out / "model", ref, data.texts, data.labels, thresholds)
     report["wall_seconds"] = round(time.time() - started, 1)
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
@@ -351,9 +355,8 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
     else:
         blend = save_final_blend(folder, data.texts, data.y, len(data.labels), cfg.seed, report["blend"],
                                  report["warnings"])
-    # calibration.json: single-label only for now (a multi-label folder's per-label one is not served yet)
-    calibration = None if data.multi_label else save_calibration(folder, report.get("calibration"), data.labels,
-                                                                 blend is not None, report["warnings"])
+    calibration = save_calibration(folder, report.get("calibration"), data.labels, blend is not None,
+                                   report["warnings"])
     write_json(folder / "training_config.json", {
         "config": config_json(cfg), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
         "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))}, "blend": blend,

@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from finetune.multilabel import nested_thresholds
 from textdata.tables import write_table
 
 MODES = ("auto", "off")
@@ -87,9 +88,11 @@ def find_single(y: np.ndarray, probs: np.ndarray, labels: list[str]) -> Issues:
                   per_class, joint_counts)
 
 
-def find_multi(Y: np.ndarray, probs: np.ndarray, labels: list[str]) -> Issues:
+def find_multi(Y: np.ndarray, probs: np.ndarray, labels: list[str], fold_of: np.ndarray | None = None) -> Issues:
     """Multi-label rows: Y (n, L) 0/1, probs (n, L) independent sigmoids. A row is flagged when any of its
-    labels looks wrong (cleanlab's multi-label API); the suggestion is the set over 0.5."""
+    labels looks wrong (cleanlab's multi-label API). The suggestion is the set the served model would answer:
+    with `fold_of`, each label over its threshold tuned on the other folds' rows (nested, as k-fold scores
+    and serving answers, `p > t`); without, the set over 0.5."""
     from cleanlab.count import compute_confident_joint
     from cleanlab.multilabel_classification.filter import find_label_issues
     from cleanlab.multilabel_classification.rank import get_label_quality_scores
@@ -99,8 +102,11 @@ def find_multi(Y: np.ndarray, probs: np.ndarray, labels: list[str]) -> Issues:
     as_lists = [list(np.flatnonzero(r)) for r in Y]
     flagged = find_label_issues(as_lists, probs, filter_by="prune_by_noise_rate", n_jobs=1)
     quality = get_label_quality_scores(as_lists, probs)
-    suggested = (probs >= 0.5).astype(np.int64)
-    # the probability of a whole set under independent labels: its best set is the one over 0.5
+    if fold_of is None:
+        suggested = (probs >= 0.5).astype(np.int64)
+    else:  # tuned thresholds, not 0.5: a label the model scores low (rare, uncalibrated) is still suggested
+        suggested = nested_thresholds(Y, probs, np.asarray(fold_of))[0]
+    # the probability of a whole set under independent labels (the most probable set is the one over 0.5)
     p_set = lambda S: np.exp(np.sum(S * np.log(probs) + (1 - S) * np.log1p(-probs), axis=1))
     joint = compute_confident_joint(as_lists, probs, multi_label=True)  # (L, 2, 2): label l, given, true
     per_class = {}
@@ -177,7 +183,7 @@ def run(mode: str, out: Path, data, oof: np.ndarray, blend_oof, blend: dict | No
     try:
         with warnings.catch_warnings():  # cleanlab warns about its own deprecations and tiny classes
             warnings.simplefilter("ignore")
-            issues = (find_multi(data.Y, probs, data.labels) if multi else find_single(data.y, probs, data.labels))
+            issues = (find_multi(data.Y, probs, data.labels, fold_of) if multi else find_single(data.y, probs, data.labels))
     except (ValueError, AssertionError) as e:  # cleanlab checks its inputs with asserts: the folds' work stands
         why = f"label issues skipped: cleanlab refused these probabilities ({type(e).__name__}: {str(e)[:200]})"
         warnings_out.append(why)

@@ -237,6 +237,9 @@ class Classifier:
             except ValueError as e:
                 raise ModelError(str(e)) from None
         clf.calibration = ServedCalibration.load(folder, clf.labels, blend_served=clf.blend is not None)
+        if clf.multi_label:  # the tuned thresholds on the scale the scores are served (same label sets)
+            clf._thresholds = clf.calibration.multi_label_thresholds(clf._thresholds)
+            clf.thresholds = clf._thresholds.values
         clf.learned = folder_note(folder, blended=clf.blend is not None)
         if clf.learned:
             log.warning("%s: %s", folder, clf.learned)
@@ -427,7 +430,9 @@ class Classifier:
         A multi-label model answers `MultiLabelPrediction`s (serving/multilabel.py)."""
         if self.multi_label:
             logits = self._logits(seqs)
-            return multi_label_predictions(self._proba(seqs, logits), logits, self.labels, self.thresholds, top_k)
+            probs = self._proba(seqs, logits)
+            sure = self.calibration.confident_multi_label(probs, probs > self.thresholds[None, :])
+            return multi_label_predictions(probs, logits, self.labels, self.thresholds, top_k, sure)
         probs = self._proba(seqs)
         labels = self.labels
         sure = self.calibration.confident(probs)

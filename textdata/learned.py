@@ -64,6 +64,39 @@ def assess(y: np.ndarray, oof: np.ndarray, blend: dict | None, n_classes: int, s
     return found
 
 
+def multi_label_macro_f1(Y: np.ndarray, pred: np.ndarray) -> float:
+    """Mean per-label F1 over the labels present in `Y` or `pred` (0/1 arrays, n x L)."""
+    tp = (Y & pred).sum(0).astype(float)
+    denom = Y.sum(0) + pred.sum(0)  # 2tp + fp + fn
+    present = denom > 0
+    return float(np.mean(2 * tp[present] / denom[present])) if present.any() else 0.0
+
+
+def assess_multi(Y: np.ndarray, pred: np.ndarray, blend: dict | None, seed: int = 0,
+                 permutations: int = PERMUTATIONS) -> dict:
+    """`assess` for multi-label runs: `pred` the nested predicted sets (n x L, each fold cut at thresholds tuned
+    on the others). Chance: rows of `Y` shuffled against `pred`, so each label's frequency and the labels'
+    co-occurrence stay as they are. Adds nothing: the kept blend gives the model under NO_WEIGHT of the
+    baseline's weight on every label."""
+    Y, pred = np.asarray(Y, dtype=np.int64), np.asarray(pred, dtype=np.int64)
+    rng = np.random.default_rng(seed)
+    f1 = multi_label_macro_f1(Y, pred)
+    chance = float(np.percentile([multi_label_macro_f1(Y[rng.permutation(len(Y))], pred)
+                                  for _ in range(permutations)], 95))
+    at_chance = f1 <= chance
+    kept = bool(blend and blend.get("kept"))
+    share = None
+    a, b = (np.asarray((blend or {}).get(k) or [], dtype=float) for k in ("model_weight", "baseline_weight"))
+    if kept and a.shape == b.shape and a.size and np.all(b > 0):
+        share = float(np.max(a / b))  # the label where the model weighs most
+    adds_nothing = kept and (at_chance or (share is not None and share < NO_WEIGHT))
+    found = {"macro_f1": round(f1, 4), "chance_macro_f1_p95": round(chance, 4), "at_chance": at_chance,
+             "blend_kept": kept, "model_weight_share": None if share is None else round(share, 4),
+             "adds_nothing": adds_nothing}
+    found["message"] = message(found, blended=kept)
+    return found
+
+
 def message(found: dict | None, blended: bool) -> str | None:
     """The plain sentence for a recorded finding, as the answers are served (with the blend or without)."""
     if not found:

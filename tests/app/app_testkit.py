@@ -119,3 +119,30 @@ def metric(text: str, name: str, **labels) -> float:
     pattern = re.escape(name) + (r"\{" + re.escape(want) + r"\}" if want else "") + r" ([0-9.e+-]+)$"
     m = re.search(pattern, text, re.MULTILINE)
     return float(m.group(1)) if m else 0.0
+
+
+def gradio_event(url: str, fn_index: int, data: list, session: str | None = None, headers: dict | None = None) -> dict:
+    """One event through Gradio's queue, as any HTTP client can send it: the final message. A fixed `session`
+    keeps the event's gr.State (the row on screen) across calls, as one browser tab does."""
+    import uuid
+
+    session = session or uuid.uuid4().hex[:12]
+    r = httpx.post(url + "/ui/gradio_api/queue/join", headers=headers,
+                   json={"data": data, "fn_index": fn_index, "session_hash": session, "event_data": None,
+                         "trigger_id": None})
+    r.raise_for_status()
+    with httpx.stream("GET", url + "/ui/gradio_api/queue/data", params={"session_hash": session},
+                      headers=headers, timeout=120) as stream:
+        for line in stream.iter_lines():
+            if line.startswith("data:"):
+                message = json.loads(line[5:])
+                if message.get("msg") == "process_completed":
+                    return message
+    raise AssertionError("no process_completed message")
+
+
+def session_outputs(url: str, session: str, fn_index: int, data: list) -> list:
+    """The outputs of one successful event in a fixed session."""
+    done = gradio_event(url, fn_index, data, session)
+    assert done["success"], done
+    return done["output"]["data"]

@@ -11,7 +11,7 @@ import httpx
 import numpy as np
 import pandas as pd
 import pytest
-from app_testkit import start_server
+from app_testkit import session_outputs, start_server
 
 from app.labeling import SessionStore
 from app.review import ReviewError, given_label, open_review, plan
@@ -110,19 +110,6 @@ def test_a_file_from_other_data_is_refused_naming_both(tmp_path, base):
         plan(pd.DataFrame({"text": ["a"]}), "mine.csv", {}, set(), "notes.csv")
 
 
-def _call(url: str, fn_index: int, data: list, session: str) -> list:
-    """One event in a fixed Gradio session (so its gr.State, the row on screen, carries over): its outputs."""
-    r = httpx.post(url + "/ui/gradio_api/queue/join", json={"data": data, "fn_index": fn_index, "session_hash": session})
-    r.raise_for_status()
-    with httpx.stream("GET", url + "/ui/gradio_api/queue/data", params={"session_hash": session}, timeout=120) as st:
-        for line in st.iter_lines():
-            if line.startswith("data:") and json.loads(line[5:]).get("msg") == "process_completed":
-                done = json.loads(line[5:])
-                assert done["success"], done
-                return done["output"]["data"]
-    raise AssertionError("no process_completed message")
-
-
 def test_ui_opens_a_review_from_an_uploaded_file_and_keep_goes_to_the_journal(tmp_path, base, spread_model_dir):
     issues_csv(tmp_path, base)
     server = start_server(spread_model_dir, tmp_path, "--train-data", str(base))
@@ -142,18 +129,18 @@ def test_ui_opens_a_review_from_an_uploaded_file_and_keep_goes_to_the_journal(tm
 
         session = "reviewtest01"
         start = fn_of[(by_elem["review-start"], "click")]
-        refused = _call(url, start, [upload("mine.csv", b"text\nhello\n"), ""], session)
+        refused = session_outputs(url, session, start, [upload("mine.csv", b"text\nhello\n"), ""])
         assert "not a label_issues.csv" in json.dumps(refused, ensure_ascii=False)
-        out = _call(url, start, [upload("label_issues.csv", (tmp_path / li.FILE).read_bytes()), ""], session)
+        out = session_outputs(url, session, start, [upload("label_issues.csv", (tmp_path / li.FILE).read_bytes()), ""])
         sid = out[0]
         text = json.dumps(out, ensure_ascii=False)
         assert "Review of 4 suspects" in text and "Given **" in text and "suggestion **" in text
         meta = json.loads((tmp_path / "app-data" / "label" / sid / "meta.json").read_text())
         assert meta["kind"] == "review"
         keep_view = fn_of[(by_elem["label-hint"], "change")]
-        shown = _call(url, keep_view, [sid, None], session)
+        shown = session_outputs(url, session, keep_view, [sid, None])
         assert "Keep: " in json.dumps(shown, ensure_ascii=False)
-        _call(url, fn_of[(by_elem["keep-btn"], "click")], [sid, None], session)
+        session_outputs(url, session, fn_of[(by_elem["keep-btn"], "click")], [sid, None])
         journal = [json.loads(x) for x in (tmp_path / "app-data" / "label" / sid / "journal.jsonl").read_text().splitlines()]
         first = pd.read_parquet(tmp_path / "app-data" / "label" / sid / "items.parquet").iloc[journal[0]["row"]]
         assert journal[0]["op"] == "label" and journal[0]["label"] == first["given_label"]

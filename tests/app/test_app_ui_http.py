@@ -15,6 +15,7 @@ import gradio as gr
 import httpx
 import pandas as pd
 import pytest
+from app_testkit import gradio_event
 from gradio.utils import get_upload_folder
 
 from app.config import Config
@@ -39,20 +40,8 @@ def test_no_server_files_through_the_ui(server):
 
 
 def gradio_call(url: str, fn_index: int, data: list, headers: dict | None = None) -> dict:
-    """One event through Gradio's queue, as any HTTP client can send it: the final message."""
-    session = uuid.uuid4().hex[:12]
-    r = httpx.post(url + "/ui/gradio_api/queue/join", headers=headers,
-                   json={"data": data, "fn_index": fn_index, "session_hash": session, "event_data": None,
-                         "trigger_id": None})
-    r.raise_for_status()
-    with httpx.stream("GET", url + "/ui/gradio_api/queue/data", params={"session_hash": session},
-                      headers=headers, timeout=60) as stream:
-        for line in stream.iter_lines():
-            if line.startswith("data:"):
-                message = json.loads(line[5:])
-                if message.get("msg") == "process_completed":
-                    return message
-    raise AssertionError("no process_completed message")
+    """One event through Gradio's queue in a session of its own: the final message."""
+    return gradio_event(url, fn_index, data, headers=headers)
 
 
 def all_functions(url: str) -> list[tuple[int, str, list]]:

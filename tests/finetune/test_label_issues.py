@@ -74,6 +74,25 @@ def test_multi_label_uses_cleanlabs_multilabel_api_and_suggests_the_set_over_one
     assert issues.joint.shape == (L, 2, 2)
 
 
+def test_multi_label_suggestion_uses_thresholds_tuned_on_the_other_folds():
+    """A label the model scores low on every row (an uncalibrated, rare label) is never suggested at 0.5; its
+    nested tuned threshold suggests it where the model ranks it high, as the served model would answer."""
+    from finetune.multilabel import nested_thresholds
+
+    rng = np.random.default_rng(2)
+    n, L = 600, 3
+    Y = (rng.random((n, L)) < 0.3).astype(int)
+    logits = rng.normal(0, 1, (n, L)) + (2 * Y - 1) * 3
+    logits[:, 1] -= 5  # label 1: right order, every probability far under 0.5
+    probs = 1 / (1 + np.exp(-logits))
+    fold_of = np.arange(n) % 3
+    at_half = np.array(li.find_multi(Y, probs, list("abc")).suggested)
+    tuned = np.array(li.find_multi(Y, probs, list("abc"), fold_of).suggested)
+    assert at_half[:, 1].sum() < 0.1 * Y[:, 1].sum()  # 0.5 misses label 1
+    assert np.array_equal(tuned, nested_thresholds(Y, probs, fold_of)[0])
+    assert (tuned[:, 1] == Y[:, 1]).mean() > 0.9 > (at_half[:, 1] == Y[:, 1]).mean()
+
+
 def fake_data(given, labels, texts=None, multi=False, groups=None, keep=None):
     n = len(given)
     data = SimpleNamespace(labels=labels, texts=texts or [f"text {i}" for i in range(n)],

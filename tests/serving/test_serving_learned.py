@@ -105,3 +105,40 @@ def test_a_multi_label_blend_is_not_misread(tmp_path):
     assert folder_note(tmp_path, blended=True).startswith(ADDS_NOTHING)
     assert folder_note(tmp_path, blended=False) is None
 
+
+
+def test_multi_label_runs_are_assessed_too():
+    """debtags with MiniLM after 1 epoch: nested macro-F1 0.05 and a blend that ignores the model; said the same
+    way as for single-label runs, and read back from the folder's record."""
+    from sklearn.metrics import f1_score
+
+    from textdata.learned import assess_multi, multi_label_macro_f1
+
+    rng = np.random.default_rng(3)
+    Y = (rng.random((500, 6)) < 0.25).astype(int)
+    assert multi_label_macro_f1(Y, Y) == 1.0
+    noisy = np.where(rng.random(Y.shape) < 0.2, 1 - Y, Y)
+    assert multi_label_macro_f1(Y, noisy) == pytest.approx(f1_score(Y, noisy, average="macro", zero_division=0))
+    found = assess_multi(Y, noisy, None)
+    assert not found["at_chance"] and found["message"] is None
+    unrelated = (rng.random(Y.shape) < 0.25).astype(int)
+    found = assess_multi(Y, unrelated, None)
+    assert found["at_chance"] and found["message"].startswith(AT_CHANCE)
+    ignored = {"kept": True, "model_weight": [0.0, 0.001, 0.0, 0.0, 0.002, 0.0], "baseline_weight": [1.0] * 6}
+    found = assess_multi(Y, noisy, ignored)
+    assert found["adds_nothing"] and found["message"].startswith(ADDS_NOTHING)
+    used_once = dict(ignored, model_weight=[0.0, 0.3, 0.0, 0.0, 0.0, 0.0])  # the model counts for one label
+    assert assess_multi(Y, noisy, used_once)["message"] is None
+    assert assess_multi(Y, unrelated, used_once)["message"].startswith(ADDS_NOTHING)  # at chance, blended
+
+
+def test_a_multi_label_run_records_its_finding(tmp_path):
+    from textdata.learned import assess_multi, folder_note
+
+    rng = np.random.default_rng(4)
+    Y = (rng.random((300, 4)) < 0.3).astype(int)
+    blend = {"kept": True, "model_weight": [0.0] * 4, "baseline_weight": [1.0] * 4}
+    found = assess_multi(Y, (rng.random(Y.shape) < 0.3).astype(int), blend)
+    (tmp_path / "training_config.json").write_text(json.dumps({"blend": blend, "learned": found}))
+    assert folder_note(tmp_path, blended=True).startswith(ADDS_NOTHING)
+    assert folder_note(tmp_path, blended=False).startswith(AT_CHANCE)
