@@ -116,23 +116,19 @@ def read_limits(root: Path | None = None, affinity: int | None = None) -> CpuLim
 
 
 # Twin of textdata.cpu_limits.plan_threads: tests/textdata/test_twins.py
-def plan_threads(limits: CpuLimits | None = None, requested: int | None = None, batch: bool = False) -> ThreadPlan:
-    """Threads (and ONNX Runtime spinning) for a CPU job starting now; `requested` (a user's count) wins.
-    `batch`: throughput work (batch scoring), where spin-waiting buys no latency, so it is off on idle cores too."""
+def plan_threads(limits: CpuLimits | None = None, requested: int | None = None) -> ThreadPlan:
+    """Threads (and ONNX Runtime spinning) for a CPU job starting now; `requested` (a user's count) wins."""
     lim = limits or read_limits()
     contended = lim.busy > 0 or lim.quota_bound
-    spinning = not contended and not batch
     if requested:
-        return ThreadPlan(requested, spinning, f"requested {requested}")
+        return ThreadPlan(requested, not contended, f"requested {requested}")
     threads = max(1, lim.usable - lim.busy)
     quota = f", quota {lim.quota:g} cores" if lim.quota is not None else ""
     why = (f"{threads} of {lim.usable} usable cores (affinity {lim.affinity}{quota}; load average {lim.load:.2f} "
            f"on {lim.machine} CPUs)")
     if contended:
         why += ": contended, spinning off"
-    elif batch:
-        why += ": batch scoring, spinning off"
-    return ThreadPlan(threads, spinning, why)
+    return ThreadPlan(threads, not contended, why)
 
 
 def omp_threads() -> int | None:
