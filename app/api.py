@@ -72,8 +72,11 @@ class LabelSet(BaseModel):
     """A multi-label model's answer for one text."""
 
     labels: list[str] = Field(description="the labels whose probability is over their threshold; [] for none")
-    scores: dict[str, float] = Field(description="every label's probability (independent sigmoids, id order)")
+    scores: dict[str, float] = Field(description="every label's probability (independent sigmoids, id order; "
+                                      "calibrated where the model has calibration.json)")
     model_version: str
+    confident: bool = Field(True, description="every label in `labels` clears its threshold (the model's per-label "
+                                              "ones, or the request's min_confidence); false: 'not sure'")
 
 
 class ClassifyResponse(BaseModel):
@@ -160,7 +163,8 @@ def check_texts(texts: list[str], cfg: Config, field: str, single: bool, normali
 def _shape(pred, top_k: int | None, version: str, min_confidence: float | None = None) -> dict:
     if isinstance(pred, MultiLabelPrediction):
         scores = pred.scores if top_k is None else dict(sorted(pred.scores.items(), key=lambda kv: -kv[1])[:top_k])
-        return {"labels": pred.labels, "scores": scores, "model_version": version}
+        sure = pred.confident if min_confidence is None else all(pred.scores[n] >= min_confidence for n in pred.labels)
+        return {"labels": pred.labels, "scores": scores, "model_version": version, "confident": bool(sure)}
     probs = pred.probabilities
     if top_k is not None:
         probs = dict(sorted(probs.items(), key=lambda kv: -kv[1])[:top_k])

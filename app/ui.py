@@ -183,10 +183,10 @@ def _classify_tab(cfg, state, labels: list[str]) -> None:
             (pred,) = await asyncio.wait_for(state.batcher.submit(seqs, [len(seqs[0])], engine), cfg.request_timeout_s)
         except (QueueFull, asyncio.TimeoutError):
             raise gr.Error("The server is busy; try again in a moment.") from None
+        unsure = "" if getattr(pred, "confident", True) else " · ⚠ **not sure** (under the model's threshold)"
         if getattr(clf, "multi_label", False):  # the label set over the thresholds, maybe empty
             found = ", ".join(f"**{html.escape(x)}** {pred.scores[x]:.1%}" for x in pred.labels) or "**none of the labels**"
-            return pred.scores, f"{found} · model {html.escape(engine.version)}"
-        unsure = "" if getattr(pred, "confident", True) else " · ⚠ **not sure** (under the model's threshold)"
+            return pred.scores, f"{found}{unsure} · model {html.escape(engine.version)}"
         return pred.probabilities, (f"**{html.escape(pred.label)}** · {pred.score:.1%}{unsure} · "
                                     f"model {html.escape(engine.version)}")
 

@@ -2,12 +2,17 @@
 
 Each label's probability is rescaled on its logit (textdata/calibration.py): a temperature per label by
 default, Platt scaling (a slope and an intercept per label) only where its nested log-loss wins in every
-fold and by VECTOR_MARGIN on average. Scored nested like the single-label calibrator. Calibration error
+fold and by VECTOR_MARGIN on average, and none where the chosen one's nested log-loss is not below the
+scores' own (the single-label rule, finetune/calibration.py's choose(): a kept blend is fitted by log-loss
+on these rows already). Scored nested like the single-label calibrator. Calibration error
 here is the labels' mean binary ECE (15 bins on each label's probability against its 0/1 target).
 
 For a target precision, each label gets its own threshold: the lowest at which the rows asserting that
 label are right at least `target` of the time (finetune/coverage.py's rule, per label). A row is confident
 when every label it asserts (over its decision threshold, thresholds.json) clears its precision threshold.
+The decision thresholds are tuned on uncalibrated scores; the engine moves them through the calibrator
+(each label's map is increasing, so the label sets do not change), and the nested estimate does the same
+with each fold's own decision thresholds and calibrator, so it scores the rule that is served.
 """
 
 from __future__ import annotations
@@ -60,7 +65,8 @@ def _label_temperature(z: np.ndarray, y: np.ndarray) -> float:
 
 def fit(P: np.ndarray, Y: np.ndarray, method: str) -> Calibrator:
     """Per-label temperature (T_l) or Platt (a_l, b_l, by scikit-learn's logistic regression on the logit).
-    A label that is never (or always) on in these rows keeps its probabilities (T = 1, or a = 1, b = 0)."""
+    A label that is never (or always) on in these rows keeps its probabilities (T = 1, or a = 1, b = 0), as
+    does one whose Platt slope is not positive (its scores rank the wrong way round: nothing to rescale)."""
     from sklearn.linear_model import LogisticRegression
 
     Z = _logits(P)
@@ -70,13 +76,12 @@ def fit(P: np.ndarray, Y: np.ndarray, method: str) -> Calibrator:
         both = 0 < Y[:, j].sum() < len(Y)
         if method == "temperature":
             temps.append(round(_label_temperature(Z[:, j], Y[:, j]), 8) if both else 1.0)
-        elif both:
-            lr = LogisticRegression(C=1e4, max_iter=1000).fit(Z[:, [j]], Y[:, j])
-            a.append(round(float(lr.coef_[0, 0]), 8))
-            b.append(round(float(lr.intercept_[0]), 8))
         else:
-            a.append(1.0)
-            b.append(0.0)
+            lr = LogisticRegression(C=1e4, max_iter=1000).fit(Z[:, [j]], Y[:, j]) if both else None
+            # a slope <= 0 would reverse the label's order, and the served thresholds move with the map
+            keep = lr is not None and lr.coef_[0, 0] > 0
+            a.append(round(float(lr.coef_[0, 0]), 8) if keep else 1.0)
+            b.append(round(float(lr.intercept_[0]), 8) if keep else 0.0)
     if method == "temperature":
         return Calibrator("temperature", multi_label=True, temperature=tuple(temps))
     return Calibrator("platt", multi_label=True, weights=tuple(a), bias=tuple(b))
@@ -109,8 +114,9 @@ def label_thresholds(P: np.ndarray, Y: np.ndarray, target: float) -> tuple[np.nd
 
 
 def answered(P: np.ndarray, Y: np.ndarray, thresholds: np.ndarray, decision: np.ndarray) -> dict:
-    """Coverage (confident rows) and the micro precision of the labels asserted in those rows."""
-    asserted = P >= decision
+    """Coverage (confident rows) and the micro precision of the labels asserted in those rows (a label is
+    asserted over its decision threshold, strictly, as serving/multilabel.py cuts)."""
+    asserted = P > decision
     keep = confident_multi_label(P, asserted, thresholds)
     hits = (asserted[keep] & (Y[keep] == 1)).sum()
     said = asserted[keep].sum()
@@ -131,17 +137,28 @@ def calibrate(
     decision: np.ndarray | float = 0.5,
 ) -> tuple[dict, Calibrator, np.ndarray]:
     """(report["calibration"] for a multi-label run, the calibrator fitted on every row, the nested-calibrated
-    out-of-fold probabilities). With `target`, the
-    served per-label thresholds and their nested coverage; DataError when no label reaches it."""
+    out-of-fold probabilities). With `target`, the served per-label thresholds and their nested coverage;
+    DataError when no label reaches it. `decision`: the uncalibrated decision thresholds, one per label or
+    one row per fold (each fold's nested tuned thresholds)."""
     P, Y = np.asarray(P, np.float64), np.asarray(Y)
-    decision = np.broadcast_to(np.asarray(decision, np.float64), (P.shape[1],))
+    n_folds = len(np.unique(fold_of))
+    decision = np.asarray(decision, np.float64)
+    decision = np.broadcast_to(decision if decision.ndim == 2 else decision.reshape(1, -1), (n_folds, P.shape[1]))
     runs = {m: nested(P, Y, fold_of, m) for m in ("temperature", "platt")}
     t_loss = np.array([f["after"]["log_loss"] for f in runs["temperature"][2]])
     p_loss = np.array([f["after"]["log_loss"] for f in runs["platt"][2]])
     gain = float((t_loss - p_loss).mean())
     method = "platt" if np.all(p_loss < t_loss) and gain >= VECTOR_MARGIN else "temperature"
     calibrated, cals, folds = runs[method]
-    final = fit(P, Y, method)
+    why = f"per-label {method}: Platt's nested log-loss gain over temperatures {gain:+.4f}"
+    before = np.mean([f["before"]["log_loss"] for f in folds])
+    if np.mean([f["after"]["log_loss"] for f in folds]) >= before:  # finetune/calibration.py's choose(), per label
+        why = (f"none: per-label {method}'s nested log-loss {np.mean([f['after']['log_loss'] for f in folds]):.4f} "
+               f"is not below the scores' own {before:.4f}, so they are served as they are")
+        method, calibrated = "none", P
+        cals = [Calibrator("none", multi_label=True)] * len(folds)
+        folds = [{**f, "after": f["before"]} for f in folds]
+    final = fit(P, Y, method) if method != "none" else Calibrator("none", multi_label=True)
     mean = lambda key, part: float(np.mean([f[part][key] for f in folds]))
     std = lambda key, part: float(np.std([f[part][key] for f in folds]))
     section = {
@@ -150,7 +167,7 @@ def calibrate(
         "fitted_on": fitted_on,
         "bins": BINS,
         "nested": True,
-        "why": f"per-label {method}: Platt's nested log-loss gain over temperatures {gain:+.4f}",
+        "why": why,
         "folds": folds,
         "final": {"method": final.method, **final.params()},
         **{
@@ -175,10 +192,10 @@ def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision) ->
             f"best precision reached is {np.nanmax(best):.4f}, asserting at least {MIN_ANSWERED} rows)"
         )
     folds = []
-    for k, cal in zip(np.unique(fold_of), cals):
+    for k, cal, dec in zip(np.unique(fold_of), cals, decision):
         held, rest = fold_of == k, fold_of != k
         th, _ = label_thresholds(cal(P[rest]), Y[rest], target)
-        folds.append({"fold": int(k), **answered(calibrated[held], Y[held], th, decision)})
+        folds.append({"fold": int(k), **answered(calibrated[held], Y[held], th, cal(dec[None, :])[0])})
     cov = [f["coverage"] for f in folds]
     prec = [f["precision"] for f in folds if f["precision"] is not None]
     return {
@@ -188,5 +205,6 @@ def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision) ->
         "estimated_coverage": float(np.mean(cov)),
         "estimated_coverage_std": float(np.std(cov)),
         "estimated_precision": float(np.mean(prec)) if prec else None,
+        "estimated_precision_std": float(np.std(prec)) if prec else None,
         "folds": folds,
     }

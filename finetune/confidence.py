@@ -14,7 +14,7 @@ import numpy as np
 
 from finetune.calibration import calibrate
 from finetune.coverage import coverage_table, served_threshold
-from textdata.calibration import CALIBRATION_FILE
+from textdata.calibration import CALIBRATION_FILE, Calibrator, calibrator_from_json
 from textdata.tables import write_json
 
 MULTI_LABEL = "multi_label_classification"
@@ -27,15 +27,20 @@ def cv_calibration(
     data,
     fold_of: np.ndarray,
     target: float | None,
+    decision: np.ndarray | None = None,
 ) -> tuple[dict, np.ndarray, np.ndarray]:
-    """(report["calibration"], the served out-of-fold probabilities before, and after nested calibration)."""
+    """(report["calibration"], the served out-of-fold probabilities before, and after nested calibration).
+    Multi-label: `decision` holds each fold's nested decision thresholds (one row per fold), what its
+    coverage estimate cuts at."""
     kept = bool(blend and blend.get("kept") and blend_oof is not None)
     served, fitted_on = (blend_oof, "blend") if kept else (oof, "model")
     served = np.asarray(served, np.float64)
     if getattr(data, "multi_label", False):
         from finetune.calibration_multilabel import calibrate as calibrate_multi_label
 
-        section, _, after = calibrate_multi_label(served, data.Y, fold_of, data.labels, fitted_on, target)
+        section, _, after = calibrate_multi_label(
+            served, data.Y, fold_of, data.labels, fitted_on, target, 0.5 if decision is None else decision
+        )
         return section, served, after
     section, chosen, final = calibrate(served, data.y, fold_of, fitted_on)
     if kept:  # for the record: the model alone, as --blend off would serve it
@@ -111,26 +116,37 @@ def table_lines(section: dict | None) -> list[str]:
     return lines
 
 
+def _problem_type(section: dict) -> str:
+    return MULTI_LABEL if section.get("multi_label") else "single_label_classification"
+
+
+def served_calibrator(section: dict | None, labels: list[str], blend_served: bool) -> Calibrator | None:
+    """The calibrator the final folder serves (save_calibration writes it), or None where it writes none.
+    A calibrator fitted on the blend is not served when the final model is served without it (its
+    baseline could not be fitted): those scores are not the ones it was fitted on."""
+    if not section or (section["fitted_on"] == "blend" and not blend_served):
+        return None
+    return calibrator_from_json({**section["final"], "problem_type": _problem_type(section)}, len(labels))
+
+
 def save_calibration(
     folder: Path, section: dict | None, labels: list[str], blend_served: bool, warnings: list[str]
 ) -> dict | None:
-    """calibration.json in the final model folder (what serving/calibration.py reads); what
-    training_config.json records. A calibrator fitted on the blend is not saved when the final model is
-    served without it (its baseline could not be fitted): those scores are not the ones it was fitted on."""
+    """calibration.json in the final model folder (what serving/calibration.py reads), single- or
+    multi-label; what training_config.json records. None where served_calibrator serves none."""
     path = Path(folder) / CALIBRATION_FILE
     path.unlink(missing_ok=True)  # a rerun into the same folder must not serve an old one
-    if not section:
-        return None
-    if section["fitted_on"] == "blend" and not blend_served:
-        warnings.append(
-            "final model: calibrated on the blend, which it is served without; no calibration.json"
-        )
+    if served_calibrator(section, labels, blend_served) is None:
+        if section:
+            warnings.append(
+                "final model: calibrated on the blend, which it is served without; no calibration.json"
+            )
         return None
     served = section.get("served") or {}
     keys = ("ece", "log_loss", "brier")
     spec = {
         **section["final"],
-        "problem_type": MULTI_LABEL if section.get("multi_label") else "single_label_classification",
+        "problem_type": _problem_type(section),
         "labels": list(labels),
         "fitted_on": section["fitted_on"],
         "threshold": served.get("threshold"),

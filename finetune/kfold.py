@@ -284,8 +284,9 @@ def run(cfg: Config, on_progress=None) -> dict:
         report["warnings"].append(report["learned"]["message"])
     # Before anything is written: an unreachable --target-precision stops here (the folds are kept for --resume).
     # Multi-label: the per-label calibration's nested numbers in the report (finetune/calibration_multilabel.py).
-    report["calibration"], served_oof, calibrated_oof = cv_calibration(got.oof, report["blend"], blend_oof, data,
-                                                                       got.fold_of, cfg.target_precision)
+    report["calibration"], served_oof, calibrated_oof = cv_calibration(
+        got.oof, report["blend"], blend_oof, data, got.fold_of, cfg.target_precision,
+        multilabel_run.fold_decisions(report) if ml else None)
     if held is not None:
         report["holdout"] = (multilabel_run.holdout_entry(out, data, held, cfg, report) if ml else
                              holdout_baseline(out, data, held, cfg))
@@ -298,10 +299,10 @@ def run(cfg: Config, on_progress=None) -> dict:
     if cfg.final:
         final_model(cfg, prep, report, accelerator, on_progress)
         if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitor.py);
-            # single-label scores are served calibrated (calibration.json), so the reference is too (nested)
-            kept = (report["blend"] or {}).get("kept") and blend_oof is not None
-            save_reference(out / "model", (blend_oof if kept else got.oof) if ml else calibrated_oof, data.texts,
-                           data.labels, multilabel_run.served_thresholds(out / "model") if ml else None)
+            # scores are served calibrated where calibration.json is written, so the reference is too (nested)
+            ref, thresholds = (multilabel_run.served_reference(out / "model", served_oof, calibrated_oof) if ml
+                               else (calibrated_oof, None))
+            save_reference(out / "model", ref, data.texts, data.labels, thresholds)
     report["wall_seconds"] = round(time.time() - started, 1)
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
@@ -354,9 +355,8 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
     else:
         blend = save_final_blend(folder, data.texts, data.y, len(data.labels), cfg.seed, report["blend"],
                                  report["warnings"])
-    # calibration.json: single-label only for now (a multi-label folder's per-label one is not served yet)
-    calibration = None if data.multi_label else save_calibration(folder, report.get("calibration"), data.labels,
-                                                                 blend is not None, report["warnings"])
+    calibration = save_calibration(folder, report.get("calibration"), data.labels, blend is not None,
+                                   report["warnings"])
     write_json(folder / "training_config.json", {
         "config": config_json(cfg), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
         "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))}, "blend": blend,

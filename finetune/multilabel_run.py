@@ -144,6 +144,14 @@ def cv_report(cfg, got, recorded: dict, prep, device) -> tuple[dict, np.ndarray 
     return report, blend_oof
 
 
+def fold_decisions(report: dict) -> np.ndarray:
+    """Each fold's nested decision thresholds for what is served (the blend's where kept), one row per fold in
+    fold order: where the nested coverage estimate of a --target-precision cuts (finetune/confidence.py)."""
+    blend = report["blend"] or {}
+    folds = blend["folds"] if blend.get("kept") else [f["tuned"] for f in report["folds"]]
+    return np.array([[f["thresholds"][n] for n in report["labels"]] for f in folds], np.float64)
+
+
 def _joined(pred: np.ndarray, labels: list[str], sep: str) -> np.ndarray:
     return np.array([sep.join(labels[j] for j in np.flatnonzero(row)) for row in pred], dtype=object)
 
@@ -246,6 +254,7 @@ def final_extras(folder: Path, out: Path, data, held, proba, cfg, report: dict) 
                                           "source": source, "tuned_on": f"{len(data.texts)} out-of-fold rows"})
     if held is not None:
         served = ServedBlend(folder, len(labels))(proba, held.texts) if blend else proba
+        shown = _holdout_calibration(report, held, served, blend is not None)  # the scores as served
         t = [thresholds[n] for n in labels]
         model_t = [report["thresholds"]["model"][n] for n in labels]
         entry = report["holdout"]
@@ -256,7 +265,7 @@ def final_extras(folder: Path, out: Path, data, held, proba, cfg, report: dict) 
         rows = data.table.iloc[held.keep].copy()
         rows["pred_labels"] = _joined(predict_sets(served, t), labels, data.label_sep)
         for j, name in enumerate(labels):
-            rows[f"prob_{name}"] = served[:, j]
+            rows[f"prob_{name}"] = shown[:, j]
         write_table(rows, out / "holdout_predictions.csv")
         print(f"holdout ({len(held.texts)} rows never trained on), served {source}: micro-F1 {entry['micro_f1']:.4f} "
               f"tuned vs {entry['at_0_5']['micro_f1']:.4f} at 0.5, macro-F1 {entry['macro_f1']:.4f} vs "
@@ -264,11 +273,36 @@ def final_extras(folder: Path, out: Path, data, held, proba, cfg, report: dict) 
     return blend
 
 
-def served_thresholds(folder: Path) -> list[float]:
-    """The thresholds a model folder serves (its thresholds.json), for the drift reference (textdata/drift.py)."""
+def _holdout_calibration(report: dict, held, served: np.ndarray, blend_served: bool) -> np.ndarray:
+    """The held-out rows' scores as the folder serves them: calibrated where it has calibration.json, with the
+    calibration before and after in report["holdout"]. The sets are still cut on the uncalibrated scores: each
+    label's calibration is increasing and the engine moves the thresholds with it, so they are the same."""
+    from finetune.calibration_multilabel import scores
+    from finetune.confidence import served_calibrator
+
+    cal = served_calibrator(report.get("calibration"), report["labels"], blend_served)
+    if cal is not None:
+        after = cal(np.asarray(served, np.float64))
+        report["holdout"]["calibration"] = {"method": cal.method, "before": scores(served, held.Y),
+                                            "after": scores(after, held.Y)}
+        return after
+    return served
+
+
+def served_reference(folder: Path, raw_oof: np.ndarray, calibrated_oof: np.ndarray) -> tuple[np.ndarray, list]:
+    """(out-of-fold probabilities, thresholds) on the scale the folder serves, for the drift reference
+    (textdata/drift.py): with calibration.json, the nested-calibrated rows and thresholds.json's thresholds
+    moved through the calibrator, as the engine moves them; else the scores and thresholds.json as they are."""
     import json
 
-    return json.loads((Path(folder) / THRESHOLDS_FILE).read_text(encoding="utf-8"))["thresholds"]
+    from textdata.calibration import decision_thresholds, read_calibration
+
+    spec = json.loads((Path(folder) / THRESHOLDS_FILE).read_text(encoding="utf-8"))
+    thresholds = np.asarray(spec["thresholds"], np.float64)
+    found = read_calibration(folder, spec["labels"])
+    if found is None:
+        return raw_oof, thresholds.tolist()
+    return calibrated_oof, decision_thresholds(found[0], thresholds).tolist()
 
 
 # ------------------------------------------------------------------------------------------- the table

@@ -9,15 +9,18 @@ and info() says so. A calibrator fitted on the blend is not applied when the ble
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
 
+from serving.multilabel import Thresholds
 from textdata.calibration import (
     CALIBRATION_FILE,
     Calibrator,
     confident,
     confident_multi_label,
+    decision_thresholds,
     read_calibration,
 )
 from textdata.errors import ModelError
@@ -65,6 +68,17 @@ class ServedCalibration:
     def __call__(self, probs: np.ndarray) -> np.ndarray:
         return probs if self.calibrator is None else self.calibrator(probs)
 
+    def multi_label_thresholds(self, thresholds: Thresholds) -> Thresholds:
+        """A multi-label folder's thresholds.json moved to the scale its scores are served: each label's
+        calibration is increasing, so the label sets are the ones the uncalibrated thresholds cut."""
+        if not self.applied or self.calibrator.method == "none":
+            return thresholds
+        return dataclasses.replace(
+            thresholds,
+            values=decision_thresholds(self.calibrator, thresholds.values),
+            source=f"{thresholds.source}, moved through {CALIBRATION_FILE}'s calibrator",
+        )
+
     def confident(self, probs: np.ndarray, min_confidence: float | None = None) -> np.ndarray:
         """Single-label rows: does each top (calibrated) probability clear the threshold of its label, or
         `min_confidence` where a caller names its own."""
@@ -84,6 +98,7 @@ class ServedCalibration:
         """What /v1/model and info()["calibration"] show: the method, the threshold, its target and the
         nested estimates k-fold made of them."""
         keep = (
+            "problem_type",
             "method",
             "temperature",
             "params",

@@ -129,6 +129,9 @@ class Classifier:
         except ValueError as e:
             raise ModelError(str(e)) from None
         self.calibration = ServedCalibration.load(self.folder, self.labels, blend_served=self.blend is not None)
+        if self.multi_label:  # the tuned thresholds on the scale the scores are served (same label sets)
+            self._thresholds = self.calibration.multi_label_thresholds(self._thresholds)
+            self.thresholds = self._thresholds.values
         self.learned = folder_note(self.folder, blended=self.blend is not None)  # k-fold's finding (textdata/learned.py)
         if self.learned:
             log.warning("%s: %s", self.folder, self.learned)
@@ -394,7 +397,9 @@ class Classifier:
     def _predictions(self, seqs, top_k: int | None, plan: list[np.ndarray]) -> list[Prediction]:
         if self.multi_label:
             logits = self._logits(seqs, plan)
-            return multi_label_predictions(self._proba(seqs, logits), logits, self.labels, self.thresholds, top_k)
+            probs = self._proba(seqs, logits)
+            sure = self.calibration.confident_multi_label(probs, probs > self.thresholds[None, :])
+            return multi_label_predictions(probs, logits, self.labels, self.thresholds, top_k, sure)
         probs = self._proba(seqs, plan=plan)
         labels = self.labels
         sure = self.calibration.confident(probs)

@@ -372,7 +372,8 @@ FLAGS = {
     "max_f1_drop": Flag("macro-F1 points a file may lose against PyTorch on --eval-csv rows"),
     "int8_recipes": Flag(f"INT8 recipes to try in order, comma-separated, first that passes wins "
                          f"(known: {', '.join(BY_NAME)})", type=_recipe_list,
-                         shown=f"{','.join(DEFAULT_ORDER)} (with VNNI or on ARM), {','.join(NO_VNNI_ORDER)} (without)"),
+                         shown=f"{','.join(DEFAULT_ORDER)} (with VNNI or on ARM), {','.join(NO_VNNI_ORDER)} (without; "
+                               "AVX2 leaves out static-qdq)"),
     "opset": Flag("ONNX opset", shown="Optimum's choice"),
     "min_int8_speedup": Flag("INT8 becomes the CPU default only if this many times as fast as model.onnx here "
                              "(0: whatever its speed, e.g. when exporting for another CPU)"),

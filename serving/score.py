@@ -6,8 +6,8 @@
 Every input row comes out in the same order with all its columns, plus `pred_label`, `pred_score` (calibrated where the
 model folder has calibration.json), `confident` (the score clears k-fold's threshold for --target-precision;
 always True without one)
-(for a multi-label model instead `pred_labels`: the labels over their thresholds joined by thresholds.json's
-`label_sep`, empty for none), one `prob_<label>` column per label (or, with --top-k K, `top1_label`,
+(for a multi-label model instead of the first two `pred_labels`: the labels over their thresholds joined by
+thresholds.json's `label_sep`, empty for none; `confident`: every one of them clears its threshold), one `prob_<label>` column per label (or, with --top-k K, `top1_label`,
 `top1_score` … `topK_score`)
 and `error`: rows whose text is empty, whitespace or nothing after normalisation get an empty
 prediction and the reason in `error`, never dropped; last `model_version`, the model that scored the row

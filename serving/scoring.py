@@ -70,8 +70,8 @@ def output_columns(columns_in: list[str], labels: list[str], cfg: ScoreConfig, w
 
 def prediction_columns(labels: list[str], top_k: int | None, multi_label: bool = False) -> list[str]:
     """Single-label: pred_label, pred_score, confident. Multi-label: pred_labels (the labels over their thresholds, joined
-    by the model's separator, empty for none). Then prob_<label> per label (or top-k), error, model_version."""
-    cols = ["pred_labels"] if multi_label else ["pred_label", "pred_score", "confident"]
+    by the model's separator, empty for none), confident. Then prob_<label> per label (or top-k), error, model_version."""
+    cols = ["pred_labels", "confident"] if multi_label else ["pred_label", "pred_score", "confident"]
     if top_k:
         for i in range(1, top_k + 1):
             cols += [f"top{i}_label", f"top{i}_score"]
@@ -108,17 +108,19 @@ def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int 
     have[ok] = True
     best = np.where(have, np.nan_to_num(probs, nan=-1).argmax(1), -1)
     label_arr = np.array(labels, dtype=object)
-    if getattr(clf, "multi_label", False):
+    multi_label = getattr(clf, "multi_label", False)
+    calibration = getattr(clf, "calibration", None)  # serving/calibration.py; test doubles may lack it
+    sure = np.ones(len(df), bool)
+    if calibration is not None and len(ok):
+        sure[ok] = (calibration.confident_multi_label(probs[ok], probs[ok] > clf.thresholds[None, :]) if multi_label
+                    else calibration.confident(probs[ok]))
+    if multi_label:
         out = {"pred_labels": _label_sets(probs, have, clf)}
     else:
-        calibration = getattr(clf, "calibration", None)  # serving/calibration.py; test doubles may lack it
-        sure = np.ones(len(df), bool)
-        if calibration is not None and len(ok):
-            sure[ok] = calibration.confident(probs[ok])
         out = {"pred_label": np.where(have, label_arr[np.maximum(best, 0)], None),
-               "pred_score": np.where(have, probs[np.arange(len(df)), np.maximum(best, 0)], np.nan),
-               "confident": pd.array(np.where(have, sure, False), dtype="boolean")}
-        out["confident"][~have] = pd.NA
+               "pred_score": np.where(have, probs[np.arange(len(df)), np.maximum(best, 0)], np.nan)}
+    out["confident"] = pd.array(np.where(have, sure, False), dtype="boolean")
+    out["confident"][~have] = pd.NA
     if top_k:
         order = np.argsort(-np.nan_to_num(probs, nan=-1), axis=1, kind="stable")[:, :top_k]
         for i in range(order.shape[1]):

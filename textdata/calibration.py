@@ -12,12 +12,15 @@ their logarithms, which is what a temperature does to logits (softmax(log p) = p
 Multi-label: each label's sigmoid probability is rescaled on its logit, z = log(p / (1 - p)):
 
     temperature:  p'_l = sigmoid(z_l / T_l)                     (one parameter per label)
-    platt:        p'_l = sigmoid(a_l z_l + b_l)                 (two per label)
+    platt:        p'_l = sigmoid(a_l z_l + b_l)                 (two per label, a_l > 0)
+    none:         p'_l = p_l                                    (as single-label)
 
 The threshold: an answer is `confident` when its top calibrated probability is at least the threshold of
 the label it answers (one threshold for every label, or one per label where that won in k-fold); a
 multi-label answer is confident when every label it asserts clears its own. calibration.json holds
-both; absent, scores are served as they are and every answer counts as confident.
+both; absent, scores are served as they are and every answer counts as confident. A multi-label folder's
+decision thresholds (thresholds.json, tuned on uncalibrated scores) are served moved through the
+calibrator (`decision_thresholds`): each label's map is increasing, so the label sets stay the same.
 """
 
 from __future__ import annotations
@@ -30,13 +33,13 @@ import numpy as np
 
 CALIBRATION_FILE = "calibration.json"
 METHODS = ("temperature", "vector", "none")
-MULTI_LABEL_METHODS = ("temperature", "platt")
+MULTI_LABEL_METHODS = ("temperature", "platt", "none")
 _FLOOR = 1e-12  # log(0) guard, as in baseline/blend.py
 
 
 @dataclass(frozen=True)
 class Calibrator:
-    method: str  # temperature | vector | none (single-label); temperature | platt (multi-label)
+    method: str  # temperature | vector | none (single-label); temperature | platt | none (multi-label)
     multi_label: bool = False
     temperature: float | tuple = 1.0  # one T (single-label), one per label (multi-label temperature)
     weights: tuple | None = None  # vector: w per class; platt: a per label
@@ -54,7 +57,7 @@ class Calibrator:
                 z = z / np.asarray(self.temperature, np.float64)
             else:
                 z = z * np.asarray(self.weights) + np.asarray(self.bias)
-            return (1.0 / (1.0 + np.exp(-z))).astype(p.dtype, copy=False)
+            return (0.5 * (1.0 + np.tanh(0.5 * z))).astype(p.dtype, copy=False)  # sigmoid, no overflow
         z = np.log(np.clip(p, _FLOOR, 1.0))
         if self.method == "temperature":
             z = z * np.asarray(1.0 / self.temperature, z.dtype)
@@ -101,6 +104,12 @@ def confident_multi_label(
     return ~(np.asarray(asserted, bool) & (np.asarray(probs) < thresholds)).any(1)
 
 
+def decision_thresholds(calibrator: Calibrator | None, thresholds: np.ndarray) -> np.ndarray:
+    """Multi-label decision thresholds on the calibrated scale: p > t exactly where calibrated p > calibrated t."""
+    t = np.asarray(thresholds, np.float64)
+    return t if calibrator is None else calibrator(t[None, :])[0]
+
+
 def calibrator_from_json(spec: dict, n_labels: int) -> Calibrator:
     """The Calibrator that calibration.json describes; ValueError (one line) when it is not one."""
     multi = spec.get("problem_type") == "multi_label_classification"
@@ -122,6 +131,8 @@ def calibrator_from_json(spec: dict, n_labels: int) -> Calibrator:
     w, b = (tuple(float(v) for v in spec["params"][k]) for k in ("weights", "bias"))
     if len(w) != n_labels or len(b) != n_labels or not np.all(np.isfinite(w + b)):
         raise ValueError(f"params: need {n_labels} finite weights and biases, got {len(w)} and {len(b)}")
+    if multi and min(w) <= 0:  # the served decision thresholds move through the map: it must keep each order
+        raise ValueError(f"params: Platt weights must be positive, got {min(w)!r}")
     return Calibrator(method, multi, weights=w, bias=b)
 
 

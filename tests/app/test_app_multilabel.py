@@ -55,7 +55,8 @@ def test_classify_answers_label_sets_scores_and_version(ml_server, ml_engine):
     assert body["model_version"] == "v1" and r.headers["X-Model-Version"] == "v1"
     want = ml_engine.predict(TEXTS)
     for got, p in zip(body["predictions"], want):
-        assert set(got) == {"labels", "scores", "model_version"} and got["model_version"] == "v1"
+        assert set(got) == {"labels", "scores", "model_version", "confident"} and got["model_version"] == "v1"
+        assert got["confident"] is True  # no calibration.json: every answer is confident
         assert got["labels"] == p.labels
         assert got["scores"] == pytest.approx(p.scores, abs=1e-5)
         assert got["labels"] == [lab for lab, t in zip(LABELS, THRESHOLDS) if got["scores"][lab] > t]
@@ -139,7 +140,7 @@ def test_batch_tab_writes_pred_labels_and_probabilities(ml_server, ml_engine):
     done = gradio_call(url, fn[0], [_upload(url, "batch.csv", csv.encode()), "text"])
     assert done["success"], done
     preview = done["output"]["data"][2]
-    assert preview["headers"][:5] == ["text", "pred_labels", "prob_dream", "prob_error", "prob_memo"]
+    assert preview["headers"][:6] == ["text", "pred_labels", "confident", "prob_dream", "prob_error", "prob_memo"]
     got = [r[1] for r in preview["data"]]
     assert got == [";".join(p.labels) for p in ml_engine.predict(TEXTS)]
     assert "(none)" in done["output"]["data"][1]
@@ -215,5 +216,5 @@ def test_retraining_a_multi_label_model_makes_a_multi_label_version(multilabel_c
         meta = json.loads((models / "v2" / "version.json").read_text())
         assert {"macro_f1", "micro_f1", "subset_accuracy"} <= set(meta["eval"]) and job["decision"]["promoted"]
         body = httpx.post(server.url + "/v1/classify", json={"texts": TEXTS}).json()
-        assert body["model_version"] == "v2" and all(set(p) == {"labels", "scores", "model_version"}
+        assert body["model_version"] == "v2" and all(set(p) == {"labels", "scores", "model_version", "confident"}
                                                      for p in body["predictions"])

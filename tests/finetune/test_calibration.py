@@ -9,7 +9,13 @@ import pytest
 from finetune.calibration import calibrate, fit_temperature, fit_vector, nested, scores, top_label_ece
 from finetune.confidence import save_calibration, table_lines
 from finetune.coverage import answered, coverage_table, pick_threshold, served_threshold
-from textdata.calibration import Calibrator, confident, confident_multi_label, read_calibration
+from textdata.calibration import (
+    Calibrator,
+    calibrator_from_json,
+    confident,
+    confident_multi_label,
+    read_calibration,
+)
 from textdata.errors import DataError
 
 
@@ -287,3 +293,21 @@ def test_none_where_no_calibrator_beats_the_scores_nested():
     np.testing.assert_array_equal(final(true), true)
     table = coverage_table(chosen, true, y, fold_of)  # thresholds still chosen on the scores as they are
     assert table[0]["precision_mean"] == pytest.approx(0.8, abs=0.03)
+
+
+def test_multi_label_none_where_no_calibrator_beats_the_scores_nested():
+    from finetune.calibration_multilabel import calibrate as calibrate_ml
+    from finetune.calibration_multilabel import fit as fit_ml
+
+    served, Y, fold_of = multi_label_synthetic(seed=5)
+    true = fit_ml(served, Y, "temperature")(served)  # each label's T = 1 is the optimum on these very rows
+    section, final, after = calibrate_ml(true, Y, fold_of, list("abcd"), "blend", target=0.8)
+    assert section["method"] == "none" and final.method == "none", section["why"]
+    assert section["after"] == section["before"] and after is true
+    np.testing.assert_array_equal(final(true), true)
+    # the per-label thresholds are still chosen, on the scores as they are; calibration.json round-trips
+    th = np.array([section["served"]["threshold"][k] for k in "abcd"])
+    for j in range(4):
+        assert Y[true[:, j] >= th[j], j].mean() >= 0.8
+    spec = {**section["final"], "problem_type": "multi_label_classification"}
+    assert calibrator_from_json(spec, 4).method == "none"

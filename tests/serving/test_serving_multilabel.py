@@ -167,7 +167,7 @@ def test_score_writes_pred_labels_and_probabilities(ml_exported, multilabel_rows
     rows.to_csv(src, index=False, quoting=csv.QUOTE_ALL)  # unquoted, a blank line would be skipped by the reader
     summary = score_run(ScoreConfig(model=ml_exported, input=src, output=out, progress=False))
     df = pd.read_parquet(out)
-    assert list(df.columns) == ["text", "pred_labels", "prob_dream", "prob_error", "prob_memo", "error",
+    assert list(df.columns) == ["text", "pred_labels", "confident", "prob_dream", "prob_error", "prob_memo", "error",
                                 "model_version"]
     assert len(df) == 25 and df.loc[3, "error"] == "empty text" and pd.isna(df.loc[3, "pred_labels"])
     clf = Classifier.load(ml_exported)
@@ -181,7 +181,7 @@ def test_score_writes_pred_labels_and_probabilities(ml_exported, multilabel_rows
     csv_out = tmp_path / "out.csv"
     score_run(ScoreConfig(model=ml_exported, input=src, output=csv_out, progress=False, top_k=2))
     top = pd.read_csv(csv_out, dtype=str, keep_default_na=False)
-    assert list(top.columns)[1:4] == ["pred_labels", "top1_label", "top1_score"]
+    assert list(top.columns)[1:5] == ["pred_labels", "confident", "top1_label", "top1_score"]
     assert top["pred_labels"].drop(index=3).tolist() == ok["pred_labels"].tolist()
 
 

@@ -120,4 +120,7 @@ def test_without_vnni_the_export_tries_the_avx2_formats_first():
     for isa in ("avx2", "avx512"):
         order = default_order(isa)
         assert BY_NAME[order[0]].reduce_range and BY_NAME[order[0]].weight_type == "QInt8"
-        assert set(DEFAULT_ORDER) < set(order) and all(name in BY_NAME for name in order)
+        assert all(name in BY_NAME for name in order)
+    # static QDQ ran at half fp32's speed on AVX2: it cannot pass the speed check there, so it is not tried
+    assert set(DEFAULT_ORDER) < set(default_order("avx512"))
+    assert set(default_order("avx2")) == set(default_order("avx512")) - {"static-qdq"}

@@ -258,6 +258,6 @@ def test_multi_label_model_writes_the_same_label_sets_as_local_mode(ray_session,
     _run(multilabel_classifier_dir, inp, tmp_path / "local.csv", threads=1)
     summary = _run(multilabel_classifier_dir, inp, tmp_path / "ray.csv", engine="ray", num_workers=2, batch_rows=5)
     got = _read(tmp_path / "ray.csv")
-    assert got.columns.tolist()[3:] == ["pred_labels", "prob_dream", "prob_error", "prob_memo", "error", "model_version"]
+    assert got.columns.tolist()[3:] == ["pred_labels", "confident", "prob_dream", "prob_error", "prob_memo", "error", "model_version"]
     _assert_same_output(got, _read(tmp_path / "local.csv"))
     assert summary["rows"] == 2 * len(EDGE_TEXTS) and got["pred_labels"].str.len().gt(0).any()
