@@ -6,6 +6,7 @@ cgroup quota) minus those other work keeps busy.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,6 +20,7 @@ class CpuLimits:
     affinity: int  # CPUs this process may be scheduled on
     quota: float | None  # cgroup CPU quota in cores; None: no quota
     load: float  # the machine's 1-minute load average
+    busy_now: float | None = None  # CPUs of the machine busy over the last SAMPLE_SECONDS; None: not measured
 
     @property
     def usable(self) -> int:
@@ -30,7 +32,8 @@ class CpuLimits:
     def busy(self) -> int:
         """Of those, cores that other work keeps busy: the load average on our share of the machine, rounded
         (a job's own start-up adds a few tenths; rounding keeps that from costing it a thread)."""
-        share = self.load * self.affinity / max(1, self.machine)
+        load = self.load if self.busy_now is None else min(self.load, self.busy_now)
+        share = load * self.affinity / max(1, self.machine)
         return min(self.usable, int(share + 0.5))
 
     @property
@@ -108,11 +111,34 @@ def load_average(root: Path | None = None) -> float:
         return 0.0
 
 
+SAMPLE_SECONDS = 0.1
+
+
+def _cpu_times(root: Path) -> tuple[int, int]:
+    """(all, idle) jiffies of the machine from /proc/stat's first line (idle: idle + iowait)."""
+    values = [int(v) for v in (root / "proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return sum(values), values[3] + values[4]
+
+
+def busy_cpus(root: Path | None = None, machine: int | None = None, seconds: float = SAMPLE_SECONDS) -> float | None:
+    """CPUs of the machine busy over the next `seconds`, or None where /proc/stat is missing or does not move."""
+    root = root or ROOT
+    try:
+        all0, idle0 = _cpu_times(root)
+        time.sleep(seconds)
+        all1, idle1 = _cpu_times(root)
+    except (OSError, ValueError, IndexError):
+        return None
+    if all1 <= all0:
+        return None
+    return (1.0 - (idle1 - idle0) / (all1 - all0)) * (machine or os.cpu_count() or 1)
+
+
 def read_limits(root: Path | None = None, affinity: int | None = None) -> CpuLimits:
     root = root or ROOT
-    machine = os.cpu_count() or 1
-    return CpuLimits(machine=max(machine, affinity or 0), affinity=affinity or _affinity(),
-                     quota=cgroup_quota(root), load=load_average(root))
+    machine = max(os.cpu_count() or 1, affinity or 0)
+    return CpuLimits(machine=machine, affinity=affinity or _affinity(), quota=cgroup_quota(root),
+                     load=load_average(root), busy_now=busy_cpus(root, machine))
 
 
 # Twin of textdata.cpu_limits.plan_threads: tests/textdata/test_twins.py
@@ -124,8 +150,9 @@ def plan_threads(limits: CpuLimits | None = None, requested: int | None = None) 
         return ThreadPlan(requested, not contended, f"requested {requested}")
     threads = max(1, lim.usable - lim.busy)
     quota = f", quota {lim.quota:g} cores" if lim.quota is not None else ""
-    why = (f"{threads} of {lim.usable} usable cores (affinity {lim.affinity}{quota}; load average {lim.load:.2f} "
-           f"on {lim.machine} CPUs)")
+    now = f", {lim.busy_now:.2f} busy now" if lim.busy_now is not None else ""
+    why = (f"{threads} of {lim.usable} usable cores (affinity {lim.affinity}{quota}; load average {lim.load:.2f}"
+           f"{now} on {lim.machine} CPUs)")
     if contended:
         why += ": contended, spinning off"
     return ThreadPlan(threads, not contended, why)

@@ -69,6 +69,34 @@ def test_a_requested_count_wins_and_keeps_the_spinning_rule():
     assert (plan.threads, plan.spinning) == (2, False) and plan.why == "requested 2"
 
 
+def test_a_lagging_load_average_is_checked_against_the_cpus_busy_now(tmp_path, monkeypatch):
+    """Right after a job of one's own the 1-minute load average still reads ~2 on an idle 2-core machine: the
+    plan follows /proc/stat's last moment there, and a CPU-bound neighbour (busy in both) still costs a thread."""
+    root = fake_root(tmp_path, "0::/\n", {}, loadavg="2.05 1.60 0.90 1/100 42")
+    stat = root / "proc/stat"
+    # all, of which idle + iowait: fields user nice system idle iowait irq softirq steal
+    stat.write_text("cpu  1000 0 200 8000 100 0 0 0\ncpu0 ...\n")
+
+    def tick(busy_jiffies: int, idle_jiffies: int):
+        def sleep(_seconds):
+            stat.write_text(f"cpu  {1000 + busy_jiffies} 0 200 {8000 + idle_jiffies} 100 0 0 0\n")
+        return sleep
+
+    monkeypatch.setattr(cpu_limits.os, "cpu_count", lambda: 2)
+    monkeypatch.setattr(cpu_limits.time, "sleep", tick(1, 19))  # 5% busy of 2 CPUs: idle
+    idle = read_limits(root, affinity=2)
+    assert idle.busy_now == pytest.approx(0.1) and idle.load == 2.05
+    assert (plan_threads(idle).threads, plan_threads(idle).spinning) == (2, True)
+    assert "0.10 busy now" in plan_threads(idle).why
+    stat.write_text("cpu  1000 0 200 8000 100 0 0 0\n")
+    monkeypatch.setattr(cpu_limits.time, "sleep", tick(11, 9))  # 55%: one core kept busy by someone else
+    shared = read_limits(root, affinity=2)
+    assert shared.busy_now == pytest.approx(1.1)
+    assert (plan_threads(shared).threads, plan_threads(shared).spinning) == (1, False)
+    stat.unlink()  # no /proc/stat (or one that does not move): the load average alone, as before
+    assert read_limits(root, affinity=2).busy_now is None and plan_threads(read_limits(root, affinity=2)).threads == 1
+
+
 def test_onnx_runtime_session_gets_the_plan(tmp_path, monkeypatch):
     import onnx
     from onnx import TensorProto, helper
