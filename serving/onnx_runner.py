@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from textdata.cpu_limits import plan_threads, read_limits
+from textdata.cpu_limits import ThreadPlan, plan_threads, read_limits
 
 ORT_NAMES = {"tensorrt": "TensorrtExecutionProvider", "cuda": "CUDAExecutionProvider", "cpu": "CPUExecutionProvider"}
 # Largest batch shape TensorRT is told to expect; beyond it TensorRT would rebuild its engine.
@@ -29,7 +29,7 @@ class OrtRunner:
 
     backend = "onnx"
 
-    def __init__(self, model_file: Path, provider: str, threads: int | None, max_length: int):
+    def __init__(self, model_file: Path, provider: str, threads: int | ThreadPlan | None, max_length: int):
         import onnxruntime as ort
 
         opts = ort.SessionOptions()
@@ -39,7 +39,8 @@ class OrtRunner:
         if provider == "cpu":
             # Threads from the cores this process may use minus those other work keeps busy; spin-waiting
             # between operators off where cores are shared (textdata/cpu_limits.py, docs/serving.md "Shared cores").
-            self.threads = plan_threads(requested=threads)
+            # a ThreadPlan comes from a caller that knows its workload (batch scoring: serving/scoring.py)
+            self.threads = threads if isinstance(threads, ThreadPlan) else plan_threads(requested=threads)
             opts.intra_op_num_threads = self.threads.threads
             opts.add_session_config_entry("session.intra_op.allow_spinning", "1" if self.threads.spinning else "0")
         providers: list = [ORT_NAMES[provider]]

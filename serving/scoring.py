@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from serving.engine import Classifier
+from textdata.cpu_limits import plan_threads
 from textdata.errors import DataError
 from textdata.run_folder import model_version
 from textdata.tables import atomic_path, missing_text, write_json, write_table
@@ -52,8 +53,11 @@ class ScoreConfig:
 
 
 def load_model(cfg: ScoreConfig, threads: int | None) -> Classifier:
+    # Batch scoring wants throughput: intra-op spin-waiting off even on idle cores (measured: docs/serving.md,
+    # "Shared cores"); a transformers folder on CPU gets the plan's thread count for torch.
+    plan = plan_threads(requested=threads, batch=True)
     return Classifier.load(cfg.model, provider=cfg.provider, max_length=cfg.max_length, batch_tokens=cfg.batch_tokens,
-                           threads=threads, truncation=cfg.truncation, quantized=cfg.quantized, blend=cfg.blend)
+                           threads=plan, truncation=cfg.truncation, quantized=cfg.quantized, blend=cfg.blend)
 
 
 def output_columns(columns_in: list[str], labels: list[str], cfg: ScoreConfig, where: Path,

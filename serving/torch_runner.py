@@ -77,7 +77,7 @@ class TorchRunner:
         self.dtype = check_options(precision, cuda_graphs, self.device)
         self.cuda_graphs = self.device == "cuda" if cuda_graphs is None else cuda_graphs
         if threads and self.device == "cpu":
-            torch.set_num_threads(threads)
+            torch.set_num_threads(getattr(threads, "threads", threads))  # a count, or a ThreadPlan's
         self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval().to(self.device)
         self.provider = self.device
         # Graphs need fixed shapes; `buckets` alone (no capture) exists so CPU tests run the padding logic.

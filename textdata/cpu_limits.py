@@ -160,12 +160,14 @@ def read_limits(root: Path | None = None, affinity: int | None = None) -> CpuLim
                      load=load_average(root), busy_now=busy_cpus(root, machine))
 
 
-def plan_threads(limits: CpuLimits | None = None, requested: int | None = None) -> ThreadPlan:
-    """Threads (and ONNX Runtime spinning) for a CPU job starting now; `requested` (a user's count) wins."""
+def plan_threads(limits: CpuLimits | None = None, requested: int | None = None, batch: bool = False) -> ThreadPlan:
+    """Threads (and ONNX Runtime spinning) for a CPU job starting now; `requested` (a user's count) wins.
+    `batch`: throughput work (batch scoring), where spin-waiting buys no latency, so it is off on idle cores too."""
     lim = limits or read_limits()
     contended = lim.busy > 0 or lim.quota_bound
+    spinning = not contended and not batch
     if requested:
-        return ThreadPlan(requested, not contended, f"requested {requested}")
+        return ThreadPlan(requested, spinning, f"requested {requested}")
     threads = max(1, lim.usable - lim.busy)
     quota = f", quota {lim.quota:g} cores" if lim.quota is not None else ""
     now = f", {lim.busy_now:.2f} busy now" if lim.busy_now is not None else ""
@@ -173,7 +175,9 @@ def plan_threads(limits: CpuLimits | None = None, requested: int | None = None) 
            f"{now} on {lim.machine} CPUs)")
     if contended:
         why += ": contended, spinning off"
-    return ThreadPlan(threads, not contended, why)
+    elif batch:
+        why += ": batch scoring, spinning off"
+    return ThreadPlan(threads, spinning, why)
 
 
 def omp_threads() -> int | None:

@@ -97,17 +97,52 @@ def test_a_lagging_load_average_is_checked_against_the_cpus_busy_now(tmp_path, m
     assert read_limits(root, affinity=2).busy_now is None and plan_threads(read_limits(root, affinity=2)).threads == 1
 
 
-def test_onnx_runtime_session_gets_the_plan(tmp_path, monkeypatch):
+@pytest.mark.parametrize("load", [0.0, 1.1, 9.0])
+def test_batch_scoring_plans_the_same_threads_with_spinning_off(load):
+    """Spin-waiting buys latency, which batch scoring does not need: off even on idle cores, threads unchanged."""
+    limits = CpuLimits(machine=4, affinity=4, quota=None, load=load)
+    interactive, batch = plan_threads(limits), plan_threads(limits, batch=True)
+    assert batch.threads == interactive.threads and not batch.spinning
+    assert interactive.spinning == (load < 0.5)  # the idle case is where the two differ
+    assert not plan_threads(limits, requested=3, batch=True).spinning
+
+
+def test_serving_score_hands_the_batch_plan_to_the_onnx_session(tmp_path, monkeypatch):
+    from serving import scoring
+    from serving.onnx_runner import OrtRunner
+
+    root = fake_root(tmp_path / "idle", "0::/\n", {}, loadavg="0.00 0 0 1/1 1")
+    monkeypatch.setattr(cpu_limits, "ROOT", root)
+    monkeypatch.setattr(cpu_limits, "_affinity", lambda: 2)
+    monkeypatch.setattr(cpu_limits.os, "cpu_count", lambda: 2)
+    assert plan_threads().spinning  # idle: the API and the UI keep spinning
+    seen = {}
+    monkeypatch.setattr(scoring.Classifier, "load", classmethod(lambda cls, *a, **kw: seen.update(kw)))
+    scoring.load_model(scoring.ScoreConfig(model=tmp_path, input=tmp_path / "in.csv", output=tmp_path / "o.csv"), None)
+    plan = seen["threads"]
+    assert (plan.threads, plan.spinning) == (2, False) and "batch" in plan.why
+    runner = OrtRunner(identity_model(tmp_path), "cpu", plan, 16)  # the engine passes it through to the session
+    opts = runner.session.get_session_options()
+    assert opts.intra_op_num_threads == 2
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def identity_model(tmp_path: Path) -> Path:
     import onnx
     from onnx import TensorProto, helper
-
-    from serving.onnx_runner import OrtRunner, usable_cores
 
     graph = helper.make_graph([helper.make_node("Identity", ["input_ids"], ["logits"])], "g",
                               [helper.make_tensor_value_info("input_ids", TensorProto.INT64, [None, None])],
                               [helper.make_tensor_value_info("logits", TensorProto.INT64, [None, None])])
     model_file = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(model_file))
+    return model_file
+
+
+def test_onnx_runtime_session_gets_the_plan(tmp_path, monkeypatch):
+    from serving.onnx_runner import OrtRunner, usable_cores
+
+    model_file = identity_model(tmp_path)
     for load, threads, spin in (("0.00", 3, "1"), ("2.40", 1, "0")):
         root = fake_root(tmp_path / load, "0::/\n", {"sys/fs/cgroup/cpu.max": "300000 100000\n"},
                          loadavg=f"{load} 0 0 1/1 1")
