@@ -6,8 +6,9 @@ takes them all at once, so batches grow with load instead of requests queuing si
 engine runs in its own thread pool: the event loop keeps answering health checks and new requests
 while a batch computes.
 
-A request may name the engine it must run on (`submit(..., engine)`): a batch never mixes engines, and the
-batch holds its engine until it is done, so a model swap (app/swap.py) never moves a queued request.
+A request may name the served version it must run on (`submit(..., version)`, an app/swap.py
+`ServedVersion`): a batch never mixes versions, and the batch holds its version until it is done, so a
+model swap never moves a queued request.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ class _Item:
     texts: Sequence[str]
     lengths: Sequence[int]  # tokens per text
     future: asyncio.Future
-    engine: object = None  # passed to predict as its third argument when given
+    version: object = None  # passed to predict as its third argument when given
     enqueued: float = field(default_factory=time.monotonic)
 
     @property
@@ -72,14 +73,14 @@ class MicroBatcher:
     def start(self) -> None:
         self._loop_task = asyncio.get_running_loop().create_task(self._run(), name="micro-batcher")
 
-    async def submit(self, texts: Sequence[str], lengths: Sequence[int], engine=None) -> list:
-        """Predictions for `texts` (`lengths`: tokens per text), in order, computed by `engine` when given
-        (`predict(texts, lengths, engine)`). Cancelling the caller drops the texts if they have not started."""
+    async def submit(self, texts: Sequence[str], lengths: Sequence[int], version=None) -> list:
+        """Predictions for `texts` (`lengths`: tokens per text), in order, computed by `version` when given
+        (`predict(texts, lengths, version)`). Cancelling the caller drops the texts if they have not started."""
         if self._closing:
             raise Closed("shutting down")
         if self.queued_texts + len(texts) > self.max_queue:
             raise QueueFull(f"{self.queued_texts} texts are waiting; the queue holds {self.max_queue}")
-        item = _Item(texts, lengths, asyncio.get_running_loop().create_future(), engine)
+        item = _Item(texts, lengths, asyncio.get_running_loop().create_future(), version)
         self._pending.append(item)
         self.queued_texts += len(texts)
         self._wakeup.set()
@@ -127,7 +128,7 @@ class MicroBatcher:
             if self._pending:
                 nxt = self._pending[0]
                 if not nxt.future.done() and (tokens + nxt.tokens > self.max_batch_tokens
-                                              or nxt.engine is not first.engine):
+                                              or nxt.version is not first.version):
                     break  # it opens the next batch
                 item = self._pop()
                 if item is not None:
@@ -157,7 +158,7 @@ class MicroBatcher:
         lengths = [n for item in batch for n in item.lengths]
         start = time.perf_counter()
         try:
-            preds = await self._predict(texts, lengths, batch[0].engine)
+            preds = await self._predict(texts, lengths, batch[0].version)
         except Exception as e:  # noqa: BLE001 - one bad request must not fail the others in its batch
             await self._one_by_one(batch, e)
             return
@@ -171,8 +172,8 @@ class MicroBatcher:
                 item.future.set_result(preds[i : i + len(item.texts)])
             i += len(item.texts)
 
-    async def _predict(self, texts, lengths, engine=None) -> list:
-        args = (texts, lengths) if engine is None else (texts, lengths, engine)
+    async def _predict(self, texts, lengths, version=None) -> list:
+        args = (texts, lengths) if version is None else (texts, lengths, version)
         return await asyncio.get_running_loop().run_in_executor(self._executor, self.predict, *args)
 
     async def _one_by_one(self, batch: list[_Item], error: Exception) -> None:
@@ -184,7 +185,7 @@ class MicroBatcher:
                 item.future.set_exception(error)
                 return
             try:
-                result = await self._predict(list(item.texts), list(item.lengths), item.engine)
+                result = await self._predict(list(item.texts), list(item.lengths), item.version)
             except Exception as e:  # noqa: BLE001
                 if not item.future.done():
                     item.future.set_exception(e)

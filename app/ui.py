@@ -130,7 +130,7 @@ def _score_chunks(n: int, score, progress, desc: str, unit: str, engine_turn: th
 
 def build_ui(cfg, state, jobs=None) -> gr.Blocks:
     """The tabs, each built by its own function: Classify, Label, Batch, and Train with a model registry.
-    Each action uses the engine serving when it starts (`state.served`), so a model switch needs no reload."""
+    Each action uses the version serving when it starts (`state.served`), so a model switch needs no reload."""
     store = SessionStore(Path(cfg.data_dir) / "label")
     exports = Exports()
     labels = list(state.served.clf.labels)
@@ -166,8 +166,8 @@ def _classify_tab(cfg, state, labels: list[str]) -> None:
     """One text in, its label and probabilities out, through the API's micro-batcher."""
 
     async def classify(text: str):
-        engine = state.served
-        clf = engine.clf
+        served = state.served
+        clf = served.clf
         text = (text or "").strip()
         if not text:
             raise gr.Error("Type or paste a text first.")
@@ -180,15 +180,15 @@ def _classify_tab(cfg, state, labels: list[str]) -> None:
             raise gr.Error("The server is starting or shutting down; try again in a moment.")
         seqs = await asyncio.to_thread(clf.encode, [text])
         try:
-            (pred,) = await asyncio.wait_for(state.batcher.submit(seqs, [len(seqs[0])], engine), cfg.request_timeout_s)
+            (pred,) = await asyncio.wait_for(state.batcher.submit(seqs, [len(seqs[0])], served), cfg.request_timeout_s)
         except (QueueFull, asyncio.TimeoutError):
             raise gr.Error("The server is busy; try again in a moment.") from None
         unsure = "" if getattr(pred, "confident", True) else " · ⚠ **not sure** (under the model's threshold)"
         if getattr(clf, "multi_label", False):  # the label set over the thresholds, maybe empty
             found = ", ".join(f"**{html.escape(x)}** {pred.scores[x]:.1%}" for x in pred.labels) or "**none of the labels**"
-            return pred.scores, f"{found}{unsure} · model {html.escape(engine.version)}"
+            return pred.scores, f"{found}{unsure} · model {html.escape(served.version)}"
         return pred.probabilities, (f"**{html.escape(pred.label)}** · {pred.score:.1%}{unsure} · "
-                                    f"model {html.escape(engine.version)}")
+                                    f"model {html.escape(served.version)}")
 
 
     with gr.Tab("Classify", id="classify", elem_id="tab-classify"):
@@ -245,7 +245,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         texts = df.loc[keep, column].astype(str).tolist()
         if not texts:
             raise gr.Error(f"Column {column!r} has no text.")
-        clf = state.served.clf  # one engine for the whole file, whatever is activated meanwhile
+        clf = state.served.clf  # one version for the whole file, whatever is activated meanwhile
         preds = [p for part in _score_chunks(len(texts), lambda a, b: clf.predict(texts[a:b]), progress,
                                              "Model suggestions", "texts", engine_turn, state) for p in part]
         multi = getattr(clf, "multi_label", False)  # a multi-label model: the session decides label sets
@@ -368,7 +368,7 @@ def _batch_tab(cfg, state, exports: Exports, engine_turn) -> None:
 
     def score_file(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
         df, column, errors, notes = read_upload(cfg, file, text_column, partial(_stop_reason, state))
-        clf = state.served.clf  # one engine for the whole file
+        clf = state.served.clf  # one version for the whole file
 
         def score(a, b):  # rows the reader flagged are kept, with the reason in `error`
             return score_frame(clf, df.iloc[a:b], column, None, _within(errors, a, b), _within(notes, a, b))

@@ -28,7 +28,7 @@ import pandas as pd
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from finetune.calibration import FITTERS, scores, top_label_ece
+from finetune.calibration import FITTERS, ece_floor, scores
 
 
 def isotonic(probs: np.ndarray, y: np.ndarray):
@@ -54,19 +54,6 @@ def nested_scores(probs, y, fold_of, fit) -> list[dict]:
         held, rest = fold_of == k, fold_of != k
         out.append(scores(np.asarray(fit(probs[rest], y[rest])(probs[held]), np.float64), y[held]))
     return out
-
-
-def floor(probs, fold_of, draws: int, seed: int = 0) -> dict:
-    """ECE of the scores against labels drawn from themselves, per fold: (mean, 95th percentile) over draws."""
-    rng = np.random.default_rng(seed)
-    per_fold = []
-    for k in np.unique(fold_of):
-        p = probs[fold_of == k]
-        cum = p.cumsum(1)
-        eces = [top_label_ece(p, (rng.random((len(p), 1)) > cum).sum(1).clip(0, p.shape[1] - 1))
-                for _ in range(draws)]
-        per_fold.append((float(np.mean(eces)), float(np.percentile(eces, 95))))
-    return {"mean": float(np.mean([m for m, _ in per_fold])), "p95": float(np.mean([q for _, q in per_fold]))}
 
 
 def load(run: Path) -> tuple[np.ndarray, np.ndarray, np.ndarray, str]:
@@ -103,7 +90,7 @@ def main(argv=None) -> int:
         pm = {k: f"{row[k][0]:.4f}±{row[k][1]:.4f}" for k in ("ece", "log_loss", "brier")}
         print(f"{name:>12} {pm['ece']:>14} {pm['log_loss']:>14} {pm['brier']:>14} "
               f"{row['ece_below_none_folds']:>10} of {len(folds)}")
-    fl = floor(probs, fold_of, a.bootstrap)
+    fl = ece_floor(probs, fold_of, a.bootstrap)
     print(f"\nECE of perfectly calibrated scores on as many rows (labels drawn from the scores): mean {fl['mean']:.4f}, "
           f"95th percentile {fl['p95']:.4f}")
     result = {"date": str(date.today()), "machine": platform.machine(), "command": "python bench/calibrators.py "

@@ -21,6 +21,7 @@ from textdata.calibration import Calibrator
 
 BINS = 15  # top-label ECE bins (equal width), as in Guo et al. and Desai & Durrett
 VECTOR_MARGIN = 0.005  # nats of mean nested log-loss vector scaling must gain over temperature scaling
+FLOOR_DRAWS = 100  # label draws per fold for the ECE floor: its mean moves < 0.001 between seeds at 100
 _FLOOR = 1e-12
 
 
@@ -52,6 +53,23 @@ def scores(probs: np.ndarray, y: np.ndarray) -> dict:
         "brier": float(brier_score_loss(y, p, labels=labels)),
         "accuracy": float((p.argmax(1) == y).mean()),
     }
+
+
+def ece_floor(probs: np.ndarray, fold_of: np.ndarray, draws: int = FLOOR_DRAWS, seed: int = 0) -> dict:
+    """The ECE these scores would show if they were perfectly calibrated: each row's label drawn from its own
+    probabilities, per fold, mean and 95th percentile over `draws`, averaged over folds. ECE is biased upward
+    on finite rows, so an ECE at or under this cannot be told from perfect calibration on this many rows
+    (why "none" can be the right calibrator even where a rule "ECE after < before" would ask for one)."""
+    rng = np.random.default_rng(seed)
+    per_fold = []
+    for k in np.unique(fold_of):
+        p = np.asarray(probs[fold_of == k], np.float64)
+        cum = p.cumsum(1)
+        eces = [top_label_ece(p, (rng.random((len(p), 1)) > cum).sum(1).clip(0, p.shape[1] - 1))
+                for _ in range(draws)]
+        per_fold.append((float(np.mean(eces)), float(np.percentile(eces, 95))))
+    return {"mean": float(np.mean([m for m, _ in per_fold])), "p95": float(np.mean([q for _, q in per_fold])),
+            "draws": draws}
 
 
 def mean_std(rows: list[dict], keys=("ece", "log_loss", "brier", "accuracy")) -> dict:
@@ -210,5 +228,6 @@ def calibrate(
             },
         },
         "final": describe(final),
+        "ece_floor": ece_floor(chosen.calibrated, fold_of),  # of the served (after) scores
     }
     return section, chosen, final

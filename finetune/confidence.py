@@ -85,6 +85,10 @@ def table_lines(section: dict | None) -> list[str]:
         f"{'mean':>6} {pm(b, 'ece'):>11} {pm(a, 'ece'):>10} {pm(b, 'log_loss'):>16} {pm(a, 'log_loss'):>7} "
         f"{pm(b, 'brier'):>13} {pm(a, 'brier'):>7}"
     )
+    if section.get("ece_floor"):
+        fl = section["ece_floor"]
+        lines.append(f"{'floor':>6} {'':>11} {fl['mean']:>10.4f}  (ECE of perfectly calibrated scores on as many rows, "
+                     f"95th percentile {fl['p95']:.4f}: an ECE at or under it is sampling noise)")
     if section.get("coverage"):
         lines += [
             "",

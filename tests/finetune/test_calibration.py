@@ -6,7 +6,15 @@ import json
 import numpy as np
 import pytest
 
-from finetune.calibration import calibrate, fit_temperature, fit_vector, nested, scores, top_label_ece
+from finetune.calibration import (
+    calibrate,
+    ece_floor,
+    fit_temperature,
+    fit_vector,
+    nested,
+    scores,
+    top_label_ece,
+)
 from finetune.confidence import save_calibration, table_lines
 from finetune.coverage import answered, coverage_table, pick_threshold, served_threshold
 from textdata.calibration import (
@@ -43,6 +51,20 @@ def test_ece_by_hand():
     # 0.7 -> bin 10 (1 row, 1.0 vs 0.7)
     expected = (2 * 0.4 + 1 * 0.4 + 1 * 0.3) / 4
     assert top_label_ece(probs, y) == pytest.approx(expected)
+
+
+def test_ece_floor_holds_calibrated_scores_and_not_overconfident_ones():
+    served, y, fold_of, true = synthetic(n=1500, sharpen=3.0, seed=2)
+    floor = ece_floor(true, fold_of, draws=60)
+    calibrated = np.mean([top_label_ece(true[fold_of == k], y[fold_of == k]) for k in range(3)])
+    over = np.mean([top_label_ece(served[fold_of == k], y[fold_of == k]) for k in range(3)])
+    # the true probabilities are calibrated by construction: their ECE on 500 rows a fold is noise only
+    assert 0 < floor["mean"] < floor["p95"] and calibrated < 2 * floor["p95"]
+    assert over > 3 * floor["p95"]
+    assert ece_floor(true, fold_of, draws=60) == floor  # seeded: the report is the same bytes each run
+    section = calibrate(served, y, fold_of, "model")[0]
+    assert section["ece_floor"]["draws"] > 0 and section["after"]["ece_mean"] < 2 * section["ece_floor"]["p95"]
+    assert any(line.lstrip().startswith("floor") for line in table_lines(section))
 
 
 def test_temperature_matches_scikit_learn():
