@@ -55,18 +55,25 @@ def scores(probs: np.ndarray, y: np.ndarray) -> dict:
     }
 
 
-def ece_floor(probs: np.ndarray, fold_of: np.ndarray, draws: int = FLOOR_DRAWS, seed: int = 0) -> dict:
-    """The ECE these scores would show if they were perfectly calibrated: each row's label drawn from its own
-    probabilities, per fold, mean and 95th percentile over `draws`, averaged over folds. ECE is biased upward
-    on finite rows, so an ECE at or under this cannot be told from perfect calibration on this many rows
-    (why "none" can be the right calibrator even where a rule "ECE after < before" would ask for one)."""
+def ece_floor(probs: np.ndarray, fold_of: np.ndarray, draws: int = FLOOR_DRAWS, seed: int = 0,
+              multi_label: bool = False) -> dict:
+    """The ECE these scores would show if they were perfectly calibrated: each row's label (multi-label: each
+    label's 0/1 target) drawn from its own probabilities, per fold, mean and 95th percentile over `draws`,
+    averaged over folds. ECE is biased upward on finite rows, so an ECE at or under this cannot be told from
+    perfect calibration on this many rows (why "none" can be the right calibrator even where a rule "ECE
+    after < before" would ask for one). Multi-label: the labels' mean binary ECE, as that report uses."""
+    from finetune.calibration_multilabel import binary_ece  # lazy: that module imports this one
+
+    def drawn_ece(p: np.ndarray) -> float:
+        if multi_label:
+            Y = rng.random(p.shape) < p
+            return float(np.mean([binary_ece(p[:, j], Y[:, j]) for j in range(p.shape[1])]))
+        return top_label_ece(p, (rng.random((len(p), 1)) > p.cumsum(1)).sum(1).clip(0, p.shape[1] - 1))
+
     rng = np.random.default_rng(seed)
     per_fold = []
     for k in np.unique(fold_of):
-        p = np.asarray(probs[fold_of == k], np.float64)
-        cum = p.cumsum(1)
-        eces = [top_label_ece(p, (rng.random((len(p), 1)) > cum).sum(1).clip(0, p.shape[1] - 1))
-                for _ in range(draws)]
+        eces = [drawn_ece(np.asarray(probs[fold_of == k], np.float64)) for _ in range(draws)]
         per_fold.append((float(np.mean(eces)), float(np.percentile(eces, 95))))
     return {"mean": float(np.mean([m for m, _ in per_fold])), "p95": float(np.mean([q for _, q in per_fold])),
             "draws": draws}

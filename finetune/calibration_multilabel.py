@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from finetune.calibration import BINS, VECTOR_MARGIN
+from finetune.calibration import BINS, VECTOR_MARGIN, ece_floor
 from finetune.coverage import MIN_ANSWERED, pick_threshold
 from textdata.calibration import Calibrator, confident_multi_label
 from textdata.errors import DataError
@@ -178,6 +178,7 @@ def calibrate(
             }
             for part in ("before", "after")
         },
+        "ece_floor": ece_floor(calibrated, fold_of, multi_label=True),  # of the served (after) scores
     }
     if target is not None:
         section["served"] = _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision)

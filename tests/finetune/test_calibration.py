@@ -267,6 +267,22 @@ def test_multi_label_per_label_temperature_and_thresholds():
     np.testing.assert_allclose(again, th, atol=1e-6)
 
 
+def test_multi_label_ece_floor_holds_true_probabilities_not_miscalibrated_ones():
+    from finetune.calibration_multilabel import binary_ece
+    from finetune.calibration_multilabel import calibrate as calibrate_ml
+
+    served, Y, fold_of = multi_label_synthetic(n=3000, seed=3)
+    true = multi_label_synthetic(n=3000, seed=3, temps=(1, 1, 1, 1))[0]  # the probabilities Y was drawn from
+    floor = ece_floor(true, fold_of, draws=40, multi_label=True)
+    mean_ece = lambda P: np.mean([[binary_ece(P[fold_of == k][:, j], Y[fold_of == k][:, j]) for j in range(4)]
+                                  for k in range(3)])
+    assert 0 < floor["mean"] < floor["p95"] and mean_ece(true) < 2 * floor["p95"]
+    assert mean_ece(served) > 1.5 * floor["p95"]  # temperatures 3 / 0.5 / 2 on three labels of four
+    section = calibrate_ml(served, Y, fold_of, list("abcd"), "model")[0]
+    assert section["ece_floor"]["mean"] > 0 and section["after"]["ece_mean"] < 2 * section["ece_floor"]["p95"]
+    assert any(line.lstrip().startswith("floor") for line in table_lines(section))
+
+
 def test_multi_label_platt_where_it_wins_and_confident_rule():
     from finetune.calibration_multilabel import calibrate as calibrate_ml
 
