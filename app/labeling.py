@@ -13,6 +13,8 @@ sets: a journal `label` event carries `labels` (a list, possibly empty: "none of
 names joined by the separator in the session's label order, which is what labeled.csv holds (the format of
 `finetune/kfold.py --multi-label --label-sep`). The suggestion is the model's set over its thresholds, the
 confidence how far the least certain label is from its threshold (serving/multilabel.py decision_margin).
+A review of a multi-label run's suspects (app/review.py) is such a session too, without thresholds: its
+suggestion is the run's suggested set and its confidence the run's quality score.
 """
 
 from __future__ import annotations
@@ -103,7 +105,8 @@ class LabelSession:
                thresholds=None, label_sep: str | None = None, blind: bool = False, columns: dict | None = None,
                **meta_fields) -> LabelSession:
         """`predictions`: engine Predictions for `texts` (label, score, probabilities); with `thresholds` (a
-        multi-label model's, label order) MultiLabelPredictions, and the session decides label sets.
+        multi-label model's, label order) MultiLabelPredictions, and the session decides label sets (joined by
+        `label_sep`; `label_sep` alone: sets, the predictions' label and score as given).
         `blind`: an audit session (app/audit.py), shown without the model's answer, in file order. `columns`
         (more per-row values) and `meta_fields` are kept for other kinds of session (app/review.py)."""
         sid = secrets.token_hex(6)
@@ -121,8 +124,10 @@ class LabelSession:
         meta = {"id": sid, "source": Path(source).name, "created": time.time(), "labels": list(labels),
                 "order": ORDERS[2] if blind else ORDERS[0], "rows": len(texts), **({"blind": True} if blind else {}),
                 **meta_fields}
+        if label_sep is not None:  # decides label sets; a review's (app/review.py) without thresholds
+            meta.update(multi_label=True, label_sep=label_sep)
         if thresholds is not None:
-            meta.update(multi_label=True, label_sep=label_sep, thresholds=[float(t) for t in thresholds])
+            meta["thresholds"] = [float(t) for t in thresholds]
         with atomic_path(folder / "meta.json") as tmp:
             tmp.write_text(json.dumps(meta, ensure_ascii=False, indent=1), encoding="utf-8")
         (folder / "journal.jsonl").touch()

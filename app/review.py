@@ -7,6 +7,13 @@ decision is a label like any other (journal.jsonl, labeled.csv): keep = the give
 or another label. The training table (app/trainset.py) applies them as corrections of the base rows, the
 latest decision winning.
 
+A multi-label run's file (its `label_sep` column; an older file without one: a cell that is empty or joins
+names with ";") holds label SETS; on a multi-label server it becomes a multi-label review session (meta
+`multi_label`, `label_sep`): the checkboxes start at the given set, the suggestion is the run's suggested set,
+and a decision is a set like any multi-label session's. Sets are compared canonically (names sorted,
+trainset.canonical_set), so the order a set is written or ticked in never matters. A file of the other kind
+than the server's model (multi-label file, single-label model, or the reverse) is refused with one message.
+
 Refused: a file whose suspects are mostly not in this server's training table (another data file: both are
 named). Left out, with a note: suspects whose text is no longer in the table, whose label changed since the
 run, or whose given label a review already confirmed for that text (a kept label is never asked again).
@@ -20,8 +27,11 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from serving.multilabel import DEFAULT_SEP, parse_label_set
+from textdata.tables import read_table
+
 from .labeling import LabelSession, SessionError, SessionStore, decisions, valid_session_id
-from .trainset import REVIEW, key, session_kind
+from .trainset import REVIEW, active_label_sep, canonical_set, key, session_kind
 
 ISSUES_FILE = "label_issues.csv"  # finetune/label_issues.py FILE
 REQUIRED = ("text", "given_label", "suggested_label", "quality")
@@ -48,13 +58,45 @@ def check_columns(df: pd.DataFrame, name: str) -> None:
                           "finetune/kfold.py writes one beside report.json")
 
 
-def reviewed(label_root: Path) -> set[tuple[str, str]]:
-    """(text, label) pairs a review decided, in force: such a label is never asked about again for that text."""
+def issues_label_sep(issues: pd.DataFrame, labels) -> str | None:
+    """The separator of a multi-label run's label sets, None for a single-label run's file. The file says it
+    (column `label_sep`); an older multi-label one shows it: an empty cell (no label: only sets can be
+    empty), or names joined by ";" where the whole is none of this server's `labels`."""
+    if "label_sep" in issues.columns:
+        return next((s for s in issues["label_sep"].fillna("").astype(str) if s), None)
+    cells = pd.concat([issues["given_label"], issues["suggested_label"]]).fillna("").astype(str)
+    known = set(labels)
+    return DEFAULT_SEP if any(not c.strip() or (DEFAULT_SEP in c and c not in known) for c in cells) else None
+
+
+def check_kind(file_sep: str | None, server_sep: str | None, name: str) -> None:
+    """One message for a file of the other kind than the server's model, either way."""
+    if bool(file_sep) != bool(server_sep):
+        kind = {True: "multi-label", False: "single-label"}
+        ran = f"{kind[True]} run (label sets joined by {file_sep!r})" if file_sep else f"{kind[False]} run (one label per text)"
+        raise ReviewError(f"{name} lists the suspects of a {ran}, and this server's model is {kind[bool(server_sep)]}: "
+                          f"review it on a server whose active model is {kind[bool(file_sep)]} (one trained on that run's "
+                          "data), where its decisions can correct the training table")
+
+
+def as_sets(issues: pd.DataFrame, name: str, file_sep: str, label_sep: str) -> pd.DataFrame:
+    """The file with its given and suggested sets canonical (names sorted, joined by the server's `label_sep`)."""
+    df = issues.copy()
+    for col in ("given_label", "suggested_label"):
+        df[col] = [label_sep.join(sorted(parse_label_set(c, file_sep, f"{name} row {i + 2} column {col}")))
+                   for i, c in enumerate(df[col].fillna(""))]
+    return df
+
+
+def reviewed(label_root: Path, label_sep: str | None = None) -> set[tuple[str, str]]:
+    """(text, label) pairs a review decided, in force: such a label is never asked about again for that text.
+    With `label_sep` (a multi-label server) the labels are canonical sets."""
     pairs = set()
     if Path(label_root).is_dir():
         for folder in Path(label_root).iterdir():
             if valid_session_id(folder.name) and (folder / "journal.jsonl").exists() and session_kind(folder) == REVIEW:
-                pairs.update((key(d["text"]), d["label"]) for d in decisions(folder))
+                pairs.update((key(d["text"]), canonical_set(d["label"], label_sep) if label_sep else d["label"])
+                             for d in decisions(folder))
     return pairs
 
 
@@ -93,20 +135,48 @@ def plan(issues: pd.DataFrame, name: str, current: dict[str, str], done: set, ta
 
 
 def open_review(store: SessionStore, issues: pd.DataFrame, name: str, ts, label_root: Path, table_name: str,
-                labels: list[str]) -> tuple[LabelSession, str]:
+                labels: list[str], label_sep: str | None = None) -> tuple[LabelSession, str]:
     """A new review session for the suspects of `issues` (a label_issues.csv read as strings) against the
-    training table `ts` (app/trainset.build); its message for the person."""
-    todo, note = plan(issues, name, table_labels(ts), reviewed(label_root), table_name)
+    training table `ts` (app/trainset.build, with the same `label_sep`); its message for the person.
+    `label_sep`: the server's model is multi-label and joins label sets with it."""
+    check_columns(issues, name)
+    file_sep = issues_label_sep(issues, labels)
+    check_kind(file_sep, label_sep, name)
+    if label_sep:
+        issues = as_sets(issues, name, file_sep, label_sep)
+    current = table_labels(ts)
+    todo, note = plan(issues, name, current, reviewed(label_root, label_sep), table_name)
+    given, sugg = todo["given_label"].astype(str).tolist(), todo["suggested_label"].astype(str).tolist()
+    every = [*labels, *current.values(), *given, *sugg]
+    if label_sep:  # the names in the sets, not the sets
+        every = [n for cell in every for n in cell.split(label_sep) if n]
+    session = store.create(name, todo["text"].astype(str).tolist(), suspects(todo, label_sep),
+                           list(dict.fromkeys(every)), columns={"given_label": given}, kind=REVIEW,
+                           label_sep=label_sep or None)
+    keys = ("**Enter** saves the ticked labels (the given ones are ticked), **K** keeps the given labels, **T** "
+            "takes the suggestion, **1–9** tick or untick a label" if label_sep else
+            "**K** keeps the given label, **Enter** takes the suggestion, **1–9** picks another label")
+    message = f"Review of {len(todo)} suspects from {name}, least likely correct first: {keys}."
+    return session, message + (f" ({note}.)" if note else "")
+
+
+def suspects(todo: pd.DataFrame, label_sep: str | None) -> list[Suspect]:
+    """The session's rows: the suggestion, the quality score, the given and suggested labels' probabilities
+    (keyed as the person reads them: a set as its names, "(none)" for the empty one)."""
     p_given = pd.to_numeric(todo.get("p_given", pd.Series(np.nan, todo.index)), errors="coerce")
     p_sugg = pd.to_numeric(todo.get("p_suggested", pd.Series(np.nan, todo.index)), errors="coerce")
-    suspects = [Suspect(s, float(q), {g: _prob(pg), s: _prob(ps)} if g != s else {g: _prob(pg)})
-                for g, s, q, pg, ps in zip(todo["given_label"], todo["suggested_label"], todo["quality"], p_given, p_sugg)]
-    every = list(dict.fromkeys([*labels, *table_labels(ts).values(), *todo["given_label"], *todo["suggested_label"]]))
-    session = store.create(name, todo["text"].astype(str).tolist(), suspects, every,
-                           columns={"given_label": todo["given_label"].astype(str).tolist()}, kind=REVIEW)
-    message = (f"Review of {len(todo)} suspects from {name}, least likely correct first: **K** keeps the given "
-               f"label, **Enter** takes the suggestion, **1–9** picks another label.")
-    return session, message + (f" ({note}.)" if note else "")
+    out = []
+    for g, s, q, pg, ps in zip(todo["given_label"], todo["suggested_label"], todo["quality"], p_given, p_sugg):
+        shown_g, shown_s = shown(g, label_sep), shown(s, label_sep)
+        out.append(Suspect(s, float(q), {shown_g: _prob(pg), shown_s: _prob(ps)} if g != s else {shown_g: _prob(pg)}))
+    return out
+
+
+def shown(cell: str, label_sep: str | None) -> str:
+    """A label as the person reads it: a multi-label set as its names, "(none)" for the empty set."""
+    if not label_sep:
+        return cell
+    return ", ".join(cell.split(label_sep)) if cell else "(none)"
 
 
 def _prob(v) -> float:
@@ -122,8 +192,17 @@ def given_label(session: LabelSession, row: int | None) -> str | None:
     return session.given[row]
 
 
-def active_issues(registry) -> tuple[Path, str]:
-    """The active version's label_issues.csv and its display name; ReviewError where there is none."""
+def given_set(session: LabelSession, row: int | None) -> list[str] | None:
+    """The given label set of a multi-label review session's row (a single-label one's: its label alone)."""
+    given = given_label(session, row)
+    if given is None or not session.multi_label:
+        return None if given is None else [given]
+    return given.split(session.meta["label_sep"]) if given else []
+
+
+def active_issues(registry) -> tuple[pd.DataFrame, str]:
+    """The active version's label_issues.csv, read, and its display name; ReviewError where there is none.
+    A file older than its `label_sep` column gets one from the version's model (multi-label or not)."""
     version = registry.active() if registry is not None else None
     if version is None:
         raise ReviewError("no active version: upload a run's label_issues.csv instead")
@@ -131,4 +210,7 @@ def active_issues(registry) -> tuple[Path, str]:
     if not path.is_file():
         raise ReviewError(f"version {version} has no {ISSUES_FILE} (it was not made by a k-fold with "
                           "--label-issues auto): upload a run's label_issues.csv instead")
-    return path, f"{version}/{ISSUES_FILE}"
+    issues = read_table(path)
+    if "label_sep" not in issues.columns:
+        issues["label_sep"] = active_label_sep(path.parent) or ""
+    return issues, f"{version}/{ISSUES_FILE}"

@@ -54,6 +54,7 @@ document.addEventListener('keydown', (e) => {
   if (e.key === 'Enter' || e.key === 'a') id = 'accept-btn';
   else if (e.key === 's') id = 'skip-btn';
   else if (e.key === 'k') id = 'keep-btn';
+  else if (e.key === 't') id = 'accept-btn';  // a review's "take the suggestion"
   else if (e.key === 'u' || e.key === 'z') id = 'undo-btn';
   else if (/^[1-9]$/.test(e.key)) id = 'label-btn-' + e.key;
   const b = id && document.getElementById(id);
@@ -317,7 +318,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
                 l_sessions = gr.Dropdown(label="Earlier sessions", choices=[], elem_id="label-sessions")
                 l_review = gr.Button("Review 'not sure' answers", visible=state.review is not None,
                                      elem_id="label-review")
-        review = ReviewPanel(cfg, store, getattr(jobs, "registry", None), labels)
+        review = ReviewPanel(cfg, store, getattr(jobs, "registry", None), labels, lambda: state.served.clf)
         with gr.Column(elem_id="label-panel"):
             l_progress = gr.HTML(elem_id="label-progress")
             l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")

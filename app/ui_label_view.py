@@ -10,7 +10,9 @@ import gradio as gr
 
 from . import ui_multilabel
 from .labeling import ORDERS, SessionStore
+from .review import given_set
 from .ui_review import hint as review_hint
+from .ui_review import take_view
 
 MAX_LABEL_BUTTONS = 20
 
@@ -47,10 +49,10 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
             suggestion, probs, accept = None, None, gr.update(visible="hidden")
             hint = "Audit: choose the label you read in the text (the model's answer is hidden)."
     panel = ui_multilabel.hidden()
-    if session.multi_label:  # checkboxes instead of the accept and label buttons
-        if row is not None:
-            hint, probs, panel = ui_multilabel.render(session, row)
-        accept, row_shown = gr.update(visible="hidden"), None
+    if session.multi_label:  # checkboxes instead of the label buttons; Accept only in a review (take the suggestion)
+        if row is not None:  # a review ticks the given set first: the suggestion is its hint
+            hint, probs, panel = ui_multilabel.render(session, row, given_set(session, row), review_hint(session, row))
+        accept, row_shown = take_view(session, row) or gr.update(visible="hidden"), None
     else:
         row_shown = row
     buttons = []

@@ -2,7 +2,8 @@
 
 Shown instead of the one-click label buttons when the session was started on a multi-label model
 (app/labeling.py). Keys (ui.py's SHORTCUTS_JS): 1-9 toggle the n-th checkbox, Enter saves the ticked set,
-0 or N saves "none of these", S skips, U undoes. Saving an unchanged set accepts the suggestion.
+0 or N saves "none of these", S skips, U undoes. Saving an unchanged set accepts the suggestion. A review of
+a multi-label run's suspects (app/review.py) ticks the row's given set instead: saving it unchanged keeps it.
 """
 
 from __future__ import annotations
@@ -41,16 +42,17 @@ def hidden() -> list:
     return [gr.update(visible="hidden")] * 3
 
 
-def render(session, row) -> tuple[str, dict | None, list]:
-    """(hint, probabilities, the panel's updates) for the row a multi-label session shows."""
+def render(session, row, ticked: list[str] | None = None, hint: str | None = None) -> tuple[str, dict | None, list]:
+    """(hint, probabilities, the panel's updates) for the row a multi-label session shows. `ticked` and
+    `hint`: what a review session (app/ui_review.py) shows instead of the suggestion pre-ticked."""
     if row is None:
         return "", None, hidden()
     suggested = session.suggested_set(row)
     shown = ", ".join(f"**{html.escape(x)}**" for x in suggested) or "**none of the labels**"
-    hint = f"Model suggests {shown} (pre-ticked); its least certain label is {session.confidence[row]:.0%} of the way " \
-           "from its threshold to certainty"
+    hint = hint or f"Model suggests {shown} (pre-ticked); its least certain label is {session.confidence[row]:.0%} of " \
+                   "the way from its threshold to certainty"
     choices = [(f"[{i + 1}] {lab}" if i < 9 else lab, lab) for i, lab in enumerate(session.labels)]
-    panel = [gr.update(choices=choices, value=suggested, visible=True),
+    panel = [gr.update(choices=choices, value=suggested if ticked is None else ticked, visible=True),
              gr.update(visible=True), gr.update(visible=True)]
     return hint, session.probs[row], panel
 

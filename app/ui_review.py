@@ -2,7 +2,9 @@
 
 Built into app/ui.py's Label tab with a few hook lines: `ReviewPanel(...)` inside the session accordion,
 `.keep_button()` beside Accept, `.wire(...)` once the tab's outputs exist, and `hint(...)` in its render.
-The logic (what is reviewed, what is refused) is app/review.py's.
+The logic (what is reviewed, what is refused) is app/review.py's. On a multi-label model (the served one
+decides, as for any labeling session) the review is multi-label: app/ui_label_view.py shows the checkbox
+panel with the given set ticked, and Accept becomes "Take the suggestion" (key T).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import gradio as gr
 
 from textdata.errors import DataError
 
-from .review import ReviewError, active_issues, given_label, open_review
+from .review import ReviewError, active_issues, given_label, given_set, open_review, shown
 from .trainset import build
 from .uploads import read_upload
 
@@ -25,14 +27,25 @@ def hint(session, row) -> str | None:
     given = given_label(session, row)
     if given is None:
         return None
-    sugg, probs = session.suggestion[row], session.probs[row]
-    return (f"Given **{html.escape(given)}** ({probs.get(given, 0):.0%}) · suggestion **{html.escape(sugg)}** "
+    sep = session.meta.get("label_sep") if session.multi_label else None
+    given, sugg, probs = shown(given, sep), shown(session.suggestion[row], sep), session.probs[row]
+    ticked = " (ticked below)" if sep else ""
+    return (f"Given **{html.escape(given)}**{ticked} ({probs.get(given, 0):.0%}) · suggestion **{html.escape(sugg)}** "
             f"({probs.get(sugg, 0):.0%}) · quality {session.confidence[row]:.3f} (low: likely wrong)")
 
 
+def take_view(session, row):
+    """The Accept button of a multi-label review row: it takes the suggested set (None for other sessions)."""
+    if row is None or given_label(session, row) is None:
+        return None
+    sugg = shown(session.suggestion[row], session.meta.get("label_sep"))
+    return gr.update(value=f"✓ Take the suggestion: {sugg}  [T]", visible=True)
+
+
 class ReviewPanel:
-    def __init__(self, cfg, store, registry=None, labels=()):
-        self.cfg, self.store, self.registry, self.labels = cfg, store, registry, list(labels)
+    def __init__(self, cfg, store, registry=None, labels=(), served=None):
+        """`served`: the served classifier now (a multi-label one makes multi-label reviews)."""
+        self.cfg, self.store, self.registry, self.labels, self.served = cfg, store, registry, list(labels), served
         with gr.Accordion("Review suspects (label_issues.csv from finetune/kfold.py)", open=False):
             gr.Markdown("Rows whose label is likely wrong, least likely correct first: keep the given label, take "
                         "the suggestion or pick another; decisions correct the training table at the next Train.")
@@ -53,13 +66,15 @@ class ReviewPanel:
         cfg = self.cfg
         label_root = Path(cfg.data_dir) / "label"
         base = Path(cfg.train_data) if cfg.train_data else None
+        clf = self.served() if self.served is not None else None
+        sep = clf.label_sep if getattr(clf, "multi_label", False) else None
         try:
             issues, name = read()
-            ts = build(label_root, base, 0.0)  # share 0: every text counts, the evaluation slice's too
+            ts = build(label_root, base, 0.0, sep)  # share 0: every text counts, the evaluation slice's too
             sessions = ts.sources.get("sessions", 0)
             table = (f"{base.name} + {sessions} labeling sessions" if base else
                      f"{sessions} labeling sessions, no --train-data")
-            session, message = open_review(self.store, issues, name, ts, label_root, table, self.labels)
+            session, message = open_review(self.store, issues, name, ts, label_root, table, self.labels, sep)
         except (ReviewError, DataError) as e:  # a file not read at all (not uploaded here) is gr.Error: refused
             return render(self.store.get(current_sid), f"⚠ {e}")
         return render(session, message)
@@ -71,28 +86,24 @@ class ReviewPanel:
             df = read_upload(cfg, file, "text")[0]
             return df, Path(str(file)).name
 
-        def active():
-            path, name = active_issues(self.registry)
-            from textdata.tables import read_table
-
-            return read_table(path), name
-
         async def from_file(file, current):
             return await asyncio.to_thread(self._open, lambda: uploaded(file), render, current)
 
         async def from_active(current):
-            return await asyncio.to_thread(self._open, active, render, current)
+            return await asyncio.to_thread(self._open, lambda: active_issues(self.registry), render, current)
 
         def keep(session, r):
-            g = given_label(session, r)
+            g = given_set(session, r)
             if g is None:
                 return "Keep is for review sessions: label with the buttons."
-            session.decide(int(r), g)
+            session.decide(int(r), g if session.multi_label else g[0])
 
         def keep_view(s, r):
             session = self.store.get(s)
             g = given_label(session, r) if session is not None else None
-            return gr.update(visible="hidden") if g is None else gr.update(value=f"Keep: {g}  [K]", visible=True)
+            if g is None:
+                return gr.update(visible="hidden")
+            return gr.update(value=f"Keep: {shown(g, session.meta.get('label_sep'))}  [K]", visible=True)
 
         self.start.click(from_file, [self.file, sid], outputs, **quick)
         self.active.click(from_active, sid, outputs, **quick)

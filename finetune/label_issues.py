@@ -11,7 +11,8 @@ joint, its estimated count of rows, those whose suggestion beats the given label
 Ranked: cleanlab.rank.get_label_quality_scores (self-confidence: the given label's probability; low first).
 Estimated noise rate of a class: the share of the rows given that label whose true label is another, from
 cleanlab.count.estimate_joint. Multi-label data (`data.multi_label`, `data.Y`) goes through cleanlab's
-multi-label API (one-vs-rest per label).
+multi-label API (one-vs-rest per label); its file's `given_label` and `suggested_label` are label sets (names
+joined by the data's separator, empty for none) and a last column `label_sep` names that separator.
 """
 
 from __future__ import annotations
@@ -156,6 +157,8 @@ def issues_table(issues: Issues, data, fold_of: np.ndarray, data_name: str) -> p
     if data.groups is not None:
         table["group"] = [data.groups[i] for i in issues.ranked]
     table["data"] = data_name  # the review UI refuses a file made from other data (app/review.py)
+    if multi:  # says the cells are sets, and how they are joined (the review UI needs both: app/review.py)
+        table["label_sep"] = sep
     return table
 
 

@@ -157,6 +157,7 @@ def test_multi_label_run_writes_label_sets(tmp_path):
                      np.zeros(200, int), "d.csv", [])
     assert section["multi_label"] and section["n_flagged"] >= 10
     table = pd.read_csv(tmp_path / li.FILE, keep_default_na=False)
+    assert list(table.columns)[-1] == "label_sep" and set(table["label_sep"]) == {";"}  # the review UI reads sets by it
     first = table.iloc[0]
     assert set(first["given_label"].split(";")) ^ set(first["suggested_label"].split(";")) <= {"a", "b", "c", ""}
     row = int(first["row"])
