@@ -46,17 +46,19 @@ from serving.scoring import (
     append_part,
     finish_parts,
     load_model,
+    needed_columns,
     output_columns,
     parts_dir,
     prepare_parts,
+    read_limits,
     result_options,
     score_frame,
     summary,
+    warn_rows,
 )
 from textdata.errors import DataError, UsageError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
 from textdata.run_folder import model_in_run
-from textdata.table_limits import TableLimits
 from textdata.tables import count_rows, iter_rows, table_format
 
 log = logging.getLogger("serving.score")
@@ -70,16 +72,6 @@ def _fingerprint(cfg: ScoreConfig, clf: Classifier, columns: list[str]) -> dict:
 
 
 # ---------------------------------------------------------------- the run
-WARN_ROWS = 10
-
-
-def _warn_rows(path: Path, row_errors: dict[int, str], warned: int) -> int:
-    """The first rows the reader flagged, named on stderr as they are met (all of them are in `error`)."""
-    for i in sorted(row_errors)[: max(0, WARN_ROWS - warned)]:
-        log.warning("%s: %s; kept with this in `error`, not scored", path, row_errors[i])
-    return warned + len(row_errors)
-
-
 def check_output(output: Path) -> None:
     """Fail before scoring, not after an hour of it: the output must be a file path in a folder we can write."""
     if output.is_dir():
@@ -110,10 +102,9 @@ def run(cfg: ScoreConfig) -> dict:
     out_fmt = table_format(cfg.output)
     if cfg.output.resolve() == cfg.input.resolve():
         raise DataError(f"{cfg.output}: the output would overwrite the input")
-    needed = {cfg.text_column: "--text-column", **({cfg.id_column: "--id-column"} if cfg.id_column else {})}
     # Every row is kept: one the reader cannot read right (a field too many: a shifted row) is flagged in `error`.
-    chunks = iter_rows(cfg.input, cfg.batch_rows, columns=needed, encoding=cfg.encoding,
-                       limits=TableLimits(cut=cfg.truncation))
+    chunks = iter_rows(cfg.input, cfg.batch_rows, columns=needed_columns(cfg), encoding=cfg.encoding,
+                       limits=read_limits(cfg))
     first = next(chunks)  # parses the header and checks columns before the model loads
     t0 = time.time()
     clf = load_model(cfg, cfg.threads)
@@ -143,7 +134,7 @@ def run(cfg: ScoreConfig) -> dict:
         if start < skip:
             raise DataError(f"--resume: the parts end at row {skip}, inside a chunk of --batch-rows "
                             f"{cfg.batch_rows}; delete {parts} and start over")
-        warned = _warn_rows(cfg.input, row_errors, warned)
+        warned = warn_rows(cfg.input, row_errors, warned)
         out = score_frame(clf, chunk, cfg.text_column, top_k, row_errors, row_notes)
         append_part(parts, done, out, ext, out_fmt, tally)
         scored_now += len(out)

@@ -3,17 +3,22 @@
     python -m serving.score --engine ray --model onnx/ --input notes/ --output scored.parquet \\
         [--address auto] [--num-workers N] [--gpus-per-worker F] [--threads T] [--batch-rows 2048]
 
-- Input: one CSV/TSV/Parquet file, a folder of them or a glob, read by Ray Data read tasks
-  (CSV cells as strings, as in local mode: "NA" stays text). The output holds every input row once,
-  in input order (files sorted by name, rows in file order), with all its columns plus the same
-  prediction and `error` columns as local mode, written by `serving.score`'s own part/join code.
+- Input: one CSV/TSV/Parquet file, a folder of them or a glob, read in Ray tasks, never whole on the driver:
+  Parquet by Ray Data's `read_parquet`; CSV/TSV by local mode's own reader (textdata/tables.py `iter_rows`,
+  one task per file, streaming it in `--batch-rows` blocks), so the rows and their problems are local
+  mode's: cells as strings ("NA" stays text), a row with more fields than the header (an unquoted comma:
+  a shifted row) or without the text/id column kept unscored with local mode's text in `error` (and named
+  on stderr), a shorter row filled with empty cells, a cell over the limit cut and noted. The output holds
+  every input row once, in input order (files sorted by name, rows in file order), with all its columns
+  plus the same prediction and `error` columns as local mode, written by `serving.score`'s own part/join code.
 - Each worker is a Ray actor holding one `Classifier`, loaded once in its constructor from
   `--model`; Ray ships it only the scoring options (a few hundred bytes) and the input batches.
   The model folder and input files must be readable at the same path on every node.
 - Without `--address`, Ray starts on this machine only (`ray.init`), sized to its usable cores.
 - A worker that dies (OOM killer, preemption, crash) is restarted by Ray and its batch retried, up to
   `TASK_RETRIES` times per batch (Ray Data's default, forever, would loop on a batch that kills every
-  worker); then the run stops with one line, its parts kept for `--resume`. The driver checks the row count.
+  worker); then the run stops with one line, its parts kept for `--resume`. The driver checks the row count
+  (each file's, counted first in Ray tasks by the same reader: Parquet from its metadata).
 - A killed driver: rerun with `--resume`. Parts never span two input files, so the rerun keeps the parts
   of every finished file and scores again from the first row of the file that was in progress (Ray Data
   cannot start a read mid-file): at most one file's work is redone. Changed input files (size, mtime),
@@ -26,9 +31,11 @@ from __future__ import annotations
 import dataclasses
 import glob
 import logging
+import re
 import sys
 import time
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import closing, contextmanager
 from dataclasses import dataclass
 from itertools import accumulate
 from pathlib import Path
@@ -39,12 +46,12 @@ from serving import scoring
 from serving.onnx_runner import usable_cores
 from textdata.errors import DataError
 from textdata.flags import Flag
-from textdata.tables import FORMATS, check_encoding, is_utf8, read_encoding, require_columns, table_format
+from textdata.tables import FORMATS, check_encoding, iter_rows, read_encoding, require_columns, table_format
+from textdata.text_rows import delimited_rows
 
 log = logging.getLogger("serving.score")
 INSTALL_HINT = "--engine ray needs Ray Data, which is not installed: pip install -e '.[ray]'"
 READABLE = ("csv", "tsv", "parquet")
-_ENCODING_HINT = " (Korean files from Excel are often cp949: try --encoding cp949)"
 # Streaming execution keeps only in-flight batches in the object store; Ray's default (30% of RAM)
 # would take memory the model actors need on a small machine.
 _LOCAL_OBJECT_STORE = 256 * 2**20
@@ -56,6 +63,9 @@ _IO_CPUS = 1
 # to preemption or the OOM killer is retried, while a batch that kills every worker it meets (a poison
 # input, a batch too big for the memory) stops the run instead of looping; --resume continues it.
 TASK_RETRIES = 3
+# How a DataError (or a subclass: textdata.table_limits.TableLimitError) raised in a Ray Data map reads in the
+# driver's traceback text: "textdata.errors.DataError: <the message>".
+_OUR_ERROR = re.compile(r"^textdata\.[\w.]+: (.+)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -127,61 +137,83 @@ def input_files(path: Path) -> tuple[list[Path], str]:
     return files, fmt
 
 
-def _header(path: Path, fmt: str, encoding: str) -> list[str]:
+def _header(path: Path, fmt: str, cfg: scoring.ScoreConfig) -> list[str]:
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
         return pq.read_schema(path).names
+    # The header as the read tasks will name it (local mode's reader): the header and one row, not the file.
+    encoding = read_encoding(cfg.encoding)
     try:
-        return pd.read_csv(path, nrows=0, dtype=str, sep="\t" if fmt == "tsv" else ",",
-                           encoding=read_encoding(encoding)).columns.tolist()
-    except pd.errors.EmptyDataError:
-        raise DataError(f"{path}: the file is empty") from None
-    except (pd.errors.ParserError, UnicodeDecodeError) as e:
-        hint = _ENCODING_HINT if isinstance(e, UnicodeDecodeError) and is_utf8(encoding) else ""
-        raise DataError(f"{path}: cannot parse the header as {fmt}: {str(e).strip().splitlines()[0]}{hint}") from None
+        with closing(delimited_rows(path, "\t" if fmt == "tsv" else ",", encoding, 1, scoring.read_limits(cfg),
+                                    None)) as rows:
+            return next(rows).frame.columns.tolist()
+    except UnicodeDecodeError:
+        check_encoding(path, encoding)  # raises naming the line
+        raise
 
 
-def _csv_options(fmt: str, columns: list[str], encoding: str) -> dict:
-    import pyarrow as pa
-    import pyarrow.csv as pacsv
-
-    # Every column a string and none null: the same cells local mode reads with dtype=str,
-    # keep_default_na=False (an empty cell is "", which `score_frame` flags as empty text).
-    return {"read_options": pacsv.ReadOptions(encoding="utf8" if is_utf8(encoding) else encoding),
-            "parse_options": pacsv.ParseOptions(delimiter="\t" if fmt == "tsv" else ",", newlines_in_values=fmt == "csv",
-                                                quote_char='"' if fmt == "csv" else False),
-            "convert_options": pacsv.ConvertOptions(column_types={c: pa.string() for c in columns},
-                                                    strings_can_be_null=False, quoted_strings_can_be_null=False)}
+def _flag_columns(columns_in: list[str]) -> tuple[str, str]:
+    """The two columns that carry the reader's flags (a row's error, a cut cell's note) from the read tasks to
+    the workers, named apart from the input's columns; the workers drop them."""
+    names = []
+    for name in ("_read_error", "_read_note"):
+        while name in columns_in:
+            name = "_" + name
+        names.append(name)
+    return names[0], names[1]
 
 
-def read_dataset(ray, files: list[Path], fmt: str, columns: list[str], encoding: str):
-    paths = [str(p) for p in files]
+def _file_rows(path: str, cfg: scoring.ScoreConfig):
+    """One CSV/TSV file's chunks as local mode reads them; the row counts and the read tasks both use this."""
+    return iter_rows(path, cfg.batch_rows, scoring.needed_columns(cfg), cfg.encoding, scoring.read_limits(cfg))
+
+
+def _read_text_files(paths: pd.DataFrame, cfg: scoring.ScoreConfig, flags: tuple[str, str]) -> Iterator[pd.DataFrame]:
+    """A Ray Data map over file paths: each file's rows by local mode's own reader, `--batch-rows` at a time. A row
+    that does not fit the header (a field too many: a shifted row) is kept, its reason in the `flags[0]` column."""
+    for path in paths["path"]:
+        for frame, errors, notes in _file_rows(path, cfg):
+            if len(frame):
+                yield frame.reset_index(drop=True).assign(**{flags[0]: _by_position(errors, len(frame)),
+                                                             flags[1]: _by_position(notes, len(frame))})
+
+
+def _by_position(flagged: dict[int, str], n: int) -> list[str]:
+    return [flagged.get(i, "") for i in range(n)]  # "" for none: a column of all None has no Arrow type
+
+
+def read_dataset(ray, files: list[Path], fmt: str, cfg: scoring.ScoreConfig, flags: tuple[str, str]):
     if fmt == "parquet":
-        return ray.data.read_parquet(paths)
-    return ray.data.read_csv(paths, **_csv_options(fmt, columns, encoding))
+        return ray.data.read_parquet([str(p) for p in files])
+    # One read task per file, streaming it; its rows leave in blocks of --batch-rows (the repartition is fused into
+    # the read task). Without it a file left as one block, and one block goes to one worker: seen with one file and
+    # 2 workers, one worker scored every row.
+    paths = ray.data.from_items([{"path": str(p)} for p in files], override_num_blocks=len(files))
+    return paths.map_batches(_read_text_files, fn_args=(cfg, flags), batch_size=1,
+                             batch_format="pandas").repartition(target_num_rows_per_block=cfg.batch_rows)
 
 
-def _csv_rows(path: str, fmt: str, columns: list[str], encoding: str) -> int:
-    """Rows of one CSV/TSV file, parsed with Ray Data's reader and options (a Ray task, one per file)."""
-    import pyarrow.csv as pacsv
-
-    try:
-        with pacsv.open_csv(path, **_csv_options(fmt, columns, encoding)) as reader:
-            return sum(batch.num_rows for batch in reader)
-    except (ValueError, OSError) as e:  # ArrowInvalid is a ValueError. The path in the message: `_ray_failure`
-        # turns it into one line naming the file
-        raise RuntimeError(f"{path}: {e}") from None
+def _text_file_rows(path: str, cfg: scoring.ScoreConfig) -> tuple[int, dict[int, str]]:
+    """Rows of one CSV/TSV file by the reader the read tasks use (so the counts agree: a Ray task, one per file),
+    and the first rows it flags, by row index, for the driver to name on stderr."""
+    n, flagged = 0, {}
+    for frame, errors, _ in _file_rows(path, cfg):
+        flagged.update({n + i: errors[i] for i in sorted(errors)[: max(0, scoring.WARN_ROWS - len(flagged))]})
+        n += len(frame)
+    return n, flagged
 
 
-def row_counts(ray, files: list[Path], fmt: str, columns: list[str], encoding: str) -> list[int]:
-    """Rows per input file: Parquet from its metadata, CSV/TSV parsed once, the files in parallel."""
+def row_counts(ray, files: list[Path], fmt: str, cfg: scoring.ScoreConfig) -> tuple[list[int], list[dict[int, str]]]:
+    """Rows per input file and the first rows the reader flags in each: Parquet from its metadata (nothing
+    flagged), CSV/TSV parsed once, the files in parallel."""
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        return [pq.ParquetFile(p).metadata.num_rows for p in files]
-    task = ray.remote(_csv_rows)
-    return ray.get([task.remote(str(p), fmt, columns, encoding) for p in files])
+        return [pq.ParquetFile(p).metadata.num_rows for p in files], [{} for _ in files]
+    task = ray.remote(_text_file_rows)
+    found = ray.get([task.remote(str(p), cfg) for p in files])
+    return [n for n, _ in found], [flagged for _, flagged in found]
 
 
 def cut_at_file_ends(batches, ends: list[int], offset: int):
@@ -233,12 +265,15 @@ def resume_point(parts: Path, done: list[tuple[Path, int]], counts: list[int]) -
 class _Scorer:
     """One per Ray actor: the model loads once, here, and then scores every batch the actor is given."""
 
-    def __init__(self, cfg: scoring.ScoreConfig, top_k: int | None, threads: int | None):
+    def __init__(self, cfg: scoring.ScoreConfig, top_k: int | None, threads: int | None, flags: tuple[str, str]):
         self.clf = scoring.load_model(cfg, threads)
-        self.text_column, self.top_k = cfg.text_column, top_k
+        self.text_column, self.top_k, self.flags = cfg.text_column, top_k, list(flags)
 
     def __call__(self, batch: pd.DataFrame) -> pd.DataFrame:
-        return scoring.score_frame(self.clf, batch, self.text_column, self.top_k)
+        if self.flags[0] not in batch:  # Parquet: read by Ray Data, nothing flagged
+            return scoring.score_frame(self.clf, batch, self.text_column, self.top_k)
+        errors, notes = ({i: why for i, why in enumerate(batch[c]) if why} for c in self.flags)
+        return scoring.score_frame(self.clf, batch.drop(columns=self.flags), self.text_column, self.top_k, errors, notes)
 
 
 @contextmanager
@@ -275,14 +310,17 @@ def _worker_resources(ray, cfg: RayScoreConfig) -> tuple[int, dict]:
     return workers, {"num_cpus": cpus}
 
 
-def _ray_failure(e: Exception, files: list[Path], fmt: str, encoding: str) -> Exception:
-    """A read task that failed on one of the input files is the user's problem: one line naming it (and
-    for a text file, the bad line, by the same check local mode runs first); anything else as it is."""
+def _ray_failure(e: Exception, files: list[Path], fmt: str) -> Exception:
+    """A task that failed on one of the input files is the user's problem: our reader's own message (CSV/TSV:
+    file, line and what is wrong, as in local mode), or one line naming the file; anything else as it is."""
     cause = getattr(e, "cause", None) or e
+    if isinstance(cause, DataError):  # from a Ray task (the row counts)
+        return DataError(str(cause))
+    # From a Ray Data map, the cause is Ray's UserCodeException and ours survives only in the traceback's text.
+    if ours := _OUR_ERROR.findall(str(e)):
+        return DataError(ours[-1])
     for p in files:
         if str(p) in str(cause):
-            if fmt != "parquet":
-                check_encoding(p, read_encoding(encoding))  # raises naming the line
             return DataError(f"{p}: cannot read as {fmt}: {str(cause).strip().splitlines()[0]}")
     return e
 
@@ -298,12 +336,11 @@ def run(cfg: scoring.ScoreConfig) -> dict:
     files, fmt = input_files(cfg.input)
     if cfg.output.resolve() in {p.resolve() for p in files}:
         raise DataError(f"{cfg.output}: the output would overwrite the input")
-    columns_in = _header(files[0], fmt, cfg.encoding)
+    columns_in = _header(files[0], fmt, cfg)
     for p in files[1:]:
-        if (other := _header(p, fmt, cfg.encoding)) != columns_in:
+        if (other := _header(p, fmt, cfg)) != columns_in:
             raise DataError(f"{p}: columns {other} differ from {files[0]}'s {columns_in}")
-    require_columns(pd.DataFrame(columns=columns_in), [cfg.text_column] + ([cfg.id_column] if cfg.id_column else []),
-                    files[0])
+    require_columns(pd.DataFrame(columns=columns_in), scoring.needed_columns(cfg), files[0])
     t0 = time.time()
     # Loaded here too, once, with one thread: a bad model fails in one line before any worker starts,
     # and the driver learns the labels (the output's columns) and what the workers will run.
@@ -322,7 +359,7 @@ def run(cfg: scoring.ScoreConfig) -> dict:
                             f"--batch-rows); the rows scored before it are kept in {scoring.parts_dir(cfg.output)}: "
                             "rerun with --resume") from None
         except ray.exceptions.RayError as e:
-            raise _ray_failure(e, files, fmt, cfg.encoding) from None
+            raise _ray_failure(e, files, fmt) from None
     return scoring.summary(cfg, rows_in, scored_now, elapsed, time.time() - t0, tally, info) | {"engine": "ray"}
 
 
@@ -330,7 +367,7 @@ def _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt, model_file
     from tqdm import tqdm
 
     workers, resources = _worker_resources(ray, cfg)  # a bad --num-workers fails before any file is written
-    counts = row_counts(ray, files, fmt, columns_in, cfg.encoding)
+    counts, flagged = row_counts(ray, files, fmt, cfg)
     rows_in = sum(counts)
     parts, done = scoring.prepare_parts(cfg, manifest_for(cfg, files, counts, model_file, columns), cfg.output.suffix)
     done, first = resume_point(parts, done, counts)
@@ -340,6 +377,9 @@ def _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt, model_file
     offset = sum(n for _, n in done)
     if first:
         log.info("resuming: %d files (%d rows) already scored; starting at %s", first, offset, files[first])
+    warned = 0
+    for path, rows in zip(files[first:], flagged[first:]):
+        warned = scoring.warn_rows(path, rows, warned)
 
     scored_now, t_score = 0, time.time()
     bar = tqdm(total=rows_in, initial=offset, unit="rows", disable=not cfg.progress, desc="scoring (ray)",
@@ -367,9 +407,10 @@ def _scored_dataset(ray, cfg, files, fmt, columns_in, top_k, workers, resources)
     ctx.execution_options.preserve_order = True  # blocks come back in input order; actors may finish out of order
     ctx.enable_progress_bars = False  # one bar, ours, in rows
     try:
-        ds = read_dataset(ray, files, fmt, columns_in, cfg.encoding)
+        flags = _flag_columns(columns_in)
+        ds = read_dataset(ray, files, fmt, cfg, flags)
         scored = ds.map_batches(
-            _Scorer, fn_constructor_args=(cfg, top_k, resources.get("num_cpus")), batch_size=cfg.batch_rows,
+            _Scorer, fn_constructor_args=(cfg, top_k, resources.get("num_cpus"), flags), batch_size=cfg.batch_rows,
             batch_format="pandas", compute=ray.data.ActorPoolStrategy(size=workers),
             max_task_retries=TASK_RETRIES, **resources)
     finally:

@@ -21,6 +21,7 @@ from serving.engine import Classifier
 from textdata.cpu_limits import plan_threads
 from textdata.errors import DataError
 from textdata.run_folder import model_version
+from textdata.table_limits import TableLimits
 from textdata.tables import atomic_path, missing_text, write_json, write_table
 
 log = logging.getLogger("serving.score")
@@ -28,6 +29,7 @@ PARTS_SUFFIX = ".parts"
 # "row 3 (line 4): 3 fields, ...; the row begins '...'" counts as "3 fields, ...": kinds, not one per row
 _ROW_PARTS = re.compile(r"^row \d+ \(line \d+\): |; the row begins .*$", re.DOTALL)
 MANIFEST = "manifest.json"
+WARN_ROWS = 10  # rows the reader flagged that are named on stderr too (all of them are in `error`)
 
 
 @dataclass(frozen=True)
@@ -50,6 +52,23 @@ class ScoreConfig:
     blend: bool = True  # the model folder's TF-IDF blend, when it has one (baseline/blend.py)
     progress: bool = True
     engine: str = "local"  # ray: serving/score_ray.py, whose RayScoreConfig adds the Ray-only settings
+
+
+def needed_columns(cfg: ScoreConfig) -> dict[str, str]:
+    """The columns the reader must find, each with the flag that names it (for the missing-column message)."""
+    return {cfg.text_column: "--text-column", **({cfg.id_column: "--id-column"} if cfg.id_column else {})}
+
+
+def read_limits(cfg: ScoreConfig) -> TableLimits:
+    """The reader's bounds: a cell cut keeps what the engine reads (`--truncation`)."""
+    return TableLimits(cut=cfg.truncation)
+
+
+def warn_rows(path: Path, row_errors: dict[int, str], warned: int) -> int:
+    """The first rows the reader flagged, named on stderr as they are met (all of them are in `error`)."""
+    for i in sorted(row_errors)[: max(0, WARN_ROWS - warned)]:
+        log.warning("%s: %s; kept with this in `error`, not scored", path, row_errors[i])
+    return warned + len(row_errors)
 
 
 def load_model(cfg: ScoreConfig, threads: int | None) -> Classifier:

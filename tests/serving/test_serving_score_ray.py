@@ -121,6 +121,23 @@ def test_killed_worker_is_retried_and_no_row_lost_or_doubled(ray_session, export
     assert (got["error"] != "").sum() == 6 and (got.loc[got["error"] == "", "pred_label"] != "").all()
 
 
+def _kill_driver_after(monkeypatch, rows: int, run) -> list[int]:
+    """`run()` with a driver that dies (KeyboardInterrupt) once its parts hold over `rows` rows; the parts' sizes."""
+    written, real_append = [], scoring.append_part  # the scoring core, which score_ray writes through
+
+    def append_then_die(parts, done, frame, *rest):
+        real_append(parts, done, frame, *rest)
+        written.append(len(frame))
+        if sum(written) > rows:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(scoring, "append_part", append_then_die)
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    monkeypatch.setattr(scoring, "append_part", real_append)
+    return written
+
+
 def test_killed_driver_resumes_at_the_file_in_progress(ray_session, exported_dir, tmp_path, monkeypatch, caplog):
     df = _frame(3).assign(n=[str(i) for i in range(3 * len(EDGE_TEXTS))])  # 36 rows
     folder = tmp_path / "in"
@@ -132,19 +149,8 @@ def test_killed_driver_resumes_at_the_file_in_progress(ray_session, exported_dir
     out = tmp_path / "ray.csv"
     opts = {"engine": "ray", "num_workers": 2, "batch_rows": 5, "quantized": False}
 
-    written = []
-    real_append = scoring.append_part  # the scoring core, which score_ray writes through
-
-    def killed_in_b(parts, done, frame, *rest):  # the driver dies with a.csv written and part of b.csv
-        real_append(parts, done, frame, *rest)
-        written.append(len(frame))
-        if sum(written) > 13:
-            raise KeyboardInterrupt
-
-    monkeypatch.setattr(scoring, "append_part", killed_in_b)
-    with pytest.raises(KeyboardInterrupt):
-        _run(exported_dir, folder, out, **opts)
-    monkeypatch.setattr(scoring, "append_part", real_append)
+    # The driver dies with a.csv written and part of b.csv.
+    written = _kill_driver_after(monkeypatch, 13, lambda: _run(exported_dir, folder, out, **opts))
     assert 13 < sum(written) < 24 and not out.exists()
     assert 13 in np.cumsum(written)  # a part ends where a.csv ends: no part spans two files
 
@@ -158,11 +164,7 @@ def test_killed_driver_resumes_at_the_file_in_progress(ray_session, exported_dir
     assert summary["errors"] == 6  # the tally counts the rows of the kept parts too
 
     # A changed input file is refused, naming what changed; without --resume the old parts are dropped.
-    monkeypatch.setattr(scoring, "append_part", killed_in_b)
-    written.clear()
-    with pytest.raises(KeyboardInterrupt):
-        _run(exported_dir, folder, out, **opts)
-    monkeypatch.setattr(scoring, "append_part", real_append)
+    _kill_driver_after(monkeypatch, 13, lambda: _run(exported_dir, folder, out, **opts))
     df.iloc[24:30].to_csv(folder / "c.csv", index=False)
     with pytest.raises(score.DataError, match=r"different input, model or options \(files\)"):
         _run(exported_dir, folder, out, resume=True, **opts)
@@ -261,3 +263,51 @@ def test_multi_label_model_writes_the_same_label_sets_as_local_mode(ray_session,
     assert got.columns.tolist()[3:] == ["pred_labels", "confident", "prob_dream", "prob_error", "prob_memo", "error", "model_version"]
     _assert_same_output(got, _read(tmp_path / "local.csv"))
     assert summary["rows"] == 2 * len(EDGE_TEXTS) and got["pred_labels"].str.len().gt(0).any()
+
+
+def test_shifted_and_short_rows_are_kept_and_flagged_as_in_local_mode(ray_session, exported_dir, tmp_path,
+                                                                      monkeypatch, caplog):
+    # pyarrow refused a whole file for one row with a field too many; local mode's reader keeps it, flagged.
+    folder = tmp_path / "in"
+    folder.mkdir()
+    odd = ("r_shift,hello, world,x1\n"  # an unquoted comma: 4 fields under 3
+           "r_short,짧은 행\n"  # no 'extra': filled with "", scored
+           "r_bare\n")  # no 'text': flagged
+    (folder / "a.csv").write_text(_frame().to_csv(index=False) + odd, encoding="utf-8")  # 15 rows
+    b = _frame().iloc[:6].assign(id=lambda d: "b" + d["id"]).to_csv(index=False)
+    (folder / "b.csv").write_text(b + 'b_shift,"quoted, fine",x,extra field\n' + b.split("\n", 1)[1], encoding="utf-8")
+    opts = {"id_column": "id", "batch_rows": 5, "quantized": False}
+    want = pd.concat([_read(_run(exported_dir, folder / f, tmp_path / f"local-{f}", threads=1, **opts)["output"])
+                      for f in ("a.csv", "b.csv")], ignore_index=True)
+    assert want["error"].str.contains("fields, the header has 3").sum() == 2  # the local reference flags them
+    assert want["error"].str.contains(r"1 field, the header has 3: no 'text'").sum() == 1
+
+    caplog.clear()  # the local runs' warnings
+    out, ray_opts = tmp_path / "ray.csv", {**opts, "engine": "ray", "num_workers": 2}
+    summary = _run(exported_dir, folder, out, **ray_opts)
+    got = _read(out)
+    _assert_same_output(got, want)  # every row once, in order, the same error text and no prediction where flagged
+    assert summary["rows"] == len(want) == 28 and summary["errors"] == (want["error"] != "").sum()
+    assert want["error"][12].startswith("row 13 (line 15): 4 fields")  # line 15: a text above spans two lines
+    for path, error in ((folder / "a.csv", want["error"][12]), (folder / "b.csv", want["error"][21])):
+        assert f"{path}: {error}; kept with this in `error`" in caplog.text  # named on stderr, as in local mode
+
+    _kill_driver_after(monkeypatch, 15, lambda: _run(exported_dir, folder, out, **ray_opts))  # a.csv's 15 rows, then b's
+    resumed = _run(exported_dir, folder, out, resume=True, **ray_opts)
+    assert resumed["scored_this_run"] == 13 and resumed["errors"] == summary["errors"]  # b.csv again, counted once
+    _assert_same_output(_read(out), want)
+
+
+def test_a_reader_error_in_a_read_task_is_one_line(ray_session, tmp_path, monkeypatch):
+    # Ray Data hands the driver its own UserCodeException, ours only as traceback text: the message is found there.
+    from textdata.table_limits import TableLimitError
+
+    def refuse(batch):
+        raise TableLimitError(f"{batch['path'][0]}: line 7: a row of over 10 characters")
+
+    monkeypatch.setattr(ray_session.data.DataContext.get_current(), "enable_progress_bars", False)
+    ds = ray_session.data.from_items([{"path": str(tmp_path / "a.csv")}]).map_batches(refuse, batch_format="pandas")
+    with pytest.raises(ray_session.exceptions.RayError) as info:
+        ds.take_all()
+    got = score_ray._ray_failure(info.value, [tmp_path / "a.csv"], "csv")
+    assert isinstance(got, score.DataError) and str(got) == f"{tmp_path / 'a.csv'}: line 7: a row of over 10 characters"
