@@ -1,10 +1,18 @@
 """The live audit: a random share of served texts (`--audit-rate`), kept bounded and deduplicated, labeled by
 a person in a blind Label-tab session (the model's answer hidden, so the label is not anchored on it); the
-labels give live precision per model version and per answered class, and go into retraining like any label.
+labels give live precision per model version, and go into retraining like any label.
 
 Off by default: it keeps texts users sent. The queue is `<data-dir>/monitor/audit.json`; a sampled text
 waits there until an audit session takes it; a session keeps each text's served answer in `audit.json`
 in its folder, which is how the decisions are scored.
+
+Each queued text keeps its answer's kind (`multi_label`; items saved before it existed are single-label).
+A single-label answer is scored by the person's one label: right when it is among the answered ones, overall
+and per answered class. A multi-label answer is a label set, maybe empty: its audit session is a multi-label one (the
+person ticks every label that applies, none allowed, still without the model's answer), and the sets are
+compared: micro precision of the asserted labels (asserted and ticked / asserted), micro recall (ticked and
+asserted / ticked), the exact-set rate, and per label its precision and recall. A session holds one kind:
+the served version's kind first, then what is left of the other (a swap between kinds leaves both queued).
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
+from serving.multilabel import DEFAULT_SEP
 from textdata.tables import write_json
 
 from .labeling import decisions
@@ -45,7 +54,7 @@ class AuditQueue:
         self.folder, self.rate, self.max_items = folder, rate, max_items
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
-        self.items: OrderedDict[str, dict] = OrderedDict()  # text hash -> {text, version, answer, ts}
+        self.items: OrderedDict[str, dict] = OrderedDict()  # text hash -> {text, version, answer, multi_label, ts}
         self.seen: set[str] = set()  # every hash ever sampled: a text is audited once
         self._load()
 
@@ -74,9 +83,9 @@ class AuditQueue:
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, state)
 
-    def offer(self, version: str, texts: list[str], answers: list[list[str]]) -> int:
+    def offer(self, version: str, texts: list[str], answers: list[list[str]], multi_label: bool = False) -> int:
         """Sample each text with probability `rate`; returns how many were queued. O(1) per text; a full
-        queue drops its oldest item, it never blocks."""
+        queue drops its oldest item, it never blocks. `multi_label`: each answer is a label set (maybe empty)."""
         if not self.rate:
             return 0
         added = 0
@@ -88,47 +97,76 @@ class AuditQueue:
                 if h in self.seen:
                     continue
                 self.seen.add(h)
-                self.items[h] = {"hash": h, "text": text, "version": version, "answer": list(answer), "ts": time.time()}
+                self.items[h] = {"hash": h, "text": text, "version": version, "answer": list(answer),
+                                 "multi_label": bool(multi_label), "ts": time.time()}
                 added += 1
                 while len(self.items) > self.max_items:
                     self.items.popitem(last=False)
         return added
 
-    def take(self, n: int) -> list[dict]:
-        """Up to `n` queued items, oldest first, removed from the queue (an audit session holds them)."""
+    def take(self, n: int, multi_label: bool | None = None) -> list[dict]:
+        """Up to `n` queued items, oldest first, removed from the queue (an audit session holds them); with
+        `multi_label`, only the items of that kind."""
         with self.lock:
-            keys = list(self.items)[:n]
+            keys = [k for k, i in self.items.items() if multi_label is None or is_multi(i) == multi_label][:n]
             return [self.items.pop(k) for k in keys]
 
     def __len__(self) -> int:
         return len(self.items)
 
 
-def start_session(store, queue: AuditQueue, labels: list[str], n: int = 50):
-    """A blind labeling session of up to `n` queued texts, or None when the queue is empty."""
-    items = queue.take(n)
+def is_multi(item: dict) -> bool:
+    """A queued or audited answer is a label set; items saved before the kind was kept are single-label."""
+    return bool(item.get("multi_label", False))
+
+
+def start_session(store, queue: AuditQueue, labels: list[str], n: int = 50, label_sep: str | None = None):
+    """A blind labeling session of up to `n` queued texts, or None when the queue is empty. `label_sep`: the
+    served model is multi-label. A session holds answers of one kind, the served model's first: a multi-label
+    one is a multi-label session (the person ticks a set, maybe empty)."""
+    served_multi = label_sep is not None
+    items = queue.take(n, served_multi) or queue.take(n, not served_multi)
     if not items:
         return None
-    session = store.create_blind("live audit", [i["text"] for i in items], labels)
-    write_json(session.folder / AUDIT_FILE, {"items": [{k: i[k] for k in ("text", "version", "answer")} for i in items]})
+    multi = is_multi(items[0])
+    session = store.create_blind("live audit", [i["text"] for i in items], labels,
+                                 (label_sep or DEFAULT_SEP) if multi else None)
+    write_json(session.folder / AUDIT_FILE, {"items": [{**{k: i[k] for k in ("text", "version", "answer")},
+                                                        **({"multi_label": True} if multi else {})} for i in items]})
     queue.save()
     return session
 
 
+def _audited(folder: Path) -> tuple[dict[str, dict], str | None]:
+    """A blind session's served answers by text, and its label separator (None: single-label decisions)."""
+    answer_of = {i["text"]: i for i in json.loads((folder / AUDIT_FILE).read_text(encoding="utf-8"))["items"]}
+    try:
+        meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        meta = {}
+    return answer_of, (meta.get("label_sep") if meta.get("multi_label") else None)
+
+
 def live_precision(label_root: Path) -> dict:
-    """Per version: the audited answers a person has labeled, how many were right (the person's label is
-    among the answered labels), overall and per answered class, with 95% Wilson intervals."""
-    tally: dict[str, dict] = {}
+    """Per version, from the labeled audit sessions. Single-label answers: how many were right (the person's
+    label is among the answered ones), overall and per answered class. Multi-label answers: `multi_summary`. 95%
+    Wilson intervals. A version with answers of both kinds (saved before the kind was kept) shows the
+    single-label figures under `single_label`."""
+    single: dict[str, dict] = {}
+    sets: dict[str, list[tuple[set, set]]] = {}
     for folder in sorted(Path(label_root).glob("*/")) if Path(label_root).is_dir() else []:
-        audit = folder / AUDIT_FILE
-        if not audit.is_file():
+        if not (folder / AUDIT_FILE).is_file():
             continue
-        answer_of = {i["text"]: i for i in json.loads(audit.read_text(encoding="utf-8"))["items"]}
+        answer_of, sep = _audited(folder)
         for d in decisions(folder):
             item = answer_of.get(d["text"])
             if item is None:
                 continue
-            v = tally.setdefault(item["version"], {"n": 0, "correct": 0, "per_class": {}})
+            if is_multi(item):
+                ticked = set(filter(None, d["label"].split(sep))) if sep else {d["label"]}
+                sets.setdefault(item["version"], []).append((set(item["answer"]), ticked))
+                continue
+            v = single.setdefault(item["version"], {"n": 0, "correct": 0, "per_class": {}})
             right = d["label"] in item["answer"]
             v["n"] += 1
             v["correct"] += right
@@ -137,8 +175,30 @@ def live_precision(label_root: Path) -> dict:
                 c["n"] += 1
                 c["correct"] += right
     out = {}
-    for version, v in tally.items():
+    for version, v in single.items():
         out[version] = {"audited": v["n"], "precision": v["correct"] / v["n"], "interval": wilson(v["correct"], v["n"]),
                         "per_class": {k: {"audited": c["n"], "precision": c["correct"] / c["n"],
                                           "interval": wilson(c["correct"], c["n"])} for k, c in v["per_class"].items()}}
+    for version, pairs in sets.items():
+        out[version] = {**multi_summary(pairs), **({"single_label": out[version]} if version in out else {})}
     return out
+
+
+def _rates(asserted: int, ticked: int, both: int) -> dict:
+    """Precision (both / asserted) and recall (both / ticked) with their counts; None where nothing to divide."""
+    return {"asserted": asserted, "ticked": ticked, "both": both,
+            "precision": both / asserted if asserted else None, "interval": wilson(both, asserted),
+            "recall": both / ticked if ticked else None, "recall_interval": wilson(both, ticked)}
+
+
+def multi_summary(pairs: list[tuple[set, set]]) -> dict:
+    """(answered set, ticked set) per audited text: micro precision of the asserted labels and micro recall of
+    the ticked ones (counts pooled over texts, so a text with more labels weighs more), the share of texts
+    whose set is exactly the person's, and each label's precision and recall."""
+    exact = sum(a == t for a, t in pairs)
+    names = sorted(set().union(*(a | t for a, t in pairs)))
+    return {"multi_label": True, "audited": len(pairs),
+            **_rates(sum(len(a) for a, _ in pairs), sum(len(t) for _, t in pairs), sum(len(a & t) for a, t in pairs)),
+            "exact_match": exact / len(pairs), "exact_interval": wilson(exact, len(pairs)),
+            "per_label": {x: _rates(sum(x in a for a, _ in pairs), sum(x in t for _, t in pairs),
+                                    sum(x in a and x in t for a, t in pairs)) for x in names}}

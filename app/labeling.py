@@ -334,10 +334,12 @@ class SessionStore:
             self._open[session.id] = session
         return session
 
-    def create_blind(self, source: str, texts: list[str], labels: list[str]) -> LabelSession:
-        """A session with no suggestions: the texts alone (the live audit)."""
+    def create_blind(self, source: str, texts: list[str], labels: list[str],
+                     label_sep: str | None = None) -> LabelSession:
+        """A session with no suggestions: the texts alone (the live audit). With `label_sep`: it decides label
+        sets, nothing ticked to start with."""
         none = [type("NoAnswer", (), {"label": "", "score": 0.0, "probabilities": {}})()] * len(texts)
-        session = LabelSession.create(self.root, source, texts, none, labels, blind=True)
+        session = LabelSession.create(self.root, source, texts, none, labels, label_sep=label_sep, blind=True)
         with self._lock:
             self._open[session.id] = session
         return session

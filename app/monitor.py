@@ -198,16 +198,17 @@ class Monitor:
                 w.empty += item[2]
                 return
             _, _, preds, texts, seqs, max_length, now = item
-            names_of = []
             for pred, text, seq in zip(preds, texts, seqs):
                 names, top, unsure = answered(pred)
-                names_of.append(names)
                 w.add(Seen(now, names, bin_index(top, CONFIDENCE_EDGES), bin_index(len(text), LENGTH_EDGES),
                            bool(max_length and len(seq) >= max_length), unsure))
                 if w.total % self.check_every == 0:
                     self._check(w, now)
-        if self.audit is not None:
-            self.audit.offer(engine.version, texts, [list(n) for n in names_of])
+        if self.audit is not None:  # the answer as served: a multi-label one is its set, empty for none
+            sets = [getattr(p, "labels", None) for p in preds]
+            multi = bool(preds) and all(isinstance(x, (list, tuple)) for x in sets)
+            self.audit.offer(engine.version, texts, [list(x) for x in sets] if multi else [[p.label] for p in preds],
+                             multi)
 
     def _window(self, engine) -> Window:
         w = self.windows.get(engine.version)

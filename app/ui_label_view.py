@@ -47,10 +47,14 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
         accept = gr.update(value=f"✓ Accept: {suggestion}  [Enter]", visible=True)
         if session.meta.get("blind"):  # the live audit: the person's label must not lean on the model's
             suggestion, probs, accept = None, None, gr.update(visible="hidden")
-            hint = "Audit: choose the label you read in the text (the model's answer is hidden)."
+            hint = ("Audit: tick every label the text has, or none of these (the model's answer is hidden)."
+                    if session.multi_label else
+                    "Audit: choose the label you read in the text (the model's answer is hidden).")
     panel = ui_multilabel.hidden()
     if session.multi_label:  # checkboxes instead of the label buttons; Accept only in a review (take the suggestion)
-        if row is not None:  # a review ticks the given set first: the suggestion is its hint
+        if row is not None and session.meta.get("blind"):  # nothing ticked: the set is the person's alone
+            panel = ui_multilabel.render(session, row, [], hint)[2]
+        elif row is not None:  # a review ticks the given set first: the suggestion is its hint
             hint, probs, panel = ui_multilabel.render(session, row, given_set(session, row), review_hint(session, row))
         accept, row_shown = take_view(session, row) or gr.update(visible="hidden"), None
     else:

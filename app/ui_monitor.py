@@ -1,5 +1,6 @@
 """The UI's Monitor tab: what the served version sees and says now against its reference (drift), the drift
-over time, and live precision from the audit sample; and the button that opens an audit session."""
+over time, and live precision from the audit sample (for a multi-label version: precision and recall of its
+label sets, the exact-set rate, and both per label); and the button that opens an audit session."""
 
 from __future__ import annotations
 
@@ -53,6 +54,25 @@ def figure(version: dict):
     return fig
 
 
+def _rate(value, interval, n: int, of: str) -> str:
+    if value is None:
+        return f"– (no {of})"
+    return f"{value:.1%} ({interval[0]:.0%}–{interval[1]:.0%}, {n} {of})"
+
+
+def live_sets(live: dict) -> str:
+    """A multi-label version's audit: the set figures, then precision and recall per label."""
+    head = (f"\n**Live audit** of {live['audited']} label sets: precision of the asserted labels "
+            f"{_rate(live['precision'], live['interval'], live['asserted'], 'asserted')} · recall of the ticked "
+            f"labels {_rate(live['recall'], live['recall_interval'], live['ticked'], 'ticked')} · exact set "
+            f"{_rate(live['exact_match'], live['exact_interval'], live['audited'], 'texts')} (95% intervals)\n")
+    lines = [head, "| label | precision | recall |\n|---|---|---|"]
+    lines += [f"| {html.escape(k)} | {_rate(c['precision'], c['interval'], c['asserted'], 'asserted')} | "
+              f"{_rate(c['recall'], c['recall_interval'], c['ticked'], 'ticked')} |"
+              for k, c in live["per_label"].items()]
+    return "\n".join(lines)
+
+
 def summary(report: dict, version: str) -> str:
     v = report["versions"].get(version)
     if v is None:
@@ -67,7 +87,9 @@ def summary(report: dict, version: str) -> str:
     lines.append(f"\nCut at the token limit: {v['overlong_share']:.1%} · not sure: {v['not_sure_share']:.1%} · "
                  f"empty texts refused: {v['empty_rejected']}")
     live = v.get("live_precision")
-    if live:
+    if live and live.get("multi_label"):
+        lines.append(live_sets(live))
+    elif live:
         lo, hi = live["interval"]
         lines.append(f"\n**Live precision** {live['precision']:.1%} (95% interval {lo:.1%}–{hi:.1%}) on "
                      f"{live['audited']} audited answers.")
@@ -89,11 +111,14 @@ def monitor_tab(cfg, state, store) -> None:
     def audit(n):
         if monitor.audit is None:
             return "The audit is off: start the server with --audit-rate (e.g. 0.05)."
-        session = start_session(store, monitor.audit, list(state.served.clf.labels), int(n))
+        clf = state.served.clf
+        sep = clf.label_sep if getattr(clf, "multi_label", False) else None
+        session = start_session(store, monitor.audit, list(clf.labels), int(n), sep)
         if session is None:
             return "No sampled texts are waiting yet."
+        how = " Tick every label that applies (or none of these)." if session.multi_label else ""
         return (f"Audit session of {session.meta['rows']} texts made: open the Label tab and choose it under "
-                "'Earlier sessions' (the model's answers are hidden there).")
+                f"'Earlier sessions' (the model's answers are hidden there).{how}")
 
     with gr.Tab("Monitor", id="monitor", elem_id="tab-monitor") as tab:
         m_summary = gr.Markdown(elem_id="monitor-summary")
