@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from baseline.blend import BaselineError
 from baseline.label_blend import fit_label_blend, fit_ovr_baseline, ovr_proba
@@ -166,7 +167,7 @@ def write_outputs(out: Path, cfg, data, oof, base_oof, blend_oof, fold_of, repor
     n_rows, labels, sep = len(table), data.labels, data.label_sep
     fold = np.full(n_rows, -1)
     fold[data.keep] = fold_of
-    table["fold"] = fold
+    columns = {"fold": fold}  # joined at once: 3 x 40 labels inserted one by one fragment the frame (pandas warns)
     sections = [("", oof, report), ("baseline_", base_oof, report["baseline"]), ("blend_", blend_oof, report["blend"])]
     for prefix, probs, section in sections:
         if probs is None or not section or "folds" not in section or np.isnan(probs).any():
@@ -178,17 +179,19 @@ def write_outputs(out: Path, cfg, data, oof, base_oof, blend_oof, fold_of, repor
             pred[held_rows] = predict_sets(probs[held_rows], [thresholds[n] for n in labels])
         column = np.full(n_rows, "", dtype=object)
         column[data.keep] = _joined(pred, labels, sep)
-        table[f"{prefix}pred_labels"] = column
+        columns[f"{prefix}pred_labels"] = column
         for j, name in enumerate(labels):
             col = np.full(n_rows, np.nan)
             col[data.keep] = probs[:, j]
-            table[f"{prefix}prob_{name}"] = col
+            columns[f"{prefix}prob_{name}"] = col
     error = np.full(n_rows, "", dtype=object)
     error[np.setdiff1d(np.arange(n_rows), data.keep)] = "dropped: empty text"
     if held is not None:
         error[held.keep] = "held out (--holdout): in holdout.csv"
-    table["error"] = error
-    write_table(table, out / "oof_predictions.csv")
+    columns["error"] = error
+    for name in [c for c in columns if c in table.columns]:  # an input column of that name stays where it is
+        table[name] = columns.pop(name)
+    write_table(pd.concat([table, pd.DataFrame(columns, index=table.index)], axis=1), out / "oof_predictions.csv")
 
     per_label_f1_png(report, out / "per_label_f1.png")
     cooccurrence_png(data.Y, labels, out / "label_cooccurrence.png")

@@ -230,31 +230,55 @@ def bce_loss(logits: torch.Tensor, labels: torch.Tensor, pos_weight: torch.Tenso
     return (cells * real).sum() / real.sum().clamp(min=1)
 
 
-def _inner_f1(model, val_ids, y_val, pad_id: int, device, cfg: TrainConfig, hist: History, epoch: int) -> float:
-    """Macro-F1 on the inner split (never the fold being scored), recorded in `hist`; multi-label: at 0.5 with
-    mean BCE (thresholds are tuned later, on out-of-fold rows)."""
+def _inner_score(model, val_ids, y_val, pad_id: int, device, cfg: TrainConfig, hist: History, epoch: int) -> float:
+    """The inner split's score that picks the epoch (higher is better; never the fold being scored), with its
+    macro-F1 and loss recorded in `hist`. Single-label: macro-F1. Multi-label: minus the mean BCE, because
+    macro-F1 at 0.5 is 0 at every epoch while rare labels' sigmoids stay under 0.5 (debtags, 40 labels: all
+    of them, 3 epochs), which froze the choice, and the final model's epochs, at epoch 1; thresholds are
+    tuned later on out-of-fold rows, so a threshold-free proper score is what ranks the epochs."""
     n_classes = model.config.num_labels
     proba = predict_proba(model, val_ids, pad_id, device, cfg.precision)
     if is_multi_label(model):
         f1 = f1_score(y_val, (proba > 0.5).astype(np.int64), average="macro", zero_division=0)
         p = proba.astype(np.float64).clip(1e-9, 1 - 1e-9)
         loss = -(y_val * np.log(p) + (1 - y_val) * np.log1p(-p)).mean()
+        score = -loss
     else:
         f1 = f1_score(y_val, proba.argmax(1), average="macro", labels=list(range(n_classes)), zero_division=0)
         loss = -np.log(proba[np.arange(len(y_val)), y_val].clip(1e-9)).mean()
+        score = f1
     hist.epochs.append(epoch + 1)
     hist.val_macro_f1.append(float(f1))
     hist.val_loss.append(float(loss))
-    return float(f1)
+    return float(score)
+
+
+def start_at_label_priors(model, y_train) -> None:
+    """Multi-label: the head's bias starts at each label's log prior odds (Lin et al. 2017, "prior
+    probability" init). From a bias of 0 every sigmoid starts at 0.5 while most labels are rare, and the
+    first steps' gradient drives them all down the cheapest way, by flattening the pooled features; the model
+    then stays at the priors. Measured on 4,000 debtags rows (40 labels), MiniLM, 2 epochs at lr 1e-4:
+    held-out macro ROC-AUC 0.557 without, 0.861 with (lr 5e-4 without: 0.511)."""
+    head = getattr(model, "classifier", None)
+    head = getattr(head, "out_proj", head)  # ELECTRA's head: dense, then out_proj; BERT's: one Linear
+    if not isinstance(head, torch.nn.Linear) or head.bias is None or head.out_features != model.config.num_labels:
+        return
+    y = np.asarray(y_train, np.float64)
+    prior = (y.sum(0) + 1) / (len(y) + 2)  # add-one: a label absent from these rows still gets a finite bias
+    with torch.no_grad():
+        head.bias.copy_(torch.as_tensor(np.log(prior / (1 - prior)), dtype=head.bias.dtype))
 
 
 def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, seed: int,
         accelerator=None, desc: str = "train", on_step=None) -> History:
-    """Train `model` in place; returns with the weights of its best inner-validation epoch loaded.
+    """Train `model` (with a fresh head: multi-label heads start at the label priors) in place; returns with the
+    weights of its best inner-validation epoch loaded.
     `on_step(step, steps, epoch)`, when given, is called after every step (epoch counts from 1)."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     device = accelerator.device if accelerator else torch.device("cpu")
+    if is_multi_label(model) and not cfg.class_weights:  # weighted BCE's constant optimum is 0.5: bias 0 is it
+        start_at_label_priors(model, y_train)
     model.to(device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     run = _prepare_step(model, train_ids, y_train, cfg, accelerator, device, pad_id)
@@ -265,7 +289,7 @@ def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, 
     warmup = max(1, int(cfg.warmup * total))
     y_t = torch.tensor(np.asarray(y_train), dtype=torch.float32 if run.multi else torch.long)
 
-    hist, best_f1, best_state, stale, step = History(), -1.0, None, 0, 0
+    hist, best, best_state, stale, step = History(), -math.inf, None, 0, 0
     t0, seen = time.perf_counter(), 0
     bar = tqdm(total=total, desc=desc, unit="step", dynamic_ncols=True, leave=False, disable=rank != 0)
     for epoch in range(cfg.epochs):
@@ -288,9 +312,9 @@ def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, 
         hist.train_loss += torch.stack(epoch_losses).float().cpu().tolist() if epoch_losses else []
 
         if len(val_ids):  # early stopping looks only at the inner split, never at the fold being scored
-            f1 = _inner_f1(model, val_ids, y_val, pad_id, device, cfg, hist, epoch)
-            if f1 > best_f1:
-                best_f1, stale, hist.best_epoch = f1, 0, epoch + 1
+            score = _inner_score(model, val_ids, y_val, pad_id, device, cfg, hist, epoch)
+            if score > best:
+                best, stale, hist.best_epoch = score, 0, epoch + 1
                 best_state = copy.deepcopy({k: v.detach().cpu() for k, v in model.state_dict().items()})
             else:
                 stale += 1

@@ -103,3 +103,49 @@ def test_aliases_resolve_and_unknown_paths_fail():
     assert resolve_model("KoELECTRA") == "monologg/koelectra-base-v3-discriminator"
     with pytest.raises(ValueError, match="no such folder"):
         resolve_model("./not/here")
+
+
+def test_multi_label_epoch_choice_follows_the_inner_loss_not_f1_at_half(tiny_electra_dir, toy_rows, monkeypatch):
+    """Rare labels keep every sigmoid under 0.5 for epochs: F1 at 0.5 is 0 each epoch, and ranking epochs by
+    it kept epoch 1 (and the final model's epoch count at 1). The inner BCE ranks them instead."""
+    from finetune import train
+
+    df = toy_rows(n_per_class=4)
+    tok = AutoTokenizer.from_pretrained(tiny_electra_dir)
+    ids = encode(tok, df.text.tolist(), 32)
+    model = load_classifier("tiny", str(tiny_electra_dir), ["a", "b", "c"], multi_label=True)
+    rng = np.random.default_rng(0)
+    y = (rng.random((len(ids), 3)) < 0.1).astype(np.int64)
+    val_ids, y_val = ids[:6], y[:6].copy()
+    y_val[0, 0] = 1
+    # epoch 3 is the one closest to the truth, and still under 0.5 everywhere
+    scripted = [np.full(y_val.shape, 0.3), np.full(y_val.shape, 0.2), 0.05 + 0.4 * y_val, np.full(y_val.shape, 0.25)]
+    calls = iter(scripted)
+    monkeypatch.setattr(train, "predict_proba", lambda *a, **k: next(calls).astype(np.float32))
+    hist = fit(model, tok, ids, y, val_ids, y_val,
+               TrainConfig(epochs=4, batch_size=8, lr=1e-3, layer_decay=1.0, patience=0), seed=0)
+    assert hist.val_macro_f1 == [0.0, 0.0, 0.0, 0.0]
+    assert hist.best_epoch == 3 == int(np.argmin(hist.val_loss)) + 1
+
+
+def test_multi_label_head_starts_at_the_label_priors(tiny_electra_dir, toy_rows):
+    """A fresh multi-label head answers each label's prevalence, not 0.5 (ELECTRA's head: dense, out_proj)."""
+    from finetune.train import start_at_label_priors
+
+    df = toy_rows(n_per_class=10)
+    tok = AutoTokenizer.from_pretrained(tiny_electra_dir)
+    ids = encode(tok, df.text.tolist(), 32)
+    model = load_classifier("tiny", str(tiny_electra_dir), ["a", "b", "c"], multi_label=True)
+    y = (np.random.default_rng(1).random((len(ids), 3)) < [0.05, 0.3, 0.6]).astype(np.int64)
+    before = predict_proba(model, ids, tok.pad_token_id, torch.device("cpu")).mean(0)
+    start_at_label_priors(model, y)
+    after = predict_proba(model, ids, tok.pad_token_id, torch.device("cpu")).mean(0)
+    prior = (y.sum(0) + 1) / (len(y) + 2)
+    np.testing.assert_allclose(after, prior, atol=0.05)
+    assert np.abs(before - prior).max() > 0.15  # a head at bias 0 answers about 0.5 for every label
+    # fit() does it for a multi-label model: its first epoch starts from the priors, not from 0.5
+    model = load_classifier("tiny", str(tiny_electra_dir), ["a", "b", "c"], multi_label=True)
+    fit(model, tok, ids, y, [], np.zeros((0, 3), np.int64), TrainConfig(epochs=1, batch_size=8, lr=1e-9, patience=0),
+        seed=0)
+    np.testing.assert_allclose(predict_proba(model, ids, tok.pad_token_id, torch.device("cpu")).mean(0), prior,
+                               atol=0.05)
