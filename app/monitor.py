@@ -51,12 +51,18 @@ class Seen:
     unsure: bool  # under the calibrated threshold ("not sure"), where the model has one
 
 
+def label_set(pred) -> tuple | None:
+    """A multi-label prediction's answer: the labels over their thresholds, maybe none; None for single-label."""
+    names = getattr(pred, "labels", None)
+    return tuple(names) if isinstance(names, (list, tuple)) else None
+
+
 def answered(pred) -> tuple[tuple, float, bool]:
     """(labels, top score, not sure) of an engine prediction, single- or multi-label."""
-    names = getattr(pred, "labels", None)
-    if isinstance(names, (list, tuple)):  # multi-label: the labels over their thresholds
+    names = label_set(pred)
+    if names is not None:
         scores = getattr(pred, "scores", None) or getattr(pred, "probabilities", {}) or {0: 0.0}
-        return tuple(names) or (NONE_LABEL,), float(max(scores.values())), getattr(pred, "confident", True) is False
+        return names or (NONE_LABEL,), float(max(scores.values())), getattr(pred, "confident", True) is False
     return (pred.label,), float(pred.score), getattr(pred, "confident", True) is False
 
 
@@ -205,8 +211,8 @@ class Monitor:
                 if w.total % self.check_every == 0:
                     self._check(w, now)
         if self.audit is not None:  # the answer as served: a multi-label one is its set, empty for none
-            sets = [getattr(p, "labels", None) for p in preds]
-            multi = bool(preds) and all(isinstance(x, (list, tuple)) for x in sets)
+            sets = [label_set(p) for p in preds]
+            multi = bool(preds) and all(x is not None for x in sets)
             self.audit.offer(engine.version, texts, [list(x) for x in sets] if multi else [[p.label] for p in preds],
                              multi)
 

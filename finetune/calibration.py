@@ -26,18 +26,27 @@ _FLOOR = 1e-12
 
 
 # ------------------------------------------------------------------------------------------ metrics
-def top_label_ece(probs: np.ndarray, y: np.ndarray, bins: int = BINS) -> float:
-    """Expected calibration error of the top label: rows binned by their top probability (equal-width
-    bins over [0, 1]), the gap between accuracy and mean confidence per bin, weighted by the bin's rows."""
-    conf = probs.max(1)
-    correct = probs.argmax(1) == y
-    which = np.minimum((conf * bins).astype(int), bins - 1)
+def binary_ece(p: np.ndarray, y: np.ndarray, bins: int = BINS) -> float:
+    """Expected calibration error of one probability against its 0/1 outcome: rows binned by `p` (equal-width
+    bins over [0, 1]), the gap between the outcome's rate and the mean probability per bin, weighted by the
+    bin's rows."""
+    which = np.minimum((p * bins).astype(int), bins - 1)
     total = 0.0
     for b in range(bins):
         rows = which == b
         if rows.any():
-            total += rows.sum() * abs(correct[rows].mean() - conf[rows].mean())
+            total += rows.sum() * abs(y[rows].mean() - p[rows].mean())
     return float(total / max(1, len(y)))
+
+
+def top_label_ece(probs: np.ndarray, y: np.ndarray, bins: int = BINS) -> float:
+    """ECE of the top label: its probability against whether it is right."""
+    return binary_ece(probs.max(1), probs.argmax(1) == y, bins)
+
+
+def mean_binary_ece(P: np.ndarray, Y: np.ndarray) -> float:
+    """Multi-label: the labels' mean binary ECE, each label's probability against its 0/1 target."""
+    return float(np.mean([binary_ece(P[:, j], Y[:, j]) for j in range(P.shape[1])]))
 
 
 def scores(probs: np.ndarray, y: np.ndarray) -> dict:
@@ -62,18 +71,16 @@ def ece_floor(probs: np.ndarray, fold_of: np.ndarray, draws: int = FLOOR_DRAWS, 
     averaged over folds. ECE is biased upward on finite rows, so an ECE at or under this cannot be told from
     perfect calibration on this many rows (why "none" can be the right calibrator even where a rule "ECE
     after < before" would ask for one). Multi-label: the labels' mean binary ECE, as that report uses."""
-    from finetune.calibration_multilabel import binary_ece  # lazy: that module imports this one
-
-    def drawn_ece(p: np.ndarray) -> float:
-        if multi_label:
-            Y = rng.random(p.shape) < p
-            return float(np.mean([binary_ece(p[:, j], Y[:, j]) for j in range(p.shape[1])]))
-        return top_label_ece(p, (rng.random((len(p), 1)) > p.cumsum(1)).sum(1).clip(0, p.shape[1] - 1))
-
     rng = np.random.default_rng(seed)
     per_fold = []
     for k in np.unique(fold_of):
-        eces = [drawn_ece(np.asarray(probs[fold_of == k], np.float64)) for _ in range(draws)]
+        p = np.asarray(probs[fold_of == k], np.float64)
+        if multi_label:
+            eces = [mean_binary_ece(p, rng.random(p.shape) < p) for _ in range(draws)]
+        else:
+            cum = p.cumsum(1)
+            eces = [top_label_ece(p, (rng.random((len(p), 1)) > cum).sum(1).clip(0, p.shape[1] - 1))
+                    for _ in range(draws)]
         per_fold.append((float(np.mean(eces)), float(np.percentile(eces, 95))))
     return {"mean": float(np.mean([m for m, _ in per_fold])), "p95": float(np.mean([q for _, q in per_fold])),
             "draws": draws}

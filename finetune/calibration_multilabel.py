@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from finetune.calibration import BINS, VECTOR_MARGIN, ece_floor
+from finetune.calibration import BINS, VECTOR_MARGIN, ece_floor, mean_binary_ece
 from finetune.coverage import MIN_ANSWERED, pick_threshold
 from textdata.calibration import Calibrator, confident_multi_label
 from textdata.errors import DataError
@@ -32,22 +32,12 @@ def _logits(p: np.ndarray) -> np.ndarray:
     return np.log(q) - np.log1p(-q)
 
 
-def binary_ece(p: np.ndarray, y: np.ndarray, bins: int = BINS) -> float:
-    which = np.minimum((p * bins).astype(int), bins - 1)
-    total = 0.0
-    for b in range(bins):
-        rows = which == b
-        if rows.any():
-            total += rows.sum() * abs(y[rows].mean() - p[rows].mean())
-    return float(total / max(1, len(y)))
-
-
 def scores(P: np.ndarray, Y: np.ndarray) -> dict:
     """Mean binary ECE over labels, mean binary log-loss and Brier over every (row, label)."""
     p = np.clip(np.asarray(P, np.float64), _FLOOR, 1 - _FLOOR)
     Y = np.asarray(Y, np.float64)
     return {
-        "ece": float(np.mean([binary_ece(p[:, j], Y[:, j]) for j in range(p.shape[1])])),
+        "ece": mean_binary_ece(p, Y),
         "log_loss": float(-np.mean(Y * np.log(p) + (1 - Y) * np.log1p(-p))),
         "brier": float(np.mean((p - Y) ** 2)),
     }

@@ -268,7 +268,7 @@ def test_multi_label_per_label_temperature_and_thresholds():
 
 
 def test_multi_label_ece_floor_holds_true_probabilities_not_miscalibrated_ones():
-    from finetune.calibration_multilabel import binary_ece
+    from finetune.calibration import binary_ece
     from finetune.calibration_multilabel import calibrate as calibrate_ml
 
     served, Y, fold_of = multi_label_synthetic(n=3000, seed=3)
