@@ -27,7 +27,7 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from serving.multilabel import DEFAULT_SEP
+from textdata.labels import DEFAULT_SEP
 from textdata.tables import write_json
 
 from .labeling import decisions

@@ -33,13 +33,11 @@ import numpy as np
 import pandas as pd
 
 from serving.multilabel import decision_margin
+from textdata.labels import MAX_NAME_CHARS, name_problem
 from textdata.tables import atomic_path
-
-from .uploads import FORMULA_START
 
 ORDERS = ("least confident first", "most confident first", "file order", "random")
 _SESSION_ID = re.compile(r"^[0-9a-f]{12}$")
-MAX_LABEL_CHARS = 60
 
 
 class SessionError(ValueError):
@@ -80,7 +78,7 @@ def decisions(folder: Path) -> list[dict]:
             stack.append(e)
         elif e.get("op") == "undo" and stack:
             stack.pop()
-    return [{"text": texts[e["row"]], "label": e["label"], "ts": e.get("ts", 0.0)} for e in stack
+    return [{"text": texts[e["row"]], "label": e["label"], "ts": e.get("ts", 0.0), "row": e["row"]} for e in stack
             if e["op"] == "label" and 0 <= e.get("row", -1) < len(texts)]
 
 
@@ -285,15 +283,10 @@ class LabelSession:
         name = " ".join((name or "").split())
         if not name:
             raise SessionError("type a label name first")
-        if len(name) > MAX_LABEL_CHARS:
-            raise SessionError(f"label names are at most {MAX_LABEL_CHARS} characters")
-        if name.startswith(FORMULA_START):
-            # labeled.csv keeps raw text for training; a label like =HYPERLINK(...) would run in a spreadsheet.
-            raise SessionError(f"label names cannot start with {' '.join(FORMULA_START[:4])}")
-        sep = self.meta.get("label_sep")
-        if self.multi_label and sep in name:
-            # labeled.csv joins a text's labels with it: such a name would read back as two labels
-            raise SessionError(f"label names cannot contain {sep!r}, which separates labels in labeled.csv")
+        # the one label-name rule (textdata/labels.py), as k-fold, --train-data and review files apply it
+        problem = name_problem(name, self.meta.get("label_sep") if self.multi_label else None)
+        if problem:
+            raise SessionError(f"label {name[:MAX_NAME_CHARS]!r} {problem}")
         with self.lock:
             if name in self.labels:
                 raise SessionError(f"{name!r} is already a label")

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from serving.multilabel import DEFAULT_SEP, parse_label_set
+from textdata.labels import DEFAULT_SEP, MAX_NAME_CHARS, NONE_LABEL, name_problem, parse_set, sep_problem
 from textdata.tables import read_table
 
 from .labeling import LabelSession, SessionError, SessionStore, decisions, valid_session_id
@@ -58,12 +58,15 @@ def check_columns(df: pd.DataFrame, name: str) -> None:
                           "finetune/kfold.py writes one beside report.json")
 
 
-def issues_label_sep(issues: pd.DataFrame, labels) -> str | None:
+def issues_label_sep(issues: pd.DataFrame, labels, name: str = "label_issues.csv") -> str | None:
     """The separator of a multi-label run's label sets, None for a single-label run's file. The file says it
     (column `label_sep`); an older multi-label one shows it: an empty cell (no label: only sets can be
     empty), or names joined by ";" where the whole is none of this server's `labels`."""
     if "label_sep" in issues.columns:
-        return next((s for s in issues["label_sep"].fillna("").astype(str) if s), None)
+        sep = next((s for s in issues["label_sep"].fillna("").astype(str) if s), None)
+        if sep is not None and sep_problem(sep):
+            raise ReviewError(f"{name}, column 'label_sep': separator {sep[:20]!r} {sep_problem(sep)}")
+        return sep
     cells = pd.concat([issues["given_label"], issues["suggested_label"]]).fillna("").astype(str)
     known = set(labels)
     return DEFAULT_SEP if any(not c.strip() or (DEFAULT_SEP in c and c not in known) for c in cells) else None
@@ -83,9 +86,21 @@ def as_sets(issues: pd.DataFrame, name: str, file_sep: str, label_sep: str) -> p
     """The file with its given and suggested sets canonical (names sorted, joined by the server's `label_sep`)."""
     df = issues.copy()
     for col in ("given_label", "suggested_label"):
-        df[col] = [label_sep.join(sorted(parse_label_set(c, file_sep, f"{name} row {i + 2} column {col}")))
+        df[col] = [label_sep.join(sorted(parse_set(c, file_sep, f"{name} row {i + 2} column {col}")))
                    for i, c in enumerate(df[col].fillna(""))]
     return df
+
+
+def check_suggestions(todo: pd.DataFrame, name: str, known: list[str], label_sep: str | None) -> None:
+    """A suggestion becomes a label of the training table when accepted: each of its names is one the model or
+    the table has, or passes the label-name rule that Add label applies (textdata/labels.py); ReviewError naming
+    the file, the row and the name otherwise (a formula, a control character, a name over the length)."""
+    names = {n for cell in known for n in (cell.split(label_sep) if label_sep else [cell])}
+    for row, cell in zip(todo.index, todo["suggested_label"].astype(str)):
+        for n in (cell.split(label_sep) if label_sep else [cell]):
+            if n and n not in names and name_problem(n, label_sep):
+                where = f"{name} row {row + 2}, column 'suggested_label'"
+                raise ReviewError(f"{where}: label {n[:MAX_NAME_CHARS]!r} {name_problem(n, label_sep)}")
 
 
 def reviewed(label_root: Path, label_sep: str | None = None) -> set[tuple[str, str]]:
@@ -140,12 +155,13 @@ def open_review(store: SessionStore, issues: pd.DataFrame, name: str, ts, label_
     training table `ts` (app/trainset.build, with the same `label_sep`); its message for the person.
     `label_sep`: the server's model is multi-label and joins label sets with it."""
     check_columns(issues, name)
-    file_sep = issues_label_sep(issues, labels)
+    file_sep = issues_label_sep(issues, labels, name)
     check_kind(file_sep, label_sep, name)
     if label_sep:
         issues = as_sets(issues, name, file_sep, label_sep)
     current = table_labels(ts)
     todo, note = plan(issues, name, current, reviewed(label_root, label_sep), table_name)
+    check_suggestions(todo, name, [*labels, *current.values()], label_sep)
     given, sugg = todo["given_label"].astype(str).tolist(), todo["suggested_label"].astype(str).tolist()
     every = [*labels, *current.values(), *given, *sugg]
     if label_sep:  # the names in the sets, not the sets
@@ -176,7 +192,7 @@ def shown(cell: str, label_sep: str | None) -> str:
     """A label as the person reads it: a multi-label set as its names, "(none)" for the empty set."""
     if not label_sep:
         return cell
-    return ", ".join(cell.split(label_sep)) if cell else "(none)"
+    return ", ".join(cell.split(label_sep)) if cell else NONE_LABEL
 
 
 def _prob(v) -> float:

@@ -101,9 +101,9 @@ def multi_label_scores(clf, df, label_sep: str) -> dict:
     from sklearn.metrics import f1_score
     from sklearn.preprocessing import MultiLabelBinarizer
 
-    from serving.multilabel import parse_label_set
+    from textdata.labels import parse_set
 
-    truth = [parse_label_set(c, label_sep) for c in df["label"].fillna("")]
+    truth = [parse_set(c, label_sep, f"the evaluation slice row {i + 1}") for i, c in enumerate(df["label"].fillna(""))]
     preds = clf.predict(df["text"].tolist())
     pred = [p.labels if getattr(clf, "multi_label", False) else [p.label] for p in preds]
     mlb = MultiLabelBinarizer(classes=sorted({n for s in truth + pred for n in s}))

@@ -25,8 +25,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from serving.multilabel import parse_label_set
-from textdata.errors import DataError
+from textdata.errors import DataError, ModelError
+from textdata.labels import LabelSpace
 from textdata.tables import missing_text, read_table, write_json
 
 from .labeling import decisions, valid_session_id
@@ -52,18 +52,12 @@ class TrainingSet:
 
 
 def active_label_sep(folder: Path) -> str | None:
-    """The label separator when the model in `folder` is multi-label (thresholds.json's, else ";"); None when not."""
-    from serving.multilabel import DEFAULT_SEP, THRESHOLDS_FILE, is_multi_label
-
+    """The label separator when the model in `folder` is multi-label (thresholds.json's, else ";"); None when not
+    (or when its config.json cannot be read)."""
     try:
-        if not is_multi_label(json.loads((Path(folder) / "config.json").read_text(encoding="utf-8"))):
-            return None
-    except (OSError, ValueError):
+        return LabelSpace.from_folder(folder).sep
+    except ModelError:
         return None
-    try:
-        return json.loads((Path(folder) / THRESHOLDS_FILE).read_text(encoding="utf-8")).get("label_sep") or DEFAULT_SEP
-    except (OSError, ValueError, AttributeError):
-        return DEFAULT_SEP
 
 
 def in_eval_slice(text: str, share: float) -> bool:
@@ -86,29 +80,38 @@ def eval_share(models_dir: Path, share: float) -> float:
 
 def canonical_set(cell, sep: str, where: str = "") -> str:
     """A multi-label cell as the table holds it: its names sorted, joined by `sep` ("" for none)."""
-    return sep.join(sorted(parse_label_set(cell, sep, where)))
+    return LabelSpace.of(multi_label=True, sep=sep).canonical(cell, where)
+
+
+def _canonical(space: LabelSpace, cell, where: str) -> str:
+    """A label cell as the table holds it, by the label space's parser and name rule (textdata/labels.py):
+    a name the rule refuses stops the retrain here, naming the file or session and the row."""
+    try:
+        return space.canonical(cell, where)
+    except DataError as e:
+        raise TrainingDataError(str(e)) from None
 
 
 def _rows(label_root: Path, base: Path | None, label_sep: str | None = None) -> tuple[list[dict], dict]:
     rows, sources = [], {"base_rows": 0, "sessions": 0, "session_decisions": 0}
+    space = LabelSpace.of(multi_label=label_sep is not None, sep=label_sep)
     if base is not None:
         df = read_table(base, columns={"text": "--train-data (column text)", "label": "--train-data (column label)"})
         keep = ~missing_text(df["text"])
         if label_sep is None:  # multi-label: an empty label cell is "none of these", a row like any other
             keep &= ~missing_text(df["label"])
         df = df[keep]
-        if label_sep is not None:
-            df = df.assign(label=[canonical_set(c, label_sep, f"{base} row {i + 2}") for i, c in zip(df.index, df["label"])])
-        rows += [{"text": t, "label": str(lab).strip(), "ts": float("-inf"), "source": Path(base).name}
-                 for t, lab in zip(df["text"], df["label"])]
+        labels = [_canonical(space, c, f"{base} row {i + 2}, column 'label'") for i, c in zip(df.index, df["label"])]
+        rows += [{"text": t, "label": lab, "ts": float("-inf"), "source": Path(base).name}
+                 for t, lab in zip(df["text"], labels)]
         sources["base_rows"] = len(df)
     if label_root.is_dir():
         for folder in sorted(label_root.iterdir()):
             if not (valid_session_id(folder.name) and (folder / "journal.jsonl").exists()):
                 continue
             found = decisions(folder)
-            if label_sep is not None:
-                found = [{**d, "label": canonical_set(d["label"], label_sep)} for d in found]
+            found = [{**d, "label": _canonical(space, d["label"], f"session {folder.name} row {d['row'] + 1}")}
+                     for d in found]
             review = session_kind(folder) == REVIEW
             rows += [{**d, "source": f"session {folder.name}", "review": review} for d in found]
             sources["sessions"] += 1

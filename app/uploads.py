@@ -15,7 +15,6 @@
 
 from __future__ import annotations
 
-import re
 from pathlib import Path
 
 import gradio as gr
@@ -23,6 +22,7 @@ import pandas as pd
 from gradio.utils import get_upload_folder, is_in_or_equal
 
 from textdata.errors import DataError
+from textdata.labels import is_formula
 from textdata.table_limits import TableLimits
 from textdata.tables import iter_rows, table_format
 
@@ -31,8 +31,6 @@ MAX_RECORD_CHARS = 1 << 20  # one row longer than this is not a table a person l
 DECOMPRESSED_PER_UPLOAD_BYTE = 5  # a Parquet upload may hold 5x --max-upload-mb once decompressed
 READ_DEADLINE_S = 120.0
 MAX_MESSAGE_CHARS = 300
-FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
-_NUMBER = re.compile(r"^[+-]?(\d+([.,]\d*)*|\.\d+)([eE][+-]?\d+)?$")
 
 
 def uploaded_path(file) -> Path:
@@ -124,7 +122,7 @@ def _text_column(names: list[str], wanted: str) -> str:
 
 
 def _neutral(value):
-    if isinstance(value, str) and value.startswith(FORMULA_START) and not _NUMBER.match(value):
+    if is_formula(value):
         return "'" + value
     return value
 

@@ -15,9 +15,8 @@ import numpy as np
 from finetune.calibration import calibrate
 from finetune.coverage import coverage_table, served_threshold
 from textdata.calibration import CALIBRATION_FILE, Calibrator, calibrator_from_json
+from textdata.labels import LabelSpace
 from textdata.tables import write_json
-
-MULTI_LABEL = "multi_label_classification"
 
 
 def cv_calibration(
@@ -121,7 +120,7 @@ def table_lines(section: dict | None) -> list[str]:
 
 
 def _problem_type(section: dict) -> str:
-    return MULTI_LABEL if section.get("multi_label") else "single_label_classification"
+    return LabelSpace.of(multi_label=bool(section.get("multi_label"))).problem_type
 
 
 def served_calibrator(section: dict | None, labels: list[str], blend_served: bool) -> Calibrator | None:

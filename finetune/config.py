@@ -18,6 +18,7 @@ from finetune.models import list_models, resolve_model
 from finetune.train_config import COMPILE_CHOICES, SWITCHES, TrainConfig
 from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
 from textdata.inputs import check_file, check_table
+from textdata.labels import DEFAULT_SEP, sep_problem
 from textdata.numerics import PRECISIONS
 
 BLEND_MODES = ("auto", "off", "on")  # finetune/blend.py
@@ -33,7 +34,7 @@ class Config:
     text_column: str = "text"
     label_column: str = "label"
     multi_label: bool = False  # several labels per row (finetune/multilabel_data.py)
-    label_sep: str = ";"
+    label_sep: str = DEFAULT_SEP
     group_column: str | None = None
     encoding: str = "utf-8"
     on_missing: str = "drop"  # drop rows with empty text/label (with a warning) or fail
@@ -185,8 +186,8 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
         p.error("--model and --data are required (try --model minilm --data bbcnews offline)")
     if a.folds < 2:
         p.error("--folds must be at least 2")
-    if a.multi_label and (not a.label_sep or a.label_sep.isspace()):
-        p.error("--label-sep must be a visible separator such as ';' or ','")
+    if a.multi_label and sep_problem(a.label_sep):
+        p.error(f"--label-sep {a.label_sep[:20]!r} {sep_problem(a.label_sep)}")
     if not 0 <= a.holdout < 1:
         p.error("--holdout must be a fraction in [0, 1), e.g. 0.2")
     if a.target_precision is not None and not 0 < a.target_precision < 1:

@@ -17,7 +17,7 @@ import pandas as pd
 from sklearn.model_selection import GroupShuffleSplit, StratifiedGroupKFold, StratifiedKFold
 
 from textdata.errors import DataError
-from textdata.labels import label_order
+from textdata.labels import check_name, label_order, name_problem
 from textdata.normalize import Normalizer
 from textdata.tables import missing_text, read_table, write_json
 
@@ -109,6 +109,7 @@ def load_labeled(
                                  dropped, label_sep)
     raw_labels = kept[label_column].astype(str).str.strip()
     labels = label_order(raw_labels)
+    check_names(raw_labels, labels, path, label_column)
     if len(labels) < 2:
         raise DataError(f"{path}: column {label_column!r} has a single class ({labels[0]!r}); a classifier needs two or more")
     counts = raw_labels.value_counts()
@@ -134,6 +135,14 @@ def load_labeled(
         labels=labels,
         dropped=dropped,
     )
+
+
+def check_names(raw_labels: pd.Series, labels: list[str], path, column: str) -> None:
+    """The label-name rule (textdata/labels.py) on each class, the first row holding a refused one named."""
+    for name in labels:
+        if name_problem(name):
+            i = int(raw_labels.index[raw_labels.eq(name).to_numpy().argmax()])
+            check_name(name, f"{path}: data row {i + 1} (line {i + 2} of a CSV with a header), column {column!r}")
 
 
 def _multi_label_data(path, table, keep, label_column, group_column, folds, normalizer, text_column, dropped,

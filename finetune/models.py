@@ -11,6 +11,7 @@ import os
 from pathlib import Path
 
 from textdata.errors import ModelError
+from textdata.labels import MULTI_LABEL
 from textdata.run_folder import model_in_run
 
 # alias -> (hub id or "package:<name>", what it is)
@@ -112,7 +113,7 @@ def load_classifier(name: str, resolved: str, labels: list[str], dropout: float 
     kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
               "label2id": {v: i for i, v in enumerate(labels)}}
     if multi_label:
-        kwargs["problem_type"] = "multi_label_classification"
+        kwargs["problem_type"] = MULTI_LABEL
     if dropout is not None:
         kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, classifier_dropout=dropout)
     try:

@@ -1,9 +1,11 @@
 """Multi-label rows for k-fold (`--multi-label`): label sets read from a column, checked, and split into folds.
 
 A label cell holds names separated by `--label-sep` (default ";") in CSV/TSV, or a list (JSON list in JSONL,
-list column in Parquet). An empty cell is a row with no label: "none of these" is a real answer, kept and
-counted. Every check names the file, the row and the value: a cell mixing separators (`a,b;c`), a label name
-containing the separator, a label on fewer rows than folds (with the largest --folds that works).
+list column in Parquet, or its JSON text in a CSV cell), read by the label space's one parser
+(textdata/labels.py, as serving and the app read it). An empty cell is a row with no label: "none of these" is
+a real answer, kept and counted. Every check names the file, the row and the value: a cell mixing separators
+(`a,b;c`), a label name the label-name rule refuses (the separator in it, a formula, a control character),
+a label on fewer rows than folds (with the largest --folds that works).
 
 Folds are stratified with iterative stratification (Sechidis et al. 2011, the `iterative-stratification`
 package): each label's share is kept close in every fold, which stratifying on whole label combinations cannot
@@ -18,70 +20,30 @@ import numpy as np
 import pandas as pd
 
 from textdata.errors import DataError
-from textdata.labels import label_order
-
-DEFAULT_SEP = ";"
-# Separators people use; a cell holding one of these besides --label-sep mixes two conventions.
-COMMON_SEPS = (";", ",", "|")
+from textdata.labels import LabelSpace, check_sep, label_order, parse_set
 
 
 def _where(i: int) -> str:
     return f"data row {i + 1} (line {i + 2} of a CSV with a header)"
 
 
-def _cell_labels(cell, sep: str) -> tuple[list[str], bool]:
-    """(the cell's label names, whether it came as a list). Strings split on `sep`; empty pieces ("a;" or ";;")
-    are no label; lists (JSONL, Parquet) are taken item by item."""
-    if cell is None or (isinstance(cell, float) and np.isnan(cell)):
-        return [], False
-    if isinstance(cell, (list, tuple, np.ndarray)):
-        return [str(x).strip() for x in cell if x is not None and str(x).strip()], True
-    return [p.strip() for p in str(cell).split(sep) if p.strip()], False
-
-
 def parse_label_sets(cells: pd.Series, sep: str, path, column: str) -> list[list[str]]:
-    """Each row's label names (sorted, without repeats), or DataError naming the first bad row and value."""
-    if not sep or sep.isspace():
-        raise DataError(f"--label-sep {sep!r} cannot separate labels: use e.g. ';' or ','")
-    others = [s for s in COMMON_SEPS if s not in sep]
-    sets, any_sep, other_hits = [], False, dict.fromkeys(others, 0)
+    """Each row's label names (sorted, without repeats), read by the label space's one parser (as serving and
+    the app read them); DataError naming the file, the row, the column and the value of the first bad cell."""
+    check_sep(sep, f"{path}: --label-sep")
     # the series' index is the row's position in the file as read (rows dropped before keep their number)
-    for i, cell in zip(cells.index.tolist(), cells.tolist()):
-        names, listed = _cell_labels(cell, sep)
-        if listed:
-            bad = next((n for n in names if sep in n), None)
-            if bad is not None:
-                raise DataError(f"{path}: {_where(i)}, column {column!r}: label {bad!r} contains the separator "
-                                f"{sep!r}, so it could not be written back as one label; rename it or pick another "
-                                "--label-sep")
-            any_sep |= len(names) > 1
-        else:
-            text = "" if not names else str(cell)
-            any_sep |= sep in text and len(names) > 1
-            mixed = next((o for o in others if o in text), None)
-            if mixed is not None and sep in text:
-                raise DataError(f"{path}: {_where(i)}, column {column!r}: {text!r} mixes the separators {mixed!r} "
-                                f"and {sep!r}; separate labels with one (--label-sep {sep!r}) throughout")
-            for o in others:
-                other_hits[o] += o in text
-        sets.append(sorted(set(names)))
-    if not any_sep:
-        common = max(others, key=other_hits.get) if others else None
-        hint = f"; {other_hits[common]} cells hold {common!r}: did you mean --label-sep {common!r}?" \
-            if common and other_hits[common] else ""
+    sets = [sorted(parse_set(cell, sep, f"{path}: {_where(i)}, column {column!r}"))
+            for i, cell in zip(cells.index.tolist(), cells.tolist())]
+    if not any(len(s) > 1 for s in sets):
         print(f"warning: {path}: --multi-label, but no row of column {column!r} holds more than one label (no "
-              f"{sep!r} in any cell){hint}; training anyway, one label or none per row", file=sys.stderr)
+              f"{sep!r} in any cell); training anyway, one label or none per row", file=sys.stderr)
     return sets
 
 
 def label_matrix(sets: list[list[str]], labels: list[str] | None = None) -> tuple[np.ndarray, list[str]]:
     """(Y, labels): Y[i, j] = 1 when row i carries labels[j]; labels sorted as textdata.labels orders them."""
     labels = labels if labels is not None else label_order(n for s in sets for n in s)
-    index = {name: j for j, name in enumerate(labels)}
-    Y = np.zeros((len(sets), len(labels)), dtype=np.int64)
-    for i, names in enumerate(sets):
-        Y[i, [index[n] for n in names]] = 1
-    return Y, labels
+    return LabelSpace.of(labels, multi_label=True).matrix(sets, np.int64)[0], labels
 
 
 def check_label_counts(Y: np.ndarray, labels: list[str], folds: int, path, after: str = "") -> None:

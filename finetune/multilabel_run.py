@@ -29,9 +29,9 @@ from finetune.multilabel import (
     tune_thresholds,
 )
 from finetune.multilabel_data import combination_counts
+from textdata.model_files import THRESHOLDS as THRESHOLDS_FILE
 from textdata.tables import write_json, write_table
 
-THRESHOLDS_FILE = "thresholds.json"  # the model folder's, read by serving/multilabel.py
 BASELINE_NAME = "char TF-IDF + one-vs-rest logistic regression"
 BLEND_METHOD = ("log-linear pool per label: logit p = a_j·logit p_model + b_j·logit p_baseline, a_j, b_j >= 0 "
                 "fitted by log-loss")

@@ -26,15 +26,15 @@ from sklearn.metrics import f1_score
 from tqdm.auto import tqdm
 
 from finetune.train_config import COMPILE_CHOICES, SWITCHES, TrainConfig  # noqa: F401 - where callers found them
+from textdata.labels import is_multi_label as multi_label_config
 from textdata.numerics import bucket_widths, lr_at, resolve_dtype
 
 # Options for torch.compile; the CPU test swaps in a cheaper backend.
 COMPILE_OPTIONS: dict = {"dynamic": False}
-MULTI_LABEL = "multi_label_classification"  # transformers' problem_type for a sigmoid per label
 
 
 def is_multi_label(model) -> bool:
-    return getattr(model.config, "problem_type", None) == MULTI_LABEL
+    return multi_label_config(model.config)
 
 
 @dataclass

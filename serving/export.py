@@ -46,13 +46,13 @@ from pathlib import Path
 from baseline.blend import carry_blend
 from serving.engine import Classifier, ModelError
 from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE
-from serving.multilabel import DEFAULT_SEP, label_matrix
 from serving.parity import agreement, builtin_sample, compare, tokenization_mismatch, verdict
 from serving.quantize import BY_NAME, DEFAULT_ORDER, NO_VNNI_ORDER, cpu_isa, default_order, quantize
 from serving.quiet import understood_messages_dropped
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
 from textdata.inputs import check_table
+from textdata.labels import LabelSpace
 from textdata.learned import folder_note
 from textdata.run_folder import check_classifier, model_in_run
 from textdata.tables import missing_text, read_table, write_json
@@ -128,8 +128,9 @@ def _targets(cfg: ExportConfig, reference: Classifier, cells: list | None):
         return None
     if not reference.multi_label:
         return [str(c) for _, c in cells]
-    sep = cfg.label_sep or reference.label_sep or DEFAULT_SEP
-    y, unknown = label_matrix([c for _, c in cells], reference.labels, sep, f"{cfg.eval_csv} column {cfg.label_column}")
+    space = LabelSpace.of(reference.labels, multi_label=True, sep=cfg.label_sep or reference.label_sep)
+    y, unknown = space.matrix(space.parse(c, f"{cfg.eval_csv}: data row {i + 1}, column {cfg.label_column!r}")
+                              for i, c in cells)
     if unknown:
         log.warning("%s: %d label name(s) the model does not know are left out of the gate's targets: %s",
                     cfg.eval_csv, len(unknown), ", ".join(f"{k!r} ({v} rows)" for k, v in list(unknown.items())[:5]))

@@ -20,18 +20,12 @@ from pathlib import Path
 
 import numpy as np
 
-from textdata.errors import DataError, ModelError
+from textdata.errors import ModelError
+from textdata.labels import DEFAULT_SEP, is_multi_label, sep_problem
+from textdata.model_files import THRESHOLDS as THRESHOLDS_FILE
 
-PROBLEM_TYPE = "multi_label_classification"
-THRESHOLDS_FILE = "thresholds.json"
 DEFAULT_THRESHOLD = 0.5
-DEFAULT_SEP = ";"
-
-
-def is_multi_label(config) -> bool:
-    """A transformers config (or a dict of config.json) for a multi-label head."""
-    value = config.get("problem_type") if isinstance(config, dict) else getattr(config, "problem_type", None)
-    return value == PROBLEM_TYPE
+__all__ = ["is_multi_label"]  # kept importable here: the engine and older callers ask serving.multilabel
 
 
 def sigmoid(logits: np.ndarray) -> np.ndarray:
@@ -69,8 +63,8 @@ def load_thresholds(folder: str | Path, labels: list[str]) -> Thresholds:
     bad = [(n, v) for n, v in zip(names, values) if not (0.0 < v < 1.0) or not math.isfinite(v)]
     if bad:
         raise ModelError(f"{path}: threshold {bad[0][1]!r} for label {bad[0][0]!r} is not a probability in (0, 1)")
-    if not sep or sep.isspace():
-        raise ModelError(f"{path}: label_sep {sep!r} cannot separate labels")
+    if sep_problem(sep):
+        raise ModelError(f"{path}: label_sep {sep[:20]!r} {sep_problem(sep)}")
     return Thresholds(np.asarray(values, np.float64), sep, bool(spec.get("tuned", False)), THRESHOLDS_FILE)
 
 
@@ -115,41 +109,3 @@ def decision_margin(probs: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     t = thresholds[None, :]
     room = np.where(probs > t, 1.0 - t, t)
     return (np.abs(probs - t) / room).min(axis=1) if probs.shape[1] else np.ones(len(probs))
-
-
-def parse_label_set(value, sep: str, where: str = "") -> list[str]:
-    """A label cell as a list of names: `a;b` (split on `sep`, blanks around names dropped), a JSON list (a
-    Python list/array from JSONL or Parquet, or its JSON text), or empty = no label. Repeated names once."""
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return []
-    if isinstance(value, (list, tuple, np.ndarray)):
-        names = [str(v).strip() for v in value]
-    else:
-        text = str(value).strip()
-        if text.startswith("[") and text.endswith("]"):
-            try:
-                names = [str(v).strip() for v in json.loads(text)]
-            except (ValueError, TypeError):
-                raise DataError(f"{where}: {text[:60]!r} starts like a JSON list but is not one") from None
-        else:
-            names = [n.strip() for n in text.split(sep)]
-    return list(dict.fromkeys(n for n in names if n))
-
-
-def label_matrix(cells, labels: list[str], sep: str, where: str) -> tuple[np.ndarray, dict[str, int]]:
-    """(n, L) 0/1 targets for label cells, and the names not among `labels` with their row counts (left out
-    of the matrix: a label the model does not know cannot be judged)."""
-    index = {lab: j for j, lab in enumerate(labels)}
-    y = np.zeros((len(cells), len(labels)), np.int8)
-    unknown: dict[str, int] = {}
-    for i, cell in enumerate(cells):
-        for name in parse_label_set(cell, sep, f"{where} row {i + 1}"):
-            if name in index:
-                y[i, index[name]] = 1
-            else:
-                unknown[name] = unknown.get(name, 0) + 1
-    return y, unknown
-
-
-def join_labels(names, sep: str) -> str:
-    return sep.join(names)

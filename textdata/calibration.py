@@ -31,6 +31,8 @@ from pathlib import Path
 
 import numpy as np
 
+from textdata.labels import is_multi_label
+
 CALIBRATION_FILE = "calibration.json"
 METHODS = ("temperature", "vector", "none")
 MULTI_LABEL_METHODS = ("temperature", "platt", "none")
@@ -112,7 +114,7 @@ def decision_thresholds(calibrator: Calibrator | None, thresholds: np.ndarray) -
 
 def calibrator_from_json(spec: dict, n_labels: int) -> Calibrator:
     """The Calibrator that calibration.json describes; ValueError (one line) when it is not one."""
-    multi = spec.get("problem_type") == "multi_label_classification"
+    multi = is_multi_label(spec)
     method = spec.get("method")
     if method not in (MULTI_LABEL_METHODS if multi else METHODS):
         raise ValueError(f"unknown method {method!r}")

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import numpy as np
 
+from textdata.labels import NONE_LABEL  # multi-label: a text with no label over its threshold
+
 REFERENCE_FILE = "reference.json"
 # Top-label confidence in 10 equal bins; text length (characters) on a log scale, so a short-note service
 # and a long-document one both spread over the bins.
 CONFIDENCE_EDGES = [i / 10 for i in range(11)]
 LENGTH_EDGES = [0, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, float("inf")]
-NONE_LABEL = "(none)"  # multi-label: a text with no label over its threshold
 EPS = 1e-4  # PSI's floor for an empty bin: a bin never seen in one side must not make it infinite
 PSI_WATCH, PSI_ALERT = 0.1, 0.25
 

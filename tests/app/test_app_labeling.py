@@ -108,10 +108,13 @@ def test_resume_rebuilds_state_and_repairs_a_torn_journal(store):
 def test_new_labels_are_checked(store):
     s = store.create("notes.csv", TEXTS, preds(), LABELS)
     assert s.add_label("  needs   review ") == "needs review"
-    for bad in ("", "   ", "dream", "x" * 61, '=HYPERLINK("http://x","y")', "+1", "-cmd", "@SUM(A1)"):
+    for bad in ("", "   ", "dream", "x" * 61, '=HYPERLINK("http://x","y")', "+1+cmd", "-cmd", "@SUM(A1)",
+                "a\x00b", "\u202eevil", "(none)"):
         with pytest.raises(SessionError):
             s.add_label(bad)
     assert s.add_label("a=b") == "a=b"
+    assert s.add_label("-1") == "-1"  # a number is no formula (app/uploads.py leaves numbers as they are too)
+    assert s.add_label("[x]") == "[x]"  # a single-label cell is its text
 
 
 def test_session_ids_cannot_name_other_paths(store, tmp_path):

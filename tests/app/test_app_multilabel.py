@@ -5,6 +5,7 @@ the Batch tab's columns; the label-set journal and the retraining table without 
 from __future__ import annotations
 
 import json
+import re
 
 import httpx
 import numpy as np
@@ -155,8 +156,13 @@ def test_session_label_sets_without_a_server(tmp_path, ml_engine):
     assert s.confidence[first] == min(s.confidence)  # least certain label nearest its threshold first
     with pytest.raises(SessionError, match="unknown label 'weather'"):
         s.decide(first, ["dream", "weather"])
-    with pytest.raises(SessionError, match="cannot contain ';'"):
+    with pytest.raises(SessionError, match="contains the separator ';'"):
         s.add_label("a;b")
+    # issue 40 M5: names that would not read back as one label of a set ('[x]' as a JSON list, '[1]' as 1,
+    # 'a,b' as a file mixing separators) and the empty set's name are refused when added, not in the child
+    for bad in ("[x]", "[1]", "a,b", "(none)"):
+        with pytest.raises(SessionError, match=re.escape(f"label {bad!r}")):
+            s.add_label(bad)
     assert s.decide(first, "memo")  # one name: that label alone
     assert decisions(s.folder)[-1]["label"] == "memo"
 

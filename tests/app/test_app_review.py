@@ -155,3 +155,43 @@ def test_train_tab_says_how_many_corrections_went_in():
                            "data": {"train_rows": 30, "corrections": 3, "review_kept": 1}})
     assert "3 label corrections from Review suspects went in (1 labels kept)" in shown
     assert "corrections" not in progress_html({"id": "j", "status": "running", "progress": None, "data": {}})
+
+
+HOSTILE = ['=HYPERLINK("http://x","y")', "+cmd|' /C calc'!A0", "a\x00b", "a\nb", "\u202eevil", "x" * 4957, "(none)"]
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_a_suggestion_must_be_a_known_label_or_pass_the_name_rule(tmp_path, base, bad):
+    """Issue 40 M4: an uploaded label_issues.csv put any name into the training table through Review suspects,
+    after which every retrain was refused. Refused when opened, naming the file, the row and the name."""
+    root = tmp_path / "label"
+    store = SessionStore(root)
+    issues = issues_csv(tmp_path, base)
+    row = int(issues["quality"].astype(float).idxmin())
+    issues.loc[row, "suggested_label"] = bad
+    with pytest.raises(ReviewError) as e:
+        open_it(store, issues, base, root)
+    assert f"label_issues.csv row {row + 2}, column 'suggested_label'" in str(e.value) and repr(bad[:60]) in str(e.value)
+    assert not list(root.glob("*/meta.json"))
+    issues.loc[row, "suggested_label"] = "todo"  # a new name the rule takes is still a suggestion
+    assert open_it(store, issues, base, root)[0].suggestion[0] == "todo"
+
+
+def test_the_training_table_refuses_a_name_the_rule_refuses_naming_file_or_session_and_row(tmp_path, base):
+    from app.trainset import TrainingDataError
+
+    df = pd.read_csv(base)
+    df.loc[3, "label"] = "\u202eevil"
+    df.to_csv(base, index=False)
+    with pytest.raises(TrainingDataError) as e:
+        build(tmp_path / "label", base, 0.0)
+    assert f"{base} row 5, column 'label'" in str(e.value) and "U+202E" in str(e.value)
+    df.loc[3, "label"] = "memo"
+    df.to_csv(base, index=False)
+    store = SessionStore(tmp_path / "label")
+    s = store.create_blind("notes.csv", TEXTS[:3], LABELS)
+    assert s.decide(s.current(), "memo")
+    journal = s.folder / "journal.jsonl"  # a journal written before the rule: a hostile name in force
+    journal.write_text(journal.read_text().replace('"label": "memo"', '"label": "=cmd()"'))
+    with pytest.raises(TrainingDataError, match=f"session {s.folder.name} row {s.stack[-1]['row'] + 1}: label '=cmd\\(\\)'"):
+        build(tmp_path / "label", base, 0.0)

@@ -250,3 +250,27 @@ def test_browser_keys_keep_take_and_save_a_ticked_set(tmp_path, ml_base, multila
         assert [sets(d["label"]) for d in decisions(folder)] == wanted
     finally:
         server.stop()
+
+
+@pytest.mark.parametrize("bad", ["e", "x" * 100_000, "", "[x]", "a,b", "=cmd()", "many", "a\u202eb"])
+def test_a_hostile_multi_label_review_file_is_refused_naming_file_and_row(tmp_path, ml_base, bad):
+    """Issue 40 M4: a label_sep column of 'e' or 100,000 'x', or suggested sets with names the label-name rule
+    refuses (or 250 labels), put into the training table through Review suspects, then refused every retrain."""
+    root = tmp_path / "label"
+    store = SessionStore(root)
+    issues = ml_issues(tmp_path, ml_base)
+    if bad in ("e", "x" * 100_000):
+        issues["label_sep"] = bad
+        what = "column 'label_sep'"
+    else:
+        row = int(issues["quality"].astype(float).idxmin())
+        issues.loc[row, "suggested_label"] = ";".join(f"l{i}" for i in range(250)) if bad == "many" else \
+            f"dream;{bad}" if bad else ";;"
+        what = f"row {row + 2} column suggested_label"
+    if bad == "":
+        assert open_ml(store, issues, ml_base, root)[0]  # an empty set is a set: ';;' reads as none
+        return
+    with pytest.raises((ReviewError, ValueError)) as e:
+        open_ml(store, issues, ml_base, root)
+    assert "label_issues.csv" in str(e.value) and what in str(e.value)
+    assert not list(root.glob("*/meta.json"))

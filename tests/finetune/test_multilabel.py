@@ -87,7 +87,7 @@ def test_label_containing_the_separator_is_refused(tmp_path):
     df.at[2, "labels"] = ["dream", "a;b"]
     path = tmp_path / "d.jsonl"
     df.to_json(path, orient="records", lines=True, force_ascii=False)
-    with pytest.raises(DataError, match=r"data row 3.*'a;b' contains the separator ';'"):
+    with pytest.raises(DataError, match=r"data row 3.*'a;b'.* contains the separator ';'"):
         load_labeled(path, label_column="labels", folds=3, multi_label=True)
 
 
@@ -104,15 +104,25 @@ def test_rare_label_is_named_with_the_largest_folds_that_work(tmp_path):
 
 
 def test_a_column_without_separator_warns_once_and_trains(tmp_path, capsys):
-    df = ml_rows().assign(labels=lambda d: d["labels"].str.replace(";", ","))
+    df = ml_rows().assign(labels=lambda d: d["labels"].str.split(";").str[0])  # one label or none per row
     path = tmp_path / "d.csv"
     df.to_csv(path, index=False)
     data = load_labeled(path, label_column="labels", folds=3, multi_label=True)
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no row of column 'labels' holds more than one label" in err[0]
-    assert "--label-sep ','" in err[0]  # the separator the cells do use
-    assert (data.Y.sum(1) <= 1).all()  # 'dream,error' is one (odd) label name: trained anyway, as warned
-    assert any("," in name for name in data.labels)
+    assert (data.Y.sum(1) <= 1).all() and data.labels == ["dream", "error", "memo"]
+
+
+def test_a_column_written_with_another_separator_is_refused_naming_it(tmp_path):
+    """'dream,error' with --label-sep ';' was trained as one odd label (with a warning), and a Label-tab name
+    'a,b' passed the app's check, then failed in the child: the label-name rule refuses it everywhere."""
+    df = ml_rows().assign(labels=lambda d: d["labels"].str.replace(";", ","))
+    path = tmp_path / "d.csv"
+    df.to_csv(path, index=False)
+    with pytest.raises(DataError) as e:
+        load_labeled(path, label_column="labels", folds=3, multi_label=True)
+    first = next(i for i, c in enumerate(df["labels"]) if "," in c)
+    assert f"data row {first + 1}" in str(e.value) and "','" in str(e.value) and "--label-sep" in str(e.value)
 
 
 # ------------------------------------------------------------------------------------------ folds

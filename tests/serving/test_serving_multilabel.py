@@ -13,7 +13,7 @@ import pytest
 
 from serving import export
 from serving.engine import Classifier, ModelError
-from serving.multilabel import MultiLabelPrediction, decision_margin, label_matrix, parse_label_set
+from serving.multilabel import MultiLabelPrediction, decision_margin
 from serving.score import run as score_run
 from serving.scoring import ScoreConfig
 
@@ -140,18 +140,6 @@ def test_export_reads_json_list_labels_and_names_unknown_ones(multilabel_classif
     r = json.loads((out / "export_report.json").read_text())
     assert r["passed"] and 0 < r["files"]["model.onnx"]["macro_f1"] <= 1
     assert "'weather' (1 rows)" in caplog.text
-
-
-def test_label_cells_parse_every_way():
-    assert parse_label_set("a; b;;a", ";") == ["a", "b"]
-    assert parse_label_set('["a", "b"]', ";") == ["a", "b"]
-    assert parse_label_set(["b", "a"], ";") == ["b", "a"]
-    assert parse_label_set(float("nan"), ";") == [] and parse_label_set("", ";") == []
-    assert parse_label_set("a|b", "|") == ["a", "b"]
-    with pytest.raises(ValueError, match="row 3: .*JSON list"):
-        parse_label_set("[a, b]", ";", "x.csv row 3")
-    y, unknown = label_matrix(["a;c", "", "b;z"], ["a", "b", "c"], ";", "x.csv")
-    assert y.tolist() == [[1, 0, 1], [0, 0, 0], [0, 1, 0]] and unknown == {"z": 1}
 
 
 def test_decision_margin_puts_labels_near_their_threshold_first():
