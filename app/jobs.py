@@ -29,6 +29,7 @@ import subprocess
 import time
 from pathlib import Path
 
+from textdata.model_files import TRAINING_CONFIG
 from textdata.tables import write_json, write_table
 
 from . import child_watch
@@ -145,7 +146,7 @@ class Jobs:
         """The active version's training_config.json (finetune --final), or {} when there is none."""
         active = self.registry.active()
         try:
-            return json.loads((self.registry.path(active) / "training_config.json").read_text(encoding="utf-8")) \
+            return json.loads((self.registry.path(active) / TRAINING_CONFIG).read_text(encoding="utf-8")) \
                 if active else {}
         except (OSError, ValueError, RegistryError):
             return {}

@@ -22,6 +22,8 @@ from collections import Counter
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from textdata.model_files import TRAINING_CONFIG
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -60,7 +62,7 @@ def _file_sha256(path: Path) -> str:
 def imported_texts(folder: Path) -> tuple[list[str] | None, dict]:
     """(the texts a k-fold --final model in `folder` trained on, or None; the record for version.json)."""
     try:
-        config = json.loads((folder / "training_config.json").read_text(encoding="utf-8"))["config"]
+        config = json.loads((folder / TRAINING_CONFIG).read_text(encoding="utf-8"))["config"]
         data, column = str(config["data"]), str(config.get("text_column", "text"))
     except (OSError, ValueError, KeyError, TypeError):
         return None, {"known": False, "why": "no training_config.json naming its training data (not a "

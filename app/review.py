@@ -28,12 +28,12 @@ import numpy as np
 import pandas as pd
 
 from textdata.labels import DEFAULT_SEP, MAX_NAME_CHARS, NONE_LABEL, name_problem, parse_set, sep_problem
+from textdata.model_files import LABEL_ISSUES as ISSUES_FILE
 from textdata.tables import read_table
 
 from .labeling import LabelSession, SessionError, SessionStore, decisions, valid_session_id
 from .trainset import REVIEW, active_label_sep, canonical_set, key, session_kind
 
-ISSUES_FILE = "label_issues.csv"  # finetune/label_issues.py FILE
 REQUIRED = ("text", "given_label", "suggested_label", "quality")
 MIN_FOUND_SHARE = 0.5  # below this, the file is taken to come from other data than this server trains on
 
@@ -58,7 +58,7 @@ def check_columns(df: pd.DataFrame, name: str) -> None:
                           "finetune/kfold.py writes one beside report.json")
 
 
-def issues_label_sep(issues: pd.DataFrame, labels, name: str = "label_issues.csv") -> str | None:
+def issues_label_sep(issues: pd.DataFrame, labels, name: str = ISSUES_FILE) -> str | None:
     """The separator of a multi-label run's label sets, None for a single-label run's file. The file says it
     (column `label_sep`); an older multi-label one shows it: an empty cell (no label: only sets can be
     empty), or names joined by ";" where the whole is none of this server's `labels`."""

@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from baseline.tfidf import TfidfLogreg, check_settings
+from textdata.model_files import BASELINE_DIR  # baseline/: tfidf.json, weights, blend.json
+from textdata.model_files import BLEND as BLEND_FILE
 
 if TYPE_CHECKING:
     from baseline.label_blend import LabelBlend
 
-BASELINE_DIR = "baseline"  # inside a model folder: tfidf.json, weights.safetensors, blend.json
-BLEND_FILE = "blend.json"
 # Both sides cut texts here: serving must bound the baseline's work on a 50 MB cell, and k-fold must
 # see the same text for the served blend to equal its own (identical for texts up to this length).
 TEXT_CAP = 100_000

@@ -68,6 +68,7 @@ from textdata.cpu_limits import omp_threads, plan_threads
 from textdata.drift import save_reference
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.learned import assess, assess_multi
+from textdata.model_files import TRAINING_CONFIG
 from textdata.normalize import Normalizer
 from textdata.tables import write_json, write_table
 
@@ -357,7 +358,7 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
                                  report["warnings"])
     calibration = save_calibration(folder, report.get("calibration"), data.labels, blend is not None,
                                    report["warnings"])
-    write_json(folder / "training_config.json", {
+    write_json(folder / TRAINING_CONFIG, {
         "config": config_json(cfg), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
         "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))}, "blend": blend,
         "calibration": calibration,

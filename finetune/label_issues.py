@@ -27,10 +27,10 @@ import numpy as np
 import pandas as pd
 
 from finetune.multilabel import nested_thresholds
+from textdata.model_files import LABEL_ISSUES as FILE
 from textdata.tables import write_table
 
 MODES = ("auto", "off")
-FILE = "label_issues.csv"
 PLOT = "label_issues.png"
 # Confident learning estimates a per-class threshold (the mean probability of a class on the rows given it)
 # and a per-class noise count: with fewer rows than this both are noise themselves.

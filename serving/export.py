@@ -54,14 +54,14 @@ from textdata.flags import Flag, config_from, parser_for
 from textdata.inputs import check_table
 from textdata.labels import LabelSpace
 from textdata.learned import folder_note
+from textdata.model_files import CARRIED
 from textdata.run_folder import check_classifier, model_in_run
 from textdata.tables import missing_text, read_table, write_json
 
 log = logging.getLogger("serving.export")
 
 # Files that travel with the model besides what Optimum writes (our own contracts from finetune/).
-SIDECARS = ("normalization.json", "training_config.json", "thresholds.json", "calibration.json", "reference.json",
-            "label_issues.csv")
+SIDECARS = CARRIED  # textdata/model_files.py: the manifest says which files travel
 CANDIDATE = ".int8-candidate.onnx"  # a recipe's output while it is judged; never served
 SLOW_CANDIDATE = ".int8-slow.onnx"  # the fastest recipe that passed accuracy but not speed, so far
 

@@ -13,15 +13,16 @@ from baseline.blend import BASELINE_DIR, BLEND_FILE
 from serving.quantize import cpu_isa
 from textdata.errors import ModelError
 from textdata.labels import labels_from_config
+from textdata.model_files import CONFIG
+from textdata.model_files import EXPORT_REPORT as REPORT_FILE
+from textdata.model_files import ONNX as ONNX_FILE
+from textdata.model_files import ONNX_INT8 as ONNX_INT8_FILE
+from textdata.model_files import WEIGHTS as WEIGHT_FILES
 from textdata.normalize import Normalizer
 from textdata.run_folder import check_classifier, model_in_run
 
 log = logging.getLogger("serving.engine")
 
-ONNX_FILE = "model.onnx"
-ONNX_INT8_FILE = "model_quantized.onnx"
-REPORT_FILE = "export_report.json"
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
 
 
 @dataclass(frozen=True)
@@ -48,7 +49,7 @@ class ModelFolder:
         else:
             folder = path
             files = tuple(p for p in (path / ONNX_FILE, path / ONNX_INT8_FILE) if p.exists())
-        if not (folder / "config.json").exists():
+        if not (folder / CONFIG).exists():
             raise ModelError(f"{folder}: no config.json, so not a model folder (expected the output of "
                              "serving.export or a transformers save_pretrained folder)")
         check_classifier(folder)

@@ -32,8 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from textdata.labels import is_multi_label
+from textdata.model_files import CALIBRATION as CALIBRATION_FILE
 
-CALIBRATION_FILE = "calibration.json"
 METHODS = ("temperature", "vector", "none")
 MULTI_LABEL_METHODS = ("temperature", "platt", "none")
 _FLOOR = 1e-12  # log(0) guard, as in baseline/blend.py

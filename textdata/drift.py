@@ -17,8 +17,8 @@ from __future__ import annotations
 import numpy as np
 
 from textdata.labels import NONE_LABEL  # multi-label: a text with no label over its threshold
+from textdata.model_files import REFERENCE as REFERENCE_FILE
 
-REFERENCE_FILE = "reference.json"
 # Top-label confidence in 10 equal bins; text length (characters) on a log scale, so a short-note service
 # and a long-document one both spread over the bins.
 CONFIDENCE_EDGES = [i / 10 for i in range(11)]

@@ -22,11 +22,12 @@ from pathlib import Path
 
 import numpy as np
 
+from textdata.model_files import TRAINING_CONFIG as CONFIG_FILE  # finetune --final records it
+
 ADDS_NOTHING = "the model adds nothing; answers are the TF-IDF baseline's"
 AT_CHANCE = "the model learned nothing: its answers are at chance level"
 PERMUTATIONS = 200
 NO_WEIGHT = 0.01  # the model's blend weight, as a share of the baseline's, below which it counts as none
-CONFIG_FILE = "training_config.json"  # where finetune --final records it (copied by serving.export)
 
 
 def macro_f1(y: np.ndarray, pred: np.ndarray, n_classes: int) -> float:

@@ -15,7 +15,7 @@ import unicodedata
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-FILENAME = "normalization.json"
+from textdata.model_files import NORMALIZATION as FILENAME
 
 _URL = re.compile(r"https?://\S+|www\.\S+")
 # Emoji and pictographs, dingbats, variation selectors, ZWJ, skin tones, flags.

@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 
 from textdata.errors import ModelError
+from textdata.model_files import CONFIG
+from textdata.model_files import VERSION as VERSION_FILE  # app/registry.py writes it in each version folder
 
 # subfolder -> what the run folder is when it holds one
 RUNS = {"model": "a k-fold run (finetune/kfold.py --final)", "discriminator": "a pretraining run (pretraining/train.py)"}
@@ -21,7 +23,7 @@ RUNS = {"model": "a k-fold run (finetune/kfold.py --final)", "discriminator": "a
 def is_model_folder(folder: Path) -> bool:
     """A transformers (or serving.export) folder: its config.json names a model_type."""
     try:
-        return "model_type" in json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        return "model_type" in json.loads((folder / CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError, TypeError):
         return False
 
@@ -45,7 +47,7 @@ def model_in_run(path: str | Path, use: tuple[str, ...], flag: str = "--model") 
     if (path / "report.json").is_file() or (path / "folds").is_dir():
         raise ModelError(f"{flag} {path} is a k-fold run without model/: rerun finetune/kfold.py with the same "
                          "--output plus --resume --final (finished folds are reused) to train one")
-    if (path / "config.json").is_file():
+    if (path / CONFIG).is_file():
         raise ModelError(f"{flag} {path}: its config.json has no model_type, so it is not a model folder "
                          "(expected a transformers save_pretrained folder or serving.export's output)")
     return path
@@ -62,7 +64,7 @@ def check_classifier(folder: str | Path, flag: str = "--model") -> None:
     the engine (so batch scoring) and the app's registry all ask this; it reads config.json only."""
     folder = Path(folder)
     try:
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        config = json.loads((folder / CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return  # missing or unreadable: the loader says so with its own message
     if not isinstance(config, dict):
@@ -80,7 +82,6 @@ def check_classifier(folder: str | Path, flag: str = "--model") -> None:
                          "in config.json's id2label)")
 
 
-VERSION_FILE = "version.json"  # written by the app's model registry (app/registry.py) in each version folder
 
 
 def model_version(folder: str | Path) -> str:
