@@ -22,16 +22,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 
 from baseline.tfidf import TfidfLogreg, check_settings
 from textdata.model_files import BASELINE_DIR  # baseline/: tfidf.json, weights, blend.json
 from textdata.model_files import BLEND as BLEND_FILE
-
-if TYPE_CHECKING:
-    from baseline.label_blend import LabelBlend
 
 # Both sides cut texts here: serving must bound the baseline's work on a 50 MB cell, and k-fold must
 # see the same text for the served blend to equal its own (identical for texts up to this length).
@@ -85,6 +81,33 @@ class Blend:
 
     def __call__(self, p_model: np.ndarray, p_baseline: np.ndarray) -> np.ndarray:
         return _pool(np.array([self.model_weight, self.baseline_weight]), _logs(p_model, p_baseline))
+
+
+# The multi-label pool (fitted in baseline/label_blend.py) lives beside the single-label one, so that the loader
+# below reads either kind without importing the multi-label module (which imports this one).
+def _logit(p: np.ndarray) -> np.ndarray:
+    p = np.clip(np.asarray(p, np.float64), _FLOOR, 1.0 - _FLOOR)
+    return np.log(p) - np.log1p(-p)
+
+
+@dataclass(frozen=True)
+class LabelBlend:
+    """Per-label weights of the pool, label id order."""
+
+    model_weight: tuple
+    baseline_weight: tuple
+
+    def __call__(self, p_model: np.ndarray, p_baseline: np.ndarray) -> np.ndarray:
+        z = np.asarray(self.model_weight) * _logit(p_model) + np.asarray(self.baseline_weight) * _logit(p_baseline)
+        return np.exp(-np.logaddexp(0.0, -z))
+
+    @classmethod
+    def from_meta(cls, meta: dict, n_labels: int | None = None) -> LabelBlend:
+        a = tuple(float(v) for v in meta["model_weight"])
+        b = tuple(float(v) for v in meta["baseline_weight"])
+        if len(a) != len(b) or (n_labels is not None and len(a) != n_labels):
+            raise ValueError(f"blend weights for {len(a)} and {len(b)} labels")
+        return cls(a, b)
 
 
 def _logs(p_model, p_baseline) -> np.ndarray:
@@ -180,8 +203,6 @@ def load_baseline(folder: str | Path) -> tuple[TfidfLogreg, int, Blend | LabelBl
         n_classes = int(spec["n_classes"])
         multi = bool(spec.get("multi_label", False))  # one-vs-rest, a weight per label: baseline/label_blend.py
         if multi:
-            from baseline.label_blend import LabelBlend
-
             blend = LabelBlend.from_meta(meta, n_classes)
         else:
             blend = Blend(float(meta["model_weight"]), float(meta["baseline_weight"]))

@@ -13,18 +13,29 @@ few rows cannot be overfitted far.
 
 Saved like the single-label baseline (folder/baseline/: tfidf.json with `"multi_label": true`, the weights as
 safetensors with one coefficient row per label, blend.json with a weight per label); `baseline.blend.ServedBlend`
-reads either kind, and serving applies this one with numpy alone (baseline/tfidf.py).
+reads either kind, and serving applies this one with numpy alone (baseline/tfidf.py). The pool itself
+(`LabelBlend`) is defined in baseline/blend.py beside the single-label one, so that its loader needs nothing
+from here: this module imports baseline/blend.py, never the reverse.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from baseline.blend import (
+    _VECTORIZER_KEYS,
+    BASELINE_DIR,
+    BLEND_FILE,
+    TEXT_CAP,
+    BaselineError,
+    LabelBlend,
+    _logit,
+    tfidf_logreg,
+)
+
 MULTI_LABEL = "multi_label"  # the key tfidf.json and blend.json carry
-_FLOOR = 1e-12
 # A label that is on every training row (or on none) has no logistic regression: its saved intercept is this
 # far out, which the served sigmoid turns into 1 - 4e-18 (or 4e-18), what sklearn's constant answer rounds to.
 _CONSTANT_LOGIT = 40.0
@@ -36,7 +47,6 @@ def fit_ovr_baseline(texts: list[str], Y: np.ndarray, seed: int):
     from sklearn.multiclass import OneVsRestClassifier
     from sklearn.pipeline import make_pipeline
 
-    from baseline.blend import TEXT_CAP, BaselineError, tfidf_logreg
 
     Y = np.asarray(Y)
     if len(Y) == 0:
@@ -51,7 +61,6 @@ def fit_ovr_baseline(texts: list[str], Y: np.ndarray, seed: int):
 
 def ovr_proba(model, texts: list[str]) -> np.ndarray:
     """(len(texts), L) per-label probabilities of a fitted one-vs-rest baseline."""
-    from baseline.blend import TEXT_CAP
 
     n_labels = len(model.steps[-1][1].estimators_)
     if not texts:
@@ -74,31 +83,6 @@ def ovr_weights(model) -> tuple[np.ndarray, np.ndarray]:
 
 
 # ------------------------------------------------------------------------------------------- the blend
-def _logit(p: np.ndarray) -> np.ndarray:
-    p = np.clip(np.asarray(p, np.float64), _FLOOR, 1.0 - _FLOOR)
-    return np.log(p) - np.log1p(-p)
-
-
-@dataclass(frozen=True)
-class LabelBlend:
-    """Per-label weights of the pool, label id order."""
-
-    model_weight: tuple
-    baseline_weight: tuple
-
-    def __call__(self, p_model: np.ndarray, p_baseline: np.ndarray) -> np.ndarray:
-        z = np.asarray(self.model_weight) * _logit(p_model) + np.asarray(self.baseline_weight) * _logit(p_baseline)
-        return np.exp(-np.logaddexp(0.0, -z))
-
-    @classmethod
-    def from_meta(cls, meta: dict, n_labels: int | None = None) -> LabelBlend:
-        a = tuple(float(v) for v in meta["model_weight"])
-        b = tuple(float(v) for v in meta["baseline_weight"])
-        if len(a) != len(b) or (n_labels is not None and len(a) != n_labels):
-            raise ValueError(f"blend weights for {len(a)} and {len(b)} labels")
-        return cls(a, b)
-
-
 def fit_label_blend(p_model: np.ndarray, p_baseline: np.ndarray, Y: np.ndarray) -> LabelBlend:
     """(a_j, b_j) >= 0 per label minimising that label's mean log-loss; the labels' losses are independent,
     so one L-BFGS-B run over their sum finds every label's optimum."""
@@ -126,7 +110,6 @@ def save_ovr_baseline(model, folder: str | Path, blend: LabelBlend, meta: dict) 
     """Write folder/baseline/ for a multi-label model (tfidf.json, weights.safetensors, blend.json)."""
     from safetensors.numpy import save_file
 
-    from baseline.blend import _VECTORIZER_KEYS, BASELINE_DIR, BLEND_FILE
     from textdata.tables import atomic_path, write_json
 
     vec = model.steps[0][1]

@@ -114,3 +114,60 @@ def test_imports_run_one_way():
 def test_known_exceptions_are_still_over():
     back_under = sorted(set(KNOWN) - set(oversized()))
     assert not back_under, f"now within the limits, drop them from KNOWN: {back_under}"
+
+
+def module_imports() -> dict[str, set[str]]:
+    """Our module -> our modules it imports, anywhere in it (inside functions and TYPE_CHECKING blocks too)."""
+    def name_of(path: Path) -> str:
+        parts = path.relative_to(ROOT).with_suffix("").parts
+        return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+    modules = {name_of(p): p for package in MAY_IMPORT for p in (ROOT / package).rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for name, path in modules.items():
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        found = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found.update(a.name for a in node.names)
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    up = package.split(".")[: len(package.split(".")) - node.level + 1]
+                    base = ".".join([*up, *([base] if base else [])])
+                found.add(base)
+                found.update(f"{base}.{a.name}" for a in node.names)
+        graph[name] = {m for m in found if m in modules and m != name}
+    return graph
+
+
+def test_no_import_circles():
+    """Issue 41: no two modules import each other, directly or through others (a circle means neither can be
+    read, tested or replaced alone); Tarjan's strongly connected components, every import counted."""
+    graph, index, low, stack, on, circles = module_imports(), {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            part = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                part.append(w)
+                if w == v:
+                    break
+            if len(part) > 1:
+                circles.append(sorted(part))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not circles, circles
