@@ -3,6 +3,7 @@ the API's answers, made by the code at a git ref and by this tree, compared byte
 
     python bench/same_outputs.py                    # main against this tree
     python bench/same_outputs.py --before 3e1a92e --work /tmp/same-outputs
+    python bench/same_outputs.py --multi-label --work /tmp/same-outputs-ml --output bench/results/same_outputs_ml.json
 
 Both trees run the same commands in folders of the same shape, on a tiny random ELECTRA and 60 toy rows
 (tests/conftest.py builds both), one thread (OMP_NUM_THREADS=1), so paths and numbers can only differ by the
@@ -54,10 +55,11 @@ def tree_at(ref: str, dest: Path) -> Path:
     return dest
 
 
-def build_inputs(work: Path) -> tuple[Path, Path]:
+def build_inputs(work: Path, multi_label: bool = False) -> tuple[Path, Path]:
     sys.path.insert(0, str(ROOT / "tests"))
     import torch
     from conftest import build_tokenizer, make_toy_rows, tiny_config
+    from multilabel_fixture import make_multilabel_rows
     from transformers import ElectraForPreTraining
 
     model, data = work / "tiny-electra", work / "notes.csv"
@@ -65,7 +67,8 @@ def build_inputs(work: Path) -> tuple[Path, Path]:
         tok = build_tokenizer(model)
         torch.manual_seed(0)
         ElectraForPreTraining(tiny_config(len(tok))).save_pretrained(model)
-    make_toy_rows(n_per_class=20, seed=0).to_csv(data, index=False)
+    rows = make_multilabel_rows(90, seed=0) if multi_label else make_toy_rows(n_per_class=20, seed=0)
+    rows.to_csv(data, index=False)
     return model, data
 
 
@@ -101,7 +104,7 @@ def ask_app(code: Path, cwd: Path, env: dict) -> dict:
     return answers
 
 
-def run_tree(code: Path, cwd: Path, model: Path, data: Path, keep: Path) -> None:
+def run_tree(code: Path, cwd: Path, model: Path, data: Path, keep: Path, multi_label: bool = False) -> None:
     """The pipeline with `code` on PYTHONPATH in `cwd` (the same folder for both trees, so the paths recorded in
     the outputs match), its runs/ then moved to `keep`."""
     for folder in (cwd, keep):
@@ -112,7 +115,8 @@ def run_tree(code: Path, cwd: Path, model: Path, data: Path, keep: Path) -> None
            "TOKENIZERS_PARALLELISM": "false", "GRADIO_ANALYTICS_ENABLED": "False", "MPLBACKEND": "Agg"}
     env.pop("ELECTRA_API_KEY", None)
     steps = [[str(code / "finetune" / "kfold.py"), "--model", str(model), "--data", "notes.csv", "--folds", "2",
-              "--epochs", "2", "--batch-size", "8", "--final", "--blend", "on", "--output", "runs/kfold"],
+              "--epochs", "2", "--batch-size", "8", "--final", "--blend", "on", "--output", "runs/kfold",
+              *(["--multi-label"] if multi_label else [])],
              # INT8 served whatever its measured speed: the recipe is then chosen by the code, not the load
              ["-m", "serving.export", "--model", "runs/kfold/model", "--output", "runs/onnx", "--quantize",
               "--eval-csv", "notes.csv", "--min-int8-speedup", "0"],
@@ -173,15 +177,17 @@ def main(argv=None) -> int:
     ap.add_argument("--work", type=Path, default=Path("/tmp/same-outputs"))
     ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "same_outputs.json")
     ap.add_argument("--compare-only", action="store_true", help="compare the outputs already in --work")
+    ap.add_argument("--multi-label", action="store_true",
+                    help="the multi-label pipeline (k-fold --multi-label on 90 rows of 0-2 labels each)")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     if not args.compare_only:
-        model, data = build_inputs(args.work)
+        model, data = build_inputs(args.work, args.multi_label)
         code_before = args.work / "code-before"
         if not code_before.exists():
             tree_at(args.before, code_before)
-        run_tree(code_before, args.work / "run", model, data, args.work / "before")
-        run_tree(ROOT, args.work / "run", model, data, args.work / "after")
+        run_tree(code_before, args.work / "run", model, data, args.work / "before", args.multi_label)
+        run_tree(ROOT, args.work / "run", model, data, args.work / "after", args.multi_label)
     got = compare(args.work / "before", args.work / "after")
     git = {"cwd": ROOT, "capture_output": True, "text": True}
     head = subprocess.run(["git", "rev-parse", "HEAD"], check=True, **git).stdout.strip()
