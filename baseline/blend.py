@@ -28,6 +28,7 @@ import numpy as np
 from baseline.tfidf import TfidfLogreg, check_settings
 from textdata.model_files import BASELINE_DIR  # baseline/: tfidf.json, weights, blend.json
 from textdata.model_files import BLEND as BLEND_FILE
+from textdata.nested import nested
 
 # Both sides cut texts here: serving must bound the baseline's work on a 50 MB cell, and k-fold must
 # see the same text for the served blend to equal its own (identical for texts up to this length).
@@ -146,14 +147,8 @@ def nested_blend(p_model: np.ndarray, p_baseline: np.ndarray, y: np.ndarray, fol
                  fit=fit_blend) -> tuple[np.ndarray, list[Blend]]:
     """Blended out-of-fold probabilities where each fold's rows are blended with parameters fitted on the
     other folds' rows only, so its score is an honest estimate; and the per-fold parameters."""
-    out = np.empty(np.shape(p_model), np.float64)
-    params = []
-    for k in np.unique(fold_of):
-        held, rest = fold_of == k, fold_of != k
-        blend = fit(p_model[rest], p_baseline[rest], y[rest])
-        out[held] = blend(p_model[held], p_baseline[held])
-        params.append(blend)
-    return out, params
+    return nested(fold_of, lambda rest: fit(p_model[rest], p_baseline[rest], y[rest]),
+                  lambda blend, held: blend(p_model[held], p_baseline[held]), np.empty(np.shape(p_model), np.float64))
 
 
 # ------------------------------------------------------------------------------ saving without pickle

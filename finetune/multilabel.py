@@ -20,6 +20,7 @@ import numpy as np
 from sklearn.metrics import accuracy_score, f1_score, precision_recall_fscore_support
 
 from finetune import metrics
+from textdata.nested import fold_masks, nested
 
 KEYS = ("micro_f1", "macro_f1", "samples_f1", "subset_accuracy")
 DEFAULT = 0.5
@@ -66,14 +67,8 @@ def tune_thresholds(Y: np.ndarray, proba: np.ndarray) -> np.ndarray:
 
 def nested_thresholds(Y: np.ndarray, proba: np.ndarray, fold_of: np.ndarray) -> tuple[np.ndarray, list[np.ndarray]]:
     """(predicted sets where fold k's rows use thresholds tuned on the other folds' rows, those thresholds)."""
-    pred = np.zeros(np.shape(Y), dtype=np.int64)
-    per_fold = []
-    for k in np.unique(fold_of):
-        held = fold_of == k
-        t = tune_thresholds(Y[~held], proba[~held])
-        pred[held] = predict_sets(proba[held], t)
-        per_fold.append(t)
-    return pred, per_fold
+    return nested(fold_of, lambda rest: tune_thresholds(Y[rest], proba[rest]),
+                  lambda t, held: predict_sets(proba[held], t), np.zeros(np.shape(Y), dtype=np.int64))
 
 
 def summarize(folds: list[dict]) -> dict:
@@ -85,8 +80,7 @@ def scored(Y: np.ndarray, proba: np.ndarray, fold_of: np.ndarray, labels: list[s
     """Per fold and mean ± std, nested-tuned (the headline) and at 0.5, of one set of out-of-fold probabilities."""
     pred, per_fold = nested_thresholds(Y, proba, fold_of)
     tuned, plain = [], []
-    for k, t in zip(np.unique(fold_of), per_fold):
-        held = fold_of == k
+    for (k, held, _), t in zip(fold_masks(fold_of), per_fold):
         tuned.append({"fold": int(k), **multilabel_metrics(Y[held], pred[held], labels),
                       "thresholds": dict(zip(labels, map(float, t)))})
         plain.append({"fold": int(k), **multilabel_metrics(Y[held], predict_sets(proba[held], DEFAULT), labels)})

@@ -30,6 +30,7 @@ from finetune.multilabel import (
 )
 from finetune.multilabel_data import combination_counts
 from textdata.model_files import THRESHOLDS as THRESHOLDS_FILE
+from textdata.nested import fold_masks, nested
 from textdata.tables import write_json, write_table
 
 BASELINE_NAME = "char TF-IDF + one-vs-rest logistic regression"
@@ -63,18 +64,16 @@ def nested_label_blend(oof, base_oof, Y, fold_of) -> tuple[np.ndarray, np.ndarra
     """(blended out-of-fold probabilities, predicted sets, per-fold weights, per-fold thresholds): fold k blended
     with weights fitted on the other folds, its sets cut at thresholds tuned on those folds blended with the same
     weights."""
-    blended = np.empty(np.shape(oof), np.float64)
-    pred = np.zeros(np.shape(Y), np.int64)
-    params, thresholds = [], []
-    for k in np.unique(fold_of):
-        held, rest = fold_of == k, fold_of != k
+    def fit(rest):
         blend = fit_label_blend(oof[rest], base_oof[rest], Y[rest])
-        blended[held] = blend(oof[held], base_oof[held])
-        t = tune_thresholds(Y[rest], blend(oof[rest], base_oof[rest]))
+        return blend, tune_thresholds(Y[rest], blend(oof[rest], base_oof[rest]))
+
+    blended, fitted = nested(fold_of, fit, lambda bt, held: bt[0](oof[held], base_oof[held]),
+                             np.empty(np.shape(oof), np.float64))
+    pred = np.zeros(np.shape(Y), np.int64)
+    for (_, held, _), (_, t) in zip(fold_masks(fold_of), fitted):
         pred[held] = predict_sets(blended[held], t)
-        params.append(blend)
-        thresholds.append(t)
-    return blended, pred, params, thresholds
+    return blended, pred, [b for b, _ in fitted], [t for _, t in fitted]
 
 
 def _blend_section(cfg, oof, base_oof, Y, fold_of, labels, model_macro: float):
