@@ -34,6 +34,7 @@ from .metrics import Metrics
 
 log = logging.getLogger("app")
 INLINE_TOKENIZE_CHARS = 2000
+MAX_ERRORS, MAX_NAME_CHARS, MAX_MESSAGE_CHARS = 10, 100, 500  # a 422 names the first errors, not all of them
 
 
 @dataclass
@@ -189,9 +190,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
+        found = exc.errors()
         errors = [_hint({k: e[k] for k in ("type", "loc", "msg") if k in e}, e.get("input"), request.url.path)
-                  for e in exc.errors()]
-        return _validation_response(errors)
+                  for e in found[:MAX_ERRORS]]
+        return _validation_response(errors, len(found))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
@@ -362,7 +364,18 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
         return RedirectResponse("/ui/" if cfg.ui else "/docs", 307)
 
 
-def _validation_response(errors: list) -> JSONResponse:
-    errors = jsonable_encoder(errors)
-    message = "; ".join(_describe(e) for e in errors)
-    return JSONResponse({"detail": errors, "message": message}, 422)
+def _short(value, limit: int):
+    return value if not isinstance(value, str) or len(value) <= limit else value[:limit] + "…"
+
+
+def _validation_response(errors: list, total: int | None = None) -> JSONResponse:
+    """The first MAX_ERRORS errors and how many there were: a body failing in many places (a list of nulls,
+    thousands of unknown keys) once got every error, 46.7 MB of them. Long names are cut: a 1.9 MB key came
+    back twice."""
+    shown = [{**e, "loc": [_short(p, MAX_NAME_CHARS) for p in e.get("loc", ())],
+              "msg": _short(str(e.get("msg", "")), MAX_MESSAGE_CHARS)} for e in errors[:MAX_ERRORS]]
+    shown = jsonable_encoder(shown)
+    total = len(errors) if total is None else total
+    more = total - len(shown)
+    message = "; ".join(_describe(e) for e in shown) + (f" (and {more} more errors)" if more else "")
+    return JSONResponse({"detail": shown, "message": message, "error_count": total}, 422)

@@ -34,6 +34,7 @@ from .labeling import decisions
 
 log = logging.getLogger("app")
 AUDIT_FILE = "audit.json"  # in a blind session's folder: the served answer of each of its texts
+AUDIT_SOURCE = "live audit"  # an audit session's source name
 
 
 def wilson(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -129,7 +130,7 @@ def start_session(store, queue: AuditQueue, labels: list[str], n: int = 50, labe
     if not items:
         return None
     multi = is_multi(items[0])
-    session = store.create_blind("live audit", [i["text"] for i in items], labels,
+    session = store.create_blind(AUDIT_SOURCE, [i["text"] for i in items], labels,
                                  (label_sep or DEFAULT_SEP) if multi else None)
     write_json(session.folder / AUDIT_FILE, {"items": [{**{k: i[k] for k in ("text", "version", "answer")},
                                                         **({"multi_label": True} if multi else {})} for i in items]})
