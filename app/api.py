@@ -28,12 +28,14 @@ from textdata.blank import is_blank
 
 from .batcher import Closed, MicroBatcher, QueueFull
 from .config import Config
+from .fair_share import FairShare
 from .gate import LOGIN_PAGE, SESSION_COOKIE, AuthThrottle, UiSessions, client_of, is_https
 from .hf_compat import add_hf_routes
 from .metrics import Metrics
 
 log = logging.getLogger("app")
 INLINE_TOKENIZE_CHARS = 2000
+LOGIN_BODY_BYTES = 16 * 1024  # the sign-in form holds one key
 MAX_ERRORS, MAX_NAME_CHARS, MAX_MESSAGE_CHARS = 10, 100, 500  # a 422 names the first errors, not all of them
 
 
@@ -48,6 +50,7 @@ class ServerState:
     review: object = None  # app.review_queue.ReviewQueue with --review-queue: "not sure" answers for a person
     throttle: AuthThrottle = field(default_factory=AuthThrottle)  # wrong keys per client address
     monitor: object = None  # app.monitor.Monitor: drift per version (None: --no-monitor)
+    shares: FairShare | None = None  # each client address's share of the queue (app/fair_share.py)
 
 
 class ClassifyRequest(BaseModel):
@@ -178,6 +181,7 @@ def build_api(cfg: Config, state: ServerState, metrics: Metrics) -> FastAPI:
     # Swagger UI and ReDoc from the installed fastapi-offline package, not a CDN: /docs works air-gapped.
     app = FastAPIOffline(title="ELECTRA classifier", version="1", docs_url="/docs", redoc_url="/redoc",
                          static_url="/docs/static")
+    state.shares = state.shares or FairShare(cfg.max_queue, cfg.max_texts)
     _add_error_handlers(app)
     _add_classify_routes(app, cfg, state, metrics)
     _add_status_routes(app, cfg, state, metrics)
@@ -248,6 +252,13 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
             seqs = await asyncio.to_thread(clf.encode, texts)
         else:
             seqs = clf.encode(texts)
+        client = client_of(request.scope)
+        over = state.shares.admit(client, len(texts))
+        if over is not None:
+            metrics.rejected.labels("client_share").inc()
+            raise HTTPException(429, f"busy: this address's texts in flight would pass its share of the queue "
+                                     f"({over[0]} texts while {over[1]} addresses use it); retry later",
+                                headers={"Retry-After": "1"})
         try:
             preds = await asyncio.wait_for(batcher.submit(seqs, [len(s) for s in seqs], served), cfg.request_timeout_s)
         except QueueFull as e:
@@ -261,6 +272,8 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
         except Exception:
             log.exception("inference failed")
             raise HTTPException(500, "inference failed; see the server log") from None
+        finally:
+            state.shares.release(client, len(texts))
         if state.monitor is not None:  # one queue put: the monitor's thread does the counting
             state.monitor.observe(served, preds, texts, seqs, getattr(clf, "max_length", None))
         unsure = [t for t, p in zip(texts, preds) if not getattr(p, "confident", True)]
@@ -338,7 +351,10 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
             return HTMLResponse(page, 429, headers={"Retry-After": str(wait)})
         if wait:
             state.throttle.done(client)
-        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        raw = await request.body()
+        if len(raw) > LOGIN_BODY_BYTES:  # parsing a 2 MB form of 500,000 fields held the event loop ~0.5 s
+            return HTMLResponse(LOGIN_PAGE.replace("<h2>API key required</h2>", "<h2>Form too large</h2>"), 413)
+        form = parse_qs(raw.decode("utf-8", "replace"))
         given = (form.get("key") or [""])[0]
         if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
             metrics.rejected.labels("auth").inc()
