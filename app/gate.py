@@ -15,7 +15,7 @@ import time
 import uuid
 from collections import OrderedDict, deque
 
-from .body_shape import SCAN_FROM_BYTES, json_values, too_many_values
+from .body_shape import SCAN_FROM_BYTES, ValueCounter, too_many_values
 from .metrics import Metrics, endpoint_label
 from .upload_guard import is_upload
 
@@ -299,13 +299,13 @@ class Gate:
         await self.app(scope, replay, send)
 
     async def _read_body(self, scope, receive, send, max_values: int) -> bytes | None:
-        """The whole body, or None once refused (413 over --max-body-bytes, never read further; 422 over
-        `max_values` JSON values) or the client is gone."""
+        """The whole body, or None once refused (413 over --max-body-bytes, not read further; 422 over
+        `max_values` JSON values, counted as it arrives, nothing kept past that) or the client is gone."""
         length = _header(scope, b"content-length")
         if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
             await self._too_large(send)
             return None
-        chunks, size, more = [], 0, True
+        chunks, size, more, counter = [], 0, True, None
         while more:
             message = await receive()
             if message["type"] == "http.disconnect":
@@ -317,14 +317,20 @@ class Gate:
                 return None
             chunks.append(chunk)
             more = message.get("more_body", False)
-        body = b"".join(chunks)
-        if len(body) >= SCAN_FROM_BYTES and await asyncio.to_thread(json_values, body, max_values) > max_values:
-            self.metrics.rejected.labels("body_values").inc()
-            what = (f"a request holds at most {self.max_texts} texts (--max-texts) and a few fields"
-                    if max_values == self.max_values else "a UI event holds a few inputs")
-            await _json(send, 422, too_many_values(max_values, what), [(b"connection", b"close")])
-            return None
-        return body
+            if counter is None and size >= SCAN_FROM_BYTES:  # big enough to count: what came so far, then each chunk
+                counter, chunk = ValueCounter(max_values), b"".join(chunks)
+            if counter is not None and counter.feed(chunk):
+                # the rest is read (up to the size limit) and dropped, uncounted: the client then gets the answer
+                while more and size <= self.max_body_bytes:
+                    message = await receive()
+                    size += len(message.get("body", b""))
+                    more = message.get("more_body", False) and message["type"] != "http.disconnect"
+                self.metrics.rejected.labels("body_values").inc()
+                what = (f"a request holds at most {self.max_texts} texts (--max-texts) and a few fields"
+                        if max_values == self.max_values else "a UI event holds a few inputs")
+                await _json(send, 422, too_many_values(max_values, what), [(b"connection", b"close")])
+                return None
+        return b"".join(chunks)
 
     async def _too_large(self, send):
         self.metrics.rejected.labels("body_size").inc()
