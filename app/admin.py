@@ -9,13 +9,12 @@ paths (app/redact.py).
 
 from __future__ import annotations
 
-import ipaddress
-
 from fastapi import FastAPI, HTTPException
 from fastapi.responses import PlainTextResponse
 
 from textdata.errors import DataError
 
+from .config import open_to_anyone
 from .jobs import JobConflict, Jobs
 from .redact import names_only, names_only_text
 from .registry import Registry, RegistryError
@@ -24,18 +23,9 @@ from .train_params import request_model
 from .trainset import TrainingDataError
 
 
-def loopback_only(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
 def admin_refusal(cfg) -> str | None:
     """Why admin actions are refused on this server, or None when they are allowed."""
-    if cfg.api_key or cfg.allow_admin or loopback_only(cfg.host):
+    if not open_to_anyone(cfg):
         return None
     return (f"training, activating and deleting models are refused: this server has no --api-key and listens on "
             f"{cfg.host}, so anyone who can reach it could change what it answers. Start it with --api-key KEY "

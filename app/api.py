@@ -28,12 +28,15 @@ from textdata.blank import is_blank
 
 from .batcher import Closed, MicroBatcher, QueueFull
 from .config import Config
+from .fair_share import FairShare
 from .gate import LOGIN_PAGE, SESSION_COOKIE, AuthThrottle, UiSessions, client_of, is_https
 from .hf_compat import add_hf_routes
 from .metrics import Metrics
 
 log = logging.getLogger("app")
 INLINE_TOKENIZE_CHARS = 2000
+LOGIN_BODY_BYTES = 16 * 1024  # the sign-in form holds one key
+MAX_ERRORS, MAX_NAME_CHARS, MAX_MESSAGE_CHARS = 10, 100, 500  # a 422 names the first errors, not all of them
 
 
 @dataclass
@@ -47,6 +50,7 @@ class ServerState:
     review: object = None  # app.review_queue.ReviewQueue with --review-queue: "not sure" answers for a person
     throttle: AuthThrottle = field(default_factory=AuthThrottle)  # wrong keys per client address
     monitor: object = None  # app.monitor.Monitor: drift per version (None: --no-monitor)
+    shares: FairShare | None = None  # each client address's share of the queue (app/fair_share.py)
 
 
 class ClassifyRequest(BaseModel):
@@ -177,6 +181,7 @@ def build_api(cfg: Config, state: ServerState, metrics: Metrics) -> FastAPI:
     # Swagger UI and ReDoc from the installed fastapi-offline package, not a CDN: /docs works air-gapped.
     app = FastAPIOffline(title="ELECTRA classifier", version="1", docs_url="/docs", redoc_url="/redoc",
                          static_url="/docs/static")
+    state.shares = state.shares or FairShare(cfg.max_queue, cfg.max_texts)
     _add_error_handlers(app)
     _add_classify_routes(app, cfg, state, metrics)
     _add_status_routes(app, cfg, state, metrics)
@@ -189,9 +194,10 @@ def _add_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(RequestValidationError)
     async def validation_error(request: Request, exc: RequestValidationError):
+        found = exc.errors()
         errors = [_hint({k: e[k] for k in ("type", "loc", "msg") if k in e}, e.get("input"), request.url.path)
-                  for e in exc.errors()]
-        return _validation_response(errors)
+                  for e in found[:MAX_ERRORS]]
+        return _validation_response(errors, len(found))
 
     @app.exception_handler(HTTPException)
     async def http_error(request: Request, exc: HTTPException):
@@ -246,6 +252,13 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
             seqs = await asyncio.to_thread(clf.encode, texts)
         else:
             seqs = clf.encode(texts)
+        client = client_of(request.scope)
+        over = state.shares.admit(client, len(texts))
+        if over is not None:
+            metrics.rejected.labels("client_share").inc()
+            raise HTTPException(429, f"busy: this address's texts in flight would pass its share of the queue "
+                                     f"({over[0]} texts while {over[1]} addresses use it); retry later",
+                                headers={"Retry-After": "1"})
         try:
             preds = await asyncio.wait_for(batcher.submit(seqs, [len(s) for s in seqs], served), cfg.request_timeout_s)
         except QueueFull as e:
@@ -259,6 +272,8 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
         except Exception:
             log.exception("inference failed")
             raise HTTPException(500, "inference failed; see the server log") from None
+        finally:
+            state.shares.release(client, len(texts))
         if state.monitor is not None:  # one queue put: the monitor's thread does the counting
             state.monitor.observe(served, preds, texts, seqs, getattr(clf, "max_length", None))
         unsure = [t for t, p in zip(texts, preds) if not getattr(p, "confident", True)]
@@ -336,7 +351,10 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
             return HTMLResponse(page, 429, headers={"Retry-After": str(wait)})
         if wait:
             state.throttle.done(client)
-        form = parse_qs((await request.body()).decode("utf-8", "replace"))
+        raw = await request.body()
+        if len(raw) > LOGIN_BODY_BYTES:  # parsing a 2 MB form of 500,000 fields held the event loop ~0.5 s
+            return HTMLResponse(LOGIN_PAGE.replace("<h2>API key required</h2>", "<h2>Form too large</h2>"), 413)
+        form = parse_qs(raw.decode("utf-8", "replace"))
         given = (form.get("key") or [""])[0]
         if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
             metrics.rejected.labels("auth").inc()
@@ -362,7 +380,18 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
         return RedirectResponse("/ui/" if cfg.ui else "/docs", 307)
 
 
-def _validation_response(errors: list) -> JSONResponse:
-    errors = jsonable_encoder(errors)
-    message = "; ".join(_describe(e) for e in errors)
-    return JSONResponse({"detail": errors, "message": message}, 422)
+def _short(value, limit: int):
+    return value if not isinstance(value, str) or len(value) <= limit else value[:limit] + "…"
+
+
+def _validation_response(errors: list, total: int | None = None) -> JSONResponse:
+    """The first MAX_ERRORS errors and how many there were: a body failing in many places (a list of nulls,
+    thousands of unknown keys) once got every error, 46.7 MB of them. Long names are cut: a 1.9 MB key came
+    back twice."""
+    shown = [{**e, "loc": [_short(p, MAX_NAME_CHARS) for p in e.get("loc", ())],
+              "msg": _short(str(e.get("msg", "")), MAX_MESSAGE_CHARS)} for e in errors[:MAX_ERRORS]]
+    shown = jsonable_encoder(shown)
+    total = len(errors) if total is None else total
+    more = total - len(shown)
+    message = "; ".join(_describe(e) for e in shown) + (f" (and {more} more errors)" if more else "")
+    return JSONResponse({"detail": shown, "message": message, "error_count": total}, 422)

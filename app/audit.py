@@ -3,7 +3,9 @@ a person in a blind Label-tab session (the model's answer hidden, so the label i
 labels give live precision per model version, and go into retraining like any label.
 
 Off by default: it keeps texts users sent. The queue is `<data-dir>/monitor/audit.json`; a sampled text
-waits there until an audit session takes it; a session keeps each text's served answer in `audit.json`
+waits there until an audit session takes it (at most 2,000 wait; a full queue drops its oldest), and is not
+sampled again while its hash is among the last 20,000 sampled (older hashes are forgotten: the file stays
+bounded); a session keeps each text's served answer in `audit.json`
 in its folder, which is how the decisions are scored.
 
 Each queued text keeps its answer's kind (`multi_label`; items saved before it existed are single-label).
@@ -34,6 +36,8 @@ from .labeling import decisions
 
 log = logging.getLogger("app")
 AUDIT_FILE = "audit.json"  # in a blind session's folder: the served answer of each of its texts
+AUDIT_SOURCE = "live audit"  # an audit session's source name
+SEEN_PER_ITEM = 10  # sampled texts remembered (not audited twice) per text the queue holds
 
 
 def wilson(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
@@ -48,14 +52,17 @@ def wilson(correct: int, n: int, z: float = 1.96) -> tuple[float, float]:
 
 
 class AuditQueue:
-    def __init__(self, folder: Path | None, rate: float, max_items: int = 2000, seed: int | None = None):
+    def __init__(self, folder: Path | None, rate: float, max_items: int = 2000, seed: int | None = None,
+                 max_seen: int = SEEN_PER_ITEM * 2000):
         if not 0 <= rate <= 1:
             raise ValueError(f"--audit-rate must be in [0, 1], got {rate}")
-        self.folder, self.rate, self.max_items = folder, rate, max_items
+        self.folder, self.rate, self.max_items, self.max_seen = folder, rate, max_items, max_seen
         self.rng = random.Random(seed)
         self.lock = threading.Lock()
         self.items: OrderedDict[str, dict] = OrderedDict()  # text hash -> {text, version, answer, multi_label, ts}
-        self.seen: set[str] = set()  # every hash ever sampled: a text is audited once
+        # The hashes of the last `max_seen` texts sampled, oldest first: a text is audited once within that
+        # window. Every hash ever sampled once grew without bound (~20 B a text, the file rewritten every 30 s).
+        self.seen: OrderedDict[str, None] = OrderedDict()
         self._load()
 
     def _path(self) -> Path | None:
@@ -72,14 +79,15 @@ class AuditQueue:
             return
         for item in saved.get("items", []):
             self.items[item["hash"]] = item
-        self.seen.update(saved.get("seen", []))
+        for h in saved.get("seen", [])[-self.max_seen:]:
+            self.seen[h] = None
 
     def save(self) -> None:
         path = self._path()
         if path is None:
             return
         with self.lock:
-            state = {"items": list(self.items.values()), "seen": sorted(self.seen)}
+            state = {"items": list(self.items.values()), "seen": list(self.seen)}
         path.parent.mkdir(parents=True, exist_ok=True)
         write_json(path, state)
 
@@ -96,7 +104,9 @@ class AuditQueue:
                 h = hashlib.sha1(text.encode("utf-8", "replace")).hexdigest()[:16]
                 if h in self.seen:
                     continue
-                self.seen.add(h)
+                self.seen[h] = None
+                if len(self.seen) > self.max_seen:
+                    self.seen.popitem(last=False)
                 self.items[h] = {"hash": h, "text": text, "version": version, "answer": list(answer),
                                  "multi_label": bool(multi_label), "ts": time.time()}
                 added += 1
@@ -129,7 +139,7 @@ def start_session(store, queue: AuditQueue, labels: list[str], n: int = 50, labe
     if not items:
         return None
     multi = is_multi(items[0])
-    session = store.create_blind("live audit", [i["text"] for i in items], labels,
+    session = store.create_blind(AUDIT_SOURCE, [i["text"] for i in items], labels,
                                  (label_sep or DEFAULT_SEP) if multi else None)
     write_json(session.folder / AUDIT_FILE, {"items": [{**{k: i[k] for k in ("text", "version", "answer")},
                                                         **({"multi_label": True} if multi else {})} for i in items]})

@@ -6,6 +6,7 @@ Every limit lives here with its default, so the README, `--help` and the tests r
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +29,33 @@ def pass_size(cfg: Config) -> int | PassSize:
     """--engine-batch-tokens, or the server's size per device, for `Classifier.load`; the engine settles it
     once it knows its device, and the server reads `clf.batch_tokens`."""
     return cfg.engine_batch_tokens or PassSize(cpu=CPU_PASS_TOKENS, gpu=GPU_PASS_TOKENS)
+
+
+def loopback_only(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def open_to_anyone(cfg: Config) -> bool:
+    """No --api-key, not loopback-only, no --allow-admin: anyone who reaches the server is a visitor. Such a
+    server classifies and labels, but shows no labeled or kept texts (the registry, jobs, kept texts)."""
+    return not (cfg.api_key or cfg.allow_admin or loopback_only(cfg.host))
+
+
+def kept_texts_refusal(cfg: Config) -> str | None:
+    """Why --audit-rate / --review-queue cannot run on this server, or None. The texts they keep are other
+    clients' (a sampled "PRIVATE: patient ... has HIV" was readable by anyone from the Monitor tab), and
+    showing them to a person is their point: on a server open to anyone they would be shown to anyone."""
+    flags = [f for f, on in (("--audit-rate", cfg.audit_rate > 0), ("--review-queue", cfg.review_queue)) if on]
+    if not flags or not open_to_anyone(cfg):
+        return None
+    return (f"{' and '.join(flags)} keep texts clients sent and show them in the UI, and this server has no "
+            f"--api-key and listens on {cfg.host}: anyone who can reach it could read them. Give --api-key KEY "
+            f"(or {API_KEY_ENV}), listen on 127.0.0.1, or pass --allow-admin to let anyone who can reach it see them")
 
 
 @dataclass(frozen=True)
@@ -155,7 +183,8 @@ FLAGS = {
     "ui_concurrency": Flag("UI scoring jobs (label upload, batch) running at once"),
     "log_level": Flag("debug, info, warning or error"),
     "models_dir": Flag("the model registry: versions v1, v2, ... and the active pointer", shown="DATA_DIR/models"),
-    "allow_admin": Flag("allow train/activate/delete without --api-key on a non-loopback --host"),
+    "allow_admin": Flag("allow train/activate/delete, reading the registry, jobs and kept texts (--audit-rate, "
+                        "--review-queue) without --api-key on a non-loopback --host"),
     "train_data": Flag("labeled table (text,label) every retrain uses besides the labeling sessions"),
     "train_model": Flag("encoder a retrain fine-tunes (a transformers folder or kfold.py alias)",
                         shown="the one the active version was trained from"),
@@ -210,4 +239,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     values["cors_origins"] = tuple(a.cors_origins)
     values["allowed_hosts"] = tuple(a.allowed_hosts)
     values["forwarded_allow_ips"] = tuple(a.forwarded_allow_ips)
-    return Config(**values)
+    cfg = Config(**values)
+    why = kept_texts_refusal(cfg)
+    if why:
+        p.error(why)
+    return cfg

@@ -15,6 +15,7 @@ import time
 import uuid
 from collections import OrderedDict, deque
 
+from .body_shape import SCAN_FROM_BYTES, ValueCounter, too_many_values
 from .metrics import Metrics, endpoint_label
 from .upload_guard import is_upload
 
@@ -24,6 +25,10 @@ OPEN_PATHS = {"/healthz", "/login", "/logout"}  # reachable without a key: liven
 DRAIN_OPEN_PATHS = {"/healthz", "/readyz", "/metrics"}  # still answered while draining (readyz says 503)
 SESSION_COOKIE = "electra_session"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
+SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
+# JSON values a request may hold: the API's are --max-texts texts and a few fields (max_values below);
+# a Gradio event's are its inputs (a text, a session id, ticked labels).
+UI_MAX_VALUES, FIELD_VALUES = 4096, 256
 
 
 SESSION_TTL_S = 12 * 3600
@@ -153,7 +158,7 @@ LOGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Sign in<
 
 class Gate:
     def __init__(self, app, *, state, metrics: Metrics, api_key: str | None, max_body_bytes: int, sites=None,
-                 uploads=None):
+                 uploads=None, max_texts: int = 64):
         self.app = app
         self.sites = sites  # app/origin.py SiteRule: Host and Origin, before anything else
         self.uploads = uploads  # app/upload_guard.py UploadGuard: Gradio's upload route, total and rate
@@ -161,6 +166,8 @@ class Gate:
         self.metrics = metrics
         self.api_key = api_key
         self.max_body_bytes = max_body_bytes
+        self.max_texts = max_texts
+        self.max_values = 2 * max_texts + FIELD_VALUES
 
     def credential(self, scope) -> str:
         """"ok", "none" (nothing presented) or "wrong". The UI cookie counts on UI paths only."""
@@ -272,26 +279,15 @@ class Gate:
             if self.uploads is not None and scope["method"] == "POST" and is_upload(path):
                 await self.uploads(self.app, scope, receive, send, client)
                 return
-            await self.app(scope, receive, send)
-            return
-        length = _header(scope, b"content-length")
-        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
-            await self._too_large(send)
-            return
-        # API bodies are small: read them whole so chunked uploads hit the same limit.
-        chunks, size, more = [], 0, True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
+            if scope["method"] in SAFE_METHODS:  # Gradio's GETs (pages, the event stream) carry no body
+                await self.app(scope, receive, send)
                 return
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > self.max_body_bytes:
-                await self._too_large(send)
-                return
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-        body, sent = b"".join(chunks), False
+        # API bodies and the UI's events are small: read them whole (chunked ones too) up to --max-body-bytes,
+        # and count their values before anything parses them (app/body_shape.py).
+        body = await self._read_body(scope, receive, send, UI_MAX_VALUES if _is_ui(path) else self.max_values)
+        if body is None:
+            return
+        sent = False
 
         async def replay():
             nonlocal sent
@@ -301,6 +297,40 @@ class Gate:
             return await receive()
 
         await self.app(scope, replay, send)
+
+    async def _read_body(self, scope, receive, send, max_values: int) -> bytes | None:
+        """The whole body, or None once refused (413 over --max-body-bytes, not read further; 422 over
+        `max_values` JSON values, counted as it arrives, nothing kept past that) or the client is gone."""
+        length = _header(scope, b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.max_body_bytes:
+            await self._too_large(send)
+            return None
+        chunks, size, more, counter = [], 0, True, None
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return None
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body_bytes:
+                await self._too_large(send)
+                return None
+            chunks.append(chunk)
+            more = message.get("more_body", False)
+            if counter is None and size >= SCAN_FROM_BYTES:  # big enough to count: what came so far, then each chunk
+                counter, chunk = ValueCounter(max_values), b"".join(chunks)
+            if counter is not None and counter.feed(chunk):
+                # the rest is read (up to the size limit) and dropped, uncounted: the client then gets the answer
+                while more and size <= self.max_body_bytes:
+                    message = await receive()
+                    size += len(message.get("body", b""))
+                    more = message.get("more_body", False) and message["type"] != "http.disconnect"
+                self.metrics.rejected.labels("body_values").inc()
+                what = (f"a request holds at most {self.max_texts} texts (--max-texts) and a few fields"
+                        if max_values == self.max_values else "a UI event holds a few inputs")
+                await _json(send, 422, too_many_values(max_values, what), [(b"connection", b"close")])
+                return None
+        return b"".join(chunks)
 
     async def _too_large(self, send):
         self.metrics.rejected.labels("body_size").inc()

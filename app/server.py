@@ -16,7 +16,7 @@ from textdata.run_folder import model_version
 from .admin import add_admin_routes
 from .api import ServerState, build_api, public
 from .batcher import MicroBatcher
-from .config import Config, pass_size, quantized
+from .config import Config, kept_texts_refusal, loopback_only, open_to_anyone, pass_size, quantized
 from .gate import Gate
 from .metrics import Metrics
 from .origin import SiteRule
@@ -49,6 +49,10 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     be listed, trained and switched to (app/admin.py)."""
     # The pass size the engine settled at load (app.config.pass_size): the batcher uses it, /v1/model reports it.
     cfg = dataclasses.replace(cfg, engine_batch_tokens=clf.batch_tokens)
+    refused = kept_texts_refusal(cfg)
+    if refused:  # parse_args says it first; a server built in code is held to the same rule
+        raise ValueError(refused)
+    say_who_sees_what(cfg)
     state = state or ServerState()
     metrics = Metrics()
     if cfg.monitor and state.monitor is None:
@@ -107,12 +111,23 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
                     "rebinding is not refused); give the names clients use with --allowed-host", cfg.host)
     uploads = UploadGuard(int(cfg.max_upload_mb * MB) + FRAMING_BYTES, int(cfg.upload_mb_per_minute * MB))
     app.add_middleware(Gate, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes,
-                       sites=sites, uploads=uploads if cfg.ui else None)
+                       sites=sites, uploads=uploads if cfg.ui else None, max_texts=cfg.max_texts)
     if cfg.cors_origins:
         # Outside the gate: preflight requests carry no Authorization header.
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
     return app
+
+
+def say_who_sees_what(cfg: Config) -> None:
+    """At start, what a visitor without a key may see on a server others can reach (docs/app.md, Security)."""
+    if open_to_anyone(cfg):
+        log.warning("listening on %s without --api-key: anyone who can reach it may classify and use the UI's "
+                    "Classify, Label and Batch tabs; the registry, jobs, training and kept texts are refused "
+                    "(--audit-rate and --review-queue need --api-key here)", cfg.host)
+    elif not (cfg.api_key or loopback_only(cfg.host)) and (cfg.audit_rate > 0 or cfg.review_queue):
+        log.warning("--allow-admin without --api-key on %s: anyone who can reach it may read the texts "
+                    "--audit-rate / --review-queue keep, and train, activate and delete versions", cfg.host)
 
 
 def open_monitor(cfg: Config):

@@ -30,6 +30,8 @@ from textdata.tables import missing_text, write_table
 from . import ui_multilabel
 from .api import text_problem
 from .batcher import QueueFull
+from .config import open_to_anyone
+from .kept_texts import VisitorStore
 from .labeling import ORDERS, SessionError, SessionStore
 from .review_queue import start_session
 from .ui_label_view import MAX_LABEL_BUTTONS, _render_label
@@ -133,6 +135,8 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
     """The tabs, each built by its own function: Classify, Label, Batch, and Train with a model registry.
     Each action uses the version serving when it starts (`state.served`), so a model switch needs no reload."""
     store = SessionStore(Path(cfg.data_dir) / "label")
+    if open_to_anyone(cfg):  # sessions of texts other clients sent are not a visitor's (app/kept_texts.py)
+        store = VisitorStore(store)
     exports = Exports()
     labels = list(state.served.clf.labels)
     name = state.served.name
