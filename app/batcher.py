@@ -1,10 +1,13 @@
 """Micro-batching: concurrent requests share one forward pass.
 
-Requests wait in a bounded queue. A batch closes when its texts reach `max_batch_tokens` or when its
-oldest request has waited `max_wait_ms`; while the engine is busy, requests pile up and the next batch
-takes them all at once, so batches grow with load instead of requests queuing single forwards. The
-engine runs in its own thread pool: the event loop keeps answering health checks and new requests
-while a batch computes.
+Requests wait in a bounded queue. When an engine slot is free the next batch takes everything waiting (up to
+`max_batch_tokens`) and runs at once: a request that finds the engine idle runs alone without waiting, and
+the requests that arrive while a batch runs form the next one, so batches grow with load instead of
+requests queuing single forwards (text-embeddings-inference's dynamic batching). `max_wait_ms` > 0 brings
+back a collection window: a batch whose oldest request has waited less than that keeps collecting; under
+load the oldest has already waited through the running batch, so the window only delays requests that
+arrive at an idle engine. The engine runs in its own thread pool: the event loop keeps answering health
+checks and new requests while a batch computes.
 
 A request may name the served version it must run on (`submit(..., version)`, an app/swap.py
 `ServedVersion`): a batch never mixes versions, and the batch holds its version until it is done, so a
@@ -48,12 +51,14 @@ class MicroBatcher:
         predict: Callable[[list[str], list[int]], list],
         *,
         max_batch_tokens: int = 8192,
-        max_wait_ms: float = 5.0,
+        max_wait_ms: float = 0.0,
         max_queue: int = 512,
         workers: int = 1,
         batching: bool = True,
         on_batch: Callable[[int, int, float], None] | None = None,
     ):
+        if not 0 <= max_wait_ms < float("inf"):
+            raise ValueError(f"max_wait_ms {max_wait_ms}: use milliseconds >= 0 (0: an idle engine runs a request at once)")
         self.predict = predict
         self.max_batch_tokens = max_batch_tokens
         self.max_wait = max_wait_ms / 1000

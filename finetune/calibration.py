@@ -17,33 +17,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from textdata.calibration import Calibrator
+# the ECE itself lives in textdata (serving's INT8 gate judges with it too)
+from textdata.calibration import BINS, Calibrator, binary_ece, top_label_ece
 
-BINS = 15  # top-label ECE bins (equal width), as in Guo et al. and Desai & Durrett
 VECTOR_MARGIN = 0.005  # nats of mean nested log-loss vector scaling must gain over temperature scaling
 FLOOR_DRAWS = 100  # label draws per fold for the ECE floor: its mean moves < 0.001 between seeds at 100
 _FLOOR = 1e-12
 
 
 # ------------------------------------------------------------------------------------------ metrics
-def binary_ece(p: np.ndarray, y: np.ndarray, bins: int = BINS) -> float:
-    """Expected calibration error of one probability against its 0/1 outcome: rows binned by `p` (equal-width
-    bins over [0, 1]), the gap between the outcome's rate and the mean probability per bin, weighted by the
-    bin's rows."""
-    which = np.minimum((p * bins).astype(int), bins - 1)
-    total = 0.0
-    for b in range(bins):
-        rows = which == b
-        if rows.any():
-            total += rows.sum() * abs(y[rows].mean() - p[rows].mean())
-    return float(total / max(1, len(y)))
-
-
-def top_label_ece(probs: np.ndarray, y: np.ndarray, bins: int = BINS) -> float:
-    """ECE of the top label: its probability against whether it is right."""
-    return binary_ece(probs.max(1), probs.argmax(1) == y, bins)
-
-
 def mean_binary_ece(P: np.ndarray, Y: np.ndarray) -> float:
     """Multi-label: the labels' mean binary ECE, each label's probability against its 0/1 target."""
     return float(np.mean([binary_ece(P[:, j], Y[:, j]) for j in range(P.shape[1])]))

@@ -2,7 +2,8 @@
 
     python -m serving.export --model model/ --output onnx/ --quantize \\
         [--target cpu|cuda] [--eval-csv labeled.csv --text-column text --label-column label]
-        [--min-agreement 0.99] [--max-f1-drop 0.5] [--int8-recipes static-qdq,dynamic-per-channel,...]
+        [--min-agreement 0.99] [--max-f1-drop 0.5] [--max-ece-rise 1] [--near-tie-margin 0.1]
+        [--confident-score 0.9] [--int8-recipes static-qdq,dynamic-per-channel,...]
         [--min-int8-speedup 1.15] [--speed-rows 256] [--speed-passes 3]
 
 Writes into OUT: model.onnx (Optimum export, dynamic batch/sequence axes, ONNX Runtime transformer
@@ -11,8 +12,9 @@ of --int8-recipes that passes the gate), the tokenizer, config.json (id2label: t
 normalization.json / training_config.json / calibration.json / baseline/ (the TF-IDF blend) when the model
 has them, and export_report.json.
 The gate (serving/parity.py) compares each file with PyTorch on up to --max-eval-rows rows of
---eval-csv (argmax agreement and macro-F1 change) or, without labels, on a built-in sample
-(agreement only, with a warning). A multi-label model (config.json problem_type
+--eval-csv or, without labels, on a built-in sample (agreement only, with a warning). A single-label file is
+judged on what users see (its logits through the folder's blend and calibration): agreement on the answers
+fp32 is confident of and beyond near-ties, the served macro-F1 and ECE (parity.py says how). A multi-label model (config.json problem_type
 multi_label_classification) is judged per label: agreement of the `sigmoid > threshold` decisions
 (thresholds.json) and the multi-label macro-F1; its --eval-csv label cells hold names separated by
 --label-sep (default: thresholds.json's, else ";"), or a JSON list in JSONL/Parquet. A file that fails is not kept and the command exits 2; when only
@@ -37,7 +39,6 @@ if __name__ == "__main__":  # outside the project's venv: a one-line hint, not a
 import argparse
 import logging
 import shutil
-import statistics
 import tempfile
 import time
 from dataclasses import dataclass, replace
@@ -45,9 +46,17 @@ from pathlib import Path
 
 from baseline.blend import carry_blend
 from serving.engine import Classifier, ModelError
+from serving.export_gate import CANDIDATE, Judged, check_file, quantize_gated
 from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE
-from serving.parity import agreement, builtin_sample, compare, tokenization_mismatch, verdict
-from serving.quantize import BY_NAME, DEFAULT_ORDER, NO_VNNI_ORDER, cpu_isa, default_order, quantize
+from serving.parity import (
+    ServedReference,
+    agreement,
+    builtin_sample,
+    compare,
+    served_line,
+    tokenization_mismatch,
+)
+from serving.quantize import BY_NAME, DEFAULT_ORDER, NO_VNNI_ORDER, cpu_isa
 from serving.quiet import understood_messages_dropped
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
@@ -62,8 +71,6 @@ log = logging.getLogger("serving.export")
 
 # Files that travel with the model besides what Optimum writes (our own contracts from finetune/).
 SIDECARS = CARRIED  # textdata/model_files.py: the manifest says which files travel
-CANDIDATE = ".int8-candidate.onnx"  # a recipe's output while it is judged; never served
-SLOW_CANDIDATE = ".int8-slow.onnx"  # the fastest recipe that passed accuracy but not speed, so far
 
 
 @dataclass(frozen=True)
@@ -77,6 +84,9 @@ class ExportConfig:
     label_column: str = "label"
     min_agreement: float = 0.99
     max_f1_drop: float = 0.5
+    max_ece_rise: float = 1.0  # points of top-label ECE (served scores) a file may add
+    near_tie_margin: float = 0.1  # fp32's top two served scores closer than this: a changed label is noise
+    confident_score: float = 0.9  # a confident answer where calibration.json sets no threshold
     int8_recipes: tuple[str, ...] = ()  # empty: this CPU's order (serving.quantize.default_order)
     opset: int | None = None
     max_eval_rows: int = 2000
@@ -137,87 +147,6 @@ def _targets(cfg: ExportConfig, reference: Classifier, cells: list | None):
     return y
 
 
-def _check(cfg: ExportConfig, file: Path, ref, texts, labels, y_true, ref_f1) -> tuple[dict, list[str], Classifier]:
-    # blend=False: the gate judges (and times) the model's file alone, not the TF-IDF baseline beside it
-    clf = Classifier.load(file, provider="cuda" if cfg.target == "cuda" else "cpu", blend=False)
-    stats = compare(ref, clf.predict_logits(texts), labels, y_true, clf.thresholds)
-    return stats, verdict(stats, ref_f1, cfg.min_agreement, cfg.max_f1_drop), clf
-
-
-def _time_engines(fp32: Classifier, int8: Classifier, seqs: list, passes: int, min_seconds: float = 0.25) -> dict:
-    """Seconds per pass over `seqs` for each engine (tokenized once: the model alone), median of
-    `passes` interleaved passes, so that a burst of load elsewhere hits both alike. A pass repeats the
-    rows until it has run `min_seconds`: a small model scores a few rows in milliseconds, where one
-    scheduler tick on shared cores would decide."""
-    times = {"fp32": [], "int8": []}
-    plan = fp32.plan(seqs)  # the same passes for both files, planned (and the pass cost measured) before the clock
-    for _ in range(passes):
-        for name, clf in (("fp32", fp32), ("int8", int8)):
-            n, t = 0, time.perf_counter()
-            while n == 0 or time.perf_counter() - t < min_seconds:
-                clf._logits(seqs, plan)  # the ONNX file alone: a blend's baseline would add the same cost to both
-                n += 1
-            times[name].append((time.perf_counter() - t) / n)
-    fp32_s, int8_s = statistics.median(times["fp32"]), statistics.median(times["int8"])
-    return {"fp32_s": round(fp32_s, 4), "int8_s": round(int8_s, 4), "speedup": round(fp32_s / int8_s, 3),
-            "rows": len(seqs), "passes": passes}
-
-
-def _quantize_gated(cfg: ExportConfig, ref, texts, labels, y_true, ref_f1,
-                    calib: list[str]) -> tuple[dict | None, list, dict]:
-    """Try the recipes in order; the first that passes the accuracy gate and is at least
-    --min-int8-speedup times as fast as model.onnx here becomes model_quantized.onnx and the CPU
-    default. When some pass accuracy but none is fast enough, the fastest of them is written and
-    model.onnx stays the default. Returns (the written recipe's quantization info or None, every
-    attempt with its numbers and why it failed, the CPU default decision for export_report.json)."""
-    src, cand, slow, isa = cfg.output / ONNX_FILE, cfg.output / CANDIDATE, cfg.output / SLOW_CANDIDATE, cpu_isa()
-    fp32 = Classifier.load(src, provider="cpu", blend=False)  # the speed baseline; also tokenizes calibration texts
-    seqs = fp32.encode(texts[: cfg.speed_rows])
-    attempts, slow_best = [], None  # slow_best: (info, attempt) of the fastest accurate but slow recipe
-    need = cfg.min_int8_speedup
-    try:
-        for name in cfg.int8_recipes or default_order(isa):
-            t = time.time()
-            try:
-                info = quantize(src, cand, BY_NAME[name], isa, calibration_texts=calib, encoder=fp32)
-            except Exception as e:  # noqa: BLE001 - a recipe this graph cannot take is a failed try, not the end
-                attempts.append({"recipe": name, "passed": False, "why": [f"quantization failed: {e!r}"[:300]]})
-                log.warning("INT8 recipe %s: quantization failed (%r); trying the next", name, e)
-                continue
-            stats, why, clf = _check(cfg, cand, ref, texts, labels, y_true, ref_f1)
-            stats.update(recipe=name, passed=not why, why=why)
-            attempts.append(stats)
-            if why:
-                stats["seconds"] = round(time.time() - t, 1)
-                log.info("INT8 recipe %s: failed: %s", name, "; ".join(why))
-                continue
-            speed = _time_engines(fp32, clf, seqs, cfg.speed_passes)
-            stats.update(speed=speed, fast_enough=speed["speedup"] >= need, seconds=round(time.time() - t, 1))
-            log.info("INT8 recipe %s: passed, %.2fx model.onnx's speed on %s (%d rows, %d passes; needs %.2fx)",
-                     name, speed["speedup"], isa, speed["rows"], speed["passes"], need)
-            if stats["fast_enough"]:
-                cand.replace(cfg.output / ONNX_INT8_FILE)
-                return info, attempts, {
-                    "file": ONNX_INT8_FILE, "isa": isa, "speedup": speed["speedup"], "min_speedup": need,
-                    "why": f"INT8 ({name}) passed the gate and ran {speed['speedup']:.2f}x model.onnx's speed "
-                           f"on this CPU ({isa}; at least {need:.2f}x required)"}
-            if slow_best is None or speed["speedup"] > slow_best[1]["speed"]["speedup"]:
-                cand.replace(slow)
-                slow_best = (info, stats)
-        if slow_best is None:
-            return None, attempts, {"file": ONNX_FILE, "isa": isa, "why": "no INT8 recipe passed the accuracy gate"}
-        info, stats = slow_best
-        slow.replace(cfg.output / ONNX_INT8_FILE)
-        return info, attempts, {
-            "file": ONNX_FILE, "isa": isa, "speedup": stats["speed"]["speedup"], "min_speedup": need,
-            "why": f"INT8 is not faster here: the fastest recipe that passed the gate ({stats['recipe']}) ran "
-                   f"{stats['speed']['speedup']:.2f}x model.onnx's speed on this CPU ({isa}; at least {need:.2f}x "
-                   f"required), so model.onnx serves by default; {ONNX_INT8_FILE} is kept for --int8"}
-    finally:
-        cand.unlink(missing_ok=True)
-        slow.unlink(missing_ok=True)
-
-
 def _check_config(cfg: ExportConfig) -> ExportConfig:
     """The options checked before anything loads (a typo answers at once); the model folder a run folder names."""
     if cfg.quantize and cfg.target == "cuda":
@@ -225,6 +154,10 @@ def _check_config(cfg: ExportConfig) -> ExportConfig:
                          "(it would run on the CPU); export fp16 for CUDA, or INT8 with --target cpu")
     if not (0.0 < cfg.min_agreement <= 1.0):
         raise DataError(f"--min-agreement {cfg.min_agreement}: use a fraction in (0, 1]")
+    if not (cfg.max_ece_rise >= 0 and 0 <= cfg.near_tie_margin < 1 and 0 < cfg.confident_score <= 1):
+        raise DataError(f"--max-ece-rise {cfg.max_ece_rise}, --near-tie-margin {cfg.near_tie_margin}, --confident-score "
+                        f"{cfg.confident_score}: use points >= 0, a score gap in [0, 1) and a score in (0, 1] "
+                        "(e.g. 1, 0.1, 0.9)")
     if cfg.min_int8_speedup < 0 or cfg.speed_rows < 1 or cfg.speed_passes < 1:
         raise DataError(f"--min-int8-speedup {cfg.min_int8_speedup}, --speed-rows {cfg.speed_rows}, "
                         f"--speed-passes {cfg.speed_passes}: use a ratio >= 0 (0 = INT8 whatever its speed "
@@ -265,10 +198,11 @@ def _write_folder(cfg: ExportConfig) -> None:
         shutil.move(model_file, cfg.output / ONNX_FILE)
 
 
-def _report_head(cfg: ExportConfig, reference: Classifier, texts: list, y_true, ref_f1) -> dict:
+def _report_head(cfg: ExportConfig, reference: Classifier, ref: Judged) -> dict:
     """What export_report.json says before any file is judged."""
     # k-fold's finding (textdata/learned.py), for the answers as served: with the blend when it travels along
     note = folder_note(cfg.model, blended=reference.model_folder.has_blend)
+    y_true = ref.y_true
     return {
         "source": str(cfg.model.resolve()),
         "target": cfg.target,
@@ -280,32 +214,37 @@ def _report_head(cfg: ExportConfig, reference: Classifier, texts: list, y_true, 
         "max_length": reference.max_length,
         "labels": reference.labels,
         **({"multi_label": True, "thresholds": reference.info()["thresholds"]} if reference.multi_label else {}),
-        "gate": {"judged_on": "eval_csv" if y_true is not None else "builtin_sample", "rows": len(texts),
+        "gate": {"judged_on": "eval_csv" if y_true is not None else "builtin_sample", "rows": len(ref.texts),
                  **({"agreement": "per-label decisions (sigmoid > threshold)"} if reference.multi_label else {}),
+                 **({"judges": "served answers (blend and calibration applied): agreement on fp32's confident "
+                               "answers and beyond near-ties, served macro-F1 and ECE",
+                     "confident": ref.served.confident_rule, "near_tie_margin": cfg.near_tie_margin,
+                     "max_ece_rise_points": cfg.max_ece_rise if y_true is not None else None}
+                    if ref.served is not None else {}),
                  "min_agreement": cfg.min_agreement,
                  "max_f1_drop_points": cfg.max_f1_drop if y_true is not None else None},
         "eval_csv": str(cfg.eval_csv) if cfg.eval_csv else None,
         "eval_rows": len(y_true) if y_true is not None else 0,
-        "pytorch": {"macro_f1": ref_f1} if y_true is not None else {},
+        "pytorch": {"macro_f1": ref.f1} if y_true is not None else {},
         "files": {},
         "warnings": [note] if note else [],
     }
 
 
-def _judge_files(cfg: ExportConfig, report: dict, ref_logits, texts, labels, y_true, ref_f1, calib) -> dict:
+def _judge_files(cfg: ExportConfig, report: dict, ref: Judged, calib) -> dict:
     """Gate model.onnx, then (--quantize) the INT8 recipes, into `report`; {file: why} for each that failed."""
     failed = {}
     if cfg.target == "cuda" and not _has_cuda():
         report["files"][ONNX_FILE] = {"checked": False, "why": "fp16 CUDA model and no CUDA provider here"}
         log.warning("%s not checked against PyTorch: no CUDA provider on this machine", ONNX_FILE)
     else:
-        stats, why, _ = _check(cfg, cfg.output / ONNX_FILE, ref_logits, texts, labels, y_true, ref_f1)
+        stats, why, _ = check_file(cfg, cfg.output / ONNX_FILE, ref)
         report["files"][ONNX_FILE] = {**stats, "checked": True, "passed": not why, "why": why,
                                       "size_mb": round((cfg.output / ONNX_FILE).stat().st_size / 2**20, 2)}
         if why:
             failed[ONNX_FILE] = "; ".join(why)
     if cfg.quantize and not failed:
-        info, attempts, report["cpu_default"] = _quantize_gated(cfg, ref_logits, texts, labels, y_true, ref_f1, calib)
+        info, attempts, report["cpu_default"] = quantize_gated(cfg, ref, calib)
         report["quantization"], report["int8_attempts"] = info, attempts
         if info and report["cpu_default"]["file"] == ONNX_FILE:
             log.warning("%s", report["cpu_default"]["why"])
@@ -337,8 +276,11 @@ def run(cfg: ExportConfig) -> dict:
     labels = reference.labels
     ref_logits = reference.predict_logits(texts)
     ref_f1 = compare(ref_logits, ref_logits, labels, y_true, reference.thresholds).get("macro_f1")
-    report = _report_head(cfg, reference, texts, y_true, ref_f1)
-    failed = _judge_files(cfg, report, ref_logits, texts, labels, y_true, ref_f1, calib)
+    served = None if reference.multi_label else ServedReference.of(reference, texts, ref_logits, y_true,
+                                                                    cfg.confident_score)
+    ref = Judged(texts, labels, ref_logits, y_true, ref_f1, served)
+    report = _report_head(cfg, reference, ref)
+    failed = _judge_files(cfg, report, ref, calib)
     report["passed"] = not failed
     report["seconds"] = round(time.time() - t0, 1)
     write_json(cfg.output / REPORT_FILE, report)
@@ -369,8 +311,14 @@ FLAGS = {
     "eval_csv": Flag("labeled table for the parity gate and macro-F1", shown="none: a built-in sample, no F1"),
     "text_column": Flag("the --eval-csv column holding the texts"),
     "label_column": Flag("the --eval-csv column holding the labels"),
-    "min_agreement": Flag("agreement with PyTorch required (argmax; per-label decisions for a multi-label model)"),
+    "min_agreement": Flag("agreement with PyTorch required on the answers fp32 is confident of and beyond near-ties "
+                          "(per-label decisions for a multi-label model)"),
     "max_f1_drop": Flag("macro-F1 points a file may lose against PyTorch on --eval-csv rows"),
+    "max_ece_rise": Flag("points of top-label ECE (served scores) a single-label file may add on --eval-csv rows"),
+    "near_tie_margin": Flag("single-label: answers whose top two fp32 served scores are closer than this may change "
+                            "label; --min-agreement holds on the rest"),
+    "confident_score": Flag("single-label: a served score that counts as confident where calibration.json sets no "
+                            "threshold (--min-agreement holds on those answers)"),
     "int8_recipes": Flag(f"INT8 recipes to try in order, comma-separated, first that passes wins "
                          f"(known: {', '.join(BY_NAME)})", type=_recipe_list,
                          shown=f"{','.join(DEFAULT_ORDER)} (with VNNI or on ARM), {','.join(NO_VNNI_ORDER)} (without; "
@@ -413,6 +361,8 @@ def main(argv: list[str] | None = None) -> int:
         what, share = agreement(s)
         print(f"{name}: {s['size_mb']} MB, max |Δlogit| {s['max_abs_logit_diff']:.2e}, "
               f"{what} {share:.4f} on {s['texts']} texts{f1}{recipe}")
+        if "served" in s:
+            print("  served: " + served_line(s["served"]))
     if cfg.quantize:
         print(f"CPU default: {report['cpu_default']['file']}: {report['cpu_default']['why']}")
     for w in report["warnings"]:

@@ -158,3 +158,24 @@ def read_calibration(
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ValueError(f"{path}: unreadable calibration ({type(e).__name__}: {msg})") from None
     return calibrator, thresholds, spec
+
+
+BINS = 15  # top-label ECE bins (equal width), as in Guo et al. and Desai & Durrett
+
+
+def binary_ece(p: np.ndarray, y: np.ndarray, bins: int = BINS) -> float:
+    """Expected calibration error of one probability against its 0/1 outcome: rows binned by `p` (equal-width
+    bins over [0, 1]), the gap between the outcome's rate and the mean probability per bin, weighted by the
+    bin's rows."""
+    which = np.minimum((p * bins).astype(int), bins - 1)
+    total = 0.0
+    for b in range(bins):
+        rows = which == b
+        if rows.any():
+            total += rows.sum() * abs(y[rows].mean() - p[rows].mean())
+    return float(total / max(1, len(y)))
+
+
+def top_label_ece(probs: np.ndarray, y: np.ndarray, bins: int = BINS) -> float:
+    """ECE of the top label: its probability against whether it is right."""
+    return binary_ece(probs.max(1), probs.argmax(1) == y, bins)

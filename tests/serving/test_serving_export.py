@@ -9,7 +9,7 @@ from pathlib import Path
 import onnx
 import pytest
 
-from serving import export
+from serving import export, export_gate
 from serving.engine import ModelError
 from serving.model_folder import ModelFolder
 
@@ -50,6 +50,51 @@ def test_export_report_numbers(exported_dir):
     speed = r["int8_attempts"][-1]["speed"]
     assert speed["fp32_s"] > 0 and speed["int8_s"] > 0 and speed["rows"] == 36 and speed["passes"] == 3
     assert r["cpu_default"]["file"] == "model_quantized.onnx" and r["isa"] == r["cpu_default"]["isa"] == cpu_isa()
+    # Issue 44: what users see is judged and reported, per file.
+    assert r["gate"]["confident"] == "served score >= 0.9" and r["gate"]["near_tie_margin"] == 0.1
+    assert r["gate"]["max_ece_rise_points"] == 1.0
+    for f in (fp32, int8):
+        s = f["served"]
+        assert {"agreement", "confident_rows", "confident_agreement", "near_tie_rows", "changed_in_near_ties",
+                "changed_beyond_near_ties", "beyond_near_tie_agreement", "macro_f1", "macro_f1_change_points", "ece",
+                "ece_reference", "ece_change_points"} <= set(s)
+        assert s["macro_f1_change_points"] >= -0.5 and s["ece_change_points"] <= 1.0
+    assert fp32["served"]["agreement"] == 1.0 and abs(fp32["served"]["ece_change_points"]) < 1e-3
+
+
+def test_int8_is_judged_on_served_answers_not_plain_agreement(trained_classifier_dir, tmp_path, monkeypatch, toy_rows):
+    """Recipe 1 keeps every argmax but changes answers fp32 is confident of: refused. Recipe 2 moves half the
+    argmaxes (near-ties, as far as the gate sees): written and served. The decision follows the served numbers."""
+    judged = []  # one entry per file judged: model.onnx, then each recipe
+    real_compare, real_served = export_gate.compare, export_gate.served_stats
+
+    def compare(ref, got, *a):
+        stats = real_compare(ref, got, *a)
+        if len(judged) == 2:  # recipe 2
+            stats["argmax_agreement"] = 0.5
+        return stats
+
+    def served(ref, got, margin):
+        judged.append(True)
+        stats = real_served(ref, got, margin)
+        if len(judged) == 2:  # recipe 1
+            stats["confident_agreement"] = 0.9
+        return stats
+
+    monkeypatch.setattr(export_gate, "compare", compare)
+    monkeypatch.setattr(export_gate, "served_stats", served)
+    eval_csv = tmp_path / "eval.csv"
+    toy_rows(n_per_class=15, seed=2).to_csv(eval_csv, index=False)
+    r = export.run(export.ExportConfig(model=trained_classifier_dir, output=tmp_path / "onnx", quantize=True,
+                                       eval_csv=eval_csv, min_agreement=0.95, min_int8_speedup=0,
+                                       int8_recipes=("dynamic", "dynamic-per-channel")))
+    first, second = r["int8_attempts"]
+    assert first["argmax_agreement"] >= 0.95 and first["passed"] is False
+    assert first["why"] == [(f"agreement on the {first['served']['confident_rows']} answers fp32 is confident of "
+                             "(served score >= 0.9) 0.9000 < 0.95")]
+    assert second["argmax_agreement"] == 0.5 and second["passed"] is True and second["why"] == []
+    assert r["quantization"]["recipe"] == "dynamic-per-channel" == r["files"]["model_quantized.onnx"]["recipe"]
+    assert r["cpu_default"]["file"] == "model_quantized.onnx"
 
 
 def test_normalization_and_training_config_travel(trained_classifier_dir, tmp_path):
@@ -71,17 +116,16 @@ def test_normalization_and_training_config_travel(trained_classifier_dir, tmp_pa
 
 
 def test_parity_gate_failure_deletes_file(trained_classifier_dir, tmp_path, monkeypatch):
-    real = export.compare
+    real = export_gate.served_stats
 
-    def worse(ref, got, labels, y_true, thresholds=None):
-        stats = real(ref, got, labels, y_true, thresholds)
-        if not (ref == got).all():  # the ONNX comparisons, not PyTorch against itself
-            stats["argmax_agreement"] = 0.5
+    def worse(ref, got, margin):
+        stats = real(ref, got, margin)
+        stats["confident_agreement"] = 0.5  # every file's served answers (the ONNX ones, not PyTorch's own)
         return stats
 
-    monkeypatch.setattr(export, "compare", worse)
+    monkeypatch.setattr(export_gate, "served_stats", worse)
     out = tmp_path / "onnx"
-    with pytest.raises(ModelError, match=r"parity gate failed .*argmax agreement 0\.5000"):
+    with pytest.raises(ModelError, match=r"parity gate failed .*answers fp32 is confident of .* 0\.5000 < 0\.99"):
         export.run(export.ExportConfig(model=trained_classifier_dir, output=out, quantize=True))
     report = json.loads((out / "export_report.json").read_text())
     assert report["passed"] is False
@@ -104,13 +148,13 @@ def test_cli_refuses_int8_for_cuda_and_bad_folders(trained_classifier_dir, tmp_p
 
 
 def test_int8_fallback_keeps_fp32_and_names_every_recipe(trained_classifier_dir, tmp_path, monkeypatch):
-    real = export._check
+    real = export_gate.check_file
 
     def int8_fails(cfg, file, *a):
         stats, why, clf = real(cfg, file, *a)
         return stats, why + (["forced"] if file.name == export.CANDIDATE else []), clf
 
-    monkeypatch.setattr(export, "_check", int8_fails)
+    monkeypatch.setattr(export_gate, "check_file", int8_fails)
     out = tmp_path / "onnx"
     cfg = export.ExportConfig(model=trained_classifier_dir, output=out, quantize=True, sample_size=60,
                               int8_recipes=("dynamic", "dynamic-keep-ffn-out"))
@@ -133,7 +177,10 @@ def test_gate_without_labels_uses_builtin_sample_and_warns(trained_classifier_di
     with caplog.at_level("WARNING", logger="serving.export"):
         report = export.run(export.ExportConfig(model=trained_classifier_dir, output=out, sample_size=120))
     assert report["gate"] == {"judged_on": "builtin_sample", "rows": 120, "min_agreement": 0.99,
-                              "max_f1_drop_points": None}
+                              "max_f1_drop_points": None, "max_ece_rise_points": None, "near_tie_margin": 0.1,
+                              "confident": "served score >= 0.9", "judges": report["gate"]["judges"]}
+    served = report["files"]["model.onnx"]["served"]
+    assert served["agreement"] == 1.0 and "macro_f1" not in served and "ece" not in served
     assert report["files"]["model.onnx"]["texts"] == 120 and "macro_f1" not in report["files"]["model.onnx"]
     assert "no --eval-csv" in caplog.text and "120 built-in texts" in caplog.text
 
@@ -164,16 +211,16 @@ def _speed_gate(exported_dir, tmp_path, monkeypatch, speedups: list[float]):
         s = next(timed)
         return {"fp32_s": 1.0, "int8_s": 1 / s, "speedup": s, "rows": len(seqs), "passes": passes}
 
-    monkeypatch.setattr(export, "_time_engines", fake_timing)
+    monkeypatch.setattr(export_gate, "time_engines", fake_timing)
     texts = builtin_sample(40)
     fp32 = Classifier.load(folder / "model.onnx")
     cfg = export.ExportConfig(model=folder, output=folder, quantize=True, min_agreement=0.9, speed_rows=16,
                               int8_recipes=("dynamic", "dynamic-per-channel"))
-    info, attempts, default = export._quantize_gated(cfg, fp32.predict_logits(texts), texts, fp32.labels,
-                                                     None, None, texts[:10])
+    judged = export_gate.Judged(texts, fp32.labels, fp32.predict_logits(texts), None, None, None)
+    info, attempts, default = export_gate.quantize_gated(cfg, judged, texts[:10])
     assert [a["passed"] for a in attempts] == [True, True]  # both pass accuracy: only speed decides
     assert [a["speed"]["rows"] for a in attempts] == [16, 16]
-    assert not (folder / export.CANDIDATE).exists() and not (folder / export.SLOW_CANDIDATE).exists()
+    assert not (folder / export.CANDIDATE).exists() and not (folder / export_gate.SLOW_CANDIDATE).exists()
     return folder, info, attempts, default
 
 

@@ -1,0 +1,176 @@
+"""One text through the API, before vs after "no wait when idle" (issue 44), and where its milliseconds go.
+
+    python bench/one_text.py --model onnx/ --texts holdout.csv [--requests 300] [--clients 32] [--duration 20]
+                             [--rounds 2] [--server-args "--int8"] [--output bench/results/one_text.json]
+
+Two servers, `python -m app --model M --no-ui`, alternated --rounds times on the same folder:
+- before: `--max-wait-ms 5`, the old default (an idle engine waited 5 ms for company);
+- after: the defaults (an idle engine runs a request at once; batches form while one runs).
+For each: --requests sequential requests of one text (`{"text": ...}`, the same text every time, cut at the
+model's max length by the engine) after --warmup of them, p50/p90/p99 latency; then --clients closed-loop
+clients for --duration seconds over --texts' texts, requests/s and the mean batch the server formed.
+Reported: the medians over rounds, after/before ratios (targets: p50 lower, requests/s >= 1.0x).
+
+Then one request's stages, in this process on the same folder and the same text (median of --stage-repeats
+each, microseconds): tokenization (normalise + encode), the ONNX pass, the TF-IDF baseline and the blend,
+calibration (+ the confident flag), the rest of the engine (Prediction objects), the response's JSON
+encoding (app/api.py's shape through Starlette's JSONResponse); "HTTP and the rest" is the measured API p50
+(after) minus those: parsing and validating the request, the event loop, the batcher's hand-off to the engine
+thread and back, the monitor's queue put, the connection. Writes JSON with the load average before and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from api_load import batch_stats, start_server, stop_server
+from load_clients import Connection, load
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+MODES = {"before": ["--max-wait-ms", "5"], "after": []}
+
+
+async def sequential(url: str, text: str, n: int, warmup: int) -> dict:
+    host, port = url.removeprefix("http://").split(":")
+    conn = Connection(host, int(port), 60)
+    body = json.dumps({"text": text}, ensure_ascii=False).encode()
+    lat = []
+    for i in range(warmup + n):
+        t0 = time.perf_counter()
+        status = await conn.post_json("/v1/classify", body)
+        if status != 200:
+            raise SystemExit(f"HTTP {status} from {url}")
+        if i >= warmup:
+            lat.append((time.perf_counter() - t0) * 1000)
+    conn.close()
+    return {f"p{q}_ms": round(float(np.percentile(lat, q)), 2) for q in (50, 90, 99)}
+
+
+def run_mode(mode: str, args, text: str, texts: list[str]) -> dict:
+    proc, url = start_server(args.model, ["--no-ui", *MODES[mode], *args.server_args.split()],
+                             args.work / f"server-{mode}.log")
+    try:
+        one = asyncio.run(sequential(url, text, args.requests, args.warmup))
+        before = batch_stats(url)
+        many = asyncio.run(load(url, texts, args.clients, args.duration, 3, 30, 60))
+        after = batch_stats(url)
+        batches = after[1] - before[1]
+    finally:
+        stop_server(proc)
+    return {**one, "rps": many["rps"], "rps_p50_ms": many["p50_ms"], "errors": many["errors"],
+            "mean_batch_texts": round((after[0] - before[0]) / batches, 2) if batches else None}
+
+
+def _median_us(fn, repeats: int) -> float:
+    times = []
+    for _ in range(repeats):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return round(statistics.median(times) * 1e6, 1)
+
+
+def stages(model: Path, text: str, repeats: int, server_args: list[str]) -> dict:
+    """Microseconds per stage of one text, as the server runs them (its engine settings)."""
+    from starlette.responses import JSONResponse
+
+    from app.api import _shape
+    from app.config import parse_args, pass_size, quantized
+    from serving.engine import Classifier
+
+    cfg = parse_args(["--model", str(model), *server_args])
+    clf = Classifier.load(model, batch_tokens=pass_size(cfg), threads=cfg.threads, quantized=quantized(cfg),
+                          blend=cfg.blend)
+    seqs = clf.encode([text])
+    one = [np.arange(1)]
+    logits = clf._logits(seqs, one)
+    probs = np.exp(logits - logits.max(1, keepdims=True))
+    probs /= probs.sum(1, keepdims=True)
+    out = {"tokenization": _median_us(lambda: clf.encode([text]), repeats),
+           "onnx_pass": _median_us(lambda: clf._logits(seqs, one), repeats),
+           "tokens": len(seqs[0]), "model_file": clf.info()["model_file"]}
+    if clf.blend is not None:
+        out["baseline"] = _median_us(lambda: clf.blend.baseline_proba([text]), repeats)
+        base = clf.blend.baseline_proba([text])
+        out["blend_combine"] = _median_us(lambda: clf.blend.combine(probs, base), repeats)
+        probs = clf.blend.combine(probs, base)
+    out["calibration"] = _median_us(lambda: clf.calibration.confident(clf.calibration(probs)), repeats)
+    engine = _median_us(lambda: clf.predict_encoded(seqs), repeats)
+    done = sum(out.get(k, 0) for k in ("onnx_pass", "baseline", "blend_combine", "calibration"))
+    out["engine_rest"] = round(engine - done, 1)
+    out["engine_total"] = engine
+    pred = clf.predict_encoded(seqs)
+    out["json_encoding"] = _median_us(lambda: JSONResponse({"model": "m", "model_version": "v1",
+                                                             "predictions": [_shape(p, None, "v1") for p in pred]}),
+                                      repeats)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", type=Path, required=True, help="an export folder (serving.export)")
+    ap.add_argument("--texts", type=Path, required=True, help="CSV with a text column: the load's texts; the "
+                    "sequential text is its first of at least 64 words")
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--warmup", type=int, default=30)
+    ap.add_argument("--clients", type=int, default=32)
+    ap.add_argument("--duration", type=float, default=20)
+    ap.add_argument("--rounds", type=int, default=2)
+    ap.add_argument("--stage-repeats", type=int, default=300)
+    ap.add_argument("--server-args", default="", help="extra flags for every server, e.g. '--int8'")
+    ap.add_argument("--work", type=Path, default=Path("/tmp/bench-one-text"))
+    ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "one_text.json")
+    args = ap.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    texts = pd.read_csv(args.texts, dtype=str, keep_default_na=False)["text"].tolist()
+    text = next((t for t in texts if len(t.split()) >= 64), texts[0])
+    load_before = os.getloadavg()
+    runs = {mode: [] for mode in MODES}
+    for r in range(args.rounds):
+        for mode in MODES:
+            print(f"round {r + 1}/{args.rounds}: {mode}...", flush=True)
+            runs[mode].append(run_mode(mode, args, text, texts))
+    med = {mode: {k: statistics.median(x[k] for x in rs) for k in rs[0] if isinstance(rs[0][k], (int, float))}
+           for mode, rs in runs.items()}
+    print("stages...", flush=True)
+    stage = stages(args.model, text, args.stage_repeats, args.server_args.split())
+    in_process = sum(stage.get(k, 0) for k in ("tokenization", "engine_total", "json_encoding"))
+    stage["http_and_the_rest"] = round(med["after"]["p50_ms"] * 1000 - in_process, 1)
+    ratios = {"p50_after_over_before": round(med["after"]["p50_ms"] / med["before"]["p50_ms"], 3),
+              "rps_after_over_before": round(med["after"]["rps"] / med["before"]["rps"], 3)}
+    load_after = os.getloadavg()
+    print(f"\n{args.model}, {os.cpu_count()} CPUs, load avg {load_before[0]:.1f} -> {load_after[0]:.1f}")
+    print(f"{'mode':<8}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'req/s @' + str(args.clients):>12}{'batch':>7}")
+    for mode, m in med.items():
+        print(f"{mode:<8}{m['p50_ms']:>9.2f}{m['p90_ms']:>9.2f}{m['p99_ms']:>9.2f}{m['rps']:>12.1f}"
+              f"{m['mean_batch_texts'] or 0:>7.2f}")
+    print(f"after/before: p50 {ratios['p50_after_over_before']}x, req/s {ratios['rps_after_over_before']}x")
+    print("stages of one request (us): " + ", ".join(f"{k} {v}" for k, v in stage.items()))
+    report = {"model": str(args.model), "text_words": len(text.split()), "requests": args.requests,
+              "clients": args.clients, "duration_s": args.duration, "rounds": args.rounds,
+              "server_args": args.server_args.split(), "modes": {k: " ".join(v) or "(defaults)" for k, v in MODES.items()},
+              "median": med, "runs": runs, "ratios": ratios, "stages_us": stage,
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                          "avx512_vnni": "avx512_vnni" in Path("/proc/cpuinfo").read_text(),
+                          "load_avg_before": [round(x, 2) for x in load_before],
+                          "load_avg_after": [round(x, 2) for x in load_after]},
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
