@@ -8,17 +8,30 @@ import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from serving.engine import Classifier
 from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE
 from serving.parity import ServedReference, compare, served_stats, verdict
 from serving.quantize import BY_NAME, cpu_isa, default_order, quantize
 
-if TYPE_CHECKING:  # export.py imports this module
-    from serving.export import ExportConfig
-
 log = logging.getLogger("serving.export")
+
+
+class ExportConfig(Protocol):
+    """What the gate reads of serving.export's ExportConfig (a Protocol, not an import: export.py imports
+    this module, and tests/test_layout.py counts type-only imports as a circle too)."""
+    output: Path
+    target: str
+    int8_recipes: tuple[str, ...]
+    min_agreement: float
+    max_f1_drop: float
+    max_ece_rise: float
+    near_tie_margin: float
+    min_int8_speedup: float
+    speed_rows: int
+    speed_passes: int
+
 
 CANDIDATE = ".int8-candidate.onnx"  # a recipe's output while it is judged; never served
 SLOW_CANDIDATE = ".int8-slow.onnx"  # the fastest recipe that passed accuracy but not speed, so far
