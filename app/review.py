@@ -168,7 +168,7 @@ def open_review(store: SessionStore, issues: pd.DataFrame, name: str, ts, label_
         every = [n for cell in every for n in cell.split(label_sep) if n]
     session = store.create(name, todo["text"].astype(str).tolist(), suspects(todo, label_sep),
                            list(dict.fromkeys(every)), columns={"given_label": given}, kind=REVIEW,
-                           label_sep=label_sep or None)
+                           label_sep=label_sep)
     keys = ("**Enter** saves the ticked labels (the given ones are ticked), **K** keeps the given labels, **T** "
             "takes the suggestion, **1–9** tick or untick a label" if label_sep else
             "**K** keeps the given label, **Enter** takes the suggestion, **1–9** picks another label")

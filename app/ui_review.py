@@ -17,6 +17,7 @@ import gradio as gr
 
 from textdata.errors import DataError
 
+from .config import open_to_anyone
 from .review import ReviewError, active_issues, given_label, given_set, open_review, shown
 from .trainset import build
 from .uploads import read_upload
@@ -54,8 +55,9 @@ class ReviewPanel:
                                     elem_id="review-file")
                 with gr.Column():
                     self.start = gr.Button("Review these suspects", elem_id="review-start")
+                    # the registry's rows and labels: refused on a server open to anyone, as /v1/models is
                     self.active = gr.Button("Review the active version's suspects", elem_id="review-active",
-                                            visible=registry is not None)
+                                            visible=registry is not None and not open_to_anyone(cfg))
 
     def keep_button(self) -> gr.Button:
         self.keep = gr.Button("Keep", visible="hidden", elem_id="keep-btn")
@@ -90,6 +92,10 @@ class ReviewPanel:
             return await asyncio.to_thread(self._open, lambda: uploaded(file), render, current)
 
         async def from_active(current):
+            if open_to_anyone(cfg):
+                return render(self.store.get(current), "⚠ The active version's suspects are training rows: this "
+                                                       "server has no --api-key, so they are not shown (upload a "
+                                                       "run's label_issues.csv instead).")
             return await asyncio.to_thread(self._open, lambda: active_issues(self.registry), render, current)
 
         def keep(session, r):

@@ -8,7 +8,7 @@ classifier (tests/conftest.py, built in --work), from TREE (default: this checko
 to measure the code before a change). Two phases of --duration seconds, in one run:
 - baseline: --clients closed-loop clients, each sending one short text to /v1/classify and the next as soon
   as the answer arrives (bench/load_clients.py), and a probe calling /healthz every 100 ms;
-- hostile: the same, while --hostile senders send, back to back, bodies under --max-body-bytes (2 MB) that
+- hostile: the same, while --hostile senders (in a process of their own) send, back to back, bodies under --max-body-bytes (2 MB) that
   fail validation in many places: `{"texts": [null]*340000}` on /v1/classify, 150,000 unknown keys,
   `{"inputs": [null]*340000}` on /predict, 150,000 unknown `parameters` on `POST /`, and --ui-body-mb MB to
   /ui/gradio_api/queue/join (declared, then chunked).
@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import multiprocessing
 import os
 import platform
 import signal
@@ -126,35 +127,56 @@ def _outcome(kind: str, answer: bytes, t0: float, sent: int) -> dict:
             "seconds": round(time.perf_counter() - t0, 3)}
 
 
-async def phase(port: int, args, hostile: list | None) -> dict:
+def attack(port: int, senders: int, ui_body_mb: int, start_at: float, stop_at: float, out) -> None:
+    """In a process of its own (the clients' loop does not carry the attackers' writes): send hostile bodies
+    back to back from `start_at` to `stop_at` (time.time()), and put the outcomes on `out`."""
+    hostile = hostile_bodies(ui_body_mb)
+
+    async def sender(offset: int, outcomes: list):
+        i = offset
+        while time.time() < stop_at:
+            outcomes.append(await send_hostile(port, *hostile[i % len(hostile)]))
+            i += 1
+
+    async def main():
+        await asyncio.sleep(max(0.0, start_at - time.time()))
+        outcomes: list[dict] = []
+        await asyncio.gather(*(sender(k, outcomes) for k in range(senders)))
+        return outcomes
+
+    out.put(asyncio.run(main()))
+
+
+async def phase(port: int, args, hostile: bool) -> dict:
     health: list[float] = []
-    outcomes: list[dict] = []
+    attacker, results = None, None
+    if hostile:
+        ctx = multiprocessing.get_context("spawn")
+        results = ctx.Queue()
+        # from the end of the clients' warm-up to the end of their measured window
+        attacker = ctx.Process(target=attack, args=(port, args.hostile, args.ui_body_mb, time.time() + 2.0,
+                                                    time.time() + 2.0 + args.duration, results))
+        attacker.start()
 
     async def beside(measure_from: float, stop_at: float):
-        async def probe():
-            while time.perf_counter() < stop_at:
-                t0 = time.perf_counter()
-                try:
-                    async with httpx.AsyncClient(timeout=30) as c:
-                        await c.get(f"http://127.0.0.1:{port}/healthz")
-                    health.append(time.perf_counter() - t0)
-                except httpx.TransportError:
-                    health.append(float("inf"))
-                await asyncio.sleep(0.1)
-
-        async def attacker(offset: int):
-            i = offset
-            while hostile and time.perf_counter() < stop_at:
-                outcomes.append(await send_hostile(port, *hostile[i % len(hostile)]))
-                i += 1
-
-        await asyncio.gather(probe(), *(attacker(k) for k in range(args.hostile if hostile else 0)))
+        await asyncio.sleep(max(0.0, measure_from - time.perf_counter()))
+        while time.perf_counter() < stop_at:
+            t0 = time.perf_counter()
+            try:
+                async with httpx.AsyncClient(timeout=30) as c:
+                    await c.get(f"http://127.0.0.1:{port}/healthz")
+                health.append(time.perf_counter() - t0)
+            except httpx.TransportError:
+                health.append(float("inf"))
+            await asyncio.sleep(0.1)
 
     result = await load(f"http://127.0.0.1:{port}", TEXTS, args.clients, args.duration, 2.0, 30.0, 30.0,
                         beside=beside)
     result["healthz_max_ms"] = round(max(health) * 1000, 1) if health else None
     result["healthz_p99_ms"] = round(float(np.percentile(health, 99)) * 1000, 1) if health else None
-    if hostile:
+    if attacker is not None:
+        outcomes = await asyncio.to_thread(results.get, True, 300)
+        attacker.join(30)
         by_kind: dict[str, list[dict]] = {}
         for o in outcomes:
             by_kind.setdefault(o["kind"], []).append(o)
@@ -178,8 +200,8 @@ def main() -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     proc, port = start(args.code.resolve(), tiny_model(args.work), args.work)
     try:
-        base = asyncio.run(phase(port, args, None))
-        under = asyncio.run(phase(port, args, hostile_bodies(args.ui_body_mb)))
+        base = asyncio.run(phase(port, args, False))
+        under = asyncio.run(phase(port, args, True))
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

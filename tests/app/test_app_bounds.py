@@ -16,7 +16,6 @@ from starlette.testclient import TestClient
 
 from app.audit import AuditQueue
 from app.config import Config
-from app.fair_share import FairShare
 from app.server import create_app
 
 
@@ -36,6 +35,8 @@ def test_the_audit_remembers_a_bounded_window_of_sampled_texts(tmp_path):
 
 
 def test_an_address_alone_may_fill_the_queue_and_others_keep_a_share(monkeypatch):
+    from app.fair_share import FairShare
+
     shares = FairShare(max_queue=512, min_share=64, window_s=10)
     for _ in range(8):
         assert shares.admit("10.0.0.1", 64) is None  # alone: the whole queue, as before

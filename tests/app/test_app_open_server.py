@@ -91,3 +91,12 @@ def test_an_open_server_neither_lists_nor_opens_sessions_of_kept_texts(engine, t
     fns = _label_tab(Config(model="m", host="0.0.0.0", data_dir=tmp_path, api_key="k"), engine)
     assert "PRIVATE: patient 7" in repr(fns["resume"](audit))
     assert "PRIVATE: account 1234" in repr(fns["resume"](review))
+
+
+def test_an_open_server_does_not_show_the_active_versions_suspects(engine, tmp_path):
+    """They are rows of the training table, which /v1/models and /v1/jobs already refuse there."""
+    import asyncio
+
+    fns = _label_tab(Config(model="m", host="0.0.0.0", data_dir=tmp_path), engine)
+    out = asyncio.run(fns["from_active"](""))
+    assert "not shown" in repr(out) and "--api-key" in repr(out)
