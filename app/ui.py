@@ -23,6 +23,7 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 from gradio.context import LocalContext
+from starlette.responses import RedirectResponse
 
 from textdata.tables import missing_text, write_table
 
@@ -370,6 +371,8 @@ def mount_ui(app, cfg, state, jobs=None) -> None:
     gr.mount_gradio_app(app, demo, path="/ui", ssr_mode=False, footer_links=["settings"],
                         max_file_size=int(cfg.max_upload_mb * 1024 * 1024), theme=demo.ui_theme, css=CSS,
                         head=SHORTCUTS_JS, show_error=True)
+    # Browsers ask the site's root for its icon on every page: Gradio's is under /ui.
+    app.add_api_route("/favicon.ico", lambda: RedirectResponse("/ui/favicon.ico", 301), include_in_schema=False)
     # Every open tab holds a heartbeat stream that only ends on Gradio's stop event, which Gradio sets
     # after uvicorn has waited for open connections: without this, SIGTERM with a tab open would always
     # wait the full --shutdown-timeout.

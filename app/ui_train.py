@@ -106,6 +106,18 @@ def conflicts_html(conflicts: list[dict], total: int, shown: int = 5) -> str:
     return f"<ul>{''.join(items)}{more}</ul>"
 
 
+def box_value(p, raw):
+    """A Train-tab box's text as the setting: None when empty (the default), else the number typed."""
+    raw = str(raw if raw is not None else "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw) if p.kind is int and raw.lstrip("+-").isdigit() else float(raw)
+    except ValueError:
+        raise DataError(f"{p.name.replace('_', ' ')}: {raw[:20]!r} is not a number; leave the box empty for the "
+                        "default") from None
+
+
 def number_placeholders(jobs) -> list[str]:
     """What an empty box means: the active version's setting (folds: app/jobs.py's default), else k-fold's."""
     try:
@@ -136,7 +148,7 @@ def train_tab(cfg, state, jobs) -> None:
             return (f"⚠ {why}", *refresh())
         try:
             # checked there, as the API's are
-            job = await jobs.start({p.name: v for p, v in zip(TAB_PARAMS, values)})
+            job = await jobs.start({p.name: box_value(p, v) for p, v in zip(TAB_PARAMS, values)})
             message = (f"Started job {job['id']}: {job['data'].get('train_rows')} training rows, "
                        f"{job['data'].get('eval_rows')} in the evaluation slice, "
                        f"{job['data'].get('corrections', 0)} label corrections from Review suspects.")
@@ -179,12 +191,11 @@ def train_tab(cfg, state, jobs) -> None:
                        f"{cfg.promote_tolerance:g} macro-F1" if cfg.promote == "auto" else "only when you promote it")
                     + ". Training runs in a separate process at lower priority.")
         with gr.Row():
-            # No minimum/maximum on the boxes: Gradio shows an empty box with bounds as a red 0 and refuses it
-            # before Train runs. Empty means the default (the placeholder says which); check_params words a
-            # value out of bounds.
-            inputs = [gr.Number(label=f"{p.name.replace('_', ' ').capitalize()} ({p.low:g}–{p.high:g})", value=None,
-                                placeholder=hint, precision=0 if p.kind is int else None,
-                                elem_id="train-" + p.name.replace("_", "-"))
+            # Text boxes, not gr.Number: Gradio 6 shows an empty Number as 0 (red, under a minimum) and refuses
+            # it before Train runs. Empty means the default (the placeholder says which); check_params words
+            # a value out of bounds.
+            inputs = [gr.Textbox(label=f"{p.name.replace('_', ' ').capitalize()} ({p.low:g}–{p.high:g})",
+                                 placeholder=hint, max_lines=1, elem_id="train-" + p.name.replace("_", "-"))
                       for p, hint in zip(TAB_PARAMS, number_placeholders(jobs))]
             t_start = gr.Button("Train", variant="primary", elem_id="train-start")
             t_cancel = gr.Button("Cancel job", elem_id="train-cancel")

@@ -194,3 +194,16 @@ def test_a_person_s_mistake_is_one_log_line_not_a_traceback(caplog):
     assert [r.fields["action"] for r in said] == ["start", "classify"] and not any(r.exc_info for r in said)
     with pytest.raises(KeyError):  # a defect keeps its traceback
         _quiet_user_errors(broken)()
+
+
+def test_a_train_box_reads_empty_as_the_default_and_words_a_typo():
+    from app.train_params import BY_NAME
+    from app.ui_train import box_value
+    from textdata.errors import DataError
+
+    folds, lr = BY_NAME["folds"], BY_NAME["lr"]
+    assert box_value(folds, "") is None and box_value(folds, None) is None and box_value(folds, " 3 ") == 3
+    assert box_value(folds, "2.5") == 2.5  # check_params then says folds must be an integer
+    assert box_value(lr, "1e-4") == 1e-4
+    with pytest.raises(DataError, match="'five' is not a number; leave the box empty for the default"):
+        box_value(folds, "five")
