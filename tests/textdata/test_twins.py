@@ -17,8 +17,8 @@ import torch
 
 from pretraining.config import Parser as PretrainParser
 from pretraining.config import TrainConfig, build_parser, exits_2_on_usage_error
-from pretraining.config import flag_hint as pretrain_flag_hint
 from pretraining.config import UsageError as PretrainUsageError
+from pretraining.config import flag_hint as pretrain_flag_hint
 from pretraining.cpu_limits import CpuLimits as PretrainCpuLimits
 from pretraining.cpu_limits import plan_threads as pretrain_plan_threads
 from pretraining.train import autocast_dtype
