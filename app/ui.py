@@ -322,10 +322,11 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         review = ReviewPanel(cfg, store, getattr(jobs, "registry", None), labels, lambda: state.served.clf)
         with gr.Column(elem_id="label-panel"):
             l_progress = gr.HTML(elem_id="label-progress")
-            l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
-            with gr.Row():
-                l_hint = gr.Markdown(elem_id="label-hint")
-                l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs")
+            with gr.Row(equal_height=False):  # probabilities beside the text: the buttons fit a 768 px screen
+                with gr.Column(scale=3):
+                    l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
+                    l_hint = gr.Markdown(elem_id="label-hint")
+                l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs", scale=2)
             l_accept = gr.Button("Accept", variant="primary", visible="hidden", elem_id="accept-btn")
             review.keep_button()
             with gr.Row():
