@@ -48,8 +48,11 @@ def test_a_page_load_asks_for_nothing_missing(laptop):
     for path in ("/favicon.ico", "/ui/favicon.ico"):  # a browser asks for one; it was a 404 on every load
         r = httpx.get(server.url + path, follow_redirects=True)
         assert r.status_code == 200 and r.headers["content-type"].startswith("image/"), path
+    pg.fill("#classify-text textarea", TEXTS[0])
+    pg.keyboard.press("Shift+Enter")  # what the box's hint says sends it
+    pg.wait_for_function("() => /model v1/.test(document.querySelector('#classify-top').innerText)")
     DOCS_IMG.mkdir(parents=True, exist_ok=True)
-    pg.screenshot(path=str(DOCS_IMG / "ui-classify-1366.png"))
+    pg.screenshot(path=str(DOCS_IMG / "ui-classify.png"))
 
 
 def test_train_on_the_first_click_runs_with_the_defaults(laptop):
@@ -65,7 +68,6 @@ def test_train_on_the_first_click_runs_with_the_defaults(laptop):
     said = pg.inner_text("#train-message")
     assert said.startswith("⚠") and "minimum" not in said + toasts(pg), said
     assert "/v1/" not in said
-    pg.screenshot(path=str(DOCS_IMG / "ui-train-1366.png"))
 
 
 def test_session_fits_a_laptop_and_an_empty_review_queue_keeps_it(laptop, tmp_path):
@@ -83,7 +85,7 @@ def test_session_fits_a_laptop_and_an_empty_review_queue_keeps_it(laptop, tmp_pa
         assert box is not None and box["y"] >= 0 and box["y"] + box["height"] <= LAPTOP["height"], (selector, box)
     keys = pg.inner_text("#label-keys")
     assert "Enter accept the suggestion" in keys and "keep the given" not in keys  # K is a review's key
-    pg.screenshot(path=str(DOCS_IMG / "ui-label-1366.png"))
+    pg.screenshot(path=str(DOCS_IMG / "ui-label.png"))
 
     # The queue is empty: the button says so, and pressing it leaves the session as it was.
     pg.click("text=Start or resume a session")  # unfold the panel the button is in
@@ -106,4 +108,21 @@ def test_monitor_tab_says_levels_in_words(laptop):
     said = pg.inner_text("#monitor-summary")
     assert any(word in said for word in ("OK", "WATCH", "ALERT", "No drift statistics")), said
     assert "(serving)" in pg.input_value("#monitor-version input")
-    pg.screenshot(path=str(DOCS_IMG / "ui-monitor-1366.png"))
+    pg.screenshot(path=str(DOCS_IMG / "ui-monitor.png"))
+
+
+def test_batch_summary_and_preview_fit_the_screen(laptop, tmp_path):
+    _, pg, _ = laptop
+    source = tmp_path / "messy.csv"
+    long = "회의 메모 " * 200
+    pd.DataFrame({"id": range(5), "text": [TEXTS[0], "", long, TEXTS[1], TEXTS[2]]}).to_csv(source, index=False)
+    pg.get_by_role("tab", name="Batch").click()
+    pg.set_input_files("#batch-file input[type=file]", str(source))
+    pg.wait_for_selector("#batch-file a[href*='file=']")
+    pg.click("#batch-go")
+    pg.wait_for_function("() => /Scored/.test(document.querySelector('#batch-summary').innerText)")
+    said = pg.inner_text("#batch-summary")
+    assert said.startswith("Scored 4 of 5 rows") and "1 not scored" in said, said
+    preview = pg.inner_text("#batch-preview")
+    assert long.strip() not in preview and "…" in preview  # the long text is cut on screen, not in the CSV
+    pg.screenshot(path=str(DOCS_IMG / "ui-batch.png"))
