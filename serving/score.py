@@ -56,7 +56,7 @@ from serving.scoring import (
     summary,
     warn_rows,
 )
-from textdata.errors import DataError, UsageError, exits_2_on_user_error
+from textdata.errors import DataError, UsageError, capped, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
 from textdata.run_folder import model_in_run
 from textdata.tables import count_rows, iter_rows, table_format
@@ -222,7 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"scored {s['rows']} rows ({s['scored_this_run']} this run{rate}) in {s['seconds']} s "
           f"with {s['backend']}/{s['provider']} {s['model_file'] or ''} -> {s['output']}")
     print(f"errors: {s['errors']} {s['error_kinds'] or ''}" + (f" ids: {s['error_ids']}" if s["error_ids"] else ""))
-    print("labels: " + ", ".join(f"{k} {v}" for k, v in s["labels"].items()))
+    # the ten commonest: a multi-label run has a set per combination (200 rows printed 4,536 characters)
+    print("labels: " + capped(f"{k} {v}" for k, v in s["labels"].items()))
     return 0
 
 

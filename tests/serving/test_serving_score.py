@@ -239,3 +239,17 @@ def test_a_shifted_row_is_flagged_and_kept_never_scored_shifted(exported_dir, tm
         "3 fields, the header has 2 (a comma inside a text not in double quotes?)": 1,
         "1 field, the header has 2: no 'id'": 1}
     assert f"{inp}: row 1 (line 2): 3 fields" in caplog.text  # named on stderr as met
+
+
+def test_the_summary_lists_ten_labels_and_how_many_more(monkeypatch, capsys):
+    """Issue 45: a multi-label run printed every label set seen, 4,536 characters for 200 rows."""
+    import serving.score as score
+
+    sets = {f"tag{i};tag{i + 1}": 100 - i for i in range(60)}
+    monkeypatch.setattr(score, "run", lambda cfg: {
+        "rows": 200, "scored_this_run": 200, "rows_per_second": None, "seconds": 1.0, "backend": "onnx",
+        "provider": "cpu", "model_file": "model.onnx", "output": "o.csv", "errors": 0, "error_kinds": {},
+        "error_ids": None, "labels": sets})
+    assert score.main(["--model", "m", "--input", "i.csv", "--output", "o.csv"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("labels: "))
+    assert line.startswith("labels: tag0;tag1 100, tag1;tag2 99") and line.endswith("tag9;tag10 91 and 50 more")
