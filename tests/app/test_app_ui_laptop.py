@@ -46,7 +46,7 @@ def test_a_page_load_asks_for_nothing_missing(laptop):
     server, pg, missing = laptop
     assert missing == []
     for path in ("/favicon.ico", "/ui/favicon.ico"):  # a browser asks for one; it was a 404 on every load
-        r = httpx.get(server.url + path, follow_redirects=True)
+        r = httpx.get(server.url + path, follow_redirects=True, timeout=60)
         assert r.status_code == 200 and r.headers["content-type"].startswith("image/"), path
     pg.fill("#classify-text textarea", TEXTS[0])
     pg.keyboard.press("Shift+Enter")  # what the box's hint says sends it

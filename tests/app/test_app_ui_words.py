@@ -207,3 +207,15 @@ def test_a_train_box_reads_empty_as_the_default_and_words_a_typo():
     assert box_value(lr, "1e-4") == 1e-4
     with pytest.raises(DataError, match="'five' is not a number; leave the box empty for the default"):
         box_value(folds, "five")
+
+
+def test_top_k_scores_hold_every_answered_label():
+    """Issue 45: with top_k, a multi-label answer's `labels` could name a label missing from its `scores`."""
+    from app.api import _shape
+    from serving.multilabel import MultiLabelPrediction
+
+    scores = {"a": 0.9, "b": 0.8, "c": 0.55, "d": 0.1}
+    pred = MultiLabelPrediction(["a", "c"], scores, "a", 0.9, scores, None, True)  # c: over its low threshold
+    shaped = _shape(pred, 2, "v1")
+    assert list(shaped["scores"]) == ["a", "b", "c"] and set(shaped["labels"]) <= set(shaped["scores"])
+    assert _shape(pred, None, "v1")["scores"] == scores
