@@ -117,7 +117,8 @@ def run(cfg: ScoreConfig) -> dict:
 
     total = count_rows(cfg.input)
     bar = tqdm(total=total, initial=min(skip, total or skip), unit="rows",
-               disable=not cfg.progress, desc="scoring", file=sys.stderr)
+               # a bar is for a terminal: into a file or a pipe each redraw is another copy of the line
+               disable=not cfg.progress or not sys.stderr.isatty(), desc="scoring", file=sys.stderr)
     rows_in, scored_now, t_score = 0, 0, time.time()
     tally, warned = Tally(cfg.id_column), 0
     for path, _ in done:
