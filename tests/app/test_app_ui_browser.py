@@ -19,7 +19,7 @@ from textdata.tables import read_table
 CHROMIUM = Path("/usr/bin/chromium")
 # Screenshots refresh the README's pictures only when asked (SCREENSHOTS=docs/img), so a test run
 # leaves the working tree clean.
-DOCS_IMG = Path(os.environ.get("SCREENSHOTS") or tempfile.mkdtemp(prefix="ui-screenshots-"))
+DOCS_IMG = Path(os.environ.get("SCREENSHOTS") or tempfile.mkdtemp(prefix="ui-screenshots-")).resolve()  # tests run in a temp cwd
 ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
         "--disable-component-update", "--disable-sync", "--no-first-run"]
 TEXTS = ["꿈에서 봤다 오늘", "에러 발생했다 회의", "메모 약속 내일", "dream diary 일기", "error memo",
