@@ -166,7 +166,10 @@ def check_texts(texts: list[str], cfg: Config, field: str, single: bool, normali
 
 def _shape(pred, top_k: int | None, version: str, min_confidence: float | None = None) -> dict:
     if isinstance(pred, MultiLabelPrediction):
-        scores = pred.scores if top_k is None else dict(sorted(pred.scores.items(), key=lambda kv: -kv[1])[:top_k])
+        # top_k most likely, and every answered label whatever its rank: `labels` never names one missing here
+        kept = set(pred.labels) | {k for k, _ in sorted(pred.scores.items(), key=lambda kv: -kv[1])[:top_k or None]}
+        scores = pred.scores if top_k is None else dict(sorted(((k, v) for k, v in pred.scores.items() if k in kept),
+                                                               key=lambda kv: -kv[1]))
         sure = pred.confident if min_confidence is None else all(pred.scores[n] >= min_confidence for n in pred.labels)
         return {"labels": pred.labels, "scores": scores, "model_version": version, "confident": bool(sure)}
     probs = pred.probabilities

@@ -247,6 +247,7 @@ class Jobs:
                 "rows": result["rows"], "table_sha256": record["table_sha256"], "training": record["params"],
                 "data": record["data"], "labels": result["labels"], "cv_macro_f1": result["cv_macro_f1"],
                 "cv_macro_f1_std": result["cv_macro_f1_std"], "export": result["export"],
+                **{k: result[k] for k in ("cv_served_macro_f1", "cv_served") if k in result},
                 "trained_on": {"known": True, "table": "training/train.csv", "sha256": record["table_sha256"]},
                 "eval": {**(result.get("eval") or {}), "champion": champion, "compared_on": result.get("compared_on")}}
 
@@ -259,9 +260,10 @@ class Jobs:
         if self.cfg.promote == "manual":
             promote, why = False, f"--promote manual: promote it with POST /v1/models/{version}/activate or the Train tab"
         elif cand is None:
-            what = ("the evaluation slice is empty" if not basis or not basis["slice_rows"] else
-                    f"every evaluation-slice row was trained on by one of them ({describe(basis)})")
-            promote, why = False, f"{what}, so it was not compared: promote it by hand"
+            what = ("the evaluation slice is empty (too few labeled texts)" if not basis or not basis["slice_rows"]
+                    else f"all {basis['slice_rows']} evaluation texts were trained on ({describe(basis)})")
+            promote, why = False, (f"not compared: {what}; promote it by hand (Train tab: Promote / activate) "
+                                   "if its cv macro-F1 is good enough")
         elif champ is None or cand >= champ - tol:
             vs = f"{parent}'s {champ:.4f}" if champ is not None else "no active version scored"
             promote, why = True, f"evaluation macro-F1 {cand:.4f} vs {vs}{on} (tolerance {tol:g})"

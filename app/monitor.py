@@ -216,6 +216,12 @@ class Monitor:
             self.audit.offer(engine.version, texts, [list(x) for x in sets] if multi else [[p.label] for p in preds],
                              multi)
 
+    def attach(self, engine) -> None:
+        """Open `engine`'s window now (the served version at start): what state.json kept of it shows in
+        /v1/monitor at once, not only after the first request."""
+        with self.lock:
+            self._window(engine)
+
     def _window(self, engine) -> Window:
         w = self.windows.get(engine.version)
         if w is None:
@@ -250,8 +256,12 @@ class Monitor:
             versions = {}
             for v, w in self.windows.items():
                 w.expire(now)
-                versions[v] = {**w.statistics(), "total": w.total, "reference": w.reference, "reference_note": w.why,
-                               "history": list(w.history), "alerts": sorted(w.alerting), "labels": w.labels}
+                stats = w.statistics()
+                # alerts as the levels read now: the alerting set moves only every check_every answers (it
+                # decides when a warning is logged), so it could say [] beside a level "alert"
+                alerts = sorted(k for k, lv in (stats["levels"] or {}).items() if lv == "alert")
+                versions[v] = {**stats, "total": w.total, "reference": w.reference, "reference_note": w.why,
+                               "history": list(w.history), "alerts": alerts, "labels": w.labels}
         return {"window": {"size": self.size, "span_s": self.span_s}, "thresholds": {"watch": PSI_WATCH, "alert": PSI_ALERT},
                 "dropped": self.dropped, "audit_queue": len(self.audit) if self.audit is not None else 0,
                 "versions": versions}

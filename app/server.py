@@ -61,6 +61,8 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     version = version or (model_version(folder) if folder is not None else clf.info()["name"])
     name = registry.meta(version).get("name", version) if registry is not None else clf.info()["name"]
     state.served = ServedVersion(clf, version, name, describe(clf))
+    if state.monitor is not None:  # its saved window shows in /v1/monitor from the start
+        state.monitor.attach(state.served)
     metrics.set_model(version)
     switcher = None
     if registry is not None:

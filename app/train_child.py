@@ -155,6 +155,7 @@ def run(job: Path) -> dict:
     result = {
         "labels": report["labels"], "rows": report["n_used"], **({"multi_label": True} if sep else {}),
         "cv_macro_f1": round(report["macro_f1_mean"], 4), "cv_macro_f1_std": round(report["macro_f1_std"], 4),
+        **served_cv(report),
         "export": {"cpu_default": exported["cpu_default"], "quantization": (exported.get("quantization") or {}).get("recipe")},
         "eval": eval_scores(staging, job / "compared.csv", sep),
         "champion_eval": eval_scores(Path(champion["folder"]), job / "compared.csv", sep) if champion else None,
@@ -163,6 +164,15 @@ def run(job: Path) -> dict:
     progress.stage("done", cfg.folds + 3)
     write_json(job / "result.json", result)
     return result
+
+
+def served_cv(report: dict) -> dict:
+    """The cross-validated macro-F1 of what the version serves: the blend's nested score where the blend is
+    kept (the encoder alone can score far lower: a team reading that would think the version useless)."""
+    blend = report.get("blend") or {}
+    if blend.get("kept") and blend.get("macro_f1_mean") is not None:
+        return {"cv_served_macro_f1": round(blend["macro_f1_mean"], 4), "cv_served": "blend"}
+    return {"cv_served_macro_f1": round(report["macro_f1_mean"], 4), "cv_served": "encoder"}
 
 
 @exits_2_on_user_error

@@ -9,8 +9,8 @@ queue, so the UI and API share one set of limits.
 
 from __future__ import annotations
 
-import asyncio
-import html
+import functools
+import inspect
 import logging
 import shutil
 import tempfile
@@ -23,24 +23,23 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 from gradio.context import LocalContext
+from starlette.responses import RedirectResponse
 
-from serving.scoring import score_frame
 from textdata.tables import missing_text, write_table
 
 from . import ui_multilabel
-from .api import text_problem
-from .batcher import QueueFull
 from .config import open_to_anyone
 from .kept_texts import VisitorStore
 from .labeling import ORDERS, SessionError, SessionStore
 from .review_queue import start_session
-from .ui_label_view import MAX_LABEL_BUTTONS, _render_label
+from .ui_batch import batch_tab
+from .ui_classify import QUICK, classify_tab, header, health_banner
+from .ui_label_view import MAX_LABEL_BUTTONS, _render_label, folds, keys_help, review_button
 from .ui_review import ReviewPanel
 from .uploads import read_upload, spreadsheet_safe, uploaded_only
 
 log = logging.getLogger("app")
 
-QUICK = 16  # concurrent quick events (classify, label clicks): milliseconds each
 SCORE_CHUNK = 256  # rows per engine call in scoring jobs: the progress bar moves at this step
 
 SHORTCUTS_JS = """
@@ -112,10 +111,6 @@ def _stop_reason(state) -> str | None:
     return "the page was closed" if _client_gone() else None
 
 
-def _within(by_row: dict[int, str], a: int, b: int) -> dict[int, str]:
-    return {i - a: v for i, v in by_row.items() if a <= i < b}
-
-
 def _score_chunks(n: int, score, progress, desc: str, unit: str, engine_turn: threading.Lock, state=None) -> list:
     """`score(start, stop)` over SCORE_CHUNK-row chunks, stopping when the client is gone (or the server
     drains). One UI chunk computes at a time (`engine_turn`), so API batches interleave with UI jobs."""
@@ -131,6 +126,37 @@ def _score_chunks(n: int, score, progress, desc: str, unit: str, engine_turn: th
     return parts
 
 
+def _said(error: gr.Error, fn) -> gr.Error:
+    """A message for the person at the page, logged as one JSON line (app/logs.py), not a traceback."""
+    error.print_exception = False
+    name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "ui")
+    log.info("UI refused: %s", error.message, extra={"fields": {"event": "ui_refused", "action": name}})
+    return error
+
+
+def _quiet_user_errors(fn):
+    """`fn` raising gr.Error (a person's mistake: no file, a bad column) logs one line instead of Gradio's
+    18-line traceback on stderr; any other exception keeps its traceback (a defect)."""
+    if fn is None or inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        return fn
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def run_async(*args, **kwargs):
+            try:
+                return await fn(*args, **kwargs)
+            except gr.Error as e:
+                raise _said(e, fn) from None
+        return run_async
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error as e:
+            raise _said(e, fn) from None
+    return run
+
+
 def build_ui(cfg, state, jobs=None) -> gr.Blocks:
     """The tabs, each built by its own function: Classify, Label, Batch, and Train with a model registry.
     Each action uses the version serving when it starts (`state.served`), so a model switch needs no reload."""
@@ -139,17 +165,20 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
         store = VisitorStore(store)
     exports = Exports()
     labels = list(state.served.clf.labels)
-    name = state.served.name
     engine_turn = threading.Lock()  # one UI scoring chunk at a time, whichever tab asks
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
-    with gr.Blocks(title=f"{name} · ELECTRA classifier", analytics_enabled=False,
+    with gr.Blocks(title="ELECTRA text classifier", analytics_enabled=False,
                    delete_cache=(3600, 24 * 3600)) as demo:
         sign_out = " · [Sign out](/logout)" if cfg.api_key else ""
-        gr.Markdown(f"## {html.escape(name)}\nLabels: {', '.join(html.escape(x) for x in labels)}{sign_out}")
+        # Read at each page load: the served version (and whether its model adds anything) changes with a switch.
+        top = gr.Markdown(header(state, sign_out), elem_id="page-header")
+        banner = gr.Markdown(health_banner(state), elem_id="health-banner")
+        demo.load(lambda: (header(state, sign_out), health_banner(state)), None, [top, banner],
+                  show_progress="hidden")
         with gr.Tabs():
-            _classify_tab(cfg, state, labels)
+            classify_tab(cfg, state)
             _label_tab(cfg, state, labels, store, exports, engine_turn, jobs)
-            _batch_tab(cfg, state, exports, engine_turn)
+            batch_tab(cfg, state, exports, engine_turn, _score_chunks, _stop_reason, cfg.ui_concurrency)
             if jobs is not None:
                 from .ui_train import train_tab
 
@@ -162,49 +191,11 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
     # files it serves: every input of every event takes uploaded files only.
     for block in {id(b): b for fn in demo.fns.values() for b in fn.inputs}.values():
         uploaded_only(block)
+    for block_fn in demo.fns.values():
+        block_fn.fn = _quiet_user_errors(block_fn.fn)
     demo.queue(max_size=64, default_concurrency_limit=cfg.ui_concurrency)
     demo.ui_theme = theme
     return demo
-
-
-def _classify_tab(cfg, state, labels: list[str]) -> None:
-    """One text in, its label and probabilities out, through the API's micro-batcher."""
-
-    async def classify(text: str):
-        served = state.served
-        clf = served.clf
-        text = (text or "").strip()
-        if not text:
-            raise gr.Error("Type or paste a text first.")
-        problem = text_problem(text, clf.normalizer)
-        if problem:
-            raise gr.Error(f"Cannot classify this text: {problem}.")
-        if len(text) > cfg.max_chars:
-            raise gr.Error(f"{len(text)} characters; the limit is {cfg.max_chars}.")
-        if state.batcher is None or state.draining:
-            raise gr.Error("The server is starting or shutting down; try again in a moment.")
-        seqs = await asyncio.to_thread(clf.encode, [text])
-        try:
-            (pred,) = await asyncio.wait_for(state.batcher.submit(seqs, [len(seqs[0])], served), cfg.request_timeout_s)
-        except (QueueFull, asyncio.TimeoutError):
-            raise gr.Error("The server is busy; try again in a moment.") from None
-        unsure = "" if getattr(pred, "confident", True) else " · ⚠ **not sure** (under the model's threshold)"
-        if getattr(clf, "multi_label", False):  # the label set over the thresholds, maybe empty
-            found = ", ".join(f"**{html.escape(x)}** {pred.scores[x]:.1%}" for x in pred.labels) or "**none of the labels**"
-            return pred.scores, f"{found}{unsure} · model {html.escape(served.version)}"
-        return pred.probabilities, (f"**{html.escape(pred.label)}** · {pred.score:.1%}{unsure} · "
-                                    f"model {html.escape(served.version)}")
-
-
-    with gr.Tab("Classify", id="classify", elem_id="tab-classify"):
-        c_text = gr.Textbox(label="Text", lines=5, max_length=cfg.max_chars, elem_id="classify-text",
-                            placeholder="Type or paste a text")
-        c_button = gr.Button("Classify", variant="primary", elem_id="classify-btn")
-        c_top = gr.Markdown(elem_id="classify-top")
-        c_probs = gr.Label(label="Probabilities", num_top_classes=len(labels), elem_id="classify-probs")
-        c_button.click(classify, c_text, [c_probs, c_top], concurrency_limit=QUICK)
-        c_text.submit(classify, c_text, [c_probs, c_top], concurrency_limit=QUICK)
-
 
 
 def _export_labeled(store: SessionStore, exports: Exports, sid) -> str:
@@ -238,7 +229,11 @@ def _label_extras(labels: list[str]) -> tuple:
 def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Exports, engine_turn, jobs=None) -> None:
     """Label an uploaded file with the model's suggestions, least confident first; every decision saved as made."""
 
-    render = partial(_render_label, store, labels)
+    view = partial(_render_label, store, labels)
+
+    def render(session, message: str = "", fold: bool = True) -> list:
+        """The tab for `session`; `fold`: fold the start and suspects panels (a session was just opened)."""
+        return [*view(session, message), *folds(session, fold)]
 
     def start(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
         df, column, errors, _ = read_upload(cfg, file, text_column, partial(_stop_reason, state))
@@ -254,8 +249,10 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         preds = [p for part in _score_chunks(len(texts), lambda a, b: clf.predict(texts[a:b]), progress,
                                              "Model suggestions", "texts", engine_turn, state) for p in part]
         multi = getattr(clf, "multi_label", False)  # a multi-label model: the session decides label sets
+        # rows under the served threshold: their Accept is not the obvious click (app/ui_label_view.py)
+        unsure = [i for i, p in enumerate(preds) if not getattr(p, "confident", True)] if not multi else []
         session = store.create(Path(file).name, texts, preds, list(clf.labels), clf.thresholds if multi else None,
-                               clf.label_sep if multi else None)
+                               clf.label_sep if multi else None, **({"unsure_rows": unsure} if unsure else {}))
         skipped = int((~keep).sum())
         note = f" ({skipped} empty rows left out)" if skipped else ""
         return render(session, f"Loaded {len(texts)} texts{note}. Least confident first; change the order below.")
@@ -263,21 +260,23 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
     def resume(sid):
         return render(store.get(sid))
 
-    def review_unsure():  # the API's "not sure" answers (--review-queue) as a session, with the model's suggestions
+    def review_unsure(current):  # the API's "not sure" answers (--review-queue) as a session, with the model's suggestions
         session = start_session(state.review, store, list(state.served.clf.labels))
-        if session is None:
-            return render(None, "The review queue is empty: no 'not sure' answers are waiting.")
-        return render(session, f"Loaded {len(session.texts)} 'not sure' answers from the review queue.")
+        if session is None:  # the open session stays on screen: a labeler must not think the work is gone
+            return (*render(store.get(current), "The review queue is empty: no 'not sure' answers are waiting.",
+                            fold=False), review_button(state.review))
+        return (*render(session, f"Loaded {len(session.texts)} 'not sure' answers from the review queue."),
+                review_button(state.review))
 
     def act(action, sid, row, *args):
         session = store.get(sid)
         if session is None:
-            return render(None, "No labeling session: upload a file to start.")
+            return render(None, "No labeling session: upload a file to start.", fold=False)
         try:
             message = action(session, row, *args) or ""
         except SessionError as e:
             message = f"⚠ {e}"
-        return render(session, message)
+        return render(session, message, fold=False)
 
     def accept(session, row):
         if session.meta.get("blind"):  # an audit has no suggestion to accept (a stray Enter key must not label)
@@ -315,22 +314,23 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
     with gr.Tab("Label", id="label", elem_id="tab-label") as label_tab:
         sid = gr.BrowserState("", storage_key="electra-label-session")
         row = gr.State(None)
-        with gr.Accordion("Start or resume a session", open=True), gr.Row():
+        with gr.Accordion("Start or resume a session", open=True) as l_start_panel, gr.Row():
             l_file = gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
                              elem_id="label-file")
             with gr.Column():
                 l_column = gr.Textbox(label="Text column", value="text", elem_id="label-column")
                 l_start = gr.Button("Start labeling", variant="primary", elem_id="label-start")
                 l_sessions = gr.Dropdown(label="Earlier sessions", choices=[], elem_id="label-sessions")
-                l_review = gr.Button("Review 'not sure' answers", visible=state.review is not None,
+                l_review = gr.Button(review_button(state.review)["value"], visible=state.review is not None,
                                      elem_id="label-review")
         review = ReviewPanel(cfg, store, getattr(jobs, "registry", None), labels, lambda: state.served.clf)
         with gr.Column(elem_id="label-panel"):
             l_progress = gr.HTML(elem_id="label-progress")
-            l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
-            with gr.Row():
-                l_hint = gr.Markdown(elem_id="label-hint")
-                l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs")
+            with gr.Row(equal_height=False):  # probabilities beside the text: the buttons fit a 768 px screen
+                with gr.Column(scale=3):
+                    l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
+                    l_hint = gr.Markdown(elem_id="label-hint")
+                l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs", scale=2)
             l_accept = gr.Button("Accept", variant="primary", visible="hidden", elem_id="accept-btn")
             review.keep_button()
             with gr.Row():
@@ -341,16 +341,15 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
                 l_undo = gr.Button("↶ Undo  [U]", size="sm", elem_id="undo-btn")
             l_panel = ui_multilabel.build_panel()
             l_message = gr.Markdown(elem_id="label-message")
-            gr.Markdown("Keys: **Enter** accept · **1–9** choose a label · **S** skip · **U** undo. "
-                        "Every decision is saved on the server as you go.", elem_classes="shortcut-help")
+            l_keys = gr.Markdown(keys_help(None, None), elem_classes="shortcut-help", elem_id="label-keys")
             l_order, l_other, l_other_btn, l_new, l_add, l_export, l_file_out = _label_extras(labels)
         outputs = [sid, row, l_text, l_hint, l_probs, l_progress, l_accept, *l_buttons, l_other, l_order,
-                   l_message, l_sessions, *l_panel]
+                   l_message, l_sessions, *l_panel, l_keys, l_start_panel, review.accordion]
         quick = {"concurrency_limit": QUICK, "concurrency_id": "label", "trigger_mode": "once"}
         l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
                       concurrency_limit=cfg.ui_concurrency)
         l_sessions.input(resume, l_sessions, outputs, **quick)
-        l_review.click(review_unsure, None, outputs, **quick)
+        l_review.click(review_unsure, sid, [*outputs, l_review], **quick)
         l_accept.click(partial(act, accept), [sid, row], outputs, **quick)
         for i, b in enumerate(l_buttons):
             b.click(partial(act, partial(choose, i)), [sid, row], outputs, **quick)
@@ -367,50 +366,9 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         # On opening the tab rather than on page load: Gradio 6 applies page-load updates to a tab
         # not yet shown and then re-mounts it with its initial props, losing them.
         label_tab.select(resume, sid, outputs, **quick)
+        if state.review is not None:  # how many wait, each time the tab opens
+            label_tab.select(lambda: review_button(state.review), None, l_review, **quick)
 
-
-
-def _batch_tab(cfg, state, exports: Exports, engine_turn) -> None:
-    """Score an uploaded file: every row kept, with predictions, as a CSV to download."""
-
-    def score_file(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
-        df, column, errors, notes = read_upload(cfg, file, text_column, partial(_stop_reason, state))
-        clf = state.served.clf  # one version for the whole file
-
-        def score(a, b):  # rows the reader flagged are kept, with the reason in `error`
-            return score_frame(clf, df.iloc[a:b], column, None, _within(errors, a, b), _within(notes, a, b))
-
-        parts = _score_chunks(len(df), score, progress, "Scoring", "rows", engine_turn, state)
-        scored = pd.concat(parts)
-        out = exports.path(f"{Path(file).stem}-scored.csv")
-        write_table(spreadsheet_safe(scored), out)  # a person opens this one: formulas neutralised
-        if "pred_labels" in scored:  # multi-label: label sets, "(none)" where no label is over its threshold
-            got = scored["pred_labels"].notna()  # unscored rows have none; "none of these" is ""
-            counts = scored.loc[got, "pred_labels"].replace("", "(none)").value_counts()
-            unscored = int((~got).sum())
-        else:
-            counts = scored["pred_label"].value_counts()
-            unscored = int(scored["pred_label"].isna().sum())
-        summary = (f"Scored **{len(scored)}** rows: " + ", ".join(f"{html.escape(str(k))} {v}" for k, v in counts.items())
-                   + (f" · {unscored} rows not scored (see `error`)" if unscored else "")
-                   + (f" · {len(notes)} rows with a text cut to {cfg.max_chars} characters" if notes else ""))
-        return str(out), summary, scored.head(20)
-
-
-    with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
-        with gr.Row():
-            b_file = gr.File(label="CSV to score", file_types=[".csv", ".tsv", ".jsonl", ".parquet"],
-                             elem_id="batch-file")
-            with gr.Column():
-                b_column = gr.Textbox(label="Text column", value="text", elem_id="batch-column")
-                b_go = gr.Button("Score", variant="primary", elem_id="batch-go")
-        b_summary = gr.Markdown(elem_id="batch-summary")
-        b_out = gr.File(label="Scored CSV (every input column + pred_label, pred_score or, multi-label, pred_labels; prob_*, "
-                              "error, model_version)",
-                        elem_id="batch-download")
-        b_preview = gr.Dataframe(label="First rows", interactive=False, elem_id="batch-preview")
-        b_go.click(score_file, [b_file, b_column], [b_out, b_summary, b_preview], concurrency_id="scoring",
-                   concurrency_limit=cfg.ui_concurrency)
 
 
 def mount_ui(app, cfg, state, jobs=None) -> None:
@@ -418,6 +376,8 @@ def mount_ui(app, cfg, state, jobs=None) -> None:
     gr.mount_gradio_app(app, demo, path="/ui", ssr_mode=False, footer_links=["settings"],
                         max_file_size=int(cfg.max_upload_mb * 1024 * 1024), theme=demo.ui_theme, css=CSS,
                         head=SHORTCUTS_JS, show_error=True)
+    # Browsers ask the site's root for its icon on every page: Gradio's is under /ui.
+    app.add_api_route("/favicon.ico", lambda: RedirectResponse("/ui/favicon.ico", 301), include_in_schema=False)
     # Every open tab holds a heartbeat stream that only ends on Gradio's stop event, which Gradio sets
     # after uvicorn has waited for open connections: without this, SIGTERM with a tab open would always
     # wait the full --shutdown-timeout.

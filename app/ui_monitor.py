@@ -5,10 +5,26 @@ label sets, the exact-set rate, and both per label); and the button that opens a
 from __future__ import annotations
 
 import html
+from datetime import datetime
 
 import gradio as gr
 
 from .audit import start_session
+
+COLOURS = {"ok": "#1a7f37", "watch": "#b35900", "alert": "#cf222e"}
+MEANS = {"class_mix": "the mix of labels the model answers", "confidence": "how sure the model is",
+         "length": "how long the texts are"}
+NEXT = {"ok": "as in the reference (the texts it was trained on).",
+        "watch": "has moved from the reference: keep an eye on it.",
+        "alert": "has moved far from the reference: start an audit session below to measure precision on "
+                 "today's texts, and label recent texts and retrain (Train tab) if it fell."}
+
+
+def level_line(kind: str, psi: float, level: str) -> str:
+    """One statistic as a coloured word, its PSI, and a sentence saying what it means and what to do."""
+    colour = COLOURS.get(level, "inherit")
+    return (f'<li><b style="color:{colour}">{html.escape(level.upper())}</b> · {html.escape(MEANS.get(kind, kind))} '
+            f'{NEXT.get(level, "")} <small>(PSI {psi:.3f}; watch ≥ 0.1, alert ≥ 0.25)</small></li>')
 
 
 def _shares(counts) -> list[float]:
@@ -21,6 +37,7 @@ def figure(version: dict):
     import matplotlib
 
     matplotlib.use("Agg")
+    import matplotlib.dates as mdates
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 3, figsize=(15, 4), constrained_layout=True)
@@ -44,11 +61,13 @@ def figure(version: dict):
     ax.legend()
     ax = axes[2]
     history = version.get("history") or []
+    when = [datetime.fromtimestamp(h["t"]) for h in history]
     for kind in ("class_mix", "confidence", "length"):
-        ax.plot([h["t"] - history[0]["t"] for h in history], [h[kind] for h in history], label=kind)
+        ax.plot(when, [h[kind] for h in history], marker=".", label=kind)
     ax.axhline(0.25, color="red", linestyle="--", linewidth=1, label="alert (0.25)")
     ax.axhline(0.1, color="orange", linestyle=":", linewidth=1, label="watch (0.1)")
-    ax.set_xlabel("seconds since the first check")
+    ax.set_xlabel("time of the check (server clock)")
+    ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
     ax.set_title("drift (PSI) over time")
     ax.legend(fontsize=8)
     return fig
@@ -82,8 +101,7 @@ def summary(report: dict, version: str) -> str:
     if v["drift"] is None:
         lines.append(f"No drift statistics: {html.escape(v['reference_note'] or 'no answers yet')}.")
     else:
-        lines.append("| statistic | PSI | level |\n|---|---|---|")
-        lines += [f"| {k} | {val:.3f} | {v['levels'][k]} |" for k, val in v["drift"].items()]
+        lines.append("<ul>" + "".join(level_line(k, val, v["levels"][k]) for k, val in v["drift"].items()) + "</ul>")
     lines.append(f"\nCut at the token limit: {v['overlong_share']:.1%} · not sure: {v['not_sure_share']:.1%} · "
                  f"empty texts refused: {v['empty_rejected']}")
     live = v.get("live_precision")
@@ -102,11 +120,15 @@ def summary(report: dict, version: str) -> str:
 def monitor_tab(cfg, state, store) -> None:
     monitor = state.monitor
 
-    def refresh():
+    def refresh(chosen=None):
+        """The chosen version's figures (the served one by default): a switch keeps the previous one's."""
         report = monitor.report()
-        version = state.served.version
+        served = state.served.version
+        version = chosen if chosen in report["versions"] else served
         v = report["versions"].get(version)
-        return summary(report, version), (figure(v) if v and v["n"] else None)
+        names = sorted(set(report["versions"]) | {served}, key=lambda x: (x != served, x))
+        pick = gr.update(choices=[(f"{x} (serving)" if x == served else x, x) for x in names], value=version)
+        return summary(report, version), (figure(v) if v and v["n"] else None), pick
 
     def audit(n):
         if monitor.audit is None:
@@ -121,13 +143,16 @@ def monitor_tab(cfg, state, store) -> None:
                 f"'Earlier sessions' (the model's answers are hidden there).{how}")
 
     with gr.Tab("Monitor", id="monitor", elem_id="tab-monitor") as tab:
+        m_version = gr.Dropdown(label="Version", choices=[], elem_id="monitor-version")
         m_summary = gr.Markdown(elem_id="monitor-summary")
-        m_plot = gr.Plot(label="now vs reference", elem_id="monitor-plot")
+        m_plot = gr.Plot(show_label=False, elem_id="monitor-plot")  # a label would cover the first chart's title
         with gr.Row():
             m_refresh = gr.Button("Refresh", elem_id="monitor-refresh")
             m_n = gr.Number(value=50, precision=0, minimum=1, maximum=500, label="Texts per audit session")
             m_audit = gr.Button("Start an audit session", elem_id="monitor-audit")
         m_message = gr.Markdown(elem_id="monitor-message")
-        m_refresh.click(refresh, None, [m_summary, m_plot])
-        tab.select(refresh, None, [m_summary, m_plot])
+        shown = [m_summary, m_plot, m_version]
+        m_refresh.click(refresh, m_version, shown)
+        m_version.input(refresh, m_version, shown)
+        tab.select(refresh, m_version, shown)
         m_audit.click(audit, m_n, m_message)

@@ -47,7 +47,7 @@ class ReviewPanel:
     def __init__(self, cfg, store, registry=None, labels=(), served=None):
         """`served`: the served classifier now (a multi-label one makes multi-label reviews)."""
         self.cfg, self.store, self.registry, self.labels, self.served = cfg, store, registry, list(labels), served
-        with gr.Accordion("Review suspects (label_issues.csv from finetune/kfold.py)", open=False):
+        with gr.Accordion("Review suspects (label_issues.csv from finetune/kfold.py)", open=False) as self.accordion:
             gr.Markdown("Rows whose label is likely wrong, least likely correct first: keep the given label, take "
                         "the suggestion or pick another; decisions correct the training table at the next Train.")
             with gr.Row():
@@ -78,7 +78,7 @@ class ReviewPanel:
                      f"{sessions} labeling sessions, no --train-data")
             session, message = open_review(self.store, issues, name, ts, label_root, table, self.labels, sep)
         except (ReviewError, DataError) as e:  # a file not read at all (not uploaded here) is gr.Error: refused
-            return render(self.store.get(current_sid), f"⚠ {e}")
+            return render(self.store.get(current_sid), f"⚠ {e}", fold=False)  # the panel stays open to retry
         return render(session, message)
 
     def wire(self, render, act, outputs, sid, row, hint_box) -> None:

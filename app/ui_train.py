@@ -23,12 +23,24 @@ from .train_params import RETRAINABLE
 
 TAB_PARAMS = [p for p in RETRAINABLE if p.tab]
 
-VERSION_COLUMNS = ["version", "active", "source", "rows", "cv macro-F1", "eval macro-F1", "active then (eval)",
-                   "decision", "created"]
+VERSION_COLUMNS = ["version", "active", "source", "rows", "cv macro-F1 (served)", "eval macro-F1",
+                   "active then (eval)", "decision", "created"]
+# Pixels per column at 1366 px wide: the decision, a sentence, takes what is left.
+VERSION_WIDTHS = ["70px", "60px", "90px", "60px", "120px", "100px", "120px", "auto", "130px"]
 
 
 def _f(x) -> str:
     return "" if x is None else f"{x:.4f}"
+
+
+def served_cv(m: dict) -> str:
+    """The cross-validated macro-F1 of what the version serves: the blend's where it serves one (a version
+    made before `cv_served_macro_f1` was recorded shows the encoder's, marked so)."""
+    served = m.get("cv_served_macro_f1")
+    if served is not None:
+        return _f(served) + (" (blend)" if m.get("cv_served") == "blend" else "")
+    cv = m.get("cv_macro_f1")
+    return "" if cv is None else f"{cv:.4f} (encoder)"
 
 
 def versions_frame(registry) -> pd.DataFrame:
@@ -37,7 +49,7 @@ def versions_frame(registry) -> pd.DataFrame:
         ev = m.get("eval") or {}
         champ = ev.get("champion") or {}
         rows.append({"version": m["version"], "active": "●" if m["active"] else "", "source": m.get("source", ""),
-                     "rows": str(m.get("rows", "")), "cv macro-F1": _f(m.get("cv_macro_f1")),
+                     "rows": str(m.get("rows", "")), "cv macro-F1 (served)": served_cv(m),
                      "eval macro-F1": _f(ev.get("macro_f1")),
                      "active then (eval)": f"{champ['version']} {_f(champ.get('macro_f1'))}" if champ else "",
                      "decision": (m.get("last_decision") or {}).get("why", ""),
@@ -50,6 +62,8 @@ def progress_html(job: dict | None) -> str:
         return "<div>No training job yet.</div>"
     p = job.get("progress") or {}
     pct = p.get("percent", 100 if job["status"] != "running" else 0)
+    if job["status"] == "cancelled":  # no bar left half full: the job ended, with nothing made
+        pct = 0
     parts = [f"job {html.escape(job['id'])}: <b>{html.escape(job['status'])}</b>"]
     if job["status"] == "running":
         if p.get("stage"):
@@ -65,17 +79,52 @@ def progress_html(job: dict | None) -> str:
     decision = (job.get("decision") or {}).get("why")
     if decision:
         parts.append(html.escape(decision))
-    if job.get("error"):
+    if job.get("error") and job["status"] == "cancelled":  # the reason, in words ("cancelled" said it already)
+        if job["error"] != "cancelled":
+            parts.append(html.escape(names_only_text(job["error"])))
+    elif job.get("error"):
         parts.append(f"<pre>{html.escape(names_only_text(job['error']))}</pre>")
     fixed = (job.get("data") or {}).get("corrections")
     if fixed is not None:
         parts.append(f"{fixed} label corrections from Review suspects went in "
                      f"({(job.get('data') or {}).get('review_kept', 0)} labels kept)")
     if job.get("n_conflicts"):
-        parts.append(f"{job['n_conflicts']} texts had conflicting labels (the latest decision was used; "
-                     f"GET /v1/jobs/{html.escape(job['id'])} lists them)")
+        parts.append(f"{job['n_conflicts']} texts had conflicting labels (the latest decision was used):"
+                     + conflicts_html(job.get("conflicts") or [], job["n_conflicts"]))
     return (f'<progress id="train-bar" value="{pct}" max="100" style="width:100%"></progress>'
             f'<div id="train-status" data-status="{html.escape(job["status"])}">{" · ".join(parts)}</div>')
+
+
+def conflicts_html(conflicts: list[dict], total: int, shown: int = 5) -> str:
+    """The first conflicting texts with the labels given and the one kept, as a short list."""
+    items = []
+    for c in conflicts[:shown]:
+        text = c["text"] if len(c["text"]) <= 80 else c["text"][:79] + "…"
+        given = ", ".join(dict.fromkeys(x["label"] for x in c["labels"]))
+        items.append(f"<li>“{html.escape(text)}”: {html.escape(given)} → kept <b>{html.escape(c['kept'])}</b></li>")
+    more = f"<li>and {total - len(items)} more</li>" if total > len(items) else ""
+    return f"<ul>{''.join(items)}{more}</ul>"
+
+
+def box_value(p, raw):
+    """A Train-tab box's text as the setting: None when empty (the default), else the number typed."""
+    raw = str(raw if raw is not None else "").strip()
+    if not raw:
+        return None
+    try:
+        return int(raw) if p.kind is int and raw.lstrip("+-").isdigit() else float(raw)
+    except ValueError:
+        raise DataError(f"{p.name.replace('_', ' ')}: {raw[:20]!r} is not a number; leave the box empty for the "
+                        "default") from None
+
+
+def number_placeholders(jobs) -> list[str]:
+    """What an empty box means: the active version's setting (folds: app/jobs.py's default), else k-fold's."""
+    try:
+        settings = jobs.settings({})
+    except Exception:  # noqa: BLE001 - a hint only: an unreadable config must not break the tab
+        settings = {}
+    return [f"empty: {settings[p.name]:g}" if p.name in settings else "empty: k-fold's default" for p in TAB_PARAMS]
 
 
 def train_tab(cfg, state, jobs) -> None:
@@ -99,11 +148,15 @@ def train_tab(cfg, state, jobs) -> None:
             return (f"⚠ {why}", *refresh())
         try:
             # checked there, as the API's are
-            job = await jobs.start({p.name: v for p, v in zip(TAB_PARAMS, values)})
+            job = await jobs.start({p.name: box_value(p, v) for p, v in zip(TAB_PARAMS, values)})
             message = (f"Started job {job['id']}: {job['data'].get('train_rows')} training rows, "
                        f"{job['data'].get('eval_rows')} in the evaluation slice, "
                        f"{job['data'].get('corrections', 0)} label corrections from Review suspects.")
-        except (JobConflict, DataError) as e:
+        except JobConflict:  # the API's text names DELETE /v1/jobs/<id>; here there is a button
+            running = jobs.running()
+            message = (f"⚠ Job {running['id'] if running else ''} is running: one training job at a time. Wait "
+                       "for it, or press Cancel job.")
+        except DataError as e:
             message = f"⚠ {e}"
         return (message, *refresh())
 
@@ -114,7 +167,7 @@ def train_tab(cfg, state, jobs) -> None:
         if admin_refusal(cfg):
             return (f"⚠ {admin_refusal(cfg)}", *refresh())
         await jobs.cancel(job["id"])
-        return (f"Cancelled job {job['id']}.", *refresh())
+        return (f"Cancelled job {job['id']}: nothing was made; Train starts again from the start.", *refresh())
 
     async def activate(version):
         why = admin_refusal(cfg)
@@ -138,15 +191,19 @@ def train_tab(cfg, state, jobs) -> None:
                        f"{cfg.promote_tolerance:g} macro-F1" if cfg.promote == "auto" else "only when you promote it")
                     + ". Training runs in a separate process at lower priority.")
         with gr.Row():
-            inputs = [gr.Number(label=p.name.replace("_", " ").capitalize(), value=None,
-                                precision=0 if p.kind is int else None, minimum=p.low, maximum=p.high,
-                                elem_id="train-" + p.name.replace("_", "-")) for p in TAB_PARAMS]
+            # Text boxes, not gr.Number: Gradio 6 shows an empty Number as 0 (red, under a minimum) and refuses
+            # it before Train runs. Empty means the default (the placeholder says which); check_params words
+            # a value out of bounds.
+            inputs = [gr.Textbox(label=f"{p.name.replace('_', ' ').capitalize()} ({p.low:g}–{p.high:g})",
+                                 placeholder=hint, max_lines=1, elem_id="train-" + p.name.replace("_", "-"))
+                      for p, hint in zip(TAB_PARAMS, number_placeholders(jobs))]
             t_start = gr.Button("Train", variant="primary", elem_id="train-start")
             t_cancel = gr.Button("Cancel job", elem_id="train-cancel")
         t_progress = gr.HTML(elem_id="train-progress")
         t_message = gr.Markdown(elem_id="train-message")
-        t_versions = gr.Dataframe(versions_frame(None if admin_refusal(cfg) else registry), interactive=False, wrap=True, max_height=600,
-                                  label="Versions (newest first)", elem_id="train-versions")
+        t_versions = gr.Dataframe(versions_frame(None if admin_refusal(cfg) else registry), interactive=False, wrap=True,
+                                  max_height=600, column_widths=VERSION_WIDTHS, label="Versions (newest first)",
+                                  elem_id="train-versions")
         with gr.Row():
             t_version = gr.Dropdown(label="Version", choices=[], elem_id="train-version")
             t_activate = gr.Button("Promote / activate", elem_id="train-activate")
@@ -158,3 +215,4 @@ def train_tab(cfg, state, jobs) -> None:
         timer = gr.Timer(1.0)
         timer.tick(refresh, None, outs[1:], show_progress="hidden", **quick)
         tab.select(refresh, None, outs[1:], **quick)
+        tab.select(lambda: [gr.update(placeholder=h) for h in number_placeholders(jobs)], None, inputs, **quick)

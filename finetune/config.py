@@ -16,7 +16,7 @@ from pathlib import Path
 from finetune.adapt import AdaptConfig
 from finetune.models import list_models, resolve_model
 from finetune.train_config import COMPILE_CHOICES, SWITCHES, TrainConfig
-from textdata.flags import DefaultsHelp, Flag, add_flags, config_from
+from textdata.flags import DefaultsHelp, Flag, Parser, add_flags, config_from
 from textdata.inputs import check_file, check_table
 from textdata.labels import DEFAULT_SEP, sep_problem
 from textdata.numerics import PRECISIONS
@@ -159,7 +159,7 @@ ADAPT_FLAGS = {
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(description=DESCRIPTION, formatter_class=DefaultsHelp, allow_abbrev=False)
+    p = Parser(description=DESCRIPTION, formatter_class=DefaultsHelp, allow_abbrev=False)
     p.add_argument("--model", help="local folder, hub id, or alias (see --list-models) (required)")
     p.add_argument("--data", help="CSV/TSV/JSONL/Parquet with text and label columns, or 'bbcnews' (built in) "
                                   "(required)")

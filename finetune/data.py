@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import GroupShuffleSplit, StratifiedGroupKFold, StratifiedKFold
 
-from textdata.errors import DataError
+from textdata.errors import DataError, capped
 from textdata.labels import check_name, label_order, name_problem
 from textdata.normalize import Normalizer
 from textdata.tables import missing_text, read_table, write_json
@@ -115,10 +115,13 @@ def load_labeled(
     counts = raw_labels.value_counts()
     rare = counts[counts < folds]
     if folds > 1 and len(rare):
-        listing = ", ".join(f"{k!r} ({v} rows)" for k, v in rare.items())
+        listing = capped(f"{k!r} ({v} rows)" for k, v in rare.items())
+        fewest = int(rare.min())
+        fix = (f", or lower --folds to {fewest}" if 2 <= fewest < folds else
+               " (a class on a single row cannot be cross-validated)" if fewest < 2 else "")
         raise DataError(
-            f"{path}: {folds}-fold cross-validation needs at least {folds} rows per class; too few for {listing}. "
-            f"Add examples, merge or drop the class, or lower --folds to {max(2, int(rare.min()))}"
+            f"{path}: {multi_label_hint(raw_labels, label_column, label_sep)}{folds}-fold cross-validation needs at "
+            f"least {folds} rows per class; too few for {listing}. Add examples, or merge or drop the class{fix}"
         )
     groups = None
     if group_column:
@@ -143,6 +146,18 @@ def check_names(raw_labels: pd.Series, labels: list[str], path, column: str) -> 
         if name_problem(name):
             i = int(raw_labels.index[raw_labels.eq(name).to_numpy().argmax()])
             check_name(name, f"{path}: data row {i + 1} (line {i + 2} of a CSV with a header), column {column!r}")
+
+
+def multi_label_hint(raw_labels: pd.Series, label_column: str, label_sep: str) -> str:
+    """A sentence when many label cells look like several labels joined (the likeliest mistake on a multi-label
+    file: forgetting --multi-label makes every combination a class), else ""."""
+    for sep in dict.fromkeys((label_sep, ";", "|", ",")):
+        joined = raw_labels.str.contains(sep, regex=False)
+        if joined.mean() >= 0.2:
+            return (f"{int(joined.sum())} of {len(raw_labels)} {label_column!r} cells hold several labels joined "
+                    f"by {sep!r}: is this a multi-label file? Pass --multi-label"
+                    + ("" if sep == ";" else f" --label-sep '{sep}'") + ". Read as one label per cell: ")
+    return ""
 
 
 def _multi_label_data(path, table, keep, label_column, group_column, folds, normalizer, text_column, dropped,

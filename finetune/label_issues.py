@@ -137,6 +137,12 @@ def served_probabilities(oof: np.ndarray, blend_oof: np.ndarray | None, blend: d
     return oof, "model (out-of-fold)"
 
 
+def _digits(x) -> float:
+    """Six significant digits: a multi-label set's probability is a product (1e-9 is common), which six
+    decimals wrote as 0.0."""
+    return float(f"{float(x):.6g}")
+
+
 def issues_table(issues: Issues, data, fold_of: np.ndarray, data_name: str) -> pd.DataFrame:
     """label_issues.csv: the flagged rows, most likely error first. `row` is the row's position in the data
     file (0 = the first row under the header), as in fold_ids.json."""
@@ -150,8 +156,8 @@ def issues_table(issues: Issues, data, fold_of: np.ndarray, data_name: str) -> p
         return sep.join(names[np.flatnonzero(v)]) if multi else names[int(v)]
 
     rows = [{"rank": r + 1, "row": int(data.keep[i]), "text": data.texts[i], "given_label": name(given[i]),
-             "suggested_label": name(issues.suggested[i]), "p_given": round(float(issues.p_given[i]), 6),
-             "p_suggested": round(float(issues.p_suggested[i]), 6), "quality": round(float(issues.quality[i]), 6),
+             "suggested_label": name(issues.suggested[i]), "p_given": _digits(issues.p_given[i]),
+             "p_suggested": _digits(issues.p_suggested[i]), "quality": _digits(issues.quality[i]),
              "fold": int(fold_of[i])} for r, i in enumerate(issues.ranked)]
     table = pd.DataFrame(rows, columns=COLUMNS)
     if data.groups is not None:

@@ -56,7 +56,7 @@ from serving.scoring import (
     summary,
     warn_rows,
 )
-from textdata.errors import DataError, UsageError, exits_2_on_user_error
+from textdata.errors import DataError, UsageError, capped, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
 from textdata.run_folder import model_in_run
 from textdata.tables import count_rows, iter_rows, table_format
@@ -117,7 +117,8 @@ def run(cfg: ScoreConfig) -> dict:
 
     total = count_rows(cfg.input)
     bar = tqdm(total=total, initial=min(skip, total or skip), unit="rows",
-               disable=not cfg.progress, desc="scoring", file=sys.stderr)
+               # a bar is for a terminal: into a file or a pipe each redraw is another copy of the line
+               disable=not cfg.progress or not sys.stderr.isatty(), desc="scoring", file=sys.stderr)
     rows_in, scored_now, t_score = 0, 0, time.time()
     tally, warned = Tally(cfg.id_column), 0
     for path, _ in done:
@@ -222,7 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"scored {s['rows']} rows ({s['scored_this_run']} this run{rate}) in {s['seconds']} s "
           f"with {s['backend']}/{s['provider']} {s['model_file'] or ''} -> {s['output']}")
     print(f"errors: {s['errors']} {s['error_kinds'] or ''}" + (f" ids: {s['error_ids']}" if s["error_ids"] else ""))
-    print("labels: " + ", ".join(f"{k} {v}" for k, v in s["labels"].items()))
+    # the ten commonest: a multi-label run has a set per combination (200 rows printed 4,536 characters)
+    print("labels: " + capped(f"{k} {v}" for k, v in s["labels"].items()))
     return 0
 
 

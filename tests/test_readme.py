@@ -55,7 +55,7 @@ def github_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-@pytest.mark.parametrize("page", ["README.md", "docs/results.md"])
+@pytest.mark.parametrize("page", ["README.md", "docs/results.md", "docs/app.md", "docs/serving.md"])
 def test_links_reach_a_file_and_heading(page):
     source = ROOT / page
     for target in re.findall(r"\]\(([^)\s]+)\)", source.read_text(encoding="utf-8")):

@@ -27,6 +27,13 @@ class UsageError(UserError):
     """Flags or settings that cannot work together (e.g. fp16 on a CPU)."""
 
 
+def capped(items, limit: int = 10) -> str:
+    """Items joined for an error message, the first `limit` of them and "and N more": a message stays a line."""
+    items = list(items)
+    shown = ", ".join(map(str, items[:limit]))
+    return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
+
+
 def exits_2_on_user_error(main: Callable[..., int]) -> Callable[..., int]:
     """Wrap a CLI `main`: a `UserError` becomes `error: <message>` on stderr and exit status 2."""
 

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
+import sys
 import types
 import typing
 from collections.abc import Callable, Sequence
@@ -36,6 +38,30 @@ class Flag:
 
 class DefaultsHelp(argparse.RawDescriptionHelpFormatter):
     """Keeps the description's line breaks (module docstrings hold the exact commands)."""
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse's parser with one-line errors: a mistyped flag names the closest one ("did you mean --folds?")
+    instead of 24 lines of usage above "unrecognized arguments"."""
+
+    def error(self, message: str):
+        print(f"{self.prog}: error: {flag_hint(message, list(self._option_string_actions))} (--help lists every "
+              "flag)", file=sys.stderr)
+        raise SystemExit(2)
+
+
+def flag_hint(message: str, known: list[str]) -> str:
+    """argparse's error `message` with the closest known flag to each unrecognized one."""
+    head = "unrecognized arguments: "
+    if not message.startswith(head):
+        return message
+    said = []
+    for token in message[len(head):].split():
+        if not token.startswith("-"):
+            continue  # the value that followed the unknown flag
+        close = difflib.get_close_matches(token.split("=", 1)[0], known, n=1, cutoff=0.6)
+        said.append(f"unknown flag {token}" + (f": did you mean {close[0]}?" if close else ""))
+    return "; ".join(said) or message
 
 
 def _value_type(hint):
@@ -103,7 +129,7 @@ def add_flags(parser: argparse.ArgumentParser, cls: type, flags: dict[str, Flag]
 
 def parser_for(cls: type, prog: str, description: str, flags: dict[str, Flag] | None = None,
                skip: Sequence[str] = (), epilog: str | None = None) -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog=prog, description=description, epilog=epilog, formatter_class=DefaultsHelp,
+    parser = Parser(prog=prog, description=description, epilog=epilog, formatter_class=DefaultsHelp,
                                      allow_abbrev=False)  # `--epoch 1` must not be taken as --epochs
     add_flags(parser, cls, flags, skip)
     return parser

@@ -13,6 +13,13 @@ import pytest
 from app_testkit import API_KEY, Server, docker_argv, free_port, start_server
 
 
+@pytest.fixture(autouse=True)
+def _away_from_the_project(tmp_path, monkeypatch):
+    """Each test runs in its own folder: an app built with the default --data-dir (app-data, relative) must
+    not leave app-data/monitor/state.json in the project root."""
+    monkeypatch.chdir(tmp_path)
+
+
 @pytest.fixture(scope="session")
 def spread_model_dir(tiny_classifier_dir, tmp_path_factory) -> Path:
     """The tiny classifier with its output layer re-centred and scaled: a random ELECTRA's [CLS] vectors

@@ -218,9 +218,27 @@ def test_monitor_tab_summary_and_figure_show_the_window_against_the_reference(re
     feed(monitor, FakeServed(FakeClf(reference_folder, LABELS), "v1"), np.random.default_rng(8), 600, mix=[0, 0, 1])
     report = monitor.report()
     text = summary(report, "v1")
-    assert "| class_mix |" in text and "alert" in text and "500 answers in the window" in text
+    assert "ALERT</b> · the mix of labels the model answers" in text and "500 answers in the window" in text
     assert "answered nothing" in summary(report, "v9")
     fig = figure(report["versions"]["v1"])
     bars = fig.axes[0].patches
     assert len(bars) == 2 * len(LABELS) and bars[2].get_height() == pytest.approx(1.0)  # now: all "memo"
     assert len(fig.axes[2].lines) >= 3  # PSI of the three statistics over time
+
+
+def test_alerts_agree_with_the_levels_and_a_restart_shows_the_kept_window(reference_folder, tmp_path):
+    """Issue 45: levels read "alert" while alerts was [] (alerts moved only every check_every answers), and
+    /v1/monitor showed no version after a restart until the first request."""
+    rng = np.random.default_rng(3)
+    engine = FakeServed(FakeClf(reference_folder, LABELS), "v1")
+    monitor = Monitor(tmp_path / "mon", size=300, check_every=10_000)  # no check runs: only the levels move
+    feed(monitor, engine, rng, 300, mix=[0.05, 0.05, 0.9])
+    v = monitor.snapshot()["versions"]["v1"]
+    assert v["levels"]["class_mix"] == "alert" and "class_mix" in v["alerts"]
+    assert sorted(v["alerts"]) == sorted(k for k, lv in v["levels"].items() if lv == "alert")
+    monitor.close()
+    restarted = Monitor(tmp_path / "mon", size=300)
+    assert restarted.snapshot()["versions"] == {}
+    restarted.attach(engine)  # what create_app does with the served version
+    assert restarted.snapshot()["versions"]["v1"]["n"] == 300
+    restarted.close()

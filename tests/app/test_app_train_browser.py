@@ -25,7 +25,7 @@ def test_label_train_promote_classify(loop_server, tmp_path):
     source.write_text("text\n꿈에서 봤다 바다\n서버 에러 발생했다\n회의 메모 기록\n", encoding="utf-8")
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
-        pg = browser.new_page(viewport={"width": 1280, "height": 900})
+        pg = browser.new_page(viewport={"width": 1366, "height": 768})  # a laptop, as the docs' pictures
         pg.set_default_timeout(60_000)
         pg.goto(loop_server.url + "/ui/")
         start_session(pg, source)
@@ -42,7 +42,7 @@ def test_label_train_promote_classify(loop_server, tmp_path):
         pg.wait_for_function("() => /made v2/.test(document.querySelector('#train-status').innerText)")
         pg.wait_for_function("() => /v2\\s+●/.test(document.querySelector('#train-versions').innerText)")
         pg.wait_for_function("() => /v1\\s+imported/.test(document.querySelector('#train-versions').innerText)")
-        pg.screenshot(path=str(DOCS_IMG / "ui-train.png"), full_page=True)
+        pg.screenshot(path=str(DOCS_IMG / "ui-train.png"))
         pg.get_by_role("tab", name="Classify").click()
         pg.fill("#classify-text textarea", "꿈에서 봤다")
         pg.click("#classify-btn")

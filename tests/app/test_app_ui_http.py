@@ -209,7 +209,7 @@ def test_batch_tab_flags_a_shifted_row_and_the_label_tab_refuses_it(server):
     scored = pd.read_csv(done["output"]["data"][0]["path"], dtype=str, keep_default_na=False)
     assert scored["text"].tolist() == ["hello", "second row"] and scored["pred_label"][0] == ""
     assert scored["error"][0].startswith("row 1 (line 2): 3 fields, the header has 2") and scored["error"][1] == ""
-    assert "1 rows not scored" in done["output"]["data"][1]
+    assert done["output"]["data"][1].startswith("Scored **1** of 2 rows") and "**1** not scored" in done["output"]["data"][1]
     refused = _call(server, "start", shifted)
     assert not refused["success"] and "shifted.csv: row 1 (line 2): 3 fields" in json.dumps(refused)
 

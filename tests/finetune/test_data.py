@@ -113,6 +113,31 @@ def test_rare_class_is_named_with_its_count(capsys, tmp_path, tiny_electra_dir):
     assert code == 2 and "'tiny' (3 rows)" in err and "--folds" in err
 
 
+def test_a_multi_label_file_without_the_flag_is_told_to_pass_it(tmp_path):
+    """Issue 45: the debtags file without --multi-label listed ~70 label combinations as classes in one
+    3,900-character line and advised "lower --folds to 2" with --folds 2, never saying "multi"."""
+    tags = ["net", "web", "devel", "admin", "game", "sound", "x11", "text"]
+    combos = [";".join(tags[j] for j in range(8) if (i >> j) & 1) or "net" for i in range(1, 80)]
+    path = tmp_path / "tags.csv"
+    pd.DataFrame({"text": [f"t{i}" for i in range(len(combos) + 4)], "label": combos + ["net"] * 4}).to_csv(path, index=False)
+    with pytest.raises(DataError) as e:
+        load_labeled(path, folds=2)
+    said = str(e.value)
+    assert "hold several labels joined by ';': is this a multi-label file? Pass --multi-label." in said
+    assert " more." in said and len(said) < 800  # the list of classes is capped
+    assert "lower --folds to 2" not in said and "a single row cannot be cross-validated" in said
+    pipes = tmp_path / "pipes.csv"
+    pd.DataFrame({"text": ["a", "b", "c", "d"], "label": ["x|y", "x", "y|z", "x"]}).to_csv(pipes, index=False)
+    with pytest.raises(DataError, match=r"Pass --multi-label --label-sep '\|'"):
+        load_labeled(pipes, folds=2)
+    plain = tmp_path / "plain.csv"
+    pd.DataFrame({"text": list("abcdef"), "label": ["x", "x", "y", "y", "z", "z"]}).to_csv(plain, index=False)
+    with pytest.raises(DataError) as e:
+        load_labeled(plain, folds=3)
+    said = str(e.value).split(": ", 1)[1]  # the path names the test, "multi_label" in it
+    assert "multi-label" not in said and said.endswith("or merge or drop the class, or lower --folds to 2")
+
+
 def test_single_class(capsys, tmp_path, tiny_electra_dir):
     df = pd.DataFrame({"text": [f"t{i}" for i in range(10)], "label": ["only"] * 10})
     code, err = run_cli(capsys, "--model", str(tiny_electra_dir), "--data", str(write(tmp_path, df)))

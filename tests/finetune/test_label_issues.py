@@ -227,3 +227,14 @@ def test_kfold_with_a_class_too_small_for_the_method_warns_and_finishes(tmp_path
     assert "label issues skipped" in proc.stderr and "'memo' (3 rows)" in proc.stderr
     report = json.loads((tmp_path / "run" / "report.json").read_text())
     assert "skipped" in report["label_issues"] and not (tmp_path / "run" / li.FILE).exists()
+
+
+def test_a_tiny_set_probability_is_not_written_as_zero():
+    """Issue 45: p_given, a multi-label set's probability (a product), rounded to 0.0 in label_issues.csv."""
+    issues = li.Issues(ranked=np.array([0]), quality=np.array([2.5e-7]), suggested=[np.array([0, 1])],
+                    p_given=np.array([1.234567e-9]), p_suggested=np.array([0.61234567]), per_class={}, joint=None)
+    data = SimpleNamespace(labels=["a", "b"], multi_label=True, Y=np.array([[1, 0]]), y=None, keep=np.array([0]),
+                           texts=["t"], groups=None, label_sep=";")
+    row = li.issues_table(issues, data, np.array([0]), "d.csv").iloc[0]
+    assert row["p_given"] == pytest.approx(1.23457e-9) and row["quality"] == pytest.approx(2.5e-7)
+    assert row["p_suggested"] == 0.612346 and row["given_label"] == "a" and row["suggested_label"] == "b"

@@ -25,3 +25,25 @@ def test_only_the_understood_messages_are_dropped(caplog, monkeypatch):
     with caplog.at_level(logging.WARNING), caplog.at_level(logging.WARNING, logger=hf.name):
         hf.warning("`torch_dtype` is deprecated! Use `dtype` instead!")  # outside the block it shows again
     assert len(caplog.records) == 1
+
+
+def test_transformers_tracer_warnings_are_dropped_and_no_others():
+    """Issue 45: every export printed a TracerWarning from transformers' modeling code."""
+    import warnings
+
+    import torch
+
+    def warn(category, module):
+        warnings.warn_explicit("Converting a tensor to a Python boolean might cause the trace to be incorrect",
+                               category, "modeling_electra.py", 1, module=module)
+
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        with understood_messages_dropped():
+            warn(torch.jit.TracerWarning, "transformers.models.electra.modeling_electra")
+            warn(torch.jit.TracerWarning, "serving.export")  # ours: still shown
+            warn(UserWarning, "transformers.models.electra.modeling_electra")  # another kind: still shown
+        warn(torch.jit.TracerWarning, "transformers.models.electra.modeling_electra")  # outside: shown
+    assert [(w.category.__name__, w.filename) for w in seen] == [("TracerWarning", "modeling_electra.py"),
+                                                                 ("UserWarning", "modeling_electra.py"),
+                                                                 ("TracerWarning", "modeling_electra.py")]

@@ -239,3 +239,24 @@ def test_a_shifted_row_is_flagged_and_kept_never_scored_shifted(exported_dir, tm
         "3 fields, the header has 2 (a comma inside a text not in double quotes?)": 1,
         "1 field, the header has 2: no 'id'": 1}
     assert f"{inp}: row 1 (line 2): 3 fields" in caplog.text  # named on stderr as met
+
+
+def test_the_summary_lists_ten_labels_and_how_many_more(monkeypatch, capsys):
+    """Issue 45: a multi-label run printed every label set seen, 4,536 characters for 200 rows."""
+    sets = {f"tag{i};tag{i + 1}": 100 - i for i in range(60)}
+    monkeypatch.setattr(score, "run", lambda cfg: {
+        "rows": 200, "scored_this_run": 200, "rows_per_second": None, "seconds": 1.0, "backend": "onnx",
+        "provider": "cpu", "model_file": "model.onnx", "output": "o.csv", "errors": 0, "error_kinds": {},
+        "error_ids": None, "labels": sets})
+    assert score.main(["--model", "m", "--input", "i.csv", "--output", "o.csv"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("labels: "))
+    assert line.startswith("labels: tag0;tag1 100, tag1;tag2 99") and line.endswith("tag9;tag10 91 and 50 more")
+
+
+def test_no_progress_bar_copies_when_stderr_is_not_a_terminal(exported_dir, tmp_path, capsys):
+    """Issue 45: redirected, the bar's redraws printed the progress line two and three times."""
+    inp, out = tmp_path / "in.csv", tmp_path / "out.csv"
+    _edge_frame().to_csv(inp, index=False)
+    assert score.main(["--model", str(exported_dir), "--input", str(inp), "--output", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "scoring:" not in captured.err and captured.out.startswith(f"scored {len(EDGE_TEXTS)} rows")

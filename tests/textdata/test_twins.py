@@ -15,15 +15,17 @@ from pathlib import Path
 import pytest
 import torch
 
+from pretraining.config import Parser as PretrainParser
 from pretraining.config import TrainConfig, build_parser, exits_2_on_usage_error
 from pretraining.config import UsageError as PretrainUsageError
+from pretraining.config import flag_hint as pretrain_flag_hint
 from pretraining.cpu_limits import CpuLimits as PretrainCpuLimits
 from pretraining.cpu_limits import plan_threads as pretrain_plan_threads
 from pretraining.train import autocast_dtype
 from pretraining.train import lr_at as pretrain_lr_at
 from textdata.cpu_limits import CpuLimits, plan_threads
 from textdata.errors import UsageError, UserError, exits_2_on_user_error
-from textdata.flags import add_flags
+from textdata.flags import Parser, add_flags, flag_hint
 from textdata.numerics import PRECISIONS, lr_at, resolve_dtype
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -90,6 +92,29 @@ def test_flag_builders_agree():
     shared_args = vars(shared.parse_args(given))
     for dest in ("preset", "hidden_size", "two_stage", "lr", "tokenizer", "stop_after", "objective"):
         assert ours_args[dest] == shared_args[dest], dest
+
+
+@pytest.mark.parametrize("argv", [["--fold", "2"], ["--epoch=3", "--lrr", "1"], ["--zzz"], ["--max-step", "4"]])
+def test_a_typo_d_flag_is_one_line_naming_the_closest_on_both_sides(argv, capsys):
+    """Issue 45: a mistyped flag printed 24 lines of usage, then "unrecognized arguments"."""
+    said = []
+    for parser_class, hint in ((Parser, flag_hint), (PretrainParser, pretrain_flag_hint)):
+        p = parser_class(prog="cli", allow_abbrev=False)
+        for flag in ("--folds", "--epochs", "--lr", "--max-steps"):
+            p.add_argument(flag)
+        with pytest.raises(SystemExit) as e:
+            p.parse_args(argv)
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1 and "usage" not in err
+        said.append(err)
+        assert hint("unrecognized arguments: --fold 2", ["--folds"]) == "unknown flag --fold: did you mean --folds?"
+    assert said[0] == said[1]
+    if argv[0] == "--fold":
+        assert said[0] == "cli: error: unknown flag --fold: did you mean --folds? (--help lists every flag)\n"
+    if argv[0] == "--zzz":
+        assert "did you mean" not in said[0]
+    if argv[0].startswith("--epoch="):
+        assert "--epoch=3: did you mean --epochs?" in said[0] and "--lrr: did you mean --lr?" in said[0]
 
 
 def _marks() -> list[tuple[str, str]]:

@@ -1,0 +1,221 @@
+"""What the UI says, checked without a browser (issue 45): the Train tab's versions table and job line, the
+Classify answer when the model is not sure, the Batch summary and preview, the Label tab's key hints, the
+Monitor's words, and a person's mistake logged as one line instead of a traceback."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from types import SimpleNamespace
+
+import gradio as gr
+import numpy as np
+import pandas as pd
+import pytest
+
+from serving.engine import Prediction
+
+
+def test_versions_table_shows_what_is_served_and_a_decision_in_words():
+    from app.ui_train import VERSION_COLUMNS, VERSION_WIDTHS, versions_frame
+
+    class Registry:
+        def listing(self):
+            return [{"version": "v2", "active": True, "source": "trained", "rows": 52, "cv_macro_f1": 0.0286,
+                     "cv_served_macro_f1": 0.5286, "cv_served": "blend", "created": 0,
+                     "last_decision": {"why": "not compared: all 52 evaluation texts were trained on"}},
+                    {"version": "v1", "active": False, "source": "imported", "cv_macro_f1": 0.41, "created": 0}]
+
+    df = versions_frame(Registry())
+    assert len(VERSION_WIDTHS) == len(VERSION_COLUMNS)
+    assert df.loc[0, "cv macro-F1 (served)"] == "0.5286 (blend)"  # not the encoder alone's 0.0286
+    assert df.loc[1, "cv macro-F1 (served)"] == "0.4100 (encoder)"  # made before the served score was kept
+    assert df.loc[0, "decision"].startswith("not compared")
+
+
+@pytest.mark.parametrize(("blend", "served"), [({"kept": True, "macro_f1_mean": 0.52861}, (0.5286, "blend")),
+                                               ({"kept": False, "macro_f1_mean": 0.6}, (0.0286, "encoder")),
+                                               (None, (0.0286, "encoder"))])
+def test_a_retrain_records_the_served_cv_score(blend, served):
+    from app.train_child import served_cv
+
+    got = served_cv({"macro_f1_mean": 0.0286, "blend": blend})
+    assert (got["cv_served_macro_f1"], got["cv_served"]) == served
+
+
+def test_the_not_compared_decision_says_why_and_what_to_do(tmp_path):
+    from app.config import Config
+    from app.jobs import Jobs
+    from app.registry import Registry
+
+    jobs = Jobs(Config(data_dir=tmp_path), Registry(tmp_path / "models"), None)
+    basis = {"rows": 0, "slice_rows": 52, "left_out": {"v1": 52}}
+    d = asyncio.run(jobs._decide("v2", {"eval": {}, "compared_on": basis}, "v1"))
+    assert d["promoted"] is False
+    assert d["why"].startswith("not compared: all 52 evaluation texts were trained on")
+    assert "promote it by hand (Train tab: Promote / activate)" in d["why"]
+
+
+def test_a_cancelled_job_reads_once_with_an_empty_bar_and_conflicts_are_listed():
+    from app.ui_train import progress_html
+
+    shown = progress_html({"id": "j1", "status": "cancelled", "error": "cancelled",
+                           "progress": {"percent": 20}, "data": {}})
+    assert 'value="0"' in shown and shown.count("cancelled") == 2  # the data attribute and the word, once
+    conflicts = [{"text": f"text {i}", "kept": "b", "labels": [{"label": "a"}, {"label": "b"}]} for i in range(8)]
+    shown = progress_html({"id": "j2", "status": "succeeded", "progress": {}, "data": {},
+                           "conflicts": conflicts, "n_conflicts": 65})
+    assert "/v1/jobs" not in shown and "“text 0”: a, b → kept <b>b</b>" in shown
+    assert "and 60 more" in shown and "text 5" not in shown
+
+
+def test_an_empty_number_box_says_its_default():
+    from app.ui_train import TAB_PARAMS, number_placeholders
+
+    class Jobs:
+        def settings(self, given):
+            return {"folds": 5, "epochs": 3}
+
+    class Broken:
+        def settings(self, given):
+            raise OSError("unreadable")
+
+    names = [p.name for p in TAB_PARAMS]
+    assert dict(zip(names, number_placeholders(Jobs()))) == {"folds": "empty: 5", "epochs": "empty: 3"}
+    assert set(number_placeholders(Broken())) == {"empty: k-fold's default"}
+
+
+def _clf(threshold=0.52, target=0.8):
+    cal = SimpleNamespace(thresholds=np.array([threshold, 0.6]), applied=True, spec={"target_precision": target})
+    return SimpleNamespace(labels=["dream", "error"], calibration=cal, multi_label=False)
+
+
+def test_classify_says_not_sure_with_the_threshold_it_missed():
+    from app.ui_classify import answer_markdown
+
+    unsure = answer_markdown(_clf(), Prediction("dream", 0.29, {"dream": 0.29, "error": 0.71}, confident=False), "v3")
+    assert unsure.startswith("### ⚠ Not sure")
+    assert "**dream** · 29.0% < 52% needed for 80% precision · model v3" in unsure
+    sure = answer_markdown(_clf(), Prediction("error", 0.9, {"dream": 0.1, "error": 0.9}), "v3", " · cut")
+    assert "Not sure" not in sure and sure.endswith("model v3 · cut")
+
+
+def test_the_header_names_the_version_and_the_banner_the_useless_model():
+    from app.ui_classify import header, health_banner
+
+    served = SimpleNamespace(version="v4", clf=SimpleNamespace(labels=["a", "b"], learned=None))
+    state = SimpleNamespace(served=served)
+    assert header(state).startswith("## Text classifier · model v4\nLabels: a, b") and health_banner(state) == ""
+    served.clf.learned = "the model adds nothing; answers are the TF-IDF baseline's"
+    assert "the model adds nothing" in health_banner(state) and "Train tab" in health_banner(state)
+
+
+def test_batch_summary_counts_scored_unscored_and_not_sure_rows():
+    from app.ui_batch import preview, summary
+
+    scored = pd.DataFrame({"text": ["x" * 300, "b", "", "d", "e", "f", "g", "h"],
+                           "pred_label": ["a", "a", None, None, None, "b", "b", "a"],
+                           "pred_score": [0.123456789, 0.9, np.nan, np.nan, np.nan, 0.4, 0.8, 0.7],
+                           "confident": pd.array([True, True, pd.NA, pd.NA, pd.NA, False, True, True], dtype="boolean")})
+    said = summary(scored, 1, 5000)
+    assert said.startswith("Scored **5** of 8 rows: a 3, b 2")
+    assert "**3** not scored" in said and "**1** not sure" in said and "1 row with a text cut to 5,000" in said
+    one = summary(scored.iloc[[1]], 0, 5000)
+    assert one == "Scored **1** of 1 row: a 1"
+    shown = preview(scored)
+    assert len(shown.loc[0, "text"]) == 80 and shown.loc[0, "text"].endswith("…")
+    assert shown.loc[0, "pred_score"] == 0.123 and len(scored.loc[0, "text"]) == 300  # the CSV keeps it whole
+
+
+class _Session:
+    def __init__(self, **meta):
+        self.meta, self.multi_label = meta, bool(meta.get("label_sep"))
+
+
+def test_key_hints_follow_the_kind_of_session(monkeypatch):
+    from app import ui_label_view
+
+    monkeypatch.setattr(ui_label_view, "given_label", lambda s, r: "a" if s.meta.get("kind") == "review" else None)
+    keys = ui_label_view.keys_help
+    assert "**Enter** accept the suggestion" in keys(_Session(), 0) and "**K**" not in keys(_Session(), 0)
+    audit = keys(_Session(blind=True), 0)
+    assert "Enter" not in audit and "**1–9** choose the label you read" in audit
+    review = keys(_Session(kind="review"), 0)
+    assert "**K** keep the given label" in review and "**Enter** take the suggestion" in review
+    multi = keys(_Session(kind="review", label_sep="|"), 0)
+    assert "tick or untick" in multi and "**T** take the suggestion" in multi
+
+
+def test_a_review_session_names_its_order_by_quality():
+    from app.ui_label_view import _order_update
+
+    session = _Session(kind="review")
+    session.order = "least confident first"
+    choices = {v: k for k, v in _order_update(session)["choices"]}
+    assert choices["least confident first"] == "lowest quality first (likely wrong)"
+    plain = _Session()
+    plain.order = "file order"
+    assert ("least confident first", "least confident first") in _order_update(plain)["choices"]
+
+
+def test_monitor_levels_in_colour_with_a_next_step():
+    from app.ui_monitor import summary
+
+    report = {"window": {"size": 1000}, "audit": {"rate": 0.05, "queued": 3}, "versions": {"v1": {
+        "n": 400, "total": 900, "drift": {"class_mix": 0.31, "confidence": 0.12, "length": 0.01},
+        "levels": {"class_mix": "alert", "confidence": "watch", "length": "ok"},
+        "overlong_share": 0.0, "not_sure_share": 0.2, "empty_rejected": 0}}}
+    said = summary(report, "v1")
+    assert '<b style="color:#cf222e">ALERT</b> · the mix of labels the model answers has moved far' in said
+    assert "start an audit session" in said and '<b style="color:#b35900">WATCH</b>' in said
+    assert "| statistic |" not in said
+
+
+def test_a_person_s_mistake_is_one_log_line_not_a_traceback(caplog):
+    from app.ui import _quiet_user_errors
+
+    def start(file, column):
+        raise gr.Error("Upload a file first.")
+
+    async def classify(text):
+        raise gr.Error("Type or paste a text first.")
+
+    def broken():
+        raise KeyError("a defect")
+
+    with caplog.at_level(logging.INFO, logger="app"):
+        with pytest.raises(gr.Error) as e:
+            _quiet_user_errors(start)(None, "text")
+        assert e.value.print_exception is False
+        with pytest.raises(gr.Error) as e:
+            asyncio.run(_quiet_user_errors(classify)(""))
+        assert e.value.print_exception is False
+    said = [r for r in caplog.records if getattr(r, "fields", {}).get("event") == "ui_refused"]
+    assert [r.fields["action"] for r in said] == ["start", "classify"] and not any(r.exc_info for r in said)
+    with pytest.raises(KeyError):  # a defect keeps its traceback
+        _quiet_user_errors(broken)()
+
+
+def test_a_train_box_reads_empty_as_the_default_and_words_a_typo():
+    from app.train_params import BY_NAME
+    from app.ui_train import box_value
+    from textdata.errors import DataError
+
+    folds, lr = BY_NAME["folds"], BY_NAME["lr"]
+    assert box_value(folds, "") is None and box_value(folds, None) is None and box_value(folds, " 3 ") == 3
+    assert box_value(folds, "2.5") == 2.5  # check_params then says folds must be an integer
+    assert box_value(lr, "1e-4") == 1e-4
+    with pytest.raises(DataError, match="'five' is not a number; leave the box empty for the default"):
+        box_value(folds, "five")
+
+
+def test_top_k_scores_hold_every_answered_label():
+    """Issue 45: with top_k, a multi-label answer's `labels` could name a label missing from its `scores`."""
+    from app.api import _shape
+    from serving.multilabel import MultiLabelPrediction
+
+    scores = {"a": 0.9, "b": 0.8, "c": 0.55, "d": 0.1}
+    pred = MultiLabelPrediction(["a", "c"], scores, "a", 0.9, scores, None, True)  # c: over its low threshold
+    shaped = _shape(pred, 2, "v1")
+    assert list(shaped["scores"]) == ["a", "b", "c"] and set(shaped["labels"]) <= set(shaped["scores"])
+    assert _shape(pred, None, "v1")["scores"] == scores
