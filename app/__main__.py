@@ -102,11 +102,23 @@ def model_to_serve(cfg, registry):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["users"]:  # python -m app users add NAME --role ROLE
+        from .users_cli import main as users_main
+
+        return users_main(argv[1:])
     cfg = parse_args(argv)
     logs.setup(cfg.log_level)
+    from labelstore import StoreError, open_store
     from textdata.inputs import check_table
 
     from .registry import Registry
+
+    try:  # before the model loads: a database that cannot be used answers at once, in one line
+        store = open_store(cfg.store_url)
+    except StoreError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
     registry = Registry(cfg.registry_dir)
     try:
@@ -127,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
     from .protocol import bounded_protocol
     from .server import create_app
 
-    state = ServerState()
+    state = ServerState(store=store)
     app = create_app(cfg, clf, state, registry, version)
     http = bounded_protocol(cfg.max_header_bytes, cfg.header_timeout_s, cfg.body_timeout_s)
     server = DrainingServer(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,

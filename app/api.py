@@ -47,6 +47,7 @@ class ServerState:
     review: object = None  # app.review_queue.ReviewQueue with --review-queue: "not sure" answers for a person
     throttle: AuthThrottle = field(default_factory=AuthThrottle)  # wrong keys per client address
     monitor: object = None  # app.monitor.Monitor: drift per version (None: --no-monitor)
+    store: object = None  # the label store's SQLAlchemy engine (labelstore/): team labeling, users
 
 
 class ClassifyRequest(BaseModel):

@@ -68,6 +68,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         metrics.review_queue.set_function(lambda: len(state.review))
     app = build_api(cfg, state, metrics)
     app.state.server = state
+    identities = _add_team(app, cfg, state)
     jobs = add_admin_routes(app, cfg, state, registry, switcher) if registry is not None else None
 
     @contextlib.asynccontextmanager
@@ -94,6 +95,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         await batcher.close()
         if state.monitor is not None:
             await asyncio.to_thread(state.monitor.close)
+        state.store.dispose()
         log.info("stopped", extra={"fields": {"event": "shutdown"}})
 
     app.router.lifespan_context = lifespan
@@ -107,12 +109,26 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
                     "rebinding is not refused); give the names clients use with --allowed-host", cfg.host)
     uploads = UploadGuard(int(cfg.max_upload_mb * MB) + FRAMING_BYTES, int(cfg.upload_mb_per_minute * MB))
     app.add_middleware(Gate, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes,
-                       sites=sites, uploads=uploads if cfg.ui else None)
+                       sites=sites, uploads=uploads if cfg.ui else None, identities=identities)
     if cfg.cors_origins:
         # Outside the gate: preflight requests carry no Authorization header.
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.cors_origins), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
     return app
+
+
+def _add_team(app: FastAPI, cfg: Config, state: ServerState):
+    """Team labeling (app/team.py) on the label store, opened here unless `python -m app` opened it first."""
+    from labelstore import open_store
+
+    from .team import add_team_routes
+    from .team_auth import Identities
+
+    if state.store is None:
+        state.store = open_store(cfg.store_url)
+    identities = Identities(state.store)
+    add_team_routes(app, cfg, state, state.store, identities)
+    return identities
 
 
 def open_monitor(cfg: Config):
