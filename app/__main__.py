@@ -109,16 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         return users_main(argv[1:])
     cfg = parse_args(argv)
     logs.setup(cfg.log_level)
-    from labelstore import StoreError, open_store
+    from labelstore import open_store
     from textdata.inputs import check_table
 
     from .registry import Registry
-
-    try:  # before the model loads: a database that cannot be used answers at once, in one line
-        store = open_store(cfg.store_url)
-    except StoreError as e:
-        print(f"error: {e}", file=sys.stderr)
-        return 2
 
     registry = Registry(cfg.registry_dir)
     try:
@@ -126,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.train_data is not None:  # before the model loads: a typo answers at once, not at the first retrain
             check_table(cfg.train_data, {"text": "--train-data (column text)", "label": "--train-data (column label)"},
                         flag="--train-data")
+        store = open_store(cfg.store_url)  # before the model loads: a database that cannot be used answers at once
         version, clf = model_to_serve(cfg, registry)
-    except ValueError as e:  # ModelError, RegistryError, DataError: what the user gave cannot serve
+    except ValueError as e:  # ModelError, RegistryError, DataError, StoreError: what the user gave cannot serve
         print(f"error: {e}", file=sys.stderr)
         return 2
     # the server's own imports (uvicorn, FastAPI) after the checks: a usage error answers without them

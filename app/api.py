@@ -23,6 +23,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from labelstore.users import by_token, has_users
 from serving.multilabel import MultiLabelPrediction
 from textdata.blank import is_blank
 
@@ -327,7 +328,8 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
 
     @app.post("/login", include_in_schema=False)
     async def login(request: Request):
-        if not cfg.api_key:
+        team = state.store is not None and await asyncio.to_thread(has_users, state.store)
+        if not cfg.api_key and not team:
             return RedirectResponse("/ui/", 303)
         client = client_of(request.scope)
         wait = state.throttle.retry_after(client)
@@ -339,7 +341,9 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
             state.throttle.done(client)
         form = parse_qs((await request.body()).decode("utf-8", "replace"))
         given = (form.get("key") or [""])[0]
-        if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
+        key_ok = bool(cfg.api_key) and hmac.compare_digest(given.encode(), cfg.api_key.encode())
+        # a user's token signs in too (labelstore/users.py)
+        if not key_ok and not (team and await asyncio.to_thread(by_token, state.store, given.strip())):
             metrics.rejected.labels("auth").inc()
             state.throttle.fail(client)
             if wait:

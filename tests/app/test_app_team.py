@@ -124,3 +124,14 @@ def test_users_turn_auth_on_for_a_server_without_a_key(tmp_path):
             assert c.get("/v1/datasets", headers={"Authorization": f"Bearer {token}"}).status_code == 200
         finally:
             team_auth.ACTIVE_TTL_S = saved
+
+
+def test_the_ui_signs_in_with_a_users_token(tmp_path):
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    engine = open_store(url)
+    token = users.add_user(engine, "ann", "annotator")
+    engine.dispose()
+    with client(url, tmp_path) as c:  # no --api-key: the users alone turn sign-in on
+        assert c.post("/login", data={"key": "lbl_wrong"}, follow_redirects=False).status_code == 401
+        ok = c.post("/login", data={"key": token}, follow_redirects=False)
+        assert ok.status_code == 303 and "electra_session" in ok.headers.get("set-cookie", "")
