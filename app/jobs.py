@@ -168,7 +168,8 @@ class Jobs:
             active = self.registry.active()
             # a multi-label active model retrains multi-label: its separator, else None (single-label)
             sep = active_label_sep(self.registry.path(active)) if active else None
-            ts = await asyncio.to_thread(build, label_root, self.cfg.train_data, share, sep)
+            store = getattr(self.switcher.state, "store", None)  # team datasets (labelstore/), as of event N
+            ts = await asyncio.to_thread(build, label_root, self.cfg.train_data, share, sep, store)
             check(ts, int(params["folds"]), sep)
             return self._spawn(params, base, ts, sep)
 

@@ -76,11 +76,22 @@ def _suggestions(clf, texts: list[str]) -> list[dict]:
     return rows
 
 
-def _dataset(engine, dataset_id: int) -> queue.Dataset:
-    try:
-        return queue.get_dataset(engine, dataset_id)
-    except queue.NotFound as e:
-        raise HTTPException(404, str(e)) from None
+def _reader(engine):
+    """dataset(id) -> Dataset, or 404. A dataset's settings never change once made: each is read once."""
+    cache: dict[int, queue.Dataset] = {}
+
+    def dataset(dataset_id: int) -> queue.Dataset:
+        if dataset_id not in cache:
+            try:
+                found = queue.get_dataset(engine, dataset_id)
+            except queue.NotFound as e:
+                raise HTTPException(404, str(e)) from None
+            if len(cache) > 10_000:
+                cache.clear()
+            cache[dataset_id] = found
+        return cache[dataset_id]
+
+    return dataset
 
 
 def _value(ds: queue.Dataset, body) -> object:
@@ -91,6 +102,8 @@ def _value(ds: queue.Dataset, body) -> object:
 
 
 def add_team_routes(app: FastAPI, cfg, state, engine, who: Identities) -> None:
+    dataset = _reader(engine)
+
     @app.post("/v1/datasets", status_code=201)
     def create(body: NewDataset, request: Request):
         uid = who.caller(request, STAFF)[0]
@@ -119,13 +132,13 @@ def add_team_routes(app: FastAPI, cfg, state, engine, who: Identities) -> None:
     @app.post("/v1/datasets/{dataset_id}/next", responses={204: {"description": "nothing left for you"}})
     def next_text(dataset_id: int, request: Request):
         uid = who.caller(request, ROLES)[0]
-        record = queue.next_record(engine, _dataset(engine, dataset_id), uid)
+        record = queue.next_record(engine, dataset(dataset_id), uid)
         return Response(status_code=204) if record is None else record
 
     @app.post("/v1/datasets/{dataset_id}/labels")
     def label(dataset_id: int, body: Answer, request: Request):
         uid = who.caller(request, ROLES)[0]
-        ds = _dataset(engine, dataset_id)
+        ds = dataset(dataset_id)
         value = _value(ds, body)
         try:
             saved, replayed = queue.submit(engine, ds, uid, body.record_id, value, body.client_event_id)
@@ -138,19 +151,19 @@ def add_team_routes(app: FastAPI, cfg, state, engine, who: Identities) -> None:
     @app.post("/v1/datasets/{dataset_id}/undo")
     def undo(dataset_id: int, request: Request):
         uid = who.caller(request, ROLES)[0]
-        done = queue.undo_last(engine, _dataset(engine, dataset_id), uid)
+        done = queue.undo_last(engine, dataset(dataset_id), uid)
         if done is None:
             raise HTTPException(404, "you have no answer in this dataset to undo")
         return done
 
-    _add_review_routes(app, engine, who)
+    _add_review_routes(app, engine, who, dataset)
 
 
-def _add_review_routes(app: FastAPI, engine, who: Identities) -> None:
+def _add_review_routes(app: FastAPI, engine, who: Identities, dataset) -> None:
     @app.post("/v1/datasets/{dataset_id}/adjudicate")
     def adjudicate(dataset_id: int, body: Answer, request: Request):
         uid = who.caller(request, STAFF)[0]
-        ds = _dataset(engine, dataset_id)
+        ds = dataset(dataset_id)
         try:
             return review.adjudicate(engine, ds, uid, body.record_id, _value(ds, body))
         except queue.NotFound as e:
@@ -159,14 +172,14 @@ def _add_review_routes(app: FastAPI, engine, who: Identities) -> None:
     @app.get("/v1/datasets/{dataset_id}/agreement")
     def agree(dataset_id: int, request: Request):
         who.caller(request, STAFF)
-        ds = _dataset(engine, dataset_id)
+        ds = dataset(dataset_id)
         return {**agreement(review.answer_rows(engine, ds), ds.labels, ds.multi_label, ds.overlap),
                 "progress": review.progress(engine, ds)}
 
     @app.get("/v1/datasets/{dataset_id}/export")
     def export(dataset_id: int, request: Request, format: str = Query("csv", pattern="^(csv|jsonl)$")):
         who.caller(request, STAFF)
-        ds = _dataset(engine, dataset_id)
+        ds = dataset(dataset_id)
         rows = [{**{k: r[k] for k in ("record_id", "text", "annotator")}, "label": r["value"],
                  "created_at": datetime.fromtimestamp(r["created_at"], timezone.utc).isoformat()}
                 for r in review.answer_rows(engine, ds)]

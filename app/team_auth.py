@@ -11,6 +11,9 @@ from labelstore import users
 
 API_KEY_CALLER = "api-key"  # what the gate records for a request carrying --api-key
 ACTIVE_TTL_S = 2.0  # a first user added with `python -m app users add` turns auth on within this
+# A token found valid is trusted this long without asking the store again: a label save is two requests,
+# and the lookup was one of their four transactions. A revocation takes effect within it.
+TOKEN_TTL_S = 1.0
 
 
 class Identities:
@@ -18,6 +21,7 @@ class Identities:
         self.engine = engine
         self._active = (0.0, False)
         self._builtin: dict[str, tuple] = {}
+        self._seen: dict[str, tuple[float, tuple]] = {}
 
     def active(self) -> bool:
         """Any user exists: requests must say who they are."""
@@ -28,7 +32,20 @@ class Identities:
         return value
 
     def lookup(self, token: str) -> tuple | None:
-        return users.by_token(self.engine, token) if token.startswith(users.TOKEN_PREFIX) else None
+        if not token.startswith(users.TOKEN_PREFIX):
+            return None
+        now = time.monotonic()
+        hit = self._seen.get(token)
+        if hit is not None and now - hit[0] < TOKEN_TTL_S:
+            return hit[1]
+        user = users.by_token(self.engine, token)
+        if len(self._seen) > 10_000:  # bounded whatever the number of tokens tried
+            self._seen.clear()
+        if user is None:
+            self._seen.pop(token, None)
+        else:
+            self._seen[token] = (now, user)
+        return user
 
     def resolve(self, who) -> tuple[int, str, str]:
         """(id, name, role) for the gate's record of the request."""

@@ -49,22 +49,28 @@ def adjudicate(engine, ds: Dataset, reviewer_id: int, record_id: int, value) -> 
     return tx.run(engine, save)
 
 
+def final_label(values: list, labels: list, multi_label: bool, adjudicated=None):
+    """The label a text trains on: the adjudicated one, else the majority of its answers; a tie without
+    adjudication gives None (for a label set, each label by its own majority: never None)."""
+    if adjudicated is not None:
+        return adjudicated
+    if not values:
+        return None
+    if multi_label:
+        return sorted(lab for lab in labels if 2 * sum(lab in v for v in values) > len(values))
+    counts = sorted(((values.count(v), v) for v in set(values)), reverse=True)
+    return counts[0][1] if len(counts) == 1 or counts[0][0] > counts[1][0] else None
+
+
 def final_labels(engine, ds: Dataset) -> dict[int, object]:
-    """The label training takes per record: the adjudicated one, else the majority of the answers (a tie
-    without adjudication: no label; for a label set, each label by its own majority)."""
+    """final_label per record of the dataset, as the store holds it now (records without one left out)."""
     by_record: dict[int, list] = {}
     for row in answer_rows(engine, ds):
         by_record.setdefault(row["record_id"], []).append(row["value"])
-    final = {}
-    for rid, values in by_record.items():
-        if ds.multi_label:
-            final[rid] = sorted(lab for lab in ds.labels if 2 * sum(lab in v for v in values) > len(values))
-            continue
-        counts = sorted(((values.count(v), v) for v in set(values)), reverse=True)
-        if len(counts) == 1 or counts[0][0] > counts[1][0]:
-            final[rid] = counts[0][1]
-    final.update(adjudicated(engine, ds))
-    return final
+    judged = adjudicated(engine, ds)
+    final = {rid: final_label(by_record.get(rid, []), ds.labels, ds.multi_label, judged.get(rid))
+             for rid in set(by_record) | set(judged)}
+    return {rid: value for rid, value in final.items() if value is not None}
 
 
 def progress(engine, ds: Dataset) -> dict:

@@ -118,12 +118,17 @@ def test_users_turn_auth_on_for_a_server_without_a_key(tmp_path):
         engine.dispose()
         from app import team_auth
 
-        team_auth.ACTIVE_TTL_S, saved = 0.0, team_auth.ACTIVE_TTL_S  # the gate re-reads the user count at once
+        saved = team_auth.ACTIVE_TTL_S, team_auth.TOKEN_TTL_S
+        team_auth.ACTIVE_TTL_S = team_auth.TOKEN_TTL_S = 0.0  # the gate asks the store at once, not within 1-2 s
         try:
             assert c.get("/v1/datasets").status_code == 401
             assert c.get("/v1/datasets", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+            engine = open_store(url)
+            users.revoke(engine, "ann")  # while the server runs
+            engine.dispose()
+            assert c.get("/v1/datasets", headers={"Authorization": f"Bearer {token}"}).status_code == 401
         finally:
-            team_auth.ACTIVE_TTL_S = saved
+            team_auth.ACTIVE_TTL_S, team_auth.TOKEN_TTL_S = saved
 
 
 def test_the_ui_signs_in_with_a_users_token(tmp_path):
@@ -135,3 +140,20 @@ def test_the_ui_signs_in_with_a_users_token(tmp_path):
         assert c.post("/login", data={"key": "lbl_wrong"}, follow_redirects=False).status_code == 401
         ok = c.post("/login", data={"key": token}, follow_redirects=False)
         assert ok.status_code == 303 and "electra_session" in ok.headers.get("set-cookie", "")
+
+
+def test_a_retrain_table_takes_the_store_as_of_its_newest_event(tmp_path):
+    from app.trainset import build
+    from labelstore import queue
+
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    uid = users.builtin(engine, users.LOCAL)[0]
+    rows = [{"text": f"text number {i}", "priority": i} for i in range(6)]
+    ds = queue.get_dataset(engine, queue.create_dataset(engine, "d", ["a", "b"], False, 1, rows, None)[0])
+    while (rec := queue.next_record(engine, ds, uid)) is not None:
+        queue.submit(engine, ds, uid, rec["record_id"], "b" if rec["text"].endswith(("1", "3")) else "a", None)
+    ts = build(tmp_path / "label", None, 0.01, None, engine)
+    table = dict(zip(ts.train["text"], ts.train["label"]))
+    assert ts.sources["store_event"] == 6 and ts.sources["store_labels"] == 6
+    assert table == {f"text number {i}": "b" if i in (1, 3) else "a" for i in range(6)}
+    engine.dispose()
