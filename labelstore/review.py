@@ -84,3 +84,15 @@ def progress(engine, ds: Dataset) -> dict:
                            .where(records.c.dataset_id == ds.id).group_by(users.c.name)).all()
         return {"records": total, "complete": complete, "answers": {name: n for name, n in per}}
     return tx.read(engine, q)
+
+
+def disagreements(engine, ds: Dataset, limit: int = 200) -> list[dict]:
+    """Texts whose answers differ and that no reviewer has settled yet, most answers first."""
+    by_record: dict[int, dict] = {}
+    for row in answer_rows(engine, ds):
+        r = by_record.setdefault(row["record_id"], {"record_id": row["record_id"], "text": row["text"], "answers": {}})
+        r["answers"][row["annotator"]] = row["value"]
+    judged = adjudicated(engine, ds)
+    split = [r for rid, r in by_record.items() if rid not in judged
+             and len({str(v) for v in r["answers"].values()}) > 1]
+    return sorted(split, key=lambda r: (-len(r["answers"]), r["record_id"]))[:limit]
