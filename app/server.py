@@ -126,6 +126,10 @@ def _add_team(app: FastAPI, cfg: Config, state: ServerState):
 
     if state.store is None:
         state.store = open_store(cfg.store_url)
+    if (Path(cfg.data_dir) / "label").is_dir():  # the Label tab's sessions, once: a store with datasets skips it
+        from .team_import import import_sessions  # (app/labeling.py's imports: only where there are sessions)
+
+        import_sessions(state.store, Path(cfg.data_dir) / "label")
     identities = Identities(state.store)
     add_team_routes(app, cfg, state, state.store, identities)
     return identities

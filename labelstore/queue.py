@@ -254,3 +254,36 @@ def undo_last(engine, ds: Dataset, uid: int, lease_s: float = LEASE_S) -> dict |
         return {"record_id": last.record_id, "text": last.text, "undone": last.value}
 
     return tx.run(engine, undo)
+
+
+def import_answered(engine, name: str, labels: list, multi_label: bool, rows: list[dict], uid: int,
+                    decided: list[tuple[str, object, float]]) -> tuple[int, int, int]:
+    """A dataset with overlap 1 whose answers already exist (an older labeling session), in one transaction:
+    rows as for create_dataset; decided: (text, value, time), a later one for the same text replacing the
+    earlier. Returns (dataset id, records, answers written)."""
+    def insert(conn):
+        ds = conn.execute(datasets.insert().values(name=name, labels=list(labels), multi_label=multi_label,
+                                                   overlap=1, created_by=uid, created_at=time.time())
+                          .returning(datasets.c.id)).scalar_one()
+        by_hash = {}
+        for row in rows + [{"text": t} for t, _, _ in decided]:  # an answered text missing from the rows too
+            h = text_hash(row["text"])
+            if h not in by_hash:
+                by_hash[h] = conn.execute(records.insert().values(
+                    dataset_id=ds, text=row["text"], text_hash=h, meta=row.get("meta"),
+                    suggestion=row.get("suggestion"), model_version=row.get("model_version"),
+                    priority=row.get("priority", 0.0), n_answers=0).returning(records.c.id)).scalar_one()
+        latest = {text_hash(t): (v, ts) for t, v, ts in sorted(decided, key=lambda a: a[2])}
+        for h, (value, ts) in latest.items():
+            rid = by_hash[h]
+            ev = conn.execute(_EVENT, {"record_id": rid, "annotator_id": uid, "value": value, "status": "answered",
+                                       "suggestion": None, "model_version": None, "created_at": ts,
+                                       "client_event_id": None}).first()
+            conn.execute(slots.insert(), {"record_id": rid, "slot": 0, "annotator_id": uid, "state": "answered",
+                                          "expires_at": ts})
+            conn.execute(answers.insert(), {"record_id": rid, "annotator_id": uid, "value": value,
+                                            "event_id": ev.id, "updated_at": ts})
+            conn.execute(_COUNT_UP, {"rid": rid})
+        return ds, len(by_hash), len(latest)
+
+    return tx.run(engine, insert)
