@@ -102,8 +102,14 @@ def model_to_serve(cfg, registry):
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["users"]:  # python -m app users add NAME --role ROLE
+        from .users_cli import main as users_main
+
+        return users_main(argv[1:])
     cfg = parse_args(argv)
     logs.setup(cfg.log_level)
+    from labelstore import open_store
     from textdata.inputs import check_table
 
     from .registry import Registry
@@ -114,8 +120,9 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.train_data is not None:  # before the model loads: a typo answers at once, not at the first retrain
             check_table(cfg.train_data, {"text": "--train-data (column text)", "label": "--train-data (column label)"},
                         flag="--train-data")
+        store = open_store(cfg.store_url)  # before the model loads: a database that cannot be used answers at once
         version, clf = model_to_serve(cfg, registry)
-    except ValueError as e:  # ModelError, RegistryError, DataError: what the user gave cannot serve
+    except ValueError as e:  # ModelError, RegistryError, DataError, StoreError: what the user gave cannot serve
         print(f"error: {e}", file=sys.stderr)
         return 2
     # the server's own imports (uvicorn, FastAPI) after the checks: a usage error answers without them
@@ -127,7 +134,7 @@ def main(argv: list[str] | None = None) -> int:
     from .protocol import bounded_protocol
     from .server import create_app
 
-    state = ServerState()
+    state = ServerState(store=store)
     app = create_app(cfg, clf, state, registry, version)
     http = bounded_protocol(cfg.max_header_bytes, cfg.header_timeout_s, cfg.body_timeout_s)
     server = DrainingServer(uvicorn.Config(app, host=cfg.host, port=cfg.port, log_config=None, access_log=False,

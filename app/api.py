@@ -23,6 +23,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from fastapi_offline import FastAPIOffline
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
+from labelstore.users import by_token, has_users
 from serving.multilabel import MultiLabelPrediction
 from textdata.blank import is_blank
 
@@ -51,6 +52,7 @@ class ServerState:
     throttle: AuthThrottle = field(default_factory=AuthThrottle)  # wrong keys per client address
     monitor: object = None  # app.monitor.Monitor: drift per version (None: --no-monitor)
     shares: FairShare | None = None  # each client address's share of the queue (app/fair_share.py)
+    store: object = None  # the label store's SQLAlchemy engine (labelstore/): team labeling, users
 
 
 class ClassifyRequest(BaseModel):
@@ -344,7 +346,8 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
 
     @app.post("/login", include_in_schema=False)
     async def login(request: Request):
-        if not cfg.api_key:
+        team = state.store is not None and await asyncio.to_thread(has_users, state.store)
+        if not cfg.api_key and not team:
             return RedirectResponse("/ui/", 303)
         client = client_of(request.scope)
         wait = state.throttle.retry_after(client)
@@ -359,7 +362,9 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
             return HTMLResponse(LOGIN_PAGE.replace("<h2>API key required</h2>", "<h2>Form too large</h2>"), 413)
         form = parse_qs(raw.decode("utf-8", "replace"))
         given = (form.get("key") or [""])[0]
-        if not hmac.compare_digest(given.encode(), cfg.api_key.encode()):
+        key_ok = bool(cfg.api_key) and hmac.compare_digest(given.encode(), cfg.api_key.encode())
+        # a user's token signs in too (labelstore/users.py)
+        if not key_ok and not (team and await asyncio.to_thread(by_token, state.store, given.strip())):
             metrics.rejected.labels("auth").inc()
             state.throttle.fail(client)
             if wait:

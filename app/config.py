@@ -15,6 +15,7 @@ from serving.engine import GPU_BATCH_TOKENS, PassSize
 from textdata.flags import Flag, parser_for
 
 API_KEY_ENV = "ELECTRA_API_KEY"
+DATABASE_URL_ENV = "DATABASE_URL"
 # Padded tokens per engine pass when --engine-batch-tokens is not given: on CPU every padded token costs
 # as much as a real one; a GPU computes a wide pass in about the time of a narrow one (the engine's default).
 CPU_PASS_TOKENS, GPU_PASS_TOKENS = 512, GPU_BATCH_TOKENS
@@ -104,6 +105,8 @@ class Config:
     # UI
     ui: bool = True
     data_dir: Path = Path("app-data")
+    # Team labeling's store (labelstore/): None is sqlite:///DATA_DIR/app.db; postgresql+psycopg://... for a team
+    database_url: str | None = None
     max_upload_mb: float = 20.0
     max_upload_rows: int = 50_000
     upload_mb_per_minute: float = 100.0  # per client address, all upload requests together (app/upload_guard.py)
@@ -127,6 +130,12 @@ class Config:
     monitor_window: int = 1000
     monitor_span_s: float = 24 * 3600.0
     audit_rate: float = 0.0
+
+    @property
+    def store_url(self) -> str:
+        from labelstore import default_url
+
+        return self.database_url or default_url(self.data_dir)
 
     @property
     def registry_dir(self) -> Path:
@@ -180,6 +189,8 @@ FLAGS = {
                                 shown="none: the connection's address counts", repeat=True),
     "ui": Flag("API only, no web UI"),
     "data_dir": Flag("where the UI keeps labeling sessions"),
+    "database_url": Flag("the label store: sqlite:///FILE or postgresql+psycopg://USER:PASSWORD@HOST/DB",
+                         shown=f"${DATABASE_URL_ENV}, else sqlite:///DATA_DIR/app.db"),
     "max_upload_mb": Flag("UI upload size: per file, and all files of one upload request together"),
     "max_upload_rows": Flag("UI upload rows"),
     "upload_mb_per_minute": Flag("MB one client address may upload to the UI per minute; beyond it 429"),
@@ -242,6 +253,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
         where = "--api-key" if a.api_key is not None else f"the environment variable {API_KEY_ENV}"
         p.error(f"{where} is empty (an unset variable?): give a key, or leave it out to serve without auth")
     values["api_key"] = key
+    values["database_url"] = a.database_url or os.environ.get(DATABASE_URL_ENV) or None
     values["cors_origins"] = tuple(a.cors_origins)
     values["allowed_hosts"] = tuple(a.allowed_hosts)
     values["forwarded_allow_ips"] = tuple(a.forwarded_allow_ips)

@@ -158,8 +158,9 @@ LOGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Sign in<
 
 class Gate:
     def __init__(self, app, *, state, metrics: Metrics, api_key: str | None, max_body_bytes: int, sites=None,
-                 uploads=None, max_texts: int = 64):
+                 uploads=None, max_texts: int = 64, identities=None):
         self.app = app
+        self.identities = identities  # app/team_auth.py: users' tokens; once a user exists, auth is on
         self.sites = sites  # app/origin.py SiteRule: Host and Origin, before anything else
         self.uploads = uploads  # app/upload_guard.py UploadGuard: Gradio's upload route, total and rate
         self.state = state
@@ -170,18 +171,30 @@ class Gate:
         self.max_values = 2 * max_texts + FIELD_VALUES
 
     def credential(self, scope) -> str:
-        """"ok", "none" (nothing presented) or "wrong". The UI cookie counts on UI paths only."""
-        if self.api_key is None or scope["path"] in OPEN_PATHS:
+        """"ok", "none" (nothing presented) or "wrong". The UI cookie counts on UI paths only. A user's token
+        (app/team_auth.py) is recorded in the request's state for the team routes."""
+        if scope["path"] in OPEN_PATHS or not self._auth_on():
             return "ok"
         auth = _header(scope, b"authorization")
         if auth is not None:
             scheme, _, given = auth.partition(" ")
-            ok = scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.api_key.encode())
-            return "ok" if ok else "wrong"
+            if scheme.lower() != "bearer":
+                return "wrong"
+            if self.api_key is not None and hmac.compare_digest(given.strip().encode(), self.api_key.encode()):
+                scope.setdefault("state", {})["user"] = "api-key"
+                return "ok"
+            user = self.identities.lookup(given.strip()) if self.identities is not None else None
+            if user is None:
+                return "wrong"
+            scope.setdefault("state", {})["user"] = user
+            return "ok"
         cookie = _cookie(scope, SESSION_COOKIE)
         if cookie is None or not _is_ui(scope["path"]):
             return "none"
         return "ok" if self.state.sessions.valid(cookie) else "none"  # expired: sign in again, not a guess
+
+    def _auth_on(self) -> bool:
+        return self.api_key is not None or (self.identities is not None and self.identities.active())
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -241,7 +254,7 @@ class Gate:
             await _json(send, refused[0], {"detail": refused[1]})
             return
         client = client_of(scope)
-        guessing = self.api_key is not None and path not in OPEN_PATHS and _header(scope, b"authorization") is not None
+        guessing = self._auth_on() and path not in OPEN_PATHS and _header(scope, b"authorization") is not None
         wait = self.state.throttle.retry_after(client) if guessing else 0
         if wait:
             if not await self.state.throttle.slowed(client):

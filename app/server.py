@@ -74,6 +74,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         metrics.review_queue.set_function(lambda: len(state.review))
     app = build_api(cfg, state, metrics)
     app.state.server = state
+    identities = _add_team(app, cfg, state)
     jobs = add_admin_routes(app, cfg, state, registry, switcher) if registry is not None else None
 
     @contextlib.asynccontextmanager
@@ -100,6 +101,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         await batcher.close()
         if state.monitor is not None:
             await asyncio.to_thread(state.monitor.close)
+        state.store.dispose()
         log.info("stopped", extra={"fields": {"event": "shutdown"}})
 
     app.router.lifespan_context = lifespan
@@ -113,7 +115,8 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
                     "rebinding is not refused); give the names clients use with --allowed-host", cfg.host)
     uploads = UploadGuard(int(cfg.max_upload_mb * MB) + FRAMING_BYTES, int(cfg.upload_mb_per_minute * MB))
     app.add_middleware(Gate, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes,
-                       sites=sites, uploads=uploads if cfg.ui else None, max_texts=cfg.max_texts)
+                       sites=sites, uploads=uploads if cfg.ui else None, max_texts=cfg.max_texts,
+                       identities=identities)
     if cfg.cors_origins:
         # Outside the gate: preflight requests carry no Authorization header.
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.cors_origins), allow_methods=["GET", "POST"],
@@ -130,6 +133,24 @@ def say_who_sees_what(cfg: Config) -> None:
     elif not (cfg.api_key or loopback_only(cfg.host)) and (cfg.audit_rate > 0 or cfg.review_queue):
         log.warning("--allow-admin without --api-key on %s: anyone who can reach it may read the texts "
                     "--audit-rate / --review-queue keep, and train, activate and delete versions", cfg.host)
+
+
+def _add_team(app: FastAPI, cfg: Config, state: ServerState):
+    """Team labeling (app/team.py) on the label store, opened here unless `python -m app` opened it first."""
+    from labelstore import open_store
+
+    from .team import add_team_routes
+    from .team_auth import Identities
+
+    if state.store is None:
+        state.store = open_store(cfg.store_url)
+    if (Path(cfg.data_dir) / "label").is_dir():  # the Label tab's sessions, once: a store with datasets skips it
+        from .team_import import import_sessions  # (app/labeling.py's imports: only where there are sessions)
+
+        import_sessions(state.store, Path(cfg.data_dir) / "label")
+    identities = Identities(state.store)
+    add_team_routes(app, cfg, state, state.store, identities)
+    return identities
 
 
 def open_monitor(cfg: Config):

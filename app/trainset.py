@@ -92,7 +92,19 @@ def _canonical(space: LabelSpace, cell, where: str) -> str:
         raise TrainingDataError(str(e)) from None
 
 
-def _rows(label_root: Path, base: Path | None, label_sep: str | None = None) -> tuple[list[dict], dict]:
+def _store_rows(store, label_sep: str | None) -> tuple[list[dict], dict]:
+    """The label store's final labels (adjudicated, else majority) as of its newest event, whose id goes into
+    the version's lineage (`data.store_event`): labelstore.snapshot.labels_as_of rebuilds the same rows."""
+    from labelstore.snapshot import labels_as_of, latest_event
+
+    event = latest_event(store)
+    found = [r for r in labels_as_of(store, event) if r["multi_label"] == (label_sep is not None)]
+    rows = [{"text": r["text"], "label": label_sep.join(r["label"]) if label_sep else r["label"], "ts": r["ts"],
+             "source": f"dataset {r['dataset_id']}"} for r in found]
+    return rows, {"store_event": event, "store_labels": len(rows)}
+
+
+def _rows(label_root: Path, base: Path | None, label_sep: str | None = None, store=None) -> tuple[list[dict], dict]:
     rows, sources = [], {"base_rows": 0, "sessions": 0, "session_decisions": 0}
     space = LabelSpace.of(multi_label=label_sep is not None, sep=label_sep)
     if base is not None:
@@ -116,6 +128,10 @@ def _rows(label_root: Path, base: Path | None, label_sep: str | None = None) -> 
             rows += [{**d, "source": f"session {folder.name}", "review": review} for d in found]
             sources["sessions"] += 1
             sources["session_decisions"] += len(found)
+    if store is not None:
+        found, counts = _store_rows(store, label_sep)
+        rows += found
+        sources.update(counts)
     return rows, sources
 
 
@@ -139,9 +155,10 @@ def review_counts(seen: dict[str, list[dict]]) -> dict:
     return {"corrections": corrections, "review_kept": kept}
 
 
-def build(label_root: Path, base: Path | None, share: float, label_sep: str | None = None) -> TrainingSet:
-    """label_sep: the active model is multi-label and its label cells are sets joined by this separator."""
-    rows, sources = _rows(Path(label_root), base, label_sep)
+def build(label_root: Path, base: Path | None, share: float, label_sep: str | None = None, store=None) -> TrainingSet:
+    """label_sep: the active model is multi-label and its label cells are sets joined by this separator.
+    store: the label store's engine (team datasets), read as of its newest event."""
+    rows, sources = _rows(Path(label_root), base, label_sep, store)
     latest: dict[str, dict] = {}
     seen: dict[str, list[dict]] = {}
     for _, r in sorted(enumerate(rows), key=lambda ir: (ir[1]["ts"], ir[0])):  # by time; ties in reading order

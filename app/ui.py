@@ -187,6 +187,10 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
                 from .ui_monitor import monitor_tab
 
                 monitor_tab(cfg, state, store)
+            if state.store is not None:
+                from .ui_team import team_tab
+
+                team_tab(cfg, state)
     # Gradio copies any file reference it finds in any input (a Dropdown's value too) into its cache, whose
     # files it serves: every input of every event takes uploaded files only.
     for block in {id(b): b for fn in demo.fns.values() for b in fn.inputs}.values():

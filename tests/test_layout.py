@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("app", "baseline", "bench", "docker", "finetune", "pretraining", "serving", "textdata")
+PACKAGES = ("app", "baseline", "bench", "docker", "finetune", "labelstore", "pretraining", "serving", "textdata")
 MAX_MODULE_LINES = 450
 MAX_FUNCTION_LINES = 80
 # Over the limit today and left for later, each with its reason; an entry that is back under the limit fails
@@ -87,7 +87,7 @@ def test_no_module_or_function_over_the_limit(limit):
 # What each package may import of ours. app/train_child.py runs only as the training child, never in the server.
 MAY_IMPORT = {"textdata": set(), "baseline": {"textdata"}, "pretraining": set(),
               "serving": {"textdata", "baseline"}, "finetune": {"textdata", "baseline", "pretraining"},
-              "app": {"textdata", "baseline", "serving"}}
+              "labelstore": set(), "app": {"textdata", "baseline", "serving", "labelstore"}}
 ALSO = {"app/train_child.py": {"finetune"}}
 
 

@@ -1,0 +1,196 @@
+"""Team labeling over HTTP: datasets with a shared queue (overlap k), answers, undo, agreement, export.
+
+    POST /v1/datasets                     {"name", "texts", "overlap", "labels"?}  -> 201 {"id", ...}
+    GET  /v1/datasets                     the datasets, with progress
+    POST /v1/datasets/{id}/next           -> {"record_id", "text", "suggestion"}, 204 when none is left for you
+    POST /v1/datasets/{id}/labels         {"record_id", "label" | "labels", "client_event_id"}
+    POST /v1/datasets/{id}/undo           take back your last answer
+    POST /v1/datasets/{id}/adjudicate     {"record_id", "label" | "labels"}  (reviewer, admin)
+    GET  /v1/datasets/{id}/agreement      alpha, Fleiss' kappa, per label, per annotator (reviewer, admin)
+    GET  /v1/datasets/{id}/export?format=csv|jsonl  record_id,text,annotator,label,created_at (reviewer, admin)
+
+Blind: an annotator is never shown another's answer (agreement and export need a reviewer). The store is
+synchronous, so these routes are plain functions FastAPI runs on its thread pool.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime, timezone
+
+import numpy as np
+from fastapi import FastAPI, HTTPException, Query, Request
+from fastapi.responses import JSONResponse, Response
+from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+
+from labelstore import queue, review
+from labelstore.agreement import agreement
+from labelstore.schema import ROLES
+
+from .team_auth import Identities
+
+STAFF = ("reviewer", "admin")
+MAX_OVERLAP = 20
+SCORE_CHUNK = 64
+
+
+class NewDataset(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: StrictStr = Field(min_length=1, max_length=200)
+    texts: list[StrictStr] = Field(min_length=1)
+    overlap: StrictInt = Field(1, ge=1, le=MAX_OVERLAP, description="answers wanted per text, each from a different person")
+    labels: list[StrictStr] | None = Field(None, min_length=1, description="the label set (default: the served model's)")
+    multi_label: bool | None = Field(None, description="answers are label sets (default: as the served model)")
+
+
+class Answer(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    record_id: StrictInt
+    label: StrictStr | None = None
+    labels: list[StrictStr] | None = None
+    client_event_id: StrictStr | None = Field(None, min_length=1, max_length=100, description=(
+        "an id the client makes per answer (a UUID): a retry with the same id returns the first answer"))
+
+
+def _bad(field: str, msg: str) -> HTTPException:
+    return HTTPException(422, [{"type": "value_error", "loc": ["body", field], "msg": msg}])
+
+
+def _suggestions(clf, texts: list[str]) -> list[dict]:
+    """The served model's answer per text: shown as the suggestion, and its confidence orders the queue."""
+    from serving.multilabel import decision_margin
+
+    rows = []
+    for start in range(0, len(texts), SCORE_CHUNK):
+        chunk = texts[start:start + SCORE_CHUNK]
+        preds = clf.predict_encoded(clf.encode(chunk))
+        if getattr(clf, "multi_label", False):
+            probs = np.array([[p.scores[lab] for lab in clf.labels] for p in preds]).reshape(len(chunk), -1)
+            margin = decision_margin(probs, np.asarray(clf.thresholds, np.float64))
+            rows += [{"suggestion": {"labels": p.labels}, "priority": float(m)} for p, m in zip(preds, margin)]
+        else:
+            rows += [{"suggestion": {"label": p.label, "score": round(float(p.score), 4)}, "priority": float(p.score)}
+                     for p in preds]
+    return rows
+
+
+def _reader(engine):
+    """dataset(id) -> Dataset, or 404. A dataset's settings never change once made: each is read once."""
+    cache: dict[int, queue.Dataset] = {}
+
+    def dataset(dataset_id: int) -> queue.Dataset:
+        if dataset_id not in cache:
+            try:
+                found = queue.get_dataset(engine, dataset_id)
+            except queue.NotFound as e:
+                raise HTTPException(404, str(e)) from None
+            if len(cache) > 10_000:
+                cache.clear()
+            cache[dataset_id] = found
+        return cache[dataset_id]
+
+    return dataset
+
+
+def _value(ds: queue.Dataset, body) -> object:
+    try:
+        return queue.check_value(ds, body.label, body.labels)
+    except queue.BadLabel as e:
+        raise _bad("labels" if ds.multi_label else "label", str(e)) from None
+
+
+def add_team_routes(app: FastAPI, cfg, state, engine, who: Identities) -> None:
+    dataset = _reader(engine)
+
+    @app.post("/v1/datasets", status_code=201)
+    def create(body: NewDataset, request: Request):
+        uid = who.caller(request, STAFF)[0]
+        served = state.served
+        clf = served.clf
+        multi = body.multi_label if body.multi_label is not None else bool(getattr(clf, "multi_label", False))
+        labels = list(dict.fromkeys(body.labels or clf.labels))
+        for i, t in enumerate(body.texts):
+            if not t.strip():
+                raise HTTPException(422, [{"type": "value_error", "loc": ["body", "texts", i], "msg": "empty text"}])
+        if len(body.texts) > cfg.max_upload_rows:
+            raise _bad("texts", f"{len(body.texts)} texts; the limit is {cfg.max_upload_rows} (--max-upload-rows)")
+        model_labels = list(clf.labels) == labels and multi == bool(getattr(clf, "multi_label", False))
+        rows = _suggestions(clf, body.texts) if model_labels else [{} for _ in body.texts]
+        for row, text in zip(rows, body.texts):
+            row.update(text=text, model_version=served.version if model_labels else None)
+        ds, n, dup = queue.create_dataset(engine, body.name, labels, multi, body.overlap, rows, uid)
+        return {"id": ds, "records": n, "duplicates": dup, "labels": labels, "multi_label": multi,
+                "overlap": body.overlap}
+
+    @app.get("/v1/datasets")
+    def datasets(request: Request):
+        who.caller(request, ROLES)
+        return {"datasets": queue.list_datasets(engine)}
+
+    @app.post("/v1/datasets/{dataset_id}/next", responses={204: {"description": "nothing left for you"}})
+    def next_text(dataset_id: int, request: Request):
+        uid = who.caller(request, ROLES)[0]
+        record = queue.next_record(engine, dataset(dataset_id), uid)
+        return Response(status_code=204) if record is None else record
+
+    @app.post("/v1/datasets/{dataset_id}/labels")
+    def label(dataset_id: int, body: Answer, request: Request):
+        uid = who.caller(request, ROLES)[0]
+        ds = dataset(dataset_id)
+        value = _value(ds, body)
+        try:
+            saved, replayed = queue.submit(engine, ds, uid, body.record_id, value, body.client_event_id)
+        except queue.NotFound as e:
+            raise HTTPException(404, str(e)) from None
+        except queue.Full as e:
+            raise HTTPException(409, str(e)) from None
+        return JSONResponse(saved, headers={"Idempotent-Replayed": "true"} if replayed else None)
+
+    @app.post("/v1/datasets/{dataset_id}/undo")
+    def undo(dataset_id: int, request: Request):
+        uid = who.caller(request, ROLES)[0]
+        done = queue.undo_last(engine, dataset(dataset_id), uid)
+        if done is None:
+            raise HTTPException(404, "you have no answer in this dataset to undo")
+        return done
+
+    _add_review_routes(app, engine, who, dataset)
+
+
+def _add_review_routes(app: FastAPI, engine, who: Identities, dataset) -> None:
+    @app.post("/v1/datasets/{dataset_id}/adjudicate")
+    def adjudicate(dataset_id: int, body: Answer, request: Request):
+        uid = who.caller(request, STAFF)[0]
+        ds = dataset(dataset_id)
+        try:
+            return review.adjudicate(engine, ds, uid, body.record_id, _value(ds, body))
+        except queue.NotFound as e:
+            raise HTTPException(404, str(e)) from None
+
+    @app.get("/v1/datasets/{dataset_id}/agreement")
+    def agree(dataset_id: int, request: Request):
+        who.caller(request, STAFF)
+        ds = dataset(dataset_id)
+        return {**agreement(review.answer_rows(engine, ds), ds.labels, ds.multi_label, ds.overlap),
+                "progress": review.progress(engine, ds)}
+
+    @app.get("/v1/datasets/{dataset_id}/export")
+    def export(dataset_id: int, request: Request, format: str = Query("csv", pattern="^(csv|jsonl)$")):
+        who.caller(request, STAFF)
+        ds = dataset(dataset_id)
+        rows = [{**{k: r[k] for k in ("record_id", "text", "annotator")}, "label": r["value"],
+                 "created_at": datetime.fromtimestamp(r["created_at"], timezone.utc).isoformat()}
+                for r in review.answer_rows(engine, ds)]
+        name = f"dataset-{dataset_id}.{format}"
+        headers = {"Content-Disposition": f'attachment; filename="{name}"'}
+        if format == "jsonl":
+            text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+            return Response(text, media_type="application/x-ndjson", headers=headers)
+        out = io.StringIO()
+        writer = csv.DictWriter(out, ["record_id", "text", "annotator", "label", "created_at"])
+        writer.writeheader()
+        for r in rows:
+            writer.writerow({**r, "label": ";".join(r["label"]) if ds.multi_label else r["label"]})
+        return Response(out.getvalue(), media_type="text/csv; charset=utf-8", headers=headers)

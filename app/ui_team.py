@@ -1,0 +1,76 @@
+"""The UI's Team tab: a dataset's progress (who labeled how much), its agreement, and the texts the
+annotators disagree on, which a reviewer settles here (the adjudicated label is what training takes)."""
+
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+
+from labelstore import queue, review, users
+from labelstore.agreement import agreement
+
+
+def _fmt(x) -> str:
+    return "–" if x is None else f"{x:.3f}"
+
+
+def summary(engine, ds: queue.Dataset) -> str:
+    progress = review.progress(engine, ds)
+    figures = agreement(review.answer_rows(engine, ds), ds.labels, ds.multi_label, ds.overlap)
+    lines = [(f"**{html.escape(ds.name)}**: {progress['complete']} of {progress['records']} texts have their "
+             f"{ds.overlap} answer(s). Krippendorff's alpha {_fmt(figures['krippendorff_alpha'])} · Fleiss' kappa "
+             f"{_fmt(figures['fleiss_kappa'])} · {figures['n_records']} texts with two or more answers."),
+             "\n| annotator | answers | mean Cohen's kappa |\n|---|---|---|"]
+    lines += [f"| {html.escape(name)} | {a['answers']} | {_fmt(a['mean_cohen_kappa'])} |"
+              for name, a in figures["per_annotator"].items()]
+    lines.append("\n| label | alpha | Fleiss' kappa |\n|---|---|---|")
+    lines += [f"| {html.escape(str(lab))} | {_fmt(v['krippendorff_alpha'])} | {_fmt(v['fleiss_kappa'])} |"
+              for lab, v in figures["per_label"].items()]
+    return "\n".join(lines)
+
+
+def team_tab(cfg, state) -> None:
+    engine = state.store
+    reviewer = users.API_KEY if cfg.api_key else users.LOCAL  # the UI session is the key holder's
+
+    def choices():
+        return [(f"{d['id']}: {d['name']} ({d['complete']}/{d['records']})", d["id"])
+                for d in queue.list_datasets(engine)]
+
+    def show(dataset_id):
+        if dataset_id is None:
+            return "No dataset chosen (create one with POST /v1/datasets).", [], gr.update(choices=[])
+        ds = queue.get_dataset(engine, int(dataset_id))
+        split = review.disagreements(engine, ds)
+        rows = [[r["record_id"], r["text"][:200], "; ".join(f"{k}: {v}" for k, v in r["answers"].items())]
+                for r in split]
+        return summary(engine, ds), rows, gr.update(choices=[str(x) for x in ds.labels])
+
+    def settle(dataset_id, record_id, label):
+        if dataset_id is None or record_id is None or not label:
+            raise gr.Error("Choose a dataset, a record id from the table and a label.")
+        ds = queue.get_dataset(engine, int(dataset_id))
+        value = sorted(label) if ds.multi_label else label
+        try:
+            review.adjudicate(engine, ds, users.builtin(engine, reviewer)[0], int(record_id), value)
+        except queue.NotFound as e:
+            raise gr.Error(str(e)) from None
+        return show(dataset_id)
+
+    with gr.Tab("Team", id="team", elem_id="tab-team") as tab:
+        with gr.Row():
+            t_dataset = gr.Dropdown(label="Dataset", choices=[], elem_id="team-dataset")
+            t_refresh = gr.Button("Refresh", elem_id="team-refresh")
+        t_summary = gr.Markdown(elem_id="team-summary")
+        t_split = gr.Dataframe(headers=["record_id", "text", "answers"], label="Disagreements to settle",
+                               interactive=False, elem_id="team-disagreements")
+        with gr.Row():
+            t_record = gr.Number(label="record_id", precision=0, elem_id="team-record")
+            t_label = gr.Dropdown(label="Final label", choices=[], elem_id="team-label")
+            t_settle = gr.Button("Adjudicate", variant="primary", elem_id="team-settle")
+    outputs = [t_summary, t_split, t_label]
+    tab.select(lambda: gr.update(choices=choices()), None, t_dataset)
+    t_refresh.click(lambda: gr.update(choices=choices()), None, t_dataset)
+    t_dataset.change(show, t_dataset, outputs)
+    t_settle.click(settle, [t_dataset, t_record, t_label], outputs)

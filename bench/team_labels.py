@@ -1,0 +1,230 @@
+"""Team labeling through the real HTTP API on the default SQLite store: overlap k, races, a kill -9.
+
+    python bench/team_labels.py [--records 400] [--annotators 8] [--clients-per 2] [--think-ms 0,50]
+                                [--work /tmp/bench-team] [--output bench/results/team_labels.json]
+
+Starts `python -m app` (the `mini` random ELECTRA of bench/api_load.py, torch, --no-ui) on a fresh data
+folder, adds --annotators users and one admin (labelstore/users.py), and per run creates a dataset of
+--records ko-help texts. Each annotator runs --clients-per clients (two browsers of one person), each a
+loop: POST next -> think (uniform --think-ms) -> POST labels with a fresh client_event_id, retried with the
+same id on a transport error until acknowledged.
+
+Runs: k=1 and k=3 to the end of the queue; then k=3 with `kill -9` of the server after --kill-after s and
+a restart on the same folder, the clients retrying through the outage. After each run the database is read
+directly: every record has exactly k answers from k different people, every acknowledged event is in the
+log exactly once (none lost, none twice), and the server log has no "database is locked". Reports label
+saves/s (acknowledged answers / wall time) and p50/p99 of the label and next requests. Also prints one
+argon2 verify (pwdlib's recommended) against one SHA-256, the reason tokens are stored as SHA-256.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import numpy as np
+import sqlalchemy as sa
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from api_load import build_model, free_port, load_texts
+
+from labelstore import open_store, users
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def start(model: Path, data: Path, port: int, log: Path, token: str) -> tuple:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
+    env.pop("ELECTRA_API_KEY", None)
+    env.pop("DATABASE_URL", None)
+    with open(log, "ab") as out:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "app", "--model", str(model), "--no-ui", "--no-monitor", "--port", str(port),
+             "--data-dir", str(data), "--log-level", "warning"], stdout=out, stderr=out, env=env)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 600  # a loaded machine: torch's import alone can take minutes
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise SystemExit(f"server exited with {proc.returncode}; see {log}")
+        try:
+            if httpx.get(url + "/readyz", headers={"Authorization": f"Bearer {token}"}, timeout=2).status_code == 200:
+                return proc, url
+        except httpx.TransportError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit(f"server not ready; see {log}")
+
+
+class Tally:
+    def __init__(self):
+        self.acked: list[dict] = []
+        self.label_ms: list[float] = []
+        self.next_ms: list[float] = []
+        self.statuses: dict[int, int] = {}
+        self.transport_errors = 0
+
+
+async def post(client, url, body, headers, tally, latencies):
+    """POST until an HTTP answer comes (transport errors: the server is down; same body, same event id)."""
+    while True:
+        t = time.perf_counter()
+        try:
+            r = await client.post(url, json=body, headers=headers)
+        except httpx.TransportError:
+            tally.transport_errors += 1
+            await asyncio.sleep(0.2)
+            continue
+        latencies.append((time.perf_counter() - t) * 1000)
+        tally.statuses[r.status_code] = tally.statuses.get(r.status_code, 0) + 1
+        return r
+
+
+async def annotator(base, ds, token, labels, think, tally, rng):
+    headers = {"Authorization": f"Bearer {token}"}
+    async with httpx.AsyncClient(base_url=base(), timeout=30) as client:
+        while True:
+            client.base_url = base()  # the restarted server keeps its port
+            r = await post(client, f"/v1/datasets/{ds}/next", None, headers, tally, tally.next_ms)
+            if r.status_code == 204:
+                return
+            if r.status_code != 200:
+                continue
+            await asyncio.sleep(rng.uniform(*think) / 1000)
+            body = {"record_id": r.json()["record_id"], "label": rng.choice(labels),
+                    "client_event_id": uuid.uuid4().hex}
+            a = await post(client, f"/v1/datasets/{ds}/labels", body, headers, tally, tally.label_ms)
+            if a.status_code == 200:
+                tally.acked.append({**body, "event_id": a.json()["event_id"], "token": token})
+
+
+def check(url: str, ds: int, k: int, tally: Tally, log: Path) -> dict:
+    engine = open_store(url)
+    with engine.connect() as c:
+        per = c.execute(sa.text("SELECT r.id, count(a.annotator_id), count(DISTINCT a.annotator_id) FROM records r "
+                                "LEFT JOIN answers a ON a.record_id = r.id WHERE r.dataset_id = :d GROUP BY r.id"),
+                        {"d": ds}).all()
+        events = dict(c.execute(sa.text("SELECT e.client_event_id, count(*) FROM label_events e JOIN records r "
+                                        "ON r.id = e.record_id WHERE r.dataset_id = :d AND e.client_event_id IS "
+                                        "NOT NULL GROUP BY e.client_event_id"), {"d": ds}).all())
+    engine.dispose()
+    acked = {a["client_event_id"] for a in tally.acked}
+    return {"records": len(per), "records_with_exactly_k": sum(n == k and d == k for _, n, d in per),
+            "records_over_k": sum(n > k for _, n, _ in per),
+            "acknowledged": len(tally.acked), "lost": sum(1 for e in acked if e not in events),
+            "duplicates": sum(1 for e in acked if events.get(e, 0) > 1),
+            "lock_errors": log.read_text(errors="replace").count("database is locked"),
+            "server_errors": sum(n for s, n in tally.statuses.items() if s >= 500)}
+
+
+def _pct(xs, q):
+    return round(float(np.percentile(xs, q)), 1) if xs else None
+
+
+async def run(args, model, data, k, people, kill_after=None) -> dict:
+    url = f"sqlite:///{data / 'app.db'}"
+    port, log = free_port(), data / "server.log"
+    proc, base_url = start(model, data, port, log, people["admin"])
+    texts, labels = args.texts, args.labels
+    admin = {"Authorization": f"Bearer {people['admin']}"}
+    r = await asyncio.to_thread(httpx.post, base_url + "/v1/datasets", headers=admin, timeout=300,
+                                json={"name": f"bench k={k}", "texts": texts[:args.records], "overlap": k})
+    ds = r.json()["id"]
+    tally, rng = Tally(), random.Random(k)
+    state = {"proc": proc}
+    t0 = time.perf_counter()
+    tasks = [asyncio.create_task(annotator(lambda: base_url, ds, tok, labels, args.think, tally,
+                                           random.Random(rng.random())))
+             for name, tok in people.items() if name != "admin" for _ in range(args.clients_per)]
+    if kill_after is not None:
+        await asyncio.sleep(kill_after)
+        before = len(tally.acked)
+        state["proc"].send_signal(signal.SIGKILL)
+        state["proc"].wait()
+        state["proc"], _ = await asyncio.to_thread(start, model, data, port, log, people["admin"])
+        print(f"  killed -9 after {before} acknowledged labels; restarted", flush=True)
+    await asyncio.gather(*tasks)
+    wall = time.perf_counter() - t0
+    state["proc"].send_signal(signal.SIGTERM)
+    state["proc"].wait(60)
+    result = {"k": k, "killed": kill_after is not None, "wall_s": round(wall, 2),
+              "label_saves_per_s": round(len(tally.acked) / wall, 1),
+              "label_ms": {"p50": _pct(tally.label_ms, 50), "p99": _pct(tally.label_ms, 99)},
+              "next_ms": {"p50": _pct(tally.next_ms, 50), "p99": _pct(tally.next_ms, 99)},
+              "statuses": {str(s): n for s, n in sorted(tally.statuses.items())},
+              "transport_errors": tally.transport_errors, **check(url, ds, k, tally, log)}
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def token_costs() -> dict:
+    import hashlib
+
+    out = {}
+    t = time.perf_counter()
+    for _ in range(1000):
+        hashlib.sha256(b"lbl_" + b"x" * 43).hexdigest()
+    out["sha256_us"] = round((time.perf_counter() - t) * 1000, 2)
+    try:
+        from pwdlib import PasswordHash
+    except ImportError:
+        return out
+    ph = PasswordHash.recommended()
+    h = ph.hash("lbl_" + "x" * 43)
+    t = time.perf_counter()
+    for _ in range(3):
+        ph.verify("lbl_" + "x" * 43, h)
+    out["argon2_verify_ms"] = round((time.perf_counter() - t) / 3 * 1000, 1)
+    return out
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--records", type=int, default=400)
+    ap.add_argument("--annotators", type=int, default=8)
+    ap.add_argument("--clients-per", type=int, default=2)
+    ap.add_argument("--think-ms", default="0,50")
+    ap.add_argument("--kill-after", type=float, default=4.0)
+    ap.add_argument("--work", type=Path, default=Path("/tmp/bench-team"))
+    ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "team_labels.json")
+    args = ap.parse_args(argv)
+    args.think = tuple(float(x) for x in args.think_ms.split(","))
+    args.texts, args.labels = load_texts()
+    load_before = os.getloadavg()
+    model = build_model(args.work, args.texts, args.labels, "torch", "mini")
+    runs = []
+    for k, kill in ((1, None), (3, None), (3, args.kill_after)):
+        data = args.work / f"data-k{k}{'-kill' if kill else ''}"
+        shutil.rmtree(data, ignore_errors=True)
+        engine = open_store(f"sqlite:///{data / 'app.db'}")
+        people = {f"ann{i}": users.add_user(engine, f"ann{i}", "annotator") for i in range(args.annotators)}
+        people["admin"] = users.add_user(engine, "admin", "admin")
+        engine.dispose()
+        runs.append(asyncio.run(run(args, model, data, k, people, kill)))
+    report = {"runs": runs, "token_hash_cost": token_costs(), "records": args.records,
+              "annotators": args.annotators, "clients": args.annotators * args.clients_per, "think_ms": args.think,
+              "store": "sqlite (WAL, synchronous=NORMAL)", "targets": {"saves_per_s_min": 500, "p99_ms_max": 50},
+              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
+                          "load_avg_before": [round(x, 2) for x in load_before],
+                          "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
+              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(report["token_hash_cost"]), f"\nwrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,105 @@
+"""Open the label store: the engine (SQLite tuned for many writers, or PostgreSQL), then migrations.
+
+SQLite is opened in WAL mode with synchronous=NORMAL (a commit is one WAL append, durable across a process
+crash; a power cut may lose the last ones), a busy timeout and foreign keys on. Writes begin with BEGIN
+IMMEDIATE: a deferred transaction that reads first and then writes cannot wait for the lock (SQLite answers
+"database is locked" at once to avoid a deadlock), so every write takes the lock up front and waits its turn.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from alembic import command
+from alembic.config import Config as AlembicConfig
+from alembic.runtime.migration import MigrationContext
+from alembic.script import ScriptDirectory
+from sqlalchemy import event
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+BUSY_TIMEOUT_MS = 30_000
+
+
+class StoreError(ValueError):
+    """The database cannot be used (unreachable, newer schema): one line for the user, never a password."""
+
+
+def default_url(data_dir) -> str:
+    return f"sqlite:///{Path(data_dir).resolve() / 'app.db'}"
+
+
+def where(url: sa.URL) -> str:
+    """The database named for a message: host and port, or the SQLite file. Never the password."""
+    if url.get_backend_name() == "sqlite":
+        return url.database or ":memory:"
+    return f"{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
+
+
+def make_engine(url: str, pool_size: int = 10) -> sa.Engine:
+    parsed = sa.make_url(url)
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+        engine = sa.create_engine(parsed, pool_size=pool_size, max_overflow=pool_size,
+                                  connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False})
+        _tune_sqlite(engine)
+        return engine
+    return sa.create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def _tune_sqlite(engine: sa.Engine) -> None:
+    @event.listens_for(engine, "connect")
+    def on_connect(dbapi_connection, _record):
+        dbapi_connection.isolation_level = None  # transactions are begun below, not by the driver
+        cur = dbapi_connection.cursor()
+        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", f"busy_timeout={BUSY_TIMEOUT_MS}", "foreign_keys=ON"):
+            cur.execute(f"PRAGMA {pragma}")
+        cur.close()
+
+    @event.listens_for(engine, "begin")
+    def on_begin(conn):
+        conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write") else "BEGIN")
+
+
+def _alembic(connection) -> AlembicConfig:
+    cfg = AlembicConfig()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def migrate(engine: sa.Engine) -> str:
+    """Bring the schema to this code's head; returns the revision. A database a newer release migrated is
+    refused: this code does not know its tables."""
+    url = engine.url
+    try:
+        with engine.connect() as conn:
+            current = MigrationContext.configure(conn).get_current_revision()
+    except sa.exc.OperationalError as e:
+        raise StoreError(f"cannot connect to the database at {where(url)}: {_reason(e, url)}") from None
+    script = ScriptDirectory.from_config(_alembic(None))
+    head = script.get_current_head()
+    known = {rev.revision for rev in script.walk_revisions()}
+    if current is not None and current not in known:
+        raise StoreError(f"the database at {where(url)} has schema {current}, newer than this app knows "
+                         f"(head {head}): upgrade the app, or give another --database-url")
+    if current != head:
+        with engine.begin() as conn:
+            command.upgrade(_alembic(conn), "head")
+    return head
+
+
+def _reason(error: Exception, url: sa.URL) -> str:
+    line = str(getattr(error, "orig", error)).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+    return line.replace(url.password, "***") if url.password else line
+
+
+def open_store(url: str) -> sa.Engine:
+    """The engine, its schema migrated to this code's head. StoreError (one line) when it cannot be used."""
+    try:
+        engine = make_engine(url)
+    except (sa.exc.ArgumentError, ImportError) as e:
+        raise StoreError(f"--database-url: {e}") from None
+    migrate(engine)
+    return engine

@@ -1,0 +1,159 @@
+"""Team labeling through the HTTP API (in-process), on SQLite and on a real PostgreSQL: the contract's routes,
+one-person mode, tokens and roles, and every bad input's status."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+
+from fastapi.testclient import TestClient
+
+from app.config import Config
+from app.server import create_app
+from labelstore import open_store, users
+from serving.engine import Prediction
+
+
+class FakeClassifier:
+    batch_tokens = 512
+    call_overhead_tokens = 12.0
+    labels = ("a", "b")
+
+    def info(self):
+        return {"name": "fake", "labels": self.labels, "provider": "cpu"}
+
+    def encode(self, texts):
+        return [[0] * (len(t.split()) + 2) for t in texts]
+
+    def predict_encoded(self, seqs, top_k=None):
+        # more words: surer; the queue serves the least sure (shortest) first
+        return [Prediction("a", 0.5 + len(s) / 100, {"a": 0.5 + len(s) / 100, "b": 0.5 - len(s) / 100}) for s in seqs]
+
+
+def client(store_url, tmp_path, **cfg) -> TestClient:
+    config = Config(model="m", ui=False, monitor=False, data_dir=tmp_path, database_url=store_url, **cfg)
+    return TestClient(create_app(config, FakeClassifier()), base_url="http://127.0.0.1")
+
+
+TEXTS = ["one two three four", "one", "one two", "one two three", "one"]
+
+
+def test_one_person_mode_end_to_end(store_url, tmp_path):
+    with client(store_url, tmp_path) as c:
+        made = c.post("/v1/datasets", json={"name": "news", "texts": TEXTS})
+        assert made.status_code == 201 and made.json()["records"] == 4 and made.json()["duplicates"] == 1
+        ds = made.json()["id"]
+        seen = []
+        while (nxt := c.post(f"/v1/datasets/{ds}/next")).status_code == 200:
+            rec = nxt.json()
+            assert set(rec) == {"record_id", "text", "suggestion"} and rec["suggestion"]["label"] == "a"
+            seen.append(rec["text"])
+            r = c.post(f"/v1/datasets/{ds}/labels", json={"record_id": rec["record_id"], "label": "b",
+                                                          "client_event_id": f"e{len(seen)}"})
+            assert r.status_code == 200, r.text
+        assert nxt.status_code == 204 and seen == ["one", "one two", "one two three", "one two three four"]
+        rows = list(csv.DictReader(io.StringIO(c.get(f"/v1/datasets/{ds}/export?format=csv").text)))
+        assert list(rows[0]) == ["record_id", "text", "annotator", "label", "created_at"] and len(rows) == 4
+        assert {r["annotator"] for r in rows} == {users.LOCAL} and {r["label"] for r in rows} == {"b"}
+        lines = [json.loads(x) for x in c.get(f"/v1/datasets/{ds}/export?format=jsonl").text.splitlines()]
+        assert [x["text"] for x in lines] == [r["text"] for r in rows]
+        agree = c.get(f"/v1/datasets/{ds}/agreement").json()
+        assert {"krippendorff_alpha", "fleiss_kappa", "per_label", "per_annotator", "n_records"} <= set(agree)
+        assert agree["n_records"] == 0 and agree["progress"]["complete"] == 4  # one person: nothing to compare
+
+
+def test_bad_inputs_each_have_their_status(store_url, tmp_path):
+    with client(store_url, tmp_path) as c:
+        ds = c.post("/v1/datasets", json={"name": "x", "texts": ["p", "q"], "overlap": 2}).json()["id"]
+        other = c.post("/v1/datasets", json={"name": "y", "texts": ["r"]}).json()["id"]
+        rec = c.post(f"/v1/datasets/{ds}/next").json()["record_id"]
+        foreign = c.post(f"/v1/datasets/{other}/next").json()["record_id"]
+        r = c.post(f"/v1/datasets/{ds}/labels", json={"record_id": rec, "label": "zebra"})
+        assert r.status_code == 422 and "'zebra'" in r.json()["message"]
+        assert c.post(f"/v1/datasets/{ds}/labels", json={"record_id": foreign, "label": "a"}).status_code == 404
+        assert c.post("/v1/datasets/999/next").status_code == 404
+        assert c.post("/v1/datasets", json={"name": "z", "texts": []}).status_code == 422
+        assert c.post("/v1/datasets", json={"name": "z", "texts": ["a"], "overlap": 0}).status_code == 422
+        assert c.get(f"/v1/datasets/{ds}/export?format=xml").status_code == 422
+        first = c.post(f"/v1/datasets/{ds}/labels", json={"record_id": rec, "label": "a", "client_event_id": "k1"})
+        again = c.post(f"/v1/datasets/{ds}/labels", json={"record_id": rec, "label": "b", "client_event_id": "k1"})
+        assert again.json() == first.json() and again.headers.get("idempotent-replayed") == "true"
+        assert c.post(f"/v1/datasets/{ds}/undo").json()["record_id"] == rec
+        assert c.post(f"/v1/datasets/{ds}/undo").status_code == 404
+
+
+def test_tokens_and_roles(store_url, tmp_path):
+    engine = open_store(store_url)
+    ann = users.add_user(engine, "ann", "annotator")
+    rev = users.add_user(engine, "rev", "reviewer")
+    gone = users.add_user(engine, "gone", "annotator")
+    users.revoke(engine, "gone")
+    engine.dispose()
+    bearer = lambda t: {"Authorization": f"Bearer {t}"}
+    with client(store_url, tmp_path, api_key="admin-key") as c:
+        assert c.post("/v1/datasets", json={"name": "x", "texts": ["p"]}).status_code == 401
+        assert c.post("/v1/datasets", json={"name": "x", "texts": ["p"]}, headers=bearer("lbl_nope")).status_code == 401
+        assert c.get("/v1/datasets", headers=bearer(gone)).status_code == 401
+        assert c.post("/v1/datasets", json={"name": "x", "texts": ["p"]}, headers=bearer(ann)).status_code == 403
+        ds = c.post("/v1/datasets", json={"name": "x", "texts": ["p", "q"], "overlap": 2},
+                    headers=bearer("admin-key")).json()["id"]
+        for token in (ann, rev):
+            rec = c.post(f"/v1/datasets/{ds}/next", headers=bearer(token)).json()
+            assert c.post(f"/v1/datasets/{ds}/labels", json={"record_id": rec["record_id"], "label": "a"},
+                          headers=bearer(token)).status_code == 200
+        assert c.get(f"/v1/datasets/{ds}/agreement", headers=bearer(ann)).status_code == 403  # blind
+        assert c.get(f"/v1/datasets/{ds}/export", headers=bearer(ann)).status_code == 403
+        rows = list(csv.DictReader(io.StringIO(c.get(f"/v1/datasets/{ds}/export", headers=bearer(rev)).text)))
+        assert {r["annotator"] for r in rows} == {"ann", "rev"} and len({r["record_id"] for r in rows}) == 1
+        assert c.post("/v1/classify", json={"text": "x"}, headers=bearer(ann)).status_code == 200
+
+
+def test_users_turn_auth_on_for_a_server_without_a_key(tmp_path):
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    with client(url, tmp_path) as c:
+        assert c.get("/v1/datasets").status_code == 200  # one-person mode
+        engine = open_store(url)
+        token = users.add_user(engine, "ann", "annotator")
+        engine.dispose()
+        from app import team_auth
+
+        saved = team_auth.ACTIVE_TTL_S, team_auth.TOKEN_TTL_S
+        team_auth.ACTIVE_TTL_S = team_auth.TOKEN_TTL_S = 0.0  # the gate asks the store at once, not within 1-2 s
+        try:
+            assert c.get("/v1/datasets").status_code == 401
+            assert c.get("/v1/datasets", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+            engine = open_store(url)
+            users.revoke(engine, "ann")  # while the server runs
+            engine.dispose()
+            assert c.get("/v1/datasets", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+        finally:
+            team_auth.ACTIVE_TTL_S, team_auth.TOKEN_TTL_S = saved
+
+
+def test_the_ui_signs_in_with_a_users_token(tmp_path):
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    engine = open_store(url)
+    token = users.add_user(engine, "ann", "annotator")
+    engine.dispose()
+    with client(url, tmp_path) as c:  # no --api-key: the users alone turn sign-in on
+        assert c.post("/login", data={"key": "lbl_wrong"}, follow_redirects=False).status_code == 401
+        ok = c.post("/login", data={"key": token}, follow_redirects=False)
+        assert ok.status_code == 303 and "electra_session" in ok.headers.get("set-cookie", "")
+
+
+def test_a_retrain_table_takes_the_store_as_of_its_newest_event(tmp_path):
+    from app.trainset import build
+    from labelstore import queue
+
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    uid = users.builtin(engine, users.LOCAL)[0]
+    rows = [{"text": f"text number {i}", "priority": i} for i in range(6)]
+    ds = queue.get_dataset(engine, queue.create_dataset(engine, "d", ["a", "b"], False, 1, rows, None)[0])
+    while (rec := queue.next_record(engine, ds, uid)) is not None:
+        queue.submit(engine, ds, uid, rec["record_id"], "b" if rec["text"].endswith(("1", "3")) else "a", None)
+    ts = build(tmp_path / "label", None, 0.01, None, engine)
+    table = dict(zip(ts.train["text"], ts.train["label"]))
+    assert ts.sources["store_event"] == 6 and ts.sources["store_labels"] == 6
+    assert table == {f"text number {i}": "b" if i in (1, 3) else "a" for i in range(6)}
+    engine.dispose()

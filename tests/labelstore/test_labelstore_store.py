@@ -1,0 +1,186 @@
+"""The label store on SQLite and on a real PostgreSQL: migrations, users, the shared queue's limits under
+threads, idempotent answers, resume, undo, adjudication."""
+
+from __future__ import annotations
+
+import threading
+import uuid
+
+import pytest
+import sqlalchemy as sa
+
+from labelstore import StoreError, open_store, queue, review, users
+from labelstore.schema import answers, label_events, records, slots
+
+
+@pytest.fixture
+def engine(store_url):
+    engine = open_store(store_url)
+    yield engine
+    engine.dispose()
+
+
+def people(engine, n: int, role: str = "annotator") -> list[int]:
+    for i in range(n):
+        users.add_user(engine, f"p{i}", role)
+    with engine.connect() as conn:
+        return [r[0] for r in conn.execute(sa.select(sa.text("id")).select_from(sa.text("users")).order_by(sa.text("id")))]
+
+
+def make(engine, n: int, k: int, labels=("a", "b"), multi=False) -> queue.Dataset:
+    rows = [{"text": f"text {i}", "priority": (i * 7) % n / n, "suggestion": {"label": "a"}} for i in range(n)]
+    ds, made, dup = queue.create_dataset(engine, "d", list(labels), multi, k, rows, None)
+    assert (made, dup) == (n, 0)
+    return queue.get_dataset(engine, ds)
+
+
+def test_migration_runs_once_and_a_newer_schema_is_refused(store_url):
+    open_store(store_url).dispose()
+    engine = open_store(store_url)  # at head already: nothing to do, nothing lost
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE alembic_version SET version_num = '9999'"))
+    engine.dispose()
+    with pytest.raises(StoreError) as err:
+        open_store(store_url)
+    assert "newer" in str(err.value) and "9999" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_an_unreachable_database_names_the_host_and_never_the_password():
+    with pytest.raises(StoreError) as err:
+        open_store("postgresql+psycopg://team:hunter2secret@127.0.0.1:1/labels")
+    message = str(err.value)
+    assert "127.0.0.1:1" in message and "hunter2secret" not in message and "\n" not in message
+
+
+def test_sqlite_runs_in_wal_with_foreign_keys(tmp_path):
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    with engine.connect() as conn:
+        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+        assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 1  # NORMAL
+        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
+        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 1000
+    engine.dispose()
+
+
+def test_tokens_are_stored_hashed_and_revocation_works(engine):
+    token = users.add_user(engine, "alice", "annotator")
+    assert users.by_token(engine, token)[1:] == ("alice", "annotator") and users.has_users(engine)
+    with engine.connect() as conn:
+        stored = conn.execute(sa.text("SELECT token_hash FROM users WHERE name = 'alice'")).scalar()
+    assert token not in stored and stored == users.token_hash(token)
+    with pytest.raises(users.UserError, match="exists"):
+        users.add_user(engine, "alice", "admin")
+    users.revoke(engine, "alice")
+    assert users.by_token(engine, token) is None
+    fresh = users.new_token(engine, "alice")
+    assert users.by_token(engine, fresh) is not None and users.by_token(engine, token) is None
+
+
+@pytest.mark.parametrize("k", [1, 3])
+def test_never_more_than_k_answers_under_concurrent_annotators(engine, k):
+    ids = people(engine, 6)
+    ds = make(engine, 24, k)
+    errors = []
+
+    def work(uid):
+        try:
+            while (rec := queue.next_record(engine, ds, uid)) is not None:
+                try:
+                    queue.submit(engine, ds, uid, rec["record_id"], "a", uuid.uuid4().hex)
+                except queue.Full:  # the other thread of the same person answered it first: not an error
+                    pass
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(repr(e))
+
+    threads = [threading.Thread(target=work, args=(uid,)) for uid in ids for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    with engine.connect() as conn:
+        per_record = conn.execute(sa.select(answers.c.record_id, sa.func.count(), sa.func.count(sa.distinct(
+            answers.c.annotator_id))).group_by(answers.c.record_id)).all()
+        counters = dict(conn.execute(sa.select(records.c.id, records.c.n_answers)).all())
+        leftover = conn.execute(sa.select(sa.func.count()).where(slots.c.state == "leased")).scalar()
+    assert len(per_record) == 24 and all(n == k and distinct == k for _, n, distinct in per_record)
+    assert all(v == k for v in counters.values()) and leftover == 0
+
+
+def test_a_repeated_client_event_id_returns_the_first_answer_also_at_once(engine):
+    uid = people(engine, 1)[0]
+    ds = make(engine, 3, 1)
+    rec = queue.next_record(engine, ds, uid)
+    bodies = []
+    threads = [threading.Thread(target=lambda: bodies.append(queue.submit(engine, ds, uid, rec["record_id"], "b",
+                                                                           "retry-1"))) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    firsts = [b for b, replayed in bodies if not replayed]
+    assert len(firsts) == 1 and all(b == firsts[0] for b, _ in bodies)
+    again, replayed = queue.submit(engine, ds, uid, rec["record_id"], "a", "retry-1")  # a retry: not a new answer
+    assert replayed and again == firsts[0] and again["label"] == "b"
+    with engine.connect() as conn:
+        assert conn.execute(sa.select(sa.func.count()).select_from(label_events)).scalar() == 1
+
+
+def test_resume_undo_and_a_full_text(engine):
+    a, b = people(engine, 2)
+    ds = make(engine, 2, 1)
+    first = queue.next_record(engine, ds, a)
+    assert queue.next_record(engine, ds, a) == first  # resume: the text A holds, from any browser
+    assert queue.next_record(engine, ds, b)["record_id"] != first["record_id"]  # k=1: B gets the other one
+    queue.submit(engine, ds, a, first["record_id"], "a", "e1")
+    with pytest.raises(queue.Full):  # A answered it; B may not add a second answer with k=1
+        queue.submit(engine, ds, b, first["record_id"], "b", "e2")
+    undone = queue.undo_last(engine, ds, a)
+    assert undone["record_id"] == first["record_id"] and undone["undone"] == "a"
+    assert queue.next_record(engine, ds, a)["record_id"] == first["record_id"]  # undone: shown again first
+    assert queue.undo_last(engine, ds, a) is None
+    with engine.connect() as conn:
+        statuses = [r[0] for r in conn.execute(sa.select(label_events.c.status).order_by(label_events.c.id))]
+        assert conn.execute(sa.select(records.c.n_answers).where(records.c.id == first["record_id"])).scalar() == 0
+    assert statuses == ["answered", "undone"]  # the log keeps both
+
+
+def test_an_expired_lease_goes_back_to_the_queue(engine):
+    a, b = people(engine, 2)
+    ds = make(engine, 1, 1)
+    held = queue.next_record(engine, ds, a, lease_s=-1)  # expired at once
+    assert queue.next_record(engine, ds, b)["record_id"] == held["record_id"]
+    queue.submit(engine, ds, b, held["record_id"], "a", None)
+    with pytest.raises(queue.Full):
+        queue.submit(engine, ds, a, held["record_id"], "a", None)
+
+
+def test_bad_labels_and_records_of_another_dataset(engine):
+    uid = people(engine, 1)[0]
+    one, other = make(engine, 1, 1), make(engine, 1, 1)
+    with pytest.raises(queue.BadLabel, match="'zebra'"):
+        queue.check_value(one, "zebra")
+    rec = queue.next_record(engine, other, uid)
+    with pytest.raises(queue.NotFound):
+        queue.submit(engine, one, uid, rec["record_id"], "a", None)
+    multi = make(engine, 1, 1, labels=("x", "y", "z"), multi=True)
+    assert queue.check_value(multi, labels=["z", "x", "z"]) == ["x", "z"]
+    with pytest.raises(queue.BadLabel, match="'w'"):
+        queue.check_value(multi, labels=["x", "w"])
+
+
+def test_training_takes_the_adjudicated_label_else_the_majority(engine):
+    ids = people(engine, 3)
+    ds = make(engine, 2, 3)
+    votes = {0: ["a", "a", "b"], 1: ["a", "b", "b"]}
+    recs = []
+    for i, uid in enumerate(ids):
+        for _ in range(2):
+            rec = queue.next_record(engine, ds, uid)
+            recs.append(rec["record_id"])
+            queue.submit(engine, ds, uid, rec["record_id"], votes[sorted(set(recs)).index(rec["record_id"])][i], None)
+    first, second = sorted(set(recs))
+    assert review.final_labels(engine, ds) == {first: "a", second: "b"}
+    review.adjudicate(engine, ds, ids[0], second, "a")
+    assert review.final_labels(engine, ds) == {first: "a", second: "a"}
+    assert review.progress(engine, ds)["complete"] == 2
