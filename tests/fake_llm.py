@@ -2,7 +2,8 @@
 
 Deterministic answers: the first label named in the text (the texts say what they are about), else the first of
 the label list; "SAY:xyz" in the text makes it answer xyz (an answer outside the label set). Failures on demand:
-a text holding FAIL500 always gets a 500, one holding SLOW sleeps past any short client timeout, and
+a text holding FAIL500 always gets a 500, one holding SLOW sleeps past any short client timeout (`delay`: every
+answer waits that long), and
 `fail_first(n, status)` makes the next n calls fail with that status (429 with a tiny Retry-After, so the
 client's backoff is short). Every request is counted, failed ones too.
 """
@@ -16,6 +17,7 @@ import threading
 import time
 from contextlib import contextmanager
 
+import pytest
 from fastapi import FastAPI, Request  # at module level: the handler's annotations are resolved here
 from fastapi.responses import JSONResponse
 
@@ -28,6 +30,7 @@ class FakeLLM:
         self.calls = 0
         self.failures_left = 0
         self.failure_status = 429
+        self.delay = 0.0  # seconds every answer takes
         self.lock = threading.Lock()
         self.url = ""
 
@@ -61,6 +64,7 @@ class FakeLLM:
                                     headers={"retry-after-ms": "5"})
             if "SLOW" in prompt:
                 await asyncio.sleep(5)
+            await asyncio.sleep(self.delay)
             content = self.answer(prompt)
             return {"id": "fake", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
                     "choices": [{"index": 0, "finish_reason": "stop",
@@ -102,3 +106,17 @@ def running_llm():
     finally:
         server.should_exit = True
         thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def llm():
+    """A fake LLM for the module's tests (tests/conftest.py shares it)."""
+    with running_llm() as fake:
+        yield fake
+
+
+@pytest.fixture
+def fake(llm):
+    """The module's fake LLM, its counts and failures reset for this test."""
+    llm.calls, llm.failures_left, llm.delay = 0, 0, 0.0
+    return llm

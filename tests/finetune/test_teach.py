@@ -8,23 +8,11 @@ import time
 
 import pandas as pd
 import pytest
-from fake_llm import PROMPT, running_llm
+from fake_llm import PROMPT
 
 from finetune import teach
 
 LABELS = "business,sport,tech"
-
-
-@pytest.fixture(scope="module")
-def llm():
-    with running_llm() as fake:
-        yield fake
-
-
-@pytest.fixture
-def fake(llm):
-    llm.calls, llm.failures_left = 0, 0
-    return llm
 
 
 def files(tmp_path, texts, prompt=PROMPT):
