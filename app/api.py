@@ -53,6 +53,7 @@ class ServerState:
     monitor: object = None  # app.monitor.Monitor: drift per version (None: --no-monitor)
     shares: FairShare | None = None  # each client address's share of the queue (app/fair_share.py)
     store: object = None  # the label store's SQLAlchemy engine (labelstore/): team labeling, users
+    fallback: object = None  # app.fallback.Fallback: 'not sure' answers sent to an LLM (--fallback-url)
 
 
 class ClassifyRequest(BaseModel):
@@ -178,7 +179,12 @@ def _shape(pred, top_k: int | None, version: str, min_confidence: float | None =
     if top_k is not None:
         probs = dict(sorted(probs.items(), key=lambda kv: -kv[1])[:top_k])
     sure = getattr(pred, "confident", True) if min_confidence is None else pred.score >= min_confidence
-    return {"label": pred.label, "score": pred.score, "probabilities": probs, "confident": bool(sure)}
+    if getattr(pred, "source", None) == "llm":
+        sure = True  # the LLM's answer, not a score under the request's threshold
+    shaped = {"label": pred.label, "score": pred.score, "probabilities": probs, "confident": bool(sure)}
+    if hasattr(pred, "source"):  # with --fallback-url: who answered
+        shaped["source"] = pred.source
+    return shaped
 
 
 def build_api(cfg: Config, state: ServerState, metrics: Metrics) -> FastAPI:
@@ -286,6 +292,8 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
             metrics.not_confident.inc(len(unsure))
             if state.review is not None:
                 state.review.add(texts, preds, served.version)
+        if state.fallback is not None:  # the cascade (app/fallback.py)
+            preds = await state.fallback.resolve(texts, preds, served.version, list(clf.labels))
         return preds
 
     add_hf_routes(app, classify_texts)
@@ -316,7 +324,8 @@ def _add_status_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: M
         """Drift of what each version sees and says against its reference, and live precision from the audit."""
         if state.monitor is None:
             raise HTTPException(404, "monitoring is off (--no-monitor)")
-        return await asyncio.to_thread(state.monitor.report)
+        report = await asyncio.to_thread(state.monitor.report)
+        return {**report, "cascade": state.fallback.report()} if state.fallback is not None else report
 
     @app.get("/healthz")
     async def healthz():

@@ -130,6 +130,14 @@ class Config:
     monitor_window: int = 1000
     monitor_span_s: float = 24 * 3600.0
     audit_rate: float = 0.0
+    # The cascade (app/fallback.py): 'not sure' answers go to an LLM at an OpenAI-compatible endpoint
+    fallback_url: str | None = None
+    fallback_model: str | None = None
+    fallback_prompt: Path | None = None
+    fallback_concurrency: int = 4
+    fallback_timeout_s: float = 10.0
+    fallback_price_per_1k_input: float = 0.0
+    fallback_price_per_1k_output: float = 0.0
 
     @property
     def store_url(self) -> str:
@@ -215,6 +223,16 @@ FLAGS = {
     "train_nice": Flag("niceness of the training process"),
     "review_queue": Flag("keep the texts the API answers 'not sure' (under the model's threshold) in DATA_DIR/review "
                          "for the Label tab; stores users' texts"),
+    "fallback_url": Flag("send answers under the model's threshold ('not sure') to the LLM at this OpenAI-compatible "
+                         "endpoint (key: $OPENAI_API_KEY); its answers come back with source 'llm' and are kept "
+                         "as teacher labels in DATA_DIR/teacher (pip install -e '.[llm]')", metavar="URL"),
+    "fallback_model": Flag("--fallback-url: the LLM's name there", metavar="NAME"),
+    "fallback_prompt": Flag("--fallback-url: a prompt file holding {text} and {labels}", metavar="FILE"),
+    "fallback_concurrency": Flag("--fallback-url: LLM requests in flight at once"),
+    "fallback_timeout_s": Flag("--fallback-url: seconds to wait for the LLM; then the model's answer is returned "
+                               "(confident: false)", name="--fallback-timeout"),
+    "fallback_price_per_1k_input": Flag("--fallback-url: price per 1,000 prompt tokens, for the cost in /v1/monitor"),
+    "fallback_price_per_1k_output": Flag("--fallback-url: price per 1,000 answer tokens"),
     "review_queue_size": Flag("texts the review queue holds; when full the oldest is dropped"),
 }
 
@@ -247,6 +265,7 @@ def parse_args(argv: list[str] | None = None) -> Config:
                         ("--keep-alive", a.keep_alive_s), ("--upload-mb-per-minute", a.upload_mb_per_minute)):
         if not value > 0:
             p.error(f"{flag} must be positive")
+    check_fallback(p, a)
     values = vars(a)
     key = a.api_key if a.api_key is not None else os.environ.get(API_KEY_ENV)
     if key is not None and not key.strip():
@@ -262,3 +281,20 @@ def parse_args(argv: list[str] | None = None) -> Config:
     if why:
         p.error(why)
     return cfg
+
+
+def check_fallback(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
+    """--fallback-url needs a model and a prompt that holds the text and the label list (refused at start)."""
+    if not a.fallback_url:
+        return
+    if not a.fallback_model or not a.fallback_prompt:
+        p.error("--fallback-url needs --fallback-model NAME and --fallback-prompt FILE")
+    if a.fallback_concurrency < 1 or not a.fallback_timeout_s > 0:
+        p.error("--fallback-concurrency must be at least 1 and --fallback-timeout positive")
+    from textdata.errors import UsageError
+    from textdata.llm import read_prompt
+
+    try:
+        read_prompt(str(a.fallback_prompt))
+    except UsageError as e:
+        p.error(f"--fallback-prompt {e}")

@@ -72,6 +72,10 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
 
         state.review = ReviewQueue(Path(cfg.data_dir) / "review", cfg.review_queue_size)
         metrics.review_queue.set_function(lambda: len(state.review))
+    if cfg.fallback_url and state.fallback is None:
+        from .fallback import open_fallback
+
+        state.fallback = open_fallback(cfg, metrics)
     app = build_api(cfg, state, metrics)
     app.state.server = state
     identities = _add_team(app, cfg, state)
@@ -91,6 +95,8 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         metrics.queue_depth.set_function(lambda: batcher.queued_texts)
         warm = asyncio.create_task(_warm_up(batcher, state))
         follow = asyncio.create_task(switcher.follow_pointer()) if switcher is not None else None
+        if state.fallback is not None:
+            await state.fallback.check()
         yield
         warm.cancel()
         if follow is not None:
@@ -99,6 +105,8 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         if jobs is not None:
             await jobs.shutdown()
         await batcher.close()
+        if state.fallback is not None:
+            await state.fallback.close()
         if state.monitor is not None:
             await asyncio.to_thread(state.monitor.close)
         state.store.dispose()

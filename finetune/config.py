@@ -33,6 +33,8 @@ class Config:
     output: str
     text_column: str = "text"
     label_column: str = "label"
+    teacher_column: str | None = None  # an LLM's labels beside the gold ones (finetune/teacher_data.py)
+    gold_weight: float = 0.0  # --teacher-column: times each gold row is trained on; 0: auto
     multi_label: bool = False  # several labels per row (finetune/multilabel_data.py)
     label_sep: str = DEFAULT_SEP
     group_column: str | None = None
@@ -95,6 +97,12 @@ def resume_differences(before: dict, now: dict) -> list[str]:
 FLAGS = {
     "text_column": Flag("the column holding the texts"),
     "label_column": Flag("the column holding the labels"),
+    "teacher_column": Flag("a teacher's labels (an LLM's: finetune.teach) beside --label-column, which then holds "
+                           "gold labels only where a person gave one (8 a class is enough): teacher labels are "
+                           "corrected where the gold rows show the teacher unreliable, and every score is measured "
+                           "on gold rows only (docs/finetune.md#teach-from-an-llm)", metavar="COL"),
+    "gold_weight": Flag("--teacher-column: times each gold row is trained on (0: auto, the gold rows together "
+                        "weigh as much as the teacher rows, at most 50 each; bench/teacher.py)"),
     "multi_label": Flag("each row may carry several labels (or none): the label column holds them separated by "
                         "--label-sep (a JSON list in JSONL/Parquet); one sigmoid per label, per-label thresholds "
                         "tuned on out-of-fold rows (docs/finetune.md#multi-label)"),
@@ -188,6 +196,9 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
         p.error("--folds must be at least 2")
     if a.multi_label and sep_problem(a.label_sep):
         p.error(f"--label-sep {a.label_sep[:20]!r} {sep_problem(a.label_sep)}")
+    if a.teacher_column and (a.multi_label or a.holdout or a.gold_weight < 0):
+        p.error("--teacher-column goes with single-label data, without --holdout (the gold rows are the held-out "
+                "measure), and a --gold-weight of 0 (auto) or more")
     if not 0 <= a.holdout < 1:
         p.error("--holdout must be a fraction in [0, 1), e.g. 0.2")
     if a.target_precision is not None and not 0 < a.target_precision < 1:
@@ -211,6 +222,8 @@ def check_inputs(cfg: Config) -> None:
         columns = {cfg.text_column: "--text-column", cfg.label_column: "--label-column"}
         if cfg.group_column:
             columns[cfg.group_column] = "--group-column"
+        if cfg.teacher_column:
+            columns[cfg.teacher_column] = "--teacher-column"
         check_table(cfg.data, columns, cfg.encoding, flag="--data")
     if not Path(cfg.model).expanduser().is_dir():
         resolve_model(cfg.model)  # an alias without its package, a path that is not there

@@ -43,7 +43,7 @@ import numpy as np
 
 from baseline.blend import BaselineError, ServedBlend
 from baseline.folds import baseline_predict
-from finetune import label_issues, multilabel_run
+from finetune import label_issues, multilabel_run, teacher_data, teacher_report
 from finetune.adapt import adapt
 from finetune.blend import cv_blend, save_final_blend
 from finetune.confidence import cv_calibration, save_calibration, write_pictures
@@ -105,8 +105,9 @@ def prepare(cfg: Config) -> Prepared:
     cache = Path.home() / ".cache" / "electra-classify"
     data_path = BUILTIN_DATA[cfg.data](cache) if cfg.data in BUILTIN_DATA else Path(cfg.data)
     normalizer = Normalizer(cfg.normalize)
-    data = load_labeled(data_path, cfg.text_column, cfg.label_column, cfg.group_column, cfg.folds,
-                        cfg.on_missing, normalizer, cfg.encoding, cfg.multi_label, cfg.label_sep)
+    data = teacher_data.load(data_path, cfg, normalizer) if cfg.teacher_column else load_labeled(
+        data_path, cfg.text_column, cfg.label_column, cfg.group_column, cfg.folds, cfg.on_missing, normalizer,
+        cfg.encoding, cfg.multi_label, cfg.label_sep)
     held = None
     if cfg.holdout:  # set aside before anything is fitted: neither the folds nor the final model see them
         data, held = split_holdout(data, cfg.holdout, cfg.folds, cfg.seed, data_path)
@@ -144,6 +145,8 @@ def run_fold(cfg: Config, k: int, prep: Prepared, fold_dir: Path, accelerator,
     inner_tr, inner_va = inner_split(targets[train_idx], None if data.groups is None else data.groups[train_idx],
                                      cfg.inner_val, seed)
     fit_idx, stop_idx = train_idx[inner_tr], train_idx[inner_va]
+    if cfg.teacher_column:  # teacher rows corrected on this fold's gold rows only; gold rows repeated
+        targets, fit_idx = teacher_data.fold_training(data, train_idx, fit_idx, seed, cfg.gold_weight)
     start = prep.resolved
     if cfg.adapt.steps:  # the fold's training texts only: the held-out rows are what it is scored on
         start = str(adapt(start, [data.texts[i] for i in train_idx], fold_dir / f"adapt_{k}", cfg.adapt, seed))
@@ -152,14 +155,16 @@ def run_fold(cfg: Config, k: int, prep: Prepared, fold_dir: Path, accelerator,
     hist = fit(model, tokenizer, [ids[i] for i in fit_idx], targets[fit_idx], [ids[i] for i in stop_idx],
                targets[stop_idx], cfg.train, seed, accelerator, desc=f"fold {k + 1}/{cfg.folds}",
                on_step=step_reporter(on_progress, stage="fold", fold=k + 1, folds=cfg.folds))
+    cpu = time.process_time()
     proba = predict_proba(model, [ids[i] for i in val_idx], tokenizer.pad_token_id or 0, accelerator.device,
                           cfg.train.precision)
+    cpu = time.process_time() - cpu
     del model
     if data.multi_label:  # at 0.5: tuned thresholds need the other folds (multilabel_run.cv_report)
         base_proba, metrics, base_metrics = multilabel_run.fold_scores(data, train_idx, val_idx, proba, seed)
     else:
         try:
-            base_proba = baseline_predict(data.texts, data.y, train_idx, val_idx, seed)
+            base_proba = baseline_predict(data.texts, targets, train_idx, val_idx, seed)
             base_metrics = fold_metrics(data.y[val_idx], base_proba.argmax(1), data.labels)
         except BaselineError as e:  # the model's numbers stand; the report says why there is no baseline
             base_proba = np.full_like(proba, np.nan)
@@ -169,7 +174,7 @@ def run_fold(cfg: Config, k: int, prep: Prepared, fold_dir: Path, accelerator,
         "fold": k, "seed": seed, "n_train": len(fit_idx), "n_early_stopping": len(stop_idx),
         "n_val": len(val_idx), **metrics,
         "best_epoch": hist.best_epoch, "train_seconds": round(hist.seconds, 2),
-        "samples_per_second": round(hist.samples_per_second, 2),
+        "samples_per_second": round(hist.samples_per_second, 2), "predict_cpu_seconds": round(cpu, 4),
         "baseline": base_metrics,
         "history": dataclasses.asdict(hist),
     }
@@ -270,6 +275,9 @@ def run(cfg: Config, on_progress=None) -> dict:
     prep, recorded = start_run(cfg, accelerator)
     data, held = prep.data, prep.held
     got = run_folds(cfg, prep, accelerator, on_progress)
+    full = (data, got) if cfg.teacher_column else None
+    if full:  # teacher rows trained the folds; every score from here on is on gold rows only
+        data, got = teacher_report.gold_only(data, got)
 
     ml = data.multi_label  # multi-label: finetune/multilabel_run.py
     if ml:
@@ -297,6 +305,8 @@ def run(cfg: Config, on_progress=None) -> dict:
         (multilabel_run.write_outputs if ml else write_outputs)(out, cfg, data, got.oof, got.base_oof, blend_oof,
                                                                 got.fold_of, report, got.histories, held)
         write_pictures(out, report["calibration"], served_oof, calibrated_oof, data)
+    if full and main:
+        report["teacher"] = teacher_report.run(out, cfg, *full, blend_oof, report["blend"])
     if cfg.final:
         final_model(cfg, prep, report, accelerator, on_progress)
         if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitor.py);
@@ -310,6 +320,7 @@ def run(cfg: Config, on_progress=None) -> dict:
     if main:
         write_json(out / "report.json", report)
         print((multilabel_run.summary_table if ml else summary_table)(report))
+        print("\n".join(teacher_report.table_lines(report.get("teacher"))))
         print(f"\nwrote {out}/report.json, oof_predictions.csv, "
               + ("per_label_f1.png, label_cooccurrence.png" if ml else "confusion_matrix.png, calibration.png, "
                  "coverage.png")
@@ -333,8 +344,10 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
         resolved = str(adapt(resolved, data.texts, Path(cfg.output) / "adapt_final", cfg.adapt, cfg.seed))
     torch.manual_seed(cfg.seed)
     model = load_classifier(cfg.model, resolved, data.labels, cfg.dropout, cfg.random_init, data.multi_label)
-    fit(model, tokenizer, prep.ids, data.targets, [], data.targets[:0], train_cfg, cfg.seed, accelerator,
-        desc="final", on_step=step_reporter(on_progress, stage="final"))
+    rows = (teacher_data.repeated(data, np.arange(len(data.texts)), cfg.gold_weight) if cfg.teacher_column
+            else np.arange(len(data.texts)))  # gold rows repeated as in the folds
+    fit(model, tokenizer, [prep.ids[i] for i in rows], data.targets[rows], [], data.targets[:0], train_cfg, cfg.seed,
+        accelerator, desc="final", on_step=step_reporter(on_progress, stage="final"))
     proba = None
     if held is not None:
         proba = predict_proba(model, encode(tokenizer, held.texts, cfg.max_length), tokenizer.pad_token_id or 0,

@@ -1,0 +1,199 @@
+"""The cascade: answers the model is not sure of go to an LLM (`python -m app --fallback-url URL --fallback-model
+NAME --fallback-prompt FILE`).
+
+An answer under the model's served threshold (`confident: false`, calibration.json) is sent to the LLM through
+the openai client (textdata/llm.py), at most --fallback-concurrency at once; the LLM's answer replaces it
+(`source: "llm"`, `confident: true`, `score` the model's probability of that label). Past --fallback-timeout,
+on an error, or when the LLM answers outside the label set, the model's own answer is returned as it was
+(`source: "model"`, `confident: false`): the caller is never kept waiting longer, and other requests never wait
+for the LLM. Multi-label answers are not deferred.
+
+Every LLM answer is appended to DATA_DIR/teacher/llm_labels.csv (text, teacher, ...: the table
+`finetune/kfold.py --teacher-column teacher` reads, beside gold labels) and reused: a text asked once is never
+paid for again. /metrics: app_llm_deferred_total, app_llm_latency_seconds, app_llm_errors_total{kind},
+app_answers_total{source}; /v1/monitor's "cascade": the share deferred, the LLM's measured cost per call and the
+estimated cost saved (the texts the model answered itself, times that cost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import dataclasses
+import io
+import logging
+import os
+import time
+from pathlib import Path
+
+from prometheus_client import Counter, Histogram
+
+from serving.engine import Prediction
+from textdata.llm import ask, make_client, parse_answer, read_prompt, render
+
+log = logging.getLogger("app")
+STORE_COLUMNS = ["text", "teacher", "llm", "model_version", "model_label", "model_score", "at"]
+MAX_REMEMBERED = 100_000  # answers kept in memory for reuse; the file keeps them all
+
+
+@dataclasses.dataclass
+class Answered(Prediction):
+    source: str = "model"  # "model" | "llm"
+
+
+class TeacherLabels:
+    """DATA_DIR/teacher/llm_labels.csv, one row appended per LLM answer (one write, O_APPEND), and the answers
+    by cache key for reuse."""
+
+    def __init__(self, folder: Path, llm: str):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / "llm_labels.csv"
+        self.llm = llm
+        self.known: dict[str, str] = {}
+        if self.path.exists():
+            with open(self.path, encoding="utf-8", newline="") as f:
+                for row in csv.DictReader(f):
+                    if row.get("llm") == llm and len(self.known) < MAX_REMEMBERED:
+                        self.known[row["text"]] = row["teacher"]
+        else:
+            self._write(STORE_COLUMNS)
+        self.rows = len(self.known)
+
+    def _write(self, row: list) -> None:
+        buf = io.StringIO()
+        csv.writer(buf).writerow(row)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, buf.getvalue().encode("utf-8"))
+        finally:
+            os.close(fd)
+
+    def add(self, text: str, label: str, version: str, pred: Prediction) -> None:
+        if len(self.known) < MAX_REMEMBERED:
+            self.known[text] = label
+        self.rows += 1
+        self._write([text, label, self.llm, version, pred.label, f"{pred.score:.6f}",
+                     time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())])
+
+
+class Fallback:
+    def __init__(self, cfg, registry):
+        self.cfg = cfg
+        self.template = read_prompt(str(cfg.fallback_prompt))
+        self.enabled = True
+        self.client = None
+        self.gate: asyncio.Semaphore | None = None
+        self.store = TeacherLabels(Path(cfg.data_dir) / "teacher", cfg.fallback_model)
+        self.counts = {"answers": 0, "deferred": 0, "llm_answered": 0, "from_store": 0, "errors": 0}
+        self.tokens = [0, 0]  # paid: prompt, completion
+        self.calls = 0
+        self.deferred = Counter("app_llm_deferred_total", "'Not sure' answers sent to the LLM (--fallback-url)",
+                                registry=registry)
+        self.latency = Histogram("app_llm_latency_seconds", "LLM answer time, timeouts included", registry=registry,
+                                 buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+        self.errors = Counter("app_llm_errors_total", "Deferred answers the LLM did not give: the model's stands",
+                              ["kind"], registry=registry)
+        self.by_source = Counter("app_answers_total", "Single-label API answers by who gave them", ["source"],
+                                 registry=registry)
+
+    async def check(self) -> None:
+        """At start: an endpoint that cannot be reached is one warning, and the model answers alone."""
+        import openai
+
+        client = make_client(self.cfg.fallback_url, min(5.0, self.cfg.fallback_timeout_s), 0)
+        try:
+            await client.models.list()
+        except openai.APIStatusError:
+            pass  # it answered (a gateway without /models): reachable
+        except openai.OpenAIError as e:
+            self.enabled = False
+            log.warning("--fallback-url %s cannot be reached (%s): the model answers alone, 'not sure' answers "
+                        "included", self.cfg.fallback_url, type(e).__name__)
+        finally:
+            await client.close()
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+
+    async def resolve(self, texts: list[str], preds: list, version: str, labels: list[str]) -> list:
+        """`preds` with each 'not sure' single-label answer replaced by the LLM's where it gave one in time."""
+        out, jobs = [], []
+        for text, pred in zip(texts, preds):
+            if not isinstance(pred, Prediction):  # multi-label: not deferred
+                out.append(pred)
+                continue
+            answered = Answered(**dataclasses.asdict(pred))
+            out.append(answered)
+            self.counts["answers"] += 1
+            if not pred.confident and self.enabled:
+                jobs.append((len(out) - 1, self._defer(text, answered, version, labels)))
+        for i, llm in zip([i for i, _ in jobs], await asyncio.gather(*(j for _, j in jobs))):
+            out[i] = llm
+        for p in out:
+            if isinstance(p, Answered):
+                self.by_source.labels(p.source).inc()
+        return out
+
+    async def _defer(self, text: str, pred: Answered, version: str, labels: list[str]) -> Answered:
+        self.counts["deferred"] += 1
+        self.deferred.inc()
+        known = self.store.known.get(text)
+        if known in labels:
+            self.counts["from_store"] += 1
+            return self._llm_answer(pred, known)
+        if self.client is None:
+            self.client = make_client(self.cfg.fallback_url, self.cfg.fallback_timeout_s, 1)
+            self.gate = asyncio.Semaphore(self.cfg.fallback_concurrency)
+        started = time.perf_counter()
+
+        async def call():
+            async with self.gate:
+                return await ask(self.client, self.cfg.fallback_model, render(self.template, text, labels))
+
+        try:  # waiting for a slot counts towards the timeout too
+            answer = await asyncio.wait_for(call(), self.cfg.fallback_timeout_s)
+        except asyncio.TimeoutError:
+            return self._failed("timeout", pred, started)
+        self.calls += 1
+        self.tokens[0] += answer.input_tokens
+        self.tokens[1] += answer.output_tokens
+        if answer.error:
+            return self._failed("error", pred, started)
+        parsed = parse_answer(answer.text, labels)
+        if not parsed.in_label_set:
+            return self._failed("outside_label_set", pred, started)
+        self.latency.observe(time.perf_counter() - started)
+        self.counts["llm_answered"] += 1
+        self.store.add(text, parsed.labels[0], version, pred)
+        return self._llm_answer(pred, parsed.labels[0])
+
+    def _failed(self, kind: str, pred: Answered, started: float) -> Answered:
+        self.latency.observe(time.perf_counter() - started)
+        self.errors.labels(kind).inc()
+        self.counts["errors"] += 1
+        return pred  # the model's answer, still confident: false
+
+    @staticmethod
+    def _llm_answer(pred: Answered, label: str) -> Answered:
+        return dataclasses.replace(pred, label=label, score=float(pred.probabilities.get(label, 0.0)), confident=True,
+                                   source="llm")
+
+    def report(self) -> dict:
+        """/v1/monitor's "cascade"."""
+        c, cfg = self.counts, self.cfg
+        paid = self.tokens[0] / 1000 * cfg.fallback_price_per_1k_input + self.tokens[1] / 1000 * cfg.fallback_price_per_1k_output
+        per_call = paid / self.calls if self.calls else None
+        own = c["answers"] - c["deferred"]
+        return {"llm": cfg.fallback_model, "reachable": self.enabled, "answers": c["answers"],
+                "deferred": c["deferred"], "share_deferred": round(c["deferred"] / c["answers"], 4) if c["answers"] else None,
+                "llm_answered": c["llm_answered"], "from_stored_answers": c["from_store"], "errors": c["errors"],
+                "llm_calls": self.calls, "tokens_paid": {"prompt": self.tokens[0], "completion": self.tokens[1]},
+                "cost_paid": round(paid, 6), "cost_per_llm_call": None if per_call is None else round(per_call, 8),
+                "estimated_cost_saved": None if per_call is None else round((own + c["from_store"]) * per_call, 6),
+                "teacher_labels": {"file": str(self.store.path), "rows": self.store.rows}}
+
+
+def open_fallback(cfg, metrics):
+    """The cascade where --fallback-url is given, else None."""
+    return Fallback(cfg, metrics.registry) if cfg.fallback_url else None

@@ -1,0 +1,150 @@
+"""Learning from an LLM's labels and a few gold ones (finetune/kfold.py --teacher-column): the rules, in one place.
+
+A row with a gold label is gold; a row with only the teacher's answer is teacher-labelled. Three rules:
+- the teacher is judged on gold rows only: its confusion T[true, answered] is counted on the gold rows the
+  model is allowed to see (a fold's training rows, nested), smoothed towards uniform;
+- a teacher label is corrected where the gold rows say it is unreliable: the row's label becomes the argmax of
+  p(true | text) * T[true, answered], p from a model fitted on the gold rows alone (a teacher that never answers a
+  class answers its neighbour instead: T's column for that neighbour then holds both classes, and the text
+  decides between them). Where T's column is clean the teacher's answer stands whatever p says;
+- gold rows weigh more: repeated `gold_repeats` times in training (the measured choice: bench/teacher.py).
+Every score of a teacher run is measured on gold rows only (`gold_report`).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+
+from finetune.data import LabeledData
+from textdata.errors import DataError
+from textdata.labels import label_order
+from textdata.normalize import Normalizer
+from textdata.tables import missing_text, read_table
+
+SMOOTHING = 1.0  # pseudo-rows per class spread uniformly over the answers: 8 gold rows a class leave room for chance
+
+
+def teacher_confusion(y_gold: np.ndarray, answered: np.ndarray, n_classes: int, alpha: float = SMOOTHING) -> np.ndarray:
+    """T[i, j] = P(teacher answers j | true class i), from gold rows whose teacher answer is in the label set
+    (answered >= 0); rows normalised, smoothed with `alpha` pseudo-rows spread uniformly."""
+    ok = answered >= 0
+    counts = np.zeros((n_classes, n_classes))
+    np.add.at(counts, (y_gold[ok], answered[ok]), 1.0)
+    counts += alpha / n_classes
+    return counts / counts.sum(1, keepdims=True)
+
+
+def corrected(answered: np.ndarray, p_text: np.ndarray, T: np.ndarray, prior: np.ndarray | None = None):
+    """(label, posterior) per teacher row: argmax over classes of p(true | text) * T[true, answered]. `p_text` comes
+    from a model that never saw these rows' teacher labels; `prior` divides out its class prior where it was
+    fitted on balanced gold rows (none: taken as is)."""
+    like = T[:, answered].T  # (rows, classes): P(this answer | true class)
+    post = p_text * like
+    if prior is not None:
+        post = post / prior
+    post = post / post.sum(1, keepdims=True).clip(min=1e-12)
+    return post.argmax(1), post.max(1)
+
+
+def gold_repeats(n_gold: int, n_teacher: int, gold_weight: float) -> int:
+    """How many times each gold row is trained on: `gold_weight` itself when >= 1; 0 (auto) makes the gold rows
+    together weigh as much as the teacher rows (at least 1, at most 50)."""
+    if gold_weight >= 1:
+        return round(gold_weight)
+    return int(np.clip(round(n_teacher / max(1, n_gold)), 1, 50))
+
+
+def macro_f1(y: np.ndarray, pred: np.ndarray, n_classes: int) -> float:
+    from sklearn.metrics import f1_score
+
+    return float(f1_score(y, pred, labels=list(range(n_classes)), average="macro", zero_division=0))
+
+
+# ------------------------------------------------------------------------------------ the rows k-fold reads
+@dataclass
+class TeacherData(LabeledData):
+    """LabeledData of gold and teacher rows. `y` holds the gold label of a gold row and, for a teacher row, its
+    teacher label corrected on every gold row (what the final model trains on); each fold corrects again on its
+    own training gold rows (`fold_training`)."""
+
+    gold: np.ndarray | None = None  # (n,) bool: the row has a gold label
+    answered: np.ndarray | None = None  # (n,) the teacher's answer as a class id; -1: none, or outside the label set
+    outside: dict | None = None  # teacher answers outside the label set -> rows
+
+
+def load(path, cfg, normalizer: Normalizer) -> TeacherData:
+    """Rows with a gold label, a teacher label, or both (the label set is the gold labels'); a teacher answer
+    outside it is counted and shown, and its row (without gold) not trained on."""
+    table = read_table(path, {cfg.text_column: "--text-column", cfg.label_column: "--label-column",
+                              cfg.teacher_column: "--teacher-column"}, encoding=cfg.encoding)
+    text_ok = ~missing_text(table[cfg.text_column]).to_numpy()
+    has_gold = ~missing_text(table[cfg.label_column]).to_numpy()
+    has_teacher = ~missing_text(table[cfg.teacher_column]).to_numpy()
+    gold_text = table[cfg.label_column].astype(str).str.strip()
+    labels = label_order(gold_text[text_ok & has_gold])
+    if len(labels) < 2:
+        raise DataError(f"{path}: column {cfg.label_column!r} has gold labels for {len(labels)} class(es); the gold "
+                        "rows must name every class (a few rows each, e.g. 8)")
+    ids = {x: i for i, x in enumerate(labels)}
+    said = table[cfg.teacher_column].astype(str).str.strip()
+    answered = np.where(has_teacher, said.map(ids).fillna(-1).to_numpy(), -1).astype(np.int64)
+    off = has_teacher & (answered < 0) & text_ok
+    outside = {str(k): int(v) for k, v in said[off].value_counts().items()}
+    if outside:
+        listed = ", ".join(f"{k!r} ({v} rows)" for k, v in list(outside.items())[:10])
+        print(f"warning: {path}: {int(off.sum())} teacher answers in {cfg.teacher_column!r} are outside the gold label "
+              f"set {labels}: {listed}; rows without a gold label among them are not trained on", file=sys.stderr)
+    keep = np.flatnonzero(text_ok & (has_gold | (answered >= 0)))
+    dropped = {k: v for k, v in {"empty text": int((~text_ok).sum()),
+                                 "no gold label and no usable teacher label": int((text_ok & ~has_gold & (answered < 0)).sum())}.items() if v}
+    gold = has_gold[keep]
+    y = np.where(gold, gold_text.iloc[keep].map(ids).fillna(-1).to_numpy(), answered[keep]).astype(np.int64)
+    small = [x for x in labels if (y[gold] == ids[x]).sum() < 2]
+    if small:
+        raise DataError(f"{path}: classes {small} have fewer than 2 gold rows; the teacher is judged and corrected on "
+                        "the gold rows, so every class needs a few (8 or more)")
+    texts = [normalizer(t) for t in table[cfg.text_column].iloc[keep].astype(str)]
+    groups = table[cfg.group_column].astype(str).to_numpy()[keep] if cfg.group_column else None
+    data = TeacherData(table=table, keep=keep, texts=texts, y=y, groups=groups, labels=labels, dropped=dropped,
+                       gold=gold, answered=answered[keep], outside=outside)
+    teach = ~gold
+    data.y[teach] = correct_rows(data, np.flatnonzero(gold), np.flatnonzero(teach), cfg.seed)
+    return data
+
+
+def correct_rows(data: TeacherData, gold_rows: np.ndarray, teacher_rows: np.ndarray, seed: int) -> np.ndarray:
+    """The corrected labels of `teacher_rows`, judged on `gold_rows` only: T counted there, p(class | text) from
+    the TF-IDF baseline fitted there (the gold rows are balanced by design: p taken as is)."""
+    from baseline.blend import BaselineError, baseline_proba, fit_baseline
+
+    answered = data.answered[teacher_rows]
+    if len(teacher_rows) == 0:
+        return answered
+    n = len(data.labels)
+    T = teacher_confusion(data.y[gold_rows], data.answered[gold_rows], n)
+    try:
+        model = fit_baseline([data.texts[i] for i in gold_rows], data.y[gold_rows], seed)
+        p = baseline_proba(model, [data.texts[i] for i in teacher_rows], n)
+    except BaselineError:  # no usable text among the gold rows: the teacher's answers stand
+        return answered
+    return corrected(answered, p, T)[0]
+
+
+def fold_training(data: TeacherData, train_idx: np.ndarray, fit_idx: np.ndarray, seed: int,
+                  gold_weight: float) -> tuple[np.ndarray, np.ndarray]:
+    """(targets, rows to fit on) for one fold: the fold's teacher rows corrected on its own training gold rows
+    (never the held-out ones), each gold row of `fit_idx` repeated `gold_repeats` times."""
+    targets = data.y.copy()
+    gold_tr = train_idx[data.gold[train_idx]]
+    teach_tr = train_idx[~data.gold[train_idx]]
+    targets[teach_tr] = correct_rows(data, gold_tr, teach_tr, seed)
+    return targets, repeated(data, fit_idx, gold_weight)
+
+
+def repeated(data: TeacherData, rows: np.ndarray, gold_weight: float) -> np.ndarray:
+    is_gold = data.gold[rows]
+    k = gold_repeats(int(is_gold.sum()), int((~is_gold).sum()), gold_weight)
+    return np.sort(np.concatenate([rows, np.repeat(rows[is_gold], k - 1)]))

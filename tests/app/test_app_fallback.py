@@ -1,0 +1,88 @@
+"""The cascade (app/fallback.py): 'not sure' answers go to an LLM (a local OpenAI-compatible server), with the
+model's answer kept when the LLM is slow, failing or unreachable."""
+
+from __future__ import annotations
+
+import csv
+import logging
+
+import pytest
+from fake_llm import PROMPT
+from starlette.testclient import TestClient
+from test_app_calibration import TEXTS, calibrated  # noqa: F401 - the fixture, shared
+
+from app.config import parse_args
+from app.server import create_app
+from serving.engine import Classifier
+
+
+def cascade(folder, tmp_path, url, *flags):
+    (tmp_path / "prompt.txt").write_text(PROMPT)
+    cfg = parse_args(["--model", str(folder), "--no-ui", "--data-dir", str(tmp_path / "data"), "--fallback-url", url,
+                      "--fallback-model", "m", "--fallback-prompt", str(tmp_path / "prompt.txt"),
+                      "--fallback-price-per-1k-input", "1", *flags])
+    return TestClient(create_app(cfg, Classifier.load(folder, provider="torch")), base_url="http://127.0.0.1")
+
+
+def test_not_sure_answers_come_from_the_llm_once_and_are_kept_as_teacher_labels(calibrated, tmp_path, fake):  # noqa: F811
+    folder, threshold, scaled = calibrated
+    unsure = [t for t, s in zip(TEXTS, scaled.max(1)) if s < threshold]
+    with cascade(folder, tmp_path, fake.url) as c:
+        preds = c.post("/v1/classify", json={"texts": TEXTS}).json()["predictions"]
+        again = c.post("/v1/classify", json={"texts": TEXTS}).json()["predictions"]
+        metrics = c.get("/metrics").text
+        monitor = c.get("/v1/monitor").json()["cascade"]
+    for text, p, s in zip(TEXTS, preds, scaled.max(1)):
+        if s < threshold:  # the fake LLM answers the first label where the text names none
+            assert p["source"] == "llm" and p["label"] == "dream" and p["confident"] is True
+        else:
+            assert p["source"] == "model" and p["confident"] is True
+    assert again == preds and fake.calls == len(unsure)  # the second time from the stored answers
+    assert f"app_llm_deferred_total {2 * len(unsure)}.0" in metrics
+    assert f'app_answers_total{{source="llm"}} {2 * len(unsure)}.0' in metrics
+    assert "app_llm_latency_seconds_count" in metrics
+    with open(tmp_path / "data" / "teacher" / "llm_labels.csv", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    assert sorted(r["text"] for r in rows) == sorted(unsure) and {r["teacher"] for r in rows} == {"dream"}
+    assert monitor["share_deferred"] == pytest.approx(len(unsure) / len(TEXTS))
+    assert monitor["llm_calls"] == len(unsure) and monitor["from_stored_answers"] == len(unsure)
+    assert monitor["cost_per_llm_call"] > 0
+    assert monitor["estimated_cost_saved"] == pytest.approx(
+        (2 * len(TEXTS) - len(unsure)) * monitor["cost_per_llm_call"], rel=1e-3)
+
+
+@pytest.mark.parametrize("trouble", ["timeout", "error"])
+def test_a_slow_or_failing_llm_leaves_the_models_answer_not_sure(calibrated, tmp_path, fake, trouble):  # noqa: F811
+    folder, threshold, scaled = calibrated
+    n_unsure = int((scaled.max(1) < threshold).sum())
+    if trouble == "timeout":
+        fake.delay = 3.0
+    else:
+        fake.fail_first(100, 500)
+    with cascade(folder, tmp_path, fake.url, "--fallback-timeout", "0.5") as c:
+        preds = c.post("/v1/classify", json={"texts": TEXTS}).json()["predictions"]
+        metrics = c.get("/metrics").text
+    assert all(p["source"] == "model" for p in preds)
+    assert [p["confident"] for p in preds] == (scaled.max(1) >= threshold).tolist()
+    assert f'app_llm_errors_total{{kind="{trouble}"}} {n_unsure}.0' in metrics
+
+
+def test_an_unreachable_llm_is_one_warning_and_the_model_answers_alone(calibrated, tmp_path, caplog):  # noqa: F811
+    folder, threshold, scaled = calibrated
+    from fake_llm import free_port
+
+    with caplog.at_level(logging.WARNING, logger="app"), \
+            cascade(folder, tmp_path, f"http://127.0.0.1:{free_port()}/v1") as c:
+        preds = c.post("/v1/classify", json={"texts": TEXTS}).json()["predictions"]
+        monitor = c.get("/v1/monitor").json()["cascade"]
+    assert len([r for r in caplog.records if "cannot be reached" in r.getMessage()]) == 1
+    assert [p["confident"] for p in preds] == (scaled.max(1) >= threshold).tolist()
+    assert all(p["source"] == "model" for p in preds) and monitor["reachable"] is False
+
+
+def test_a_fallback_prompt_without_placeholders_is_refused_at_start(tmp_path, capsys):
+    (tmp_path / "p.txt").write_text("Classify: {text}")
+    with pytest.raises(SystemExit) as e:
+        parse_args(["--fallback-url", "http://x/v1", "--fallback-model", "m", "--fallback-prompt",
+                    str(tmp_path / "p.txt")])
+    assert e.value.code == 2 and "{labels}" in capsys.readouterr().err

@@ -1,0 +1,144 @@
+"""k-fold --teacher-column: teacher labels corrected on gold rows, gold rows weighed more, scores on gold rows only."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from finetune.teacher_data import corrected, fold_training, gold_repeats, load, repeated, teacher_confusion
+from textdata.errors import DataError
+from textdata.normalize import Normalizer
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_a_class_the_teacher_never_answers_is_recovered_where_the_text_says_so():
+    # class 2 is always answered 1; class 0 is answered right
+    y_gold = np.array([0, 0, 0, 1, 1, 1, 2, 2, 2])
+    said = np.array([0, 0, 0, 1, 1, 1, 1, 1, 1])
+    T = teacher_confusion(y_gold, said, 3)
+    assert T[2, 1] > 0.8 and T[2, 2] < 0.1
+    p = np.array([[0.1, 0.2, 0.7],   # answered 1, reads as 2: the answer 1 is ambiguous, the text decides
+                  [0.1, 0.7, 0.2],   # answered 1, reads as 1
+                  [0.1, 0.2, 0.7]])  # answered 0, reads as 2: the teacher is reliable on 0, its answer stands
+    label, post = corrected(np.array([1, 1, 0]), p, T)
+    assert label.tolist() == [2, 1, 0] and (post > 0.5).all()
+
+
+def test_answers_outside_the_label_set_do_not_count_against_the_teacher():
+    T = teacher_confusion(np.array([0, 0, 1]), np.array([0, -1, 1]), 2, alpha=0)
+    assert T.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+def test_gold_repeats_auto_balances_gold_against_teacher_rows():
+    assert gold_repeats(40, 1000, 0) == 25 and gold_repeats(40, 10, 0) == 1 and gold_repeats(2, 10_000, 0) == 50
+    assert gold_repeats(40, 1000, 3) == 3
+
+
+def teacher_table(tmp_path, toy_rows, n_per_class=12):
+    """Gold labels on 4 rows a class; the teacher answers every row, never 'memo' (it says 'error')."""
+    df = toy_rows(n_per_class=n_per_class)
+    df["teacher"] = df["label"].replace({"memo": "error"})
+    df["gold"] = ""
+    for label in ("dream", "error", "memo"):
+        df.loc[df.index[df["label"] == label][:4], "gold"] = label
+    df["teacher_cost"] = 0.002
+    path = tmp_path / "mixed.csv"
+    df.to_csv(path, index=False)
+    return df, path
+
+
+def cfg(**kw):
+    base = {"text_column": "text", "label_column": "gold", "teacher_column": "teacher", "encoding": "utf-8",
+                "group_column": None, "seed": 0, "gold_weight": 0.0}
+    return SimpleNamespace(**{**base, **kw})
+
+
+def test_load_counts_outside_answers_and_keeps_gold_and_teacher_rows(tmp_path, toy_rows, capsys):
+    df, path = teacher_table(tmp_path, toy_rows)
+    df.loc[df.index[df["gold"] == ""][:3], "teacher"] = "banana"
+    df.loc[df.index[df["gold"] == ""][3], ["teacher"]] = ""  # neither: dropped
+    df.to_csv(path, index=False)
+    data = load(path, cfg(), Normalizer("none"))
+    assert data.outside == {"banana": 3} and "banana" in capsys.readouterr().err
+    assert data.gold.sum() == 12 and len(data.y) == len(df) - 4
+    assert data.labels == ["dream", "error", "memo"]
+    assert (data.y[data.gold] == data.answered[data.gold]).sum() == 8  # the gold rows keep their gold labels
+
+
+def test_a_class_with_too_few_gold_rows_is_refused(tmp_path, toy_rows):
+    df, path = teacher_table(tmp_path, toy_rows)
+    df.loc[df.index[df["gold"] == "memo"][1:], "gold"] = ""
+    df.to_csv(path, index=False)
+    with pytest.raises(DataError, match="memo"):
+        load(path, cfg(), Normalizer("none"))
+
+
+def test_a_fold_corrects_on_its_own_gold_rows_only(tmp_path, toy_rows):
+    _, path = teacher_table(tmp_path, toy_rows)
+    data = load(path, cfg(), Normalizer("none"))
+    rows = np.arange(len(data.y))
+    held = np.flatnonzero(data.gold)[:3]
+    train = np.setdiff1d(rows, held)
+    targets, fit_rows = fold_training(data, train, train, 0, 0.0)
+    data.answered[held] = (data.answered[held] + 1) % 3  # what the held-out gold rows say changes nothing
+    again, _ = fold_training(data, train, train, 0, 0.0)
+    assert np.array_equal(targets[train], again[train])
+    k = gold_repeats(int(data.gold[train].sum()), int((~data.gold[train]).sum()), 0.0)
+    assert len(fit_rows) == len(train) + (k - 1) * int(data.gold[train].sum())
+    assert np.array_equal(repeated(data, rows, 1.0), rows)
+
+
+@pytest.fixture(scope="module")
+def teacher_run(tmp_path_factory, tiny_electra_dir, toy_rows):
+    folder = tmp_path_factory.mktemp("teach-kfold")
+    df, path = teacher_table(folder, toy_rows, n_per_class=16)
+    out = folder / "run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([sys.executable, "finetune/kfold.py", "--model", str(tiny_electra_dir), "--data", str(path),
+                           "--label-column", "gold", "--teacher-column", "teacher", "--folds", "3", "--epochs", "1",
+                           "--batch-size", "8", "--output", str(out), "--final"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return df, out, proc
+
+
+def test_kfold_scores_on_gold_rows_only_and_judges_the_teacher_there(teacher_run):
+    df, out, proc = teacher_run
+    report = json.loads((out / "report.json").read_text())
+    gold = df[df["gold"] != ""]
+    assert sum(f["n_val"] for f in report["folds"]) == len(gold) == report["n_used"]
+    t = report["teacher"]
+    assert t["rows"] == {"gold": 12, "teacher_only": 36, "gold_with_teacher_answer": 12, "teacher_outside_label_set": {}}
+    from sklearn.metrics import f1_score
+
+    want = f1_score(gold["gold"], gold["teacher"], average="macro", labels=["dream", "error", "memo"], zero_division=0)
+    assert t["teacher_macro_f1"] == pytest.approx(want, abs=1e-4)
+    oof = pd.read_csv(out / "oof_predictions.csv", keep_default_na=False)
+    scored = oof[oof["error"] == ""]
+    assert len(scored) == 12 and set(scored["gold"]) == {"dream", "error", "memo"}
+    assert (oof["error"].str.startswith("teacher row")).sum() == 36
+    served = scored["blend_pred_label"] if "blend_pred_label" in scored and t["student"].startswith("blend") \
+        else scored["pred_label"]
+    assert t["student_macro_f1"] == pytest.approx(
+        f1_score(scored["gold"], served, average="macro", labels=["dream", "error", "memo"], zero_division=0), abs=1e-4)
+    assert t["agreement"] == pytest.approx((served.to_numpy() == scored["teacher"].to_numpy()).mean(), abs=1e-4)
+    assert t["cost"]["teacher_per_1000_texts"] == pytest.approx(2.0)
+    assert t["cost"]["student_cpu_seconds_per_1000_texts"] > 0
+    assert t["relabelled_teacher_rows"] > 0  # 'error' answers on memo texts corrected
+    assert "teacher macro-F1" in proc.stdout and (out / "model" / "model.safetensors").exists()
+
+
+def test_kfold_refuses_a_teacher_column_with_multi_label(tmp_path, toy_csv):
+    proc = subprocess.run([sys.executable, "finetune/kfold.py", "--model", "x", "--data", str(toy_csv),
+                           "--teacher-column", "page", "--multi-label"], cwd=ROOT, capture_output=True, text=True,
+                          check=False)
+    assert proc.returncode == 2 and "--teacher-column" in proc.stderr

@@ -1,0 +1,109 @@
+"""Asking an LLM for a label through any OpenAI-compatible endpoint: the prompt, the call, the answer read back.
+
+Shared by `finetune.teach` (labelling a table: the teacher) and the app's cascade (app/fallback.py: answers the
+model is not sure of). The call goes through the `openai` client library (pip install -e '.[llm]'), imported
+only when an LLM is asked: serving without a fallback never needs it. Retries with backoff on 429, 5xx,
+timeouts and dropped connections are the client's own (`max_retries`; it honours Retry-After).
+
+An answer is matched to the label set ignoring case, surrounding spaces, quotes and a final full stop; anything
+else is kept as given and flagged, never mapped to the nearest label: a teacher that answers outside the label
+set is a fact the user must see.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+
+from textdata.errors import UsageError
+
+TEXT, LABELS = "{text}", "{labels}"
+_STRIP = " \t\r\n\"'`.*"
+_SPLIT = re.compile(r"[,;\n]+")
+
+
+def check_prompt(template: str, source: str = "the prompt") -> str:
+    """The template, or UsageError naming what it lacks: the text and the label list must both reach the LLM."""
+    missing = [p for p in (TEXT, LABELS) if p not in template]
+    if missing:
+        raise UsageError(f"{source}: no {' or '.join(missing)} placeholder; the prompt must hold {TEXT} (where the "
+                         f"text goes) and {LABELS} (where the label list goes)")
+    return template
+
+
+def read_prompt(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return check_prompt(f.read(), path)
+    except OSError as e:
+        raise UsageError(f"{path}: cannot read the prompt ({e.strerror})") from None
+
+
+def render(template: str, text: str, labels: list[str]) -> str:
+    """Plain replacement, not str.format: texts and prompts hold braces (JSON examples, code)."""
+    return template.replace(LABELS, ", ".join(labels)).replace(TEXT, text)
+
+
+def cache_key(model: str, prompt: str) -> str:
+    """One key per (model, rendered prompt): the same text asked the same way is never paid for twice; a changed
+    prompt, label list or model is a new question."""
+    return hashlib.sha256(f"{model}\n{prompt}".encode()).hexdigest()
+
+
+@dataclass(frozen=True)
+class Parsed:
+    labels: tuple[str, ...]  # the answer's labels that are in the label set, in label-set spelling
+    outside: tuple[str, ...]  # parts of the answer that are not (kept as given)
+    in_label_set: bool  # one known label (a set of known ones, or "none", with multi_label) and nothing else
+
+
+def parse_answer(answer: str, labels: list[str], multi_label: bool = False) -> Parsed:
+    by_key = {label.strip().lower(): label for label in labels}
+    parts = [p.strip(_STRIP) for p in (_SPLIT.split(answer) if multi_label else [answer])]
+    parts = [p for p in parts if p]
+    if multi_label and [p.lower() for p in parts] == ["none"]:
+        return Parsed((), (), True)  # an empty set, said in words
+    known = tuple(dict.fromkeys(by_key[p.lower()] for p in parts if p.lower() in by_key))
+    outside = tuple(p for p in parts if p.lower() not in by_key)
+    return Parsed(known, outside, bool(known) and not outside)
+
+
+@dataclass(frozen=True)
+class Answer:
+    text: str  # what the LLM said ("" on error)
+    input_tokens: int = 0
+    output_tokens: int = 0
+    error: str = ""  # why there is no answer after the retries
+
+
+def make_client(base_url: str, timeout: float, retries: int, api_key_env: str = "OPENAI_API_KEY"):
+    """An AsyncOpenAI client; a local server needs no key, so a missing one is a placeholder, not an error."""
+    try:
+        from openai import AsyncOpenAI
+    except ModuleNotFoundError:
+        raise UsageError("asking an LLM needs the openai package: pip install -e '.[llm]'") from None
+    return AsyncOpenAI(base_url=base_url, api_key=os.environ.get(api_key_env) or "unused", timeout=timeout,
+                       max_retries=retries)
+
+
+def describe(e: Exception) -> str:
+    """One line for the error column: the status where there is one."""
+    status = getattr(e, "status_code", None)
+    kind = type(e).__name__
+    return f"{kind} {status}: {str(e)[:200]}" if status else f"{kind}: {str(e)[:200]}"
+
+
+async def ask(client, model: str, prompt: str, max_tokens: int = 20, temperature: float = 0.0) -> Answer:
+    """One chat completion; an error left after the client's retries is returned in the Answer, never raised."""
+    import openai
+
+    try:
+        reply = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}],
+                                                     max_tokens=max_tokens, temperature=temperature)
+    except openai.OpenAIError as e:
+        return Answer("", error=describe(e))
+    usage = reply.usage
+    content = (reply.choices[0].message.content or "") if reply.choices else ""
+    return Answer(content, getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0)
