@@ -39,3 +39,11 @@ def exits_2_on_user_error(main: Callable[..., int]) -> Callable[..., int]:
             return 2
 
     return wrapper
+
+
+def capped(items, limit: int = 10) -> str:
+    """Items for an error message, at most `limit` of them: "a, b, c and 9,997 more". A refusal naming every
+    one of 10,000 classes was half a megabyte (issue 40)."""
+    items = list(items)
+    shown = ", ".join(str(x) if len(str(x)) <= 80 else str(x)[:79] + "…" for x in items[:limit])
+    return shown if len(items) <= limit else f"{shown} and {len(items) - limit:,} more"
