@@ -30,6 +30,8 @@ from .version_check import check_version
 
 
 def version_row(m: dict) -> str:
+    if m.get("unreadable"):  # listed, named, not a traceback (issue 40, M3)
+        return f"{'*' if m.get('active') else ' '} {m['version']:<5} {m['unreadable']}"
     ev = m.get("eval") or {}
     cand, champ = ev.get("macro_f1"), (ev.get("champion") or {})
     scores = f"eval macro-F1 {cand:.4f}" if cand is not None else "eval -"

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import queue
 import threading
 import time
@@ -32,6 +33,7 @@ from textdata.drift import (
     level,
     psi,
 )
+from textdata.errors import capped
 from textdata.tables import write_json
 
 log = logging.getLogger("app")
@@ -66,22 +68,59 @@ def answered(pred) -> tuple[tuple, float, bool]:
     return (pred.label,), float(pred.score), getattr(pred, "confident", True) is False
 
 
+MAX_REFERENCE_BYTES = 16 << 20  # a real reference is a few KB (10,000 labels: ~0.3 MB)
+
+
+class OtherModel(ValueError):
+    """reference.json names labels the served model does not have."""
+
+
+def _count(value, field: str) -> float:
+    """A histogram count as the window can compare it: a finite, non-negative number (JSON's NaN and
+    Infinity, strings, booleans and lists are not)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value < 0:
+        raise ValueError(f"{field} {str(value)[:40]!r} is not a finite non-negative count")
+    return float(value)
+
+
+def _histogram(ref: dict, kind: str, edges: list) -> list[float]:
+    counts = ref.get(kind).get("counts") if isinstance(ref.get(kind), dict) else None
+    if not isinstance(counts, list) or len(counts) != len(edges) - 1:
+        raise ValueError(f"{kind}.counts must be a list of {len(edges) - 1} counts")
+    return [_count(c, f"{kind}.counts[{i}]") for i, c in enumerate(counts)]
+
+
+def check_reference(ref, labels: list[str]) -> dict:
+    """The reference as the window uses it, only the fields it reads, each checked; ValueError naming the field.
+    One bad file must not break /metrics or /v1/monitor for every version (issue 40, M2)."""
+    if not isinstance(ref, dict):
+        raise TypeError(f"a JSON object is expected, not {type(ref).__name__}")
+    mix = ref.get("class_mix")
+    if not isinstance(mix, dict):
+        raise TypeError(f"class_mix must be an object {{label: count}}, not {type(mix).__name__}")
+    unknown = sorted(set(mix) - set(labels) - {NONE_LABEL})
+    if unknown:
+        raise OtherModel(f"is from another model (labels {capped(map(repr, unknown), 5)} not served)")
+    mix = {k: _count(v, f"class_mix[{k!r}]") for k, v in mix.items()}
+    return {"source": str(ref.get("source", ""))[:80], "multi_label": ref.get("multi_label") is True,
+            "n_rows": int(sum(mix.values())), "class_mix": mix,
+            "confidence": {"edges": CONFIDENCE_EDGES, "counts": _histogram(ref, "confidence", CONFIDENCE_EDGES)},
+            "length": {"edges": LENGTH_EDGES[:-1] + ["inf"], "counts": _histogram(ref, "length", LENGTH_EDGES)}}
+
+
 def read_reference(folder, labels: list[str]) -> tuple[dict | None, str]:
-    """(the version's reference, '') or (None, why there is none)."""
+    """(the version's reference, checked, '') or (None, why there is none: the file and the field)."""
     path = Path(folder) / REFERENCE_FILE if folder is not None else None
     if path is None or not path.is_file():
         return None, "no reference: this version was made before references were saved (or not by k-fold --final)"
     try:
-        ref = json.loads(path.read_text(encoding="utf-8"))
-        mix = ref["class_mix"]
-        if not isinstance(ref["confidence"]["counts"], list) or not isinstance(ref["length"]["counts"], list):
-            raise TypeError("histogram counts are not lists")
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        return None, f"reference.json unreadable ({type(e).__name__}); drift is not computed"
-    unknown = sorted(set(mix) - set(labels) - {NONE_LABEL})
-    if unknown:
-        return None, f"reference.json is from another model (labels {unknown[:5]} not served); drift is not computed"
-    return ref, ""
+        if path.stat().st_size > MAX_REFERENCE_BYTES:
+            raise ValueError(f"{path.stat().st_size:,} bytes, over the {MAX_REFERENCE_BYTES >> 20} MB a reference may take")
+        return check_reference(json.loads(path.read_text(encoding="utf-8")), labels), ""
+    except OtherModel as e:
+        return None, f"{REFERENCE_FILE} {e}; drift is not computed"
+    except (OSError, ValueError, TypeError, RecursionError) as e:
+        return None, f"{REFERENCE_FILE} unreadable ({type(e).__name__}: {str(e)[:200]}); drift is not computed"
 
 
 class Window:
@@ -124,9 +163,14 @@ class Window:
         drift = None
         if self.reference is not None and n:
             ref = self.reference
-            drift = {"class_mix": psi([ref["class_mix"].get(k, 0) for k in names], [self.mix.get(k, 0) for k in names]),
-                     "confidence": psi(ref["confidence"]["counts"], self.confidence),
-                     "length": psi(ref["length"]["counts"], self.length)}
+            try:
+                drift = {"class_mix": psi([ref["class_mix"].get(k, 0) for k in names],
+                                          [self.mix.get(k, 0) for k in names]),
+                         "confidence": psi(ref["confidence"]["counts"], self.confidence),
+                         "length": psi(ref["length"]["counts"], self.length)}
+            except Exception as e:  # noqa: BLE001 - one version's reference must never break /metrics for all
+                log.warning("monitor: drift of %s not computed: %r", self.version, e)
+                self.reference, self.why, drift = None, f"drift not computed ({type(e).__name__}: {e})"[:300], None
         return {"n": n, "drift": drift,
                 "levels": {k: level(v) for k, v in drift.items()} if drift else None,
                 "class_mix": {k: self.mix.get(k, 0) for k in names},
@@ -230,7 +274,12 @@ class Monitor:
             w = self.windows[engine.version] = Window(engine.version, list(clf.labels), ref, why, self.size,
                                                       self.span_s)
             if engine.version in self._saved:
-                w.restore(self._saved.pop(engine.version))
+                try:
+                    w.restore(self._saved.pop(engine.version))
+                except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:  # a hand-edited state.json
+                    log.warning("monitor: the saved window of %s is unreadable (%r); starting it fresh", engine.version, e)
+                    w = self.windows[engine.version] = Window(engine.version, list(clf.labels), ref, why, self.size,
+                                                              self.span_s)
         return w
 
     def _check(self, w: Window, now: float) -> None:

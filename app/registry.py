@@ -29,7 +29,8 @@ import shutil
 import time
 from pathlib import Path
 
-from textdata.errors import UsageError
+from textdata.errors import ModelError, UsageError
+from textdata.plain_files import copy_plain_tree, plain_files, read_blocks
 from textdata.run_folder import VERSION_FILE, check_classifier, model_in_run
 from textdata.tables import atomic_path, write_json
 
@@ -37,6 +38,7 @@ from .lineage import record_import
 
 ACTIVE_FILE = "active"
 EVENTS_FILE = "events.jsonl"
+MAX_META_BYTES = 4 << 20  # version.json is a few KB; one of gigabytes is not read into memory
 _VERSION = re.compile(r"^v([1-9][0-9]{0,8})$")
 
 
@@ -49,14 +51,14 @@ def version_number(name: str) -> int | None:
     return int(m.group(1)) if m else None
 
 
-def folder_sha256(folder: Path) -> str:
-    """The content of every file under `folder` (names and bytes), in a stable order."""
+def folder_sha256(folder: Path, files: list[Path] | None = None) -> str:
+    """The content of every file under `folder` (names and bytes), in a stable order. `files`: what
+    textdata.plain_files listed (links and devices refused); they are read without following links."""
     h = hashlib.sha256()
-    for p in sorted(q for q in folder.rglob("*") if q.is_file()):
-        h.update(p.relative_to(folder).as_posix().encode() + b"\0")
-        with open(p, "rb") as f:
-            for block in iter(lambda: f.read(1 << 20), b""):
-                h.update(block)
+    for rel in plain_files(folder) if files is None else files:
+        h.update(rel.as_posix().encode() + b"\0")
+        for block in read_blocks(folder / rel):
+            h.update(block)
     return h.hexdigest()
 
 
@@ -81,7 +83,25 @@ class Registry:
         return sorted(found, key=version_number)
 
     def meta(self, version: str) -> dict:
-        return json.loads((self.path(version) / VERSION_FILE).read_text(encoding="utf-8"))
+        """version.json; RegistryError naming the file when it is unreadable (one bad version must not stop
+        the listing, a start or a registration: issue 40, M3)."""
+        path = self.path(version) / VERSION_FILE
+        try:
+            if path.stat().st_size > MAX_META_BYTES:
+                raise ValueError(f"{path.stat().st_size:,} bytes, over {MAX_META_BYTES >> 20} MB")
+            meta = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, RecursionError) as e:
+            raise RegistryError(f"{version}/{VERSION_FILE} is unreadable ({type(e).__name__}: {str(e)[:200]})") from None
+        if not isinstance(meta, dict):
+            raise RegistryError(f"{version}/{VERSION_FILE} is unreadable (a JSON {type(meta).__name__}, not an object)")
+        return meta
+
+    def display_name(self, version: str) -> str:
+        """The name a version is shown by (version.json's `name`), or the version itself where that is unreadable."""
+        try:
+            return str(self.meta(version).get("name") or version)
+        except RegistryError:
+            return version
 
     def active(self) -> str | None:
         try:
@@ -111,8 +131,11 @@ class Registry:
                 decisions[e["version"]] = e
         out = []
         for name in reversed(self.names()):
-            m = self.meta(name)
-            out.append({**m, "active": name == active, "last_decision": decisions.get(name)})
+            try:
+                m = self.meta(name)
+            except RegistryError as e:  # listed as unreadable, named: the others are still shown
+                m = {"unreadable": str(e)}
+            out.append({**m, "version": name, "active": name == active, "last_decision": decisions.get(name)})
         return out
 
     # ------------------------------------------------------------ writing
@@ -155,6 +178,10 @@ class Registry:
         version, unless one with the same content is there (a restart with the same command adds nothing)."""
         if not Path(folder).exists():
             raise RegistryError(f"{folder}: no such model folder")
+        for config in (Path(folder) / "config.json", Path(folder) / "model" / "config.json"):
+            if config.is_symlink() or (config.exists() and not config.is_file()):  # read next: never a link
+                raise RegistryError(f"{config}: a symbolic link or not a regular file; a model folder is copied "
+                                    "as plain files only")
         src = model_in_run(Path(folder), use=("model",))
         if src.is_file():
             raise RegistryError(f"{src}: a version is a whole model folder; give {src.parent} (--fp32 / --int8 "
@@ -162,14 +189,24 @@ class Registry:
         if not (src / "config.json").is_file():
             raise RegistryError(f"{src}: no config.json, so not a model folder (expected the output of "
                                 "serving.export or a transformers save_pretrained folder)")
+        try:  # links, devices and oversized files refused before any is read (issue 40)
+            files = plain_files(src)
+        except ModelError as e:
+            raise RegistryError(str(e)) from None
         check_classifier(src)
-        digest = folder_sha256(src)
+        digest = folder_sha256(src, files)
         for name in self.names():
-            if self.meta(name).get("source_sha256") == digest:
-                return name, False
+            try:
+                if self.meta(name).get("source_sha256") == digest:
+                    return name, False
+            except RegistryError:  # an unreadable version cannot be the same content; it is listed as such
+                continue
         stage = self.staging(f"import-{os.getpid()}")
         try:
-            shutil.copytree(src, stage, dirs_exist_ok=True, ignore=shutil.ignore_patterns(VERSION_FILE))
+            try:
+                copy_plain_tree(src, stage, [f for f in files if f.name != VERSION_FILE])
+            except ModelError as e:  # a file swapped for a link, or grown past the cap, since the walk
+                raise RegistryError(str(e)) from None
             trained_on = record_import(src, stage)  # so it is never judged on rows it trained on
             name = self.commit(stage, {"source": "imported", "name": src.resolve().name,
                                        "imported_from": str(src.resolve()), "trained_on": trained_on,

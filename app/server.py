@@ -59,7 +59,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         state.monitor = open_monitor(cfg)
     folder = getattr(clf, "folder", None)
     version = version or (model_version(folder) if folder is not None else clf.info()["name"])
-    name = registry.meta(version).get("name", version) if registry is not None else clf.info()["name"]
+    name = registry.display_name(version) if registry is not None else clf.info()["name"]
     state.served = ServedVersion(clf, version, name, describe(clf))
     if state.monitor is not None:  # its saved window shows in /v1/monitor from the start
         state.monitor.attach(state.served)

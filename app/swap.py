@@ -108,8 +108,7 @@ class Switcher:
                         extra={"fields": {"event": "activation_failed", "version": version}})
             self.registry.log("activation_failed", version=version, why=msg)
             raise ActivationError(f"{version} was not activated: {msg}{keeps}") from None
-        meta = self.registry.meta(version)
-        new = ServedVersion(clf, version, meta.get("name") or version, self._describe(clf))
+        new = ServedVersion(clf, version, self.registry.display_name(version), self._describe(clf))
         batcher = self.state.batcher
         if batcher is not None:  # the whole path (queue, engine thread) on the new version, before anyone waits on it
             seqs = clf.encode(CHECK_TEXTS[:1])

@@ -48,7 +48,7 @@ def versions_frame(registry) -> pd.DataFrame:
     for m in registry.listing() if registry is not None else []:
         ev = m.get("eval") or {}
         champ = ev.get("champion") or {}
-        rows.append({"version": m["version"], "active": "●" if m["active"] else "", "source": m.get("source", ""),
+        rows.append({"version": m["version"], "active": "●" if m["active"] else "", "source": "unreadable" if m.get("unreadable") else m.get("source", ""),
                      "rows": str(m.get("rows", "")), "cv macro-F1 (served)": served_cv(m),
                      "eval macro-F1": _f(ev.get("macro_f1")),
                      "active then (eval)": f"{champ['version']} {_f(champ.get('macro_f1'))}" if champ else "",

@@ -121,7 +121,9 @@ def fit_vector(
         grad = np.concatenate([(diff * z).sum(0), diff.sum(0)]) + 2 * l2 * (x - x0)
         return nll + l2 * np.sum((x - x0) ** 2), grad
 
-    res = minimize(loss, x0, jac=True, method="L-BFGS-B")
+    # A weight <= 0 turns a class's own evidence against it; serving refuses such a file (textdata/calibration.py).
+    bounds = [(1e-3, None)] * c + [(None, None)] * c
+    res = minimize(loss, x0, jac=True, method="L-BFGS-B", bounds=bounds)
     w, b = res.x[:c], res.x[c:]
     return Calibrator(
         "vector", weights=tuple(round(float(v), 8) for v in w), bias=tuple(round(float(v), 8) for v in b)

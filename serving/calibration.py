@@ -44,10 +44,12 @@ class ServedCalibration:
         self.calibrator, self.thresholds, self.spec, self.why = calibrator, thresholds, spec or {}, why
 
     @classmethod
-    def load(cls, folder: str | Path, labels: list[str], blend_served: bool) -> ServedCalibration:
-        """The folder's calibration as this engine serves it; ModelError (one line) for a broken file."""
+    def load(cls, folder: str | Path, labels: list[str], blend_served: bool,
+             multi_label: bool | None = None) -> ServedCalibration:
+        """The folder's calibration as this engine serves it; ModelError (one line, naming the file and the
+        field) for a broken file or one fitted for the other kind of model (`multi_label`: this folder's)."""
         try:
-            found = read_calibration(folder, list(labels))
+            found = read_calibration(folder, list(labels), multi_label)
         except ValueError as e:
             raise ModelError(str(e)) from None
         if found is None:

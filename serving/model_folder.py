@@ -58,10 +58,7 @@ class ModelFolder:
             normalizer = Normalizer.load(folder)
         except (ValueError, json.JSONDecodeError) as e:
             raise ModelError(str(e)) from None
-        try:
-            report = json.loads((folder / REPORT_FILE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):  # none (a transformers folder) or unreadable: decided without it
-            report = None
+        report = _read_report(folder / REPORT_FILE)
         return cls(folder, files, report, config, tokenizer, normalizer, labels_from_config(config),
                    (folder / BASELINE_DIR / BLEND_FILE).exists())
 
@@ -111,6 +108,47 @@ class ModelFolder:
                         "be slower than the other file (or, for INT8 made for VNNI on a CPU without it, less "
                         "accurate); re-export here with `python -m serving.export --quantize`, or force the file "
                         "with --fp32/--int8", model_file.parent, measured, here, model_file.name)
+
+
+MAX_REPORT_BYTES = 4 << 20  # an export report is tens of KB
+MAX_TEXT_CHARS, MAX_ITEMS, MAX_DEPTH = 4000, 1000, 8  # what /v1/model may echo of it
+
+
+def _read_report(path: Path) -> dict | None:
+    """export_report.json, or None (a transformers folder, or an unreadable report: decided without it).
+    /v1/model shows it as it is, so a report that is not small, plain JSON is refused, naming the field."""
+    try:
+        if path.stat().st_size > MAX_REPORT_BYTES:
+            raise ModelError(f"{path}: {path.stat().st_size:,} bytes, over the {MAX_REPORT_BYTES >> 20} MB an "
+                             "export report may take")
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError) as e:
+        if isinstance(e, ModelError):
+            raise
+        return None
+    if not isinstance(report, dict):
+        raise ModelError(f"{path}: expected a JSON object, got {type(report).__name__}")
+    check_plain_json(report, path)
+    for key, kind in (("cpu_default", dict), ("source", str), ("isa", str), ("quantization", dict)):
+        if report.get(key) is not None and not isinstance(report[key], kind):
+            raise ModelError(f"{path}: {key}: expected {'an object' if kind is dict else 'a text'}")
+    return report
+
+
+def check_plain_json(value, path: Path, field: str = "", depth: int = 0) -> None:
+    """ModelError naming the field where `value` holds a text over MAX_TEXT_CHARS, a list or object over
+    MAX_ITEMS, or nesting deeper than MAX_DEPTH."""
+    where = f"{path}: {field or '(top)'}"
+    if isinstance(value, str) and len(value) > MAX_TEXT_CHARS:
+        raise ModelError(f"{where}: {len(value):,} characters, over the {MAX_TEXT_CHARS:,} a report field may hold")
+    if isinstance(value, (list, dict)):
+        if len(value) > MAX_ITEMS or depth >= MAX_DEPTH:
+            raise ModelError(f"{where}: over {MAX_ITEMS:,} items or {MAX_DEPTH} levels deep")
+        items = value.items() if isinstance(value, dict) else enumerate(value)
+        for k, v in items:
+            if isinstance(k, str) and len(k) > 200:
+                raise ModelError(f"{where}: a key of {len(k):,} characters")
+            check_plain_json(v, path, f"{field}.{k}" if field else str(k), depth + 1)
 
 
 def _config_and_tokenizer(folder: Path):

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from textdata.errors import ModelError
-from textdata.labels import DEFAULT_SEP, is_multi_label, sep_problem
+from textdata.labels import DEFAULT_SEP, is_multi_label
 from textdata.model_files import THRESHOLDS as THRESHOLDS_FILE
 
 DEFAULT_THRESHOLD = 0.5
@@ -45,27 +45,62 @@ class Thresholds:
         return {lab: float(t) for lab, t in zip(labels, self.values)}
 
 
+MAX_SEP_CHARS = 8  # ";" or " | ": a separator is a few characters (one of 1,000,000 was echoed by /v1/model)
+MAX_FILE_BYTES = 8 << 20  # 10,000 labels with their thresholds are ~0.3 MB
+
+
+def check_label_sep(sep, labels: list[str], where: str) -> str:
+    """`sep` as a label-set separator for these labels: a short visible text found in no label name (labeled.csv
+    joins a set with it, so a name holding it reads back as two labels: `"label_sep": "e"` split `memo`)."""
+    # A label-name rule for every entry point (Add label, review files, --train-data) is textdata/labels.py's
+    # (the label-space work of issue 40, M4/M5); this checks only the separator against the model's labels.
+    if not isinstance(sep, str) or not sep or sep.isspace() or len(sep) > MAX_SEP_CHARS:
+        shown = repr(sep) if len(str(sep)) <= 20 else f"{str(sep)[:12]!r}... ({len(str(sep)):,} characters)"
+        raise ModelError(f"{where}: label_sep {shown} cannot separate labels: it must be 1 to {MAX_SEP_CHARS} "
+                         "characters, not all blank")
+    if any(not c.isprintable() for c in sep):
+        raise ModelError(f"{where}: label_sep {sep!r} holds a control character")
+    inside = [name for name in labels if sep in name]
+    if inside:
+        raise ModelError(f"{where}: label_sep {sep!r} occurs in the label name {inside[0][:60]!r}"
+                         f"{f' (and {len(inside) - 1:,} more)' if len(inside) > 1 else ''}, so a label set "
+                         "joined with it would read back as other labels")
+    return sep
+
+
+def _is_number(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
 def load_thresholds(folder: str | Path, labels: list[str]) -> Thresholds:
-    """The folder's thresholds.json checked against the model's labels, or 0.5 per label without one."""
+    """The folder's thresholds.json checked against the model's labels, or 0.5 per label without one; ModelError
+    naming the file and the field for anything else."""
     path = Path(folder) / THRESHOLDS_FILE
     if not path.exists():
+        check_label_sep(DEFAULT_SEP, labels, f"{Path(folder) / 'config.json'} (no {THRESHOLDS_FILE}: the default)")
         return Thresholds(np.full(len(labels), DEFAULT_THRESHOLD))
+    expected = '{"labels": [...], "thresholds": [...], "label_sep": ";"}'
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ValueError(f"{path.stat().st_size:,} bytes, over the {MAX_FILE_BYTES >> 20} MB it may take")
         spec = json.loads(path.read_text(encoding="utf-8"))
-        names, values = [str(x) for x in spec["labels"]], [float(x) for x in spec["thresholds"]]
-        sep = str(spec.get("label_sep") or DEFAULT_SEP)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ModelError(f"{path}: unreadable ({type(e).__name__}: {e}); expected "
-                         '{"labels": [...], "thresholds": [...], "label_sep": ";"}') from None
+    except (OSError, ValueError, RecursionError) as e:
+        raise ModelError(f"{path}: unreadable ({type(e).__name__}: {str(e)[:200]}); expected {expected}") from None
+    if not isinstance(spec, dict) or not isinstance(spec.get("labels"), list) or not isinstance(
+            spec.get("thresholds"), list):
+        raise ModelError(f"{path}: expected {expected}, with lists for labels and thresholds")
+    names, values = spec["labels"], spec["thresholds"]
     if names != list(labels) or len(values) != len(labels):
-        raise ModelError(f"{path}: labels {names[:5]}{'…' if len(names) > 5 else ''} ({len(values)} thresholds) "
+        shown = [str(n)[:40] for n in names[:5]]
+        raise ModelError(f"{path}: labels {shown}{'…' if len(names) > 5 else ''} ({len(values)} thresholds) "
                          f"do not match the model's {list(labels)[:5]} ({len(labels)} labels, config.json id order)")
-    bad = [(n, v) for n, v in zip(names, values) if not (0.0 < v < 1.0) or not math.isfinite(v)]
+    bad = [(n, v) for n, v in zip(names, values) if not _is_number(v) or not math.isfinite(v) or not 0.0 < v < 1.0]
     if bad:
-        raise ModelError(f"{path}: threshold {bad[0][1]!r} for label {bad[0][0]!r} is not a probability in (0, 1)")
-    if sep_problem(sep):
-        raise ModelError(f"{path}: label_sep {sep[:20]!r} {sep_problem(sep)}")
-    return Thresholds(np.asarray(values, np.float64), sep, bool(spec.get("tuned", False)), THRESHOLDS_FILE)
+        raise ModelError(f"{path}: threshold {repr(bad[0][1])[:40]} for label {bad[0][0]!r} is not a probability "
+                         "in (0, 1)")
+    sep = spec.get("label_sep")
+    sep = check_label_sep(DEFAULT_SEP if sep in (None, "") else sep, labels, path)  # absent: the default, as before
+    return Thresholds(np.asarray(values, np.float64), sep, spec.get("tuned") is True, THRESHOLDS_FILE)
 
 
 @dataclass

@@ -26,12 +26,13 @@ calibrator (`decision_thresholds`): each label's map is increasing, so the label
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from textdata.labels import is_multi_label
+from textdata.labels import MULTI_LABEL, SINGLE_LABEL, is_multi_label
 from textdata.model_files import CALIBRATION as CALIBRATION_FILE
 
 METHODS = ("temperature", "vector", "none")
@@ -112,52 +113,133 @@ def decision_thresholds(calibrator: Calibrator | None, thresholds: np.ndarray) -
     return t if calibrator is None else calibrator(t[None, :])[0]
 
 
+MAX_FILE_BYTES = 4 << 20  # per-label parameters for 10,000 labels are ~0.5 MB
+MAX_TEXT_CHARS = 1000  # a free-text field /v1/model shows (the nested estimates' `why`)
+
+
+def _shown(value) -> str:
+    text = repr(value)
+    return text if len(text) <= 40 else f"{text[:37]}..."
+
+
+def _number(value, field: str, low: float = -math.inf, high: float = math.inf, above: bool = False) -> float:
+    """A JSON number (not a string, a boolean or NaN) within [low, high] (or > low with `above`)."""
+    ok = not isinstance(value, bool) and isinstance(value, (int, float)) and math.isfinite(value)
+    if not ok or value > high or (value <= low if above else value < low):
+        bounds = "" if (low, high) == (-math.inf, math.inf) else (
+            " > 0" if above and low == 0 and high == math.inf else f" in [{low:g}, {high:g}]")
+        raise ValueError(f"{field} {_shown(value)} is not a finite number{bounds}")
+    return float(value)
+
+
+def _numbers(value, field: str, n: int, **bounds) -> tuple:
+    if not isinstance(value, list) or len(value) != n:
+        raise ValueError(f"{field}: need a list of {n} numbers, got {_shown(value)}")
+    return tuple(_number(v, f"{field}[{i}]", **bounds) for i, v in enumerate(value))
+
+
 def calibrator_from_json(spec: dict, n_labels: int) -> Calibrator:
-    """The Calibrator that calibration.json describes; ValueError (one line) when it is not one."""
+    """The Calibrator that calibration.json describes; ValueError (one line, naming the field) when it is not
+    one. Values are JSON numbers: a temperature "2" (a string) or a negative weight (which turns every answer
+    around) is refused, not read as something meaningful."""
     multi = is_multi_label(spec)
     method = spec.get("method")
     if method not in (MULTI_LABEL_METHODS if multi else METHODS):
-        raise ValueError(f"unknown method {method!r}")
+        raise ValueError(f"method {_shown(method)}: expected one of {MULTI_LABEL_METHODS if multi else METHODS}")
     if method == "none":
         return Calibrator(method, multi)
     if method == "temperature":
-        t = spec["temperature"]
-        t = tuple(float(v) for v in t) if multi else float(t)
-        values = np.atleast_1d(np.asarray(t, np.float64))
-        if (multi and len(values) != n_labels) or not np.all(np.isfinite(values)) or np.any(values <= 0):
-            raise ValueError(
-                f"temperature {spec['temperature']!r}: need positive finite values"
-                + (f", one per label ({n_labels})" if multi else "")
-            )
+        if multi:
+            t = _numbers(spec.get("temperature"), "temperature", n_labels, low=0, above=True)
+        else:
+            t = _number(spec.get("temperature"), "temperature", low=0, above=True)
         return Calibrator(method, multi, temperature=t)
-    w, b = (tuple(float(v) for v in spec["params"][k]) for k in ("weights", "bias"))
-    if len(w) != n_labels or len(b) != n_labels or not np.all(np.isfinite(w + b)):
-        raise ValueError(f"params: need {n_labels} finite weights and biases, got {len(w)} and {len(b)}")
-    if multi and min(w) <= 0:  # the served decision thresholds move through the map: it must keep each order
-        raise ValueError(f"params: Platt weights must be positive, got {min(w)!r}")
+    params = spec.get("params")
+    if not isinstance(params, dict):
+        raise TypeError(f"params: need {{\"weights\": [...], \"bias\": [...]}}, got {_shown(params)}")
+    # A weight <= 0 reverses (or drops) a label's own evidence: every answer inverted. Fits keep them positive.
+    w = _numbers(params.get("weights"), "params.weights", n_labels, low=0, above=True)
+    b = _numbers(params.get("bias"), "params.bias", n_labels)
     return Calibrator(method, multi, weights=w, bias=b)
 
 
+def _checked_fields(spec: dict, labels: list[str]) -> dict:
+    """The fields serving reads or shows (/v1/model), each checked; others are not carried."""
+    out = {k: spec[k] for k in ("problem_type", "method") if k in spec}
+    if spec.get("fitted_on") is not None:
+        if spec["fitted_on"] not in ("model", "blend"):
+            raise ValueError(f"fitted_on {_shown(spec['fitted_on'])}: expected 'model' or 'blend'")
+        out["fitted_on"] = spec["fitted_on"]
+    for k in ("target_precision", "estimated_coverage", "estimated_precision"):
+        if spec.get(k) is not None:
+            out[k] = _number(spec[k], k, 0.0, 1.0)
+    scope = spec.get("threshold_scope")
+    if scope is not None and (not isinstance(scope, str) or len(scope) > 40):
+        raise ValueError(f"threshold_scope {_shown(scope)}: expected a short name ('global', 'per_class')")
+    nested = spec.get("nested")
+    if isinstance(nested, dict) and len(nested) <= 64:
+        for k, v in nested.items():
+            if isinstance(v, str) and len(v) > MAX_TEXT_CHARS:
+                raise ValueError(f"nested.{str(k)[:40]}: {len(v):,} characters, over {MAX_TEXT_CHARS:,}")
+            if v is not None and not isinstance(v, (str, bool, int, float)):
+                raise ValueError(f"nested.{str(k)[:40]}: {_shown(v)} is not a number or a short text")
+        out["nested"] = {str(k)[:80]: v for k, v in nested.items()}
+    elif nested is not None and not isinstance(nested, bool):
+        raise ValueError(f"nested {_shown(nested)}: expected an object of at most 64 estimates")
+    return {**out, **({"threshold_scope": scope} if scope is not None else {}), "labels": list(labels)}
+
+
+def _threshold(spec: dict, labels: list[str]) -> np.ndarray | None:
+    threshold = spec.get("threshold")
+    if threshold is None:
+        return None
+    if isinstance(threshold, dict):
+        missing = [name for name in labels if name not in threshold]
+        if missing:
+            raise ValueError(f"threshold: no value for label {missing[0]!r} (of {len(missing)} missing)")
+        return np.array([_number(threshold[n], f"threshold[{n!r}]", 0.0, 1.0) for n in labels], np.float64)
+    return np.full(len(labels), _number(threshold, "threshold", 0.0, 1.0), np.float64)
+
+
 def read_calibration(
-    folder: str | Path, labels: list[str]
+    folder: str | Path, labels: list[str], multi_label: bool | None = None
 ) -> tuple[Calibrator, np.ndarray | None, dict] | None:
-    """(calibrator, thresholds per label or None, the JSON) from folder/calibration.json, or None without
-    one; ValueError naming the file when it is unreadable or does not fit these labels."""
+    """(calibrator, thresholds per label or None, the checked fields) from folder/calibration.json, or None
+    without one; ValueError naming the file and the field when it is unreadable, does not fit these labels, or
+    (`multi_label` given) was fitted for the other kind of model."""
     path = Path(folder) / CALIBRATION_FILE
     if not path.exists():
         return None
     try:
+        if path.stat().st_size > MAX_FILE_BYTES:
+            raise ValueError(f"{path.stat().st_size:,} bytes, over the {MAX_FILE_BYTES >> 20} MB it may take")
         spec = json.loads(path.read_text(encoding="utf-8"))
-        if spec.get("labels") is not None and list(spec["labels"]) != list(labels):
-            raise ValueError(f"fitted for labels {spec['labels']}, the model has {list(labels)}")
+        if not isinstance(spec, dict):
+            raise TypeError(f"expected a JSON object, got {type(spec).__name__} {_shown(spec)}")
+        kind = spec.get("problem_type", SINGLE_LABEL)  # files from before multi-label have none
+        if kind not in (SINGLE_LABEL, MULTI_LABEL):
+            raise ValueError(f"problem_type {_shown(kind)}: expected {SINGLE_LABEL!r} or {MULTI_LABEL!r}")
+        if multi_label is not None and (kind == MULTI_LABEL) != multi_label:
+            raise ValueError(f"problem_type {kind!r}: fitted for a {'multi' if kind == MULTI_LABEL else 'single'}"
+                             f"-label model, this folder's is {'multi' if multi_label else 'single'}-label")
+        given = spec.get("labels")
+        if given is not None and (not isinstance(given, list) or given != list(labels)):
+            raise ValueError(f"labels: fitted for labels {_shown(given)}, the model has {_shown(list(labels))}")
         calibrator = calibrator_from_json(spec, len(labels))
-        thresholds = threshold_vector(spec.get("threshold"), list(labels))
-        if thresholds is not None and not np.all((thresholds >= 0) & (thresholds <= 1)):
-            raise ValueError(f"threshold {spec['threshold']!r} outside [0, 1]")
-    except (ValueError, KeyError, TypeError) as e:
+        thresholds = _threshold(spec, list(labels))
+        checked = {**_checked_fields(spec, labels), **calibrator.params(),
+                   "threshold": thresholds_as_given(spec.get("threshold"), thresholds, labels)}
+    except (ValueError, KeyError, TypeError, RecursionError) as e:
         msg = str(e).splitlines()[0] if str(e) else type(e).__name__
         raise ValueError(f"{path}: unreadable calibration ({type(e).__name__}: {msg})") from None
-    return calibrator, thresholds, spec
+    return calibrator, thresholds, checked
+
+
+def thresholds_as_given(threshold, checked: np.ndarray | None, labels: list[str]):
+    """The threshold as calibration.json gives it (one number, or one per label), from its checked values."""
+    if checked is None:
+        return None
+    return float(checked[0]) if not isinstance(threshold, dict) else dict(zip(labels, checked.tolist()))
 
 
 BINS = 15  # top-label ECE bins (equal width), as in Guo et al. and Desai & Durrett
