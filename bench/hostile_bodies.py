@@ -68,7 +68,7 @@ def start(code: Path, model: Path, work: Path) -> tuple[subprocess.Popen, int]:
     proc = subprocess.Popen([sys.executable, "-m", "app", "--model", str(model), "--port", str(port),
                              "--data-dir", str(work / "data"), "--log-level", "warning"], cwd=work, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 900  # a loaded machine: imports and warm-up took over 5 minutes at load 20
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise SystemExit(f"server exited with {proc.returncode}; see {work / 'server.log'}")
@@ -79,7 +79,7 @@ def start(code: Path, model: Path, work: Path) -> tuple[subprocess.Popen, int]:
             pass
         time.sleep(0.3)
     proc.kill()
-    raise SystemExit("server not ready after 300 s")
+    raise SystemExit("server not ready after 900 s")
 
 
 def hostile_bodies(ui_body_mb: int) -> list[tuple[str, str, bytes | None, int]]:
