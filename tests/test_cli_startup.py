@@ -52,7 +52,7 @@ def table(tmp_path_factory) -> Path:
 
 
 ENTRY_POINTS = ["finetune/kfold.py", "finetune/search.py", "pretraining/train.py", "serving.export", "serving.score",
-                "app"]
+                "app", "finetune.teach"]
 
 
 @pytest.mark.parametrize("target", ENTRY_POINTS)

@@ -29,8 +29,19 @@ def test_a_class_the_teacher_never_answers_is_recovered_where_the_text_says_so()
     p = np.array([[0.1, 0.2, 0.7],   # answered 1, reads as 2: the answer 1 is ambiguous, the text decides
                   [0.1, 0.7, 0.2],   # answered 1, reads as 1
                   [0.1, 0.2, 0.7]])  # answered 0, reads as 2: the teacher is reliable on 0, its answer stands
-    label, post = corrected(np.array([1, 1, 0]), p, T)
+    label, post = corrected(np.array([1, 1, 0]), p, T, rounds=0)
     assert label.tolist() == [2, 1, 0] and (post > 0.5).all()
+
+
+def test_the_teacher_rows_class_mix_decides_the_borderline_texts():
+    # 90 texts read as class 1, 10 as class 2, all answered 1; a borderline text leans to 2 under a uniform prior,
+    # to 1 once EM has found that class 2 is a tenth of these rows
+    T = teacher_confusion(np.array([0, 0, 0, 1, 1, 1, 2, 2, 2]), np.array([0, 0, 0, 1, 1, 1, 1, 1, 1]), 3)
+    p = np.array([[0.02, 0.95, 0.03]] * 90 + [[0.02, 0.03, 0.95]] * 10 + [[0.1, 0.42, 0.48]])
+    answered = np.ones(len(p), int)
+    assert corrected(answered, p, T, rounds=0)[0][-1] == 2
+    label = corrected(answered, p, T, strength=9)[0]
+    assert label[-1] == 1 and label[:90].tolist() == [1] * 90 and label[90:100].tolist() == [2] * 10
 
 
 def test_answers_outside_the_label_set_do_not_count_against_the_teacher():
