@@ -269,3 +269,17 @@ def test_accept_is_plain_under_the_threshold_and_an_audit_hides_the_probabilitie
     shown = _render_label(store, labels, audit)
     assert shown[4]["visible"] == "hidden" and shown[6]["visible"] == "hidden"
     assert "choose the label you read" in shown[-1] and "Enter" not in shown[-1]
+
+
+def test_the_drift_chart_has_a_clock_axis_and_says_when_it_has_no_point():
+    """Issue 45: the time axis read "seconds since the first check"; with no check it would read 1970."""
+    from app.ui_monitor import figure
+
+    base = {"class_mix": {"a": 3, "b": 1}, "confidence_counts": [0] * 9 + [4], "reference": None}
+    empty = figure({**base, "history": []})
+    assert "no drift check yet" in empty.axes[2].texts[0].get_text() and not empty.axes[2].lines
+    checked = figure({**base, "history": [{"t": 1_764_000_000 + 60 * i, "n": 100, "class_mix": 0.01 * i,
+                                           "confidence": 0.02, "length": 0.03} for i in range(3)]})
+    ax = checked.axes[2]
+    assert ax.get_xlabel() == "time of the check (server clock)" and len(ax.lines) == 5
+    assert type(ax.xaxis.get_major_formatter()).__name__ == "ConciseDateFormatter"
