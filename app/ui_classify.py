@@ -82,7 +82,18 @@ def classify_tab(cfg, state) -> None:
         except (QueueFull, asyncio.TimeoutError):
             raise gr.Error("The server is busy; try again in a moment.") from None
         probs = pred.scores if getattr(clf, "multi_label", False) else pred.probabilities
-        return probs, answer_markdown(clf, pred, served.version, cut)
+        unsure = not getattr(pred, "confident", True) and state.review is not None
+        return (probs, answer_markdown(clf, pred, served.version, cut),
+                gr.update(visible=True if unsure else "hidden", value="Send to the review queue", interactive=True),
+                (text, pred, served.version) if unsure else None)
+
+    def send(last):
+        """A "not sure" answer to the review queue (--review-queue), as the API queues its own."""
+        if last is None or state.review is None:
+            return gr.update(visible="hidden")
+        added = state.review.add([last[0]], [last[1]], last[2])
+        said = "✓ Sent: it waits in the Label tab's review queue" if added else "✓ Already in the review queue"
+        return gr.update(value=said, interactive=False)
 
     with gr.Tab("Classify", id="classify", elem_id="tab-classify"):
         # No max_length: the browser would cut a long paste silently; classify() says it cut one.
@@ -91,6 +102,10 @@ def classify_tab(cfg, state) -> None:
                                  f"{cfg.max_chars:,} characters are classified.")
         c_button = gr.Button("Classify  [Shift+Enter]", variant="primary", elem_id="classify-btn")
         c_top = gr.Markdown(elem_id="classify-top")
+        last = gr.State(None)  # the last "not sure" answer, for the review-queue button
+        c_send = gr.Button("Send to the review queue", visible="hidden", size="sm", elem_id="classify-send")
         c_probs = gr.Label(label="Probabilities", num_top_classes=len(labels), elem_id="classify-probs")
-        c_button.click(classify, c_text, [c_probs, c_top], concurrency_limit=QUICK)
-        c_text.submit(classify, c_text, [c_probs, c_top], concurrency_limit=QUICK)
+        outputs = [c_probs, c_top, c_send, last]
+        c_button.click(classify, c_text, outputs, concurrency_limit=QUICK)
+        c_text.submit(classify, c_text, outputs, concurrency_limit=QUICK)
+        c_send.click(send, last, c_send, concurrency_limit=QUICK)

@@ -61,6 +61,12 @@ def figure(version: dict):
     ax.legend()
     ax = axes[2]
     history = version.get("history") or []
+    ax.set_title("drift (PSI) over time")
+    if not history:  # an empty date axis would read 1970
+        ax.text(0.5, 0.5, "no drift check yet\n(one every 100 answers, with a reference)", ha="center",
+                va="center", transform=ax.transAxes)
+        ax.set_xticks([])
+        return fig
     when = [datetime.fromtimestamp(h["t"]) for h in history]
     for kind in ("class_mix", "confidence", "length"):
         ax.plot(when, [h[kind] for h in history], marker=".", label=kind)
@@ -68,7 +74,6 @@ def figure(version: dict):
     ax.axhline(0.1, color="orange", linestyle=":", linewidth=1, label="watch (0.1)")
     ax.set_xlabel("time of the check (server clock)")
     ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
-    ax.set_title("drift (PSI) over time")
     ax.legend(fontsize=8)
     return fig
 

@@ -25,8 +25,8 @@ TAB_PARAMS = [p for p in RETRAINABLE if p.tab]
 
 VERSION_COLUMNS = ["version", "active", "source", "rows", "cv macro-F1 (served)", "eval macro-F1",
                    "active then (eval)", "decision", "created"]
-# Pixels per column at 1366 px wide: the decision, a sentence, takes what is left.
-VERSION_WIDTHS = ["70px", "60px", "90px", "60px", "120px", "100px", "120px", "auto", "130px"]
+# Pixels per column, ~1,215 in all, a 1366 px screen's table: headers on one or two lines, the decision a sentence.
+VERSION_WIDTHS = ["90px", "75px", "100px", "70px", "140px", "110px", "140px", "350px", "140px"]
 
 
 def _f(x) -> str:

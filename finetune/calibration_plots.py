@@ -57,6 +57,9 @@ def calibration_png(before: np.ndarray, after: np.ndarray, y: np.ndarray, sectio
     plt.close(fig)
 
 
+MARKERS = ("o", "s", "^", "D", "v")
+
+
 def coverage_png(after: np.ndarray, y: np.ndarray, table: list[dict], path: Path) -> None:
     """Precision of the answered rows against the share answered, threshold swept over the calibrated
     out-of-fold scores; each target's nested estimate (threshold from the other folds) as a point."""
@@ -68,12 +71,16 @@ def coverage_png(after: np.ndarray, y: np.ndarray, table: list[dict], path: Path
     for i, row in enumerate(table):
         ax.axhline(row["target"], color=f"C{i + 1}", ls=":", lw=0.8)
         if row["precision_mean"] is not None:
+            # targets often land on the same point (every row answered): a shape and a size of its own each,
+            # hollow, so one marker does not hide another
             ax.errorbar(
                 row["coverage_mean"],
                 row["precision_mean"],
                 xerr=row["coverage_std"],
                 yerr=row["precision_std"],
-                fmt="o",
+                fmt=MARKERS[i % len(MARKERS)],
+                markersize=10 - 2 * (i % 3),
+                markerfacecolor="none",
                 color=f"C{i + 1}",
                 label=f"target {row['target']:.2f}: coverage {row['coverage_mean']:.2f}",
             )

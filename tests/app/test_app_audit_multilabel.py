@@ -86,7 +86,7 @@ def test_a_multi_label_audit_session_is_multi_label_and_blind(ml_monitor, tmp_pa
     out = _render_label(store, ML_LABELS, session)
     checks, hint = out[31], out[3]
     assert checks["visible"] is True and checks["value"] == [] and [c[1] for c in checks["choices"]] == ML_LABELS
-    assert out[4] is None and out[6]["visible"] == "hidden" and "hidden" in hint
+    assert out[4]["visible"] == "hidden" and out[6]["visible"] == "hidden" and "hidden" in hint
     assert "suggests" not in hint and all(b.get("visible") == "hidden" for b in out[7:27])  # no one-label buttons
     assert all(out[i]["visible"] is True for i in (32, 33))  # save the ticked set, or none of these
 

@@ -111,7 +111,7 @@ def test_label_tab_checkboxes_journal_undo_and_labeled_csv(ml_server, ml_engine)
     start = next(f for f in all_functions(url) if f[1] == "start")
     out = _call(url, session, start[0], [_upload(url, "notes.csv", csv.encode()), "text"])
     sid, row = out[0], TEXTS.index(out[2]["value"])
-    checks = out[-3]
+    checks = out[31]  # the checkbox group (the panel follows the sessions menu)
     assert checks["visible"] is True and [c[1] for c in checks["choices"]] == LABELS
     assert checks["value"] == ml_engine.predict([TEXTS[row]])[0].labels  # suggestions pre-ticked
     assert all(b.get("visible") == "hidden" for b in out[7:27])  # no one-click label buttons
@@ -121,7 +121,7 @@ def test_label_tab_checkboxes_journal_undo_and_labeled_csv(ml_server, ml_engine)
     event = [json.loads(x) for x in (folder / "journal.jsonl").read_text().splitlines()][-1]
     assert event["labels"] == ["dream", "memo"] and event["label"] == "dream;memo" and event["row"] == row
     second = TEXTS.index(out[2]["value"])
-    assert out[-3]["value"] == ml_engine.predict([TEXTS[second]])[0].labels
+    assert out[31]["value"] == ml_engine.predict([TEXTS[second]])[0].labels
     none, _ = _dependency(url, "none-btn")
     _call(url, session, none, [sid, None])
     labeled = pd.read_csv(folder / "labeled.csv", dtype=str, keep_default_na=False)

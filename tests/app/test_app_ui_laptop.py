@@ -104,7 +104,7 @@ def test_monitor_tab_says_levels_in_words(laptop):
     r = httpx.post(server.url + "/v1/classify", json={"texts": TEXTS * 5}, timeout=60)
     assert r.status_code == 200
     pg.get_by_role("tab", name="Monitor").click()
-    pg.wait_for_function("() => /answers in the window/.test(document.querySelector('#monitor-summary').innerText)")
+    pg.wait_for_function("() => /answers in the window/.test((document.querySelector('#monitor-summary')?.innerText || ''))")
     said = pg.inner_text("#monitor-summary")
     assert any(word in said for word in ("OK", "WATCH", "ALERT", "No drift statistics")), said
     assert "(serving)" in pg.input_value("#monitor-version input")

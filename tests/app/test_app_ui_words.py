@@ -219,3 +219,67 @@ def test_top_k_scores_hold_every_answered_label():
     shaped = _shape(pred, 2, "v1")
     assert list(shaped["scores"]) == ["a", "b", "c"] and set(shaped["labels"]) <= set(shaped["scores"])
     assert _shape(pred, None, "v1")["scores"] == scores
+
+
+def test_a_not_sure_answer_can_be_sent_to_the_review_queue(tmp_path):
+    """Issue 45: the Classify tab had no way to send a "not sure" text to the review queue."""
+    from app.config import Config
+    from app.review_queue import ReviewQueue
+    from app.ui_classify import classify_tab
+
+    answer = Prediction("dream", 0.29, {"dream": 0.29, "error": 0.71}, confident=False)
+
+    class Batcher:
+        async def submit(self, seqs, lengths, served):
+            return [answer]
+
+    clf = _clf()
+    clf.normalizer, clf.encode = (lambda t: t), (lambda texts: [[1, 2, 3] for _ in texts])
+    state = SimpleNamespace(served=SimpleNamespace(clf=clf, version="v2"), batcher=Batcher(), draining=False,
+                            review=ReviewQueue(tmp_path / "review", 10))
+    with gr.Blocks() as demo:
+        classify_tab(Config(), state)
+    fns = {f.fn.__name__: f.fn for f in demo.fns.values()}
+    probs, said, button, last = asyncio.run(fns["classify"]("꿈에서 봤다 " * 1000))
+    assert button["visible"] is True and last[0] == ("꿈에서 봤다 " * 1000).strip()[:5000]
+    assert "Not sure" in said and "only the first 5,000 of its" in said and probs == answer.probabilities
+    assert fns["send"](last)["value"].startswith("✓ Sent") and len(state.review) == 1
+    assert fns["send"](last)["value"] == "✓ Already in the review queue" and len(state.review) == 1
+    state.review = None  # no --review-queue: no button
+    assert asyncio.run(fns["classify"]("꿈"))[2]["visible"] == "hidden"
+
+
+def test_accept_is_plain_under_the_threshold_and_an_audit_hides_the_probabilities(tmp_path):
+    """Issue 45: Accept was the big orange button on a 20% guess; an audit showed an empty probabilities box."""
+    from app.labeling import SessionStore
+    from app.ui_label_view import _render_label
+
+    store = SessionStore(tmp_path / "label")
+    labels = ["dream", "error"]
+    preds = [Prediction("dream", 0.2, {"dream": 0.2, "error": 0.8}, confident=False),
+             Prediction("error", 0.9, {"dream": 0.1, "error": 0.9})]
+    session = store.create("f.csv", ["a", "b"], preds, labels, unsure_rows=[0])
+    shown = _render_label(store, labels, session)
+    assert shown[1] == 0 and shown[6]["variant"] == "secondary" and "(not sure)" in shown[6]["value"]
+    assert "not sure" in shown[3] and shown[4]["visible"] is True
+    session.decide(0, "dream")
+    shown = _render_label(store, labels, session)
+    assert shown[1] == 1 and shown[6]["variant"] == "primary" and shown[6]["value"].startswith("✓ Accept: error")
+    audit = store.create_blind("audit", ["c"], labels)
+    shown = _render_label(store, labels, audit)
+    assert shown[4]["visible"] == "hidden" and shown[6]["visible"] == "hidden"
+    assert "choose the label you read" in shown[-1] and "Enter" not in shown[-1]
+
+
+def test_the_drift_chart_has_a_clock_axis_and_says_when_it_has_no_point():
+    """Issue 45: the time axis read "seconds since the first check"; with no check it would read 1970."""
+    from app.ui_monitor import figure
+
+    base = {"class_mix": {"a": 3, "b": 1}, "confidence_counts": [0] * 9 + [4], "reference": None}
+    empty = figure({**base, "history": []})
+    assert "no drift check yet" in empty.axes[2].texts[0].get_text() and not empty.axes[2].lines
+    checked = figure({**base, "history": [{"t": 1_764_000_000 + 60 * i, "n": 100, "class_mix": 0.01 * i,
+                                           "confidence": 0.02, "length": 0.03} for i in range(3)]})
+    ax = checked.axes[2]
+    assert ax.get_xlabel() == "time of the check (server clock)" and len(ax.lines) == 5
+    assert type(ax.xaxis.get_major_formatter()).__name__ == "ConciseDateFormatter"

@@ -349,3 +349,18 @@ def test_multi_label_none_where_no_calibrator_beats_the_scores_nested():
         assert Y[true[:, j] >= th[j], j].mean() >= 0.8
     spec = {**section["final"], "problem_type": "multi_label_classification"}
     assert calibrator_from_json(spec, 4).method == "none"
+
+
+def test_coverage_markers_at_one_point_stay_apart(tmp_path, monkeypatch):
+    """Issue 45: coverage.png drew every target's point as the same filled circle, one hiding the other."""
+    from finetune import calibration_plots
+
+    figs = []
+    monkeypatch.setattr(calibration_plots.plt, "close", figs.append)
+    probs = np.array([[0.9, 0.1], [0.2, 0.8], [0.7, 0.3], [0.4, 0.6]])
+    same = {"coverage_mean": 1.0, "coverage_std": 0.0, "precision_mean": 1.0, "precision_std": 0.0}
+    table = [{"target": t, **same} for t in (0.8, 0.9, 0.95)]
+    calibration_plots.coverage_png(probs, np.array([0, 1, 0, 1]), table, tmp_path / "coverage.png")
+    points = [ln for ln in figs[0].axes[0].lines if ln.get_marker() not in (None, "None", "")]
+    assert len({ln.get_marker() for ln in points}) == 3 and len({ln.get_markersize() for ln in points}) == 3
+    assert all(ln.get_markerfacecolor() == "none" for ln in points) and (tmp_path / "coverage.png").exists()
