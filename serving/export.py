@@ -44,6 +44,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from baseline.blend import carry_blend
+from baseline.ood import carry_ood
 from serving.engine import Classifier, ModelError
 from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE
 from serving.multilabel import DEFAULT_SEP, label_matrix
@@ -261,6 +262,7 @@ def _write_folder(cfg: ExportConfig) -> None:
             else:  # a calibration from an earlier export into this folder must not calibrate this model
                 (cfg.output / name).unlink(missing_ok=True)
         carry_blend(cfg.model, cfg.output)
+        carry_ood(cfg.model, cfg.output)
         shutil.move(model_file, cfg.output / ONNX_FILE)
 
 
