@@ -73,6 +73,8 @@ class LabelScore(BaseModel):
     probabilities: dict[str, float]
     confident: bool = Field(description="`score` clears the threshold (the model's, or the request's min_confidence); "
                                         "false: 'not sure'")
+    reason: str | None = Field(None, description="why not confident whatever the score: 'out of domain' (the text is "
+                               "unlike the training rows)")
 
 
 class LabelSet(BaseModel):
@@ -178,10 +180,13 @@ def _shape(pred, top_k: int | None, version: str, min_confidence: float | None =
     probs = pred.probabilities
     if top_k is not None:
         probs = dict(sorted(probs.items(), key=lambda kv: -kv[1])[:top_k])
-    sure = getattr(pred, "confident", True) if min_confidence is None else pred.score >= min_confidence
+    reason = getattr(pred, "reason", None)  # "out of domain": not confident at any min_confidence
+    sure = getattr(pred, "confident", True) if min_confidence is None else pred.score >= min_confidence and not reason
     if getattr(pred, "source", None) == "llm":
         sure = True  # the LLM's answer, not a score under the request's threshold
     shaped = {"label": pred.label, "score": pred.score, "probabilities": probs, "confident": bool(sure)}
+    if reason:
+        shaped["reason"] = reason
     if hasattr(pred, "source"):  # with --fallback-url: who answered
         shaped["source"] = pred.source
     return shaped

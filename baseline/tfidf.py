@@ -42,30 +42,21 @@ def check_settings(settings: dict) -> None:
                          + ", ".join(bad + [f"{k} missing" for k in missing]))
 
 
-class TfidfLogreg:
-    """`predict_proba(texts)` and `classes_` of a fitted TfidfVectorizer + LogisticRegression pipeline."""
+class CharTfidf:
+    """A fitted char_wb TfidfVectorizer: `features(texts)` as sklearn's transform computes them."""
 
-    def __init__(self, settings: dict, vocabulary: list[str], idf: np.ndarray, coef: np.ndarray,
-                 intercept: np.ndarray, classes: list[int], multi_label: bool = False):
+    def __init__(self, settings: dict, vocabulary: list[str], idf: np.ndarray):
         check_settings(settings)
+        self.settings = dict(settings)
         self.lowercase, self.sublinear_tf = bool(settings["lowercase"]), bool(settings["sublinear_tf"])
         self.ngram_range = (int(settings["ngram_range"][0]), int(settings["ngram_range"][1]))
         self.vocabulary = {g: i for i, g in enumerate(vocabulary)}
         if len(self.vocabulary) != len(vocabulary):
             raise ValueError("the vocabulary repeats an n-gram")
         self.idf = np.asarray(idf, np.float64)
-        coef = np.asarray(coef, np.float64)
-        self.classes_ = np.asarray(classes)
-        # sklearn's binary LR keeps one row of coefficients and answers [1 - sigmoid, sigmoid]; one-vs-rest
-        # (multi-label, baseline/label_blend.py) keeps a row per label and answers a sigmoid per label
-        self.multi_label = multi_label
-        want_rows = len(self.classes_) if multi_label else 1 if len(self.classes_) <= 2 else len(self.classes_)
-        if len(self.classes_) < (1 if multi_label else 2) or coef.shape != (want_rows, len(vocabulary)) \
-                or np.shape(intercept) != (want_rows,) or self.idf.shape != (len(vocabulary),):
-            raise ValueError("weights do not match the vocabulary and classes")
+        if self.idf.shape != (len(vocabulary),):
+            raise ValueError("idf does not match the vocabulary")
         self._index_vocabulary(vocabulary)
-        self.coef_t = np.ascontiguousarray(coef.T)  # (vocabulary, rows): a gather per n-gram, not per class
-        self.intercept = np.asarray(intercept, np.float64)
 
     def ngrams(self, doc: str) -> list[str]:
         """sklearn's analyzer for char_wb: lowercase, then whitespace runs to one space, then per word padded
@@ -170,16 +161,52 @@ class TfidfLogreg:
                     counts.append(n)
         return np.asarray(rows, np.intp), np.asarray(cols, np.intp), np.asarray(counts)
 
-    def features(self, texts: list[str], fast: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The l2-normalised TF-IDF matrix as (row, column, value) of its non-zeros."""
+    def weights(self, texts: list[str], fast: bool | None = None) -> tuple[np.ndarray, ...]:
+        """(row, column, count, tf-idf weight before the l2 norm) of the known n-grams' non-zeros."""
         fast = self._fast if fast is None else fast
         row, col, count = (self._counts_fast if fast else self._counts_python)(texts)
         val = np.asarray(count, np.float64)
         if self.sublinear_tf:
             val = np.log(val) + 1.0
-        val *= self.idf[col]
+        return row, col, count, val * self.idf[col]
+
+    def features(self, texts: list[str], fast: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The l2-normalised TF-IDF matrix as (row, column, value) of its non-zeros."""
+        row, col, _, val = self.weights(texts, fast)
         norm = np.sqrt(np.bincount(row, val * val, minlength=len(texts)))
         return row, col, val / norm[row]  # rows without a known n-gram have no entries: they stay zero
+
+    def ngram_counts(self, texts: list[str]) -> np.ndarray:
+        """Every text's number of n-grams, known or not (len(ngrams(text))), from its words' lengths: a padded
+        word of size s gives s - n + 1 windows for each n < s in the range, and itself once where s <= max n."""
+        lo, hi = self.ngram_range
+        out = np.zeros(len(texts), np.int64)
+        for r, doc in enumerate(texts):
+            doc = doc.lower() if self.lowercase else doc
+            s = np.fromiter((len(w) + 2 for w in doc.split()), np.int64)
+            top = np.minimum(s - 1, hi)  # the largest n cut into windows
+            k = np.maximum(0, top - lo + 1)  # how many n's
+            out[r] = int((k * (s + 1) - (lo + top) * k // 2).sum() + (s <= hi).sum())
+        return out
+
+
+class TfidfLogreg(CharTfidf):
+    """`predict_proba(texts)` and `classes_` of a fitted TfidfVectorizer + LogisticRegression pipeline."""
+
+    def __init__(self, settings: dict, vocabulary: list[str], idf: np.ndarray, coef: np.ndarray,
+                 intercept: np.ndarray, classes: list[int], multi_label: bool = False):
+        super().__init__(settings, vocabulary, idf)
+        coef = np.asarray(coef, np.float64)
+        self.classes_ = np.asarray(classes)
+        # sklearn's binary LR keeps one row of coefficients and answers [1 - sigmoid, sigmoid]; one-vs-rest
+        # (multi-label, baseline/label_blend.py) keeps a row per label and answers a sigmoid per label
+        self.multi_label = multi_label
+        want_rows = len(self.classes_) if multi_label else 1 if len(self.classes_) <= 2 else len(self.classes_)
+        if len(self.classes_) < (1 if multi_label else 2) or coef.shape != (want_rows, len(vocabulary)) \
+                or np.shape(intercept) != (want_rows,):
+            raise ValueError("weights do not match the vocabulary and classes")
+        self.coef_t = np.ascontiguousarray(coef.T)  # (vocabulary, rows): a gather per n-gram, not per class
+        self.intercept = np.asarray(intercept, np.float64)
 
     def decision_function(self, texts: list[str]) -> np.ndarray:
         row, col, val = self.features(texts)

@@ -116,6 +116,8 @@ def table_lines(section: dict | None) -> list[str]:
             f"({served['scope']}), estimated coverage {served['estimated_coverage']:.4f}"
             f"±{served['estimated_coverage_std']:.3f} (nested)"
         )
+        if served.get("statement"):
+            lines.append(f"served: {served['statement']}")
     return lines
 
 
@@ -157,6 +159,8 @@ def save_calibration(
         "target_precision": served.get("target_precision"),
         "estimated_coverage": served.get("estimated_coverage"),
         "estimated_precision": served.get("estimated_precision"),
+        "confidence": served.get("confidence"),
+        "statement": served.get("statement"),
         "nested": {
             "folds": len(section["folds"]),
             "method_why": section["why"],
@@ -164,7 +168,38 @@ def save_calibration(
             "estimated_coverage_std": served.get("estimated_coverage_std"),
             "estimated_precision_std": served.get("estimated_precision_std"),
             "threshold_why": served.get("why"),
+            "threshold_rule": served.get("rule"),
         },
     }
     write_json(path, spec)
     return {k: spec[k] for k in ("method", "threshold", "target_precision", "estimated_coverage")}
+
+
+def fit_out_of_domain(data, fold_of: np.ndarray, section: dict | None, calibrated: np.ndarray,
+                      warnings: list[str]):
+    """(report["out_of_domain"], the detector --final carries) for single-label rows: baseline/ood.py fitted
+    on the out-of-fold rows, its cut costing at most MAX_DROP of the answers the served threshold calls
+    confident. (None, None) for multi-label; ({"error"}, None) where it cannot be fitted."""
+    if getattr(data, "multi_label", False):
+        return None, None
+    from baseline.ood import fit_typicality
+    from textdata.calibration import confident, threshold_vector
+
+    served = (section or {}).get("served") or {}
+    th = threshold_vector(served.get("threshold"), list(data.labels))
+    sure = confident(calibrated, th)
+    try:
+        typ, meta = fit_typicality(data.texts, data.y, fold_of, len(data.labels), sure)
+    except ValueError as e:  # no usable characters in a fold (empty vocabulary) and the like
+        warnings.append(f"out-of-domain detector not fitted: {str(e).splitlines()[0]}")
+        return {"error": str(e).splitlines()[0]}, None
+    return {"method": typ.info()["method"], "cut": typ.cut, **meta}, typ
+
+
+def out_of_domain_lines(section: dict | None) -> list[str]:
+    if not section or "error" in section:
+        return []
+    return [(f"out of domain: a text less typical than all but {section['cut']:.1%} of the training rows (TF-IDF "
+            f"nearest rows and class centroids) is never confident; out of fold that flags "
+            f"{section['out_of_fold_flagged']:.3f} of the rows and costs {section['out_of_fold_confident_lost']:.3f} "
+            f"of the {section['out_of_fold_confident']:.3f} answered confidently")]

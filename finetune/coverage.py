@@ -20,6 +20,7 @@ from textdata.errors import DataError
 TARGETS = (0.80, 0.90, 0.95, 0.98, 0.99)
 MIN_ANSWERED = 20
 PER_CLASS_MARGIN = 0.01
+DELTA = 0.10  # the served threshold's precision holds with probability 1 - DELTA (bound_threshold)
 
 
 def precision_curve(conf: np.ndarray, correct: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -48,21 +49,79 @@ def pick_threshold(
     return (float(thresholds[ok[-1]]) if len(ok) else None), best
 
 
+def needed_rows(target: float, delta: float) -> int:
+    """The fewest answered rows, all right, whose Clopper-Pearson lower bound reaches `target` at confidence
+    1 - delta: n with target**n <= delta (k = n right: the bound is delta**(1/n))."""
+    return int(np.ceil(np.log(delta) / np.log(target))) if 0 < target < 1 else 1
+
+
+def lower_bounds(right: np.ndarray, n: np.ndarray, delta: float) -> np.ndarray:
+    """One-sided Clopper-Pearson lower bounds on a precision, k right of n answered, at confidence 1 - delta."""
+    from scipy.stats import beta
+
+    k = np.asarray(right, float)
+    return np.where(k > 0, beta.ppf(delta, np.maximum(k, 1e-12), np.asarray(n, float) - k + 1), 0.0)
+
+
+SEQUENCE_STARTS = (1, 4)  # each fixed sequence starts at this many times the fewest rows a bound can pass at
+
+
+def bound_threshold(
+    conf: np.ndarray, correct: np.ndarray, target: float, delta: float
+) -> tuple[float | None, dict]:
+    """(the lowest threshold at which precision >= target holds with probability >= 1 - delta, or None; what
+    was reached). Learn-then-Test with fixed-sequence testing (Angelopoulos et al. 2021): thresholds tested
+    from the highest down by their Clopper-Pearson bounds, stopping at the first that fails. The order
+    depends on the scores only, not on the labels, so the error stays at delta. Two sequences at delta / 2
+    each, the lower threshold served: one starts at the fewest answered rows a bound can pass at
+    (`needed_rows`: all of them right), one at 4x as many, where one wrong row among the top few no longer
+    stops it (synthetic rows, 1,500 out-of-fold: no threshold in 5% of draws from the first alone, 0% from
+    both; tests/finetune/test_threshold_bound.py)."""
+    conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
+    half = delta / len(SEQUENCE_STARTS)
+    need = needed_rows(target, half)
+    info = {"needed_rows": need, "rows": len(conf), "best_bound": None, "best_bound_coverage": None}
+    if len(conf) < need:
+        return None, info
+    thresholds, precision = precision_curve(conf, correct)
+    n = _counts(conf, thresholds)
+    lower = lower_bounds(np.rint(precision * n), n, half)
+    found, firsts = [], []
+    for start in SEQUENCE_STARTS:
+        tested = n >= need * start
+        failed = np.flatnonzero(tested & (lower < target))
+        passed = np.flatnonzero(tested & (lower >= target))
+        last = passed[passed < failed[0]] if len(failed) else passed
+        found += [float(thresholds[last[-1]])] if len(last) else []
+        firsts += list(np.flatnonzero(tested)[:1])
+    # the highest target this rule reaches: a sequence passes anything only if its first threshold passes
+    best = max(firsts, key=lambda i: lower[i])
+    info.update(best_bound=float(lower[best]), best_bound_coverage=float(n[best] / len(conf)))
+    return (min(found) if found else None), info
+
+
 def _counts(conf: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     """Rows at or above each threshold."""
     s = np.sort(conf)
     return len(s) - np.searchsorted(s, thresholds, side="left")
 
 
-def pick_per_class(probs: np.ndarray, y: np.ndarray, target: float, fallback: float | None) -> np.ndarray:
+def pick_per_class(
+    probs: np.ndarray, y: np.ndarray, target: float, fallback: float | None, delta: float | None = None
+) -> np.ndarray:
     """One threshold per class, chosen on the rows predicted as that class; a class with fewer than
     MIN_ANSWERED such rows takes `fallback` (the global threshold), one whose rows never reach the target
-    gets 1.0 (never confident)."""
+    gets 1.0 (never confident). With `delta`: each class's bound at delta / classes (so that every class
+    holds the target together with probability 1 - delta, and so does their mix), no fallback."""
     best = probs.argmax(1)
     conf = probs.max(1)
     out = np.empty(probs.shape[1])
     for c in range(probs.shape[1]):
         rows = best == c
+        if delta is not None:
+            t, _ = bound_threshold(conf[rows], y[rows] == c, target, delta / probs.shape[1])
+            out[c] = 1.0 if t is None else t
+            continue
         if rows.sum() < MIN_ANSWERED:
             out[c] = 1.0 if fallback is None else fallback
             continue
@@ -81,11 +140,16 @@ def answered(probs: np.ndarray, y: np.ndarray, thresholds: np.ndarray | None) ->
     return {"coverage": float(keep.mean()), "precision": precision, "answered": n}
 
 
-def _thresholds(probs, y, target: float, scope: str) -> np.ndarray | None:
-    t, _ = pick_threshold(probs.max(1), probs.argmax(1) == y, target)
+def choose(conf: np.ndarray, correct: np.ndarray, target: float, delta: float | None) -> float | None:
+    """The served rule: the bound at `delta`, or (None) the point estimate."""
+    return (pick_threshold if delta is None else bound_threshold)(conf, correct, target, *(() if delta is None else (delta,)))[0]
+
+
+def _thresholds(probs, y, target: float, scope: str, delta: float | None = None) -> np.ndarray | None:
+    t = choose(probs.max(1), probs.argmax(1) == y, target, delta)
     if scope == "global":
         return None if t is None else np.full(probs.shape[1], t)
-    return pick_per_class(probs, y, target, t)
+    return pick_per_class(probs, y, target, t, delta)
 
 
 def nested_coverage(
@@ -95,13 +159,14 @@ def nested_coverage(
     fold_of: np.ndarray,
     target: float,
     scope: str,
+    delta: float | None = None,
 ) -> dict:
     """Per fold: the threshold chosen on the other folds' rows (as calibrated by that fold's calibrator),
     scored on the fold's own rows (nested-calibrated); mean ± std over folds."""
     folds = []
     for k, rest_probs in zip(np.unique(fold_of), probs_rest_by_fold):
         held, rest = fold_of == k, fold_of != k
-        th = _thresholds(rest_probs, y[rest], target, scope)
+        th = _thresholds(rest_probs, y[rest], target, scope, delta)
         row = {"fold": int(k), **answered(probs_held[held], y[held], th)}
         if th is not None:
             row["threshold"] = float(th[0]) if scope == "global" else [round(float(v), 6) for v in th]
@@ -134,23 +199,70 @@ def _rest_probs(chosen, probs, fold_of) -> list:
     ]
 
 
+def rows_needed(precision: float, target: float, delta: float) -> int | None:
+    """About how many answered rows at this `precision` a Clopper-Pearson bound needs to reach `target` at
+    confidence 1 - delta; None where the precision is not above the target."""
+    if precision <= target:
+        return None
+    n = needed_rows(target, delta)
+    while n < 10_000_000:
+        if lower_bounds(np.array([np.floor(precision * n)]), np.array([n]), delta)[0] >= target:
+            return n
+        n = int(n * 1.1) + 1
+    return None
+
+
+def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarray) -> str:
+    """The one line for a target the bound does not reach: too few rows (how many are needed), or a target
+    above what these rows reach (the best reachable with the stated confidence)."""
+    n = len(conf)
+    _, info = bound_threshold(conf, correct, target, delta)
+    t, best = pick_threshold(conf, correct, target)
+    head = f"--target-precision {target:g}: "
+    if t is not None:  # the point estimate reaches it: the rows are too few to state it with confidence
+        answered_rows = int((conf >= t).sum())
+        need = rows_needed(float(correct[conf >= t].mean()), target, delta)
+        more = "" if need is None else f"; at the precision they reach, about {int(np.ceil(need * n / answered_rows))} rows are needed"
+        return (head + f"the {n} out-of-fold rows are too few to state it with {1 - delta:.0%} confidence (at least "
+                f"{info['needed_rows']} answered rows, all right{more}); label more rows or lower the target")
+    reach = ("" if info["best_bound"] is None else
+             f"the best reachable with {1 - delta:.0%} confidence is {info['best_bound']:.4f}, at coverage "
+             f"{info['best_bound_coverage']:.3f}; ")
+    return (head + f"no threshold reaches it on the {n} out-of-fold rows ({reach}the best precision reached is "
+            f"{best:.4f}, answering at least {min(MIN_ANSWERED, n)} rows); use a lower target, e.g. with --resume to "
+            "keep the folds")
+
+
+def statement(target: float, confidence: float | None, coverage: float) -> str:
+    """What a team is told the served threshold promises."""
+    held = f"with {confidence:.0%} confidence " if confidence else "(a point estimate, no stated confidence) "
+    return (f"precision >= {target:.2f} {held}on texts like the training rows, at an estimated coverage of "
+            f"{coverage:.2f}")
+
+
 def served_threshold(
-    chosen, final, probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, labels: list[str], target: float
+    chosen, final, probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, labels: list[str], target: float,
+    delta: float | None = DELTA,
 ) -> dict:
     """What --target-precision serves: the threshold chosen on every row (as the final calibrator scores
-    them), global or per class where that won nested, with the nested estimates. DataError (one line,
-    naming the best precision reached) when no threshold reaches the target on the out-of-fold rows."""
+    them): the lowest whose precision >= target holds with probability 1 - delta (bound_threshold; delta
+    None: the point estimate), global or per class where that won nested, with the nested estimates.
+    DataError (one line: the best reachable, or how many rows are needed) where the target is not reached."""
     calibrated = final(np.asarray(probs, np.float64))
-    t, best = pick_threshold(calibrated.max(1), calibrated.argmax(1) == y, target)
+    conf, correct = calibrated.max(1), calibrated.argmax(1) == y
+    t = choose(conf, correct, target, delta)
     if t is None:
-        raise DataError(
-            f"--target-precision {target:g}: no threshold reaches it on the {len(y)} out-of-fold rows "
-            f"(the best precision reached is {best:.4f}, answering at least "
-            f"{min(MIN_ANSWERED, len(y))} rows); use a lower target, e.g. with --resume to keep the folds"
-        )
+        if delta is None:
+            _, best = pick_threshold(conf, correct, target)
+            raise DataError(
+                f"--target-precision {target:g}: no threshold reaches it on the {len(y)} out-of-fold rows "
+                f"(the best precision reached is {best:.4f}, answering at least "
+                f"{min(MIN_ANSWERED, len(y))} rows); use a lower target, e.g. with --resume to keep the folds"
+            )
+        raise DataError(unreachable(target, delta, conf, correct))
     rest = _rest_probs(chosen, probs, fold_of)
     nested = {
-        s: nested_coverage(rest, chosen.calibrated, y, fold_of, target, s) for s in ("global", "per_class")
+        s: nested_coverage(rest, chosen.calibrated, y, fold_of, target, s, delta) for s in ("global", "per_class")
     }
     g, pc = nested["global"], nested["per_class"]
     floor = min(target, g["precision_mean"] if g["precision_mean"] is not None else target)
@@ -161,7 +273,7 @@ def served_threshold(
     )
     scope = "per_class" if wins else "global"
     threshold = (
-        dict(zip(labels, (round(float(v), 6) for v in pick_per_class(calibrated, y, target, t))))
+        dict(zip(labels, (round(float(v), 6) for v in pick_per_class(calibrated, y, target, t, delta))))
         if wins
         else round(t, 6)
     )
@@ -172,8 +284,15 @@ def served_threshold(
         else f"one threshold: per-class thresholds' nested coverage {pc['coverage_mean']:.3f} vs "
         f"{g['coverage_mean']:.3f} (needs +{PER_CLASS_MARGIN} at no lower precision)"
     )
+    confidence = None if delta is None else round(1 - delta, 6)
+    rule = ("point estimate: the lowest threshold whose out-of-fold precision reaches the target" if delta is None
+            else f"Learn-then-Test: the lowest threshold whose Clopper-Pearson lower bound (fixed-sequence, delta "
+            f"{delta:g}{' per class / classes' if wins else ''}) reaches the target on the out-of-fold rows")
     return {
         "target_precision": target,
+        "confidence": confidence,
+        "rule": rule,
+        "statement": statement(target, confidence, est["coverage_mean"]),
         "scope": scope,
         "threshold": threshold,
         "why": why,

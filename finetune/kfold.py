@@ -43,10 +43,11 @@ import numpy as np
 
 from baseline.blend import BaselineError, ServedBlend
 from baseline.folds import baseline_predict
+from baseline.ood import save_ood
 from finetune import label_issues, multilabel_run, teacher_data, teacher_report
 from finetune.adapt import adapt
 from finetune.blend import cv_blend, save_final_blend
-from finetune.confidence import cv_calibration, save_calibration, write_pictures
+from finetune.confidence import cv_calibration, fit_out_of_domain, save_calibration, write_pictures
 from finetune.config import (  # noqa: F401
     RESUMABLE,
     Config,
@@ -296,6 +297,10 @@ def run(cfg: Config, on_progress=None) -> dict:
     report["calibration"], served_oof, calibrated_oof = cv_calibration(
         got.oof, report["blend"], blend_oof, data, got.fold_of, cfg.target_precision,
         multilabel_run.fold_decisions(report) if ml else None)
+    ood = None
+    if cfg.final and not ml:  # carried in model/ood/ (baseline/ood.py): off-topic texts are never confident
+        report["out_of_domain"], ood = fit_out_of_domain(data, got.fold_of, report["calibration"], calibrated_oof,
+                                                         report["warnings"])
     if held is not None:
         report["holdout"] = (multilabel_run.holdout_entry(out, data, held, cfg, report) if ml else
                              holdout_baseline(out, data, held, cfg))
@@ -308,7 +313,7 @@ def run(cfg: Config, on_progress=None) -> dict:
     if full and main:
         report["teacher"] = teacher_report.run(out, cfg, *full, blend_oof, report["blend"])
     if cfg.final:
-        final_model(cfg, prep, report, accelerator, on_progress)
+        final_model(cfg, prep, report, accelerator, on_progress, ood)
         if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitor.py);
             # scores are served calibrated where calibration.json is written, so the reference is too (nested)
             ref, thresholds = (multilabel_run.served_reference(out / "model", served_oof, calibrated_oof) if ml
@@ -331,7 +336,7 @@ def run(cfg: Config, on_progress=None) -> dict:
     return report
 
 
-def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progress=None) -> None:
+def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progress=None, ood=None) -> None:
     """Train on every fold row for the median best epoch of the folds, then save a serving-ready folder;
     score it on the held-out rows (--holdout), which it never saw."""
     import torch
@@ -371,6 +376,7 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
                                  report["warnings"])
     calibration = save_calibration(folder, report.get("calibration"), data.labels, blend is not None,
                                    report["warnings"])
+    save_ood(folder, ood)  # None: a stale ood/ from an earlier run into this folder goes
     write_json(folder / TRAINING_CONFIG, {
         "config": config_json(cfg), "seed": cfg.seed, "final_epochs": train_cfg.epochs,
         "labels": data.labels, "cv": {k: report[k] for k in report if k.endswith(("_mean", "_std"))}, "blend": blend,

@@ -9,6 +9,7 @@ import numpy as np
 
 from baseline.blend import BaselineError
 from baseline.folds import baseline_predict
+from finetune.confidence import out_of_domain_lines
 from finetune.confidence import table_lines as calibration_lines
 from finetune.config import Config
 from finetune.label_issues import table_lines
@@ -124,6 +125,7 @@ def summary_table(report: dict) -> str:
     if learned:
         lines.append(f"warning: {learned}")
     lines += calibration_lines(report.get("calibration"))
+    lines += out_of_domain_lines(report.get("out_of_domain"))
     held = report.get("holdout")
     if held:
         final = f"final model {held['macro_f1']:.4f}, " if "macro_f1" in held else ""

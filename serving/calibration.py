@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from baseline.ood import REASON, Typicality, load_ood
 from serving.multilabel import Thresholds
 from textdata.calibration import (
     CALIBRATION_FILE,
@@ -40,8 +41,10 @@ class ServedCalibration:
         thresholds: np.ndarray | None = None,
         spec: dict | None = None,
         why: str = NOT_CALIBRATED,
+        ood: Typicality | None = None,
     ):
         self.calibrator, self.thresholds, self.spec, self.why = calibrator, thresholds, spec or {}, why
+        self.ood = ood  # the folder's out-of-domain detector (ood/, baseline/ood.py), or None
 
     @classmethod
     def load(cls, folder: str | Path, labels: list[str], blend_served: bool,
@@ -50,10 +53,11 @@ class ServedCalibration:
         field) for a broken file or one fitted for the other kind of model (`multi_label`: this folder's)."""
         try:
             found = read_calibration(folder, list(labels), multi_label)
+            ood = load_ood(folder)
         except ValueError as e:
             raise ModelError(str(e)) from None
         if found is None:
-            return cls()
+            return cls(ood=ood)
         calibrator, thresholds, spec = found
         if spec.get("fitted_on") == "blend" and not blend_served:
             return cls(
@@ -61,7 +65,7 @@ class ServedCalibration:
                 why=f"{CALIBRATION_FILE} was fitted on the blend, which is not served here "
                 "(blend off): scores are the model's own and every answer counts as confident",
             )
-        return cls(calibrator, thresholds, spec, why="")
+        return cls(calibrator, thresholds, spec, why="", ood=ood)
 
     @property
     def applied(self) -> bool:
@@ -88,6 +92,31 @@ class ServedCalibration:
             return np.asarray(probs).max(1) >= min_confidence
         return confident(probs, self.thresholds if self.applied else None)
 
+    def out_of_domain(self, texts: list[str]) -> np.ndarray:
+        """Per text: is it unlike the training rows (never confident, whatever its score); all False
+        without a detector in the folder."""
+        if self.ood is None or not len(texts):
+            return np.zeros(len(texts), bool)
+        return ~self.ood.in_domain(list(texts))
+
+    def start_out_of_domain(self, seqs, pool):
+        """`out_of_domain` for the texts that `seqs` (the engine's Encoded ids) carry, started in `pool`; call
+        the answer for the flags, one per row (a row without its text: in domain)."""
+        away = np.zeros(len(seqs), bool)
+        rows = [i for i, s in enumerate(seqs) if getattr(s, "text", None) is not None] if self.ood else []
+        job = pool.submit(self.out_of_domain, [seqs[i].text for i in rows]) if rows else None
+
+        def result() -> np.ndarray:
+            if job is not None:
+                away[rows] = job.result()
+            return away
+
+        return result
+
+    def flags(self, probs: np.ndarray, away: np.ndarray) -> tuple[np.ndarray, list]:
+        """(confident per row, the reason per row where the score is not why: "out of domain" or None)."""
+        return self.confident(probs) & ~away, [REASON if a else None for a in away]
+
     def confident_multi_label(
         self, probs: np.ndarray, asserted: np.ndarray, min_confidence: float | None = None
     ) -> np.ndarray:
@@ -110,9 +139,12 @@ class ServedCalibration:
             "target_precision",
             "estimated_coverage",
             "estimated_precision",
+            "confidence",
+            "statement",
             "nested",
         )
-        out = {"calibrated": self.applied, **{k: self.spec[k] for k in keep if k in self.spec}}
+        out = {"calibrated": self.applied, **{k: self.spec[k] for k in keep if k in self.spec},
+               "out_of_domain": None if self.ood is None else self.ood.info()}
         if not self.applied:
             out["why"] = self.why
             out["threshold"] = None

@@ -80,6 +80,7 @@ class Prediction:
     score: float
     probabilities: dict[str, float]
     confident: bool = True  # the score clears the served threshold (calibration.json); always without one
+    reason: str | None = None  # why not confident where the score is not why: "out of domain" (ood/)
 
 
 def _softmax(logits: np.ndarray) -> np.ndarray:
@@ -301,7 +302,7 @@ class Classifier:
             if len(ids) > budget:
                 ids = ids[:head] + (ids[len(ids) - (budget - head):] if budget > head else [])
             out.append(self._prefix + ids + self._suffix)
-        if self.blend:  # the baseline reads the text, so it travels with the ids (through the API's batcher)
+        if self.blend or self.calibration.ood:  # the baseline, the detector read the text: it travels with the ids
             out = [Encoded(ids, t) for ids, t in zip(out, self._blend_texts(texts, clean))]
         return out
 
@@ -401,17 +402,17 @@ class Classifier:
             probs = self._proba(seqs, logits)
             sure = self.calibration.confident_multi_label(probs, probs > self.thresholds[None, :])
             return multi_label_predictions(probs, logits, self.labels, self.thresholds, top_k, sure)
+        pending = self.calibration.start_out_of_domain(seqs, _BLEND_POOL)  # beside the model's pass, as the blend
         probs = self._proba(seqs, plan=plan)
         labels = self.labels
-        sure = self.calibration.confident(probs)
+        sure, reasons = self.calibration.flags(probs, pending())
         out = []
-        for p, ok in zip(probs, sure):
+        for p, ok, reason in zip(probs, sure, reasons):
             best = int(p.argmax())
-            if top_k is None:
-                dist = {labels[j]: float(p[j]) for j in range(len(labels))}
-            else:
-                dist = {labels[j]: float(p[j]) for j in np.argsort(-p, kind="stable")[: max(1, top_k)]}
-            out.append(Prediction(label=labels[best], score=float(p[best]), probabilities=dist, confident=bool(ok)))
+            keep = range(len(labels)) if top_k is None else np.argsort(-p, kind="stable")[: max(1, top_k)]
+            dist = {labels[j]: float(p[j]) for j in keep}
+            out.append(Prediction(label=labels[best], score=float(p[best]), probabilities=dist, confident=bool(ok),
+                                  reason=reason))
         return out
 
 

@@ -45,6 +45,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from baseline.blend import carry_blend
+from baseline.ood import carry_ood
 from serving.engine import Classifier, ModelError
 from serving.export_gate import CANDIDATE, Judged, check_file, quantize_gated
 from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE, REPORT_FILE
@@ -195,6 +196,7 @@ def _write_folder(cfg: ExportConfig) -> None:
             else:  # a calibration from an earlier export into this folder must not calibrate this model
                 (cfg.output / name).unlink(missing_ok=True)
         carry_blend(cfg.model, cfg.output)
+        carry_ood(cfg.model, cfg.output)
         shutil.move(model_file, cfg.output / ONNX_FILE)
 
 

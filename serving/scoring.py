@@ -136,7 +136,7 @@ def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int 
     sure = np.ones(len(df), bool)
     if calibration is not None and len(ok):
         sure[ok] = (calibration.confident_multi_label(probs[ok], probs[ok] > clf.thresholds[None, :]) if multi_label
-                    else calibration.confident(probs[ok]))
+                    else calibration.confident(probs[ok]) & ~_out_of_domain(calibration, cleaned))
     if multi_label:
         out = {"pred_labels": _label_sets(probs, have, clf)}
     else:
@@ -164,6 +164,13 @@ def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int 
         if col != "confident":  # boolean (True/False, empty without a prediction)
             preds[col] = preds[col].astype("float64" if col.endswith("_score") or col.startswith("prob_") else "string")
     return pd.concat([df, preds], axis=1)
+
+
+def _out_of_domain(calibration, cleaned: list[str]) -> np.ndarray:
+    """The rows' out-of-domain flags (serving/calibration.py), never confident; none for a test double."""
+    flags = getattr(calibration, "out_of_domain", None)
+    texts = [t for t in cleaned if t]
+    return np.zeros(len(texts), bool) if flags is None else flags(texts)
 
 
 def _label_sets(probs: np.ndarray, have: np.ndarray, clf) -> np.ndarray:

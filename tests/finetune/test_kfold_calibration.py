@@ -87,9 +87,9 @@ def test_target_precision_on_resume_and_bad_targets(run, capsys):
     assert err[-1].startswith(
         "error: --target-precision 0.999999: no threshold reaches it on the 36 out-of-fold rows"
     )
-    assert "best precision reached is" in err[-1]
-    best = float(err[-1].split("best precision reached is ")[1].split(",")[0])
-    target = round(max(0.01, best - 0.01), 4)  # one these rows reach, by the message's own number
+    assert "best precision reached is" in err[-1] and "the best reachable with 90% confidence is" in err[-1]
+    best = float(err[-1].split("the best reachable with 90% confidence is ")[1].split(",")[0])
+    target = round(max(0.01, best - 0.01), 4)  # one these rows reach with the stated confidence, by the message
     assert main([*args, "--resume", "--target-precision", str(target)]) == 0
     served = json.loads((out / "report.json").read_text())["calibration"]["served"]
     assert served["target_precision"] == target and served["scope"] in ("global", "per_class")

@@ -1,0 +1,231 @@
+"""Out of domain: how unlike the training rows a text is, in the baseline's char TF-IDF space. k-fold fits it
+(finetune/confidence.py, on out-of-fold rows), the model folder carries it (ood/: JSON and safetensors, no
+pickle), serving applies it with numpy alone (serving/calibration.py): a text under the cut is answered
+`confident: false` with the reason "out of domain", whatever its score.
+
+Two similarities of a text x (its TF-IDF vector, l2-normalised with the n-grams the vocabulary lacks counted in
+the norm at the rarest weight, so a Korean paragraph read by an English vocabulary is not "similar" for the
+few Latin letters it shares):
+
+    neighbours:  the mean cosine to its NEIGHBOURS nearest training rows, over the n-grams at most COMMON_DF
+                 of the rows share (an inverted index: the common ones cost most and tell rows apart least)
+    centroid:    the largest cosine to a class's mean vector
+
+Each is turned into its out-of-fold percentile (the share of training rows, scored by the other folds, that
+are less typical), and a text's typicality is the smaller of the two. Measured (bench/ood.py, docs/finetune.md
+"Out-of-domain texts"): the neighbours catch package names sent to a news model, the centroids news sent to
+a package model; each alone lets through 10-100% of one of them. The cut is the highest typicality that
+costs the out-of-fold rows at most MAX_DROP of their confident answers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from baseline.tfidf import CharTfidf
+
+OOD_DIR = "ood"  # inside a model folder: ood.json (settings, vocabulary, percentiles, cut), index.safetensors
+NEIGHBOURS = 5
+COMMON_DF = 0.05
+MAX_DROP = 0.015  # of the out-of-fold rows' confident answers; the issue allows 2 points at serving
+LEVELS = np.linspace(0.0, 1.0, 201)  # percentiles stored per similarity
+CHUNK = 32  # rows scored at once: the neighbour scores are a (rows, training rows) matrix
+REASON = "out of domain"
+
+
+@dataclass
+class Index:
+    """A fitted vocabulary and the training rows it indexes."""
+
+    tfidf: CharTfidf
+    centroids_t: np.ndarray  # (vocabulary, classes) float32: each class's mean vector, l2-normalised
+    ptr: np.ndarray  # (vocabulary + 1,) int64: column j's postings are [ptr[j], ptr[j + 1])
+    post_row: np.ndarray  # int32 training row of each posting
+    post_val: np.ndarray  # float32 its weight
+    n_rows: int
+
+    def vectors(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, column, value): l2-normalised with unknown n-grams in the norm at the largest idf."""
+        tf = self.tfidf
+        row, col, count, val = tf.weights(texts)
+        n = len(texts)
+        unknown = np.maximum(0, tf.ngram_counts(texts) - np.bincount(row, count, minlength=n))
+        norm = np.sqrt(np.bincount(row, val * val, minlength=n) + unknown * float(tf.idf.max()) ** 2)
+        return row, col, val / np.where(norm > 0, norm, 1.0)[row]
+
+    def similarities(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        """(neighbours, centroid) per text, in chunks of CHUNK rows."""
+        nb, cen = np.zeros(len(texts)), np.zeros(len(texts))
+        for a in range(0, len(texts), CHUNK):
+            nb[a:a + CHUNK], cen[a:a + CHUNK] = self._chunk(texts[a:a + CHUNK])
+        return nb, cen
+
+    def _chunk(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
+        b = len(texts)
+        row, col, x = self.vectors(texts)
+        cen = np.zeros((b, self.centroids_t.shape[1]))
+        if len(row):
+            present, first = np.unique(row, return_index=True)
+            cen[present] = np.add.reduceat(x[:, None] * self.centroids_t[col], first)
+        length = self.ptr[col + 1] - self.ptr[col]
+        total = int(length.sum())
+        start = np.repeat(self.ptr[col] - (np.cumsum(length) - length), length)
+        at = start + np.arange(total)  # each posting of each of the texts' n-grams
+        sims = np.bincount(np.repeat(row, length) * self.n_rows + self.post_row[at],
+                           np.repeat(x, length) * self.post_val[at], minlength=b * self.n_rows).reshape(b, -1)
+        k = min(NEIGHBOURS, self.n_rows)
+        nb = np.partition(sims, self.n_rows - k, axis=1)[:, -k:].mean(1)
+        return nb, cen.max(1)
+
+
+def vectorizer_settings() -> dict:
+    """The baseline's vectorizer settings (baseline/blend.py tfidf_logreg), as tfidf.json stores them."""
+    from baseline.blend import _VECTORIZER_KEYS, tfidf_logreg
+
+    params = tfidf_logreg(0).steps[0][1].get_params()
+    return {k: (list(params[k]) if k == "ngram_range" else params[k]) for k in _VECTORIZER_KEYS}
+
+
+def build_index(texts: list[str], y: np.ndarray, n_classes: int) -> Index:
+    """The vocabulary fitted on `texts` (sklearn, as the baseline's) and the rows indexed with numpy."""
+    from sklearn.feature_extraction.text import TfidfVectorizer
+
+    settings = vectorizer_settings()
+    vec = TfidfVectorizer(**{k: tuple(v) if k == "ngram_range" else v for k, v in settings.items()},
+                          min_df=2, max_features=200_000).fit(texts)
+    vocab = [""] * len(vec.vocabulary_)
+    for gram, i in vec.vocabulary_.items():
+        vocab[i] = gram
+    return index_rows(CharTfidf(settings, vocab, vec.idf_), texts, y, n_classes)
+
+
+def index_rows(tf: CharTfidf, texts: list[str], y: np.ndarray, n_classes: int) -> Index:
+    shell = Index(tf, np.zeros((len(tf.idf), n_classes), np.float32), np.zeros(len(tf.idf) + 1, np.int64),
+                  np.zeros(0, np.int32), np.zeros(0, np.float32), len(texts))
+    row, col, x = shell.vectors(texts)
+    y = np.asarray(y)
+    cent = np.zeros((len(tf.idf), n_classes))
+    np.add.at(cent, (col, y[row]), x)
+    cent /= np.maximum(np.linalg.norm(cent, axis=0, keepdims=True), 1e-12)
+    df = np.bincount(col, minlength=len(tf.idf))
+    keep = df[col] <= max(NEIGHBOURS, COMMON_DF * len(texts))
+    order = np.lexsort((row[keep], col[keep]))
+    c = col[keep][order]
+    ptr = np.zeros(len(tf.idf) + 1, np.int64)
+    ptr[1:] = np.cumsum(np.bincount(c, minlength=len(tf.idf)))
+    return Index(tf, cent.astype(np.float32), ptr, row[keep][order].astype(np.int32),
+                 x[keep][order].astype(np.float32), len(texts))
+
+
+@dataclass
+class Typicality:
+    """A fitted index with the out-of-fold percentiles of its two similarities and the cut."""
+
+    index: Index
+    neighbours_q: np.ndarray  # the similarity at each of LEVELS, out of fold
+    centroid_q: np.ndarray
+    cut: float  # a text whose typicality is below it is out of domain
+    meta: dict
+
+    def typicality(self, texts: list[str]) -> np.ndarray:
+        nb, cen = self.index.similarities(texts)
+        return percentile(nb, cen, self.neighbours_q, self.centroid_q)
+
+    def in_domain(self, texts: list[str]) -> np.ndarray:
+        return self.typicality(texts) >= self.cut
+
+    def info(self) -> dict:
+        return {"method": "TF-IDF typicality (nearest training rows and class centroids)", "cut": self.cut,
+                **self.meta}
+
+
+def percentile(nb, cen, neighbours_q, centroid_q) -> np.ndarray:
+    return np.minimum(np.interp(nb, neighbours_q, LEVELS), np.interp(cen, centroid_q, LEVELS))
+
+
+def fit_typicality(texts: list[str], y: np.ndarray, fold_of: np.ndarray, n_classes: int,
+                   confident: np.ndarray | None = None) -> tuple[Typicality, dict]:
+    """(the detector the final folder serves: indexed on every row, with out-of-fold percentiles and cut;
+    report["out_of_domain"]). Fold k's rows are scored by an index of the other folds' rows only.
+    `confident`: the out-of-fold rows answered confidently as served (None: all)."""
+    y, fold_of = np.asarray(y), np.asarray(fold_of)
+    nb, cen = np.zeros(len(texts)), np.zeros(len(texts))
+    for k in np.unique(fold_of):
+        held, rest = np.flatnonzero(fold_of == k), np.flatnonzero(fold_of != k)
+        ix = build_index([texts[i] for i in rest], y[rest], n_classes)
+        nb[held], cen[held] = ix.similarities([texts[i] for i in held])
+    nq, cq = np.quantile(nb, LEVELS), np.quantile(cen, LEVELS)
+    level = percentile(nb, cen, nq, cq)
+    sure = np.ones(len(texts), bool) if confident is None else np.asarray(confident, bool)
+    # the highest cut whose out-of-fold cost in confident answers stays within MAX_DROP
+    cuts = LEVELS[:101]
+    cost = np.array([(sure & (level < c)).mean() for c in cuts])
+    cut = float(cuts[np.flatnonzero(cost <= MAX_DROP)[-1]])
+    meta = {"folds": len(np.unique(fold_of)), "rows": len(texts), "max_drop": MAX_DROP,
+            "out_of_fold_flagged": float((level < cut).mean()),
+            "out_of_fold_confident_lost": float((sure & (level < cut)).mean()),
+            "out_of_fold_confident": float(sure.mean())}
+    return Typicality(build_index(texts, y, n_classes), nq, cq, cut, meta), meta
+
+
+def save_ood(folder: str | Path, typ: Typicality | None) -> Path | None:
+    """folder/ood/: ood.json (vectorizer, vocabulary, percentiles, cut, what k-fold measured) and
+    index.safetensors (idf, centroids, postings); with None, removes a stale one."""
+    import shutil
+
+    from safetensors.numpy import save_file
+
+    from textdata.tables import atomic_path, write_json
+
+    target = Path(folder) / OOD_DIR
+    shutil.rmtree(target, ignore_errors=True)
+    if typ is None:
+        return None
+    ix = typ.index
+    target.mkdir(parents=True, exist_ok=True)
+    vocab = [""] * len(ix.tfidf.vocabulary)
+    for gram, i in ix.tfidf.vocabulary.items():
+        vocab[i] = gram
+    with atomic_path(target / "index.safetensors") as tmp:
+        save_file({"idf": ix.tfidf.idf, "centroids_t": ix.centroids_t, "ptr": ix.ptr, "post_row": ix.post_row,
+                   "post_val": ix.post_val, "neighbours_q": typ.neighbours_q, "centroid_q": typ.centroid_q},
+                  str(tmp))
+        tmp.chmod(0o644)
+    write_json(target / "ood.json", {"settings": ix.tfidf.settings, "n_rows": ix.n_rows, "cut": typ.cut,
+                                     "meta": typ.meta, "vocabulary": vocab})
+    return target
+
+
+def load_ood(folder: str | Path) -> Typicality | None:
+    """The folder's detector, None without ood/; ValueError (one line, naming the folder) when broken."""
+    from safetensors.numpy import load_file
+
+    target = Path(folder) / OOD_DIR
+    if not target.is_dir():
+        return None
+    try:
+        spec = json.loads((target / "ood.json").read_text(encoding="utf-8"))
+        w = load_file(str(target / "index.safetensors"))
+        tf = CharTfidf(spec["settings"], spec["vocabulary"], w["idf"])
+        n = int(spec["n_rows"])
+        ix = Index(tf, w["centroids_t"], w["ptr"], w["post_row"], w["post_val"], n)
+        if len(ix.ptr) != len(tf.idf) + 1 or ix.centroids_t.shape[0] != len(tf.idf) or \
+                (len(ix.post_row) and int(ix.post_row.max()) >= n) or len(w["neighbours_q"]) != len(LEVELS):
+            raise ValueError("the index does not match its vocabulary")
+        return Typicality(ix, w["neighbours_q"], w["centroid_q"], float(spec["cut"]), dict(spec.get("meta") or {}))
+    except Exception as e:  # noqa: BLE001 - json, safetensors and shapes each raise their own types
+        msg = str(e).splitlines()[0] if str(e) else ""
+        raise ValueError(f"{target}: unreadable out-of-domain index ({type(e).__name__}: {msg})") from None
+
+
+def carry_ood(model: Path, output: Path) -> None:
+    """serving.export: the detector travels with the model; a stale one from an earlier export goes."""
+    import shutil
+
+    shutil.rmtree(Path(output) / OOD_DIR, ignore_errors=True)
+    if (Path(model) / OOD_DIR / "ood.json").exists():
+        shutil.copytree(Path(model) / OOD_DIR, Path(output) / OOD_DIR)

