@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 from sklearn.model_selection import GroupShuffleSplit, StratifiedGroupKFold, StratifiedKFold
 
-from textdata.errors import DataError
+from textdata.errors import DataError, capped
 from textdata.labels import label_order
 from textdata.normalize import Normalizer
 from textdata.tables import missing_text, read_table, write_json
@@ -114,7 +114,7 @@ def load_labeled(
     counts = raw_labels.value_counts()
     rare = counts[counts < folds]
     if folds > 1 and len(rare):
-        listing = ", ".join(f"{k!r} ({v} rows)" for k, v in rare.items())
+        listing = capped(f"{k!r} ({v} rows)" for k, v in rare.items())
         raise DataError(
             f"{path}: {folds}-fold cross-validation needs at least {folds} rows per class; too few for {listing}. "
             f"Add examples, merge or drop the class, or lower --folds to {max(2, int(rare.min()))}"

@@ -17,7 +17,7 @@ import sys
 import numpy as np
 import pandas as pd
 
-from textdata.errors import DataError
+from textdata.errors import DataError, capped
 from textdata.labels import label_order
 
 DEFAULT_SEP = ";"
@@ -89,7 +89,7 @@ def check_label_counts(Y: np.ndarray, labels: list[str], folds: int, path, after
     counts = Y.sum(0)
     rare = [(labels[j], int(counts[j])) for j in np.flatnonzero(counts < folds)]
     if folds > 1 and rare:
-        listing = ", ".join(f"{n!r} ({c} rows)" for n, c in rare)
+        listing = capped(f"{n!r} ({c} rows)" for n, c in rare)
         largest = min(c for _, c in rare)
         fix = (f"lower --folds to {largest}" if largest >= 2 else
                "a label on a single row cannot be cross-validated: drop or merge it")
