@@ -28,7 +28,7 @@ def _thresholds(folder, **fields) -> None:
 
 @pytest.mark.parametrize("fields, says", [
     ({"label_sep": "e"}, "label_sep 'e' occurs in the label name 'dream'"),
-    ({"label_sep": "m"}, "label_sep 'm' occurs in the label name 'dream' \(and 1 more\)"),
+    ({"label_sep": "m"}, r"label_sep 'm' occurs in the label name 'dream' \(and 1 more\)"),
     ({"label_sep": "x" * 1_000_000}, r"label_sep 'xxxxxxxxxxxx'\.\.\. \(1,000,000 characters\) cannot separate"),
     ({"label_sep": "\n"}, "label_sep '\\\\n' cannot separate labels"),
     ({"label_sep": ";\x00"}, "label_sep ';\\\\x00' holds a control character"),
