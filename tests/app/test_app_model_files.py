@@ -204,3 +204,21 @@ def test_a_queue_of_both_kinds_gives_the_served_kind_first(tmp_path):
     assert not second.multi_label and second.texts == ["single-label answer"]
     assert second.decide(0, second.suggestion[0])  # accepting works
     assert start_session(queue, store, ML_LABELS, None, ";") is None
+
+
+def test_too_few_rows_for_10000_classes_is_a_short_message(tmp_path):
+    """Before: the refusal named every one of 10,000 classes (0.5 MB)."""
+    import pandas as pd
+
+    from app.trainset import TrainingDataError, TrainingSet, check
+    from finetune.data import load_labeled
+
+    labels = [f"class-{i:05d}" for i in range(10_000)]
+    table = pd.DataFrame({"text": [f"text {i}" for i in range(10_002)], "label": ["big"] * 2 + labels})
+    with pytest.raises(TrainingDataError, match="and 9,990 more in the training table") as e:
+        check(TrainingSet(table, table.iloc[:0]), folds=2)
+    assert len(str(e.value)) < 1000
+    table.to_csv(tmp_path / "t.csv", index=False)
+    with pytest.raises(ValueError, match="and 9,990 more. Add examples") as e:
+        load_labeled(tmp_path / "t.csv", folds=2)
+    assert len(str(e.value)) < 1000
