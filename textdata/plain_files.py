@@ -33,7 +33,8 @@ def plain_files(folder: str | os.PathLike, max_file_bytes: int | None = None) ->
                 name = rel / e.name
                 if e.is_symlink():
                     raise ModelError(f"{root / name}: a symbolic link; a model folder is copied as plain files "
-                                     "only (put the file itself there)")
+                                     "only: give a copy with its links resolved (`cp -rL FOLDER COPY`, e.g. for a "
+                                     "Hugging Face cache snapshot, whose files are links)")
                 if e.is_dir(follow_symlinks=False):
                     todo.append(name)
                     continue
