@@ -5,8 +5,9 @@ Off by default: it stores texts that users sent. Kept in `<data-dir>/review/queu
 `add` and `take` lines replayed at start (compacted when it grows past twice the queue's size):
 - bounded: at most `size` texts; a full queue drops its oldest text, it never refuses or holds a request;
 - deduplicated: a text already waiting (whitespace collapsed) is not added again;
-- `start_session` hands every waiting text, with the model's suggestion, to a labeling session
-  (app/labeling.py), whose decisions a retrain reads like any other session's (app/trainset.py).
+- `start_session` hands the waiting texts, with the model's suggestion, to a labeling session
+  (app/labeling.py), whose decisions a retrain reads like any other session's (app/trainset.py); a
+  multi-label answer keeps its whole label set and is reviewed in a label-set session.
 Appending a line is the only disk work on the request path (no fsync: a crash may lose the last few
 texts of a queue, never a decision); a disk error is logged, never raised into a request.
 """
