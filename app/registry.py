@@ -29,7 +29,7 @@ import shutil
 import time
 from pathlib import Path
 
-from textdata.errors import ModelError, UsageError
+from textdata.errors import ModelError, UsageError, capped
 from textdata.plain_files import copy_plain_tree, plain_files, read_blocks
 from textdata.run_folder import VERSION_FILE, check_classifier, model_in_run
 from textdata.tables import atomic_path, write_json
@@ -72,7 +72,7 @@ class Registry:
             raise RegistryError(f"{version!r} is not a version name (v1, v2, ...)")
         folder = self.root / version
         if not (folder / VERSION_FILE).is_file():
-            known = ", ".join(self.names()) or "none"
+            known = capped(self.names()) or "none"
             raise RegistryError(f"no version {version} in {self.root} (versions: {known})")
         return folder
 

@@ -5,8 +5,9 @@ Off by default: it stores texts that users sent. Kept in `<data-dir>/review/queu
 `add` and `take` lines replayed at start (compacted when it grows past twice the queue's size):
 - bounded: at most `size` texts; a full queue drops its oldest text, it never refuses or holds a request;
 - deduplicated: a text already waiting (whitespace collapsed) is not added again;
-- `start_session` hands every waiting text, with the model's suggestion, to a labeling session
-  (app/labeling.py), whose decisions a retrain reads like any other session's (app/trainset.py).
+- `start_session` hands the waiting texts, with the model's suggestion, to a labeling session
+  (app/labeling.py), whose decisions a retrain reads like any other session's (app/trainset.py); a
+  multi-label answer keeps its whole label set and is reviewed in a label-set session.
 Appending a line is the only disk work on the request path (no fsync: a crash may lose the last few
 texts of a queue, never a decision); a disk error is logged, never raised into a request.
 """
@@ -21,7 +22,12 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
+
+from serving.multilabel import DEFAULT_SEP, decision_margin
 from textdata.tables import atomic_path
+
+from .monitor import label_set
 
 log = logging.getLogger("app")
 QUEUE_FILE = "queue.jsonl"
@@ -42,6 +48,7 @@ class Waiting:
     probabilities: dict
     version: str = ""
     ts: float = 0.0
+    labels: list | None = None  # a multi-label answer: the label set served (maybe empty); None: single-label
 
 
 class ReviewQueue:
@@ -110,13 +117,16 @@ class ReviewQueue:
             for text, pred in zip(texts, predictions):
                 if getattr(pred, "confident", True):
                     continue
+                answered = label_set(pred)  # a multi-label answer is its whole set, every label's score kept
+                scores = pred.probabilities if answered is None else getattr(pred, "scores", pred.probabilities)
                 item = Waiting(
                     text,
                     pred.label,
                     round(float(pred.score), 6),
-                    {k: round(float(v), 6) for k, v in pred.probabilities.items()},
+                    {k: round(float(v), 6) for k, v in scores.items()},
                     version,
                     now,
+                    None if answered is None else list(answered),
                 )
                 if self._insert(item):
                     self._write({"op": "add", "item": item.__dict__})
@@ -137,13 +147,39 @@ class ReviewQueue:
                 self._write({"op": "take", "keys": keys})
 
 
-def start_session(queue: ReviewQueue, store, labels: list[str]):
-    """A labeling session (app/labeling.py) holding every waiting text with the model's suggestion, least
-    confident first; None when the queue is empty."""
+@dataclass(frozen=True)
+class _SetAnswer:
+    """A queued multi-label answer as LabelSession.create reads one for a label-set session (app/labeling.py)."""
+
+    label: str  # the served set, joined by the session's separator
+    score: float  # how far its least certain label is from its threshold: least confident first
+    probabilities: dict
+
+
+def start_session(queue: ReviewQueue, store, labels: list[str], thresholds=None, label_sep: str | None = None):
+    """A labeling session (app/labeling.py) holding the waiting texts with the model's suggestion, least
+    confident first; None when the queue is empty. `label_sep` (and `thresholds`): the served model is
+    multi-label. A session holds answers of one kind, the served model's first (as the audit's,
+    app/audit.py): a multi-label answer opens a label-set session with the served set pre-ticked, so
+    accepting it records the whole set, not its top label (issue 40, M6)."""
     items = queue.peek()
+    served_multi = label_sep is not None
+    items = [i for i in items if (i.labels is not None) == served_multi] or items
+    items = [i for i in items if (i.labels is not None) == (items[0].labels is not None)] if items else []
     if not items:
         return None
     texts = [i.text for i in items]
-    session = store.create(SOURCE, texts, items, list(labels))
+    if items[0].labels is None:  # a label answered by another version stays decidable
+        names = [*labels, *sorted({i.label for i in items} - set(labels))]
+        session = store.create(SOURCE, texts, items, names)
+    else:
+        sep = label_sep or DEFAULT_SEP
+        names = [*labels, *sorted({x for i in items for x in i.labels if sep not in x} - set(labels))]
+        probs = np.array([[i.probabilities.get(n, 0.0) for n in labels] for i in items]).reshape(len(items), -1)
+        margin = (decision_margin(probs, np.asarray(thresholds, np.float64))
+                  if thresholds is not None and len(thresholds) == len(labels) else [i.score for i in items])
+        answers = [_SetAnswer(sep.join(n for n in names if n in i.labels), float(m), i.probabilities)
+                   for i, m in zip(items, margin)]
+        session = store.create(SOURCE, texts, answers, names, label_sep=sep)
     queue.discard(texts)  # only once the session holds them: a failed start loses no text
     return session

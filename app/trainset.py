@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from textdata.errors import DataError, ModelError
+from textdata.errors import DataError, ModelError, capped
 from textdata.labels import LabelSpace
 from textdata.tables import missing_text, read_table, write_json
 
@@ -205,6 +205,6 @@ def check(ts: TrainingSet, folds: int, label_sep: str | None = None) -> None:
                                 "classifier needs at least 2; label texts of another class")
     small = counts[counts < folds]
     if len(small):
-        listed = ", ".join(f"{lab!r} has {c} row{'s' if c != 1 else ''}" for lab, c in small.items())
+        listed = capped(f"{lab!r} has {c} row{'s' if c != 1 else ''}" for lab, c in small.items())
         raise TrainingDataError(f"{listed} in the training table; {folds}-fold cross-validation needs at least "
                                 f"{folds} rows of every class: label more of them, or train with fewer folds")

@@ -265,7 +265,10 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         return render(store.get(sid))
 
     def review_unsure(current):  # the API's "not sure" answers (--review-queue) as a session, with the model's suggestions
-        session = start_session(state.review, store, list(state.served.clf.labels))
+        clf = state.served.clf  # a multi-label model's answers are label sets: a set session (issue 40, M6)
+        multi = getattr(clf, "multi_label", False)
+        session = start_session(state.review, store, list(clf.labels), clf.thresholds if multi else None,
+                                clf.label_sep if multi else None)
         if session is None:  # the open session stays on screen: a labeler must not think the work is gone
             return (*render(store.get(current), "The review queue is empty: no 'not sure' answers are waiting.",
                             fold=False), review_button(state.review))

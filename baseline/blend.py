@@ -255,6 +255,8 @@ def carry_blend(model: Path, output: Path) -> None:
     """serving.export: the baseline and blend travel with the model; a stale one from an earlier export goes."""
     import shutil
 
+    from textdata.plain_files import copy_plain_tree, plain_files
+
     shutil.rmtree(output / BASELINE_DIR, ignore_errors=True)
-    if (model / BASELINE_DIR / BLEND_FILE).exists():
-        shutil.copytree(model / BASELINE_DIR, output / BASELINE_DIR)
+    if (model / BASELINE_DIR / BLEND_FILE).exists():  # plain files only: a link is refused, not followed
+        copy_plain_tree(model / BASELINE_DIR, output / BASELINE_DIR, plain_files(model / BASELINE_DIR))

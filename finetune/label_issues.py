@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from finetune.multilabel import nested_thresholds
+from textdata.errors import capped
 from textdata.model_files import LABEL_ISSUES as FILE
 from textdata.tables import write_table
 
@@ -57,7 +58,7 @@ def too_few_rows(counts: np.ndarray, labels: list[str]) -> str | None:
     small = [(name, int(c)) for name, c in zip(labels, counts) if c < MIN_ROWS_PER_CLASS]
     if not small:
         return None
-    listed = ", ".join(f"{name!r} ({c} rows)" for name, c in small)
+    listed = capped(f"{name!r} ({c} rows)" for name, c in small)
     return (f"label issues skipped: confident learning needs at least {MIN_ROWS_PER_CLASS} rows per class; "
             f"too few for {listed}")
 

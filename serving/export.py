@@ -65,6 +65,7 @@ from textdata.inputs import check_table
 from textdata.labels import LabelSpace
 from textdata.learned import folder_note
 from textdata.model_files import CARRIED
+from textdata.plain_files import copy_plain_file
 from textdata.run_folder import check_classifier, model_in_run
 from textdata.tables import missing_text, read_table, write_json
 
@@ -191,8 +192,8 @@ def _write_folder(cfg: ExportConfig) -> None:
             if p.suffix != ".onnx":
                 shutil.copy2(p, cfg.output / p.name)
         for name in SIDECARS:
-            if (cfg.model / name).exists():
-                shutil.copy2(cfg.model / name, cfg.output / name)
+            if (cfg.model / name).exists():  # plain bytes: a link to a system file is refused, not copied
+                copy_plain_file(cfg.model / name, cfg.output / name)
             else:  # a calibration from an earlier export into this folder must not calibrate this model
                 (cfg.output / name).unlink(missing_ok=True)
         carry_blend(cfg.model, cfg.output)

@@ -22,9 +22,9 @@ MAX_FILE_BYTES = 8 << 30  # the largest ELECTRA (large, fp32) weighs 1.3 GB; 8 G
 MAX_FILES = 20_000  # a model folder has tens; a tree of millions is not one
 
 
-def plain_files(folder: str | os.PathLike, max_file_bytes: int = MAX_FILE_BYTES) -> list[Path]:
+def plain_files(folder: str | os.PathLike, max_file_bytes: int | None = None) -> list[Path]:
     """Every file under `folder` as a relative path, sorted; ModelError naming the first entry that is a link,
-    not a regular file or folder, or over the cap."""
+    not a regular file or folder, or over the cap (default MAX_FILE_BYTES)."""
     root, out, todo = Path(folder), [], [Path()]
     while todo:
         rel = todo.pop()
@@ -33,7 +33,8 @@ def plain_files(folder: str | os.PathLike, max_file_bytes: int = MAX_FILE_BYTES)
                 name = rel / e.name
                 if e.is_symlink():
                     raise ModelError(f"{root / name}: a symbolic link; a model folder is copied as plain files "
-                                     "only (put the file itself there)")
+                                     "only: give a copy with its links resolved (`cp -rL FOLDER COPY`, e.g. for a "
+                                     "Hugging Face cache snapshot, whose files are links)")
                 if e.is_dir(follow_symlinks=False):
                     todo.append(name)
                     continue
@@ -46,12 +47,13 @@ def plain_files(folder: str | os.PathLike, max_file_bytes: int = MAX_FILE_BYTES)
     return sorted(out)
 
 
-def check_size(path: Path, size: int, max_file_bytes: int) -> None:
+def check_size(path: Path, size: int, max_file_bytes: int | None = None) -> None:
+    max_file_bytes = MAX_FILE_BYTES if max_file_bytes is None else max_file_bytes
     if size > max_file_bytes:
         raise ModelError(f"{path}: {size:,} bytes, over the {max_file_bytes:,} a model file may take")
 
 
-def read_blocks(path: str | os.PathLike, max_file_bytes: int = MAX_FILE_BYTES, block: int = 1 << 20) -> Iterator[bytes]:
+def read_blocks(path: str | os.PathLike, max_file_bytes: int | None = None, block: int = 1 << 20) -> Iterator[bytes]:
     """The bytes of a regular file, never through a link (O_NOFOLLOW) and never more than the cap."""
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0))
@@ -67,14 +69,14 @@ def read_blocks(path: str | os.PathLike, max_file_bytes: int = MAX_FILE_BYTES, b
             yield chunk
 
 
-def copy_plain_file(src: str | os.PathLike, dst: str | os.PathLike, max_file_bytes: int = MAX_FILE_BYTES) -> None:
+def copy_plain_file(src: str | os.PathLike, dst: str | os.PathLike, max_file_bytes: int | None = None) -> None:
     Path(dst).parent.mkdir(parents=True, exist_ok=True)
     with open(dst, "wb") as out:
         out.writelines(read_blocks(src, max_file_bytes))
 
 
 def copy_plain_tree(src: str | os.PathLike, dst: str | os.PathLike, files: list[Path],
-                    max_file_bytes: int = MAX_FILE_BYTES) -> None:
+                    max_file_bytes: int | None = None) -> None:
     """Copy `files` (what `plain_files(src)` listed) from `src` into `dst`, each as plain bytes."""
     for rel in files:
         copy_plain_file(Path(src) / rel, Path(dst) / rel, max_file_bytes)
