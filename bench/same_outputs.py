@@ -87,7 +87,7 @@ def ask_app(code: Path, cwd: Path, env: dict) -> dict:
         proc = subprocess.Popen([sys.executable, "-m", "app", "--model", "runs/onnx", "--port", str(port), "--no-ui",
                                  "--data-dir", "app-data"], cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT)
     try:
-        deadline = time.monotonic() + 300
+        deadline = time.monotonic() + 900  # a shared, loaded machine: the app once took over 300 s to start
         while time.monotonic() < deadline:
             try:
                 if httpx.get(url + "/readyz", timeout=2).status_code == 200:
