@@ -144,7 +144,12 @@ class Typicality:
 
 
 def percentile(nb, cen, neighbours_q, centroid_q) -> np.ndarray:
-    return np.minimum(np.interp(nb, neighbours_q, LEVELS), np.interp(cen, centroid_q, LEVELS))
+    """The smaller of the two out-of-fold percentiles; below the least typical training row it goes on down
+    to -1 at similarity 0, so that a cut of 0 still flags texts less typical than every training row."""
+    def level(x, q):
+        return np.interp(x, np.r_[0.0, q], np.r_[-1.0, LEVELS]) if q[0] > 0 else np.interp(x, q, LEVELS)
+
+    return np.minimum(level(nb, neighbours_q), level(cen, centroid_q))
 
 
 def fit_typicality(texts: list[str], y: np.ndarray, fold_of: np.ndarray, n_classes: int,

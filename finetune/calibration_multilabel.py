@@ -193,6 +193,8 @@ def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision) ->
         "target_precision": target,
         "scope": "per_label",
         "threshold": dict(zip(labels, (round(float(t), 6) for t in thresholds))),
+        # threshold 1.0: the label's rows never reach the target, so an answer asserting it is never confident
+        "never_confident": [name for name, t in zip(labels, thresholds) if t >= 1.0],
         "estimated_coverage": float(np.mean(cov)),
         "estimated_coverage_std": float(np.std(cov)),
         "estimated_precision": float(np.mean(prec)) if prec else None,

@@ -118,6 +118,10 @@ def table_lines(section: dict | None) -> list[str]:
         )
         if served.get("statement"):
             lines.append(f"served: {served['statement']}")
+        never = served.get("never_confident")
+        if never:
+            lines.append(f"never confident ({len(never)} of {len(served['threshold'])} labels: their rows do not reach "
+                         f"{served['target_precision']:g}, threshold 1.0): {', '.join(never)}")
     return lines
 
 

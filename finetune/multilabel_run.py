@@ -18,6 +18,7 @@ import pandas as pd
 
 from baseline.blend import BaselineError
 from baseline.label_blend import fit_label_blend, fit_ovr_baseline, ovr_proba
+from finetune.confidence import table_lines as calibration_lines
 from finetune.label_issues import table_lines
 from finetune.multilabel import (
     DEFAULT,
@@ -343,5 +344,6 @@ def summary_table(report: dict) -> str:
         final = (f"final {held['served']} micro-F1 {held['micro_f1']:.4f} (0.5: {held['at_0_5']['micro_f1']:.4f}), "
                  f"macro-F1 {held['macro_f1']:.4f} (0.5: {held['at_0_5']['macro_f1']:.4f}); " if "served" in held else "")
         lines.append(f"holdout ({held['n_rows']} rows, never trained on): {final}baseline {baseline}")
+    lines += calibration_lines(report.get("calibration"))  # issue 42: multi-label says what it will serve
     lines += table_lines(report.get("label_issues"))
     return "\n".join(lines)

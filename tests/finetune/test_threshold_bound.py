@@ -57,7 +57,7 @@ def test_unreachable_target_names_the_best_reachable_and_too_few_rows_how_many()
     probs[np.arange(n), top] = 0.4 + 0.2 * rng.random(n)
     probs /= probs.sum(1, keepdims=True)
     fold_of = np.arange(n) % 3
-    section, chosen, final = calibrate(probs, y, fold_of, "model")
+    _, chosen, final = calibrate(probs, y, fold_of, "model")
     with pytest.raises(DataError) as e:
         served_threshold(chosen, final, probs, y, fold_of, ["a", "b", "c"], 0.95)
     msg = str(e.value)
@@ -70,3 +70,21 @@ def test_unreachable_target_names_the_best_reachable_and_too_few_rows_how_many()
     got = served_threshold(chosen, final, probs, y, fold_of, ["a", "b", "c"], 0.7)
     assert got["confidence"] == 0.9 and got["statement"].startswith("precision >= 0.70 with 90% confidence")
     assert f"estimated coverage of {got['estimated_coverage']:.2f}" in got["statement"]
+
+
+def test_multi_label_summary_names_the_labels_never_confident():
+    from finetune.calibration_multilabel import calibrate as calibrate_multi_label
+    from finetune.confidence import table_lines
+
+    rng = np.random.default_rng(5)
+    n = 1200
+    Y = rng.random((n, 4)) < 0.4
+    z = np.where(Y, 2.0, -2.0) + rng.normal(0, 1.0, (n, 4))  # labels a, b: informative
+    z[:, 2:] = rng.normal(0, 1.0, (n, 2))  # labels c, d: noise, their rows never reach 0.9
+    P = 1 / (1 + np.exp(-z))
+    fold_of = np.arange(n) % 3
+    section, _, _ = calibrate_multi_label(P, Y, fold_of, ["a", "b", "c", "d"], "model", 0.9, 0.5)
+    assert section["served"]["never_confident"] == ["c", "d"]
+    text = "\n".join(table_lines(section))
+    assert "calibration (" in text and "served: target precision 0.9" in text
+    assert "never confident (2 of 4 labels: their rows do not reach 0.9, threshold 1.0): c, d" in text

@@ -1,0 +1,66 @@
+"""The out-of-domain detector (baseline/ood.py): fitted out of fold, saved without pickle, read back the same;
+texts unlike the training rows fall under the cut, the training rows' kind do not."""
+
+import numpy as np
+import pytest
+
+from baseline.ood import LEVELS, fit_typicality, load_ood, save_ood
+
+OFF_TOPIC = [
+    "Shares in the bank fell sharply after the chancellor announced new taxes on profits",
+    "The striker scored twice as the home side won the league title on Saturday",
+    "library for parsing XML documents in Perl (development files)",
+    "GNU Emacs mode for editing Python source code",
+]
+
+
+@pytest.fixture(scope="module")
+def fitted(toy_rows):
+    rows = toy_rows(n_per_class=20, seed=2)
+    texts, labels = rows["text"].tolist(), sorted(set(rows["label"]))
+    y = rows["label"].map(labels.index).to_numpy()
+    fold_of = np.arange(len(texts)) % 3
+    typ, meta = fit_typicality(texts, y, fold_of, len(labels))
+    return typ, meta, toy_rows(n_per_class=10, seed=9)["text"].tolist()
+
+
+def test_off_topic_out_and_in_domain_in(fitted):
+    typ, meta, fresh = fitted
+    assert 0 <= meta["out_of_fold_confident_lost"] <= 0.015 and 0 <= typ.cut <= 0.5  # 60 rows: 0, below every row
+    assert not typ.in_domain(OFF_TOPIC).any()  # English news and package names to a Korean notes model
+    assert typ.in_domain(fresh).mean() >= 0.9  # new rows of the training rows' kind
+    assert typ.in_domain(["꿈에서 봤다 오늘"]).all()
+
+
+def test_cut_spares_confident_rows(toy_rows):
+    """The cut costs at most MAX_DROP of the confident out-of-fold answers: flagging unconfident rows is free."""
+    rows = toy_rows(n_per_class=20, seed=4)
+    texts, labels = rows["text"].tolist(), sorted(set(rows["label"]))
+    y = rows["label"].map(labels.index).to_numpy()
+    fold_of = np.arange(len(texts)) % 3
+    _, everyone = fit_typicality(texts, y, fold_of, 3)
+    _, few = fit_typicality(texts, y, fold_of, 3, confident=np.arange(len(texts)) < 6)
+    assert few["out_of_fold_flagged"] >= everyone["out_of_fold_flagged"]
+    assert few["out_of_fold_confident_lost"] <= 0.015
+
+
+def test_round_trip_and_broken_folder(fitted, tmp_path):
+    typ, _, fresh = fitted
+    save_ood(tmp_path, typ)
+    assert not list(tmp_path.rglob("*.pkl")) and (tmp_path / "ood" / "index.safetensors").exists()
+    back = load_ood(tmp_path)
+    np.testing.assert_allclose(back.typicality(fresh + OFF_TOPIC), typ.typicality(fresh + OFF_TOPIC))
+    assert back.cut == typ.cut and len(back.neighbours_q) == len(LEVELS)
+    assert load_ood(tmp_path / "nowhere") is None
+    (tmp_path / "ood" / "ood.json").write_text("{")
+    with pytest.raises(ValueError, match=r"ood: unreadable out-of-domain index") as e:
+        load_ood(tmp_path)
+    assert "\n" not in str(e.value)
+    save_ood(tmp_path, None)  # a rerun without a detector removes the stale one
+    assert not (tmp_path / "ood").exists()
+
+
+def test_ngram_counts_match_the_analyzer(fitted):
+    tf = fitted[0].index.tfidf
+    docs = ["", "a", "ab c  defgh", "İstanbul is Big", "한국어 텍스트 x", "abcdefghijklmnop q r", " \t lead"]
+    assert tf.ngram_counts(docs).tolist() == [len(tf.ngrams(d)) for d in docs]
