@@ -113,5 +113,6 @@ def toy_csv(tmp_path) -> Path:
 
 # The multi-label model fixture (issue 32), in its own module; imported here so every test package sees it.
 from multilabel_fixture import multilabel_classifier_dir, multilabel_rows  # noqa: F401
+
 # A real PostgreSQL and the store URL parametrized over SQLite and PostgreSQL (issue 46).
-from postgres_fixture import postgres_server, store_url  # noqa: F401, E402
+from postgres_fixture import postgres_server, store_url  # noqa: F401
