@@ -173,8 +173,12 @@ def _add_review_routes(app: FastAPI, engine, who: Identities, dataset) -> None:
     def agree(dataset_id: int, request: Request):
         who.caller(request, STAFF)
         ds = dataset(dataset_id)
-        return {**agreement(review.answer_rows(engine, ds), ds.labels, ds.multi_label, ds.overlap),
-                "progress": review.progress(engine, ds)}
+        try:
+            figures = agreement(review.answer_rows(engine, ds), ds.labels, ds.multi_label, ds.overlap)
+        except ImportError as e:
+            raise HTTPException(501, f"agreement needs {e.name} (Cohen's kappa), not in the slim image: run the "
+                                     "full install or image (docker build --build-arg VARIANT=full)") from None
+        return {**figures, "progress": review.progress(engine, ds)}
 
     @app.get("/v1/datasets/{dataset_id}/export")
     def export(dataset_id: int, request: Request, format: str = Query("csv", pattern="^(csv|jsonl)$")):

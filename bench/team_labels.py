@@ -143,6 +143,7 @@ async def run(args, model, data, k, people, kill_after=None) -> dict:
                                 json={"name": f"bench k={k}", "texts": texts[:args.records], "overlap": k})
     ds = r.json()["id"]
     tally, rng, before = Tally(), random.Random(k), None
+    load = os.getloadavg()[0]
     state = {"proc": proc}
     t0 = time.perf_counter()
     tasks = [asyncio.create_task(annotator(lambda: base_url, ds, tok, labels, args.think, tally,
@@ -165,7 +166,8 @@ async def run(args, model, data, k, people, kill_after=None) -> dict:
               "label_ms": {"p50": _pct(tally.label_ms, 50), "p99": _pct(tally.label_ms, 99)},
               "next_ms": {"p50": _pct(tally.next_ms, 50), "p99": _pct(tally.next_ms, 99)},
               "statuses": {str(s): n for s, n in sorted(tally.statuses.items())},
-              "transport_errors": tally.transport_errors, **check(url, ds, k, tally, log)}
+              "transport_errors": tally.transport_errors, "load_avg_1m": [round(load, 1), round(os.getloadavg()[0], 1)],
+              **check(url, ds, k, tally, log)}
     print(json.dumps(result), flush=True)
     return result
 

@@ -18,7 +18,6 @@ import warnings
 
 import krippendorff
 import numpy as np
-from sklearn.metrics import cohen_kappa_score
 
 
 def fleiss_kappa(counts: np.ndarray) -> float | None:
@@ -46,6 +45,9 @@ def alpha_nominal(matrix: np.ndarray) -> float | None:
 
 
 def cohen(a: list, b: list) -> float | None:
+    # imported here: the slim serving image has no scikit-learn (docker/deps.py), and serves without this
+    from sklearn.metrics import cohen_kappa_score
+
     if len(a) < 2:
         return None
     with warnings.catch_warnings():
@@ -68,6 +70,7 @@ def _mean(values) -> float | None:
 
 def agreement(rows: list[dict], labels: list[str], multi_label: bool, k: int) -> dict:
     """rows: {"record_id", "annotator", "value"}. The /v1/datasets/{id}/agreement answer."""
+    import sklearn.metrics  # noqa: F401 - without it (the slim image) fail at once, pairs or none
     recs = sorted({r["record_id"] for r in rows})
     names = sorted({r["annotator"] for r in rows})
     col = {rid: i for i, rid in enumerate(recs)}

@@ -115,5 +115,6 @@ def toy_csv(tmp_path) -> Path:
 # server (finetune.teach, the app's cascade: issue 47) and the multi-label model (issue 32).
 from fake_llm import fake, llm  # noqa: F401
 from multilabel_fixture import multilabel_classifier_dir, multilabel_rows  # noqa: F401
+
 # A real PostgreSQL and the store URL parametrized over SQLite and PostgreSQL (issue 46).
-from postgres_fixture import postgres_server, store_url  # noqa: F401, E402
+from postgres_fixture import postgres_server, store_url  # noqa: F401

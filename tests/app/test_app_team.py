@@ -157,3 +157,12 @@ def test_a_retrain_table_takes_the_store_as_of_its_newest_event(tmp_path):
     assert ts.sources["store_event"] == 6 and ts.sources["store_labels"] == 6
     assert table == {f"text number {i}": "b" if i in (1, 3) else "a" for i in range(6)}
     engine.dispose()
+
+
+def test_without_scikit_learn_agreement_says_what_is_missing(tmp_path, monkeypatch):
+    # the slim image (docker/deps.py) has no scikit-learn: the server runs, agreement answers 501 saying so
+    with client(f"sqlite:///{tmp_path / 'app.db'}", tmp_path) as c:
+        ds = c.post("/v1/datasets", json={"name": "x", "texts": ["p"]}).json()["id"]
+        monkeypatch.setitem(__import__("sys").modules, "sklearn.metrics", None)
+        r = c.get(f"/v1/datasets/{ds}/agreement")
+        assert r.status_code == 501 and "sklearn" in r.json()["detail"] and "VARIANT=full" in r.json()["detail"]
