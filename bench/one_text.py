@@ -69,6 +69,7 @@ def run_mode(mode: str, args, text: str, texts: list[str]) -> dict:
     finally:
         stop_server(proc)
     return {**one, "rps": many["rps"], "rps_p50_ms": many["p50_ms"], "errors": many["errors"],
+            "error_kinds": many["error_kinds"], "unanswered": many["unanswered"],
             "mean_batch_texts": round((after[0] - before[0]) / batches, 2) if batches else None}
 
 
