@@ -216,9 +216,9 @@ def test_top_k_scores_hold_every_answered_label():
 
     scores = {"a": 0.9, "b": 0.8, "c": 0.55, "d": 0.1}
     pred = MultiLabelPrediction(["a", "c"], scores, "a", 0.9, scores, None, True)  # c: over its low threshold
-    shaped = _shape(pred, 2, "v1")
+    shaped = _shape(pred, 2)
     assert list(shaped["scores"]) == ["a", "b", "c"] and set(shaped["labels"]) <= set(shaped["scores"])
-    assert _shape(pred, None, "v1")["scores"] == scores
+    assert _shape(pred, None)["scores"] == scores and "model_version" not in shaped
 
 
 def test_a_not_sure_answer_can_be_sent_to_the_review_queue(tmp_path):
