@@ -31,6 +31,9 @@ def test_versions_table_shows_what_is_served_and_a_decision_in_words():
     assert df.loc[0, "cv macro-F1 (served)"] == "0.5286 (blend)"  # not the encoder alone's 0.0286
     assert df.loc[1, "cv macro-F1 (served)"] == "0.4100 (encoder)"  # made before the served score was kept
     assert df.loc[0, "decision"].startswith("not compared")
+    from app.models import version_row  # the CLI's listing says the same
+
+    assert "cv macro-F1 0.5286 (blend)" in version_row(Registry().listing()[0])
 
 
 @pytest.mark.parametrize(("blend", "served"), [({"kept": True, "macro_f1_mean": 0.52861}, (0.5286, "blend")),
