@@ -126,6 +126,7 @@ def test_batch_summary_counts_scored_unscored_and_not_sure_rows():
     one = summary(scored.iloc[[1]], 0, 5000)
     assert one == "Scored **1** of 1 row: a 1"
     shown = preview(scored)
+    assert list(shown.columns[:3]) == ["pred_label", "pred_score", "confident"]  # before the long text
     assert len(shown.loc[0, "text"]) == 80 and shown.loc[0, "text"].endswith("…")
     assert shown.loc[0, "pred_score"] == 0.123 and len(scored.loc[0, "text"]) == 300  # the CSV keeps it whole
 
