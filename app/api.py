@@ -83,7 +83,6 @@ class LabelSet(BaseModel):
     labels: list[str] = Field(description="the labels whose probability is over their threshold; [] for none")
     scores: dict[str, float] = Field(description="every label's probability (independent sigmoids, id order; "
                                       "calibrated where the model has calibration.json)")
-    model_version: str
     confident: bool = Field(True, description="every label in `labels` clears its threshold (the model's per-label "
                                               "ones, or the request's min_confidence); false: 'not sure'")
 
@@ -169,14 +168,15 @@ def check_texts(texts: list[str], cfg: Config, field: str, single: bool, normali
             raise _invalid(["body", field] if single else ["body", field, i], problem, "value_error")
 
 
-def _shape(pred, top_k: int | None, version: str, min_confidence: float | None = None) -> dict:
+def _shape(pred, top_k: int | None, min_confidence: float | None = None) -> dict:
     if isinstance(pred, MultiLabelPrediction):
         # top_k most likely, and every answered label whatever its rank: `labels` never names one missing here
         kept = set(pred.labels) | {k for k, _ in sorted(pred.scores.items(), key=lambda kv: -kv[1])[:top_k or None]}
         scores = pred.scores if top_k is None else dict(sorted(((k, v) for k, v in pred.scores.items() if k in kept),
                                                                key=lambda kv: -kv[1]))
         sure = pred.confident if min_confidence is None else all(pred.scores[n] >= min_confidence for n in pred.labels)
-        return {"labels": pred.labels, "scores": scores, "model_version": version, "confident": bool(sure)}
+        # the version is the response's (model_version, X-Model-Version), as for single-label answers
+        return {"labels": pred.labels, "scores": scores, "confident": bool(sure)}
     probs = pred.probabilities
     if top_k is not None:
         probs = dict(sorted(probs.items(), key=lambda kv: -kv[1])[:top_k])
@@ -239,7 +239,7 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
         # request than the JSON encoding itself (response_model above still documents the schema).
         served = request.state.served
         return JSONResponse({"model": served.name, "model_version": served.version,
-                             "predictions": [_shape(p, req.top_k, served.version, req.min_confidence)
+                             "predictions": [_shape(p, req.top_k, req.min_confidence)
                                              for p in preds]})
 
     async def classify_texts(texts: list[str], field: str, single: bool, request: Request) -> list:

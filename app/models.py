@@ -20,13 +20,23 @@ if __name__ == "__main__":  # outside the project's venv: a one-line hint, not a
 
     sys.excepthook = hint_on_missing_module
 
-import argparse
 from pathlib import Path
 
 from textdata.errors import exits_2_on_user_error
+from textdata.flags import Parser
 
 from .registry import Registry, RegistryError
 from .version_check import check_version
+
+
+def served_cv(m: dict) -> str:
+    """The cross-validated macro-F1 of what the version serves: the blend's where it serves one (a version
+    made before `cv_served_macro_f1` was recorded shows the encoder's, marked so); "" when none is known."""
+    served = m.get("cv_served_macro_f1")
+    if served is not None:
+        return f"{served:.4f}" + (" (blend)" if m.get("cv_served") == "blend" else "")
+    cv = m.get("cv_macro_f1")
+    return "" if cv is None else f"{cv:.4f} (encoder)"
 
 
 def version_row(m: dict) -> str:
@@ -37,15 +47,14 @@ def version_row(m: dict) -> str:
     scores = f"eval macro-F1 {cand:.4f}" if cand is not None else "eval -"
     if champ.get("macro_f1") is not None:
         scores += f" (vs {champ['version']} {champ['macro_f1']:.4f})"
-    cv = m.get("cv_macro_f1")
     decision = (m.get("last_decision") or {}).get("why", "")
     return (f"{'*' if m.get('active') else ' '} {m['version']:<5} {m.get('source', ''):<9} "
-            f"rows {m.get('rows', '-')!s:<6} cv macro-F1 {'-' if cv is None else f'{cv:.4f}'}  {scores}  {decision}")
+            f"rows {m.get('rows', '-')!s:<6} cv macro-F1 {served_cv(m) or '-'}  {scores}  {decision}")
 
 
 @exits_2_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m app.models", description=__doc__.split("\n")[0], allow_abbrev=False)
+    p = Parser(prog="python -m app.models", description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("command", choices=("list", "activate", "delete"))
     p.add_argument("version", nargs="?", help="v1, v2, ... (activate, delete)")
     p.add_argument("--models-dir", type=Path, default=Path("app-data/models"),

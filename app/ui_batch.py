@@ -46,6 +46,8 @@ def summary(scored: pd.DataFrame, cut: int, max_chars: int) -> str:
 def preview(scored: pd.DataFrame) -> pd.DataFrame:
     """The first rows as a screen shows them: long texts cut, probabilities to a few digits."""
     head = scored.head(PREVIEW_ROWS).copy()
+    first = [c for c in ("pred_label", "pred_labels", "pred_score", "confident", "error") if c in head]
+    head = head[first + [c for c in head.columns if c not in first]]  # the answer and error before any long text
     for col in head.columns:
         if pd.api.types.is_float_dtype(head[col]):
             head[col] = head[col].round(PREVIEW_DIGITS)

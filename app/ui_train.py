@@ -16,6 +16,7 @@ from textdata.errors import DataError
 
 from .admin import admin_refusal
 from .jobs import JobConflict
+from .models import served_cv
 from .redact import names_only_text
 from .registry import RegistryError
 from .swap import ActivationError
@@ -31,16 +32,6 @@ VERSION_WIDTHS = ["90px", "75px", "100px", "70px", "140px", "110px", "140px", "3
 
 def _f(x) -> str:
     return "" if x is None else f"{x:.4f}"
-
-
-def served_cv(m: dict) -> str:
-    """The cross-validated macro-F1 of what the version serves: the blend's where it serves one (a version
-    made before `cv_served_macro_f1` was recorded shows the encoder's, marked so)."""
-    served = m.get("cv_served_macro_f1")
-    if served is not None:
-        return _f(served) + (" (blend)" if m.get("cv_served") == "blend" else "")
-    cv = m.get("cv_macro_f1")
-    return "" if cv is None else f"{cv:.4f} (encoder)"
 
 
 def versions_frame(registry) -> pd.DataFrame:

@@ -31,6 +31,9 @@ def test_versions_table_shows_what_is_served_and_a_decision_in_words():
     assert df.loc[0, "cv macro-F1 (served)"] == "0.5286 (blend)"  # not the encoder alone's 0.0286
     assert df.loc[1, "cv macro-F1 (served)"] == "0.4100 (encoder)"  # made before the served score was kept
     assert df.loc[0, "decision"].startswith("not compared")
+    from app.models import version_row  # the CLI's listing says the same
+
+    assert "cv macro-F1 0.5286 (blend)" in version_row(Registry().listing()[0])
 
 
 @pytest.mark.parametrize(("blend", "served"), [({"kept": True, "macro_f1_mean": 0.52861}, (0.5286, "blend")),
@@ -123,6 +126,7 @@ def test_batch_summary_counts_scored_unscored_and_not_sure_rows():
     one = summary(scored.iloc[[1]], 0, 5000)
     assert one == "Scored **1** of 1 row: a 1"
     shown = preview(scored)
+    assert list(shown.columns[:3]) == ["pred_label", "pred_score", "confident"]  # before the long text
     assert len(shown.loc[0, "text"]) == 80 and shown.loc[0, "text"].endswith("…")
     assert shown.loc[0, "pred_score"] == 0.123 and len(scored.loc[0, "text"]) == 300  # the CSV keeps it whole
 
@@ -216,9 +220,9 @@ def test_top_k_scores_hold_every_answered_label():
 
     scores = {"a": 0.9, "b": 0.8, "c": 0.55, "d": 0.1}
     pred = MultiLabelPrediction(["a", "c"], scores, "a", 0.9, scores, None, True)  # c: over its low threshold
-    shaped = _shape(pred, 2, "v1")
+    shaped = _shape(pred, 2)
     assert list(shaped["scores"]) == ["a", "b", "c"] and set(shaped["labels"]) <= set(shaped["scores"])
-    assert _shape(pred, None, "v1")["scores"] == scores
+    assert _shape(pred, None)["scores"] == scores and "model_version" not in shaped
 
 
 def test_a_not_sure_answer_can_be_sent_to_the_review_queue(tmp_path):
