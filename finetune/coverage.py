@@ -212,6 +212,19 @@ def rows_needed(precision: float, target: float, delta: float) -> int | None:
     return None
 
 
+def best_reachable(conf: np.ndarray, correct: np.ndarray, delta: float) -> tuple[float | None, float]:
+    """(the highest target bound_threshold reaches on these rows, to 4 decimals, or None; its coverage), by
+    bisection: the rows a bound needs grow with the target, so a closed form would miss that."""
+    lo, hi, found = 0.0, 1.0, None
+    for _ in range(17):
+        mid = (lo + hi) / 2
+        t, _ = bound_threshold(conf, correct, mid, delta)
+        lo, hi, found = (mid, hi, (mid, t)) if t is not None else (lo, mid, found)
+    if found is None:
+        return None, 0.0
+    return float(np.floor(found[0] * 1e4) / 1e4), float((np.asarray(conf) >= found[1]).mean())
+
+
 def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarray) -> str:
     """The one line for a target the bound does not reach: too few rows (how many are needed), or a target
     above what these rows reach (the best reachable with the stated confidence)."""
@@ -225,9 +238,9 @@ def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarr
         more = "" if need is None else f"; at the precision they reach, about {int(np.ceil(need * n / answered_rows))} rows are needed"
         return (head + f"the {n} out-of-fold rows are too few to state it with {1 - delta:.0%} confidence (at least "
                 f"{info['needed_rows']} answered rows, all right{more}); label more rows or lower the target")
-    reach = ("" if info["best_bound"] is None else
-             f"the best reachable with {1 - delta:.0%} confidence is {info['best_bound']:.4f}, at coverage "
-             f"{info['best_bound_coverage']:.3f}; ")
+    best_target, coverage = best_reachable(conf, correct, delta)
+    reach = ("" if best_target is None else f"the best reachable with {1 - delta:.0%} confidence is "
+             f"{best_target:.4f}, at coverage {coverage:.3f}; ")
     return (head + f"no threshold reaches it on the {n} out-of-fold rows ({reach}the best precision reached is "
             f"{best:.4f}, answering at least {min(MIN_ANSWERED, n)} rows); use a lower target, e.g. with --resume to "
             "keep the folds")
