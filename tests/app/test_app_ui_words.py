@@ -287,3 +287,17 @@ def test_the_drift_chart_has_a_clock_axis_and_says_when_it_has_no_point():
     ax = checked.axes[2]
     assert ax.get_xlabel() == "time of the check (server clock)" and len(ax.lines) == 5
     assert type(ax.xaxis.get_major_formatter()).__name__ == "ConciseDateFormatter"
+
+
+def test_two_sessions_of_one_file_read_apart_in_the_menu(tmp_path):
+    """Issue 45: re-uploading a file listed two identical "Earlier sessions" with no progress."""
+    from app.labeling import SessionStore
+    from app.ui_label_view import _sessions_update
+
+    store = SessionStore(tmp_path / "label")
+    preds = [Prediction("dream", 0.6, {"dream": 0.6, "error": 0.4})] * 2
+    first = store.create("notes.csv", ["a", "b"], preds, ["dream", "error"])
+    store.create("notes.csv", ["a", "b"], preds, ["dream", "error"])
+    first.decide(0, "error")
+    names = {sid: name for name, sid in _sessions_update(store, first.id)["choices"]}
+    assert names[first.id].startswith("notes.csv · 1/2 labeled · ") and len(set(names.values())) == 2
