@@ -71,6 +71,9 @@ def test_final_model_serves_the_calibration(run):
     assert spec["method"] == report["calibration"]["final"]["method"] and spec["labels"] == LABELS
     assert spec["threshold"] is None and spec["target_precision"] is None  # no --target-precision
     assert spec["nested"]["ece_after"] == report["calibration"]["after"]["ece_mean"]
+    # issue 42: --final carries the out-of-domain detector, measured on the out-of-fold rows
+    assert (out / "model" / "ood" / "index.safetensors").exists() and (out / "model" / "ood" / "ood.json").exists()
+    assert 0 <= report["out_of_domain"]["out_of_fold_confident_lost"] <= 0.015
     config = json.loads((out / "model" / "training_config.json").read_text())
     assert config["calibration"]["method"] == spec["method"]
     clf = Classifier.load(out / "model", provider="torch")
