@@ -33,16 +33,15 @@ def test_transformers_tracer_warnings_are_dropped_and_no_others():
 
     import torch
 
-    def warn(category, module):
-        warnings.warn_explicit("Converting a tensor to a Python boolean might cause the trace to be incorrect",
-                               category, "modeling_electra.py", 1, module=module)
+    def warn(category, module, text="Converting a tensor to a Python boolean might cause the trace to be incorrect"):
+        warnings.warn_explicit(text, category, "modeling_electra.py", 1, module=module)
 
     with warnings.catch_warnings(record=True) as seen:
         warnings.simplefilter("always")
         with understood_messages_dropped():
             warn(torch.jit.TracerWarning, "transformers.models.electra.modeling_electra")
             warn(torch.jit.TracerWarning, "serving.export")  # ours: still shown
-            warn(UserWarning, "transformers.models.electra.modeling_electra")  # another kind: still shown
+            warn(UserWarning, "transformers.models.electra.modeling_electra", "a deprecated argument")  # shown
         warn(torch.jit.TracerWarning, "transformers.models.electra.modeling_electra")  # outside: shown
     assert [(w.category.__name__, w.filename) for w in seen] == [("TracerWarning", "modeling_electra.py"),
                                                                  ("UserWarning", "modeling_electra.py"),
