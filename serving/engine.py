@@ -129,8 +129,7 @@ class Classifier:
             self.blend = ServedBlend(self.folder, len(self.labels)) if blend and model.has_blend else None
         except ValueError as e:
             raise ModelError(str(e)) from None
-        self.calibration = ServedCalibration.load(self.folder, self.labels, blend_served=self.blend is not None,
-                                                  multi_label=self.multi_label)
+        self.calibration = ServedCalibration.load(self.folder, self.labels, self.blend is not None, self.multi_label)
         if self.multi_label:  # the tuned thresholds on the scale the scores are served (same label sets)
             self._thresholds = self.calibration.multi_label_thresholds(self._thresholds)
             self.thresholds = self._thresholds.values
