@@ -171,7 +171,7 @@ class Jobs:
             sep = active_label_sep(self.registry.path(active)) if active else None
             # Off the event loop: on a 1,000,000-row table the check, the table writes and the sha256 held it
             # 4.8 s, every request waiting.
-            store = getattr(self.switcher.state, "store", None)  # team datasets (labelstore/), as of event N
+            store = getattr(getattr(self.switcher, "state", None), "store", None)  # team datasets, as of event N
             ts = await asyncio.to_thread(build, label_root, self.cfg.train_data, share, sep, store)
             await asyncio.to_thread(check, ts, int(params["folds"]), sep)
             job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"

@@ -53,9 +53,10 @@ def servers(spread_model_dir, tmp_path_factory):
     main = Server(docker_argv(spread_model_dir, free_port()), main_dir, 0)
     main.port = int(main.proc.args[main.proc.args.index("--port") + 1])
     main.url = f"http://127.0.0.1:{main.port}"
-    # "strict": auth on, and a forming batch held for 1.5 s so the queue limit and the timeout can be hit.
+    # "strict": auth on, and a forming batch held for the whole 1 s timeout (the most --max-wait-ms may be), so
+    # the queue limit and the timeout can be hit: the timeout fires as the batch starts, before its answer.
     strict = start_server(spread_model_dir, tmp_path_factory.mktemp("strict-server"), "--api-key", API_KEY,
-                          "--max-wait-ms", "1500", "--max-batch-tokens", "100000", "--max-queue", "4",
+                          "--max-wait-ms", "1000", "--max-batch-tokens", "100000", "--max-queue", "4",
                           "--request-timeout", "1")
     # "drain": for the SIGTERM test; a 2 s batching wait keeps a request in flight while the signal arrives.
     drain = start_server(spread_model_dir, tmp_path_factory.mktemp("drain-server"), "--no-ui", "--max-wait-ms", "2000")

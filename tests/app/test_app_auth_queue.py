@@ -55,7 +55,7 @@ def test_full_queue_gets_429_and_slow_answers_504(strict_server):
 
     t = threading.Thread(target=hold_the_queue)
     t.start()
-    time.sleep(0.4)  # the 3 texts now wait in a forming batch (1.5 s); the queue holds 4
+    time.sleep(0.4)  # the 3 texts now wait in a forming batch (1 s); the queue holds 4
     depth = httpx.get(url + "/metrics", headers=AUTH).text
     assert "app_queue_depth_texts 3.0" in depth
     r = httpx.post(url + "/v1/classify", json={"texts": ["d", "e"]}, headers=AUTH, timeout=30)
@@ -63,7 +63,7 @@ def test_full_queue_gets_429_and_slow_answers_504(strict_server):
     assert r.headers["retry-after"] == "1" and "queue" in r.json()["detail"]
     assert httpx.get(url + "/healthz").status_code == 200  # the server itself stays responsive
     t.join()
-    # The forming batch would answer after 1.5 s; the caller's 1 s timeout comes first.
+    # The forming batch starts at 1 s and answers after its pass; the caller's 1 s timeout comes first.
     assert first["response"].status_code == 504 and "request-timeout" in first["response"].json()["detail"]
     assert 0.9 < first["seconds"] < 1.45
     # The queue empties once the batch runs, and the server takes work again.

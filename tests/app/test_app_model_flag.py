@@ -149,4 +149,5 @@ def test_the_decision_says_what_it_rests_on(spread_model_dir, tmp_path):
     assert won["promoted"] and "on 4 of 4 evaluation-slice rows; v1 may have trained on some of them" in won["why"]
     none = {"rows": 0, "slice_rows": 3, "left_out": {v1: 3}, "unknown": {}}
     skipped = asyncio.run(jobs._decide("v4", {"eval": None, "champion_eval": None, "compared_on": none}, v1))
-    assert not skipped["promoted"] and "every evaluation-slice row was trained on by one of them" in skipped["why"]
+    assert not skipped["promoted"] and "evaluation texts were trained on" in skipped["why"]
+    assert "promote it by hand" in skipped["why"]  # the decision in plain words, with what to do (issue 45)

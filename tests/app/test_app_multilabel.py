@@ -143,8 +143,10 @@ def test_batch_tab_writes_pred_labels_and_probabilities(ml_server, ml_engine):
     done = gradio_call(url, fn[0], [_upload(url, "batch.csv", csv.encode()), "text"])
     assert done["success"], done
     preview = done["output"]["data"][2]
-    assert preview["headers"][:6] == ["text", "pred_labels", "confident", "prob_dream", "prob_error", "prob_memo"]
-    got = [r[1] for r in preview["data"]]
+    # the answer first, then the (cut) text: a long text must not push the answer off the screen (issue 45)
+    assert preview["headers"][:7] == ["pred_labels", "confident", "error", "text", "prob_dream", "prob_error",
+                                      "prob_memo"]
+    got = [r[0] for r in preview["data"]]
     assert got == [";".join(p.labels) for p in ml_engine.predict(TEXTS)]
     assert "(none)" in done["output"]["data"][1]
 
