@@ -50,9 +50,9 @@ def test_off_topic_not_confident_with_a_reason(ood_folder, trained_classifier_di
 def test_api_shape_keeps_the_reason_at_any_min_confidence():
     away = Prediction(label="a", score=0.99, probabilities={"a": 0.99}, confident=False, reason="out of domain")
     fine = Prediction(label="a", score=0.99, probabilities={"a": 0.99})
-    assert _shape(away, None, "v1", 0.0) == {"label": "a", "score": 0.99, "probabilities": {"a": 0.99},
+    assert _shape(away, None, 0.0) == {"label": "a", "score": 0.99, "probabilities": {"a": 0.99},
                                               "confident": False, "reason": "out of domain"}
-    assert _shape(fine, None, "v1", 0.0)["confident"] and "reason" not in _shape(fine, None, "v1")
+    assert _shape(fine, None, 0.0)["confident"] and "reason" not in _shape(fine, None)
 
 
 def test_export_carries_the_detector(ood_folder, tmp_path):
