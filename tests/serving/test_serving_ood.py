@@ -51,7 +51,7 @@ def test_api_shape_keeps_the_reason_at_any_min_confidence():
     away = Prediction(label="a", score=0.99, probabilities={"a": 0.99}, confident=False, reason="out of domain")
     fine = Prediction(label="a", score=0.99, probabilities={"a": 0.99})
     assert _shape(away, None, 0.0) == {"label": "a", "score": 0.99, "probabilities": {"a": 0.99},
-                                              "confident": False, "reason": "out of domain"}
+                                     "confident": False, "reason": "out of domain"}
     assert _shape(fine, None, 0.0)["confident"] and "reason" not in _shape(fine, None)
 
 
