@@ -100,7 +100,7 @@ async def annotator(base, ds, token, labels, think, tally, rng):
             r = await post(client, f"/v1/datasets/{ds}/next", None, headers, tally, tally.next_ms)
             if r.status_code == 204:
                 return
-            if r.status_code != 200:
+            if not r.is_success:
                 continue
             await asyncio.sleep(rng.uniform(*think) / 1000)
             body = {"record_id": r.json()["record_id"], "label": rng.choice(labels),
@@ -141,6 +141,8 @@ async def run(args, model, data, k, people, kill_after=None) -> dict:
     admin = {"Authorization": f"Bearer {people['admin']}"}
     r = await asyncio.to_thread(httpx.post, base_url + "/v1/datasets", headers=admin, timeout=300,
                                 json={"name": f"bench k={k}", "texts": texts[:args.records], "overlap": k})
+    if not r.is_success:
+        raise SystemExit(f"POST /v1/datasets: {r.status_code} {r.text[:500]}")
     ds = r.json()["id"]
     tally, rng, before = Tally(), random.Random(k), None
     load = os.getloadavg()[0]

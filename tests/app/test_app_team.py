@@ -166,3 +166,14 @@ def test_without_scikit_learn_agreement_says_what_is_missing(tmp_path, monkeypat
         monkeypatch.setitem(__import__("sys").modules, "sklearn.metrics", None)
         r = c.get(f"/v1/datasets/{ds}/agreement")
         assert r.status_code == 501 and "sklearn" in r.json()["detail"] and "VARIANT=full" in r.json()["detail"]
+
+
+def test_a_dataset_larger_than_one_requests_texts_is_created_in_one_call(tmp_path):
+    """The body gate counts a dataset's texts against --max-upload-rows, not the classify routes' --max-texts."""
+    texts = [f"text number {i} " + "word " * 20 for i in range(600)]
+    with client(f"sqlite:///{tmp_path / 'app.db'}", tmp_path, max_texts=64, max_upload_rows=1000) as c:
+        made = c.post("/v1/datasets", json={"name": "big", "texts": texts})
+        assert made.status_code == 201, made.text[:300]
+        assert made.json()["records"] == 600
+        over = c.post("/v1/classify", json={"texts": texts})
+        assert over.status_code == 422
