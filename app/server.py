@@ -137,7 +137,8 @@ def say_who_sees_what(cfg: Config) -> None:
     if open_to_anyone(cfg):
         log.warning("listening on %s without --api-key: anyone who can reach it may classify and use the UI's "
                     "Classify, Label and Batch tabs; the registry, jobs, training and kept texts are refused "
-                    "(--audit-rate and --review-queue need --api-key here)", cfg.host)
+                    "(--audit-rate and --review-queue need --api-key here), and a visitor opens only the Label "
+                    "sessions started in their own page (no 'Earlier sessions' list)", cfg.host)
     elif not (cfg.api_key or loopback_only(cfg.host)) and (cfg.audit_rate > 0 or cfg.review_queue):
         log.warning("--allow-admin without --api-key on %s: anyone who can reach it may read the texts "
                     "--audit-rate / --review-queue keep, and train, activate and delete versions", cfg.host)
