@@ -96,6 +96,7 @@ class Replica:
         self.switcher, self.id = switcher, rid
         self.poll_s, self.heartbeat_s = poll_s, heartbeat_s
         self.prepared: dict[str, ServedVersion] = {}
+        self.preparing: dict[str, asyncio.Task] = {}
         self.handled: int | None = None  # the promotion last prepared
         self.failed: dict[str, float] = {}  # version -> when loading it failed
         self.stale = False  # serving a version that is not the active one: refuses work (app/fleet_gate.py)
@@ -145,13 +146,15 @@ class Replica:
         seen = await asyncio.to_thread(fs.poll, self.engine, self.id)
         if time.monotonic() - self._beat >= self.heartbeat_s:
             self._beat = time.monotonic()
-            monitor = compact(self.state.monitor.snapshot()) if self.state.monitor is not None else None
+            mon = self.state.monitor
+            monitor = await asyncio.to_thread(lambda: compact(mon.snapshot())) if mon is not None else None
             await asyncio.to_thread(fs.heartbeat, self.engine, self.id, self.state.served.version, monitor)
             self.rows = await asyncio.to_thread(fs.all_replicas, self.engine)
         promo = seen["promotion"]
         if promo and promo["id"] != self.handled and time.time() < promo["deadline"]:
+            # a task: the heartbeat goes on while the model loads (a silent replica is taken for dead)
             self.handled = promo["id"]
-            await self.prepare(promo)
+            self.preparing[promo["version"]] = asyncio.create_task(self.prepare(promo))
         wanted = seen["version"]
         if wanted and wanted != self.state.served.version:
             await self.switch(wanted)
@@ -170,11 +173,13 @@ class Replica:
                 new = await self._load(version)
             digest = await asyncio.to_thread(parity_digest, new.clf)
         except (ActivationError, RegistryError) as e:
+            self.preparing.pop(version, None)
             await asyncio.to_thread(fs.report_prepare, self.engine, self.id, pid, "failed", None, str(e))
             log.warning("fleet: prepare of %s failed: %s", version, e,
                         extra={"fields": {"event": "prepare_failed", "version": version, "replica": self.id}})
             return
         self.prepared[version] = new
+        self.preparing.pop(version, None)
         await asyncio.to_thread(fs.report_prepare, self.engine, self.id, pid, "ready", digest)
         log.info("fleet: %s prepared (parity %s)", version, digest,
                  extra={"fields": {"event": "prepared", "version": version, "replica": self.id}})
@@ -185,6 +190,10 @@ class Replica:
 
     async def switch(self, version: str) -> None:
         old = self.state.served
+        task = self.preparing.get(version)
+        if task is not None and not task.done():  # committed without this replica: its prepare may still finish
+            self.stale, self.state.ready = True, False
+            await asyncio.wait([task])
         new = self.prepared.pop(version, None)
         if new is None:
             self.stale, self.state.ready = True, False  # out of rotation until it serves the active version

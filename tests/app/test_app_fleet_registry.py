@@ -156,3 +156,14 @@ def test_a_coordinator_killed_between_the_phases_leaves_the_old_pointer(fleet):
     assert registry.active() == "v1"
     assert promote(registry, "v2", "next", timeout_s=5)["version"] == "v2"  # the left promotion is aborted
     assert registry.active() == "v2"
+
+
+def test_a_second_trainer_exits_0_with_one_line(store_url, tmp_path, capsys):
+    from app.fleet_train import main as train_main
+
+    engine = open_store(store_url)
+    assert fs.take_lease(engine, "trainer", "other-host:77", "other-host", 77, 30) is None
+    rc = train_main(["--database-url", store_url, "--models-dir", str(tmp_path / "models"), "--fleet",
+                     "--data-dir", str(tmp_path)])
+    assert rc == 0 and capsys.readouterr().out == "training already running on other-host\n"
+    engine.dispose()
