@@ -28,6 +28,8 @@ TRAIN_ONLY = {
 }
 # installed on its own, before the rest, from a source chosen at build time (CPU index, GPU PyPI, a wheel)
 SEPARATE = {"torch"}
+# extras every image serves with: the cascade's client (`--fallback-url`), small and imported only when asked
+SERVE_EXTRAS = ("llm",)
 
 
 def _name(requirement: str) -> str:
@@ -35,9 +37,12 @@ def _name(requirement: str) -> str:
 
 
 def dependencies(pyproject: Path) -> list[str]:
+    """The base dependencies and those of SERVE_EXTRAS."""
     import tomllib  # Python 3.11+, as in every image
 
-    return tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    extras = project.get("optional-dependencies", {})
+    return project["dependencies"] + [r for extra in SERVE_EXTRAS for r in extras[extra]]
 
 
 def select(requirements: list[str], variant: str) -> list[str]:
