@@ -158,8 +158,11 @@ LOGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Sign in<
 
 class Gate:
     def __init__(self, app, *, state, metrics: Metrics, api_key: str | None, max_body_bytes: int, sites=None,
-                 uploads=None, max_texts: int = 64, identities=None):
+                 uploads=None, max_texts: int = 64, identities=None, bulk_values: dict | None = None):
         self.app = app
+        # paths whose bodies may hold more values than --max-texts allows: {path: values}, e.g. a new
+        # dataset's texts (up to --max-upload-rows, as an upload in the UI)
+        self.bulk_values = bulk_values or {}
         self.identities = identities  # app/team_auth.py: users' tokens; once a user exists, auth is on
         self.sites = sites  # app/origin.py SiteRule: Host and Origin, before anything else
         self.uploads = uploads  # app/upload_guard.py UploadGuard: Gradio's upload route, total and rate
@@ -297,7 +300,8 @@ class Gate:
                 return
         # API bodies and the UI's events are small: read them whole (chunked ones too) up to --max-body-bytes,
         # and count their values before anything parses them (app/body_shape.py).
-        body = await self._read_body(scope, receive, send, UI_MAX_VALUES if _is_ui(path) else self.max_values)
+        limit = UI_MAX_VALUES if _is_ui(path) else self.bulk_values.get(path, self.max_values)
+        body = await self._read_body(scope, receive, send, limit)
         if body is None:
             return
         sent = False
@@ -340,7 +344,8 @@ class Gate:
                     more = message.get("more_body", False) and message["type"] != "http.disconnect"
                 self.metrics.rejected.labels("body_values").inc()
                 what = (f"a request holds at most {self.max_texts} texts (--max-texts) and a few fields"
-                        if max_values == self.max_values else "a UI event holds a few inputs")
+                        if max_values == self.max_values else "a UI event holds a few inputs"
+                        if max_values == UI_MAX_VALUES else "this request holds at most --max-upload-rows texts")
                 await _json(send, 422, too_many_values(max_values, what), [(b"connection", b"close")])
                 return None
         return b"".join(chunks)

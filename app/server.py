@@ -17,7 +17,7 @@ from .admin import add_admin_routes
 from .api import ServerState, build_api, public
 from .batcher import MicroBatcher
 from .config import Config, kept_texts_refusal, loopback_only, open_to_anyone, pass_size, quantized
-from .gate import Gate
+from .gate import FIELD_VALUES, Gate
 from .metrics import Metrics
 from .origin import SiteRule
 from .registry import Registry
@@ -124,7 +124,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     uploads = UploadGuard(int(cfg.max_upload_mb * MB) + FRAMING_BYTES, int(cfg.upload_mb_per_minute * MB))
     app.add_middleware(Gate, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes,
                        sites=sites, uploads=uploads if cfg.ui else None, max_texts=cfg.max_texts,
-                       identities=identities)
+                       identities=identities, bulk_values={"/v1/datasets": cfg.max_upload_rows + FIELD_VALUES})
     if cfg.cors_origins:
         # Outside the gate: preflight requests carry no Authorization header.
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.cors_origins), allow_methods=["GET", "POST"],
