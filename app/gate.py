@@ -158,8 +158,11 @@ LOGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Sign in<
 
 class Gate:
     def __init__(self, app, *, state, metrics: Metrics, api_key: str | None, max_body_bytes: int, sites=None,
-                 uploads=None, max_texts: int = 64, max_dataset_texts: int = 50_000, identities=None):
+                 uploads=None, max_texts: int = 64, identities=None, bulk_values: dict | None = None):
         self.app = app
+        # paths whose bodies may hold more values than --max-texts allows: {path: values}, e.g. a new
+        # dataset's texts (up to --max-upload-rows, as an upload in the UI)
+        self.bulk_values = bulk_values or {}
         self.identities = identities  # app/team_auth.py: users' tokens; once a user exists, auth is on
         self.sites = sites  # app/origin.py SiteRule: Host and Origin, before anything else
         self.uploads = uploads  # app/upload_guard.py UploadGuard: Gradio's upload route, total and rate
@@ -169,8 +172,6 @@ class Gate:
         self.max_body_bytes = max_body_bytes
         self.max_texts = max_texts
         self.max_values = 2 * max_texts + FIELD_VALUES
-        # a dataset is created in one request of up to --max-upload-rows texts (app/team.py checks the count)
-        self.dataset_values = 2 * max_dataset_texts + FIELD_VALUES + 2 * 1024
 
     def credential(self, scope) -> str:
         """"ok", "none" (nothing presented) or "wrong". The UI cookie counts on UI paths only. A user's token
@@ -217,9 +218,8 @@ class Gate:
                 status_holder["status"] = message["status"]
                 status_holder["started"] = True
                 extra = [(b"x-request-id", rid.encode())]
-                # the version that answered (the HF shapes have no field for it); on other routes the one serving
-                version = scope["state"].get("model_version") or getattr(self.state.served, "version", None)
-                if version:
+                version = scope["state"].get("model_version")
+                if version:  # the version that answered, on every classify route (the HF shapes have no field for it)
                     extra.append((b"x-model-version", version.encode()))
                 message["headers"] = list(message.get("headers", [])) + extra
             await send(message)
@@ -300,7 +300,8 @@ class Gate:
                 return
         # API bodies and the UI's events are small: read them whole (chunked ones too) up to --max-body-bytes,
         # and count their values before anything parses them (app/body_shape.py).
-        body = await self._read_body(scope, receive, send, self._value_limit(path))
+        limit = UI_MAX_VALUES if _is_ui(path) else self.bulk_values.get(path, self.max_values)
+        body = await self._read_body(scope, receive, send, limit)
         if body is None:
             return
         sent = False
@@ -313,11 +314,6 @@ class Gate:
             return await receive()
 
         await self.app(scope, replay, send)
-
-    def _value_limit(self, path: str) -> int:
-        if _is_ui(path):
-            return UI_MAX_VALUES
-        return self.dataset_values if path == "/v1/datasets" else self.max_values
 
     async def _read_body(self, scope, receive, send, max_values: int) -> bytes | None:
         """The whole body, or None once refused (413 over --max-body-bytes, not read further; 422 over
@@ -347,9 +343,9 @@ class Gate:
                     size += len(message.get("body", b""))
                     more = message.get("more_body", False) and message["type"] != "http.disconnect"
                 self.metrics.rejected.labels("body_values").inc()
-                what = {self.max_values: f"a request holds at most {self.max_texts} texts (--max-texts) and a few fields",
-                        self.dataset_values: "a dataset holds at most --max-upload-rows texts"}.get(
-                            max_values, "a UI event holds a few inputs")
+                what = (f"a request holds at most {self.max_texts} texts (--max-texts) and a few fields"
+                        if max_values == self.max_values else "a UI event holds a few inputs"
+                        if max_values == UI_MAX_VALUES else "this request holds at most --max-upload-rows texts")
                 await _json(send, 422, too_many_values(max_values, what), [(b"connection", b"close")])
                 return None
         return b"".join(chunks)

@@ -17,7 +17,7 @@ from .admin import add_admin_routes
 from .api import ServerState, build_api, public
 from .batcher import MicroBatcher
 from .config import Config, kept_texts_refusal, loopback_only, open_to_anyone, pass_size, quantized
-from .gate import Gate
+from .gate import FIELD_VALUES, Gate
 from .metrics import Metrics
 from .origin import SiteRule
 from .registry import Registry
@@ -64,7 +64,9 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     if state.monitor is not None:  # its saved window shows in /v1/monitor from the start
         state.monitor.attach(state.served)
     metrics.set_model(version)
-    switcher = make_switcher(cfg, registry, state, metrics) if registry is not None else None
+    switcher = None
+    if registry is not None:
+        switcher = Switcher(registry, state, metrics, lambda f: load_classifier(cfg, f), describe)
     if cfg.review_queue:
         from .review_queue import ReviewQueue
 
@@ -78,10 +80,6 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     app.state.server = state
     identities = _add_team(app, cfg, state)
     jobs = add_admin_routes(app, cfg, state, registry, switcher) if registry is not None else None
-    if cfg.in_fleet and switcher is not None:
-        from .fleet_gate import attach
-
-        attach(app, state, metrics, switcher)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -126,7 +124,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     uploads = UploadGuard(int(cfg.max_upload_mb * MB) + FRAMING_BYTES, int(cfg.upload_mb_per_minute * MB))
     app.add_middleware(Gate, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes,
                        sites=sites, uploads=uploads if cfg.ui else None, max_texts=cfg.max_texts,
-                       max_dataset_texts=cfg.max_upload_rows, identities=identities)
+                       identities=identities, bulk_values={"/v1/datasets": cfg.max_upload_rows + FIELD_VALUES})
     if cfg.cors_origins:
         # Outside the gate: preflight requests carry no Authorization header.
         app.add_middleware(CORSMiddleware, allow_origins=list(cfg.cors_origins), allow_methods=["GET", "POST"],
@@ -134,22 +132,12 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     return app
 
 
-def make_switcher(cfg: Config, registry: Registry, state: ServerState, metrics: Metrics) -> Switcher:
-    """One process's switcher, or in a fleet the two-phase promotion across every replica (app/fleet.py)."""
-    if cfg.in_fleet:
-        from .fleet import FleetSwitcher
-
-        return FleetSwitcher(registry, state, metrics, lambda f: load_classifier(cfg, f), describe, cfg)
-    return Switcher(registry, state, metrics, lambda f: load_classifier(cfg, f), describe)
-
-
 def say_who_sees_what(cfg: Config) -> None:
     """At start, what a visitor without a key may see on a server others can reach (docs/app.md, Security)."""
     if open_to_anyone(cfg):
         log.warning("listening on %s without --api-key: anyone who can reach it may classify and use the UI's "
                     "Classify, Label and Batch tabs; the registry, jobs, training and kept texts are refused "
-                    "(--audit-rate and --review-queue need --api-key here), and a visitor opens only the Label "
-                    "sessions started in their own page (no 'Earlier sessions' list)", cfg.host)
+                    "(--audit-rate and --review-queue need --api-key here)", cfg.host)
     elif not (cfg.api_key or loopback_only(cfg.host)) and (cfg.audit_rate > 0 or cfg.review_queue):
         log.warning("--allow-admin without --api-key on %s: anyone who can reach it may read the texts "
                     "--audit-rate / --review-queue keep, and train, activate and delete versions", cfg.host)

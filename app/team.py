@@ -25,7 +25,7 @@ from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from labelstore import queue, review
+from labelstore import queue, review, tx
 from labelstore.agreement import agreement
 from labelstore.schema import ROLES
 
@@ -91,6 +91,7 @@ def _reader(engine):
             cache[dataset_id] = found
         return cache[dataset_id]
 
+    dataset.cache = cache
     return dataset
 
 
@@ -103,6 +104,7 @@ def _value(ds: queue.Dataset, body) -> object:
 
 def add_team_routes(app: FastAPI, cfg, state, engine, who: Identities) -> None:
     dataset = _reader(engine)
+    cached = dataset.cache
 
     @app.post("/v1/datasets", status_code=201)
     def create(body: NewDataset, request: Request):
@@ -129,19 +131,22 @@ def add_team_routes(app: FastAPI, cfg, state, engine, who: Identities) -> None:
         who.caller(request, ROLES)
         return {"datasets": queue.list_datasets(engine)}
 
+    # The two requests of every label save: async, their store work in the store's thread (labelstore/tx.py)
     @app.post("/v1/datasets/{dataset_id}/next", responses={204: {"description": "nothing left for you"}})
-    def next_text(dataset_id: int, request: Request):
+    async def next_text(dataset_id: int, request: Request):
         uid = who.caller(request, ROLES)[0]
-        record = queue.next_record(engine, dataset(dataset_id), uid)
-        return Response(status_code=204) if record is None else record
+        ds = dataset(dataset_id) if dataset_id in cached else await tx.call(engine, dataset, dataset_id)
+        record = await tx.call(engine, queue.next_record, engine, ds, uid)
+        return Response(status_code=204) if record is None else JSONResponse(record)
 
     @app.post("/v1/datasets/{dataset_id}/labels")
-    def label(dataset_id: int, body: Answer, request: Request):
+    async def label(dataset_id: int, body: Answer, request: Request):
         uid = who.caller(request, ROLES)[0]
-        ds = dataset(dataset_id)
+        ds = dataset(dataset_id) if dataset_id in cached else await tx.call(engine, dataset, dataset_id)
         value = _value(ds, body)
         try:
-            saved, replayed = queue.submit(engine, ds, uid, body.record_id, value, body.client_event_id)
+            saved, replayed = await tx.call(engine, queue.submit, engine, ds, uid, body.record_id, value,
+                                            body.client_event_id)
         except queue.NotFound as e:
             raise HTTPException(404, str(e)) from None
         except queue.Full as e:

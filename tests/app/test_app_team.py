@@ -118,8 +118,8 @@ def test_users_turn_auth_on_for_a_server_without_a_key(tmp_path):
         engine.dispose()
         from app import team_auth
 
-        saved = team_auth.ACTIVE_TTL_S, team_auth.TOKEN_TTL_S
-        team_auth.ACTIVE_TTL_S = team_auth.TOKEN_TTL_S = 0.0  # the gate asks the store at once, not within 1-2 s
+        saved = team_auth.TOKEN_TTL_S, team_auth.MISS_TTL_S
+        team_auth.TOKEN_TTL_S = team_auth.MISS_TTL_S = 0.0  # the gate reads the users at once, not within 1 s
         try:
             assert c.get("/v1/datasets").status_code == 401
             assert c.get("/v1/datasets", headers={"Authorization": f"Bearer {token}"}).status_code == 200
@@ -127,8 +127,15 @@ def test_users_turn_auth_on_for_a_server_without_a_key(tmp_path):
             users.revoke(engine, "ann")  # while the server runs
             engine.dispose()
             assert c.get("/v1/datasets", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+            # the users are held in memory for TOKEN_TTL_S; a token not among them reads them again at once
+            team_auth.TOKEN_TTL_S = 3600.0
+            assert c.get("/v1/datasets").status_code == 401
+            engine = open_store(url)
+            second = users.add_user(engine, "bob", "annotator")
+            engine.dispose()
+            assert c.get("/v1/datasets", headers={"Authorization": f"Bearer {second}"}).status_code == 200
         finally:
-            team_auth.ACTIVE_TTL_S, team_auth.TOKEN_TTL_S = saved
+            team_auth.TOKEN_TTL_S, team_auth.MISS_TTL_S = saved
 
 
 def test_the_ui_signs_in_with_a_users_token(tmp_path):
