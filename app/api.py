@@ -175,8 +175,10 @@ def _shape(pred, top_k: int | None, min_confidence: float | None = None) -> dict
         scores = pred.scores if top_k is None else dict(sorted(((k, v) for k, v in pred.scores.items() if k in kept),
                                                                key=lambda kv: -kv[1]))
         sure = pred.confident if min_confidence is None else all(pred.scores[n] >= min_confidence for n in pred.labels)
+        source = getattr(pred, "source", None)  # with --fallback-url: who answered (the LLM's set is sure)
         # the version is the response's (model_version, X-Model-Version), as for single-label answers
-        return {"labels": pred.labels, "scores": scores, "confident": bool(sure)}
+        return {"labels": pred.labels, "scores": scores, "confident": bool(sure or source == "llm"),
+                **({"source": source} if source else {})}
     probs = pred.probabilities
     if top_k is not None:
         probs = dict(sorted(probs.items(), key=lambda kv: -kv[1])[:top_k])
@@ -298,7 +300,8 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
             if state.review is not None:
                 state.review.add(texts, preds, served.version)
         if state.fallback is not None:  # the cascade (app/fallback.py)
-            preds = await state.fallback.resolve(texts, preds, served.version, list(clf.labels))
+            preds = await state.fallback.resolve(texts, preds, served.version, list(clf.labels),
+                                                 label_sep=getattr(clf, "label_sep", None) or ";")
         return preds
 
     add_hf_routes(app, classify_texts)

@@ -83,7 +83,14 @@ def classify_tab(cfg, state) -> None:
             raise gr.Error("The server is busy; try again in a moment.") from None
         probs = pred.scores if getattr(clf, "multi_label", False) else pred.probabilities
         unsure = not getattr(pred, "confident", True) and state.review is not None
-        return (probs, answer_markdown(clf, pred, served.version, cut),
+        note = ""
+        if getattr(state, "fallback", None) is not None:  # the cascade, as for the API (app/fallback.py)
+            from .cascade_rows import source_note
+
+            (pred,) = await state.fallback.resolve([text], [pred], served.version, list(clf.labels),
+                                                   label_sep=getattr(clf, "label_sep", None) or ";")
+            note = source_note(pred, cfg.fallback_model)
+        return (probs, answer_markdown(clf, pred, served.version, cut) + note,
                 gr.update(visible=True if unsure else "hidden", value="Send to the review queue", interactive=True),
                 (text, pred, served.version) if unsure else None)
 
