@@ -14,6 +14,8 @@ from pathlib import Path
 from serving.engine import GPU_BATCH_TOKENS, PassSize
 from textdata.flags import Flag, parser_for
 
+from .origin import cors_origin_problem
+
 API_KEY_ENV = "ELECTRA_API_KEY"
 DATABASE_URL_ENV = "DATABASE_URL"
 # Padded tokens per engine pass when --engine-batch-tokens is not given: on CPU every padded token costs
@@ -288,6 +290,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     values["api_key"] = key
     values["database_url"] = a.database_url or os.environ.get(DATABASE_URL_ENV) or None
     values["cors_origins"] = tuple(a.cors_origins)
+    for why in filter(None, map(cors_origin_problem, a.cors_origins)):
+        p.error(f"--cors-origin: {why}")
     values["allowed_hosts"] = tuple(a.allowed_hosts)
     values["forwarded_allow_ips"] = tuple(a.forwarded_allow_ips)
     cfg = Config(**values)

@@ -127,7 +127,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
                        identities=identities, bulk_values={"/v1/datasets": cfg.max_upload_rows + FIELD_VALUES})
     if cfg.cors_origins:
         # Outside the gate: preflight requests carry no Authorization header.
-        app.add_middleware(CORSMiddleware, allow_origins=list(cfg.cors_origins), allow_methods=["GET", "POST"],
+        app.add_middleware(CORSMiddleware, allow_origins=sorted(sites.cors), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
     return app
 

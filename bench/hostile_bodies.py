@@ -50,7 +50,8 @@ def tiny_model(work: Path) -> Path:
     return build_tiny_classifier(folder)
 
 
-def start(code: Path, model: Path, work: Path) -> tuple[subprocess.Popen, int]:
+def start(code: Path, model: Path, work: Path, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
+    """`python -m app` from `code` on `model` (plus `extra` flags), once /readyz answers: (process, port)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -58,7 +59,7 @@ def start(code: Path, model: Path, work: Path) -> tuple[subprocess.Popen, int]:
     env.update(PYTHONPATH=str(code), GRADIO_ANALYTICS_ENABLED="False")
     log = open(work / "server.log", "wb")  # noqa: SIM115 - open for the process lifetime
     proc = subprocess.Popen([sys.executable, "-m", "app", "--model", str(model), "--port", str(port),
-                             "--data-dir", str(work / "data"), "--log-level", "warning"], cwd=work, env=env,
+                             "--data-dir", str(work / "data"), "--log-level", "warning", *extra], cwd=work, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 900  # a loaded machine: imports and warm-up took over 5 minutes at load 20
     while time.monotonic() < deadline:
