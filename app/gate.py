@@ -21,7 +21,9 @@ from .upload_guard import is_upload
 
 log = logging.getLogger("app.access")
 
-OPEN_PATHS = {"/healthz", "/login", "/logout"}  # reachable without a key: liveness probes, the UI's sign-in form
+# Reachable without a key: liveness and readiness probes (a kubelet's httpGet or a compose healthcheck sends no
+# secret, and the answer holds none: ok, ready, warming up, draining), the UI's sign-in form.
+OPEN_PATHS = {"/healthz", "/readyz", "/login", "/logout"}
 DRAIN_OPEN_PATHS = {"/healthz", "/readyz", "/metrics"}  # still answered while draining (readyz says 503)
 SESSION_COOKIE = "electra_session"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")

@@ -25,6 +25,9 @@ TRAIN_ONLY = {
     # also keeps scipy (sklearn's dependency) out of the slim image
     "scikit-learn": "sklearn",
     "iterative-stratification": "iterstrat",  # k-fold's multi-label folds
+    # finetune/label_issues.py alone; it requires scikit-learn, so in the slim image it brought scipy and
+    # sklearn back (about 200 MB: the image grew past tests/docker's 1 GB)
+    "cleanlab": "cleanlab",
 }
 # installed on its own, before the rest, from a source chosen at build time (CPU index, GPU PyPI, a wheel)
 SEPARATE = {"torch"}

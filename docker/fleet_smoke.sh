@@ -50,7 +50,7 @@ burst() { local i; for i in $(seq "$1"); do classify; done; }  # N sequential re
 tally() { awk '{print $1, $2, $3}' | sort | uniq -c | sed 's/^/    /'; }
 
 t0=$SECONDS
-fc up -d --build
+fc up -d --build || fail "compose up"
 wait_healthy postgres replica1 replica2 replica3 nginx ${TRAIN:+trainer}
 say "up and healthy in $((SECONDS - t0)) s (build included)"
 docker exec "$(cid nginx)" nginx -t 2>&1 | tail -1
