@@ -157,7 +157,7 @@ def _add_team(app: FastAPI, cfg: Config, state: ServerState):
         from .team_import import import_sessions  # (app/labeling.py's imports: only where there are sessions)
 
         import_sessions(state.store, Path(cfg.data_dir) / "label")
-    identities = Identities(state.store)
+    identities = state.identities = Identities(state.store)
     add_team_routes(app, cfg, state, state.store, identities)
     return identities
 

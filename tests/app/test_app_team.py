@@ -147,6 +147,9 @@ def test_the_ui_signs_in_with_a_users_token(tmp_path):
         assert c.post("/login", data={"key": "lbl_wrong"}, follow_redirects=False).status_code == 401
         ok = c.post("/login", data={"key": token}, follow_redirects=False)
         assert ok.status_code == 303 and "electra_session" in ok.headers.get("set-cookie", "")
+        state = c.app.state.server  # the cookie names the user: the UI's reviews are theirs (app/ui_team.py)
+        assert state.identities.by_id(state.sessions.user_of(ok.cookies["electra_session"]))[1:] == ("ann",
+                                                                                                   "annotator")
 
 
 def test_a_retrain_table_takes_the_store_as_of_its_newest_event(tmp_path):
