@@ -53,6 +53,7 @@ class ServerState:
     monitor: object = None  # app.monitor.Monitor: drift per version (None: --no-monitor)
     shares: FairShare | None = None  # each client address's share of the queue (app/fair_share.py)
     store: object = None  # the label store's SQLAlchemy engine (labelstore/): team labeling, users
+    identities: object = None  # app.team_auth.Identities: who a token or a UI cookie names
     fallback: object = None  # app.fallback.Fallback: 'not sure' answers sent to an LLM (--fallback-url)
 
 
@@ -381,7 +382,8 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
         given = (form.get("key") or [""])[0]
         key_ok = bool(cfg.api_key) and hmac.compare_digest(given.encode(), cfg.api_key.encode())
         # a user's token signs in too (labelstore/users.py)
-        if not key_ok and not (team and await asyncio.to_thread(by_token, state.store, given.strip())):
+        user = None if key_ok or not team else await asyncio.to_thread(by_token, state.store, given.strip())
+        if not key_ok and not user:
             metrics.rejected.labels("auth").inc()
             state.throttle.fail(client)
             if wait:
@@ -389,7 +391,8 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
                 return HTMLResponse(page, 429, headers={"Retry-After": str(wait)})
             return HTMLResponse(LOGIN_PAGE.replace("<h2>API key required</h2>", "<h2>Wrong key</h2>"), 401)
         resp = RedirectResponse("/ui/", 303)
-        resp.set_cookie(SESSION_COOKIE, state.sessions.issue(), max_age=int(state.sessions.ttl_s), httponly=True,
+        # the cookie names the user, so the UI's labels and reviews are theirs (app/ui_team.py)
+        resp.set_cookie(SESSION_COOKIE, state.sessions.issue(user[0] if user else None), max_age=int(state.sessions.ttl_s), httponly=True,
                         samesite="strict", secure=is_https(request.scope))
         return resp
 

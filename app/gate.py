@@ -47,26 +47,39 @@ def proxy_settings(cfg) -> dict:
 
 
 class UiSessions:
-    """The UI cookie: an expiry and its HMAC under a secret made at each start, so a cookie never outlives
-    SESSION_TTL_S or a restart, and the key itself never sits in a browser's cookie jar. Logout revokes."""
+    """The UI cookie: an expiry, who signed in (a user's id; empty for the --api-key holder) and their HMAC
+    under a secret made at each start, so a cookie never outlives SESSION_TTL_S or a restart, the key itself
+    never sits in a browser's cookie jar, and nobody can change whose it is. Logout revokes."""
 
     def __init__(self, ttl_s: float = SESSION_TTL_S):
         self.ttl_s = ttl_s
         self._secret = secrets.token_bytes(32)
         self._revoked: dict[str, float] = {}
 
-    def _sign(self, expires: int) -> str:
-        return hmac.new(self._secret, f"electra-ui:{expires}".encode(), hashlib.sha256).hexdigest()
+    def _sign(self, expires: int, user: str) -> str:
+        return hmac.new(self._secret, f"electra-ui:{expires}:{user}".encode(), hashlib.sha256).hexdigest()
 
-    def issue(self) -> str:
-        expires = int(time.time() + self.ttl_s)
-        return f"{expires}.{self._sign(expires)}"
+    def issue(self, user_id: int | None = None) -> str:
+        expires, user = int(time.time() + self.ttl_s), "" if user_id is None else str(int(user_id))
+        return f"{expires}.{user}.{self._sign(expires, user)}"
+
+    def _read(self, token: str | None) -> str | None:
+        """The signed user field ("" for the key holder), or None for a cookie not valid now."""
+        parts = (token or "").split(".")
+        if len(parts) != 3 or token in self._revoked:
+            return None
+        expires, user, sig = parts
+        if not expires.isdigit() or int(expires) < time.time() or not (user == "" or user.isdigit()):
+            return None
+        return user if hmac.compare_digest(sig.encode(), self._sign(int(expires), user).encode()) else None
 
     def valid(self, token: str | None) -> bool:
-        expires, _, sig = (token or "").partition(".")
-        if not expires.isdigit() or int(expires) < time.time() or token in self._revoked:
-            return False
-        return hmac.compare_digest(sig.encode(), self._sign(int(expires)).encode())
+        return self._read(token) is not None
+
+    def user_of(self, token: str | None) -> int | None:
+        """The id of the user a valid cookie was issued to; None for the key holder's or an invalid one."""
+        user = self._read(token)
+        return int(user) if user else None
 
     def revoke(self, token: str | None) -> None:
         now = time.time()
@@ -196,7 +209,16 @@ class Gate:
         cookie = _cookie(scope, SESSION_COOKIE)
         if cookie is None or not _is_ui(scope["path"]):
             return "none"
-        return "ok" if self.state.sessions.valid(cookie) else "none"  # expired: sign in again, not a guess
+        if not self.state.sessions.valid(cookie):
+            return "none"  # expired: sign in again, not a guess
+        uid = self.state.sessions.user_of(cookie)
+        if uid is None:
+            return "ok"
+        user = self.identities.by_id(uid) if self.identities is not None else None
+        if user is None:
+            return "none"  # the user was revoked since signing in
+        scope.setdefault("state", {})["user"] = user
+        return "ok"
 
     def _auth_on(self) -> bool:
         return self.api_key is not None or (self.identities is not None and self.identities.active())

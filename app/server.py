@@ -136,7 +136,8 @@ def say_who_sees_what(cfg: Config) -> None:
     """At start, what a visitor without a key may see on a server others can reach (docs/app.md, Security)."""
     if open_to_anyone(cfg):
         log.warning("listening on %s without --api-key: anyone who can reach it may classify and use the UI's "
-                    "Classify, Label and Batch tabs; the registry, jobs, training and kept texts are refused "
+                    "Classify, Label and Batch tabs; the registry, jobs, training, team datasets (until a user is added: "
+                    "`python -m app users add`) and kept texts are refused "
                     "(--audit-rate and --review-queue need --api-key here)", cfg.host)
     elif not (cfg.api_key or loopback_only(cfg.host)) and (cfg.audit_rate > 0 or cfg.review_queue):
         log.warning("--allow-admin without --api-key on %s: anyone who can reach it may read the texts "
@@ -156,7 +157,7 @@ def _add_team(app: FastAPI, cfg: Config, state: ServerState):
         from .team_import import import_sessions  # (app/labeling.py's imports: only where there are sessions)
 
         import_sessions(state.store, Path(cfg.data_dir) / "label")
-    identities = Identities(state.store)
+    identities = state.identities = Identities(state.store)
     add_team_routes(app, cfg, state, state.store, identities)
     return identities
 

@@ -24,11 +24,13 @@ class Identities:
         self._builtin: dict[str, tuple] = {}
         self._read_at = -1e9
         self._tokens: dict[str, tuple] = {}
+        self._ids: dict[int, tuple] = {}
         self._any = False
 
     def _refresh(self, older_than: float) -> None:
         if time.monotonic() - self._read_at > older_than:
             self._tokens, self._any = users.token_table(self.engine)
+            self._ids = {u[0]: u for u in self._tokens.values()}
             self._read_at = time.monotonic()
 
     def active(self) -> bool:
@@ -46,6 +48,19 @@ class Identities:
             self._refresh(MISS_TTL_S)
             user = self._tokens.get(digest)
         return user
+
+    def by_id(self, user_id: int) -> tuple | None:
+        """(id, name, role) of an active user, for a UI cookie (app/gate.py UiSessions); None once revoked."""
+        self._refresh(TOKEN_TTL_S)
+        return self._ids.get(user_id)
+
+    def ui_user(self, cfg, sessions, cookie: str | None) -> tuple[int, str, str] | None:
+        """Who a UI event comes from: the user its session cookie names, else the key holder (or `local` in
+        one-person mode), an admin. None for a cookie naming a user revoked since (the gate refuses it too)."""
+        uid = sessions.user_of(cookie)
+        if uid is not None:
+            return self.by_id(uid)
+        return self.resolve(API_KEY_CALLER if cfg.api_key else None)
 
     def resolve(self, who) -> tuple[int, str, str]:
         """(id, name, role) for the gate's record of the request."""
