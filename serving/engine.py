@@ -322,18 +322,18 @@ class Classifier:
         return self._proba(seqs, plan=self.plan(seqs, passes.FIXED))
 
     def _proba(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None,
-               plan: list[np.ndarray] | None = None) -> np.ndarray:
+               plan: list[np.ndarray] | None = None, baseline=None) -> np.ndarray:
         # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
         rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)] if self.blend else []
         texts = [seqs[i].text for i in rows]
-        # The baseline runs in a side thread during the model's pass: ONNX Runtime and most of the baseline's numpy
-        # release the GIL, so its cost mostly hides (docs/serving.md, "The blend's cost"). Same numbers either way.
+        # The baseline runs in a side thread during the model's pass (GIL released): docs/serving.md "The blend's cost"
         overlap = self.blend_overlap and logits is None and len(rows) >= BLEND_OVERLAP_ROWS
-        side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap else None
+        side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap and not baseline else None
         logits = self._logits(seqs, plan) if logits is None else logits
         probs = sigmoid(logits) if self.multi_label else _softmax(logits)
         if rows:
-            probs[rows] = self.blend.combine(probs[rows], side.result() if side else self.blend.baseline_proba(texts))
+            base = baseline() if baseline else side.result() if side else self.blend.baseline_proba(texts)
+            probs[rows] = self.blend.combine(probs[rows], base)
         return self.calibration(probs)
 
     def predict_logits(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
@@ -401,8 +401,8 @@ class Classifier:
             probs = self._proba(seqs, logits)
             sure = self.calibration.confident_multi_label(probs, probs > self.thresholds[None, :])
             return multi_label_predictions(probs, logits, self.labels, self.thresholds, top_k, sure)
-        pending = self.calibration.start_out_of_domain(seqs, _BLEND_POOL)  # beside the model's pass, as the blend
-        probs = self._proba(seqs, plan=plan)
+        pending = self.calibration.start_out_of_domain(seqs, _BLEND_POOL, self.blend)  # beside the model's pass
+        probs = self._proba(seqs, plan=plan, baseline=pending.baseline)
         labels = self.labels
         sure, reasons = self.calibration.flags(probs, pending())
         out = []
