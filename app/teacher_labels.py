@@ -62,3 +62,13 @@ def attach(train: pd.DataFrame, share: float, data_dir: Path, label_sep: str | N
     record.update(used=True, teacher_rows=len(only), gold_rows_with_answer=int((out[TEACHER_COLUMN][:len(train)] != "").sum()),
                   in_eval_slice=len(held))
     return out, record
+
+
+def described(record: dict | None) -> str:
+    """The Train tab's words for what a job read from the LLM's answers ("" when nothing)."""
+    if not record:
+        return ""
+    if not record.get("used"):
+        return f" The LLM's answers were not read: {record.get('why', '')}."
+    return (f" Also {record['teacher_rows']} texts answered only by the LLM (teacher rows: corrected on the gold "
+            f"rows, never scored), and its answers beside {record['gold_rows_with_answer']} gold rows.")

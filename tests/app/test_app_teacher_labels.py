@@ -17,7 +17,7 @@ from test_app_train import wait_job
 
 from app.fallback import STORE_COLUMNS
 from app.lineage import text_hash
-from app.teacher_labels import TEACHER_FILE, attach
+from app.teacher_labels import TEACHER_FILE, attach, described
 from app.trainset import in_eval_slice
 
 
@@ -46,6 +46,12 @@ def test_gold_stays_gold_and_llm_only_texts_become_teacher_rows(tmp_path):
     assert record["used"] and record["teacher_rows"] == 1 and record["gold_rows_with_answer"] == 1
     assert record["in_eval_slice"] == 1 and record["answers"] == 5 and record["llm"] == ["m"]
     assert len(record["sha256"]) == 64
+
+
+def test_the_train_tab_says_what_was_read_from_the_llm():
+    assert described({}) == "" and "not read: a multi-label" in described({"used": False, "why": "a multi-label x"})
+    said = described({"used": True, "teacher_rows": 7, "gold_rows_with_answer": 3})
+    assert "7 texts answered only by the LLM" in said and "3 gold rows" in said
 
 
 def test_no_answers_or_a_multi_label_retrain_leave_the_table_as_it_was(tmp_path):
