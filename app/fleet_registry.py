@@ -144,7 +144,7 @@ def import_disk(registry: DbRegistry) -> dict | None:
         if not found:
             return None
         old = Registry(root)
-        rows, skipped = [], []
+        rows = []
         for name, path in found:
             digest = folder_sha256(path)
             target = root / f"{name}-{digest[:12]}"
@@ -164,7 +164,7 @@ def import_disk(registry: DbRegistry) -> dict | None:
                 e = dict(e)
                 conn.execute(fs.registry_events.insert().values(time=e.pop("time", 0.0), event=e.pop("event", "?"),
                                                                 version=e.pop("version", None), fields=e))
-            fs.add_event(conn, "imported", None, versions=len(rows), events=len(evs), active=active, skipped=skipped)
+            fs.add_event(conn, "imported", None, versions=len(rows), events=len(evs), active=active)
             if active and any(r[0] == active for r in rows):
                 fs.flip(conn, active, "imported from the on-disk registry")
         tx.run(registry.engine, write)

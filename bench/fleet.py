@@ -15,6 +15,10 @@ process (every fifth one a rollback to the version before), then two crashes:
   - `kill -9` of the promoting process once every live replica reported ready (between prepare and commit).
 Afterwards: the pointer names one version that the registry lists, and every replica serves it.
 
+`--throughput`: instead, one replica with the database behind it (PostgreSQL, the registry and the replica loop)
+against today's single process (`python -m app --model M`), clients straight to the server, the two alternating
+--rounds times (bench/api_load.py's `run_mode`); target: requests/s >= 0.95x. Writes bench/results/fleet_throughput.json.
+
 Figures: failed requests (any non-200 through nginx); per flip, the last answer from the demoted version after
 the commit (target <= 2 s); p99 latency of requests overlapping a promotion (its start to 2 s after its commit)
 against the others (target <= 1.5x). The machine's load average is written beside them.
@@ -56,6 +60,7 @@ http {{
     listen 127.0.0.1:{port};
     location / {{
       proxy_pass http://fleet; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header Host $host;
       proxy_next_upstream error timeout http_502 http_503 non_idempotent; proxy_next_upstream_tries 3;
       proxy_read_timeout 60s;
       add_header X-Upstream $upstream_addr always;
@@ -226,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--backend", default="torch", choices=("torch", "onnx"))
     p.add_argument("--work", type=Path, default=Path("/tmp/bench-fleet"))
     p.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "fleet.json")
+    p.add_argument("--throughput", action="store_true", help="one replica against a single process (see above)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--duration", type=float, default=20.0)
     args = p.parse_args(argv)
     texts, labels = load_texts()
     model = build_model(args.work, texts, labels, args.backend, "mini")
@@ -239,14 +247,32 @@ def main(argv: list[str] | None = None) -> int:
         with admin.connect() as c:
             c.exec_driver_sql("CREATE DATABASE fleet")
         url = pg["url"].format(db="fleet")
-        result = run(args, url, model, run_dir, texts)
+        result = throughput(args, url, model, run_dir, texts) if args.throughput else run(args, url, model, run_dir, texts)
     result.update(load_before=[round(x, 2) for x in load_before], load_after=[round(x, 2) for x in os.getloadavg()],
                   cpus=os.cpu_count(), backend=args.backend, replicas=args.replicas, clients=args.clients,
                   command=" ".join(["python bench/fleet.py", *(argv if argv is not None else sys.argv[1:])]))
+    if args.throughput and args.output.name == "fleet.json":
+        args.output = args.output.with_name("fleet_throughput.json")
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(result, indent=1, default=str))
     print(json.dumps({k: v for k, v in result.items() if k not in ("runs",)}, indent=1, default=str))
     return 0
+
+
+def throughput(args, url: str, model: Path, run_dir: Path, texts: list[str]) -> dict:
+    from api_load import run_mode
+
+    args.work, args.warmup, args.grace, args.timeout = run_dir, 3.0, 10.0, 60.0
+    modes = {"single process": ["--data-dir", str(run_dir / "single")],
+             "replica": ["--data-dir", str(run_dir / "replica"), "--database-url", url, "--replica-id", "t1",
+                         "--models-dir", str(run_dir / "models")]}
+    runs = {name: [] for name in modes}
+    for _ in range(args.rounds):
+        for name, extra in modes.items():
+            runs[name].append(run_mode(name, model, extra, texts, args))
+    rps = {name: float(np.median([r["rps"] for r in rs])) for name, rs in runs.items()}
+    return {"requests_per_s_median": rps, "ratio": round(rps["replica"] / rps["single process"], 3),
+            "runs": runs, "duration_s": args.duration, "rounds": args.rounds}
 
 
 def run(args, url: str, model: Path, run_dir: Path, texts: list[str]) -> dict:

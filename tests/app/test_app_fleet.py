@@ -22,10 +22,12 @@ from labelstore import open_store
 
 def replica(store_url: str, models, cwd, rid: str, model=None) -> Server:
     port = free_port()
+    own = cwd / f"replica-{rid}-{port}"  # its own folder: Server writes server.log in it
+    own.mkdir()
     argv = [sys.executable, "-m", "app", "--models-dir", str(models), "--port", str(port), "--no-ui",
             "--database-url", store_url, "--replica-id", rid, "--fleet", "--promote-timeout", "20",
-            "--data-dir", str(cwd / f"data-{rid}")]
-    return Server(argv + (["--model", str(model)] if model else []), cwd, port)
+            "--data-dir", str(own / "data")]
+    return Server(argv + (["--model", str(model)] if model else []), own, port)
 
 
 def promote_cli(store_url, models, version) -> subprocess.CompletedProcess:
@@ -63,10 +65,10 @@ def fleet(request, spread_model_dir, tmp_path_factory):
     a = replica(store_url, models, tmp_path, "ra", spread_model_dir)
     started = [a]
     try:
-        a.wait_ready()
+        a.wait_ready(900)
         b = replica(store_url, models, tmp_path, "rb", spread_model_dir)
         started.append(b)
-        b.wait_ready()
+        b.wait_ready(900)
         yield store_url, models, a, b, started, tmp_path
     finally:
         for s in started:
@@ -132,7 +134,7 @@ def test_replicas_promote_together_refuse_a_changed_folder_and_a_killed_one_come
     assert served(a) == "v1"
     again = replica(store_url, models, tmp_path, "rb")  # restarted without --model: the active version
     started.append(again)
-    again.wait_ready()
+    again.wait_ready(900)
     assert served(again) == "v1"
     assert {r["id"]: r["serving"] for r in fs.live_replicas(engine, 5)} == {"ra": "v1", "rb": "v1"}
     events = [e["event"] for e in registry.events()]

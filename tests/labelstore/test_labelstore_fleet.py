@@ -111,3 +111,20 @@ def test_version_names_are_never_reused_after_a_delete(engine):
     with engine.connect() as conn:
         assert fs.next_number(conn) == 3
         assert conn.execute(sa.select(sa.func.count()).select_from(model_versions)).scalar() == 2
+
+
+def test_on_postgresql_a_flip_is_notified_at_commit_and_a_rolled_back_one_never(engine):
+    if engine.dialect.name != "postgresql":
+        pytest.skip("LISTEN/NOTIFY is PostgreSQL's; SQLite replicas poll")
+    import psycopg
+
+    add(engine, "v1")
+    dsn = engine.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(dsn, autocommit=True) as listener:
+        listener.execute(f"LISTEN {fs.CHANNEL}")
+        with pytest.raises(RuntimeError), engine.begin() as conn:
+            fs.flip(conn, "v1", "rolled back")
+            raise RuntimeError("the transaction fails after the flip")
+        fs.set_active(engine, "v1", "kept")
+        got = [n.payload for n in listener.notifies(timeout=2, stop_after=1)]
+    assert got == ["flip:1:v1"]  # generation 1: the rolled-back flip neither counted nor was announced
