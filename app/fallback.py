@@ -6,11 +6,16 @@ the openai client (textdata/llm.py), at most --fallback-concurrency at once; the
 (`source: "llm"`, `confident: true`, `score` the model's probability of that label). Past --fallback-timeout,
 on an error, or when the LLM answers outside the label set, the model's own answer is returned as it was
 (`source: "model"`, `confident: false`): the caller is never kept waiting longer, and other requests never wait
-for the LLM. Multi-label answers are not deferred.
+for the LLM. A multi-label answer the model is not sure of (a label near its threshold) is deferred the same way:
+the LLM's label set (parsed as finetune.teach --multi-label reads one; "none" is the empty set) replaces it.
+The UI's Classify tab asks through `resolve` as the API does; the Batch tab through `resolve_blocking` (from its
+worker thread, on the server's event loop; the timeout there bounds each call, not the wait for a slot: a file's
+'not sure' rows queue behind each other).
 
 Every LLM answer is appended to DATA_DIR/teacher/llm_labels.csv (text, teacher, ...: the table
-`finetune/kfold.py --teacher-column teacher` reads, beside gold labels) and reused: a text asked once is never
-paid for again. /metrics: app_llm_deferred_total, app_llm_latency_seconds, app_llm_errors_total{kind},
+`finetune/kfold.py --teacher-column teacher` reads, beside gold labels; the next retrain reads it:
+app/teacher_labels.py) and reused: a text asked once is never paid for again. Label sets go to llm_label_sets.csv
+(names joined by the model's separator), which a single-label retrain never reads. /metrics: app_llm_deferred_total, app_llm_latency_seconds, app_llm_errors_total{kind},
 app_answers_total{source}; /v1/monitor's "cascade": the share deferred, the LLM's measured cost per call and the
 estimated cost saved (the texts the model answered itself, times that cost).
 """
@@ -29,8 +34,12 @@ from pathlib import Path
 from prometheus_client import Counter, Histogram
 
 from serving.engine import Prediction
+from serving.multilabel import MultiLabelPrediction
 from textdata.llm import ask, make_client, parse_answer, read_prompt, render
 
+from .teacher_labels import TEACHER_FILE
+
+SETS_FILE = "llm_label_sets.csv"  # multi-label answers: names joined by the model's separator
 log = logging.getLogger("app")
 STORE_COLUMNS = ["text", "teacher", "llm", "model_version", "model_label", "model_score", "at"]
 MAX_REMEMBERED = 100_000  # answers kept in memory for reuse; the file keeps them all
@@ -41,13 +50,18 @@ class Answered(Prediction):
     source: str = "model"  # "model" | "llm"
 
 
+@dataclasses.dataclass
+class AnsweredSet(MultiLabelPrediction):
+    source: str = "model"  # "model" | "llm"
+
+
 class TeacherLabels:
     """DATA_DIR/teacher/llm_labels.csv, one row appended per LLM answer (one write, O_APPEND), and the answers
     by cache key for reuse."""
 
-    def __init__(self, folder: Path, llm: str):
+    def __init__(self, folder: Path, llm: str, name: str = "llm_labels.csv"):
         folder.mkdir(parents=True, exist_ok=True)
-        self.path = folder / "llm_labels.csv"
+        self.path = folder / name
         self.llm = llm
         self.known: dict[str, str] = {}
         if self.path.exists():
@@ -83,7 +97,11 @@ class Fallback:
         self.enabled = True
         self.client = None
         self.gate: asyncio.Semaphore | None = None
-        self.store = TeacherLabels(Path(cfg.data_dir) / "teacher", cfg.fallback_model)
+        self.store = TeacherLabels((Path(cfg.data_dir) / TEACHER_FILE).parent, cfg.fallback_model)
+        self.set_store = TeacherLabels((Path(cfg.data_dir) / TEACHER_FILE).parent, cfg.fallback_model,
+                                       SETS_FILE)
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's: resolve_blocking runs there
+        self.error_kinds: dict[str, int] = {}
         self.counts = {"answers": 0, "deferred": 0, "llm_answered": 0, "from_store": 0, "errors": 0}
         self.tokens = [0, 0]  # paid: prompt, completion
         self.calls = 0
@@ -100,6 +118,7 @@ class Fallback:
         """At start: an endpoint that cannot be reached is one warning, and the model answers alone."""
         import openai
 
+        self.loop = asyncio.get_running_loop()
         client = make_client(self.cfg.fallback_url, min(5.0, self.cfg.fallback_timeout_s), 0)
         try:
             await client.models.list()
@@ -116,43 +135,65 @@ class Fallback:
         if self.client is not None:
             await self.client.close()
 
-    async def resolve(self, texts: list[str], preds: list, version: str, labels: list[str]) -> list:
-        """`preds` with each 'not sure' single-label answer replaced by the LLM's where it gave one in time."""
+    async def resolve(self, texts: list[str], preds: list, version: str, labels: list[str], patient: bool = False,
+                      label_sep: str = ";") -> list:
+        """`preds` with each 'not sure' answer replaced by the LLM's where it gave one in time. `patient`: the
+        timeout bounds each LLM call, not the wait for a slot (a batch file's rows)."""
         out, jobs = [], []
         for text, pred in zip(texts, preds):
-            if not isinstance(pred, Prediction):  # multi-label: not deferred
+            if isinstance(pred, MultiLabelPrediction):
+                answered = AnsweredSet(**{f.name: getattr(pred, f.name) for f in dataclasses.fields(pred)})
+            elif isinstance(pred, Prediction):
+                answered = Answered(**{f.name: getattr(pred, f.name) for f in dataclasses.fields(pred)})
+            else:
                 out.append(pred)
                 continue
-            answered = Answered(**dataclasses.asdict(pred))
             out.append(answered)
             self.counts["answers"] += 1
             if not pred.confident and self.enabled:
-                jobs.append((len(out) - 1, self._defer(text, answered, version, labels)))
+                jobs.append((len(out) - 1, self._defer(text, answered, version, labels, patient, label_sep)))
         for i, llm in zip([i for i, _ in jobs], await asyncio.gather(*(j for _, j in jobs))):
             out[i] = llm
         for p in out:
-            if isinstance(p, Answered):
+            if isinstance(p, (Answered, AnsweredSet)):
                 self.by_source.labels(p.source).inc()
         return out
 
-    async def _defer(self, text: str, pred: Answered, version: str, labels: list[str]) -> Answered:
+    def resolve_blocking(self, texts: list[str], preds: list, version: str, labels: list[str],
+                         label_sep: str = ";") -> list:
+        """`resolve` from a worker thread (the Batch tab), on the server's event loop; the model's answers
+        unchanged where there is no loop yet (the check at start has not run)."""
+        if self.loop is None or not self.loop.is_running():
+            return preds
+        return asyncio.run_coroutine_threadsafe(self.resolve(texts, preds, version, labels, True, label_sep),
+                                                self.loop).result()
+
+    async def _defer(self, text: str, pred, version: str, labels: list[str], patient: bool, sep: str):
+        multi = isinstance(pred, AnsweredSet)
+        store = self.set_store if multi else self.store
         self.counts["deferred"] += 1
         self.deferred.inc()
-        known = self.store.known.get(text)
-        if known in labels:
-            self.counts["from_store"] += 1
-            return self._llm_answer(pred, known)
+        known = store.known.get(text)
+        if known is not None:  # asked before: never paid for twice
+            names = [n for n in known.split(sep) if n] if multi else [known]
+            if all(n in labels for n in names):
+                self.counts["from_store"] += 1
+                return self._llm_set(pred, names) if multi else self._llm_answer(pred, known)
         if self.client is None:
             self.client = make_client(self.cfg.fallback_url, self.cfg.fallback_timeout_s, 1)
             self.gate = asyncio.Semaphore(self.cfg.fallback_concurrency)
         started = time.perf_counter()
+        prompt = render(self.template, text, labels)
 
         async def call():
             async with self.gate:
-                return await ask(self.client, self.cfg.fallback_model, render(self.template, text, labels))
+                if patient:  # the timeout bounds the call itself
+                    return await asyncio.wait_for(ask(self.client, self.cfg.fallback_model, prompt),
+                                                  self.cfg.fallback_timeout_s)
+                return await ask(self.client, self.cfg.fallback_model, prompt)
 
-        try:  # waiting for a slot counts towards the timeout too
-            answer = await asyncio.wait_for(call(), self.cfg.fallback_timeout_s)
+        try:  # without `patient`, waiting for a slot counts towards the timeout too
+            answer = await (call() if patient else asyncio.wait_for(call(), self.cfg.fallback_timeout_s))
         except asyncio.TimeoutError:
             return self._failed("timeout", pred, started)
         self.calls += 1
@@ -160,24 +201,35 @@ class Fallback:
         self.tokens[1] += answer.output_tokens
         if answer.error:
             return self._failed("error", pred, started)
-        parsed = parse_answer(answer.text, labels)
+        parsed = parse_answer(answer.text, labels, multi)
         if not parsed.in_label_set:
             return self._failed("outside_label_set", pred, started)
         self.latency.observe(time.perf_counter() - started)
         self.counts["llm_answered"] += 1
-        self.store.add(text, parsed.labels[0], version, pred)
+        if multi:
+            chosen = [x for x in labels if x in parsed.labels]
+            store.add(text, sep.join(chosen), version, pred)
+            return self._llm_set(pred, chosen)
+        store.add(text, parsed.labels[0], version, pred)
         return self._llm_answer(pred, parsed.labels[0])
 
     def _failed(self, kind: str, pred: Answered, started: float) -> Answered:
         self.latency.observe(time.perf_counter() - started)
         self.errors.labels(kind).inc()
         self.counts["errors"] += 1
+        self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
         return pred  # the model's answer, still confident: false
 
     @staticmethod
     def _llm_answer(pred: Answered, label: str) -> Answered:
         return dataclasses.replace(pred, label=label, score=float(pred.probabilities.get(label, 0.0)), confident=True,
                                    source="llm")
+
+    @staticmethod
+    def _llm_set(pred: AnsweredSet, chosen: list[str]) -> AnsweredSet:
+        top = max(chosen, key=lambda x: pred.scores.get(x, 0.0)) if chosen else pred.label
+        return dataclasses.replace(pred, labels=chosen, label=top, score=float(pred.scores.get(top, pred.score)),
+                                   confident=True, source="llm")
 
     def report(self) -> dict:
         """/v1/monitor's "cascade"."""
@@ -188,10 +240,12 @@ class Fallback:
         return {"llm": cfg.fallback_model, "reachable": self.enabled, "answers": c["answers"],
                 "deferred": c["deferred"], "share_deferred": round(c["deferred"] / c["answers"], 4) if c["answers"] else None,
                 "llm_answered": c["llm_answered"], "from_stored_answers": c["from_store"], "errors": c["errors"],
+                "errors_by_kind": dict(self.error_kinds),
                 "llm_calls": self.calls, "tokens_paid": {"prompt": self.tokens[0], "completion": self.tokens[1]},
                 "cost_paid": round(paid, 6), "cost_per_llm_call": None if per_call is None else round(per_call, 8),
                 "estimated_cost_saved": None if per_call is None else round((own + c["from_store"]) * per_call, 6),
-                "teacher_labels": {"file": str(self.store.path), "rows": self.store.rows}}
+                "teacher_labels": {"file": str(self.store.path), "rows": self.store.rows},
+                "teacher_label_sets": {"file": str(self.set_store.path), "rows": self.set_store.rows}}
 
 
 def open_fallback(cfg, metrics):

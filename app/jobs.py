@@ -36,6 +36,7 @@ from . import child_watch
 from .lineage import describe
 from .registry import Registry, RegistryError
 from .swap import ActivationError, Switcher
+from .teacher_labels import TEACHER_COLUMN, attach
 from .train_params import check_params, inherited, kfold_config
 from .trainset import TrainingDataError, active_label_sep, build, check, eval_share
 
@@ -174,6 +175,9 @@ class Jobs:
             store = getattr(getattr(self.switcher, "state", None), "store", None)  # team datasets, as of event N
             ts = await asyncio.to_thread(build, label_root, self.cfg.train_data, share, sep, store)
             await asyncio.to_thread(check, ts, int(params["folds"]), sep)
+            # the cascade's LLM answers as teacher labels beside the gold ones (app/teacher_labels.py)
+            ts.train, teacher = await asyncio.to_thread(attach, ts.train, share, self.cfg.data_dir, sep)
+            ts.sources.update({"teacher": teacher} if teacher else {})
             job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
             record = await asyncio.to_thread(self._write_job, job_id, params, base, ts, sep)
             return self._spawn(record, ts)
@@ -185,9 +189,11 @@ class Jobs:
         write_table(ts.train, folder / "train.csv")
         write_table(ts.eval, folder / "eval.csv")
         staging = self.registry.staging(job_id)
-        multi = {"multi_label": True, "label_sep": label_sep} if label_sep else {}  # k-fold's --multi-label
+        extra = {"multi_label": True, "label_sep": label_sep} if label_sep else {}  # k-fold's --multi-label
+        if TEACHER_COLUMN in ts.train.columns:  # k-fold's --teacher-column: every score on gold rows only
+            extra["teacher_column"] = TEACHER_COLUMN
         kfold = kfold_config(params, model=base, data=str(folder / "train.csv"), output=str(folder / "work"),
-                             final=True, **multi)
+                             final=True, **extra)
         active = self.registry.active()
         champion = {"version": active, "folder": str(self.registry.path(active).resolve())} if active else None
         write_json(folder / "spec.json", {"kfold": kfold, "staging": str(staging), "champion": champion,
@@ -248,7 +254,7 @@ class Jobs:
                 "rows": result["rows"], "table_sha256": record["table_sha256"], "training": record["params"],
                 "data": record["data"], "labels": result["labels"], "cv_macro_f1": result["cv_macro_f1"],
                 "cv_macro_f1_std": result["cv_macro_f1_std"], "export": result["export"],
-                **{k: result[k] for k in ("cv_served_macro_f1", "cv_served") if k in result},
+                **{k: result[k] for k in ("cv_served_macro_f1", "cv_served", "teacher") if k in result},
                 "trained_on": {"known": True, "table": "training/train.csv", "sha256": record["table_sha256"]},
                 "eval": {**(result.get("eval") or {}), "champion": champion, "compared_on": result.get("compared_on")}}
 

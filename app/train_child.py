@@ -139,7 +139,9 @@ def run(job: Path) -> dict:
     sep = spec.get("label_sep")  # a multi-label retrain (app/jobs.py put multi_label in the k-fold config)
     if sep is None:  # multi-label: names the model does not know are left out by the export's gate (warned)
         ev = ev[ev["label"].isin(report["labels"])]
-    (ev if len(ev) else read_table(job / "train.csv")).to_csv(gate, index=False)
+    train = read_table(job / "train.csv")
+    train = train[train["label"].notna()] if cfg.teacher_column else train  # teacher rows: no gold label
+    (ev if len(ev) else train[["text", "label"]]).to_csv(gate, index=False)
     with understood_messages_dropped():  # as `python -m serving.export` prints it
         exported = export.run(export.ExportConfig(model=work / "model", output=staging, quantize=True, eval_csv=gate))
     progress.stage("scoring", cfg.folds + 2)
@@ -160,10 +162,19 @@ def run(job: Path) -> dict:
         "eval": eval_scores(staging, job / "compared.csv", sep),
         "champion_eval": eval_scores(Path(champion["folder"]), job / "compared.csv", sep) if champion else None,
         "compared_on": basis,
+        **({"teacher": teacher_summary(report["teacher"])} if report.get("teacher") else {}),
     }
     progress.stage("done", cfg.folds + 3)
     write_json(job / "result.json", result)
     return result
+
+
+def teacher_summary(section: dict) -> dict:
+    """k-fold's teacher section as the version keeps it: rows of each kind, the LLM against the model on the gold
+    rows (finetune/teacher_report.py), without the confusion lists."""
+    return {k: v for k, v in section.items() if k in (
+        "rows", "gold_repeats", "relabelled_teacher_rows", "n_judged", "teacher_macro_f1", "student_macro_f1",
+        "teacher_accuracy", "student_accuracy", "agreement", "note")}
 
 
 def served_cv(report: dict) -> dict:

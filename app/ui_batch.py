@@ -36,6 +36,9 @@ def summary(scored: pd.DataFrame, cut: int, max_chars: int) -> str:
              + ", ".join(f"{html.escape(str(k))} {v}" for k, v in counts.items())]
     if unscored:
         parts.append(f"**{unscored}** not scored (the reason is in the `error` column)")
+    by_llm = int((scored["source"] == "llm").sum()) if "source" in scored else 0  # --fallback-url
+    if by_llm:
+        parts.append(f"**{by_llm}** answered by the LLM (the model was not sure: `source` is llm)")
     if unsure:
         parts.append(f"**{unsure}** not sure (under the model's threshold: `confident` is false)")
     if cut:
@@ -72,6 +75,10 @@ def batch_tab(cfg, state, exports, engine_turn, score_chunks, stop_reason, scori
 
         parts = score_chunks(len(df), score, progress, "Scoring", "rows", engine_turn, state)
         scored = pd.concat(parts)
+        if getattr(state, "fallback", None) is not None:  # 'not sure' rows to the LLM, after the engine's turns
+            from .cascade_rows import defer_frame
+
+            scored = defer_frame(state.fallback, clf, scored, column, state.served.version)
         out = exports.path(f"{Path(file).stem}-scored.csv")
         write_table(spreadsheet_safe(scored), out)  # a person opens this one: formulas neutralised
         return str(out), summary(scored, len(notes), cfg.max_chars), preview(scored)

@@ -133,7 +133,12 @@ def monitor_tab(cfg, state, store) -> None:
         v = report["versions"].get(version)
         names = sorted(set(report["versions"]) | {served}, key=lambda x: (x != served, x))
         pick = gr.update(choices=[(f"{x} (serving)" if x == served else x, x) for x in names], value=version)
-        return summary(report, version), (figure(v) if v and v["n"] else None), pick
+        text = summary(report, version)
+        if getattr(state, "fallback", None) is not None:  # --fallback-url: who answered, the LLM's errors and cost
+            from .cascade_rows import cascade_markdown
+
+            text += "\n" + cascade_markdown(state.fallback.report())
+        return text, (figure(v) if v and v["n"] else None), pick
 
     def audit(n):
         if monitor.audit is None:

@@ -20,6 +20,7 @@ from .models import served_cv
 from .redact import names_only_text
 from .registry import RegistryError
 from .swap import ActivationError
+from .teacher_labels import described
 from .train_params import RETRAINABLE
 
 TAB_PARAMS = [p for p in RETRAINABLE if p.tab]
@@ -142,7 +143,8 @@ def train_tab(cfg, state, jobs) -> None:
             job = await jobs.start({p.name: box_value(p, v) for p, v in zip(TAB_PARAMS, values)})
             message = (f"Started job {job['id']}: {job['data'].get('train_rows')} training rows, "
                        f"{job['data'].get('eval_rows')} in the evaluation slice, "
-                       f"{job['data'].get('corrections', 0)} label corrections from Review suspects.")
+                       f"{job['data'].get('corrections', 0)} label corrections from Review suspects."
+                       + described(job["data"].get("teacher")))
         except JobConflict:  # the API's text names DELETE /v1/jobs/<id>; here there is a button
             running = jobs.running()
             message = (f"⚠ Job {running['id'] if running else ''} is running: one training job at a time. Wait "

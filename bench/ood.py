@@ -14,8 +14,6 @@ detector's microseconds a row beside the baseline's own (the blend's cost, measu
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,7 +22,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.threshold_transfer import DATASETS, fit_proba, folds_of, resplit
+from bench.resplits import DATASETS, out_of_fold, resplit, started, write_result
 
 OFF_TOPIC = {"bbc-first-sentences": ("ko-help-grouped", "debtags-implemented-in"),
              "debtags-implemented-in": ("bbc-first-sentences", "ko-help-grouped"),
@@ -42,9 +40,7 @@ def one(name, texts, y, groups, n_classes, others, target, seed, folds) -> dict:
 
     tr, un = resplit(y, groups, seed)
     t_texts, t_y = [texts[i] for i in tr], y[tr]
-    oof, fold_of = np.zeros((len(tr), n_classes)), np.zeros(len(tr), int)
-    for k, (a, b) in enumerate(folds_of(t_y, None if groups is None else groups[tr], folds, seed)):
-        oof[b], fold_of[b] = fit_proba(t_texts, t_y, a, b, n_classes, seed), k
+    oof, fold_of, _ = out_of_fold(t_texts, t_y, None if groups is None else groups[tr], n_classes, folds, seed)
     _, chosen, final = calibrate(oof, t_y, fold_of, "model")
     served = served_threshold(chosen, final, oof, t_y, fold_of, list(range(n_classes)), target)
     th = threshold_vector(served["threshold"] if not isinstance(served["threshold"], dict)
@@ -71,20 +67,61 @@ def one(name, texts, y, groups, n_classes, others, target, seed, folds) -> dict:
     for other, other_texts in others.items():
         s, k = answered(other_texts)
         row[f"off_topic/{other}"] = {"confident_without": float(s.mean()), "confident_with": float(k.mean())}
-    # serving cost: the detector a row beside the served baseline's (numpy, as the engine runs both)
     with tempfile.TemporaryDirectory() as tmp:
         save_baseline(model, tmp, n_classes, Blend(1.0, 1.0), {})
         served_baseline = load_baseline(tmp)[0]
-    batch = un_texts[:256]
-    t0 = time.perf_counter()
-    for _ in range(3):
-        served_baseline.predict_proba(batch)
-    t1 = time.perf_counter()
-    for _ in range(3):
-        typ.in_domain(batch)
-    t2 = time.perf_counter()
-    row["us_per_row"] = {"baseline": 1e6 * (t1 - t0) / (3 * len(batch)), "detector": 1e6 * (t2 - t1) / (3 * len(batch))}
+    row["us_per_row"] = serving_cost(served_baseline, typ, un_texts[:256], n_classes)
     return row
+
+
+def before_index(index, rev: str):
+    """The detector's index as the code at git `rev` (baseline/ood.py and baseline/tfidf.py) builds it, on the
+    same fitted arrays: the "before" of a change, timed in the same run."""
+    import importlib
+    import subprocess
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="ood-before-"))
+    for name in ("tfidf", "ood"):
+        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:baseline/{name}.py"], check=True,
+                             capture_output=True, text=True).stdout
+        (folder / f"before_{name}.py").write_text(src.replace("from baseline.tfidf import", "from before_tfidf import"))
+    sys.path.insert(0, str(folder))
+    mods = {name: importlib.import_module(f"before_{name}") for name in ("tfidf", "ood")}
+    tf = index.tfidf
+    vocab = sorted(tf.vocabulary, key=tf.vocabulary.get)
+    return mods["ood"].Index(mods["tfidf"].CharTfidf(tf.settings, vocab, tf.idf), index.centroids_t, index.ptr,
+                             index.post_row, index.post_val, index.n_rows)
+
+
+BEFORE = "0d795d3"  # the commit before the detector shared the baseline's read (this session's change)
+
+
+def serving_cost(served_baseline, typ, batch, n_classes, rounds: int = 5) -> dict:
+    """Microseconds a row (medians of interleaved rounds): the served baseline alone; the detector as at BEFORE,
+    as now on its own, and as served now beside the blend (one read for both: the marginal cost over the
+    baseline alone, which is what the engine pays)."""
+    from baseline.blend import baseline_proba
+
+    old = before_index(typ.index, BEFORE)
+    shares = typ.reads_like(served_baseline)
+
+    def both():
+        read = served_baseline.read(batch)
+        typ.in_domain(batch, read)
+        baseline_proba(served_baseline, batch, n_classes, read.weights)
+
+    jobs = {"baseline": lambda: baseline_proba(served_baseline, batch, n_classes), "detector_before":
+            lambda: old.similarities(batch), "detector_alone": lambda: typ.in_domain(batch), "baseline_and_detector": both}
+    times = {k: [] for k in jobs}
+    for _ in range(rounds):
+        for k, f in jobs.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(1e6 * (time.perf_counter() - t0) / len(batch))
+    out = {k: float(np.median(v)) for k, v in times.items()}
+    out["detector_shared"] = out["baseline_and_detector"] - out["baseline"] if shares else out["detector_alone"]
+    return {**out, "shares_read": shares}
 
 
 def main(argv=None) -> int:
@@ -97,8 +134,7 @@ def main(argv=None) -> int:
     p.add_argument("--data", nargs="*", default=list(OFF_TOPIC))
     p.add_argument("--output", type=Path, default=ROOT / "bench/results/ood.json")
     a = p.parse_args(argv)
-    result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv),
-              "loadavg_before": os.getloadavg(), "target": a.target, "data": {}}
+    result = started(sys.argv, target=a.target, data={})
     loaded = {n: DATASETS[n](a.cap) for n in {*a.data, *[o for d in a.data for o in OFF_TOPIC[d]]}}
     for name in a.data:
         texts, y, groups, labels = loaded[name]
@@ -109,22 +145,20 @@ def main(argv=None) -> int:
         med = lambda key, sub, runs=runs: float(np.median([r[key][sub] for r in runs]))
         summary = {"in_domain_coverage_without": med("in_domain", "coverage_without"),
                    "in_domain_coverage_with": med("in_domain", "coverage_with"),
-                   "us_per_row_baseline": med("us_per_row", "baseline"),
-                   "us_per_row_detector": med("us_per_row", "detector"),
+                   **{f"us_per_row_{k}": med("us_per_row", k) for k in
+                      ("baseline", "detector_before", "detector_alone", "detector_shared")},
                    **{f"off_topic/{o}/{k}": med(f"off_topic/{o}", k) for o in others
                       for k in ("confident_without", "confident_with")},
                    "off_topic_confident_with_max": max(r[f"off_topic/{o}"]["confident_with"] for r in runs for o in others)}
         result["data"][name] = {"rows": len(y), "summary": summary, "resplits": runs}
         print(f"\n{name} (target {a.target}): in-domain coverage {summary['in_domain_coverage_without']:.3f} -> "
-              f"{summary['in_domain_coverage_with']:.3f}; detector {summary['us_per_row_detector']:.0f} us/row "
-              f"(baseline {summary['us_per_row_baseline']:.0f})")
+              f"{summary['in_domain_coverage_with']:.3f}; us/row: baseline {summary['us_per_row_baseline']:.0f}, detector "
+              f"before {summary['us_per_row_detector_before']:.0f}, alone {summary['us_per_row_detector_alone']:.0f}, "
+              f"beside the blend {summary['us_per_row_detector_shared']:.0f}")
         for o in others:
             print(f"  off-topic {o}: confident {summary[f'off_topic/{o}/confident_without']:.3f} -> "
                   f"{summary[f'off_topic/{o}/confident_with']:.3f}")
-    result["loadavg_after"] = os.getloadavg()
-    a.output.parent.mkdir(parents=True, exist_ok=True)
-    a.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {a.output}")
+        write_result(result, a.output)
     return 0
 
 

@@ -8,7 +8,8 @@ on these rows already). Scored nested like the single-label calibrator. Calibrat
 here is the labels' mean binary ECE (15 bins on each label's probability against its 0/1 target).
 
 For a target precision, each label gets its own threshold: the lowest at which the rows asserting that
-label are right at least `target` of the time (finetune/coverage.py's rule, per label). A row is confident
+label are right at least `target` of the time with 90% confidence (finetune/coverage.py's Learn-then-Test
+bound, per label: label_bound_thresholds), 1.0 where none is. A row is confident
 when every label it asserts (over its decision threshold, thresholds.json) clears its precision threshold.
 The decision thresholds are tuned on uncalibrated scores; the engine moves them through the calibrator
 (each label's map is increasing, so the label sets do not change), and the nested estimate does the same
@@ -20,7 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from finetune.calibration import BINS, VECTOR_MARGIN, ece_floor, mean_binary_ece
-from finetune.coverage import MIN_ANSWERED, pick_threshold
+from finetune.coverage import DELTA, MIN_ANSWERED, label_bound_thresholds, pick_threshold, statement
 from textdata.calibration import Calibrator, confident_multi_label
 from textdata.errors import DataError
 
@@ -92,15 +93,10 @@ def nested(P: np.ndarray, Y: np.ndarray, fold_of: np.ndarray, method: str) -> tu
 
 
 def label_thresholds(P: np.ndarray, Y: np.ndarray, target: float) -> tuple[np.ndarray, list[float]]:
-    """(per label: the lowest threshold at which that label's assertions reach `target` precision, 1.0 where
-    none does; per label the best precision reached)."""
-    out, best = np.ones(P.shape[1]), []
-    for j in range(P.shape[1]):
-        t, b = pick_threshold(P[:, j], Y[:, j] == 1, target)
-        best.append(b)
-        if t is not None:
-            out[j] = t
-    return out, best
+    """(per label: the lowest threshold at which that label's precision >= `target` holds with 90% confidence
+    (finetune/coverage.py label_bound_thresholds), 1.0 where none does; per label the best precision reached)."""
+    best = [pick_threshold(P[:, j], Y[:, j] == 1, target)[1] for j in range(P.shape[1])]
+    return label_bound_thresholds(P, Y, target)[0], best
 
 
 def answered(P: np.ndarray, Y: np.ndarray, thresholds: np.ndarray, decision: np.ndarray) -> dict:
@@ -191,6 +187,10 @@ def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision) ->
     prec = [f["precision"] for f in folds if f["precision"] is not None]
     return {
         "target_precision": target,
+        "confidence": round(1 - DELTA, 6),
+        "rule": f"Learn-then-Test per label: the lowest threshold whose Clopper-Pearson lower bound (fixed-sequence, "
+                f"delta {DELTA:g} per label) reaches the target on the out-of-fold rows",
+        "statement": "each label's " + statement(target, 1 - DELTA, float(np.mean(cov))),
         "scope": "per_label",
         "threshold": dict(zip(labels, (round(float(t), 6) for t in thresholds))),
         # threshold 1.0: the label's rows never reach the target, so an answer asserting it is never confident

@@ -119,7 +119,8 @@ FLAGS = {
     "inner_val": Flag("share of each training fold used for early stopping"),
     "holdout": Flag("set this share of rows aside first (stratified; whole groups with --group-column): never "
                     "seen by the folds or the final model, which is scored on them in report.json; written as "
-                    "OUTPUT/holdout.csv for serving.export --eval-csv (0: off)", metavar="FRACTION"),
+                    "OUTPUT/holdout.csv for serving.export --eval-csv (0: off); with --teacher-column, gold rows only",
+                    metavar="FRACTION"),
     "random_init": Flag("same architecture with random weights (ablation)"),
     "device": Flag("where training runs", choices=("auto", "cpu", "cuda")),
     "final": Flag("after CV, train on all rows and save OUTPUT/model"),
@@ -196,9 +197,8 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
         p.error("--folds must be at least 2")
     if a.multi_label and sep_problem(a.label_sep):
         p.error(f"--label-sep {a.label_sep[:20]!r} {sep_problem(a.label_sep)}")
-    if a.teacher_column and (a.multi_label or a.holdout or a.gold_weight < 0):
-        p.error("--teacher-column goes with single-label data, without --holdout (the gold rows are the held-out "
-                "measure), and a --gold-weight of 0 (auto) or more")
+    if a.teacher_column and (a.multi_label or a.gold_weight < 0):
+        p.error("--teacher-column goes with single-label data and a --gold-weight of 0 (auto) or more")
     if not 0 <= a.holdout < 1:
         p.error("--holdout must be a fraction in [0, 1), e.g. 0.2")
     if a.target_precision is not None and not 0 < a.target_precision < 1:

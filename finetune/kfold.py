@@ -111,7 +111,8 @@ def prepare(cfg: Config) -> Prepared:
         cfg.encoding, cfg.multi_label, cfg.label_sep)
     held = None
     if cfg.holdout:  # set aside before anything is fitted: neither the folds nor the final model see them
-        data, held = split_holdout(data, cfg.holdout, cfg.folds, cfg.seed, data_path)
+        split = teacher_data.gold_holdout if cfg.teacher_column else split_holdout  # teacher: gold rows held out
+        data, held = split(data, cfg.holdout, cfg.folds, cfg.seed, data_path)
     resolved = resolve_model(cfg.model)
     if cfg.adapt.steps and not Path(resolved).is_dir():
         raise DataError(f"--adapt-steps needs a local ELECTRA folder as --model, not {cfg.model!r}")

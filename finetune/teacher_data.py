@@ -8,17 +8,19 @@ A row with a gold label is gold; a row with only the teacher's answer is teacher
   alone (a teacher that never answers a class answers its neighbour instead: T's column for that neighbour then
   holds both classes, and the text decides between them). Where T's column is clean the teacher's answer stands;
 - gold rows weigh more: repeated `gold_repeats` times in training (the measured choice: bench/teacher.py).
-Every score of a teacher run is measured on gold rows only (finetune/teacher_report.py).
+Every score of a teacher run is measured on gold rows only (finetune/teacher_report.py); --holdout holds out gold rows
+only (`gold_holdout`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from dataclasses import dataclass
 
 import numpy as np
 
-from finetune.data import LabeledData
+from finetune.data import LabeledData, inner_split
 from textdata.errors import DataError
 from textdata.labels import label_order
 from textdata.normalize import Normalizer
@@ -174,3 +176,31 @@ def repeated(data: TeacherData, rows: np.ndarray, gold_weight: float) -> np.ndar
     is_gold = data.gold[rows]
     k = gold_repeats(int(is_gold.sum()), int((~is_gold).sum()), gold_weight)
     return np.sort(np.concatenate([rows, np.repeat(rows[is_gold], k - 1)]))
+
+
+def subset(data: TeacherData, pos: np.ndarray) -> TeacherData:
+    pos = np.sort(pos)
+    return dataclasses.replace(data, keep=data.keep[pos], texts=[data.texts[i] for i in pos], y=data.y[pos],
+                               groups=None if data.groups is None else data.groups[pos], gold=data.gold[pos],
+                               answered=data.answered[pos])
+
+
+def gold_holdout(data: TeacherData, fraction: float, folds: int, seed: int, path) -> tuple[TeacherData, TeacherData]:
+    """--holdout with --teacher-column: (rows for the folds and the final model, held-out rows). The held-out rows
+    are gold rows only (every score is on gold rows), about `fraction` of them, stratified (whole groups when
+    grouped); every teacher row stays in. The teacher rows are corrected again on the gold rows left: the held-out
+    gold labels never reach a training label."""
+    g = np.flatnonzero(data.gold)
+    _, held_pos = inner_split(data.y[g], None if data.groups is None else data.groups[g], fraction, seed)
+    if len(held_pos) == 0:
+        raise DataError(f"{path}: --holdout {fraction}: too few gold rows per class to hold any out")
+    held_rows = g[held_pos]
+    cv = subset(data, np.setdiff1d(np.arange(len(data.y)), held_rows))
+    counts = np.bincount(cv.y[cv.gold], minlength=len(data.labels))
+    if counts.min() < 2:
+        name = data.labels[int(counts.argmin())]
+        raise DataError(f"{path}: after --holdout {fraction}, class {name!r} has {int(counts.min())} gold rows left: "
+                        "the teacher is judged and corrected on the gold rows; lower --holdout or label more")
+    teach = ~cv.gold
+    cv.y[teach] = correct_rows(cv, np.flatnonzero(cv.gold), np.flatnonzero(teach), seed)
+    return cv, subset(data, held_rows)

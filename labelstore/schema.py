@@ -51,8 +51,11 @@ records = sa.Table(
     sa.Column("model_version", sa.String(100)),
     sa.Column("priority", sa.Float, nullable=False, default=0.0),
     sa.Column("n_answers", sa.Integer, nullable=False, default=0),
+    # n_answers < the dataset's overlap: kept beside the count so the queue reads open texts in order
+    # from the index and stops after a few (migration 0002_queue_open)
+    sa.Column("is_open", sa.Boolean, nullable=False, default=True, server_default=sa.true()),
     sa.UniqueConstraint("dataset_id", "text_hash", name="uq_records_dataset_text"),
-    sa.Index("ix_records_queue", "dataset_id", "n_answers", "priority", "id"),
+    sa.Index("ix_records_open", "dataset_id", "is_open", "priority", "id"),
 )
 
 # Append-only: rows are inserted, never updated or deleted. An answer, a changed answer, an undo and an

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from baseline.blend import TEXT_CAP
 from baseline.ood import REASON, Typicality, load_ood
 from serving.multilabel import Thresholds
 from textdata.calibration import (
@@ -30,6 +31,22 @@ NOT_CALIBRATED = (
     "no calibration.json (a model trained or exported before calibration): scores are served as "
     "they are and every answer counts as confident"
 )
+
+
+class OutOfDomainJob:
+    """The detector's flags for a batch (call it), and the baseline's probabilities where it read the texts
+    for both (`baseline`: None otherwise; else a callable giving them, the rows that carry a text)."""
+
+    def __init__(self, n: int, rows: list[int], job, shared: bool = False):
+        self.n, self.rows, self.job = n, rows, job
+        self.baseline = (lambda: job.result()[1]) if shared else None
+
+    def __call__(self) -> np.ndarray:
+        away = np.zeros(self.n, bool)
+        if self.job is not None:
+            got = self.job.result()
+            away[self.rows] = got[0] if self.baseline is not None else got
+        return away
 
 
 class ServedCalibration:
@@ -99,19 +116,25 @@ class ServedCalibration:
             return np.zeros(len(texts), bool)
         return ~self.ood.in_domain(list(texts))
 
-    def start_out_of_domain(self, seqs, pool):
+    def start_out_of_domain(self, seqs, pool, blend=None) -> OutOfDomainJob:
         """`out_of_domain` for the texts that `seqs` (the engine's Encoded ids) carry, started in `pool`; call
-        the answer for the flags, one per row (a row without its text: in domain)."""
-        away = np.zeros(len(seqs), bool)
+        the answer for the flags, one per row (a row without its text: in domain). With the served `blend`
+        whose baseline reads texts as the detector does (both fitted by --final on every row), the one read
+        serves both: the answer's `baseline` gives the baseline's probabilities of those rows."""
         rows = [i for i, s in enumerate(seqs) if getattr(s, "text", None) is not None] if self.ood else []
-        job = pool.submit(self.out_of_domain, [seqs[i].text for i in rows]) if rows else None
+        texts = [seqs[i].text for i in rows]
+        if rows and blend is not None and self._reads_like(blend):
+            def both():
+                read = blend.baseline.read([t[:TEXT_CAP] for t in texts])
+                return ~self.ood.in_domain(texts, read), blend.baseline_proba(texts, read.weights)
 
-        def result() -> np.ndarray:
-            if job is not None:
-                away[rows] = job.result()
-            return away
+            return OutOfDomainJob(len(seqs), rows, pool.submit(both), shared=True)
+        return OutOfDomainJob(len(seqs), rows, pool.submit(self.out_of_domain, texts) if rows else None)
 
-        return result
+    def _reads_like(self, blend) -> bool:
+        if getattr(self, "_shared_with", None) is not blend:  # once per served blend: a vocabulary compare
+            self._shared_with, self._shared = blend, self.ood.reads_like(blend.baseline)
+        return self._shared
 
     def flags(self, probs: np.ndarray, away: np.ndarray) -> tuple[np.ndarray, list]:
         """(confident per row, the reason per row where the score is not why: "out of domain" or None)."""

@@ -49,15 +49,15 @@ from textdata.learned import folder_note
 from textdata.numerics import check_precision
 
 log = logging.getLogger("serving.engine")
+_TOLD: set[str] = set()  # k-fold's findings (textdata/learned.py) already logged
 
 PROVIDERS = ("auto", "cpu", "cuda", "tensorrt", "torch")
 TRUNCATIONS = ("head", "head+tail")
-# Default padded tokens per pass (Classifier.load(batch_tokens=None)). Measured (docs/serving.md, "Pass size"):
-# on CPU smaller passes stay in cache, 1,024 tokens scored 15-23% more rows/s than 8,192 on two models; a GPU
-# wants large passes.
+# Default padded tokens per pass (Classifier.load(batch_tokens=None)). Measured (docs/serving.md, "Pass size"): on
+# CPU smaller passes stay in cache, 1,024 tokens scored 15-23% more rows/s than 8,192 on two models; a GPU wants large.
 CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 1024, 8192
-# Blended rows from which the baseline runs beside the model in _BLEND_POOL (a thread hand-off costs more than
-# it hides for a text or two); threads start on first use.
+# Blended rows from which the baseline runs beside the model in _BLEND_POOL (a thread hand-off costs more than it
+# hides for a text or two); threads start on first use.
 BLEND_OVERLAP_ROWS = 2
 _BLEND_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="blend-baseline")
 
@@ -109,8 +109,8 @@ class Classifier:
         self.truncation = truncation
         self.model_file = model_file
         self.model_file_why = None  # why this file: set by load()
-        # A private copy of the Rust tokenizer with truncation and padding off: we do both ourselves,
-        # and never mutating it after load is what makes concurrent encode_batch calls safe.
+        # A private copy of the Rust tokenizer with truncation and padding off: we do both ourselves, and never
+        # mutating it after load is what makes concurrent encode_batch calls safe.
         from tokenizers import Tokenizer
 
         self._tok = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
@@ -119,8 +119,8 @@ class Classifier:
         self._prefix, self._suffix = _special_tokens(self._tok)
         self._pad_id = model.tokenizer.pad_token_id or 0
         self._budget = max_length - len(self._prefix) - len(self._suffix)
-        # Characters beyond this cannot reach the kept tokens after whitespace is collapsed (a token
-        # covers at least one character); cutting first keeps a 50 MB cell from stalling the tokenizer.
+        # Characters beyond this cannot reach the kept tokens after whitespace is collapsed (a token covers at
+        # least one character); cutting first keeps a 50 MB cell from stalling the tokenizer.
         self._char_cap = max(4096, 32 * max_length)
         self._overhead: float | None = None  # call_overhead_tokens, measured on first need
         self._overhead_lock = threading.Lock()
@@ -134,7 +134,8 @@ class Classifier:
             self._thresholds = self.calibration.multi_label_thresholds(self._thresholds)
             self.thresholds = self._thresholds.values
         self.learned = folder_note(self.folder, blended=self.blend is not None)  # k-fold's finding (textdata/learned.py)
-        if self.learned:
+        if self.learned and self.learned not in _TOLD:  # once a process: export loads one model up to 4 times
+            _TOLD.add(self.learned)
             log.warning("%s: %s", self.folder, self.learned)
 
     # ---------------------------------------------------------------- loading
@@ -164,8 +165,7 @@ class Classifier:
         None = on CUDA; parity_texts: texts for the reduced-precision check against fp32 (default: random
         token sequences), reported in info()["precision_check"].
         blend: apply the folder's TF-IDF blend (baseline/, written by finetune --final) when it has one;
-        probabilities and predictions are then blended, logits stay the model's own.
-        """
+        probabilities and predictions are then blended, logits stay the model's own."""
         batch_tokens = _check_options(provider, truncation, batch_tokens, precision)
         model = ModelFolder.read(path)
         max_length = model.max_length(max_length)
@@ -322,18 +322,18 @@ class Classifier:
         return self._proba(seqs, plan=self.plan(seqs, passes.FIXED))
 
     def _proba(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None,
-               plan: list[np.ndarray] | None = None) -> np.ndarray:
+               plan: list[np.ndarray] | None = None, baseline=None) -> np.ndarray:
         # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
         rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)] if self.blend else []
         texts = [seqs[i].text for i in rows]
-        # The baseline runs in a side thread during the model's pass: ONNX Runtime and most of the baseline's numpy
-        # release the GIL, so its cost mostly hides (docs/serving.md, "The blend's cost"). Same numbers either way.
+        # The baseline runs in a side thread during the model's pass (GIL released): docs/serving.md "The blend's cost"
         overlap = self.blend_overlap and logits is None and len(rows) >= BLEND_OVERLAP_ROWS
-        side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap else None
+        side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap and not baseline else None
         logits = self._logits(seqs, plan) if logits is None else logits
         probs = sigmoid(logits) if self.multi_label else _softmax(logits)
         if rows:
-            probs[rows] = self.blend.combine(probs[rows], side.result() if side else self.blend.baseline_proba(texts))
+            base = baseline() if baseline else side.result() if side else self.blend.baseline_proba(texts)
+            probs[rows] = self.blend.combine(probs[rows], base)
         return self.calibration(probs)
 
     def predict_logits(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
@@ -401,8 +401,8 @@ class Classifier:
             probs = self._proba(seqs, logits)
             sure = self.calibration.confident_multi_label(probs, probs > self.thresholds[None, :])
             return multi_label_predictions(probs, logits, self.labels, self.thresholds, top_k, sure)
-        pending = self.calibration.start_out_of_domain(seqs, _BLEND_POOL)  # beside the model's pass, as the blend
-        probs = self._proba(seqs, plan=plan)
+        pending = self.calibration.start_out_of_domain(seqs, _BLEND_POOL, self.blend)  # beside the model's pass
+        probs = self._proba(seqs, plan=plan, baseline=pending.baseline)
         labels = self.labels
         sure, reasons = self.calibration.flags(probs, pending())
         out = []

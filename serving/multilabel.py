@@ -13,7 +13,6 @@ labels are those whose probability is over their threshold (strictly: `p > t`), 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 from textdata.errors import ModelError
 from textdata.labels import DEFAULT_SEP, is_multi_label
 from textdata.model_files import THRESHOLDS as THRESHOLDS_FILE
+from textdata.plain_files import read_json
 
 DEFAULT_THRESHOLD = 0.5
 __all__ = ["is_multi_label"]  # kept importable here: the engine and older callers ask serving.multilabel
@@ -81,9 +81,7 @@ def load_thresholds(folder: str | Path, labels: list[str]) -> Thresholds:
         return Thresholds(np.full(len(labels), DEFAULT_THRESHOLD))
     expected = '{"labels": [...], "thresholds": [...], "label_sep": ";"}'
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ValueError(f"{path.stat().st_size:,} bytes, over the {MAX_FILE_BYTES >> 20} MB it may take")
-        spec = json.loads(path.read_text(encoding="utf-8"))
+        spec = read_json(path, MAX_FILE_BYTES)
     except (OSError, ValueError, RecursionError) as e:
         raise ModelError(f"{path}: unreadable ({type(e).__name__}: {str(e)[:200]}); expected {expected}") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("labels"), list) or not isinstance(

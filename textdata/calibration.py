@@ -25,7 +25,6 @@ calibrator (`decision_thresholds`): each label's map is increasing, so the label
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,6 +33,7 @@ import numpy as np
 
 from textdata.labels import MULTI_LABEL, SINGLE_LABEL, is_multi_label
 from textdata.model_files import CALIBRATION as CALIBRATION_FILE
+from textdata.plain_files import read_json
 
 METHODS = ("temperature", "vector", "none")
 MULTI_LABEL_METHODS = ("temperature", "platt", "none")
@@ -211,9 +211,7 @@ def read_calibration(
     if not path.exists():
         return None
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ValueError(f"{path.stat().st_size:,} bytes, over the {MAX_FILE_BYTES >> 20} MB it may take")
-        spec = json.loads(path.read_text(encoding="utf-8"))
+        spec = read_json(path, MAX_FILE_BYTES)
         if not isinstance(spec, dict):
             raise TypeError(f"expected a JSON object, got {type(spec).__name__} {_shown(spec)}")
         kind = spec.get("problem_type", SINGLE_LABEL)  # files from before multi-label have none

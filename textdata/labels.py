@@ -149,7 +149,7 @@ def _listed(value, where: str) -> list:
         return list(value)
     try:
         items = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # "[" * 5000: a traceback from k-fold before (issue 40)
         items = None
     if not isinstance(items, list):
         raise DataError(f"{where}: {value[:60]!r} starts like a JSON list but is not one; write label names "

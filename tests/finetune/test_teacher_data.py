@@ -13,7 +13,15 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from finetune.teacher_data import corrected, fold_training, gold_repeats, load, repeated, teacher_confusion
+from finetune.teacher_data import (
+    corrected,
+    fold_training,
+    gold_holdout,
+    gold_repeats,
+    load,
+    repeated,
+    teacher_confusion,
+)
 from textdata.errors import DataError
 from textdata.normalize import Normalizer
 
@@ -146,6 +154,41 @@ def test_kfold_scores_on_gold_rows_only_and_judges_the_teacher_there(teacher_run
     assert t["cost"]["student_cpu_seconds_per_1000_texts"] > 0
     assert t["relabelled_teacher_rows"] > 0  # 'error' answers on memo texts corrected
     assert "teacher macro-F1" in proc.stdout and (out / "model" / "model.safetensors").exists()
+
+
+def test_the_holdout_is_gold_rows_only_and_never_reaches_a_training_label(tmp_path, toy_rows):
+    df, path = teacher_table(tmp_path, toy_rows, n_per_class=16)
+    for label in ("dream", "error", "memo"):  # 6 gold rows a class: 2 held out, 4 left
+        df.loc[df.index[(df["label"] == label) & (df["gold"] == "")][:2], "gold"] = label
+    df.to_csv(path, index=False)
+    data = load(path, cfg(), Normalizer("none"))
+    cv, held = gold_holdout(data, 0.34, 3, 0, path)
+    assert held.gold.all() and len(held.y) == 6 and sorted(np.bincount(held.y)) == [2, 2, 2]
+    assert (~cv.gold).sum() == (~data.gold).sum() and len(cv.y) + len(held.y) == len(data.y)
+    assert not set(cv.keep) & set(held.keep)
+    data.answered[np.isin(data.keep, held.keep)] = 0  # what the held-out rows say changes no training label
+    again, _ = gold_holdout(data, 0.34, 3, 0, path)
+    assert np.array_equal(cv.y, again.y)
+
+
+def test_kfold_holds_out_gold_rows_and_scores_the_final_model_there(tmp_path, tiny_electra_dir, toy_rows):
+    df, path = teacher_table(tmp_path, toy_rows, n_per_class=12)
+    for label in ("dream", "error", "memo"):
+        df.loc[df.index[(df["label"] == label) & (df["gold"] == "")][:2], "gold"] = label
+    df.to_csv(path, index=False)
+    out = tmp_path / "run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([sys.executable, "finetune/kfold.py", "--model", str(tiny_electra_dir), "--data", str(path),
+                           "--label-column", "gold", "--teacher-column", "teacher", "--holdout", "0.34", "--folds",
+                           "2", "--epochs", "1", "--batch-size", "8", "--output", str(out), "--final",
+                           "--blend", "off", "--label-issues", "off"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    held = pd.read_csv(out / "holdout.csv", keep_default_na=False)
+    assert len(held) == 6 and (held["gold"] != "").all()
+    assert report["holdout"]["macro_f1"] is not None and report["teacher"]["rows"]["gold"] == 12
+    assert report["teacher"]["rows"]["teacher_only"] == (df["gold"] == "").sum()
 
 
 def test_kfold_refuses_a_teacher_column_with_multi_label(tmp_path, toy_csv):
