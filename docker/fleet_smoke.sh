@@ -13,6 +13,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export DOCKER_BUILDKIT=1 COMPOSE_DOCKER_CLI_BUILD=1
 WORK=${WORK:-$(mktemp -d /tmp/fleet-smoke.XXXXXX)}
+mkdir -p "$WORK"
 PY=${PY:-python3}
 if [ -z "${COMPOSE:-}" ]; then
     if docker compose version >/dev/null 2>&1; then COMPOSE="docker compose"; else COMPOSE=docker-compose; fi

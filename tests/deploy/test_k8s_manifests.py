@@ -117,8 +117,14 @@ def test_secrets_come_from_the_generated_secret(objects):
 
 
 def test_container_arguments_are_what_the_app_accepts(objects):
+    """With the image's ENTRYPOINT (it named --model /model, which only the trainer's image holds)."""
+    from dockerfile_argv import app_argv
+
     from app.config import parse_args
 
+    cfg = {}
     for name in ("electra", "electra-trainer"):
-        cfg = parse_args(_container(find(objects, "Deployment", name))["args"] + ["--host", "0.0.0.0"])
-        assert cfg.port == 8000
+        c = _container(find(objects, "Deployment", name))
+        cfg[name] = parse_args(app_argv(c.get("command"), c.get("args")))
+        assert cfg[name].port == 8000 and cfg[name].host == "0.0.0.0", name
+    assert cfg["electra"].model is None and cfg["electra-trainer"].model == "/model"

@@ -50,14 +50,18 @@ def test_replicas_are_ready_on_readyz_and_share_store_and_database(services):
 
 
 def test_command_lines_are_what_the_app_accepts(services):
+    """The image's ENTRYPOINT counts: it named --model /model, which replica2/3 and the trainer do not mount."""
+    from dockerfile_argv import app_argv
+
     from app.config import parse_args
 
-    for name in REPLICAS + ("trainer",):
-        cfg = parse_args(services[name]["command"] + ["--host", "0.0.0.0"])
-        assert str(cfg.registry_dir) == "/data/models", name
-        assert cfg.forwarded_allow_ips == (services["nginx"]["networks"]["fleet"]["ipv4_address"],), name
-    assert parse_args(services["replica1"]["command"]).model == "/model"  # the one that registers MODEL
-    assert all(parse_args(services[n]["command"]).model is None for n in ("replica2", "replica3", "trainer"))
+    cfg = {n: parse_args(app_argv(services[n].get("entrypoint"), services[n]["command"]))
+           for n in REPLICAS + ("trainer",)}
+    for name, c in cfg.items():
+        assert str(c.registry_dir) == "/data/models" and c.host == "0.0.0.0", name
+        assert c.forwarded_allow_ips == (services["nginx"]["networks"]["fleet"]["ipv4_address"],), name
+    assert cfg["replica1"].model == "/model" and "/model:ro" in services["replica1"]["volumes"][1]
+    assert [cfg[n].model for n in ("replica2", "replica3", "trainer")] == [None] * 3  # the store's active version
 
 
 def test_nginx_balances_over_exactly_the_replicas_at_their_fixed_addresses(services):
