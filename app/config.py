@@ -232,7 +232,7 @@ FLAGS = {
     "audit_rate": Flag("share of served texts sampled (deduplicated, bounded) for a blind audit in the Label "
                        "tab, which gives live precision; it keeps texts users sent (0: off)", metavar="RATE"),
     "train_nice": Flag("niceness of the training process"),
-    "review_queue": Flag("keep the texts the API answers 'not sure' (under the model's threshold) in DATA_DIR/review "
+    "review_queue": Flag("keep the texts the API answers 'not sure' (under the model's threshold) in the label store "
                          "for the Label tab; stores users' texts"),
     "fallback_url": Flag("send answers under the model's threshold ('not sure') to the LLM at this OpenAI-compatible "
                          "endpoint (key: $OPENAI_API_KEY); its answers come back with source 'llm' and are kept "

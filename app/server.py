@@ -158,8 +158,19 @@ def _add_team(app: FastAPI, cfg: Config, state: ServerState):
 
         import_sessions(state.store, Path(cfg.data_dir) / "label")
     identities = state.identities = Identities(state.store)
+    _keep_texts_in_store(state)
     add_team_routes(app, cfg, state, state.store, identities)
     return identities
+
+
+def _keep_texts_in_store(state: ServerState) -> None:
+    """The review queue and the audit sample live in the label store (app/kept_store.py)."""
+    from .kept_store import attach_audit, attach_review
+
+    if state.review is not None:
+        attach_review(state.review, state.store)
+    if state.monitor is not None and getattr(state.monitor, "audit", None) is not None:
+        attach_audit(state.monitor.audit, state.store)
 
 
 def open_monitor(cfg: Config):

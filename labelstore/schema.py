@@ -106,3 +106,17 @@ adjudications = sa.Table(
     sa.Column("event_id", sa.Integer, sa.ForeignKey("label_events.id"), nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
 )
+
+# Texts the server keeps from what clients sent, for a person to label: the review queue ("review": the
+# API's "not sure" answers) and the live audit ("audit": the sample waiting; "audit_seen": hashes of texts
+# sampled lately, not sampled again). app/kept_store.py keeps them; before, files under the data folder.
+kept_texts = sa.Table(
+    "kept_texts", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("kind", sa.String(20), nullable=False),
+    sa.Column("key", sa.String(64), nullable=False),  # the text's key within its kind (a hash, or the text)
+    sa.Column("item", sa.JSON),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("kind", "key", name="uq_kept_texts_kind_key"),
+    sa.Index("ix_kept_texts_kind", "kind", "id"),
+)

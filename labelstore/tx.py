@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 import weakref
 
 import sqlalchemy as sa
 
+_log = logging.getLogger("app")
 RETRIES = 8
 _PG_RETRY = {"40P01", "40001"}  # deadlock detected, serialization failure
 
@@ -79,3 +81,16 @@ async def call(engine: sa.Engine, fn, *args):
     if engine.dialect.name != "sqlite":
         return await asyncio.to_thread(fn, *args)
     return await asyncio.get_running_loop().run_in_executor(_thread_of(engine), fn, *args)
+
+
+def later(engine: sa.Engine, fn, *args):
+    """fn(*args) in the store's thread, after what was handed to it before; the caller does not wait (a
+    failure is logged). For writes that must not hold a request: the texts the server keeps."""
+    def logged():
+        try:
+            return fn(*args)
+        except Exception:
+            _log.exception("label store: a background write failed")
+            raise
+
+    return _thread_of(engine).submit(logged)
