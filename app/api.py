@@ -175,11 +175,13 @@ def _shape(pred, top_k: int | None, min_confidence: float | None = None) -> dict
         kept = set(pred.labels) | {k for k, _ in sorted(pred.scores.items(), key=lambda kv: -kv[1])[:top_k or None]}
         scores = pred.scores if top_k is None else dict(sorted(((k, v) for k, v in pred.scores.items() if k in kept),
                                                                key=lambda kv: -kv[1]))
-        sure = pred.confident if min_confidence is None else all(pred.scores[n] >= min_confidence for n in pred.labels)
+        reason = getattr(pred, "reason", None)  # "out of domain": not confident at any min_confidence
         source = getattr(pred, "source", None)  # with --fallback-url: who answered (the LLM's set is sure)
+        sure = pred.confident if min_confidence is None else \
+            all(pred.scores[n] >= min_confidence for n in pred.labels) and not reason
         # the version is the response's (model_version, X-Model-Version), as for single-label answers
         return {"labels": pred.labels, "scores": scores, "confident": bool(sure or source == "llm"),
-                **({"source": source} if source else {})}
+                **({"reason": reason} if reason else {}), **({"source": source} if source else {})}
     probs = pred.probabilities
     if top_k is not None:
         probs = dict(sorted(probs.items(), key=lambda kv: -kv[1])[:top_k])

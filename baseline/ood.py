@@ -113,7 +113,10 @@ def index_rows(tf: CharTfidf, texts: list[str], y: np.ndarray, n_classes: int) -
     row, col, x = shell.vectors(texts)
     y = np.asarray(y)
     cent = np.zeros((len(tf.idf), n_classes))
-    np.add.at(cent, (col, y[row]), x)
+    if y.ndim == 2:  # multi-label (rows x labels, 0/1): each label's centroid is the mean of the rows it is on
+        np.add.at(cent, col, x[:, None] * y[row])
+    else:
+        np.add.at(cent, (col, y[row]), x)
     cent /= np.maximum(np.linalg.norm(cent, axis=0, keepdims=True), 1e-12)
     df = np.bincount(col, minlength=len(tf.idf))
     keep = df[col] <= max(NEIGHBOURS, COMMON_DF * len(texts))
@@ -166,7 +169,8 @@ def percentile(nb, cen, neighbours_q, centroid_q) -> np.ndarray:
 def fit_typicality(texts: list[str], y: np.ndarray, fold_of: np.ndarray, n_classes: int,
                    confident: np.ndarray | None = None) -> tuple[Typicality, dict]:
     """(the detector the final folder serves: indexed on every row, with out-of-fold percentiles and cut;
-    report["out_of_domain"]). Fold k's rows are scored by an index of the other folds' rows only.
+    report["out_of_domain"]). Fold k's rows are scored by an index of the other folds' rows only. `y`: class
+    ids, or multi-label rows x labels 0/1 (a centroid per label).
     `confident`: the out-of-fold rows answered confidently as served (None: all)."""
     y, fold_of = np.asarray(y), np.asarray(fold_of)
     nb, cen = np.zeros(len(texts)), np.zeros(len(texts))

@@ -5,7 +5,8 @@ texts of other data sets, with the in-domain coverage it costs and its serving c
 
 The model is the TF-IDF + logistic-regression baseline (2 shared cores; the detector reads only the texts, so
 the same detector serves an encoder). Per resplit: 60% of the rows train (k-fold out-of-fold scores, nested
-calibration, the served threshold at --target as finetune/coverage.py chooses it, the detector fitted on the
+calibration, the served threshold at --target as finetune/coverage.py chooses it (the point estimate where
+too few rows state the bound: `threshold_rule`), the detector fitted on the
 out-of-fold rows as finetune/confidence.py does), 40% are unseen. Reported: the share of off-topic rows
 answered confident without and with the detector, the in-domain unseen coverage without and with it, and the
 detector's microseconds a row beside the baseline's own (the blend's cost, measured in the same run).
@@ -37,18 +38,22 @@ def one(name, texts, y, groups, n_classes, others, target, seed, folds) -> dict:
     from finetune.calibration import calibrate
     from finetune.coverage import served_threshold
     from textdata.calibration import confident, threshold_vector
+    from textdata.errors import DataError
 
     tr, un = resplit(y, groups, seed)
     t_texts, t_y = [texts[i] for i in tr], y[tr]
     oof, fold_of, _ = out_of_fold(t_texts, t_y, None if groups is None else groups[tr], n_classes, folds, seed)
     _, chosen, final = calibrate(oof, t_y, fold_of, "model")
-    served = served_threshold(chosen, final, oof, t_y, fold_of, list(range(n_classes)), target)
+    try:
+        served, rule = served_threshold(chosen, final, oof, t_y, fold_of, list(range(n_classes)), target), "bound"
+    except DataError:  # too few rows to state it: the point estimate, so that the detector is still measured
+        served, rule = served_threshold(chosen, final, oof, t_y, fold_of, list(range(n_classes)), target, None), "point"
     th = threshold_vector(served["threshold"] if not isinstance(served["threshold"], dict)
                           else {int(k): v for k, v in served["threshold"].items()}, list(range(n_classes)))
     typ, meta = fit_typicality(t_texts, t_y, fold_of, n_classes, confident(final(oof), th))
     model = fit_baseline(t_texts, t_y, seed)
     un_texts = [texts[i] for i in un]
-    row = {"seed": seed, "cut": typ.cut, "fit": meta}
+    row = {"seed": seed, "cut": typ.cut, "fit": meta, "threshold_rule": rule}
 
     def probs(batch):
         p = np.zeros((len(batch), n_classes))
@@ -56,17 +61,18 @@ def one(name, texts, y, groups, n_classes, others, target, seed, folds) -> dict:
         return final(p)
 
     def answered(batch):
-        sure = confident(probs(batch), th)
-        return sure, sure & typ.in_domain(batch)
+        sure, inside = confident(probs(batch), th), typ.in_domain(batch)
+        return sure, sure & inside, float((~inside).mean())
 
-    sure, kept = answered(un_texts)
+    sure, kept, flagged = answered(un_texts)
     right = probs(un_texts).argmax(1) == y[un]
     row["in_domain"] = {"coverage_without": float(sure.mean()), "coverage_with": float(kept.mean()),
                         "precision_without": float(right[sure].mean()) if sure.any() else None,
-                        "precision_with": float(right[kept].mean()) if kept.any() else None}
+                        "precision_with": float(right[kept].mean()) if kept.any() else None, "flagged": flagged}
     for other, other_texts in others.items():
-        s, k = answered(other_texts)
-        row[f"off_topic/{other}"] = {"confident_without": float(s.mean()), "confident_with": float(k.mean())}
+        s, k, f = answered(other_texts)
+        row[f"off_topic/{other}"] = {"confident_without": float(s.mean()), "confident_with": float(k.mean()),
+                                     "flagged": f}
     with tempfile.TemporaryDirectory() as tmp:
         save_baseline(model, tmp, n_classes, Blend(1.0, 1.0), {})
         served_baseline = load_baseline(tmp)[0]
@@ -147,8 +153,10 @@ def main(argv=None) -> int:
                    "in_domain_coverage_with": med("in_domain", "coverage_with"),
                    **{f"us_per_row_{k}": med("us_per_row", k) for k in
                       ("baseline", "detector_before", "detector_alone", "detector_shared")},
+                   "in_domain_flagged": med("in_domain", "flagged"),
+                   "threshold_rules": [r["threshold_rule"] for r in runs],
                    **{f"off_topic/{o}/{k}": med(f"off_topic/{o}", k) for o in others
-                      for k in ("confident_without", "confident_with")},
+                      for k in ("confident_without", "confident_with", "flagged")},
                    "off_topic_confident_with_max": max(r[f"off_topic/{o}"]["confident_with"] for r in runs for o in others)}
         result["data"][name] = {"rows": len(y), "summary": summary, "resplits": runs}
         print(f"\n{name} (target {a.target}): in-domain coverage {summary['in_domain_coverage_without']:.3f} -> "
@@ -157,7 +165,7 @@ def main(argv=None) -> int:
               f"beside the blend {summary['us_per_row_detector_shared']:.0f}")
         for o in others:
             print(f"  off-topic {o}: confident {summary[f'off_topic/{o}/confident_without']:.3f} -> "
-                  f"{summary[f'off_topic/{o}/confident_with']:.3f}")
+                  f"{summary[f'off_topic/{o}/confident_with']:.3f} (flagged {summary[f'off_topic/{o}/flagged']:.3f})")
         write_result(result, a.output)
     return 0
 

@@ -183,17 +183,15 @@ def fit_out_of_domain(data, fold_of: np.ndarray, section: dict | None, calibrate
                       warnings: list[str]):
     """(report["out_of_domain"], the detector --final carries) for single-label rows: baseline/ood.py fitted
     on the out-of-fold rows, its cut costing at most MAX_DROP of the answers the served threshold calls
-    confident. (None, None) for multi-label; ({"error"}, None) where it cannot be fitted."""
-    if getattr(data, "multi_label", False):
-        return None, None
+    confident (multi-label: of all rows, a centroid per label); ({"error"}, None) where it cannot be fitted."""
     from baseline.ood import fit_typicality
     from textdata.calibration import confident, threshold_vector
 
+    ml = getattr(data, "multi_label", False)
     served = (section or {}).get("served") or {}
-    th = threshold_vector(served.get("threshold"), list(data.labels))
-    sure = confident(calibrated, th)
+    sure = None if ml else confident(calibrated, threshold_vector(served.get("threshold"), list(data.labels)))
     try:
-        typ, meta = fit_typicality(data.texts, data.y, fold_of, len(data.labels), sure)
+        typ, meta = fit_typicality(data.texts, data.Y if ml else data.y, fold_of, len(data.labels), sure)
     except ValueError as e:  # no usable characters in a fold (empty vocabulary) and the like
         warnings.append(f"out-of-domain detector not fitted: {str(e).splitlines()[0]}")
         return {"error": str(e).splitlines()[0]}, None

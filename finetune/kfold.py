@@ -299,7 +299,7 @@ def run(cfg: Config, on_progress=None) -> dict:
         got.oof, report["blend"], blend_oof, data, got.fold_of, cfg.target_precision,
         multilabel_run.fold_decisions(report) if ml else None)
     ood = None
-    if cfg.final and not ml:  # carried in model/ood/ (baseline/ood.py): off-topic texts are never confident
+    if cfg.final:  # carried in model/ood/ (baseline/ood.py): off-topic texts are never confident
         report["out_of_domain"], ood = fit_out_of_domain(data, got.fold_of, report["calibration"], calibrated_oof,
                                                          report["warnings"])
     if held is not None:

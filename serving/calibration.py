@@ -140,6 +140,10 @@ class ServedCalibration:
         """(confident per row, the reason per row where the score is not why: "out of domain" or None)."""
         return self.confident(probs) & ~away, [REASON if a else None for a in away]
 
+    def flags_multi_label(self, probs: np.ndarray, asserted: np.ndarray, away: np.ndarray) -> tuple[np.ndarray, list]:
+        """`flags` for multi-label rows."""
+        return self.confident_multi_label(probs, asserted) & ~away, [REASON if a else None for a in away]
+
     def confident_multi_label(
         self, probs: np.ndarray, asserted: np.ndarray, min_confidence: float | None = None
     ) -> np.ndarray:

@@ -397,10 +397,10 @@ class Classifier:
 
     def _predictions(self, seqs, top_k: int | None, plan: list[np.ndarray]) -> list[Prediction]:
         if self.multi_label:
-            logits = self._logits(seqs, plan)
-            probs = self._proba(seqs, logits)
-            sure = self.calibration.confident_multi_label(probs, probs > self.thresholds[None, :])
-            return multi_label_predictions(probs, logits, self.labels, self.thresholds, top_k, sure)
+            pending = self.calibration.start_out_of_domain(seqs, _BLEND_POOL)  # beside the model's pass
+            probs = self._proba(seqs, logits := self._logits(seqs, plan))
+            sure, reasons = self.calibration.flags_multi_label(probs, probs > self.thresholds[None, :], pending())
+            return multi_label_predictions(probs, logits, self.labels, self.thresholds, top_k, sure, reasons)
         pending = self.calibration.start_out_of_domain(seqs, _BLEND_POOL, self.blend)  # beside the model's pass
         probs = self._proba(seqs, plan=plan, baseline=pending.baseline)
         labels = self.labels

@@ -115,23 +115,24 @@ class MultiLabelPrediction:
     probabilities: dict[str, float]
     logits: np.ndarray = field(repr=False, default=None)  # the model's own logits, for raw-score clients (TEI)
     confident: bool = True  # every label in `labels` clears its threshold in calibration.json; always without one
+    reason: str | None = None  # why not confident where the scores are not why: "out of domain" (ood/)
 
     def raw_scores(self, names: list[str]) -> dict[str, float]:
         return {lab: float(v) for lab, v in zip(names, self.logits)}
 
 
 def multi_label_predictions(probs: np.ndarray, logits: np.ndarray, labels: list[str], thresholds: np.ndarray,
-                            top_k: int | None, confident=None) -> list[MultiLabelPrediction]:
+                            top_k: int | None, confident=None, reasons=None) -> list[MultiLabelPrediction]:
     over = probs > thresholds[None, :]
     sure = np.ones(len(probs), bool) if confident is None else np.asarray(confident, bool)
     out = []
-    for p, lg, row, ok in zip(probs, logits, over, sure):
+    for i, (p, lg, row, ok) in enumerate(zip(probs, logits, over, sure)):
         scores = {labels[j]: float(p[j]) for j in range(len(labels))}
         best = int(p.argmax())
         dist = scores if top_k is None else {labels[j]: scores[labels[j]]
                                              for j in np.argsort(-p, kind="stable")[: max(1, top_k)]}
         out.append(MultiLabelPrediction([labels[j] for j in np.flatnonzero(row)], scores, labels[best],
-                                        float(p[best]), dist, lg, bool(ok)))
+                                        float(p[best]), dist, lg, bool(ok), None if reasons is None else reasons[i]))
     return out
 
 

@@ -94,3 +94,18 @@ def test_reads_like_the_baseline_fitted_on_the_same_rows(fitted, toy_rows, tmp_p
     assert typ.reads_like(same) and not typ.reads_like(other)
     read = same.read(fresh)
     np.testing.assert_allclose(baseline_proba(same, fresh, 3, read.weights), baseline_proba(same, fresh, 3))
+
+
+def test_multi_label_rows_get_a_centroid_per_label(toy_rows):
+    """Multi-label rows (rows x labels, 0/1; a row may carry none or two): the detector fits with a centroid per
+    label and tells the rows' kind from off-topic texts as the single-label one does."""
+    rows = toy_rows(n_per_class=20, seed=2)
+    labels = sorted(set(rows["label"]))
+    y = rows["label"].map(labels.index).to_numpy()
+    Y = np.eye(len(labels), dtype=int)[y]
+    Y[::4, (y[::4] + 1) % len(labels)] = 1  # a second label on every fourth row
+    Y[::7] = 0  # and none on every seventh
+    typ, meta = fit_typicality(rows["text"].tolist(), Y, np.arange(len(y)) % 3, len(labels))
+    assert typ.index.centroids_t.shape[1] == len(labels) and meta["out_of_fold_confident_lost"] <= 0.015
+    assert not typ.in_domain(OFF_TOPIC).any()
+    assert typ.in_domain(toy_rows(n_per_class=10, seed=9)["text"].tolist()).mean() >= 0.9
