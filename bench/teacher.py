@@ -44,7 +44,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from finetune.teacher_data import corrected, gold_repeats, macro_f1, teacher_confusion
+from finetune.teacher_data import corrected, gold_repeats, macro_f1, teacher_confusion, tempered, text_weight
 
 NEVER, NEIGHBOUR, NEVER_KEEP = "tech", "business", 120
 GOLD_PER_CLASS = 8
@@ -154,7 +154,8 @@ def methods(X, y, teacher, gold, rest, seed, n) -> dict:
     """Every student's probabilities on all rows, by method name."""
     on_gold = fit(X, gold, y[gold], seed)
     T = teacher_confusion(y[gold], teacher[gold], n)
-    fixed, _ = corrected(teacher[rest], proba(on_gold, X[rest], n), T, strength=len(gold))
+    weight = text_weight(gold_oof(X, gold, y, seed, n), y[gold], teacher[gold], T, n, None)
+    fixed, _ = corrected(teacher[rest], tempered(proba(on_gold, X[rest], n), weight), T, strength=len(gold))
     rows = np.concatenate([gold, rest])
     out = {"gold only": on_gold,
            "today": fit(X, rows, np.concatenate([y[gold], teacher[rest]]), seed)}
@@ -164,7 +165,17 @@ def methods(X, y, teacher, gold, rest, seed, n) -> dict:
         name = f"x{'auto' if w == 0 else w}"
         out[f"gold {name} + teacher"] = fit(X, rows, np.concatenate([y[gold], teacher[rest]]), seed, reps)
         out[f"gold {name} + corrected"] = fit(X, rows, np.concatenate([y[gold], fixed]), seed, reps)
-    return {name: proba(m, X, n) for name, m in out.items()}
+    return {name: proba(m, X, n) for name, m in out.items()}, weight
+
+
+def gold_oof(X, gold, y, seed, n) -> np.ndarray:
+    """Out-of-fold p(class | text) of the gold-only student on the gold rows (4 folds), for `text_weight`."""
+    from sklearn.model_selection import StratifiedKFold
+
+    oof = np.zeros((len(gold), n))
+    for tr, va in StratifiedKFold(4, shuffle=True, random_state=seed).split(gold, y[gold]):
+        oof[va] = proba(fit(X, gold[tr], y[gold[tr]], seed), X[gold[va]], n)
+    return oof
 
 
 def cascade(p_test, teacher_test, y_test, keep: float = 0.7) -> dict:
@@ -205,7 +216,7 @@ def product_labels(texts, y, labels, teacher, seeds: int) -> dict:
         got.append({"teacher_accuracy": float((raw == truth).mean()), "corrected_accuracy": float((fixed == truth).mean()),
                     f"{NEVER}_recall_before": float((raw[truth == never] == never).mean()),
                     f"{NEVER}_recall_after": float((fixed[truth == never] == never).mean()),
-                    "relabelled_share": float((fixed != raw).mean())})
+                    "relabelled_share": float((fixed != raw).mean()), "text_weight": data.text_weights[0]})
     return medians(got)
 
 
@@ -218,7 +229,8 @@ def run_setting(X, texts, y, labels, ref, accuracy, systematic, seeds) -> dict:
         row = {"teacher": {"macro_f1": macro_f1(y[test], teacher[test], n),
                            "never_answered_f1": per_class_f1(y[test], teacher[test], n)[never],
                            "accuracy": float((teacher[test] == y[test]).mean())}}
-        for name, p in methods(X, y, teacher, gold, rest, seed, n).items():
+        got, row["text_weight"] = methods(X, y, teacher, gold, rest, seed, n)
+        for name, p in got.items():
             pred = p[test].argmax(1)
             row[name] = {"macro_f1": macro_f1(y[test], pred, n),
                          "never_answered_f1": per_class_f1(y[test], pred, n)[never],
@@ -250,14 +262,15 @@ def table(results: dict) -> str:
     lines = []
     for setting, r in results["settings"].items():
         m = r["median"]
-        lines.append(f"\n{setting} (teacher accuracy on all rows {r['teacher_accuracy_all_rows']:.3f})")
+        lines.append(f"\n{setting} (teacher accuracy on all rows {r['teacher_accuracy_all_rows']:.3f}; text weight, "
+                     f"median: {m['text_weight']})")
         lines.append(f"{'method':28} {'macro-F1':>8} {'vs teacher':>10} {NEVER + ' F1':>8} {'accuracy':>8} "
                      f"{'cascade: answered':>18} {'accuracy':>8}")
         t = m["teacher"]
         lines.append(f"{'teacher alone':28} {t['macro_f1']:8.3f} {'':>10} {t['never_answered_f1']:8.3f} "
                      f"{t['accuracy']:8.3f}")
         for name, s in m.items():
-            if name != "teacher":
+            if name not in ("teacher", "text_weight"):
                 c = s["cascade"]
                 lines.append(f"{name:28} {s['macro_f1']:8.3f} {s['macro_f1'] - t['macro_f1']:+10.3f} "
                              f"{s['never_answered_f1']:8.3f} {s['accuracy']:8.3f} {c['share_answered']:18.2f} "

@@ -28,6 +28,7 @@ from textdata.tables import missing_text, read_table
 
 SMOOTHING = 1.0  # pseudo-rows per class spread uniformly over the answers: 8 gold rows a class leave room for chance
 EM_ROUNDS = 50
+TEXT_WEIGHTS = (0.0, 0.25, 0.5, 1.0)  # exponents of p(class | text) tried on the gold rows (`text_weight`)
 
 
 def teacher_confusion(y_gold: np.ndarray, answered: np.ndarray, n_classes: int, alpha: float = SMOOTHING) -> np.ndarray:
@@ -59,22 +60,57 @@ def corrected(answered: np.ndarray, p_text: np.ndarray, T: np.ndarray, fitted_pr
 
 
 def text_proba(texts: list[str], fit_rows: np.ndarray, y_fit: np.ndarray, rows: np.ndarray, n: int,
-               seed: int) -> np.ndarray:
+               seed: int, gold_oof: bool = False):
     """p(class | text) for `rows`, from the baseline's char TF-IDF (its vocabulary and idf from every row in
     `texts`: no label is read) and a log-loss linear model fitted on `fit_rows`. A lightly regularised SGD, not the
     baseline's logistic regression: on 8 gold rows a class that one answers near-uniform probabilities (mean top
-    probability 0.32 on BBC News against 0.74), and the teacher's confusion then decides alone."""
-    from sklearn.linear_model import SGDClassifier
-
+    probability 0.32 on BBC News against 0.74), and the teacher's confusion then decides alone. With `gold_oof`:
+    (p for `rows`, out-of-fold p for `fit_rows` themselves), for `text_weight`."""
     from baseline.blend import TEXT_CAP, tfidf_logreg
 
     vectorizer = tfidf_logreg(seed).steps[0][1]
     V = vectorizer.fit_transform([t[:TEXT_CAP] for t in texts])
+    p = _fit_proba(V, fit_rows, y_fit, rows, n, seed)
+    if not gold_oof:
+        return p
+    from sklearn.model_selection import StratifiedKFold
+
+    oof = np.full((len(fit_rows), n), 1.0 / n)
+    splits = int(min(4, np.bincount(y_fit).max()))
+    for tr, va in StratifiedKFold(max(2, splits), shuffle=True, random_state=seed).split(fit_rows, y_fit):
+        if len(np.unique(y_fit[tr])) > 1:
+            oof[va] = _fit_proba(V, fit_rows[tr], y_fit[tr], fit_rows[va], n, seed)
+    return p, oof
+
+
+def _fit_proba(V, fit_rows: np.ndarray, y_fit: np.ndarray, rows: np.ndarray, n: int, seed: int) -> np.ndarray:
+    from sklearn.linear_model import SGDClassifier
+
     model = SGDClassifier(loss="log_loss", alpha=1e-5, max_iter=30, tol=None, random_state=seed)
     model.fit(V[fit_rows], y_fit)
     p = np.zeros((len(rows), n))
     p[:, model.classes_] = model.predict_proba(V[rows])
     return p
+
+
+def tempered(p: np.ndarray, weight: float) -> np.ndarray:
+    """p ** weight, rows renormalised: weight 0 leaves the teacher's confusion to decide alone."""
+    q = np.power(p.clip(min=1e-12), weight)
+    return q / q.sum(1, keepdims=True)
+
+
+def text_weight(p_oof: np.ndarray, y: np.ndarray, answered: np.ndarray, T: np.ndarray, n: int,
+                fitted_prior: np.ndarray | None) -> float:
+    """How much the text's p(class | text) counts against the teacher's answer: the weight in TEXT_WEIGHTS whose
+    corrected labels score the best macro-F1 on the gold rows (p out-of-fold there; ties to the smaller weight).
+    Where the gold-only model is weak (short texts, 8 rows a class: ko-help) trusting it relabels rows the teacher
+    had right; bench/teacher.py --data ko-help measured it."""
+    ok = answered >= 0
+    if not ok.any():
+        return 1.0
+    scores = [macro_f1(y[ok], corrected(answered[ok], tempered(p_oof[ok], w), T, fitted_prior, rounds=0)[0], n)
+              for w in TEXT_WEIGHTS]
+    return TEXT_WEIGHTS[int(np.argmax(scores))]
 
 
 def gold_repeats(n_gold: int, n_teacher: int, gold_weight: float) -> int:
@@ -101,6 +137,7 @@ class TeacherData(LabeledData):
     gold: np.ndarray | None = None  # (n,) bool: the row has a gold label
     answered: np.ndarray | None = None  # (n,) the teacher's answer as a class id; -1: none, or outside the label set
     outside: dict | None = None  # teacher answers outside the label set -> rows
+    text_weights: list = dataclasses.field(default_factory=list)  # `text_weight` chosen at each correction
 
 
 def load(path, cfg, normalizer: Normalizer) -> TeacherData:
@@ -145,7 +182,7 @@ def load(path, cfg, normalizer: Normalizer) -> TeacherData:
 
 def correct_rows(data: TeacherData, gold_rows: np.ndarray, teacher_rows: np.ndarray, seed: int) -> np.ndarray:
     """The corrected labels of `teacher_rows`, judged on `gold_rows` only: T counted there, p(class | text) fitted
-    there (`text_proba`, its vocabulary from both kinds of rows' texts)."""
+    there (`text_proba`, its vocabulary from both kinds of rows' texts) and weighed by `text_weight`, chosen there."""
     answered = data.answered[teacher_rows]
     if len(teacher_rows) == 0:
         return answered
@@ -153,12 +190,14 @@ def correct_rows(data: TeacherData, gold_rows: np.ndarray, teacher_rows: np.ndar
     T = teacher_confusion(data.y[gold_rows], data.answered[gold_rows], n)
     both = np.concatenate([gold_rows, teacher_rows])
     try:
-        p = text_proba([data.texts[i] for i in both], np.arange(len(gold_rows)), data.y[gold_rows],
-                       np.arange(len(gold_rows), len(both)), n, seed)
+        p, p_gold = text_proba([data.texts[i] for i in both], np.arange(len(gold_rows)), data.y[gold_rows],
+                               np.arange(len(gold_rows), len(both)), n, seed, gold_oof=True)
     except ValueError:  # no usable text (an empty vocabulary): the teacher's answers stand
         return answered
     fitted = np.bincount(data.y[gold_rows], minlength=n) / len(gold_rows)
-    return corrected(answered, p, T, fitted, strength=len(gold_rows))[0]
+    weight = text_weight(p_gold, data.y[gold_rows], data.answered[gold_rows], T, n, fitted)
+    data.text_weights.append(weight)
+    return corrected(answered, tempered(p, weight), T, fitted, strength=len(gold_rows))[0]
 
 
 def fold_training(data: TeacherData, train_idx: np.ndarray, fit_idx: np.ndarray, seed: int,
@@ -202,5 +241,6 @@ def gold_holdout(data: TeacherData, fraction: float, folds: int, seed: int, path
         raise DataError(f"{path}: after --holdout {fraction}, class {name!r} has {int(counts.min())} gold rows left: "
                         "the teacher is judged and corrected on the gold rows; lower --holdout or label more")
     teach = ~cv.gold
+    cv.text_weights = []  # the correction on every gold row, holdout included, is not used
     cv.y[teach] = correct_rows(cv, np.flatnonzero(cv.gold), np.flatnonzero(teach), seed)
     return cv, subset(data, held_rows)

@@ -83,6 +83,8 @@ def teacher_section(out: Path, full: TeacherData, full_oof: np.ndarray, fold_of:
                  "teacher_outside_label_set": full.outside or {}},
         "gold_repeats": gold_weight_repeats, "student": served_name,
         "relabelled_teacher_rows": int(((full.answered != full.y) & ~full.gold).sum()),
+        # p(class | text)'s exponent chosen on the gold rows: the final model's labels first, then each fold's
+        "text_weights": list(full.text_weights),
     }
     if judged.any():
         yt, st, tt = y_gold[judged], student[judged], said[judged]

@@ -21,6 +21,7 @@ from finetune.teacher_data import (
     load,
     repeated,
     teacher_confusion,
+    text_weight,
 )
 from textdata.errors import DataError
 from textdata.normalize import Normalizer
@@ -55,6 +56,21 @@ def test_the_teacher_rows_class_mix_decides_the_borderline_texts():
 def test_answers_outside_the_label_set_do_not_count_against_the_teacher():
     T = teacher_confusion(np.array([0, 0, 1]), np.array([0, -1, 1]), 2, alpha=0)
     assert T.tolist() == [[1.0, 0.0], [0.0, 1.0]]
+
+
+def test_the_texts_weight_is_what_scores_best_on_the_gold_rows():
+    """A weak gold-only model (ko-help: short texts, 8 rows a class) must not overrule a teacher that is mostly right;
+    a strong one must recover the class the teacher never answers (it answers class 1 for class 2)."""
+    rng = np.random.default_rng(0)
+    y = np.repeat(np.arange(3), 8)
+    answered = np.where(y == 2, 1, y)
+    answered[[0, 8]] = [1, 0]  # two other errors
+    T = teacher_confusion(y, answered, 3)
+    weak = rng.dirichlet(np.ones(3) * 0.3, size=len(y))  # confident and wrong as often as right
+    assert text_weight(weak, y, answered, T, 3, None) < 1.0
+    strong = np.full((len(y), 3), 0.05)
+    strong[np.arange(len(y)), y] = 0.9
+    assert text_weight(strong, y, answered, T, 3, None) == 1.0
 
 
 def test_gold_repeats_auto_balances_gold_against_teacher_rows():
