@@ -117,6 +117,7 @@ class MultiLabelPrediction:
     probabilities: dict[str, float]
     logits: np.ndarray = field(repr=False, default=None)  # the model's own logits, for raw-score clients (TEI)
     confident: bool = True  # every label in `labels` clears its threshold in calibration.json; always without one
+    reason: str | None = None  # as Prediction's: why not confident where the scores are not why (none yet)
 
     def raw_scores(self, names: list[str]) -> dict[str, float]:
         return {lab: float(v) for lab, v in zip(names, self.logits)}
