@@ -22,8 +22,10 @@ import numpy as np
 
 from finetune.calibration import BINS, VECTOR_MARGIN, ece_floor, mean_binary_ece
 from finetune.coverage import DELTA, MIN_ANSWERED, label_bound_thresholds, pick_threshold, statement
-from textdata.calibration import Calibrator, confident_multi_label
+from textdata.calibration import Calibrator, confident
 from textdata.errors import DataError
+from textdata.nested import fold_masks
+from textdata.nested import nested as out_of_fold
 
 _FLOOR = 1e-7
 
@@ -79,16 +81,10 @@ def fit(P: np.ndarray, Y: np.ndarray, method: str) -> Calibrator:
 
 
 def nested(P: np.ndarray, Y: np.ndarray, fold_of: np.ndarray, method: str) -> tuple[np.ndarray, list, list]:
-    out = np.empty(P.shape, np.float64)
-    cals, folds = [], []
-    for k in np.unique(fold_of):
-        held, rest = fold_of == k, fold_of != k
-        cal = fit(P[rest], Y[rest], method)
-        out[held] = cal(np.asarray(P[held], np.float64))
-        cals.append(cal)
-        folds.append(
-            {"fold": int(k), "before": scores(P[held], Y[held]), "after": scores(out[held], Y[held])}
-        )
+    out, cals = out_of_fold(fold_of, lambda rest: fit(P[rest], Y[rest], method),
+                            lambda cal, held: cal(np.asarray(P[held], np.float64)), np.empty(P.shape, np.float64))
+    folds = [{"fold": k, "before": scores(P[held], Y[held]), "after": scores(out[held], Y[held])}
+             for k, held, _ in fold_masks(fold_of)]
     return out, cals, folds
 
 
@@ -103,7 +99,7 @@ def answered(P: np.ndarray, Y: np.ndarray, thresholds: np.ndarray, decision: np.
     """Coverage (confident rows) and the micro precision of the labels asserted in those rows (a label is
     asserted over its decision threshold, strictly, as serving/multilabel.py cuts)."""
     asserted = P > decision
-    keep = confident_multi_label(P, asserted, thresholds)
+    keep = confident(P, thresholds, asserted)
     hits = (asserted[keep] & (Y[keep] == 1)).sum()
     said = asserted[keep].sum()
     return {
@@ -179,10 +175,9 @@ def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision) ->
             f"best precision reached is {np.nanmax(best):.4f}, asserting at least {MIN_ANSWERED} rows)"
         )
     folds = []
-    for k, cal, dec in zip(np.unique(fold_of), cals, decision):
-        held, rest = fold_of == k, fold_of != k
+    for (k, held, rest), cal, dec in zip(fold_masks(fold_of), cals, decision):
         th, _ = label_thresholds(cal(P[rest]), Y[rest], target)
-        folds.append({"fold": int(k), **answered(calibrated[held], Y[held], th, cal(dec[None, :])[0])})
+        folds.append({"fold": k, **answered(calibrated[held], Y[held], th, cal(dec[None, :])[0])})
     cov = [f["coverage"] for f in folds]
     prec = [f["precision"] for f in folds if f["precision"] is not None]
     return {

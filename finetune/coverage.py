@@ -16,6 +16,7 @@ import numpy as np
 
 from textdata.calibration import confident
 from textdata.errors import DataError
+from textdata.nested import fold_masks
 
 TARGETS = (0.80, 0.90, 0.95, 0.98, 0.99)
 MIN_ANSWERED = 20
@@ -180,10 +181,9 @@ def nested_coverage(
     """Per fold: the threshold chosen on the other folds' rows (as calibrated by that fold's calibrator),
     scored on the fold's own rows (nested-calibrated); mean ± std over folds."""
     folds = []
-    for k, rest_probs in zip(np.unique(fold_of), probs_rest_by_fold):
-        held, rest = fold_of == k, fold_of != k
+    for (k, held, rest), rest_probs in zip(fold_masks(fold_of), probs_rest_by_fold):
         th = _thresholds(rest_probs, y[rest], target, scope, delta)
-        row = {"fold": int(k), **answered(probs_held[held], y[held], th)}
+        row = {"fold": k, **answered(probs_held[held], y[held], th)}
         if th is not None:
             row["threshold"] = float(th[0]) if scope == "global" else [round(float(v), 6) for v in th]
         folds.append(row)
@@ -209,10 +209,7 @@ def coverage_table(
 
 
 def _rest_probs(chosen, probs, fold_of) -> list:
-    return [
-        cal(np.asarray(probs[fold_of != k], np.float64))
-        for k, cal in zip(np.unique(fold_of), chosen.per_fold)
-    ]
+    return [cal(np.asarray(probs[rest], np.float64)) for (_, _, rest), cal in zip(fold_masks(fold_of), chosen.per_fold)]
 
 
 def rows_needed(precision: float, target: float, delta: float) -> int | None:

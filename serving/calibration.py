@@ -21,11 +21,11 @@ from textdata.calibration import (
     CALIBRATION_FILE,
     Calibrator,
     confident,
-    confident_multi_label,
     decision_thresholds,
     read_calibration,
 )
 from textdata.errors import ModelError
+from textdata.labels import LabelSpace
 
 NOT_CALIBRATED = (
     "no calibration.json (a model trained or exported before calibration): scores are served as "
@@ -65,11 +65,11 @@ class ServedCalibration:
 
     @classmethod
     def load(cls, folder: str | Path, labels: list[str], blend_served: bool,
-             multi_label: bool | None = None) -> ServedCalibration:
+             space: LabelSpace | None = None) -> ServedCalibration:
         """The folder's calibration as this engine serves it; ModelError (one line, naming the file and the
-        field) for a broken file or one fitted for the other kind of model (`multi_label`: this folder's)."""
+        field) for a broken file or one fitted for the other kind of model (`space`: this folder's)."""
         try:
-            found = read_calibration(folder, list(labels), multi_label)
+            found = read_calibration(folder, list(labels), space)
             ood = load_ood(folder)
         except ValueError as e:
             raise ModelError(str(e)) from None
@@ -102,12 +102,13 @@ class ServedCalibration:
             source=f"{thresholds.source}, moved through {CALIBRATION_FILE}'s calibrator",
         )
 
-    def confident(self, probs: np.ndarray, min_confidence: float | None = None) -> np.ndarray:
-        """Single-label rows: does each top (calibrated) probability clear the threshold of its label, or
-        `min_confidence` where a caller names its own."""
+    def confident(self, probs: np.ndarray, asserted: np.ndarray | None = None,
+                  min_confidence: float | None = None) -> np.ndarray:
+        """Per row: does every label it asserts (`asserted`, (n, L) bool; by default its top label, a single-label
+        answer) clear its (calibrated) threshold, or `min_confidence` where a caller names its own."""
         if min_confidence is not None:
-            return np.asarray(probs).max(1) >= min_confidence
-        return confident(probs, self.thresholds if self.applied else None)
+            return confident(probs, np.full(np.shape(probs)[1], min_confidence), asserted)
+        return confident(probs, self.thresholds if self.applied else None, asserted)
 
     def out_of_domain(self, texts: list[str]) -> np.ndarray:
         """Per text: is it unlike the training rows (never confident, whatever its score); all False
@@ -136,21 +137,10 @@ class ServedCalibration:
             self._shared_with, self._shared = blend, self.ood.reads_like(blend.baseline)
         return self._shared
 
-    def flags(self, probs: np.ndarray, away: np.ndarray) -> tuple[np.ndarray, list]:
-        """(confident per row, the reason per row where the score is not why: "out of domain" or None)."""
-        return self.confident(probs) & ~away, [REASON if a else None for a in away]
-
-    def flags_multi_label(self, probs: np.ndarray, asserted: np.ndarray, away: np.ndarray) -> tuple[np.ndarray, list]:
-        """`flags` for multi-label rows."""
-        return self.confident_multi_label(probs, asserted) & ~away, [REASON if a else None for a in away]
-
-    def confident_multi_label(
-        self, probs: np.ndarray, asserted: np.ndarray, min_confidence: float | None = None
-    ) -> np.ndarray:
-        """Multi-label rows: does every asserted label clear its own threshold (or `min_confidence`)."""
-        if min_confidence is not None:
-            return confident_multi_label(probs, asserted, np.full(np.shape(probs)[1], min_confidence))
-        return confident_multi_label(probs, asserted, self.thresholds if self.applied else None)
+    def flags(self, probs: np.ndarray, away: np.ndarray, asserted: np.ndarray | None = None) -> tuple[np.ndarray, list]:
+        """(confident per row, the reason per row where the score is not why: "out of domain" or None);
+        `asserted` as `confident`'s."""
+        return self.confident(probs, asserted) & ~away, [REASON if a else None for a in away]
 
     def info(self) -> dict:
         """What /v1/model and info()["calibration"] show: the method, the threshold, its target and the

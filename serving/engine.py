@@ -38,13 +38,14 @@ import numpy as np
 from baseline.blend import TEXT_CAP, Encoded, ServedBlend
 from serving import passes
 from serving.calibration import ServedCalibration
+from serving.decision import LabelSet, Prediction, TopLabel, decision_for
 from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE, WEIGHT_FILES, ModelFolder
-from serving.multilabel import is_multi_label, load_thresholds, multi_label_predictions, sigmoid
 from serving.onnx_runner import ORT_NAMES, OrtRunner
 from serving.quantize import cpu_isa
 from serving.runner import Runner
 from serving.torch_runner import TorchRunner, check_options, cuda_available, probe_ids
 from textdata.errors import ModelError
+from textdata.labels import LabelSpace
 from textdata.learned import folder_note
 from textdata.numerics import check_precision
 
@@ -74,21 +75,6 @@ class PassSize:
         return self.cpu if provider == "cpu" else self.gpu
 
 
-@dataclass
-class Prediction:
-    label: str
-    score: float
-    probabilities: dict[str, float]
-    confident: bool = True  # the score clears the served threshold (calibration.json); always without one
-    reason: str | None = None  # why not confident where the score is not why: "out of domain" (ood/)
-
-
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits.astype(np.float32, copy=False)
-    z = np.exp(z - z.max(axis=-1, keepdims=True))
-    return z / z.sum(axis=-1, keepdims=True)
-
-
 class Classifier:
     """Use `Classifier.load(...)`; the constructor takes already-built parts."""
 
@@ -99,11 +85,7 @@ class Classifier:
         self._run = runner
         self.normalizer = model.normalizer
         self.labels = model.labels
-        # Multi-label (serving/multilabel.py): sigmoid per label, labels over the thresholds in thresholds.json.
-        self.multi_label = is_multi_label(model.config)
-        self._thresholds = load_thresholds(self.folder, self.labels) if self.multi_label else None
-        self.thresholds = self._thresholds.values if self.multi_label else None
-        self.label_sep = self._thresholds.label_sep if self.multi_label else None
+        space = LabelSpace.from_config(model.config)
         self.max_length = max_length
         self.batch_tokens = batch_tokens
         self.truncation = truncation
@@ -129,10 +111,10 @@ class Classifier:
             self.blend = ServedBlend(self.folder, len(self.labels)) if blend and model.has_blend else None
         except ValueError as e:
             raise ModelError(str(e)) from None
-        self.calibration = ServedCalibration.load(self.folder, self.labels, self.blend is not None, self.multi_label)
-        if self.multi_label:  # the tuned thresholds on the scale the scores are served (same label sets)
-            self._thresholds = self.calibration.multi_label_thresholds(self._thresholds)
-            self.thresholds = self._thresholds.values
+        self.calibration = ServedCalibration.load(self.folder, self.labels, self.blend is not None, space)
+        # What the scores answer (serving/decision.py): the top label, or the set over thresholds.json's thresholds
+        self.decision: TopLabel | LabelSet = decision_for(space, self.calibration, self.folder)
+        self.space = self.decision.space
         self.learned = folder_note(self.folder, blended=self.blend is not None)  # k-fold's finding (textdata/learned.py)
         if self.learned and self.learned not in _TOLD:  # once a process: export loads one model up to 4 times
             _TOLD.add(self.learned)
@@ -263,10 +245,7 @@ class Classifier:
             "blend": self.blend.info() if self.blend else None,
             "blend_available": self.model_folder.has_blend,
             "calibration": self.calibration.info(),
-            "multi_label": self.multi_label,
-            "thresholds": self._thresholds.as_dict(self.labels) if self.multi_label else None,
-            **({"label_sep": self.label_sep, "thresholds_tuned": self._thresholds.tuned,
-                "thresholds_source": self._thresholds.source} if self.multi_label else {}),
+            **self.decision.info(),  # multi_label, thresholds (multi-label: label_sep, how they were tuned)
             "warnings": [self.learned] if self.learned else [],
         }
 
@@ -323,6 +302,12 @@ class Classifier:
 
     def _proba(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None,
                plan: list[np.ndarray] | None = None, baseline=None) -> np.ndarray:
+        return self._scored(seqs, logits, plan, baseline)[0]
+
+    def _scored(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None,
+                plan: list[np.ndarray] | None = None, baseline=None) -> tuple[np.ndarray, np.ndarray]:
+        """(probabilities as served, the model's logits); `baseline`: the blend's baseline probabilities of the
+        rows with text, where the out-of-domain detector's read already made them."""
         # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
         rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)] if self.blend else []
         texts = [seqs[i].text for i in rows]
@@ -330,11 +315,11 @@ class Classifier:
         overlap = self.blend_overlap and logits is None and len(rows) >= BLEND_OVERLAP_ROWS
         side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap and not baseline else None
         logits = self._logits(seqs, plan) if logits is None else logits
-        probs = sigmoid(logits) if self.multi_label else _softmax(logits)
+        probs = self.decision.probabilities(logits)
         if rows:
             base = baseline() if baseline else side.result() if side else self.blend.baseline_proba(texts)
             probs[rows] = self.blend.combine(probs[rows], base)
-        return self.calibration(probs)
+        return self.calibration(probs), logits
 
     def predict_logits(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
         """Raw logits (float32), shape (len(texts), len(labels)), rows in input order; passes as `predict_proba`'s."""
@@ -396,23 +381,23 @@ class Classifier:
         return self._predictions(seqs, top_k, self.plan(seqs))
 
     def _predictions(self, seqs, top_k: int | None, plan: list[np.ndarray]) -> list[Prediction]:
-        if self.multi_label:
-            pending = self.calibration.start_out_of_domain(seqs, _BLEND_POOL)  # beside the model's pass
-            probs = self._proba(seqs, logits := self._logits(seqs, plan))
-            sure, reasons = self.calibration.flags_multi_label(probs, probs > self.thresholds[None, :], pending())
-            return multi_label_predictions(probs, logits, self.labels, self.thresholds, top_k, sure, reasons)
         pending = self.calibration.start_out_of_domain(seqs, _BLEND_POOL, self.blend)  # beside the model's pass
-        probs = self._proba(seqs, plan=plan, baseline=pending.baseline)
-        labels = self.labels
-        sure, reasons = self.calibration.flags(probs, pending())
-        out = []
-        for p, ok, reason in zip(probs, sure, reasons):
-            best = int(p.argmax())
-            keep = range(len(labels)) if top_k is None else np.argsort(-p, kind="stable")[: max(1, top_k)]
-            dist = {labels[j]: float(p[j]) for j in keep}
-            out.append(Prediction(label=labels[best], score=float(p[best]), probabilities=dist, confident=bool(ok),
-                                  reason=reason))
-        return out
+        probs, logits = self._scored(seqs, plan=plan, baseline=pending.baseline)
+        return self.decision.answers(probs, logits, top_k, pending())
+
+    # ---------------------------------------------------------------- the decision, as callers read it
+    @property
+    def multi_label(self) -> bool:
+        return self.space.multi_label
+
+    @property
+    def thresholds(self) -> np.ndarray | None:
+        """Multi-label: the decision thresholds on the served scale; None for single-label."""
+        return self.decision.thresholds
+
+    @property
+    def label_sep(self) -> str | None:
+        return self.decision.label_sep
 
 
 def _check_options(provider: str, truncation: str, batch_tokens, precision: str) -> int | PassSize:

@@ -24,7 +24,7 @@ def confident_decisions(clf, probs: np.ndarray, confident_score: float) -> tuple
     """(n, L) bool: the decisions fp32 is confident of, and the rule in words (export_report.json's)."""
     thresholds = np.asarray(clf.thresholds)
     if clf.calibration.applied and clf.calibration.thresholds is not None:
-        rows = clf.calibration.confident_multi_label(probs, probs > thresholds[None, :])
+        rows = clf.calibration.confident(probs, probs > thresholds[None, :])
         return np.repeat(rows[:, None], probs.shape[1], 1), \
             "every decision of a row whose asserted labels clear their precision thresholds (calibration.json)"
     sure = np.maximum(probs, 1 - probs) >= confident_score

@@ -17,6 +17,7 @@ from serving.model_folder import ModelFolder
 from serving.multilabel import load_thresholds
 from textdata.calibration import read_calibration
 from textdata.errors import ModelError
+from textdata.labels import LabelSpace
 
 LABELS = ["dream", "error", "memo"]
 
@@ -89,7 +90,7 @@ def test_calibration_json_is_refused_naming_the_file_and_the_field(tmp_path, spe
     were taken, and the text shown by every GET /v1/model."""
     _calibration(tmp_path, spec)
     with pytest.raises(ModelError, match=says) as e:
-        ServedCalibration.load(tmp_path, LABELS, blend_served=False, multi_label=False)
+        ServedCalibration.load(tmp_path, LABELS, blend_served=False, space=LabelSpace.of(LABELS))
     assert "calibration.json: unreadable calibration" in str(e.value) and len(str(e.value)) < 400
 
 
@@ -97,13 +98,13 @@ def test_calibration_of_the_other_kind_is_refused_and_only_checked_fields_are_sh
     _calibration(tmp_path, {k: v for k, v in SINGLE.items() if k != "problem_type"})  # older files have none
     with pytest.raises(ValueError, match="problem_type 'single_label_classification': fitted for a single-label "
                                          "model, this folder's is multi-label"):
-        read_calibration(tmp_path, LABELS, multi_label=True)
+        read_calibration(tmp_path, LABELS, LabelSpace.of(LABELS, multi_label=True))
     multi = {**SINGLE, "problem_type": "multi_label_classification", "temperature": [1.0, 2.0, 0.5]}
     _calibration(tmp_path, multi)
     with pytest.raises(ValueError, match="fitted for a multi-label model, this folder's is single-label"):
-        read_calibration(tmp_path, LABELS, multi_label=False)
+        read_calibration(tmp_path, LABELS, LabelSpace.of(LABELS))
     _calibration(tmp_path, {**SINGLE, "junk": "j" * 100_000, "nested": {"ece_after": 0.02, "folds": 5}})
-    info = ServedCalibration.load(tmp_path, LABELS, blend_served=False, multi_label=False).info()
+    info = ServedCalibration.load(tmp_path, LABELS, blend_served=False, space=LabelSpace.of(LABELS)).info()
     assert "junk" not in json.dumps(info) and info["temperature"] == 1.5 and info["threshold"] == 0.6
     assert info["nested"] == {"ece_after": 0.02, "folds": 5} and len(json.dumps(info)) < 1000
 
