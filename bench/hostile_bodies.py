@@ -25,7 +25,6 @@ import json
 import multiprocessing
 import os
 import platform
-import signal
 import socket
 import subprocess
 import sys
@@ -73,6 +72,17 @@ def start(code: Path, model: Path, work: Path, extra: tuple[str, ...] = ()) -> t
         time.sleep(0.3)
     proc.kill()
     raise SystemExit("server not ready after 900 s")
+
+
+def write_result(output: Path, **figures) -> dict:
+    """`figures` with the command, machine and load average beside them: printed, and written to `output`."""
+    out = {"command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
+           "cpus": os.cpu_count(), "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M"),
+           **figures}
+    print(json.dumps(out, indent=1, ensure_ascii=False))
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    return out
 
 
 def hostile_bodies(ui_body_mb: int) -> list[tuple[str, str, bytes | None, int]]:
@@ -215,24 +225,18 @@ def main() -> None:
     ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "hostile_bodies.json")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
+    # imported here: the attacker's process imports this module, and pandas (api_load's) would slow its start
+    from api_load import stop_server
+
     proc, port = start(args.code.resolve(), tiny_model(args.work), args.work)
     try:
         base = asyncio.run(phase(port, args, False))
         under = asyncio.run(phase(port, args, True))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
+        stop_server(proc)
     ratio = under["p99_ms"] / base["p99_ms"] if base["p99_ms"] and under["p99_ms"] else None
-    out = {"command": " ".join(sys.argv), "code": str(args.code), "machine": platform.processor() or platform.machine(),
-           "cpus": os.cpu_count(), "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M"),
-           "baseline": base, "hostile": under, "p99_ratio": round(ratio, 2) if ratio else None,
-           "target": "hostile p99 <= 3x baseline, /healthz < 1 s"}
-    print(json.dumps(out, indent=1, ensure_ascii=False))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+    write_result(args.output, code=str(args.code), baseline=base, hostile=under,
+                 p99_ratio=round(ratio, 2) if ratio else None, target="hostile p99 <= 3x baseline, /healthz < 1 s")
 
 
 if __name__ == "__main__":

@@ -19,16 +19,12 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
-import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-from hostile_bodies import ROOT, TEXTS, start, tiny_model
+from api_load import stop_server
+from hostile_bodies import ROOT, TEXTS, start, tiny_model, write_result
 from load_clients import Connection
 
 
@@ -86,18 +82,9 @@ def main() -> None:
         same = asyncio.run(phase(port, args.heavy, args.texts, args.duration, own=False))
         own = asyncio.run(phase(port, args.heavy, args.texts, args.duration, own=True))
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-    out = {"command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
-           "cpus": os.cpu_count(), "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M"),
-           "one_address": same, "own_addresses": own,
-           "target": "the small client's 429 share near 0 with own addresses"}
-    print(json.dumps(out, indent=1))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+        stop_server(proc)
+    write_result(args.output, one_address=same, own_addresses=own,
+                 target="the small client's 429 share near 0 with own addresses")
 
 
 if __name__ == "__main__":

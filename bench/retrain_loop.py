@@ -16,15 +16,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 
-ROOT = Path(__file__).resolve().parents[1]
+from hostile_bodies import ROOT, write_result
+
 sys.path.insert(0, str(ROOT))
 
 WORDS = {"dream": "꿈에서 봤다", "error": "에러 발생했다", "memo": "메모 기록"}
@@ -101,13 +99,8 @@ def main() -> None:
 
     before = asyncio.run(probed(on_loop))
     after = asyncio.run(probed(lambda: jobs.start({"folds": 5})))
-    out = {"command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
-           "cpus": os.cpu_count(), "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M"),
-           "rows": args.rows, "on_the_loop": before, "off_the_loop": after,
-           "target": "the loop's longest delay well under a second while a retrain starts"}
-    print(json.dumps(out, indent=1))
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
+    write_result(args.output, rows=args.rows, on_the_loop=before, off_the_loop=after,
+                 target="the loop's longest delay well under a second while a retrain starts")
 
 
 if __name__ == "__main__":
