@@ -213,9 +213,12 @@ def current_promotion(engine) -> dict | None:
 def poll(engine, rid: str | None = None) -> dict:
     """What a replica needs each tick, in one read: the pointer and the promotion being prepared."""
     def do(c):
-        ptr = c.execute(sa.select(registry_pointer).where(registry_pointer.c.id == 1)).first()
+        # The promotion first, then the pointer: on PostgreSQL (read committed) each statement sees its own
+        # snapshot, and a commit between them read in the other order showed "no promotion, old pointer", so
+        # the replica dropped the model it had just prepared and loaded it again after the flip.
         pro = c.execute(sa.select(promotions).where(promotions.c.state == "preparing")
                         .order_by(promotions.c.id.desc()).limit(1)).first()
+        ptr = c.execute(sa.select(registry_pointer).where(registry_pointer.c.id == 1)).first()
         me = c.execute(sa.select(replicas.c.evicted_at).where(replicas.c.id == rid)).first() if rid else None
         return {"version": ptr.version if ptr else None, "generation": ptr.generation if ptr else 0,
                 "promotion": dict(pro._mapping) if pro else None, "evicted": bool(me and me.evicted_at)}

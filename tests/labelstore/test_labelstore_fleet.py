@@ -128,3 +128,26 @@ def test_on_postgresql_a_flip_is_notified_at_commit_and_a_rolled_back_one_never(
         fs.set_active(engine, "v1", "kept")
         got = [n.payload for n in listener.notifies(timeout=2, stop_after=1)]
     assert got == ["flip:1:v1"]  # generation 1: the rolled-back flip neither counted nor was announced
+
+
+def test_a_poll_never_sees_the_promotion_gone_and_the_old_pointer(engine):
+    """A commit between the poll's two reads: on PostgreSQL each statement has its own snapshot, and reading
+    the pointer first showed (no promotion, old pointer), so a replica dropped the model it had prepared."""
+    add(engine, "v1")
+    add(engine, "v2")
+    fs.set_active(engine, "v1", "start")
+    pid = fs.start_promotion(engine, "v2", "v1", "try", timeout_s=10)
+    fired = []
+
+    def commit_between(conn, cursor, statement, *args):
+        if not fired and "SELECT" in statement and ("promotions" in statement or "registry_pointer" in statement):
+            fired.append(statement)
+            fs.finish_promotion(engine, pid, True, "flip", {})
+
+    sa.event.listen(engine, "after_cursor_execute", commit_between)
+    try:
+        seen = fs.poll(engine)
+    finally:
+        sa.event.remove(engine, "after_cursor_execute", commit_between)
+    assert fired and fs.pointer(engine)[0] == "v2"
+    assert not (seen["promotion"] is None and seen["version"] == "v1"), seen
