@@ -73,6 +73,13 @@ class KeptTexts:
 
         return tx.later(self.engine, tx.run, self.engine, write)
 
+    def put_texts(self, rows: list[tuple[str, object]], keep: int | None = None):
+        """put, keyed by a text (its digest: a text may be longer than a key)."""
+        return self.put([(digest(text), item) for text, item in rows], keep)
+
+    def drop_texts(self, texts: list[str]):
+        return self.drop([digest(t) for t in texts])
+
     def flush(self) -> None:
         """Wait for the writes handed over so far (tests, shutdown)."""
         tx.later(self.engine, lambda: None).result()

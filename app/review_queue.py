@@ -95,12 +95,10 @@ class ReviewQueue:
 
     def _write(self, event: dict) -> None:
         if self.kept is not None:  # the store's thread writes it, after the request (app/kept_store.py)
-            from .kept_store import digest
-
             if event["op"] == "add":
-                self.kept.put([(digest(key(event["item"]["text"])), event["item"])], keep=self.size)
+                self.kept.put_texts([(key(event["item"]["text"]), event["item"])], keep=self.size)
             else:
-                self.kept.drop([digest(k) for k in event["keys"]])
+                self.kept.drop_texts(event["keys"])
             return
         try:
             with open(self.path, "a", encoding="utf-8") as f:
