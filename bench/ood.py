@@ -147,7 +147,10 @@ def main(argv=None) -> int:
         rng = np.random.default_rng(0)
         others = {o: [loaded[o][0][i] for i in rng.permutation(len(loaded[o][0]))[: a.off_topic_rows]]
                   for o in OFF_TOPIC[name]}
-        runs = [one(name, texts, y, groups, len(labels), others, a.target, s, a.folds) for s in range(a.resplits)]
+        runs = []
+        for s in range(a.resplits):  # written after each resplit: a slow machine still leaves what it did
+            runs.append(one(name, texts, y, groups, len(labels), others, a.target, s, a.folds))
+            write_result({**result, "data": {**result["data"], name: {"rows": len(y), "resplits": runs}}}, a.output)
         med = lambda key, sub, runs=runs: float(np.median([r[key][sub] for r in runs]))
         summary = {"in_domain_coverage_without": med("in_domain", "coverage_without"),
                    "in_domain_coverage_with": med("in_domain", "coverage_with"),
