@@ -67,7 +67,9 @@ RUN if [ "$VARIANT" != cpu ]; then python docker/deps.py rest > rest.txt && pip 
 # The project itself, last: a code change rebuilds only this layer. The bind mount keeps the source and
 # the build's scratch files out of the image; .dockerignore keeps tests, docs and runs out of the context.
 RUN --mount=type=bind,source=.,target=/src,rw pip install --no-deps /src
-RUN useradd --create-home --uid 10001 app && mkdir /data && chown app /data && rm -rf /src
+# /data/models exists (the app's) so a volume mounted there alone (compose.fleet.yaml's shared model store)
+# starts owned by the app user, not root.
+RUN useradd --create-home --uid 10001 app && mkdir -p /data/models && chown -R app /data && rm -rf /src
 USER app
 # App data (the UI's labeling sessions in /data/app-data, the model registry in /data/app-data/models
 # unless --models-dir, retraining jobs inside it): mount a volume here to keep them.

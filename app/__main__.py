@@ -79,6 +79,8 @@ def model_to_serve(cfg, registry):
     from .server import load_classifier  # the UI's imports (seconds): after the folder was checked
     from .version_check import load_or_fall_back
 
+    if hasattr(registry, "verify"):  # a fleet's content-addressed folder: its files must still match its name
+        registry.verify(version)
     try:
         if version == given and cfg.model:  # the folder given serves itself or not at all
             clf = load_classifier(cfg, registry.path(version))
@@ -116,11 +118,16 @@ def main(argv: list[str] | None = None) -> int:
 
     registry = Registry(cfg.registry_dir)
     try:
-        registry.clean_staging()
+        if not cfg.in_fleet:  # on a shared model store another process's job may be building one
+            registry.clean_staging()
         if cfg.train_data is not None:  # before the model loads: a typo answers at once, not at the first retrain
             check_table(cfg.train_data, {"text": "--train-data (column text)", "label": "--train-data (column label)"},
                         flag="--train-data")
         store = open_store(cfg.store_url)  # before the model loads: a database that cannot be used answers at once
+        if cfg.in_fleet:
+            from .fleet_registry import fleet_start
+
+            registry, cfg = fleet_start(cfg, store)
         version, clf = model_to_serve(cfg, registry)
     except ValueError as e:  # ModelError, RegistryError, DataError, StoreError: what the user gave cannot serve
         print(f"error: {e}", file=sys.stderr)

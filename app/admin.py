@@ -36,7 +36,7 @@ TrainRequest = request_model()  # app/train_params.py RETRAINABLE: the same boun
 
 
 def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Switcher) -> Jobs:
-    jobs = Jobs(cfg, registry, switcher)
+    jobs = getattr(switcher, "jobs_class", Jobs)(cfg, registry, switcher)  # a fleet's: one trainer (app/fleet_jobs.py)
 
     def admin() -> None:
         why = admin_refusal(cfg)

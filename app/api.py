@@ -53,6 +53,7 @@ class ServerState:
     monitor: object = None  # app.monitor.Monitor: drift per version (None: --no-monitor)
     shares: FairShare | None = None  # each client address's share of the queue (app/fair_share.py)
     store: object = None  # the label store's SQLAlchemy engine (labelstore/): team labeling, users
+    identities: object = None  # app.team_auth.Identities: who a token or a UI cookie names
     fallback: object = None  # app.fallback.Fallback: 'not sure' answers sent to an LLM (--fallback-url)
 
 
@@ -174,11 +175,13 @@ def _shape(pred, top_k: int | None, min_confidence: float | None = None) -> dict
         kept = set(pred.labels) | {k for k, _ in sorted(pred.scores.items(), key=lambda kv: -kv[1])[:top_k or None]}
         scores = pred.scores if top_k is None else dict(sorted(((k, v) for k, v in pred.scores.items() if k in kept),
                                                                key=lambda kv: -kv[1]))
-        sure = pred.confident if min_confidence is None else all(pred.scores[n] >= min_confidence for n in pred.labels)
+        reason = getattr(pred, "reason", None)  # "out of domain": not confident at any min_confidence
         source = getattr(pred, "source", None)  # with --fallback-url: who answered (the LLM's set is sure)
+        sure = pred.confident if min_confidence is None else \
+            all(pred.scores[n] >= min_confidence for n in pred.labels) and not reason
         # the version is the response's (model_version, X-Model-Version), as for single-label answers
         return {"labels": pred.labels, "scores": scores, "confident": bool(sure or source == "llm"),
-                **({"source": source} if source else {})}
+                **({"reason": reason} if reason else {}), **({"source": source} if source else {})}
     probs = pred.probabilities
     if top_k is not None:
         probs = dict(sorted(probs.items(), key=lambda kv: -kv[1])[:top_k])
@@ -381,7 +384,8 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
         given = (form.get("key") or [""])[0]
         key_ok = bool(cfg.api_key) and hmac.compare_digest(given.encode(), cfg.api_key.encode())
         # a user's token signs in too (labelstore/users.py)
-        if not key_ok and not (team and await asyncio.to_thread(by_token, state.store, given.strip())):
+        user = None if key_ok or not team else await asyncio.to_thread(by_token, state.store, given.strip())
+        if not key_ok and not user:
             metrics.rejected.labels("auth").inc()
             state.throttle.fail(client)
             if wait:
@@ -389,7 +393,8 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
                 return HTMLResponse(page, 429, headers={"Retry-After": str(wait)})
             return HTMLResponse(LOGIN_PAGE.replace("<h2>API key required</h2>", "<h2>Wrong key</h2>"), 401)
         resp = RedirectResponse("/ui/", 303)
-        resp.set_cookie(SESSION_COOKIE, state.sessions.issue(), max_age=int(state.sessions.ttl_s), httponly=True,
+        # the cookie names the user, so the UI's labels and reviews are theirs (app/ui_team.py)
+        resp.set_cookie(SESSION_COOKIE, state.sessions.issue(user[0] if user else None), max_age=int(state.sessions.ttl_s), httponly=True,
                         samesite="strict", secure=is_https(request.scope))
         return resp
 

@@ -2,7 +2,8 @@
 a person in a blind Label-tab session (the model's answer hidden, so the label is not anchored on it); the
 labels give live precision per model version, and go into retraining like any label.
 
-Off by default: it keeps texts users sent. The queue is `<data-dir>/monitor/audit.json`; a sampled text
+Off by default: it keeps texts users sent. A server keeps the queue in the label store (app/kept_store.py,
+which imports an older version's file once); alone, it is `<data-dir>/monitor/audit.json`; a sampled text
 waits there until an audit session takes it (at most 2,000 wait; a full queue drops its oldest), and is not
 sampled again while its hash is among the last 20,000 sampled (older hashes are forgotten: the file stays
 bounded); a session keeps each text's served answer in `audit.json`
@@ -63,6 +64,7 @@ class AuditQueue:
         # The hashes of the last `max_seen` texts sampled, oldest first: a text is audited once within that
         # window. Every hash ever sampled once grew without bound (~20 B a text, the file rewritten every 30 s).
         self.seen: OrderedDict[str, None] = OrderedDict()
+        self.kept = None  # app/kept_store.py (items, seen) once the server has a label store: rows, not the file
         self._load()
 
     def _path(self) -> Path | None:
@@ -84,7 +86,7 @@ class AuditQueue:
 
     def save(self) -> None:
         path = self._path()
-        if path is None:
+        if path is None or self.kept is not None:  # in the store, each change is written as it happens
             return
         with self.lock:
             state = {"items": list(self.items.values()), "seen": list(self.seen)}
@@ -96,7 +98,7 @@ class AuditQueue:
         queue drops its oldest item, it never blocks. `multi_label`: each answer is a label set (maybe empty)."""
         if not self.rate:
             return 0
-        added = 0
+        added, new = 0, []
         with self.lock:
             for text, answer in zip(texts, answers):
                 if self.rng.random() >= self.rate:
@@ -109,9 +111,14 @@ class AuditQueue:
                     self.seen.popitem(last=False)
                 self.items[h] = {"hash": h, "text": text, "version": version, "answer": list(answer),
                                  "multi_label": bool(multi_label), "ts": time.time()}
+                new.append(h)
                 added += 1
                 while len(self.items) > self.max_items:
                     self.items.popitem(last=False)
+            rows = [(h, self.items[h]) for h in new if h in self.items]
+        if self.kept is not None and new:
+            self.kept[0].put(rows, keep=self.max_items)
+            self.kept[1].put([(h, None) for h in new], keep=self.max_seen)
         return added
 
     def take(self, n: int, multi_label: bool | None = None) -> list[dict]:
@@ -119,7 +126,10 @@ class AuditQueue:
         `multi_label`, only the items of that kind."""
         with self.lock:
             keys = [k for k, i in self.items.items() if multi_label is None or is_multi(i) == multi_label][:n]
-            return [self.items.pop(k) for k in keys]
+            taken = [self.items.pop(k) for k in keys]
+        if self.kept is not None and keys:
+            self.kept[0].drop(keys)
+        return taken
 
     def __len__(self) -> int:
         return len(self.items)

@@ -14,6 +14,8 @@ from pathlib import Path
 from serving.engine import GPU_BATCH_TOKENS, PassSize
 from textdata.flags import Flag, parser_for
 
+from .origin import cors_origin_problem
+
 API_KEY_ENV = "ELECTRA_API_KEY"
 DATABASE_URL_ENV = "DATABASE_URL"
 # Padded tokens per engine pass when --engine-batch-tokens is not given: on CPU every padded token costs
@@ -121,6 +123,11 @@ class Config:
     promote_tolerance: float = 0.01  # macro-F1 a candidate may lose on the evaluation slice and still be promoted
     eval_share: float = 0.2  # share of labeled texts (by a hash of the text) kept out of every training table
     train_nice: int = 10  # the training child's niceness on CPU: the API keeps the cores it needs
+    # A fleet (app/fleet.py): the registry and its pointer in the database, promotions made by every replica at
+    # once. On with a PostgreSQL --database-url, or --fleet (several processes on one SQLite file, one host).
+    fleet: bool = False
+    replica_id: str | None = None  # None: $REPLICA_ID, else HOSTNAME:PORT
+    promote_timeout_s: float = 30.0
     # "Not sure" answers routed to a person (app/review_queue.py): off by default, it stores users' texts.
     review_queue: bool = False
     review_queue_size: int = 1000
@@ -144,6 +151,10 @@ class Config:
         from labelstore import default_url
 
         return self.database_url or default_url(self.data_dir)
+
+    @property
+    def in_fleet(self) -> bool:
+        return self.fleet or (self.database_url or "").startswith("postgresql")
 
     @property
     def registry_dir(self) -> Path:
@@ -221,7 +232,7 @@ FLAGS = {
     "audit_rate": Flag("share of served texts sampled (deduplicated, bounded) for a blind audit in the Label "
                        "tab, which gives live precision; it keeps texts users sent (0: off)", metavar="RATE"),
     "train_nice": Flag("niceness of the training process"),
-    "review_queue": Flag("keep the texts the API answers 'not sure' (under the model's threshold) in DATA_DIR/review "
+    "review_queue": Flag("keep the texts the API answers 'not sure' (under the model's threshold) in the label store "
                          "for the Label tab; stores users' texts"),
     "fallback_url": Flag("send answers under the model's threshold ('not sure') to the LLM at this OpenAI-compatible "
                          "endpoint (key: $OPENAI_API_KEY); its answers come back with source 'llm' and are kept "
@@ -233,6 +244,11 @@ FLAGS = {
                                "(confident: false)", name="--fallback-timeout"),
     "fallback_price_per_1k_input": Flag("--fallback-url: price per 1,000 prompt tokens, for the cost in /v1/monitor"),
     "fallback_price_per_1k_output": Flag("--fallback-url: price per 1,000 answer tokens"),
+    "fleet": Flag("keep the model registry and its active pointer in the database and promote across every "
+                  "replica sharing it (on by itself with a PostgreSQL --database-url)"),
+    "replica_id": Flag("this replica's name in the fleet", shown="$REPLICA_ID, else HOSTNAME:PORT"),
+    "promote_timeout_s": Flag("seconds a promotion waits for every live replica to load and check the new "
+                              "version; then it commits without (evicting) those not ready", name="--promote-timeout"),
     "review_queue_size": Flag("texts the review queue holds; when full the oldest is dropped"),
 }
 
@@ -274,6 +290,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     values["api_key"] = key
     values["database_url"] = a.database_url or os.environ.get(DATABASE_URL_ENV) or None
     values["cors_origins"] = tuple(a.cors_origins)
+    for why in filter(None, map(cors_origin_problem, a.cors_origins)):
+        p.error(f"--cors-origin: {why}")
     values["allowed_hosts"] = tuple(a.allowed_hosts)
     values["forwarded_allow_ips"] = tuple(a.forwarded_allow_ips)
     cfg = Config(**values)

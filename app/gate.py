@@ -21,7 +21,9 @@ from .upload_guard import is_upload
 
 log = logging.getLogger("app.access")
 
-OPEN_PATHS = {"/healthz", "/login", "/logout"}  # reachable without a key: liveness probes, the UI's sign-in form
+# Reachable without a key: liveness and readiness probes (a kubelet's httpGet or a compose healthcheck sends no
+# secret, and the answer holds none: ok, ready, warming up, draining), the UI's sign-in form.
+OPEN_PATHS = {"/healthz", "/readyz", "/login", "/logout"}
 DRAIN_OPEN_PATHS = {"/healthz", "/readyz", "/metrics"}  # still answered while draining (readyz says 503)
 SESSION_COOKIE = "electra_session"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
@@ -45,26 +47,39 @@ def proxy_settings(cfg) -> dict:
 
 
 class UiSessions:
-    """The UI cookie: an expiry and its HMAC under a secret made at each start, so a cookie never outlives
-    SESSION_TTL_S or a restart, and the key itself never sits in a browser's cookie jar. Logout revokes."""
+    """The UI cookie: an expiry, who signed in (a user's id; empty for the --api-key holder) and their HMAC
+    under a secret made at each start, so a cookie never outlives SESSION_TTL_S or a restart, the key itself
+    never sits in a browser's cookie jar, and nobody can change whose it is. Logout revokes."""
 
     def __init__(self, ttl_s: float = SESSION_TTL_S):
         self.ttl_s = ttl_s
         self._secret = secrets.token_bytes(32)
         self._revoked: dict[str, float] = {}
 
-    def _sign(self, expires: int) -> str:
-        return hmac.new(self._secret, f"electra-ui:{expires}".encode(), hashlib.sha256).hexdigest()
+    def _sign(self, expires: int, user: str) -> str:
+        return hmac.new(self._secret, f"electra-ui:{expires}:{user}".encode(), hashlib.sha256).hexdigest()
 
-    def issue(self) -> str:
-        expires = int(time.time() + self.ttl_s)
-        return f"{expires}.{self._sign(expires)}"
+    def issue(self, user_id: int | None = None) -> str:
+        expires, user = int(time.time() + self.ttl_s), "" if user_id is None else str(int(user_id))
+        return f"{expires}.{user}.{self._sign(expires, user)}"
+
+    def _read(self, token: str | None) -> str | None:
+        """The signed user field ("" for the key holder), or None for a cookie not valid now."""
+        parts = (token or "").split(".")
+        if len(parts) != 3 or token in self._revoked:
+            return None
+        expires, user, sig = parts
+        if not expires.isdigit() or int(expires) < time.time() or not (user == "" or user.isdigit()):
+            return None
+        return user if hmac.compare_digest(sig.encode(), self._sign(int(expires), user).encode()) else None
 
     def valid(self, token: str | None) -> bool:
-        expires, _, sig = (token or "").partition(".")
-        if not expires.isdigit() or int(expires) < time.time() or token in self._revoked:
-            return False
-        return hmac.compare_digest(sig.encode(), self._sign(int(expires)).encode())
+        return self._read(token) is not None
+
+    def user_of(self, token: str | None) -> int | None:
+        """The id of the user a valid cookie was issued to; None for the key holder's or an invalid one."""
+        user = self._read(token)
+        return int(user) if user else None
 
     def revoke(self, token: str | None) -> None:
         now = time.time()
@@ -158,8 +173,11 @@ LOGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Sign in<
 
 class Gate:
     def __init__(self, app, *, state, metrics: Metrics, api_key: str | None, max_body_bytes: int, sites=None,
-                 uploads=None, max_texts: int = 64, identities=None):
+                 uploads=None, max_texts: int = 64, identities=None, bulk_values: dict | None = None):
         self.app = app
+        # paths whose bodies may hold more values than --max-texts allows: {path: values}, e.g. a new
+        # dataset's texts (up to --max-upload-rows, as an upload in the UI)
+        self.bulk_values = bulk_values or {}
         self.identities = identities  # app/team_auth.py: users' tokens; once a user exists, auth is on
         self.sites = sites  # app/origin.py SiteRule: Host and Origin, before anything else
         self.uploads = uploads  # app/upload_guard.py UploadGuard: Gradio's upload route, total and rate
@@ -191,7 +209,16 @@ class Gate:
         cookie = _cookie(scope, SESSION_COOKIE)
         if cookie is None or not _is_ui(scope["path"]):
             return "none"
-        return "ok" if self.state.sessions.valid(cookie) else "none"  # expired: sign in again, not a guess
+        if not self.state.sessions.valid(cookie):
+            return "none"  # expired: sign in again, not a guess
+        uid = self.state.sessions.user_of(cookie)
+        if uid is None:
+            return "ok"
+        user = self.identities.by_id(uid) if self.identities is not None else None
+        if user is None:
+            return "none"  # the user was revoked since signing in
+        scope.setdefault("state", {})["user"] = user
+        return "ok"
 
     def _auth_on(self) -> bool:
         return self.api_key is not None or (self.identities is not None and self.identities.active())
@@ -297,7 +324,8 @@ class Gate:
                 return
         # API bodies and the UI's events are small: read them whole (chunked ones too) up to --max-body-bytes,
         # and count their values before anything parses them (app/body_shape.py).
-        body = await self._read_body(scope, receive, send, UI_MAX_VALUES if _is_ui(path) else self.max_values)
+        limit = UI_MAX_VALUES if _is_ui(path) else self.bulk_values.get(path, self.max_values)
+        body = await self._read_body(scope, receive, send, limit)
         if body is None:
             return
         sent = False
@@ -340,7 +368,8 @@ class Gate:
                     more = message.get("more_body", False) and message["type"] != "http.disconnect"
                 self.metrics.rejected.labels("body_values").inc()
                 what = (f"a request holds at most {self.max_texts} texts (--max-texts) and a few fields"
-                        if max_values == self.max_values else "a UI event holds a few inputs")
+                        if max_values == self.max_values else "a UI event holds a few inputs"
+                        if max_values == UI_MAX_VALUES else "this request holds at most --max-upload-rows texts")
                 await _json(send, 422, too_many_values(max_values, what), [(b"connection", b"close")])
                 return None
         return b"".join(chunks)

@@ -34,6 +34,7 @@ from textdata.drift import (
     psi,
 )
 from textdata.errors import capped
+from textdata.plain_files import read_json
 from textdata.tables import write_json
 
 log = logging.getLogger("app")
@@ -114,9 +115,7 @@ def read_reference(folder, labels: list[str]) -> tuple[dict | None, str]:
     if path is None or not path.is_file():
         return None, "no reference: this version was made before references were saved (or not by k-fold --final)"
     try:
-        if path.stat().st_size > MAX_REFERENCE_BYTES:
-            raise ValueError(f"{path.stat().st_size:,} bytes, over the {MAX_REFERENCE_BYTES >> 20} MB a reference may take")
-        return check_reference(json.loads(path.read_text(encoding="utf-8")), labels), ""
+        return check_reference(read_json(path, MAX_REFERENCE_BYTES, "a reference"), labels), ""
     except OtherModel as e:
         return None, f"{REFERENCE_FILE} {e}; drift is not computed"
     except (OSError, ValueError, TypeError, RecursionError) as e:

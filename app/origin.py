@@ -11,6 +11,10 @@ form or `fetch(..., {mode: "no-cors"})` POST is sent, only its answer is hidden)
   must come from the server's own origin or a `--cors-origin`: `Origin` is compared with `Host`, and
   without `Origin`, `Sec-Fetch-Site` must not say cross-site or same-site. Clients that are not browsers
   send neither header and are not affected.
+- Each `--cors-origin` is one origin, `http(s)://name[:port]`: `*` would let every web page read what a
+  GET answers (on a loopback server, the registry and jobs with their labeled texts) and `null` any
+  sandboxed frame or local file write, so both are refused at start, and so is a value with a path, which
+  would never match (issue 40).
 - API writes (POST under /v1/) take JSON only: a body sent as text/plain, a form or multipart, which a
   page can send cross-site without asking first, is refused (415).
 """
@@ -52,6 +56,26 @@ def _is_loopback(name: str) -> bool:
         return name == "localhost"
 
 
+def cors_origin_problem(origin: str) -> str | None:
+    """Why `origin` cannot be a --cors-origin, or None."""
+    value = origin.strip()
+    if value == "*":
+        return ("'*' would let every web page read what this server answers (on a loopback server the registry "
+                "and jobs, with labeled texts); name each origin, e.g. --cors-origin https://app.example")
+    if value.lower() == "null":
+        return "'null' is the origin of every sandboxed frame and local file, not of one site; name the site's origin"
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+        return f"{value[:100]!r} is not an origin: write scheme://name[:port], e.g. https://app.example"
+    if parts.path.strip("/") or parts.query or parts.fragment:
+        return f"{value[:100]!r} has a path; an origin is scheme://name[:port] only (browsers send no path)"
+    try:
+        parts.port  # noqa: B018 - raises on a port that is not a number or out of range
+    except ValueError:
+        return f"{value[:100]!r} has a port that is not one"
+    return None
+
+
 class SiteRule:
     """The Host and Origin checks for one server's settings (app/config.py: host, allowed_hosts, cors_origins)."""
 
@@ -60,6 +84,9 @@ class SiteRule:
         self.names = set(LOOPBACK_NAMES) | {split_host(h)[0] for h in allowed_hosts}
         if host not in WILDCARDS:
             self.names.add(split_host(host)[0])
+        bad = next((why for why in map(cors_origin_problem, cors_origins) if why), None)
+        if bad:  # parse_args says it first; a server built in code is held to the same rule
+            raise ValueError(f"--cors-origin: {bad}")
         self.cors = {o.strip().rstrip("/").lower() for o in cors_origins}
 
     def host_allowed(self, host: str | None) -> bool:

@@ -30,7 +30,7 @@ import time
 from pathlib import Path
 
 from textdata.errors import ModelError, UsageError, capped
-from textdata.plain_files import copy_plain_tree, plain_files, read_blocks
+from textdata.plain_files import copy_plain_tree, plain_files, read_blocks, read_json
 from textdata.run_folder import VERSION_FILE, check_classifier, model_in_run
 from textdata.tables import atomic_path, write_json
 
@@ -87,9 +87,7 @@ class Registry:
         the listing, a start or a registration: issue 40, M3)."""
         path = self.path(version) / VERSION_FILE
         try:
-            if path.stat().st_size > MAX_META_BYTES:
-                raise ValueError(f"{path.stat().st_size:,} bytes, over {MAX_META_BYTES >> 20} MB")
-            meta = json.loads(path.read_text(encoding="utf-8"))
+            meta = read_json(path, MAX_META_BYTES)
         except (OSError, ValueError, RecursionError) as e:
             raise RegistryError(f"{version}/{VERSION_FILE} is unreadable ({type(e).__name__}: {str(e)[:200]})") from None
         if not isinstance(meta, dict):

@@ -1,7 +1,8 @@
 """The review queue (`python -m app --review-queue`): texts the API answered "not sure" (under the served
 threshold, calibration.json), kept for a person to label in the UI's Label tab.
 
-Off by default: it stores texts that users sent. Kept in `<data-dir>/review/queue.jsonl`, a journal of
+Off by default: it stores texts that users sent. A server keeps it in the label store (app/kept_store.py,
+which imports an older version's file once); alone, it is kept in `<data-dir>/review/queue.jsonl`, a journal of
 `add` and `take` lines replayed at start (compacted when it grows past twice the queue's size):
 - bounded: at most `size` texts; a full queue drops its oldest text, it never refuses or holds a request;
 - deduplicated: a text already waiting (whitespace collapsed) is not added again;
@@ -60,6 +61,7 @@ class ReviewQueue:
         self._lock = threading.Lock()
         self._lines = 0
         self.dropped = 0  # oldest texts dropped by a full queue since start
+        self.kept = None  # app/kept_store.py KeptTexts once the server has a label store: rows, not the file
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._replay()
 
@@ -92,6 +94,14 @@ class ReviewQueue:
         return True
 
     def _write(self, event: dict) -> None:
+        if self.kept is not None:  # the store's thread writes it, after the request (app/kept_store.py)
+            from .kept_store import digest
+
+            if event["op"] == "add":
+                self.kept.put([(digest(key(event["item"]["text"])), event["item"])], keep=self.size)
+            else:
+                self.kept.drop([digest(k) for k in event["keys"]])
+            return
         try:
             with open(self.path, "a", encoding="utf-8") as f:
                 f.write(json.dumps(event, ensure_ascii=False) + "\n")

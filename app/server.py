@@ -17,7 +17,7 @@ from .admin import add_admin_routes
 from .api import ServerState, build_api, public
 from .batcher import MicroBatcher
 from .config import Config, kept_texts_refusal, loopback_only, open_to_anyone, pass_size, quantized
-from .gate import Gate
+from .gate import FIELD_VALUES, Gate
 from .metrics import Metrics
 from .origin import SiteRule
 from .registry import Registry
@@ -124,10 +124,10 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     uploads = UploadGuard(int(cfg.max_upload_mb * MB) + FRAMING_BYTES, int(cfg.upload_mb_per_minute * MB))
     app.add_middleware(Gate, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes,
                        sites=sites, uploads=uploads if cfg.ui else None, max_texts=cfg.max_texts,
-                       identities=identities)
+                       identities=identities, bulk_values={"/v1/datasets": cfg.max_upload_rows + FIELD_VALUES})
     if cfg.cors_origins:
         # Outside the gate: preflight requests carry no Authorization header.
-        app.add_middleware(CORSMiddleware, allow_origins=list(cfg.cors_origins), allow_methods=["GET", "POST"],
+        app.add_middleware(CORSMiddleware, allow_origins=sorted(sites.cors), allow_methods=["GET", "POST"],
                            allow_headers=["Authorization", "Content-Type"])
     return app
 
@@ -136,7 +136,8 @@ def say_who_sees_what(cfg: Config) -> None:
     """At start, what a visitor without a key may see on a server others can reach (docs/app.md, Security)."""
     if open_to_anyone(cfg):
         log.warning("listening on %s without --api-key: anyone who can reach it may classify and use the UI's "
-                    "Classify, Label and Batch tabs; the registry, jobs, training and kept texts are refused "
+                    "Classify, Label and Batch tabs; the registry, jobs, training, team datasets (until a user is added: "
+                    "`python -m app users add`) and kept texts are refused "
                     "(--audit-rate and --review-queue need --api-key here)", cfg.host)
     elif not (cfg.api_key or loopback_only(cfg.host)) and (cfg.audit_rate > 0 or cfg.review_queue):
         log.warning("--allow-admin without --api-key on %s: anyone who can reach it may read the texts "
@@ -156,9 +157,20 @@ def _add_team(app: FastAPI, cfg: Config, state: ServerState):
         from .team_import import import_sessions  # (app/labeling.py's imports: only where there are sessions)
 
         import_sessions(state.store, Path(cfg.data_dir) / "label")
-    identities = Identities(state.store)
+    identities = state.identities = Identities(state.store)
+    _keep_texts_in_store(state)
     add_team_routes(app, cfg, state, state.store, identities)
     return identities
+
+
+def _keep_texts_in_store(state: ServerState) -> None:
+    """The review queue and the audit sample live in the label store (app/kept_store.py)."""
+    from .kept_store import attach_audit, attach_review
+
+    if state.review is not None:
+        attach_review(state.review, state.store)
+    if state.monitor is not None and getattr(state.monitor, "audit", None) is not None:
+        attach_audit(state.monitor.audit, state.store)
 
 
 def open_monitor(cfg: Config):

@@ -25,10 +25,12 @@ from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
 
-from labelstore import queue, review
+from labelstore import queue, review, tx, users
 from labelstore.agreement import agreement
 from labelstore.schema import ROLES
+from textdata.labels import is_formula
 
+from .config import open_to_anyone
 from .team_auth import Identities
 
 STAFF = ("reviewer", "admin")
@@ -76,6 +78,12 @@ def _suggestions(clf, texts: list[str]) -> list[dict]:
     return rows
 
 
+def _cell(value):
+    """A CSV cell a spreadsheet shows as text: one starting with = + - @, tab or CR gets a leading `'`
+    (numbers such as -5 are left alone), the rule of the UI's downloads (app/uploads.py)."""
+    return "'" + value if is_formula(value) else value
+
+
 def _reader(engine):
     """dataset(id) -> Dataset, or 404. A dataset's settings never change once made: each is read once."""
     cache: dict[int, queue.Dataset] = {}
@@ -91,6 +99,7 @@ def _reader(engine):
             cache[dataset_id] = found
         return cache[dataset_id]
 
+    dataset.cache = cache
     return dataset
 
 
@@ -101,8 +110,32 @@ def _value(ds: queue.Dataset, body) -> object:
         raise _bad("labels" if ds.multi_label else "label", str(e)) from None
 
 
-def add_team_routes(app: FastAPI, cfg, state, engine, who: Identities) -> None:
+def open_refusal(cfg) -> str:
+    return (f"team datasets are refused: they hold labeled texts, and this server has no --api-key, no users and "
+            f"listens on {cfg.host}, so anyone who can reach it could read and change them. Add users (`python -m "
+            f"app users add NAME --role admin`), give --api-key KEY, listen on 127.0.0.1, or pass --allow-admin")
+
+
+class Callers:
+    """who.caller, refusing one-person mode (no key, no users) where anyone can reach the server, like
+    /v1/models (app/admin.py): the datasets hold labeled texts."""
+
+    def __init__(self, cfg, who: Identities):
+        self.open = open_to_anyone(cfg)
+        self.why = open_refusal(cfg)
+        self.who = who
+
+    def caller(self, request: Request, roles: tuple[str, ...]) -> tuple[int, str, str]:
+        user = self.who.caller(request, roles)
+        if self.open and user[1] == users.LOCAL:
+            raise HTTPException(403, self.why)
+        return user
+
+
+def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) -> None:
     dataset = _reader(engine)
+    cached = dataset.cache
+    who = Callers(cfg, identities)
 
     @app.post("/v1/datasets", status_code=201)
     def create(body: NewDataset, request: Request):
@@ -129,19 +162,22 @@ def add_team_routes(app: FastAPI, cfg, state, engine, who: Identities) -> None:
         who.caller(request, ROLES)
         return {"datasets": queue.list_datasets(engine)}
 
+    # The two requests of every label save: async, their store work in the store's thread (labelstore/tx.py)
     @app.post("/v1/datasets/{dataset_id}/next", responses={204: {"description": "nothing left for you"}})
-    def next_text(dataset_id: int, request: Request):
+    async def next_text(dataset_id: int, request: Request):
         uid = who.caller(request, ROLES)[0]
-        record = queue.next_record(engine, dataset(dataset_id), uid)
-        return Response(status_code=204) if record is None else record
+        ds = dataset(dataset_id) if dataset_id in cached else await tx.call(engine, dataset, dataset_id)
+        record = await tx.call(engine, queue.next_record, engine, ds, uid)
+        return Response(status_code=204) if record is None else JSONResponse(record)
 
     @app.post("/v1/datasets/{dataset_id}/labels")
-    def label(dataset_id: int, body: Answer, request: Request):
+    async def label(dataset_id: int, body: Answer, request: Request):
         uid = who.caller(request, ROLES)[0]
-        ds = dataset(dataset_id)
+        ds = dataset(dataset_id) if dataset_id in cached else await tx.call(engine, dataset, dataset_id)
         value = _value(ds, body)
         try:
-            saved, replayed = queue.submit(engine, ds, uid, body.record_id, value, body.client_event_id)
+            saved, replayed = await tx.call(engine, queue.submit, engine, ds, uid, body.record_id, value,
+                                            body.client_event_id)
         except queue.NotFound as e:
             raise HTTPException(404, str(e)) from None
         except queue.Full as e:
@@ -159,7 +195,7 @@ def add_team_routes(app: FastAPI, cfg, state, engine, who: Identities) -> None:
     _add_review_routes(app, engine, who, dataset)
 
 
-def _add_review_routes(app: FastAPI, engine, who: Identities, dataset) -> None:
+def _add_review_routes(app: FastAPI, engine, who: Callers, dataset) -> None:
     @app.post("/v1/datasets/{dataset_id}/adjudicate")
     def adjudicate(dataset_id: int, body: Answer, request: Request):
         uid = who.caller(request, STAFF)[0]
@@ -195,6 +231,7 @@ def _add_review_routes(app: FastAPI, engine, who: Identities, dataset) -> None:
         out = io.StringIO()
         writer = csv.DictWriter(out, ["record_id", "text", "annotator", "label", "created_at"])
         writer.writeheader()
-        for r in rows:
-            writer.writerow({**r, "label": ";".join(r["label"]) if ds.multi_label else r["label"]})
+        for r in rows:  # a person opens this file: no cell may run as a spreadsheet formula
+            writer.writerow({k: _cell(v) for k, v in
+                             {**r, "label": ";".join(r["label"]) if ds.multi_label else r["label"]}.items()})
         return Response(out.getvalue(), media_type="text/csv; charset=utf-8", headers=headers)

@@ -42,20 +42,30 @@ def needed(clf, label: str) -> str:
         f" for {target:.0%} precision" if target else "")
 
 
+def promise(clf) -> str:
+    """What the served threshold promises, as k-fold stated it (finetune/coverage.py statement), or nothing."""
+    cal = getattr(clf, "calibration", None)
+    said = (getattr(cal, "spec", None) or {}).get("statement") if getattr(cal, "applied", False) else None
+    return f"\n\n*Confident answers: {html.escape(said.replace('>=', '≥'))}.*" if said else ""
+
+
 def answer_markdown(clf, pred, version: str, cut: str = "") -> str:
-    """The answer's heading: the label (or label set), and "not sure" as large as the label when it is."""
+    """The answer's heading: the label (or label set), and "not sure" as large as the label when it is, with
+    why (under the threshold it needed, or a text unlike the training rows); then what "confident" promises."""
     sure = getattr(pred, "confident", True)
+    away = getattr(pred, "reason", None) == "out of domain"
     if getattr(clf, "multi_label", False):  # the label set over the thresholds, maybe empty
         found = ", ".join(f"**{html.escape(x)}** {pred.scores[x]:.1%}" for x in pred.labels) or "**none of the labels**"
         head = found
     else:
         head = f"**{html.escape(pred.label)}** · {pred.score:.1%}"
-        if not sure:
+        if not sure and not away:
             why = needed(clf, pred.label)
             head += f" < {why}" if why else ""
-    unsure = ("### ⚠ Not sure\nThe model's answer is under its threshold: treat it as a guess.\n\n" if not sure
-              else "")
-    return f"{unsure}{head} · model {html.escape(version)}{cut}"
+    unsure = "" if sure else "### ⚠ Not sure\n" + (
+        "This text is unlike the texts the model was trained on (out of domain): treat the answer as a guess.\n\n"
+        if away else "The model's answer is under its threshold: treat it as a guess.\n\n")
+    return f"{unsure}{head} · model {html.escape(version)}{cut}{promise(clf)}"
 
 
 def classify_tab(cfg, state) -> None:

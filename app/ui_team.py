@@ -7,8 +7,10 @@ import html
 
 import gradio as gr
 
-from labelstore import queue, review, users
+from labelstore import queue, review
 from labelstore.agreement import agreement
+
+from .gate import SESSION_COOKIE
 
 
 def _fmt(x) -> str:
@@ -30,15 +32,25 @@ def summary(engine, ds: queue.Dataset) -> str:
     return "\n".join(lines)
 
 
+STAFF_ONLY = ("The Team tab shows every annotator's answers: it is for reviewers and admins. Annotators label "
+              "blind (docs/app.md, Team labeling).")
+
+
 def team_tab(cfg, state) -> None:
     engine = state.store
-    reviewer = users.API_KEY if cfg.api_key else users.LOCAL  # the UI session is the key holder's
 
-    def choices():
+    def staff(request) -> tuple[int, str, str] | None:
+        return reviewer_of(cfg, state, _cookie(request))
+
+    def choices(request: gr.Request):
+        if staff(request) is None:
+            return []
         return [(f"{d['id']}: {d['name']} ({d['complete']}/{d['records']})", d["id"])
                 for d in queue.list_datasets(engine)]
 
-    def show(dataset_id):
+    def show(dataset_id, request: gr.Request):
+        if staff(request) is None:
+            return STAFF_ONLY, [], gr.update(choices=[])
         if dataset_id is None:
             return "No dataset chosen (create one with POST /v1/datasets).", [], gr.update(choices=[])
         ds = queue.get_dataset(engine, int(dataset_id))
@@ -51,16 +63,19 @@ def team_tab(cfg, state) -> None:
             text = f"Agreement needs {e.name}, not installed here (the full image has it)."
         return text, rows, gr.update(choices=[str(x) for x in ds.labels])
 
-    def settle(dataset_id, record_id, label):
+    def settle(dataset_id, record_id, label, request: gr.Request):
+        reviewer = staff(request)
+        if reviewer is None:
+            raise gr.Error(STAFF_ONLY)
         if dataset_id is None or record_id is None or not label:
             raise gr.Error("Choose a dataset, a record id from the table and a label.")
         ds = queue.get_dataset(engine, int(dataset_id))
         value = sorted(label) if ds.multi_label else label
         try:
-            review.adjudicate(engine, ds, users.builtin(engine, reviewer)[0], int(record_id), value)
+            review.adjudicate(engine, ds, reviewer[0], int(record_id), value)  # recorded as the signed-in reviewer
         except queue.NotFound as e:
             raise gr.Error(str(e)) from None
-        return show(dataset_id)
+        return show(dataset_id, request)
 
     with gr.Tab("Team", id="team", elem_id="tab-team") as tab:
         with gr.Row():
@@ -74,7 +89,21 @@ def team_tab(cfg, state) -> None:
             t_label = gr.Dropdown(label="Final label", choices=[], elem_id="team-label")
             t_settle = gr.Button("Adjudicate", variant="primary", elem_id="team-settle")
     outputs = [t_summary, t_split, t_label]
-    tab.select(lambda: gr.update(choices=choices()), None, t_dataset)
-    t_refresh.click(lambda: gr.update(choices=choices()), None, t_dataset)
+    def listing(request: gr.Request):
+        return gr.update(choices=choices(request))
+
+    tab.select(listing, None, t_dataset)
+    t_refresh.click(listing, None, t_dataset)
     t_dataset.change(show, t_dataset, outputs)
     t_settle.click(settle, [t_dataset, t_record, t_label], outputs)
+
+
+def reviewer_of(cfg, state, cookie: str | None) -> tuple[int, str, str] | None:
+    """The signed-in reviewer or admin (the key holder, or `local` in one-person mode), or None: an annotator
+    labels blind and sees nobody's answers here."""
+    user = state.identities.ui_user(cfg, state.sessions, cookie)
+    return user if user is not None and user[2] in ("reviewer", "admin") else None
+
+
+def _cookie(request) -> str | None:
+    return request.cookies.get(SESSION_COOKIE) if request is not None else None

@@ -66,11 +66,14 @@ def fit_baseline(texts: list[str], y: np.ndarray, seed: int):
         raise BaselineError(str(e).splitlines()[0]) from None
 
 
-def baseline_proba(model, texts: list[str], n_classes: int) -> np.ndarray:
-    """(len(texts), n_classes) probabilities; classes the baseline never saw in training get 0."""
+def baseline_proba(model, texts: list[str], n_classes: int, weights: tuple | None = None) -> np.ndarray:
+    """(len(texts), n_classes) probabilities; classes the baseline never saw in training get 0. `weights`: the
+    served baseline's own read of these texts (TfidfLogreg.read), where the out-of-domain detector shared it."""
     proba = np.zeros((len(texts), n_classes))
     if len(texts):
-        proba[:, model.classes_] = model.predict_proba([t[:TEXT_CAP] for t in texts])
+        capped = [t[:TEXT_CAP] for t in texts]
+        proba[:, model.classes_] = model.predict_proba(capped) if weights is None else \
+            model.predict_proba(capped, weights)
     return proba
 
 
@@ -240,8 +243,8 @@ class ServedBlend:
         return self.combine(p_model, self.baseline_proba(texts))
 
     # The two halves of __call__, for a caller that runs the baseline beside the model (serving/engine.py).
-    def baseline_proba(self, texts: list[str]) -> np.ndarray:
-        return baseline_proba(self.baseline, texts, self.n_labels)
+    def baseline_proba(self, texts: list[str], weights: tuple | None = None) -> np.ndarray:
+        return baseline_proba(self.baseline, texts, self.n_labels, weights)
 
     def combine(self, p_model: np.ndarray, p_baseline: np.ndarray) -> np.ndarray:
         return self.blend(p_model, p_baseline).astype(np.float32)

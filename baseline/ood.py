@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 
-from baseline.tfidf import CharTfidf
+from baseline.tfidf import CharTfidf, Read
 
 OOD_DIR = "ood"  # inside a model folder: ood.json (settings, vocabulary, percentiles, cut), index.safetensors
 NEIGHBOURS = 5
@@ -48,25 +48,29 @@ class Index:
     post_val: np.ndarray  # float32 its weight
     n_rows: int
 
-    def vectors(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(row, column, value): l2-normalised with unknown n-grams in the norm at the largest idf."""
+    def vectors(self, texts: list[str], read: Read | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(row, column, value): l2-normalised with unknown n-grams in the norm at the largest idf. `read`:
+        this vocabulary's `CharTfidf.read(texts)` where the caller has it (the served baseline's, shared)."""
         tf = self.tfidf
-        row, col, count, val = tf.weights(texts)
+        (row, col, count, val), totals = tf.read(texts) if read is None else read
         n = len(texts)
-        unknown = np.maximum(0, tf.ngram_counts(texts) - np.bincount(row, count, minlength=n))
+        unknown = np.maximum(0, totals - np.bincount(row, count, minlength=n))
         norm = np.sqrt(np.bincount(row, val * val, minlength=n) + unknown * float(tf.idf.max()) ** 2)
         return row, col, val / np.where(norm > 0, norm, 1.0)[row]
 
-    def similarities(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        """(neighbours, centroid) per text, in chunks of CHUNK rows."""
+    def similarities(self, texts: list[str], read: Read | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """(neighbours, centroid) per text: the texts read once, then searched CHUNK rows at a time (the rows
+        come sorted, so a chunk is a slice)."""
+        row, col, x = self.vectors(texts, read)
         nb, cen = np.zeros(len(texts)), np.zeros(len(texts))
-        for a in range(0, len(texts), CHUNK):
-            nb[a:a + CHUNK], cen[a:a + CHUNK] = self._chunk(texts[a:a + CHUNK])
+        cut = np.searchsorted(row, np.arange(0, len(texts) + CHUNK, CHUNK))
+        for i, a in enumerate(range(0, len(texts), CHUNK)):
+            part = slice(cut[i], cut[i + 1])
+            b = min(CHUNK, len(texts) - a)
+            nb[a:a + b], cen[a:a + b] = self._chunk(row[part] - a, col[part], x[part], b)
         return nb, cen
 
-    def _chunk(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray]:
-        b = len(texts)
-        row, col, x = self.vectors(texts)
+    def _chunk(self, row: np.ndarray, col: np.ndarray, x: np.ndarray, b: int) -> tuple[np.ndarray, np.ndarray]:
         cen = np.zeros((b, self.centroids_t.shape[1]))
         if len(row):
             present, first = np.unique(row, return_index=True)
@@ -109,7 +113,10 @@ def index_rows(tf: CharTfidf, texts: list[str], y: np.ndarray, n_classes: int) -
     row, col, x = shell.vectors(texts)
     y = np.asarray(y)
     cent = np.zeros((len(tf.idf), n_classes))
-    np.add.at(cent, (col, y[row]), x)
+    if y.ndim == 2:  # multi-label (rows x labels, 0/1): each label's centroid is the mean of the rows it is on
+        np.add.at(cent, col, x[:, None] * y[row])
+    else:
+        np.add.at(cent, (col, y[row]), x)
     cent /= np.maximum(np.linalg.norm(cent, axis=0, keepdims=True), 1e-12)
     df = np.bincount(col, minlength=len(tf.idf))
     keep = df[col] <= max(NEIGHBOURS, COMMON_DF * len(texts))
@@ -131,12 +138,19 @@ class Typicality:
     cut: float  # a text whose typicality is below it is out of domain
     meta: dict
 
-    def typicality(self, texts: list[str]) -> np.ndarray:
-        nb, cen = self.index.similarities(texts)
+    def typicality(self, texts: list[str], read: Read | None = None) -> np.ndarray:
+        nb, cen = self.index.similarities(texts, read)
         return percentile(nb, cen, self.neighbours_q, self.centroid_q)
 
-    def in_domain(self, texts: list[str]) -> np.ndarray:
-        return self.typicality(texts) >= self.cut
+    def in_domain(self, texts: list[str], read: Read | None = None) -> np.ndarray:
+        return self.typicality(texts, read) >= self.cut
+
+    def reads_like(self, tfidf: CharTfidf) -> bool:
+        """Does `tfidf` (the served baseline's) read texts as this index does: then one `read` serves both. So
+        it does after --final, where both are fitted on every row with the same settings."""
+        mine = self.index.tfidf
+        return (mine.settings == tfidf.settings and len(mine.idf) == len(tfidf.idf)
+                and mine.vocabulary == tfidf.vocabulary and np.array_equal(mine.idf, tfidf.idf))
 
     def info(self) -> dict:
         return {"method": "TF-IDF typicality (nearest training rows and class centroids)", "cut": self.cut,
@@ -155,7 +169,8 @@ def percentile(nb, cen, neighbours_q, centroid_q) -> np.ndarray:
 def fit_typicality(texts: list[str], y: np.ndarray, fold_of: np.ndarray, n_classes: int,
                    confident: np.ndarray | None = None) -> tuple[Typicality, dict]:
     """(the detector the final folder serves: indexed on every row, with out-of-fold percentiles and cut;
-    report["out_of_domain"]). Fold k's rows are scored by an index of the other folds' rows only.
+    report["out_of_domain"]). Fold k's rows are scored by an index of the other folds' rows only. `y`: class
+    ids, or multi-label rows x labels 0/1 (a centroid per label).
     `confident`: the out-of-fold rows answered confidently as served (None: all)."""
     y, fold_of = np.asarray(y), np.asarray(fold_of)
     nb, cen = np.zeros(len(texts)), np.zeros(len(texts))

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import re
 from collections import Counter
+from typing import NamedTuple
 
 import numpy as np
 
@@ -97,8 +98,9 @@ class CharTfidf:
             key = key * self._base + int(self._digit[ord(c)])
         return key
 
-    def _counts_fast(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(row, column, count) of the known n-grams, the n-grams enumerated as `ngrams` does, batched in numpy."""
+    def _counts_fast(self, texts: list[str]) -> tuple[np.ndarray, ...]:
+        """(row, column, count) of the known n-grams, the n-grams enumerated as `ngrams` does, batched in numpy,
+        and each text's n-gram total (known or not, as `ngram_counts`), from the same words."""
         lo, hi = self.ngram_range
         words: list[str] = []
         word_row: list[int] = []
@@ -145,7 +147,10 @@ class CharTfidf:
         hit = (self._keys[at] == distinct)[inverse]
         n_cols = len(self._keys)
         cell, count = np.unique(row[hit] * n_cols + self._cols[at][inverse[hit]], return_counts=True)
-        return cell // n_cols, cell % n_cols, count
+        top = np.minimum(size - 1, hi)  # per word, as ngram_counts counts them
+        k = np.maximum(0, top - lo + 1)
+        totals = np.bincount(rows_of, k * (size + 1) - (lo + top) * k // 2 + (size <= hi), minlength=len(texts))
+        return cell // n_cols, cell % n_cols, count, totals.astype(np.int64)
 
     def _counts_python(self, texts: list[str]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         rows: list[int] = []
@@ -163,18 +168,24 @@ class CharTfidf:
 
     def weights(self, texts: list[str], fast: bool | None = None) -> tuple[np.ndarray, ...]:
         """(row, column, count, tf-idf weight before the l2 norm) of the known n-grams' non-zeros."""
+        return self.read(texts, fast).weights
+
+    def read(self, texts: list[str], fast: bool | None = None) -> Read:
+        """`weights` with every text's n-gram total (`ngram_counts`): one pass over the texts that the baseline
+        and the out-of-domain detector (baseline/ood.py) share where their vocabularies are the same."""
         fast = self._fast if fast is None else fast
-        row, col, count = (self._counts_fast if fast else self._counts_python)(texts)
+        if fast:
+            row, col, count, totals = self._counts_fast(texts)
+        else:
+            (row, col, count), totals = self._counts_python(texts), self.ngram_counts(texts)
         val = np.asarray(count, np.float64)
         if self.sublinear_tf:
             val = np.log(val) + 1.0
-        return row, col, count, val * self.idf[col]
+        return Read((row, col, count, val * self.idf[col]), totals)
 
     def features(self, texts: list[str], fast: bool | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The l2-normalised TF-IDF matrix as (row, column, value) of its non-zeros."""
-        row, col, _, val = self.weights(texts, fast)
-        norm = np.sqrt(np.bincount(row, val * val, minlength=len(texts)))
-        return row, col, val / norm[row]  # rows without a known n-gram have no entries: they stay zero
+        return normalised(self.weights(texts, fast), len(texts))
 
     def ngram_counts(self, texts: list[str]) -> np.ndarray:
         """Every text's number of n-grams, known or not (len(ngrams(text))), from its words' lengths: a padded
@@ -188,6 +199,20 @@ class CharTfidf:
             k = np.maximum(0, top - lo + 1)  # how many n's
             out[r] = int((k * (s + 1) - (lo + top) * k // 2).sum() + (s <= hi).sum())
         return out
+
+
+class Read(NamedTuple):
+    """What `CharTfidf.read` got from a batch of texts."""
+
+    weights: tuple  # (row, column, count, weight before the l2 norm) of the known n-grams
+    totals: np.ndarray  # each text's n-grams, known or not
+
+
+def normalised(weights: tuple, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(row, column, value) of `weights` l2-normalised per row, as TfidfTransformer does."""
+    row, col, _, val = weights
+    norm = np.sqrt(np.bincount(row, val * val, minlength=n))
+    return row, col, val / norm[row]  # rows without a known n-gram have no entries: they stay zero
 
 
 class TfidfLogreg(CharTfidf):
@@ -208,16 +233,17 @@ class TfidfLogreg(CharTfidf):
         self.coef_t = np.ascontiguousarray(coef.T)  # (vocabulary, rows): a gather per n-gram, not per class
         self.intercept = np.asarray(intercept, np.float64)
 
-    def decision_function(self, texts: list[str]) -> np.ndarray:
-        row, col, val = self.features(texts)
+    def decision_function(self, texts: list[str], weights: tuple | None = None) -> np.ndarray:
+        """`weights`: this vocabulary's `weights(texts)` where a caller already has them (serving's detector)."""
+        row, col, val = self.features(texts) if weights is None else normalised(weights, len(texts))
         z = np.zeros((len(texts), self.coef_t.shape[1]))
         if len(row):  # rows come sorted: one segment sum per row that has entries
             present, first = np.unique(row, return_index=True)
             z[present] = np.add.reduceat(val[:, None] * self.coef_t[col], first)
         return z + self.intercept
 
-    def predict_proba(self, texts: list[str]) -> np.ndarray:
-        z = self.decision_function(texts)
+    def predict_proba(self, texts: list[str], weights: tuple | None = None) -> np.ndarray:
+        z = self.decision_function(texts, weights)
         if self.multi_label:
             return np.exp(-np.logaddexp(0.0, -z))
         if z.shape[1] == 1:  # binary: sklearn's expit, written so that large |z| neither overflows nor warns

@@ -109,7 +109,7 @@ def measure(clf, modes: dict, texts: list[str], repeats: int, multi_label: bool 
         for _ in range(50):
             start = time.perf_counter()
             q = cal(raw)
-            cal.confident_multi_label(q, raw > 0.5) if multi_label else cal.confident(q)
+            cal.confident(q, raw > 0.5 if multi_label else None)
             runs.append(time.perf_counter() - start)
         step[mode] = statistics.median(runs) / len(texts) * 1e6
     paired = {m: {c: statistics.median(a / b for a, b in zip(times["none"][c], v)) for c, v in calls.items()}

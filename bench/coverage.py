@@ -13,7 +13,6 @@ is what k-fold would serve where the model were the TF-IDF alone: a stand-in for
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import tempfile
@@ -36,6 +35,7 @@ def main(argv=None) -> int:
     p.add_argument("--output", type=Path, required=True)
     a = p.parse_args(argv)
     from baseline.folds import baseline_predict
+    from bench.resplits import write_result
     from finetune.confidence import cv_calibration, table_lines
     from finetune.data import fixed_folds, load_labeled
     from textdata.normalize import Normalizer
@@ -63,11 +63,8 @@ def main(argv=None) -> int:
         "calibration": section,
         "wall_seconds": round(time.time() - started, 1),
         "loadavg_before": load_before,
-        "loadavg_after": os.getloadavg(),
     }
-    a.output.parent.mkdir(parents=True, exist_ok=True)
-    a.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {a.output}")
+    write_result(result, a.output)
     return 0
 
 

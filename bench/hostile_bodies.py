@@ -45,20 +45,13 @@ def tiny_model(work: Path) -> Path:
     if (folder / "config.json").exists():
         return folder
     sys.path.insert(0, str(ROOT / "tests"))
-    import torch
-    from conftest import CLASS_WORDS, build_tokenizer, tiny_config
-    from transformers import ElectraForSequenceClassification
+    from conftest import build_tiny_classifier
 
-    tok = build_tokenizer(folder)
-    labels = sorted(CLASS_WORDS)
-    cfg = tiny_config(len(tok), num_labels=len(labels), id2label=dict(enumerate(labels)),
-                      label2id={k: i for i, k in enumerate(labels)})
-    torch.manual_seed(0)
-    ElectraForSequenceClassification(cfg).save_pretrained(folder)
-    return folder
+    return build_tiny_classifier(folder)
 
 
-def start(code: Path, model: Path, work: Path) -> tuple[subprocess.Popen, int]:
+def start(code: Path, model: Path, work: Path, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
+    """`python -m app` from `code` on `model` (plus `extra` flags), once /readyz answers: (process, port)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -66,7 +59,7 @@ def start(code: Path, model: Path, work: Path) -> tuple[subprocess.Popen, int]:
     env.update(PYTHONPATH=str(code), GRADIO_ANALYTICS_ENABLED="False")
     log = open(work / "server.log", "wb")  # noqa: SIM115 - open for the process lifetime
     proc = subprocess.Popen([sys.executable, "-m", "app", "--model", str(model), "--port", str(port),
-                             "--data-dir", str(work / "data"), "--log-level", "warning"], cwd=work, env=env,
+                             "--data-dir", str(work / "data"), "--log-level", "warning", *extra], cwd=work, env=env,
                             stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 900  # a loaded machine: imports and warm-up took over 5 minutes at load 20
     while time.monotonic() < deadline:
@@ -92,33 +85,57 @@ def hostile_bodies(ui_body_mb: int) -> list[tuple[str, str, bytes | None, int]]:
             (f"/ui queue/join {ui_body_mb} MB", "/ui/gradio_api/queue/join", None, ui_body_mb << 20)]
 
 
+class _Answer(asyncio.Protocol):
+    """Keeps every byte the server sends, even when it then resets the connection: asyncio's StreamReader
+    raises the reset and drops an answer (a 413) that came before it."""
+
+    def __init__(self) -> None:
+        self.data = bytearray()
+        self.closed: asyncio.Future = asyncio.get_running_loop().create_future()
+        self.writable = asyncio.Event()
+        self.writable.set()
+
+    def data_received(self, data: bytes) -> None:
+        self.data += data
+
+    def pause_writing(self) -> None:
+        self.writable.clear()
+
+    def resume_writing(self) -> None:
+        self.writable.set()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.writable.set()
+        if not self.closed.done():
+            self.closed.set_result(exc)
+
+
 async def send_hostile(port: int, kind: str, path: str, body: bytes | None, stream: int) -> dict:
-    """One hostile request on a fresh connection: its status, answer size and seconds."""
+    """One hostile request on a fresh connection: the server's status when it answered (even if it closed
+    before the body was sent), else the error kind; answer size and seconds."""
     t0 = time.perf_counter()
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    transport, answer = await asyncio.get_running_loop().create_connection(_Answer, "127.0.0.1", port)
     length = len(body) if body is not None else stream
-    writer.write((f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
-                  f"Content-Length: {length}\r\nConnection: close\r\n\r\n").encode())
+    transport.write((f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                     f"Content-Length: {length}\r\nConnection: close\r\n\r\n").encode())
+    chunks = [body] if body is not None else [b" " * (1 << 20)] * -(-stream // (1 << 20))
+    sent = 0
+    for chunk in chunks:  # stop writing once the server answered or closed: the answer may come first
+        await answer.writable.wait()
+        if answer.closed.done() or answer.data:
+            break
+        transport.write(chunk)
+        sent += len(chunk)
     try:
-        if body is not None:
-            writer.write(body)
-            await writer.drain()
-        else:
-            chunk, sent = b" " * (1 << 20), 0
-            read = asyncio.create_task(reader.read(1))  # the answer may come before the body is sent
-            while sent < stream and not read.done():
-                writer.write(chunk)
-                await writer.drain()
-                sent += len(chunk)
-            first = await read
-            answer = first + await reader.read()
-            return _outcome(kind, answer, t0, sent)
-        answer = await asyncio.wait_for(reader.read(), 120)
-    except (ConnectionError, asyncio.TimeoutError) as e:
-        return {"kind": kind, "status": type(e).__name__, "seconds": round(time.perf_counter() - t0, 3)}
+        error = await asyncio.wait_for(answer.closed, 120)
+    except asyncio.TimeoutError as e:
+        error = e
     finally:
-        writer.close()
-    return _outcome(kind, answer, t0, len(body))
+        transport.close()
+    if answer.data[:5] != b"HTTP/" and error is not None:
+        return {"kind": kind, "status": type(error).__name__, "sent_bytes": sent,
+                "seconds": round(time.perf_counter() - t0, 3)}
+    return _outcome(kind, bytes(answer.data), t0, sent)
 
 
 def _outcome(kind: str, answer: bytes, t0: float, sent: int) -> dict:

@@ -159,7 +159,8 @@ def tfidf_kfold(csv: Path, out: Path, seed: int) -> dict:
               "macro_f1_mean": float(np.mean([fold_metrics(data.y[va], oof[va].argmax(1), data.labels)["macro_f1"]
                                               for _, va in folds]))}
     warnings: list[str] = []
-    report["label_issues"] = label_issues.run("auto", out, data, oof, None, None, fold_of, csv, warnings)
+    report["label_issues"] = label_issues.run("auto", out, data, oof, None, None, fold_of, csv, warnings,
+                                              label_issues.SingleLabelIssues())
     report["label_issues"]["probabilities"] = "TF-IDF baseline (out-of-fold)"  # passed where the model's go
     report["wall_seconds"] = round(time.time() - started, 1)
     pred = np.full(len(data.table), "", dtype=object)

@@ -20,10 +20,11 @@ class Connection:
         self.host, self.port, self.timeout = host, port, timeout
         self.reader = self.writer = None
 
-    async def post_json(self, path: str, body: bytes) -> int:
+    async def post_json(self, path: str, body: bytes, headers: str = "") -> int:
+        """`headers`: extra header lines, each ending in CRLF."""
         if self.writer is None:
             self.reader, self.writer = await asyncio.open_connection(self.host, self.port)
-        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n"
+        head = (f"POST {path} HTTP/1.1\r\nHost: {self.host}\r\nContent-Type: application/json\r\n{headers}"
                 f"Content-Length: {len(body)}\r\n\r\n").encode()
         self.writer.write(head + body)
         try:

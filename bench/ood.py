@@ -5,7 +5,8 @@ texts of other data sets, with the in-domain coverage it costs and its serving c
 
 The model is the TF-IDF + logistic-regression baseline (2 shared cores; the detector reads only the texts, so
 the same detector serves an encoder). Per resplit: 60% of the rows train (k-fold out-of-fold scores, nested
-calibration, the served threshold at --target as finetune/coverage.py chooses it, the detector fitted on the
+calibration, the served threshold at --target as finetune/coverage.py chooses it (the point estimate where
+too few rows state the bound: `threshold_rule`), the detector fitted on the
 out-of-fold rows as finetune/confidence.py does), 40% are unseen. Reported: the share of off-topic rows
 answered confident without and with the detector, the in-domain unseen coverage without and with it, and the
 detector's microseconds a row beside the baseline's own (the blend's cost, measured in the same run).
@@ -14,8 +15,6 @@ detector's microseconds a row beside the baseline's own (the blend's cost, measu
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -24,7 +23,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.threshold_transfer import DATASETS, fit_proba, folds_of, resplit
+from bench.resplits import DATASETS, out_of_fold, resplit, started, write_result
 
 OFF_TOPIC = {"bbc-first-sentences": ("ko-help-grouped", "debtags-implemented-in"),
              "debtags-implemented-in": ("bbc-first-sentences", "ko-help-grouped"),
@@ -39,20 +38,22 @@ def one(name, texts, y, groups, n_classes, others, target, seed, folds) -> dict:
     from finetune.calibration import calibrate
     from finetune.coverage import served_threshold
     from textdata.calibration import confident, threshold_vector
+    from textdata.errors import DataError
 
     tr, un = resplit(y, groups, seed)
     t_texts, t_y = [texts[i] for i in tr], y[tr]
-    oof, fold_of = np.zeros((len(tr), n_classes)), np.zeros(len(tr), int)
-    for k, (a, b) in enumerate(folds_of(t_y, None if groups is None else groups[tr], folds, seed)):
-        oof[b], fold_of[b] = fit_proba(t_texts, t_y, a, b, n_classes, seed), k
+    oof, fold_of, _ = out_of_fold(t_texts, t_y, None if groups is None else groups[tr], n_classes, folds, seed)
     _, chosen, final = calibrate(oof, t_y, fold_of, "model")
-    served = served_threshold(chosen, final, oof, t_y, fold_of, list(range(n_classes)), target)
+    try:
+        served, rule = served_threshold(chosen, final, oof, t_y, fold_of, list(range(n_classes)), target), "bound"
+    except DataError:  # too few rows to state it: the point estimate, so that the detector is still measured
+        served, rule = served_threshold(chosen, final, oof, t_y, fold_of, list(range(n_classes)), target, None), "point"
     th = threshold_vector(served["threshold"] if not isinstance(served["threshold"], dict)
                           else {int(k): v for k, v in served["threshold"].items()}, list(range(n_classes)))
     typ, meta = fit_typicality(t_texts, t_y, fold_of, n_classes, confident(final(oof), th))
     model = fit_baseline(t_texts, t_y, seed)
     un_texts = [texts[i] for i in un]
-    row = {"seed": seed, "cut": typ.cut, "fit": meta}
+    row = {"seed": seed, "cut": typ.cut, "fit": meta, "threshold_rule": rule}
 
     def probs(batch):
         p = np.zeros((len(batch), n_classes))
@@ -60,31 +61,73 @@ def one(name, texts, y, groups, n_classes, others, target, seed, folds) -> dict:
         return final(p)
 
     def answered(batch):
-        sure = confident(probs(batch), th)
-        return sure, sure & typ.in_domain(batch)
+        sure, inside = confident(probs(batch), th), typ.in_domain(batch)
+        return sure, sure & inside, float((~inside).mean())
 
-    sure, kept = answered(un_texts)
+    sure, kept, flagged = answered(un_texts)
     right = probs(un_texts).argmax(1) == y[un]
     row["in_domain"] = {"coverage_without": float(sure.mean()), "coverage_with": float(kept.mean()),
                         "precision_without": float(right[sure].mean()) if sure.any() else None,
-                        "precision_with": float(right[kept].mean()) if kept.any() else None}
+                        "precision_with": float(right[kept].mean()) if kept.any() else None, "flagged": flagged}
     for other, other_texts in others.items():
-        s, k = answered(other_texts)
-        row[f"off_topic/{other}"] = {"confident_without": float(s.mean()), "confident_with": float(k.mean())}
-    # serving cost: the detector a row beside the served baseline's (numpy, as the engine runs both)
+        s, k, f = answered(other_texts)
+        row[f"off_topic/{other}"] = {"confident_without": float(s.mean()), "confident_with": float(k.mean()),
+                                     "flagged": f}
     with tempfile.TemporaryDirectory() as tmp:
         save_baseline(model, tmp, n_classes, Blend(1.0, 1.0), {})
         served_baseline = load_baseline(tmp)[0]
-    batch = un_texts[:256]
-    t0 = time.perf_counter()
-    for _ in range(3):
-        served_baseline.predict_proba(batch)
-    t1 = time.perf_counter()
-    for _ in range(3):
-        typ.in_domain(batch)
-    t2 = time.perf_counter()
-    row["us_per_row"] = {"baseline": 1e6 * (t1 - t0) / (3 * len(batch)), "detector": 1e6 * (t2 - t1) / (3 * len(batch))}
+    row["us_per_row"] = serving_cost(served_baseline, typ, un_texts[:256], n_classes)
     return row
+
+
+def before_index(index, rev: str):
+    """The detector's index as the code at git `rev` (baseline/ood.py and baseline/tfidf.py) builds it, on the
+    same fitted arrays: the "before" of a change, timed in the same run."""
+    import importlib
+    import subprocess
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="ood-before-"))
+    for name in ("tfidf", "ood"):
+        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:baseline/{name}.py"], check=True,
+                             capture_output=True, text=True).stdout
+        (folder / f"before_{name}.py").write_text(src.replace("from baseline.tfidf import", "from before_tfidf import"))
+    sys.path.insert(0, str(folder))
+    mods = {name: importlib.import_module(f"before_{name}") for name in ("tfidf", "ood")}
+    tf = index.tfidf
+    vocab = sorted(tf.vocabulary, key=tf.vocabulary.get)
+    return mods["ood"].Index(mods["tfidf"].CharTfidf(tf.settings, vocab, tf.idf), index.centroids_t, index.ptr,
+                             index.post_row, index.post_val, index.n_rows)
+
+
+BEFORE = "0d795d3"  # the commit before the detector shared the baseline's read (this session's change)
+
+
+def serving_cost(served_baseline, typ, batch, n_classes, rounds: int = 5) -> dict:
+    """Microseconds a row (medians of interleaved rounds): the served baseline alone; the detector as at BEFORE,
+    as now on its own, and as served now beside the blend (one read for both: the marginal cost over the
+    baseline alone, which is what the engine pays)."""
+    from baseline.blend import baseline_proba
+
+    old = before_index(typ.index, BEFORE)
+    shares = typ.reads_like(served_baseline)
+
+    def both():
+        read = served_baseline.read(batch)
+        typ.in_domain(batch, read)
+        baseline_proba(served_baseline, batch, n_classes, read.weights)
+
+    jobs = {"baseline": lambda: baseline_proba(served_baseline, batch, n_classes), "detector_before":
+            lambda: old.similarities(batch), "detector_alone": lambda: typ.in_domain(batch), "baseline_and_detector": both}
+    times = {k: [] for k in jobs}
+    for _ in range(rounds):
+        for k, f in jobs.items():
+            t0 = time.perf_counter()
+            f()
+            times[k].append(1e6 * (time.perf_counter() - t0) / len(batch))
+    out = {k: float(np.median(v)) for k, v in times.items()}
+    out["detector_shared"] = out["baseline_and_detector"] - out["baseline"] if shares else out["detector_alone"]
+    return {**out, "shares_read": shares}
 
 
 def main(argv=None) -> int:
@@ -97,8 +140,7 @@ def main(argv=None) -> int:
     p.add_argument("--data", nargs="*", default=list(OFF_TOPIC))
     p.add_argument("--output", type=Path, default=ROOT / "bench/results/ood.json")
     a = p.parse_args(argv)
-    result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv),
-              "loadavg_before": os.getloadavg(), "target": a.target, "data": {}}
+    result = started(sys.argv, target=a.target, data={})
     loaded = {n: DATASETS[n](a.cap) for n in {*a.data, *[o for d in a.data for o in OFF_TOPIC[d]]}}
     for name in a.data:
         texts, y, groups, labels = loaded[name]
@@ -109,22 +151,22 @@ def main(argv=None) -> int:
         med = lambda key, sub, runs=runs: float(np.median([r[key][sub] for r in runs]))
         summary = {"in_domain_coverage_without": med("in_domain", "coverage_without"),
                    "in_domain_coverage_with": med("in_domain", "coverage_with"),
-                   "us_per_row_baseline": med("us_per_row", "baseline"),
-                   "us_per_row_detector": med("us_per_row", "detector"),
+                   **{f"us_per_row_{k}": med("us_per_row", k) for k in
+                      ("baseline", "detector_before", "detector_alone", "detector_shared")},
+                   "in_domain_flagged": med("in_domain", "flagged"),
+                   "threshold_rules": [r["threshold_rule"] for r in runs],
                    **{f"off_topic/{o}/{k}": med(f"off_topic/{o}", k) for o in others
-                      for k in ("confident_without", "confident_with")},
+                      for k in ("confident_without", "confident_with", "flagged")},
                    "off_topic_confident_with_max": max(r[f"off_topic/{o}"]["confident_with"] for r in runs for o in others)}
         result["data"][name] = {"rows": len(y), "summary": summary, "resplits": runs}
         print(f"\n{name} (target {a.target}): in-domain coverage {summary['in_domain_coverage_without']:.3f} -> "
-              f"{summary['in_domain_coverage_with']:.3f}; detector {summary['us_per_row_detector']:.0f} us/row "
-              f"(baseline {summary['us_per_row_baseline']:.0f})")
+              f"{summary['in_domain_coverage_with']:.3f}; us/row: baseline {summary['us_per_row_baseline']:.0f}, detector "
+              f"before {summary['us_per_row_detector_before']:.0f}, alone {summary['us_per_row_detector_alone']:.0f}, "
+              f"beside the blend {summary['us_per_row_detector_shared']:.0f}")
         for o in others:
             print(f"  off-topic {o}: confident {summary[f'off_topic/{o}/confident_without']:.3f} -> "
-                  f"{summary[f'off_topic/{o}/confident_with']:.3f}")
-    result["loadavg_after"] = os.getloadavg()
-    a.output.parent.mkdir(parents=True, exist_ok=True)
-    a.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {a.output}")
+                  f"{summary[f'off_topic/{o}/confident_with']:.3f} (flagged {summary[f'off_topic/{o}/flagged']:.3f})")
+        write_result(result, a.output)
     return 0
 
 

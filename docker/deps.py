@@ -25,9 +25,14 @@ TRAIN_ONLY = {
     # also keeps scipy (sklearn's dependency) out of the slim image
     "scikit-learn": "sklearn",
     "iterative-stratification": "iterstrat",  # k-fold's multi-label folds
+    # finetune/label_issues.py alone; it requires scikit-learn, so in the slim image it brought scipy and
+    # sklearn back (about 200 MB: the image grew past tests/docker's 1 GB)
+    "cleanlab": "cleanlab",
 }
 # installed on its own, before the rest, from a source chosen at build time (CPU index, GPU PyPI, a wheel)
 SEPARATE = {"torch"}
+# extras every image serves with: the cascade's client (`--fallback-url`), small and imported only when asked
+SERVE_EXTRAS = ("llm",)
 
 
 def _name(requirement: str) -> str:
@@ -35,9 +40,12 @@ def _name(requirement: str) -> str:
 
 
 def dependencies(pyproject: Path) -> list[str]:
+    """The base dependencies and those of SERVE_EXTRAS."""
     import tomllib  # Python 3.11+, as in every image
 
-    return tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["dependencies"]
+    project = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]
+    extras = project.get("optional-dependencies", {})
+    return project["dependencies"] + [r for extra in SERVE_EXTRAS for r in extras[extra]]
 
 
 def select(requirements: list[str], variant: str) -> list[str]:

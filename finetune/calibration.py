@@ -19,6 +19,8 @@ import numpy as np
 
 # the ECE itself lives in textdata (serving's INT8 gate judges with it too)
 from textdata.calibration import BINS, Calibrator, binary_ece, top_label_ece
+from textdata.nested import fold_masks
+from textdata.nested import nested as out_of_fold
 
 VECTOR_MARGIN = 0.005  # nats of mean nested log-loss vector scaling must gain over temperature scaling
 FLOOR_DRAWS = 100  # label draws per fold for the ECE floor: its mean moves < 0.001 between seeds at 100
@@ -55,8 +57,8 @@ def ece_floor(probs: np.ndarray, fold_of: np.ndarray, draws: int = FLOOR_DRAWS, 
     after < before" would ask for one). Multi-label: the labels' mean binary ECE, as that report uses."""
     rng = np.random.default_rng(seed)
     per_fold = []
-    for k in np.unique(fold_of):
-        p = np.asarray(probs[fold_of == k], np.float64)
+    for _, held, _ in fold_masks(fold_of):
+        p = np.asarray(probs[held], np.float64)
         if multi_label:
             eces = [mean_binary_ece(p, rng.random(p.shape) < p) for _ in range(draws)]
         else:
@@ -145,14 +147,10 @@ class Nested:
 
 def nested(probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, method: str) -> Nested:
     fit = FITTERS[method]
-    out = np.empty(probs.shape, np.float64)
-    per_fold, folds = [], []
-    for k in np.unique(fold_of):
-        held, rest = fold_of == k, fold_of != k
-        cal = fit(probs[rest], y[rest])
-        out[held] = cal(np.asarray(probs[held], np.float64))
-        per_fold.append(cal)
-        folds.append({"fold": int(k), "after": scores(out[held], y[held])})
+    out, per_fold = out_of_fold(fold_of, lambda rest: fit(probs[rest], y[rest]),
+                                lambda cal, held: cal(np.asarray(probs[held], np.float64)),
+                                np.empty(probs.shape, np.float64))
+    folds = [{"fold": k, "after": scores(out[held], y[held])} for k, held, _ in fold_masks(fold_of)]
     return Nested(method, out, per_fold, folds)
 
 
@@ -186,9 +184,7 @@ def choose(candidates: dict[str, Nested], before: list[dict]) -> tuple[str, str]
 
 
 def identity(probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray) -> Nested:
-    folds = [
-        {"fold": int(k), "after": scores(probs[fold_of == k], y[fold_of == k])} for k in np.unique(fold_of)
-    ]
+    folds = [{"fold": k, "after": scores(probs[held], y[held])} for k, held, _ in fold_masks(fold_of)]
     return Nested("none", probs, [Calibrator("none")] * len(folds), folds)
 
 
@@ -203,7 +199,7 @@ def calibrate(
     every row, which the final model serves)."""
     probs = np.asarray(probs, np.float64)
     candidates = {m: nested(probs, y, fold_of, m) for m in FITTERS}
-    before = [scores(probs[fold_of == k], y[fold_of == k]) for k in np.unique(fold_of)]
+    before = [scores(probs[held], y[held]) for _, held, _ in fold_masks(fold_of)]
     method, why = choose(candidates, before)
     chosen = candidates[method] if method != "none" else identity(probs, y, fold_of)
     folds = []

@@ -8,7 +8,8 @@ on these rows already). Scored nested like the single-label calibrator. Calibrat
 here is the labels' mean binary ECE (15 bins on each label's probability against its 0/1 target).
 
 For a target precision, each label gets its own threshold: the lowest at which the rows asserting that
-label are right at least `target` of the time (finetune/coverage.py's rule, per label). A row is confident
+label are right at least `target` of the time with 90% confidence (finetune/coverage.py's Learn-then-Test
+bound, per label: label_bound_thresholds), 1.0 where none is. A row is confident
 when every label it asserts (over its decision threshold, thresholds.json) clears its precision threshold.
 The decision thresholds are tuned on uncalibrated scores; the engine moves them through the calibrator
 (each label's map is increasing, so the label sets do not change), and the nested estimate does the same
@@ -20,9 +21,11 @@ from __future__ import annotations
 import numpy as np
 
 from finetune.calibration import BINS, VECTOR_MARGIN, ece_floor, mean_binary_ece
-from finetune.coverage import MIN_ANSWERED, pick_threshold
-from textdata.calibration import Calibrator, confident_multi_label
+from finetune.coverage import DELTA, MIN_ANSWERED, label_bound_thresholds, pick_threshold, statement
+from textdata.calibration import Calibrator, confident
 from textdata.errors import DataError
+from textdata.nested import fold_masks
+from textdata.nested import nested as out_of_fold
 
 _FLOOR = 1e-7
 
@@ -78,36 +81,25 @@ def fit(P: np.ndarray, Y: np.ndarray, method: str) -> Calibrator:
 
 
 def nested(P: np.ndarray, Y: np.ndarray, fold_of: np.ndarray, method: str) -> tuple[np.ndarray, list, list]:
-    out = np.empty(P.shape, np.float64)
-    cals, folds = [], []
-    for k in np.unique(fold_of):
-        held, rest = fold_of == k, fold_of != k
-        cal = fit(P[rest], Y[rest], method)
-        out[held] = cal(np.asarray(P[held], np.float64))
-        cals.append(cal)
-        folds.append(
-            {"fold": int(k), "before": scores(P[held], Y[held]), "after": scores(out[held], Y[held])}
-        )
+    out, cals = out_of_fold(fold_of, lambda rest: fit(P[rest], Y[rest], method),
+                            lambda cal, held: cal(np.asarray(P[held], np.float64)), np.empty(P.shape, np.float64))
+    folds = [{"fold": k, "before": scores(P[held], Y[held]), "after": scores(out[held], Y[held])}
+             for k, held, _ in fold_masks(fold_of)]
     return out, cals, folds
 
 
 def label_thresholds(P: np.ndarray, Y: np.ndarray, target: float) -> tuple[np.ndarray, list[float]]:
-    """(per label: the lowest threshold at which that label's assertions reach `target` precision, 1.0 where
-    none does; per label the best precision reached)."""
-    out, best = np.ones(P.shape[1]), []
-    for j in range(P.shape[1]):
-        t, b = pick_threshold(P[:, j], Y[:, j] == 1, target)
-        best.append(b)
-        if t is not None:
-            out[j] = t
-    return out, best
+    """(per label: the lowest threshold at which that label's precision >= `target` holds with 90% confidence
+    (finetune/coverage.py label_bound_thresholds), 1.0 where none does; per label the best precision reached)."""
+    best = [pick_threshold(P[:, j], Y[:, j] == 1, target)[1] for j in range(P.shape[1])]
+    return label_bound_thresholds(P, Y, target)[0], best
 
 
 def answered(P: np.ndarray, Y: np.ndarray, thresholds: np.ndarray, decision: np.ndarray) -> dict:
     """Coverage (confident rows) and the micro precision of the labels asserted in those rows (a label is
     asserted over its decision threshold, strictly, as serving/multilabel.py cuts)."""
     asserted = P > decision
-    keep = confident_multi_label(P, asserted, thresholds)
+    keep = confident(P, thresholds, asserted)
     hits = (asserted[keep] & (Y[keep] == 1)).sum()
     said = asserted[keep].sum()
     return {
@@ -183,14 +175,17 @@ def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision) ->
             f"best precision reached is {np.nanmax(best):.4f}, asserting at least {MIN_ANSWERED} rows)"
         )
     folds = []
-    for k, cal, dec in zip(np.unique(fold_of), cals, decision):
-        held, rest = fold_of == k, fold_of != k
+    for (k, held, rest), cal, dec in zip(fold_masks(fold_of), cals, decision):
         th, _ = label_thresholds(cal(P[rest]), Y[rest], target)
-        folds.append({"fold": int(k), **answered(calibrated[held], Y[held], th, cal(dec[None, :])[0])})
+        folds.append({"fold": k, **answered(calibrated[held], Y[held], th, cal(dec[None, :])[0])})
     cov = [f["coverage"] for f in folds]
     prec = [f["precision"] for f in folds if f["precision"] is not None]
     return {
         "target_precision": target,
+        "confidence": round(1 - DELTA, 6),
+        "rule": f"Learn-then-Test per label: the lowest threshold whose Clopper-Pearson lower bound (fixed-sequence, "
+                f"delta {DELTA:g} per label) reaches the target on the out-of-fold rows",
+        "statement": "each label's " + statement(target, 1 - DELTA, float(np.mean(cov))),
         "scope": "per_label",
         "threshold": dict(zip(labels, (round(float(t), 6) for t in thresholds))),
         # threshold 1.0: the label's rows never reach the target, so an answer asserting it is never confident

@@ -19,6 +19,14 @@ from textdata.labels import LabelSpace
 from textdata.tables import write_json
 
 
+def served_oof(oof: np.ndarray, blend: dict | None, blend_oof: np.ndarray | None) -> tuple[np.ndarray, str]:
+    """(what the final folder serves, measured out of fold, as float64; "blend" or "model"): the blend's nested
+    out-of-fold probabilities where it is kept, else the model's."""
+    kept = bool(blend and blend.get("kept") and blend_oof is not None)
+    served, fitted_on = (blend_oof, "blend") if kept else (oof, "model")
+    return np.asarray(served, np.float64), fitted_on
+
+
 def cv_calibration(
     oof: np.ndarray,
     blend: dict | None,
@@ -26,23 +34,12 @@ def cv_calibration(
     data,
     fold_of: np.ndarray,
     target: float | None,
-    decision: np.ndarray | None = None,
 ) -> tuple[dict, np.ndarray, np.ndarray]:
-    """(report["calibration"], the served out-of-fold probabilities before, and after nested calibration).
-    Multi-label: `decision` holds each fold's nested decision thresholds (one row per fold), what its
-    coverage estimate cuts at."""
-    kept = bool(blend and blend.get("kept") and blend_oof is not None)
-    served, fitted_on = (blend_oof, "blend") if kept else (oof, "model")
-    served = np.asarray(served, np.float64)
-    if getattr(data, "multi_label", False):
-        from finetune.calibration_multilabel import calibrate as calibrate_multi_label
-
-        section, _, after = calibrate_multi_label(
-            served, data.Y, fold_of, data.labels, fitted_on, target, 0.5 if decision is None else decision
-        )
-        return section, served, after
+    """Single-label: (report["calibration"], the served out-of-fold probabilities before, and after nested
+    calibration). Multi-label's is finetune/calibration_multilabel.py's, through its task."""
+    served, fitted_on = served_oof(oof, blend, blend_oof)
     section, chosen, final = calibrate(served, data.y, fold_of, fitted_on)
-    if kept:  # for the record: the model alone, as --blend off would serve it
+    if fitted_on == "blend":  # for the record: the model alone, as --blend off would serve it
         alone = calibrate(np.asarray(oof, np.float64), data.y, fold_of, "model")[0]
         section["model_alone"] = {k: alone[k] for k in ("method", "why", "before", "after")}
     section["coverage"] = coverage_table(chosen, served, data.y, fold_of)
@@ -52,8 +49,7 @@ def cv_calibration(
 
 
 def write_pictures(out: Path, section: dict, before: np.ndarray, after: np.ndarray, data) -> None:
-    if getattr(data, "multi_label", False):
-        return  # the reliability diagram and coverage curve are top-label pictures
+    """Single-label: the reliability diagram and the coverage curve (top-label pictures)."""
     from finetune.calibration_plots import calibration_png, coverage_png
 
     calibration_png(before, after, data.y, section, out / "calibration.png")
@@ -179,21 +175,15 @@ def save_calibration(
     return {k: spec[k] for k in ("method", "threshold", "target_precision", "estimated_coverage")}
 
 
-def fit_out_of_domain(data, fold_of: np.ndarray, section: dict | None, calibrated: np.ndarray,
-                      warnings: list[str]):
-    """(report["out_of_domain"], the detector --final carries) for single-label rows: baseline/ood.py fitted
-    on the out-of-fold rows, its cut costing at most MAX_DROP of the answers the served threshold calls
-    confident. (None, None) for multi-label; ({"error"}, None) where it cannot be fitted."""
-    if getattr(data, "multi_label", False):
-        return None, None
+def fit_out_of_domain(data, fold_of: np.ndarray, targets: np.ndarray, sure: np.ndarray | None, warnings: list[str]):
+    """(report["out_of_domain"], the detector --final carries): baseline/ood.py fitted on the out-of-fold rows,
+    its cut costing at most MAX_DROP of the answers called confident (`sure`, the task's; None: of all rows, as
+    multi-label's centroid per label does); ({"error"}, None) where it cannot be fitted. `targets` as the
+    task's: class ids, or a (n, L) label matrix."""
     from baseline.ood import fit_typicality
-    from textdata.calibration import confident, threshold_vector
 
-    served = (section or {}).get("served") or {}
-    th = threshold_vector(served.get("threshold"), list(data.labels))
-    sure = confident(calibrated, th)
     try:
-        typ, meta = fit_typicality(data.texts, data.y, fold_of, len(data.labels), sure)
+        typ, meta = fit_typicality(data.texts, targets, fold_of, len(data.labels), sure)
     except ValueError as e:  # no usable characters in a fold (empty vocabulary) and the like
         warnings.append(f"out-of-domain detector not fitted: {str(e).splitlines()[0]}")
         return {"error": str(e).splitlines()[0]}, None

@@ -16,6 +16,7 @@ import numpy as np
 
 from textdata.calibration import confident
 from textdata.errors import DataError
+from textdata.nested import fold_masks
 
 TARGETS = (0.80, 0.90, 0.95, 0.98, 0.99)
 MIN_ANSWERED = 20
@@ -100,6 +101,22 @@ def bound_threshold(
     return (min(found) if found else None), info
 
 
+def label_bound_thresholds(P: np.ndarray, Y: np.ndarray, target: float, delta: float = DELTA
+                           ) -> tuple[np.ndarray, list[dict]]:
+    """Multi-label: per label, `bound_threshold` on that label's probability (the rows at or above a threshold
+    assert it, rightly where the label is true), at `delta` for each label: each label's precision >= target
+    holds with probability 1 - delta on texts like these (a per-label statement: Bonferroni over 40 labels
+    would need ~60 rows all right per label before any is answered). 1.0 (never confident) where the bound
+    does not reach the target; per label what bound_threshold reached."""
+    P, Y = np.asarray(P, float), np.asarray(Y)
+    out, infos = np.ones(P.shape[1]), []
+    for j in range(P.shape[1]):
+        t, info = bound_threshold(P[:, j], Y[:, j] == 1, target, delta)
+        infos.append(info)
+        out[j] = 1.0 if t is None else t
+    return out, infos
+
+
 def _counts(conf: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
     """Rows at or above each threshold."""
     s = np.sort(conf)
@@ -164,10 +181,9 @@ def nested_coverage(
     """Per fold: the threshold chosen on the other folds' rows (as calibrated by that fold's calibrator),
     scored on the fold's own rows (nested-calibrated); mean ± std over folds."""
     folds = []
-    for k, rest_probs in zip(np.unique(fold_of), probs_rest_by_fold):
-        held, rest = fold_of == k, fold_of != k
+    for (k, held, rest), rest_probs in zip(fold_masks(fold_of), probs_rest_by_fold):
         th = _thresholds(rest_probs, y[rest], target, scope, delta)
-        row = {"fold": int(k), **answered(probs_held[held], y[held], th)}
+        row = {"fold": k, **answered(probs_held[held], y[held], th)}
         if th is not None:
             row["threshold"] = float(th[0]) if scope == "global" else [round(float(v), 6) for v in th]
         folds.append(row)
@@ -193,10 +209,7 @@ def coverage_table(
 
 
 def _rest_probs(chosen, probs, fold_of) -> list:
-    return [
-        cal(np.asarray(probs[fold_of != k], np.float64))
-        for k, cal in zip(np.unique(fold_of), chosen.per_fold)
-    ]
+    return [cal(np.asarray(probs[rest], np.float64)) for (_, _, rest), cal in zip(fold_masks(fold_of), chosen.per_fold)]
 
 
 def rows_needed(precision: float, target: float, delta: float) -> int | None:

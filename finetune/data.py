@@ -17,7 +17,7 @@ import pandas as pd
 from sklearn.model_selection import GroupShuffleSplit, StratifiedGroupKFold, StratifiedKFold
 
 from textdata.errors import DataError, capped
-from textdata.labels import check_name, label_order, name_problem
+from textdata.labels import LabelSpace, check_name, label_order, name_problem
 from textdata.normalize import Normalizer
 from textdata.tables import missing_text, read_table, write_json
 
@@ -41,6 +41,11 @@ class LabeledData:
     def targets(self) -> np.ndarray:
         """What the loss and the folds read: y (n,) for single-label, Y (n, L) for multi-label."""
         return self.Y if self.multi_label else self.y
+
+    @property
+    def space(self) -> LabelSpace:
+        """The label space these rows were read in: what k-fold picks its task from (finetune/tasks.py)."""
+        return LabelSpace.of(self.labels, self.multi_label, self.label_sep)
 
 
 def bbcnews_csv(cache_dir: Path) -> Path:
@@ -162,11 +167,12 @@ def multi_label_hint(raw_labels: pd.Series, label_column: str, label_sep: str) -
 
 def _multi_label_data(path, table, keep, label_column, group_column, folds, normalizer, text_column, dropped,
                       label_sep) -> LabeledData:
-    from finetune.multilabel_data import check_label_counts, label_matrix, parse_label_sets
+    from finetune.multilabel_data import check_label_counts, parse_label_sets
 
     kept = table.iloc[keep]
     sets = parse_label_sets(kept[label_column], label_sep, path, label_column)
-    Y, labels = label_matrix(sets)
+    labels = label_order(n for s in sets for n in s)
+    Y = LabelSpace.of(labels, True, label_sep).matrix(sets, np.int64)[0]
     if not labels:
         raise DataError(f"{path}: column {label_column!r} holds no label in any row")
     check_label_counts(Y, labels, folds, path)

@@ -41,13 +41,10 @@ from pathlib import Path
 
 import numpy as np
 
-from baseline.blend import BaselineError, ServedBlend
-from baseline.folds import baseline_predict
 from baseline.ood import save_ood
-from finetune import label_issues, multilabel_run, teacher_data, teacher_report
+from finetune import label_issues, teacher_data, teacher_report
 from finetune.adapt import adapt
-from finetune.blend import cv_blend, save_final_blend
-from finetune.confidence import cv_calibration, fit_out_of_domain, save_calibration, write_pictures
+from finetune.confidence import save_calibration
 from finetune.config import (  # noqa: F401
     RESUMABLE,
     Config,
@@ -60,15 +57,12 @@ from finetune.config import (  # noqa: F401
 )
 from finetune.data import FOLD_IDS, bbcnews_csv, fixed_folds, inner_split, load_labeled, split_holdout
 from finetune.fold_runner import open_runner, pick_accelerator, save_fold
-from finetune.metrics import fold_metrics
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model  # noqa: F401
-from finetune.multilabel import nested_thresholds
-from finetune.report import f1_text, fold_summary, holdout_baseline, summary_table, write_outputs
+from finetune.tasks import Task, task_for
 from finetune.train import encode, fit, predict_proba
 from textdata.cpu_limits import omp_threads, plan_threads
 from textdata.drift import save_reference
 from textdata.errors import DataError, exits_2_on_user_error
-from textdata.learned import assess, assess_multi
 from textdata.model_files import TRAINING_CONFIG
 from textdata.normalize import Normalizer
 from textdata.tables import write_json, write_table
@@ -98,6 +92,7 @@ class Prepared:
     tokenizer: object
     ids: list
     folds: list
+    task: Task  # the kind of labels' task (finetune/tasks.py), picked once from the rows' label space
 
 
 def prepare(cfg: Config) -> Prepared:
@@ -119,7 +114,7 @@ def prepare(cfg: Config) -> Prepared:
     tokenizer = load_tokenizer(cfg.model, resolved, cfg.max_length)
     ids = encode(tokenizer, data.texts, cfg.max_length)
     folds = fixed_folds(Path(cfg.output), data, cfg.folds, cfg.seed, reuse=cfg.resume)
-    return Prepared(data_path, normalizer, data, held, resolved, tokenizer, ids, folds)
+    return Prepared(data_path, normalizer, data, held, resolved, tokenizer, ids, folds, task_for(data.space))
 
 
 def step_reporter(on_progress, **where):
@@ -162,16 +157,7 @@ def run_fold(cfg: Config, k: int, prep: Prepared, fold_dir: Path, accelerator,
                           cfg.train.precision)
     cpu = time.process_time() - cpu
     del model
-    if data.multi_label:  # at 0.5: tuned thresholds need the other folds (multilabel_run.cv_report)
-        base_proba, metrics, base_metrics = multilabel_run.fold_scores(data, train_idx, val_idx, proba, seed)
-    else:
-        try:
-            base_proba = baseline_predict(data.texts, targets, train_idx, val_idx, seed)
-            base_metrics = fold_metrics(data.y[val_idx], base_proba.argmax(1), data.labels)
-        except BaselineError as e:  # the model's numbers stand; the report says why there is no baseline
-            base_proba = np.full_like(proba, np.nan)
-            base_metrics = {"error": str(e)}
-        metrics = fold_metrics(data.y[val_idx], proba.argmax(1), data.labels)
+    base_proba, metrics, base_metrics = prep.task.fold_scores(data, targets, train_idx, val_idx, proba, seed)
     saved = {
         "fold": k, "seed": seed, "n_train": len(fit_idx), "n_early_stopping": len(stop_idx),
         "n_val": len(val_idx), **metrics,
@@ -222,11 +208,7 @@ def run_folds(cfg: Config, prep: Prepared, accelerator, on_progress=None) -> Fol
             by_fold[job.k] = saved, proba, base_proba
             if on_progress is not None:
                 on_progress({"stage": "fold done", "fold": job.k + 1, "folds": cfg.folds, "done": len(by_fold)})
-            if prep.data.multi_label:
-                print(multilabel_run.fold_line(job.k, saved), file=sys.stderr)
-                continue
-            print(f"fold {job.k}: macro-F1 {saved['macro_f1']:.4f} (baseline {f1_text(saved['baseline'])}), "
-                  f"accuracy {saved['accuracy']:.4f}, best epoch {saved['best_epoch']}", file=sys.stderr)
+            print(prep.task.fold_line(job.k, saved), file=sys.stderr)
     n, c = len(prep.data.texts), len(prep.data.labels)
     got = FoldResults([], [], np.full((n, c), np.nan, dtype=np.float32), np.full((n, c), np.nan, dtype=np.float32),
                       np.full(n, -1))
@@ -254,9 +236,7 @@ def start_run(cfg: Config, accelerator) -> tuple[Prepared, dict]:
         write_json(out / "config.json", recorded)
         if held is not None:  # the rows as read, every column: serving.export --eval-csv takes it as is
             write_table(data.table.iloc[held.keep], out / "holdout.csv")
-    kind = (f"labels (multi-label, {int((data.Y.sum(1) == 0).sum())} rows with none)" if data.multi_label
-            else "classes")
-    print(f"{len(data.texts)} rows, {len(data.labels)} {kind}, {cfg.folds} folds"
+    print(f"{len(data.texts)} rows, {len(data.labels)} {prep.task.rows_kind(data)}, {cfg.folds} folds"
           f"{' grouped by ' + repr(cfg.group_column) if cfg.group_column else ''}; model {prep.resolved} "
           f"on {accelerator.device if cfg.engine == 'local' else 'Ray workers'}; folds fixed in {out / FOLD_IDS}",
           file=sys.stderr)
@@ -281,59 +261,43 @@ def run(cfg: Config, on_progress=None) -> dict:
     if full:  # teacher rows trained the folds; every score from here on is on gold rows only
         data, got = teacher_report.gold_only(data, got)
 
-    ml = data.multi_label  # multi-label: finetune/multilabel_run.py
-    if ml:
-        report, blend_oof = multilabel_run.cv_report(cfg, got, recorded, prep, accelerator.device)
-        report["learned"] = assess_multi(data.Y, nested_thresholds(data.Y, got.oof, got.fold_of)[0], report["blend"],
-                                         cfg.seed)
-    else:
-        report = fold_summary(cfg, got.results, recorded, data, prep.data_path, prep.resolved, accelerator.device)
-        report["blend"], blend_oof = cv_blend(got.oof, got.base_oof, data.y, got.fold_of, data.labels, cfg.blend,
-                                              report["macro_f1_mean"])
-        report["learned"] = assess(data.y, got.oof, report["blend"], len(data.labels), cfg.seed)  # said plainly
+    task = prep.task  # the kind's numbers, files and table (finetune/tasks.py)
+    report, blend_oof = task.cv_report(cfg, got, data, recorded, prep, accelerator.device)
     if report["learned"]["message"]:
         report["warnings"].append(report["learned"]["message"])
     # Before anything is written: an unreachable --target-precision stops here (the folds are kept for --resume).
-    # Multi-label: the per-label calibration's nested numbers in the report (finetune/calibration_multilabel.py).
-    report["calibration"], served_oof, calibrated_oof = cv_calibration(
-        got.oof, report["blend"], blend_oof, data, got.fold_of, cfg.target_precision,
-        multilabel_run.fold_decisions(report) if ml else None)
-    ood = None
-    if cfg.final and not ml:  # carried in model/ood/ (baseline/ood.py): off-topic texts are never confident
-        report["out_of_domain"], ood = fit_out_of_domain(data, got.fold_of, report["calibration"], calibrated_oof,
-                                                         report["warnings"])
+    report["calibration"], served_oof, calibrated_oof = task.calibration(got, report, blend_oof, data,
+                                                                         cfg.target_precision)
+    # --final: carried in model/ood/ (baseline/ood.py), off-topic texts are never confident
+    ood = task.out_of_domain(report, data, got.fold_of, calibrated_oof) if cfg.final else None
     if held is not None:
-        report["holdout"] = (multilabel_run.holdout_entry(out, data, held, cfg, report) if ml else
-                             holdout_baseline(out, data, held, cfg))
+        report["holdout"] = task.holdout_entry(out, data, held, cfg, report)
     if main:
         report["label_issues"] = label_issues.run(cfg.label_issues, out, data, got.oof, blend_oof, report["blend"],
-                                                  got.fold_of, prep.data_path, report["warnings"])
-        (multilabel_run.write_outputs if ml else write_outputs)(out, cfg, data, got.oof, got.base_oof, blend_oof,
-                                                                got.fold_of, report, got.histories, held)
-        write_pictures(out, report["calibration"], served_oof, calibrated_oof, data)
+                                                  got.fold_of, prep.data_path, report["warnings"], task.issues)
+        task.write_outputs(out, cfg, data, got.oof, got.base_oof, blend_oof, got.fold_of, report, got.histories,
+                           held)
+        task.pictures_of(out, report["calibration"], served_oof, calibrated_oof, data)
     if full and main:
         report["teacher"] = teacher_report.run(out, cfg, *full, blend_oof, report["blend"])
     if cfg.final:
         final_model(cfg, prep, report, accelerator, on_progress, ood)
         if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitor.py);
             # scores are served calibrated where calibration.json is written, so the reference is too (nested)
-            ref, thresholds = (multilabel_run.served_reference(out / "model", served_oof, calibrated_oof) if ml
-                               else (calibrated_oof, None))
+            ref, thresholds = task.reference(out / "model", served_oof, calibrated_oof)
             save_reference(out / "model", ref, data.texts, data.labels, thresholds)
     report["wall_seconds"] = round(time.time() - started, 1)
     for w in report["warnings"]:
         print(f"warning: {w}", file=sys.stderr)
     if main:
         write_json(out / "report.json", report)
-        print((multilabel_run.summary_table if ml else summary_table)(report))
+        print(task.summary_table(report))
         print("\n".join(teacher_report.table_lines(report.get("teacher"))))
         print(f"\nwrote {out}/report.json, oof_predictions.csv, "
-              + ("per_label_f1.png, label_cooccurrence.png" if ml else "confusion_matrix.png, calibration.png, "
-                 "coverage.png")
-              + ", learning_curves.png, fold_scores.png"
+              + task.pictures + ", learning_curves.png, fold_scores.png"
               + (f", {label_issues.FILE}" if (out / label_issues.FILE).exists() else "")
               + (", model/" if cfg.final else "") + (", holdout.csv" if held is not None else "")
-              + (", holdout_predictions.csv" if ml and cfg.final and held is not None else ""))
+              + task.extra_files(cfg.final, held))
     return report
 
 
@@ -358,11 +322,8 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
     if held is not None:
         proba = predict_proba(model, encode(tokenizer, held.texts, cfg.max_length), tokenizer.pad_token_id or 0,
                               accelerator.device, cfg.train.precision)
-    if held is not None and not data.multi_label:  # multi-label: scored as served, in multilabel_run.final_extras
-        report["holdout"].update(fold_metrics(held.y, proba.argmax(1), data.labels))
-        print(f"holdout ({len(held.y)} rows never trained on): final model macro-F1 "
-              f"{report['holdout']['macro_f1']:.4f}, baseline {f1_text(report['holdout']['baseline'])}",
-              file=sys.stderr)
+    if held is not None:
+        prep.task.score_final_holdout(report, held, proba, data)
     if not accelerator.is_main_process:
         return
     folder = Path(cfg.output) / "model"
@@ -370,11 +331,8 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
     tokenizer.save_pretrained(folder)
     prep.normalizer.save(folder)
     label_issues.carry(Path(cfg.output), folder)
-    if data.multi_label:  # thresholds.json, baseline/ (a per-label blend), the held-out rows scored as served
-        blend = multilabel_run.final_extras(folder, Path(cfg.output), data, held, proba, cfg, report)
-    else:
-        blend = save_final_blend(folder, data.texts, data.y, len(data.labels), cfg.seed, report["blend"],
-                                 report["warnings"])
+    # baseline/ with a kept blend (multi-label: and thresholds.json), the held-out rows scored as served
+    blend = prep.task.final_extras(folder, Path(cfg.output), data, held, proba, cfg, report)
     calibration = save_calibration(folder, report.get("calibration"), data.labels, blend is not None,
                                    report["warnings"])
     save_ood(folder, ood)  # None: a stale ood/ from an earlier run into this folder goes
@@ -386,9 +344,6 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
     })
     report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(data.texts),
                              "blend": blend is not None}
-    if blend and held is not None and not data.multi_label:  # the blend as served (baseline/ read back), on rows nothing was fitted on
-        served = ServedBlend(folder, len(data.labels))(proba, held.texts)
-        report["holdout"]["blend"] = fold_metrics(held.y, served.argmax(1), data.labels)
 
 
 @exits_2_on_user_error

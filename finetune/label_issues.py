@@ -10,9 +10,9 @@ Flagged: cleanlab.filter.find_label_issues (prune_by_noise_rate: per off-diagona
 joint, its estimated count of rows, those whose suggestion beats the given label by the widest margin).
 Ranked: cleanlab.rank.get_label_quality_scores (self-confidence: the given label's probability; low first).
 Estimated noise rate of a class: the share of the rows given that label whose true label is another, from
-cleanlab.count.estimate_joint. Multi-label data (`data.multi_label`, `data.Y`) goes through cleanlab's
-multi-label API (one-vs-rest per label); its file's `given_label` and `suggested_label` are label sets (names
-joined by the data's separator, empty for none) and a last column `label_sep` names that separator.
+cleanlab.count.estimate_joint. Multi-label data (`data.Y`) goes through cleanlab's multi-label API (one-vs-rest
+per label); its file's `given_label` and `suggested_label` are label sets (names joined by the data's separator,
+empty for none) and a last column `label_sep` names that separator. The kind is the caller's `finder(space)`.
 """
 
 from __future__ import annotations
@@ -144,43 +144,84 @@ def _digits(x) -> float:
     return float(f"{float(x):.6g}")
 
 
-def issues_table(issues: Issues, data, fold_of: np.ndarray, data_name: str) -> pd.DataFrame:
+class SingleLabelIssues:
+    """One label per row: class ids given, a class id suggested, the file's cells are label names."""
+
+    multi_label = False
+
+    def counts(self, data) -> np.ndarray:
+        return np.bincount(data.y, minlength=len(data.labels))
+
+    def find(self, data, probs: np.ndarray, fold_of: np.ndarray) -> Issues:
+        return find_single(data.y, probs, data.labels)
+
+    def given(self, data) -> np.ndarray:
+        return data.y
+
+    def name(self, names: np.ndarray, v) -> str:
+        return names[int(v)]
+
+    def finish(self, table: pd.DataFrame) -> pd.DataFrame:
+        return table
+
+
+@dataclass(frozen=True)
+class MultiLabelIssues:
+    """A set per row: 0/1 vectors given and suggested, the file's cells are sets joined by `sep`, and a last
+    column names it (the review UI needs both: app/review.py)."""
+
+    sep: str = LABEL_SEP  # the data's own separator (issue 32's --label-sep)
+    multi_label = True
+
+    def counts(self, data) -> np.ndarray:
+        return np.asarray(data.Y).sum(0)
+
+    def find(self, data, probs: np.ndarray, fold_of: np.ndarray) -> Issues:
+        return find_multi(data.Y, probs, data.labels, fold_of)
+
+    def given(self, data) -> np.ndarray:
+        return data.Y
+
+    def name(self, names: np.ndarray, v) -> str:
+        return self.sep.join(names[np.flatnonzero(v)])
+
+    def finish(self, table: pd.DataFrame) -> pd.DataFrame:
+        table["label_sep"] = self.sep
+        return table
+
+
+def finder(space) -> SingleLabelIssues | MultiLabelIssues:
+    """The finder for a label space (textdata/labels.py), picked once."""
+    return space.pick(SingleLabelIssues(), MultiLabelIssues(space.sep or LABEL_SEP))
+
+
+def issues_table(issues: Issues, data, fold_of: np.ndarray, data_name: str, kind) -> pd.DataFrame:
     """label_issues.csv: the flagged rows, most likely error first. `row` is the row's position in the data
-    file (0 = the first row under the header), as in fold_ids.json."""
+    file (0 = the first row under the header), as in fold_ids.json. `kind`: `finder(space)`."""
     names = np.array(data.labels, dtype=object)
-    multi = getattr(data, "multi_label", False)
-    given = data.Y if multi else data.y
-
-    sep = getattr(data, "label_sep", None) or LABEL_SEP  # the data's own separator (issue 32's --label-sep)
-
-    def name(v):
-        return sep.join(names[np.flatnonzero(v)]) if multi else names[int(v)]
-
-    rows = [{"rank": r + 1, "row": int(data.keep[i]), "text": data.texts[i], "given_label": name(given[i]),
-             "suggested_label": name(issues.suggested[i]), "p_given": _digits(issues.p_given[i]),
-             "p_suggested": _digits(issues.p_suggested[i]), "quality": _digits(issues.quality[i]),
-             "fold": int(fold_of[i])} for r, i in enumerate(issues.ranked)]
+    given = kind.given(data)
+    rows = [{"rank": r + 1, "row": int(data.keep[i]), "text": data.texts[i],
+             "given_label": kind.name(names, given[i]), "suggested_label": kind.name(names, issues.suggested[i]),
+             "p_given": _digits(issues.p_given[i]), "p_suggested": _digits(issues.p_suggested[i]),
+             "quality": _digits(issues.quality[i]), "fold": int(fold_of[i])} for r, i in enumerate(issues.ranked)]
     table = pd.DataFrame(rows, columns=COLUMNS)
     if data.groups is not None:
         table["group"] = [data.groups[i] for i in issues.ranked]
     table["data"] = data_name  # the review UI refuses a file made from other data (app/review.py)
-    if multi:  # says the cells are sets, and how they are joined (the review UI needs both: app/review.py)
-        table["label_sep"] = sep
-    return table
+    return kind.finish(table)
 
 
 def run(mode: str, out: Path, data, oof: np.ndarray, blend_oof, blend: dict | None, fold_of: np.ndarray,
-        data_path, warnings_out: list[str]) -> dict | None:
+        data_path, warnings_out: list[str], kind) -> dict | None:
     """The k-fold hook: report.json's "label_issues" (None with --label-issues off), and its files in `out`.
-    Too few rows of a class: a warning naming them, no files, the run goes on."""
+    `kind`: `finder(space)` of the data's label space. Too few rows of a class: a warning naming them, no
+    files, the run goes on."""
     (out / FILE).unlink(missing_ok=True)  # a rerun into the same folder (--resume) must not leave an old list
     (out / PLOT).unlink(missing_ok=True)
     if mode == "off":
         return None
     started = time.perf_counter()
-    multi = getattr(data, "multi_label", False)
-    counts = np.asarray(data.Y).sum(0) if multi else np.bincount(data.y, minlength=len(data.labels))
-    why = too_few_rows(counts, data.labels)
+    why = too_few_rows(kind.counts(data), data.labels)
     if why:
         warnings_out.append(why)
         return {"skipped": why}
@@ -193,20 +234,20 @@ def run(mode: str, out: Path, data, oof: np.ndarray, blend_oof, blend: dict | No
     try:
         with warnings.catch_warnings():  # cleanlab warns about its own deprecations and tiny classes
             warnings.simplefilter("ignore")
-            issues = (find_multi(data.Y, probs, data.labels, fold_of) if multi else find_single(data.y, probs, data.labels))
+            issues = kind.find(data, probs, fold_of)
     except (ValueError, AssertionError) as e:  # cleanlab checks its inputs with asserts: the folds' work stands
         why = f"label issues skipped: cleanlab refused these probabilities ({type(e).__name__}: {str(e)[:200]})"
         warnings_out.append(why)
         return {"skipped": why}
-    table = issues_table(issues, data, fold_of, Path(str(data_path)).name)
+    table = issues_table(issues, data, fold_of, Path(str(data_path)).name, kind)
     write_table(table, out / FILE)
     from finetune.plots import label_issues_png
 
-    label_issues_png(issues.joint, issues.per_class, data.labels, out / PLOT, multi)
+    label_issues_png(issues.joint, issues.per_class, data.labels, out / PLOT, kind.multi_label)
     n = len(data.texts)
     section = {
         "method": "cleanlab confident learning (find_label_issues, prune_by_noise_rate; ranked by self-confidence)",
-        "probabilities": source, "multi_label": bool(multi), "n_rows": n, "n_flagged": len(issues.ranked),
+        "probabilities": source, "multi_label": kind.multi_label, "n_rows": n, "n_flagged": len(issues.ranked),
         "flagged_share": round(len(issues.ranked) / n, 4) if n else 0.0, "per_class": issues.per_class,
         "file": FILE, "plot": PLOT, "seconds": round(time.perf_counter() - started, 3),
     }

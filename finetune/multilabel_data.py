@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from textdata.errors import DataError, capped
-from textdata.labels import LabelSpace, check_sep, label_order, parse_set
+from textdata.labels import check_sep, parse_set
 
 
 def _where(i: int) -> str:
@@ -38,12 +38,6 @@ def parse_label_sets(cells: pd.Series, sep: str, path, column: str) -> list[list
         print(f"warning: {path}: --multi-label, but no row of column {column!r} holds more than one label (no "
               f"{sep!r} in any cell); training anyway, one label or none per row", file=sys.stderr)
     return sets
-
-
-def label_matrix(sets: list[list[str]], labels: list[str] | None = None) -> tuple[np.ndarray, list[str]]:
-    """(Y, labels): Y[i, j] = 1 when row i carries labels[j]; labels sorted as textdata.labels orders them."""
-    labels = labels if labels is not None else label_order(n for s in sets for n in s)
-    return LabelSpace.of(labels, multi_label=True).matrix(sets, np.int64)[0], labels
 
 
 def check_label_counts(Y: np.ndarray, labels: list[str], folds: int, path, after: str = "") -> None:

@@ -16,22 +16,26 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from baseline.blend import BaselineError
+from baseline.blend import BaselineError, nested_blend
 from baseline.label_blend import fit_label_blend, fit_ovr_baseline, ovr_proba
+from finetune.calibration_multilabel import calibrate as calibrate_labels
+from finetune.confidence import served_oof
 from finetune.confidence import table_lines as calibration_lines
-from finetune.label_issues import table_lines
+from finetune.label_issues import MultiLabelIssues, table_lines
 from finetune.multilabel import (
     DEFAULT,
     GRID,
     multilabel_metrics,
+    nested_thresholds,
     predict_sets,
     scored,
     summarize,
     tune_thresholds,
 )
 from finetune.multilabel_data import combination_counts
+from textdata.learned import assess_multi
 from textdata.model_files import THRESHOLDS as THRESHOLDS_FILE
-from textdata.nested import fold_masks, nested
+from textdata.nested import fold_masks
 from textdata.tables import write_json, write_table
 
 BASELINE_NAME = "char TF-IDF + one-vs-rest logistic regression"
@@ -61,20 +65,16 @@ def fold_line(k: int, saved: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------------- the report
-def nested_label_blend(oof, base_oof, Y, fold_of) -> tuple[np.ndarray, np.ndarray, list, list]:
+def _nested_sets(oof, base_oof, Y, fold_of) -> tuple[np.ndarray, np.ndarray, list, list]:
     """(blended out-of-fold probabilities, predicted sets, per-fold weights, per-fold thresholds): fold k blended
-    with weights fitted on the other folds, its sets cut at thresholds tuned on those folds blended with the same
-    weights."""
-    def fit(rest):
-        blend = fit_label_blend(oof[rest], base_oof[rest], Y[rest])
-        return blend, tune_thresholds(Y[rest], blend(oof[rest], base_oof[rest]))
-
-    blended, fitted = nested(fold_of, fit, lambda bt, held: bt[0](oof[held], base_oof[held]),
-                             np.empty(np.shape(oof), np.float64))
-    pred = np.zeros(np.shape(Y), np.int64)
-    for (_, held, _), (_, t) in zip(fold_masks(fold_of), fitted):
-        pred[held] = predict_sets(blended[held], t)
-    return blended, pred, [b for b, _ in fitted], [t for _, t in fitted]
+    with weights fitted on the other folds (baseline/blend.py's nested_blend), its sets cut at thresholds tuned on
+    those folds blended with the same weights."""
+    blended, params = nested_blend(oof, base_oof, Y, fold_of, fit=fit_label_blend)
+    pred, thresholds = np.zeros(np.shape(Y), np.int64), []
+    for (_, held, rest), blend in zip(fold_masks(fold_of), params):
+        thresholds.append(tune_thresholds(Y[rest], blend(oof[rest], base_oof[rest])))
+        pred[held] = predict_sets(blended[held], thresholds[-1])
+    return blended, pred, params, thresholds
 
 
 def _blend_section(cfg, oof, base_oof, Y, fold_of, labels, model_macro: float):
@@ -84,7 +84,7 @@ def _blend_section(cfg, oof, base_oof, Y, fold_of, labels, model_macro: float):
     if np.isnan(base_oof).any():
         section["why"] = "the baseline could not be fitted in every fold (see baseline.folds); the model is left alone"
         return section, None, None
-    blended, pred, params, thresholds = nested_label_blend(oof, base_oof, Y, fold_of)
+    blended, pred, params, thresholds = _nested_sets(oof, base_oof, Y, fold_of)
     folds, plain = [], []
     for k, p, t in zip(np.unique(fold_of), params, thresholds):
         held = fold_of == k
@@ -102,9 +102,8 @@ def _blend_section(cfg, oof, base_oof, Y, fold_of, labels, model_macro: float):
     return section, blended, final
 
 
-def cv_report(cfg, got, recorded: dict, prep, device) -> tuple[dict, np.ndarray | None]:
+def cv_report(cfg, got, data, recorded: dict, prep, device) -> tuple[dict, np.ndarray | None]:
     """report.json for a multi-label run (and the nested blended out-of-fold probabilities, or None)."""
-    data = prep.data
     Y, labels, fold_of = data.Y, data.labels, got.fold_of
     model = scored(Y, got.oof, fold_of, labels)
     folds = []
@@ -156,50 +155,6 @@ def fold_decisions(report: dict) -> np.ndarray:
 def _joined(pred: np.ndarray, labels: list[str], sep: str) -> np.ndarray:
     return np.array([sep.join(labels[j] for j in np.flatnonzero(row)) for row in pred], dtype=object)
 
-
-def write_outputs(out: Path, cfg, data, oof, base_oof, blend_oof, fold_of, report, histories, held=None) -> None:
-    """oof_predictions.csv (every input row: fold, pred_labels joined by the separator at the nested thresholds,
-    a probability column per label, the same for the baseline and the blend) and the plots."""
-    from finetune.multilabel_plots import cooccurrence_png, per_label_f1_png
-    from finetune.plots import fold_scores_png, learning_curves_png
-
-    table = data.table.copy()
-    n_rows, labels, sep = len(table), data.labels, data.label_sep
-    fold = np.full(n_rows, -1)
-    fold[data.keep] = fold_of
-    columns = {"fold": fold}  # joined at once: 3 x 40 labels inserted one by one fragment the frame (pandas warns)
-    sections = [("", oof, report), ("baseline_", base_oof, report["baseline"]), ("blend_", blend_oof, report["blend"])]
-    for prefix, probs, section in sections:
-        if probs is None or not section or "folds" not in section or np.isnan(probs).any():
-            continue
-        pred = np.zeros(probs.shape, np.int64)
-        for f in section["folds"]:
-            held_rows = fold_of == f["fold"]
-            thresholds = (f.get("tuned") or f)["thresholds"]
-            pred[held_rows] = predict_sets(probs[held_rows], [thresholds[n] for n in labels])
-        column = np.full(n_rows, "", dtype=object)
-        column[data.keep] = _joined(pred, labels, sep)
-        columns[f"{prefix}pred_labels"] = column
-        for j, name in enumerate(labels):
-            col = np.full(n_rows, np.nan)
-            col[data.keep] = probs[:, j]
-            columns[f"{prefix}prob_{name}"] = col
-    error = np.full(n_rows, "", dtype=object)
-    error[np.setdiff1d(np.arange(n_rows), data.keep)] = "dropped: empty text"
-    if held is not None:
-        error[held.keep] = "held out (--holdout): in holdout.csv"
-    columns["error"] = error
-    for name in [c for c in columns if c in table.columns]:  # an input column of that name stays where it is
-        table[name] = columns.pop(name)
-    write_table(pd.concat([table, pd.DataFrame(columns, index=table.index)], axis=1), out / "oof_predictions.csv")
-
-    per_label_f1_png(report, out / "per_label_f1.png")
-    cooccurrence_png(data.Y, labels, out / "label_cooccurrence.png")
-    learning_curves_png(histories, out / "learning_curves.png")
-    blend = report["blend"] or {}
-    fold_scores_png([f["tuned"]["macro_f1"] for f in report["folds"]],
-                    [b.get("macro_f1", np.nan) for b in report["baseline"]["folds"]], out / "fold_scores.png",
-                    [b["macro_f1"] for b in blend["folds"]] if "folds" in blend else None)
 
 # ------------------------------------------------------------------------------------------- held-out rows
 def _both(Y, proba, thresholds, labels) -> dict:
@@ -313,37 +268,140 @@ def _pm(d: dict | None, key: str = "macro_f1") -> str:
     return f"{d[f'{key}_mean']:.4f}±{d[f'{key}_std']:.3f}" if d and f"{key}_mean" in d else "n/a"
 
 
-def summary_table(report: dict) -> str:
-    """Per fold: micro- and macro-F1 at the nested thresholds and at 0.5, samples-F1, subset accuracy, the
-    baseline's and the blend's nested macro-F1; then mean ± std per model."""
-    base, blend = report["baseline"], report.get("blend") or {}
-    head = (f"{'fold':>5} {'n_val':>6} {'micro-F1':>9} {'@0.5':>7} {'macro-F1':>9} {'@0.5':>7} {'samples-F1':>11} "
-            f"{'subset-acc':>11} {'baseline':>9} {'blend':>7}")
-    lines = ["", head, "-" * len(head)]
-    blend_folds = blend.get("folds", [None] * len(report["folds"]))
-    for r, b, bl in zip(report["folds"], base["folds"], blend_folds):
-        t, p = r["tuned"], r["at_0_5"]
-        lines.append(f"{r['fold']:>5} {r['n_val']:>6} {t['micro_f1']:>9.4f} {p['micro_f1']:>7.4f} {t['macro_f1']:>9.4f} "
-                     f"{p['macro_f1']:>7.4f} {t['samples_f1']:>11.4f} {t['subset_accuracy']:>11.4f} "
-                     f"{'n/a' if 'error' in b else format(b['macro_f1'], '.4f'):>9} "
-                     f"{format(bl['macro_f1'], '.4f') if bl else '':>7}")
-    lines.append("-" * len(head))
-    lines.append("nested: each fold cut at thresholds tuned on the other folds; @0.5: every threshold 0.5")
-    for name, d in (("model", report), ("baseline", base), ("blend", blend)):
-        if d and "micro_f1_mean" in d:
-            lines.append(f"{name:>8}: micro-F1 {_pm(d, 'micro_f1')} (0.5: {_pm(d['at_0_5'], 'micro_f1')}), "
-                         f"macro-F1 {_pm(d)} (0.5: {_pm(d['at_0_5'])}), samples-F1 {_pm(d, 'samples_f1')}, "
-                         f"subset accuracy {_pm(d, 'subset_accuracy')}")
-    if blend:
-        lines.append(f"blend {'kept' if blend['kept'] else 'not kept'}: {blend['why']}")
-    held = report.get("holdout")
-    if held:
-        base_h = held.get("baseline", {})
-        baseline = "n/a" if "error" in base_h else (f"micro-F1 {base_h['micro_f1']:.4f}, "
-                                                     f"macro-F1 {base_h['macro_f1']:.4f}")
-        final = (f"final {held['served']} micro-F1 {held['micro_f1']:.4f} (0.5: {held['at_0_5']['micro_f1']:.4f}), "
-                 f"macro-F1 {held['macro_f1']:.4f} (0.5: {held['at_0_5']['macro_f1']:.4f}); " if "served" in held else "")
-        lines.append(f"holdout ({held['n_rows']} rows, never trained on): {final}baseline {baseline}")
-    lines += calibration_lines(report.get("calibration"))  # issue 42: multi-label says what it will serve
-    lines += table_lines(report.get("label_issues"))
-    return "\n".join(lines)
+class MultiLabelTask:
+    """k-fold's multi-label task (finetune/tasks.py): a sigmoid per label, sets cut at per-label thresholds tuned
+    nested; the blend and the calibration are per label; no out-of-domain detector yet."""
+
+    pictures = "per_label_f1.png, label_cooccurrence.png"
+
+    def __init__(self, space):
+        self.space = space
+        self.issues = MultiLabelIssues(space.sep)
+
+    def fold_scores(self, data, targets, train_idx, val_idx, proba, seed) -> tuple[np.ndarray, dict, dict]:
+        return fold_scores(data, train_idx, val_idx, proba, seed)
+
+    def fold_line(self, k: int, saved: dict) -> str:
+        return fold_line(k, saved)
+
+    def rows_kind(self, data) -> str:
+        return f"labels (multi-label, {int((data.Y.sum(1) == 0).sum())} rows with none)"
+
+    def cv_report(self, cfg, got, data, recorded: dict, prep, device) -> tuple[dict, np.ndarray | None]:
+        report, blend_oof = cv_report(cfg, got, data, recorded, prep, device)
+        report["learned"] = assess_multi(data.Y, nested_thresholds(data.Y, got.oof, got.fold_of)[0],
+                                         report["blend"], cfg.seed)
+        return report, blend_oof
+
+    def calibration(self, got, report: dict, blend_oof, data, target) -> tuple[dict, np.ndarray, np.ndarray]:
+        """The per-label calibration's nested numbers (finetune/calibration_multilabel.py), its coverage cut at
+        each fold's nested decision thresholds."""
+        served, fitted_on = served_oof(got.oof, report["blend"], blend_oof)
+        section, _, after = calibrate_labels(served, data.Y, got.fold_of, data.labels, fitted_on, target,
+                                             fold_decisions(report))
+        return section, served, after
+
+    def out_of_domain(self, report: dict, data, fold_of: np.ndarray, calibrated: np.ndarray):
+        """As the single-label task's, its cut costing at most MAX_DROP of all rows (a centroid per label)."""
+        from finetune.confidence import fit_out_of_domain
+
+        report["out_of_domain"], ood = fit_out_of_domain(data, fold_of, data.Y, None, report["warnings"])
+        return ood
+
+    def holdout_entry(self, out: Path, data, held, cfg, report: dict) -> dict:
+        return holdout_entry(out, data, held, cfg, report)
+
+    def score_final_holdout(self, report: dict, held, proba: np.ndarray, data) -> None:
+        pass  # scored as served, in final_extras
+
+    def final_extras(self, folder: Path, out: Path, data, held, proba, cfg, report: dict) -> dict | None:
+        return final_extras(folder, out, data, held, proba, cfg, report)
+
+    def pictures_of(self, out: Path, section: dict, before: np.ndarray, after: np.ndarray, data) -> None:
+        pass  # the reliability diagram and coverage curve are top-label pictures
+
+    def reference(self, folder: Path, served_oof: np.ndarray, calibrated_oof: np.ndarray):
+        return served_reference(folder, served_oof, calibrated_oof)
+
+    def extra_files(self, final: bool, held) -> str:
+        return ", holdout_predictions.csv" if final and held is not None else ""
+
+    def write_outputs(self, out: Path, cfg, data, oof, base_oof, blend_oof, fold_of, report, histories,
+                      held=None) -> None:
+        """oof_predictions.csv (every input row: fold, pred_labels joined by the separator at the nested thresholds,
+        a probability column per label, the same for the baseline and the blend) and the plots."""
+        from finetune.multilabel_plots import cooccurrence_png, per_label_f1_png
+        from finetune.plots import fold_scores_png, learning_curves_png
+
+        table = data.table.copy()
+        n_rows, labels, sep = len(table), data.labels, data.label_sep
+        fold = np.full(n_rows, -1)
+        fold[data.keep] = fold_of
+        columns = {"fold": fold}  # joined at once: 3 x 40 labels inserted one by one fragment the frame (pandas warns)
+        sections = [("", oof, report), ("baseline_", base_oof, report["baseline"]), ("blend_", blend_oof, report["blend"])]
+        for prefix, probs, section in sections:
+            if probs is None or not section or "folds" not in section or np.isnan(probs).any():
+                continue
+            pred = np.zeros(probs.shape, np.int64)
+            for f in section["folds"]:
+                held_rows = fold_of == f["fold"]
+                thresholds = (f.get("tuned") or f)["thresholds"]
+                pred[held_rows] = predict_sets(probs[held_rows], [thresholds[n] for n in labels])
+            column = np.full(n_rows, "", dtype=object)
+            column[data.keep] = _joined(pred, labels, sep)
+            columns[f"{prefix}pred_labels"] = column
+            for j, name in enumerate(labels):
+                col = np.full(n_rows, np.nan)
+                col[data.keep] = probs[:, j]
+                columns[f"{prefix}prob_{name}"] = col
+        error = np.full(n_rows, "", dtype=object)
+        error[np.setdiff1d(np.arange(n_rows), data.keep)] = "dropped: empty text"
+        if held is not None:
+            error[held.keep] = "held out (--holdout): in holdout.csv"
+        columns["error"] = error
+        for name in [c for c in columns if c in table.columns]:  # an input column of that name stays where it is
+            table[name] = columns.pop(name)
+        write_table(pd.concat([table, pd.DataFrame(columns, index=table.index)], axis=1), out / "oof_predictions.csv")
+
+        per_label_f1_png(report, out / "per_label_f1.png")
+        cooccurrence_png(data.Y, labels, out / "label_cooccurrence.png")
+        learning_curves_png(histories, out / "learning_curves.png")
+        blend = report["blend"] or {}
+        fold_scores_png([f["tuned"]["macro_f1"] for f in report["folds"]],
+                        [b.get("macro_f1", np.nan) for b in report["baseline"]["folds"]], out / "fold_scores.png",
+                        [b["macro_f1"] for b in blend["folds"]] if "folds" in blend else None)
+
+    def summary_table(self, report: dict) -> str:
+        """Per fold: micro- and macro-F1 at the nested thresholds and at 0.5, samples-F1, subset accuracy, the
+        baseline's and the blend's nested macro-F1; then mean ± std per model."""
+        base, blend = report["baseline"], report.get("blend") or {}
+        head = (f"{'fold':>5} {'n_val':>6} {'micro-F1':>9} {'@0.5':>7} {'macro-F1':>9} {'@0.5':>7} {'samples-F1':>11} "
+                f"{'subset-acc':>11} {'baseline':>9} {'blend':>7}")
+        lines = ["", head, "-" * len(head)]
+        blend_folds = blend.get("folds", [None] * len(report["folds"]))
+        for r, b, bl in zip(report["folds"], base["folds"], blend_folds):
+            t, p = r["tuned"], r["at_0_5"]
+            lines.append(f"{r['fold']:>5} {r['n_val']:>6} {t['micro_f1']:>9.4f} {p['micro_f1']:>7.4f} {t['macro_f1']:>9.4f} "
+                         f"{p['macro_f1']:>7.4f} {t['samples_f1']:>11.4f} {t['subset_accuracy']:>11.4f} "
+                         f"{'n/a' if 'error' in b else format(b['macro_f1'], '.4f'):>9} "
+                         f"{format(bl['macro_f1'], '.4f') if bl else '':>7}")
+        lines.append("-" * len(head))
+        lines.append("nested: each fold cut at thresholds tuned on the other folds; @0.5: every threshold 0.5")
+        for name, d in (("model", report), ("baseline", base), ("blend", blend)):
+            if d and "micro_f1_mean" in d:
+                lines.append(f"{name:>8}: micro-F1 {_pm(d, 'micro_f1')} (0.5: {_pm(d['at_0_5'], 'micro_f1')}), "
+                             f"macro-F1 {_pm(d)} (0.5: {_pm(d['at_0_5'])}), samples-F1 {_pm(d, 'samples_f1')}, "
+                             f"subset accuracy {_pm(d, 'subset_accuracy')}")
+        if blend:
+            lines.append(f"blend {'kept' if blend['kept'] else 'not kept'}: {blend['why']}")
+        held = report.get("holdout")
+        if held:
+            base_h = held.get("baseline", {})
+            baseline = "n/a" if "error" in base_h else (f"micro-F1 {base_h['micro_f1']:.4f}, "
+                                                         f"macro-F1 {base_h['macro_f1']:.4f}")
+            final = (f"final {held['served']} micro-F1 {held['micro_f1']:.4f} (0.5: {held['at_0_5']['micro_f1']:.4f}), "
+                     f"macro-F1 {held['macro_f1']:.4f} (0.5: {held['at_0_5']['macro_f1']:.4f}); " if "served" in held else "")
+            lines.append(f"holdout ({held['n_rows']} rows, never trained on): {final}baseline {baseline}")
+        lines += calibration_lines(report.get("calibration"))  # issue 42: multi-label says what it will serve
+        lines += table_lines(report.get("label_issues"))
+        return "\n".join(lines)

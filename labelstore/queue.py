@@ -8,13 +8,14 @@ IMMEDIATE); on PostgreSQL `next` skips rows another transaction holds and an ans
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import time
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 
-from labelstore import tx
+from labelstore import fast, tx
 from labelstore.schema import answers, datasets, label_events, records, slots
 
 LEASE_S = 600.0  # a text given to someone and not answered goes back to the queue after this
@@ -109,52 +110,66 @@ def _record_out(row) -> dict:
     return {"record_id": row.id, "text": row.text, "suggestion": row.suggestion}
 
 
-B = sa.bindparam
-# The hot path's statements, built once: SQLAlchemy caches a statement's compiled form by its structure, but
-# building a select and its cache key costs more Python than SQLite spends running it (measured: ~2/3 of a
-# next + answer). Values come as bound parameters; those named new_* set columns of the same name.
+B, S = sa.bindparam, fast.Statement
+# The hot path's statements, built once, run through labelstore/fast.py (on SQLite, the driver's cursor:
+# SQLAlchemy's execute cost more Python than SQLite spends running them). Values come as bound parameters;
+# those named new_* set columns of the same name.
 _COLS = (records.c.id, records.c.text, records.c.suggestion)
-_HELD = (sa.select(*_COLS).join(slots, slots.c.record_id == records.c.id)
-         .where(records.c.dataset_id == B("ds"), slots.c.annotator_id == B("uid"), slots.c.state == "leased")
-         .order_by(records.c.priority, records.c.id).limit(1))
-_RENEW = (slots.update().where(slots.c.record_id == B("rid"), slots.c.annotator_id == B("uid"))
-          .values(expires_at=B("new_expires")))
-_OPEN = (sa.select(*_COLS).where(
-    records.c.dataset_id == B("ds"), records.c.n_answers < B("k"),
+_HELD = S(sa.select(*_COLS).join(slots, slots.c.record_id == records.c.id)
+          .where(records.c.dataset_id == B("ds"), slots.c.annotator_id == B("uid"), slots.c.state == "leased")
+          .order_by(records.c.priority, records.c.id).limit(1))
+_RENEW = S(slots.update().where(slots.c.record_id == B("rid"), slots.c.annotator_id == B("uid"))
+           .values(expires_at=B("new_expires")))
+_OPEN_SELECT = (sa.select(*_COLS).where(
+    records.c.dataset_id == B("ds"), records.c.is_open == sa.true(),
     ~sa.exists().where(slots.c.record_id == records.c.id, slots.c.annotator_id == B("uid")),
     sa.or_(sa.select(sa.func.count()).where(slots.c.record_id == records.c.id).scalar_subquery() < B("k"),
            sa.exists().where(slots.c.record_id == records.c.id, slots.c.state == "leased",
                              slots.c.expires_at < B("now"))))
-         .order_by(records.c.priority, records.c.id).limit(CANDIDATES))
+                .order_by(records.c.priority, records.c.id).limit(CANDIDATES))
+_OPEN = S(_OPEN_SELECT)
 # PostgreSQL: texts another transaction is claiming are skipped first; when all are, wait for them (in queue
 # order, so two waiting callers cannot deadlock), in rounds (a text that filled up meanwhile drops out of
 # the next round's read), before saying nothing is left. SQLite runs one writer at a time: one read is exact.
-_OPEN_PG = [_OPEN.with_for_update(of=records, skip_locked=True)] + [_OPEN.with_for_update(of=records)] * 4
-_SLOTS_OF = sa.select(slots.c.slot, slots.c.state, slots.c.expires_at).where(slots.c.record_id == B("rid"))
-_TAKE_OVER = (slots.update().where(slots.c.record_id == B("rid"), slots.c.slot == B("s"), slots.c.state == "leased",
-                                   slots.c.expires_at < B("now"))
-              .values(annotator_id=B("new_uid"), state=B("new_state"), expires_at=B("new_expires")))
-_PRIOR = sa.select(label_events).where(label_events.c.annotator_id == B("uid"),
-                                       label_events.c.client_event_id == B("cid"))
-_RECORD = (sa.select(records.c.id, records.c.suggestion, records.c.model_version)
-           .where(records.c.id == B("rid"), records.c.dataset_id == B("ds")).with_for_update())
-_CURRENT = sa.select(answers.c.event_id).where(answers.c.record_id == B("rid"), answers.c.annotator_id == B("uid"))
-_ANSWERED = (slots.update().where(slots.c.record_id == B("rid"), slots.c.annotator_id == B("uid"),
-                                  slots.c.state == "leased").values(state="answered"))
-_COUNT_UP = records.update().where(records.c.id == B("rid")).values(n_answers=records.c.n_answers + 1)
-_EVENT = label_events.insert().returning(*label_events.c)
-_CHANGE = (answers.update().where(answers.c.record_id == B("rid"), answers.c.annotator_id == B("uid"))
-           .values(value=B("new_value", type_=sa.JSON), event_id=B("new_event"), updated_at=B("new_at")))
+_OPEN_PG = ([S(_OPEN_SELECT.with_for_update(of=records, skip_locked=True))]
+            + [S(_OPEN_SELECT.with_for_update(of=records))] * 4)
+_SLOTS_OF = S(sa.select(slots.c.slot, slots.c.state, slots.c.expires_at, slots.c.annotator_id)
+              .where(slots.c.record_id == B("rid")))
+_TAKE_OVER = S(slots.update().where(slots.c.record_id == B("rid"), slots.c.slot == B("s"), slots.c.state == "leased",
+                                    slots.c.expires_at < B("now"))
+               .values(annotator_id=B("new_uid"), state=B("new_state"), expires_at=B("new_expires")))
+_PRIOR = S(sa.select(label_events).where(label_events.c.annotator_id == B("uid"),
+                                         label_events.c.client_event_id == B("cid")))
+_RECORD = S(sa.select(records.c.id, records.c.suggestion, records.c.model_version)
+            .where(records.c.id == B("rid"), records.c.dataset_id == B("ds")).with_for_update())
+# read once the record is locked (a statement of its own: on PostgreSQL it sees what the lock waited for)
+_CURRENT = S(sa.select(answers.c.event_id).where(answers.c.record_id == B("rid"), answers.c.annotator_id == B("uid")))
+_ANSWERED = S(slots.update().where(slots.c.record_id == B("rid"), slots.c.annotator_id == B("uid"),
+                                   slots.c.state == "leased").values(state="answered"))
+_COUNT_UP = S(records.update().where(records.c.id == B("rid"))
+              .values(n_answers=records.c.n_answers + 1, is_open=records.c.n_answers + 1 < B("k")))
+_EVENT = S(label_events.insert().returning(*label_events.c))
+_CHANGE = S(answers.update().where(answers.c.record_id == B("rid"), answers.c.annotator_id == B("uid"))
+            .values(value=B("new_value", type_=sa.JSON), event_id=B("new_event"), updated_at=B("new_at")))
+_NEW_SLOT, _NEW_ANSWER = S(slots.insert()), S(answers.insert())
+
+
+def _nested(conn):
+    """A savepoint on PostgreSQL, where a failed statement aborts the whole transaction. SQLite undoes only
+    the failed statement (and runs one writer at a time): the two statements a savepoint costs are saved."""
+    return conn.begin_nested() if conn.dialect.name != "sqlite" else contextlib.nullcontext()
 
 
 def _claim(conn, record_id: int, uid: int, k: int, now: float, expires: float, state: str) -> bool:
     """Take a free slot of the record, or one whose lease ran out; False when all k are held."""
-    used = conn.execute(_SLOTS_OF, {"rid": record_id}).all()
+    used = _SLOTS_OF.execute(conn, {"rid": record_id}).all()
+    if any(u.annotator_id == uid for u in used):  # this person holds the text already
+        return False
     taken = {u.slot for u in used}
     for s in (s for s in range(k) if s not in taken):
         try:
-            with conn.begin_nested():
-                conn.execute(slots.insert(), {"record_id": record_id, "slot": s, "annotator_id": uid, "state": state,
+            with _nested(conn):
+                _NEW_SLOT.execute(conn, {"record_id": record_id, "slot": s, "annotator_id": uid, "state": state,
                                               "expires_at": expires})
             return True
         except sa.exc.IntegrityError:  # another transaction took it, or this person holds the text already
@@ -162,8 +177,8 @@ def _claim(conn, record_id: int, uid: int, k: int, now: float, expires: float, s
     for u in used:
         if u.state == "leased" and u.expires_at < now:
             try:
-                with conn.begin_nested():
-                    done = conn.execute(_TAKE_OVER, {"rid": record_id, "s": u.slot, "now": now, "new_uid": uid,
+                with _nested(conn):
+                    done = _TAKE_OVER.execute(conn, {"rid": record_id, "s": u.slot, "now": now, "new_uid": uid,
                                                      "new_state": state, "new_expires": expires})
                 if done.rowcount:
                     return True
@@ -177,13 +192,13 @@ def next_record(engine, ds: Dataset, uid: int, lease_s: float = LEASE_S) -> dict
     still has a free slot and that they have not answered. None when nothing is left for them."""
     def pick(conn):
         now = time.time()
-        held = conn.execute(_HELD, {"ds": ds.id, "uid": uid}).first()
+        held = _HELD.execute(conn, {"ds": ds.id, "uid": uid}).first()
         if held is not None:
-            conn.execute(_RENEW, {"rid": held.id, "uid": uid, "new_expires": now + lease_s})
+            _RENEW.execute(conn, {"rid": held.id, "uid": uid, "new_expires": now + lease_s})
             return _record_out(held)
         params = {"ds": ds.id, "k": ds.overlap, "uid": uid, "now": now}
         for query in _OPEN_PG if conn.dialect.name == "postgresql" else [_OPEN]:
-            for row in conn.execute(query, params).all():
+            for row in query.execute(conn, params).all():
                 if _claim(conn, row.id, uid, ds.overlap, now, now + lease_s, "leased"):
                     return _record_out(row)
         return None
@@ -202,29 +217,29 @@ def submit(engine, ds: Dataset, uid: int, record_id: int, value, client_event_id
     body and changes nothing. Answering a text again changes the caller's answer (status "changed")."""
     def save(conn):
         if client_event_id is not None:
-            prior = conn.execute(_PRIOR, {"uid": uid, "cid": client_event_id}).first()
+            prior = _PRIOR.execute(conn, {"uid": uid, "cid": client_event_id}).first()
             if prior is not None:
                 return _event_body(prior, ds.multi_label), True
         # one answer at a time per text (FOR UPDATE on PostgreSQL; SQLite has one writer anyway)
-        rec = conn.execute(_RECORD, {"rid": record_id, "ds": ds.id}).first()
+        rec = _RECORD.execute(conn, {"rid": record_id, "ds": ds.id}).first()
         if rec is None:
             raise NotFound(f"no record {record_id} in dataset {ds.id}")
         now = time.time()
-        current = conn.execute(_CURRENT, {"rid": record_id, "uid": uid}).first()
+        current = _CURRENT.execute(conn, {"rid": record_id, "uid": uid}).first()
         if current is None:
-            mine = conn.execute(_ANSWERED, {"rid": record_id, "uid": uid})
+            mine = _ANSWERED.execute(conn, {"rid": record_id, "uid": uid})
             if not mine.rowcount and not _claim(conn, record_id, uid, ds.overlap, now, now, "answered"):
                 raise Full(f"record {record_id} already has its {ds.overlap} answer(s)")
-            conn.execute(_COUNT_UP, {"rid": record_id})
-        ev = conn.execute(_EVENT, {"record_id": record_id, "annotator_id": uid, "value": value,
+            _COUNT_UP.execute(conn, {"rid": record_id, "k": ds.overlap})
+        ev = _EVENT.execute(conn, {"record_id": record_id, "annotator_id": uid, "value": value,
                                    "status": "changed" if current else "answered", "suggestion": rec.suggestion,
                                    "model_version": rec.model_version, "created_at": now,
                                    "client_event_id": client_event_id}).first()
         if current is None:
-            conn.execute(answers.insert(), {"record_id": record_id, "annotator_id": uid, "value": value,
+            _NEW_ANSWER.execute(conn, {"record_id": record_id, "annotator_id": uid, "value": value,
                                             "event_id": ev.id, "updated_at": now})
         else:
-            conn.execute(_CHANGE, {"rid": record_id, "uid": uid, "new_value": value, "new_event": ev.id,
+            _CHANGE.execute(conn, {"rid": record_id, "uid": uid, "new_value": value, "new_event": ev.id,
                                    "new_at": now})
         return _event_body(ev, ds.multi_label), False
 
@@ -247,7 +262,7 @@ def undo_last(engine, ds: Dataset, uid: int, lease_s: float = LEASE_S) -> dict |
         conn.execute(slots.update().where(slots.c.record_id == last.record_id, slots.c.annotator_id == uid)
                      .values(state="leased", expires_at=now + lease_s))
         conn.execute(records.update().where(records.c.id == last.record_id)
-                     .values(n_answers=records.c.n_answers - 1))
+                     .values(n_answers=records.c.n_answers - 1, is_open=True))
         conn.execute(label_events.insert().values(record_id=last.record_id, annotator_id=uid, status="undone",
                                                   value=None, suggestion=last.suggestion,
                                                   model_version=last.model_version, created_at=now))
@@ -276,14 +291,14 @@ def import_answered(engine, name: str, labels: list, multi_label: bool, rows: li
         latest = {text_hash(t): (v, ts) for t, v, ts in sorted(decided, key=lambda a: a[2])}
         for h, (value, ts) in latest.items():
             rid = by_hash[h]
-            ev = conn.execute(_EVENT, {"record_id": rid, "annotator_id": uid, "value": value, "status": "answered",
+            ev = _EVENT.execute(conn, {"record_id": rid, "annotator_id": uid, "value": value, "status": "answered",
                                        "suggestion": None, "model_version": None, "created_at": ts,
                                        "client_event_id": None}).first()
             conn.execute(slots.insert(), {"record_id": rid, "slot": 0, "annotator_id": uid, "state": "answered",
                                           "expires_at": ts})
             conn.execute(answers.insert(), {"record_id": rid, "annotator_id": uid, "value": value,
                                             "event_id": ev.id, "updated_at": ts})
-            conn.execute(_COUNT_UP, {"rid": rid})
+            _COUNT_UP.execute(conn, {"rid": rid, "k": 1})
         return ds, len(by_hash), len(latest)
 
     return tx.run(engine, insert)

@@ -51,8 +51,11 @@ records = sa.Table(
     sa.Column("model_version", sa.String(100)),
     sa.Column("priority", sa.Float, nullable=False, default=0.0),
     sa.Column("n_answers", sa.Integer, nullable=False, default=0),
+    # n_answers < the dataset's overlap: kept beside the count so the queue reads open texts in order
+    # from the index and stops after a few (migration 0002_queue_open)
+    sa.Column("is_open", sa.Boolean, nullable=False, default=True, server_default=sa.true()),
     sa.UniqueConstraint("dataset_id", "text_hash", name="uq_records_dataset_text"),
-    sa.Index("ix_records_queue", "dataset_id", "n_answers", "priority", "id"),
+    sa.Index("ix_records_open", "dataset_id", "is_open", "priority", "id"),
 )
 
 # Append-only: rows are inserted, never updated or deleted. An answer, a changed answer, an undo and an
@@ -102,4 +105,18 @@ adjudications = sa.Table(
     sa.Column("reviewer_id", sa.Integer, sa.ForeignKey("users.id"), nullable=False),
     sa.Column("event_id", sa.Integer, sa.ForeignKey("label_events.id"), nullable=False),
     sa.Column("created_at", sa.Float, nullable=False),
+)
+
+# Texts the server keeps from what clients sent, for a person to label: the review queue ("review": the
+# API's "not sure" answers) and the live audit ("audit": the sample waiting; "audit_seen": hashes of texts
+# sampled lately, not sampled again). app/kept_store.py keeps them; before, files under the data folder.
+kept_texts = sa.Table(
+    "kept_texts", metadata,
+    sa.Column("id", sa.Integer, primary_key=True),
+    sa.Column("kind", sa.String(20), nullable=False),
+    sa.Column("key", sa.String(64), nullable=False),  # the text's key within its kind (a hash, or the text)
+    sa.Column("item", sa.JSON),
+    sa.Column("created_at", sa.Float, nullable=False),
+    sa.UniqueConstraint("kind", "key", name="uq_kept_texts_kind_key"),
+    sa.Index("ix_kept_texts_kind", "kind", "id"),
 )

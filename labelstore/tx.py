@@ -7,13 +7,16 @@ second run sees what the winner committed and answers from it.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import logging
 import threading
 import time
 import weakref
 
 import sqlalchemy as sa
 
+_log = logging.getLogger("app")
 RETRIES = 8
 _PG_RETRY = {"40P01", "40001"}  # deadlock detected, serialization failure
 
@@ -55,3 +58,39 @@ def run(engine: sa.Engine, fn, write: bool = True):
 
 def read(engine: sa.Engine, fn):
     return run(engine, fn, write=False)
+
+
+# An async server's store calls, on SQLite: all in one thread per engine, in arrival order. SQLite writes one
+# transaction at a time anyway; one thread spares the hand-off of the lock between many pool threads and
+# their fight for the GIL with the event loop (server CPU per label save, bench/team_labels.py: see
+# docs/results.md). PostgreSQL writes in parallel: its calls go to the default thread pool.
+_THREADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _thread_of(engine: sa.Engine):
+    from concurrent.futures import ThreadPoolExecutor
+
+    pool = _THREADS.get(engine)
+    if pool is None:
+        pool = _THREADS.setdefault(engine, ThreadPoolExecutor(1, thread_name_prefix="labelstore"))
+    return pool
+
+
+async def call(engine: sa.Engine, fn, *args):
+    """fn(*args), a function of the store (labelstore/queue.py...), off the event loop."""
+    if engine.dialect.name != "sqlite":
+        return await asyncio.to_thread(fn, *args)
+    return await asyncio.get_running_loop().run_in_executor(_thread_of(engine), fn, *args)
+
+
+def later(engine: sa.Engine, fn, *args):
+    """fn(*args) in the store's thread, after what was handed to it before; the caller does not wait (a
+    failure is logged). For writes that must not hold a request: the texts the server keeps."""
+    def logged():
+        try:
+            return fn(*args)
+        except Exception:
+            _log.exception("label store: a background write failed")
+            raise
+
+    return _thread_of(engine).submit(logged)

@@ -94,6 +94,15 @@ def by_token(engine: sa.Engine, token: str) -> tuple[int, str, str] | None:
     return tuple(row) if row else None
 
 
+def token_table(engine: sa.Engine) -> tuple[dict[str, tuple[int, str, str]], bool]:
+    """{token hash: (id, name, role)} of the active users, and whether any user (revoked too) exists: the
+    server keeps this in memory and reads it again every second, one read for all requests."""
+    rows = tx.read(engine, lambda conn: conn.execute(
+        sa.select(users.c.id, users.c.name, users.c.role, users.c.token_hash, users.c.revoked_at)
+        .where(users.c.token_hash.is_not(None))).all())
+    return {r.token_hash: (r.id, r.name, r.role) for r in rows if r.revoked_at is None}, bool(rows)
+
+
 def builtin(engine: sa.Engine, name: str) -> tuple[int, str, str]:
     """The built-in admin identity `name` (LOCAL or API_KEY), made on first use; no token can name it."""
     def get(conn):

@@ -14,22 +14,39 @@ from pathlib import Path
 
 import numpy as np
 
+from baseline.blend import TEXT_CAP
 from baseline.ood import REASON, Typicality, load_ood
 from serving.multilabel import Thresholds
 from textdata.calibration import (
     CALIBRATION_FILE,
     Calibrator,
     confident,
-    confident_multi_label,
     decision_thresholds,
     read_calibration,
 )
 from textdata.errors import ModelError
+from textdata.labels import LabelSpace
 
 NOT_CALIBRATED = (
     "no calibration.json (a model trained or exported before calibration): scores are served as "
     "they are and every answer counts as confident"
 )
+
+
+class OutOfDomainJob:
+    """The detector's flags for a batch (call it), and the baseline's probabilities where it read the texts
+    for both (`baseline`: None otherwise; else a callable giving them, the rows that carry a text)."""
+
+    def __init__(self, n: int, rows: list[int], job, shared: bool = False):
+        self.n, self.rows, self.job = n, rows, job
+        self.baseline = (lambda: job.result()[1]) if shared else None
+
+    def __call__(self) -> np.ndarray:
+        away = np.zeros(self.n, bool)
+        if self.job is not None:
+            got = self.job.result()
+            away[self.rows] = got[0] if self.baseline is not None else got
+        return away
 
 
 class ServedCalibration:
@@ -48,11 +65,11 @@ class ServedCalibration:
 
     @classmethod
     def load(cls, folder: str | Path, labels: list[str], blend_served: bool,
-             multi_label: bool | None = None) -> ServedCalibration:
+             space: LabelSpace | None = None) -> ServedCalibration:
         """The folder's calibration as this engine serves it; ModelError (one line, naming the file and the
-        field) for a broken file or one fitted for the other kind of model (`multi_label`: this folder's)."""
+        field) for a broken file or one fitted for the other kind of model (`space`: this folder's)."""
         try:
-            found = read_calibration(folder, list(labels), multi_label)
+            found = read_calibration(folder, list(labels), space)
             ood = load_ood(folder)
         except ValueError as e:
             raise ModelError(str(e)) from None
@@ -85,12 +102,13 @@ class ServedCalibration:
             source=f"{thresholds.source}, moved through {CALIBRATION_FILE}'s calibrator",
         )
 
-    def confident(self, probs: np.ndarray, min_confidence: float | None = None) -> np.ndarray:
-        """Single-label rows: does each top (calibrated) probability clear the threshold of its label, or
-        `min_confidence` where a caller names its own."""
+    def confident(self, probs: np.ndarray, asserted: np.ndarray | None = None,
+                  min_confidence: float | None = None) -> np.ndarray:
+        """Per row: does every label it asserts (`asserted`, (n, L) bool; by default its top label, a single-label
+        answer) clear its (calibrated) threshold, or `min_confidence` where a caller names its own."""
         if min_confidence is not None:
-            return np.asarray(probs).max(1) >= min_confidence
-        return confident(probs, self.thresholds if self.applied else None)
+            return confident(probs, np.full(np.shape(probs)[1], min_confidence), asserted)
+        return confident(probs, self.thresholds if self.applied else None, asserted)
 
     def out_of_domain(self, texts: list[str]) -> np.ndarray:
         """Per text: is it unlike the training rows (never confident, whatever its score); all False
@@ -99,31 +117,30 @@ class ServedCalibration:
             return np.zeros(len(texts), bool)
         return ~self.ood.in_domain(list(texts))
 
-    def start_out_of_domain(self, seqs, pool):
+    def start_out_of_domain(self, seqs, pool, blend=None) -> OutOfDomainJob:
         """`out_of_domain` for the texts that `seqs` (the engine's Encoded ids) carry, started in `pool`; call
-        the answer for the flags, one per row (a row without its text: in domain)."""
-        away = np.zeros(len(seqs), bool)
+        the answer for the flags, one per row (a row without its text: in domain). With the served `blend`
+        whose baseline reads texts as the detector does (both fitted by --final on every row), the one read
+        serves both: the answer's `baseline` gives the baseline's probabilities of those rows."""
         rows = [i for i, s in enumerate(seqs) if getattr(s, "text", None) is not None] if self.ood else []
-        job = pool.submit(self.out_of_domain, [seqs[i].text for i in rows]) if rows else None
+        texts = [seqs[i].text for i in rows]
+        if rows and blend is not None and self._reads_like(blend):
+            def both():
+                read = blend.baseline.read([t[:TEXT_CAP] for t in texts])
+                return ~self.ood.in_domain(texts, read), blend.baseline_proba(texts, read.weights)
 
-        def result() -> np.ndarray:
-            if job is not None:
-                away[rows] = job.result()
-            return away
+            return OutOfDomainJob(len(seqs), rows, pool.submit(both), shared=True)
+        return OutOfDomainJob(len(seqs), rows, pool.submit(self.out_of_domain, texts) if rows else None)
 
-        return result
+    def _reads_like(self, blend) -> bool:
+        if getattr(self, "_shared_with", None) is not blend:  # once per served blend: a vocabulary compare
+            self._shared_with, self._shared = blend, self.ood.reads_like(blend.baseline)
+        return self._shared
 
-    def flags(self, probs: np.ndarray, away: np.ndarray) -> tuple[np.ndarray, list]:
-        """(confident per row, the reason per row where the score is not why: "out of domain" or None)."""
-        return self.confident(probs) & ~away, [REASON if a else None for a in away]
-
-    def confident_multi_label(
-        self, probs: np.ndarray, asserted: np.ndarray, min_confidence: float | None = None
-    ) -> np.ndarray:
-        """Multi-label rows: does every asserted label clear its own threshold (or `min_confidence`)."""
-        if min_confidence is not None:
-            return confident_multi_label(probs, asserted, np.full(np.shape(probs)[1], min_confidence))
-        return confident_multi_label(probs, asserted, self.thresholds if self.applied else None)
+    def flags(self, probs: np.ndarray, away: np.ndarray, asserted: np.ndarray | None = None) -> tuple[np.ndarray, list]:
+        """(confident per row, the reason per row where the score is not why: "out of domain" or None);
+        `asserted` as `confident`'s."""
+        return self.confident(probs, asserted) & ~away, [REASON if a else None for a in away]
 
     def info(self) -> dict:
         """What /v1/model and info()["calibration"] show: the method, the threshold, its target and the

@@ -38,26 +38,27 @@ import numpy as np
 from baseline.blend import TEXT_CAP, Encoded, ServedBlend
 from serving import passes
 from serving.calibration import ServedCalibration
+from serving.decision import LabelSet, Prediction, TopLabel, decision_for
 from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE, WEIGHT_FILES, ModelFolder
-from serving.multilabel import is_multi_label, load_thresholds, multi_label_predictions, sigmoid
 from serving.onnx_runner import ORT_NAMES, OrtRunner
 from serving.quantize import cpu_isa
 from serving.runner import Runner
 from serving.torch_runner import TorchRunner, check_options, cuda_available, probe_ids
 from textdata.errors import ModelError
+from textdata.labels import LabelSpace
 from textdata.learned import folder_note
 from textdata.numerics import check_precision
 
 log = logging.getLogger("serving.engine")
+_TOLD: set[str] = set()  # k-fold's findings (textdata/learned.py) already logged
 
 PROVIDERS = ("auto", "cpu", "cuda", "tensorrt", "torch")
 TRUNCATIONS = ("head", "head+tail")
-# Default padded tokens per pass (Classifier.load(batch_tokens=None)). Measured (docs/serving.md, "Pass size"):
-# on CPU smaller passes stay in cache, 1,024 tokens scored 15-23% more rows/s than 8,192 on two models; a GPU
-# wants large passes.
+# Default padded tokens per pass (Classifier.load(batch_tokens=None)). Measured (docs/serving.md, "Pass size"): on
+# CPU smaller passes stay in cache, 1,024 tokens scored 15-23% more rows/s than 8,192 on two models; a GPU wants large.
 CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 1024, 8192
-# Blended rows from which the baseline runs beside the model in _BLEND_POOL (a thread hand-off costs more than
-# it hides for a text or two); threads start on first use.
+# Blended rows from which the baseline runs beside the model in _BLEND_POOL (a thread hand-off costs more than it
+# hides for a text or two); threads start on first use.
 BLEND_OVERLAP_ROWS = 2
 _BLEND_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="blend-baseline")
 
@@ -74,21 +75,6 @@ class PassSize:
         return self.cpu if provider == "cpu" else self.gpu
 
 
-@dataclass
-class Prediction:
-    label: str
-    score: float
-    probabilities: dict[str, float]
-    confident: bool = True  # the score clears the served threshold (calibration.json); always without one
-    reason: str | None = None  # why not confident where the score is not why: "out of domain" (ood/)
-
-
-def _softmax(logits: np.ndarray) -> np.ndarray:
-    z = logits.astype(np.float32, copy=False)
-    z = np.exp(z - z.max(axis=-1, keepdims=True))
-    return z / z.sum(axis=-1, keepdims=True)
-
-
 class Classifier:
     """Use `Classifier.load(...)`; the constructor takes already-built parts."""
 
@@ -99,18 +85,14 @@ class Classifier:
         self._run = runner
         self.normalizer = model.normalizer
         self.labels = model.labels
-        # Multi-label (serving/multilabel.py): sigmoid per label, labels over the thresholds in thresholds.json.
-        self.multi_label = is_multi_label(model.config)
-        self._thresholds = load_thresholds(self.folder, self.labels) if self.multi_label else None
-        self.thresholds = self._thresholds.values if self.multi_label else None
-        self.label_sep = self._thresholds.label_sep if self.multi_label else None
+        space = LabelSpace.from_config(model.config)
         self.max_length = max_length
         self.batch_tokens = batch_tokens
         self.truncation = truncation
         self.model_file = model_file
         self.model_file_why = None  # why this file: set by load()
-        # A private copy of the Rust tokenizer with truncation and padding off: we do both ourselves,
-        # and never mutating it after load is what makes concurrent encode_batch calls safe.
+        # A private copy of the Rust tokenizer with truncation and padding off: we do both ourselves, and never
+        # mutating it after load is what makes concurrent encode_batch calls safe.
         from tokenizers import Tokenizer
 
         self._tok = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
@@ -119,8 +101,8 @@ class Classifier:
         self._prefix, self._suffix = _special_tokens(self._tok)
         self._pad_id = model.tokenizer.pad_token_id or 0
         self._budget = max_length - len(self._prefix) - len(self._suffix)
-        # Characters beyond this cannot reach the kept tokens after whitespace is collapsed (a token
-        # covers at least one character); cutting first keeps a 50 MB cell from stalling the tokenizer.
+        # Characters beyond this cannot reach the kept tokens after whitespace is collapsed (a token covers at
+        # least one character); cutting first keeps a 50 MB cell from stalling the tokenizer.
         self._char_cap = max(4096, 32 * max_length)
         self._overhead: float | None = None  # call_overhead_tokens, measured on first need
         self._overhead_lock = threading.Lock()
@@ -129,12 +111,13 @@ class Classifier:
             self.blend = ServedBlend(self.folder, len(self.labels)) if blend and model.has_blend else None
         except ValueError as e:
             raise ModelError(str(e)) from None
-        self.calibration = ServedCalibration.load(self.folder, self.labels, self.blend is not None, self.multi_label)
-        if self.multi_label:  # the tuned thresholds on the scale the scores are served (same label sets)
-            self._thresholds = self.calibration.multi_label_thresholds(self._thresholds)
-            self.thresholds = self._thresholds.values
+        self.calibration = ServedCalibration.load(self.folder, self.labels, self.blend is not None, space)
+        # What the scores answer (serving/decision.py): the top label, or the set over thresholds.json's thresholds
+        self.decision: TopLabel | LabelSet = decision_for(space, self.calibration, self.folder)
+        self.space = self.decision.space
         self.learned = folder_note(self.folder, blended=self.blend is not None)  # k-fold's finding (textdata/learned.py)
-        if self.learned:
+        if self.learned and self.learned not in _TOLD:  # once a process: export loads one model up to 4 times
+            _TOLD.add(self.learned)
             log.warning("%s: %s", self.folder, self.learned)
 
     # ---------------------------------------------------------------- loading
@@ -164,8 +147,7 @@ class Classifier:
         None = on CUDA; parity_texts: texts for the reduced-precision check against fp32 (default: random
         token sequences), reported in info()["precision_check"].
         blend: apply the folder's TF-IDF blend (baseline/, written by finetune --final) when it has one;
-        probabilities and predictions are then blended, logits stay the model's own.
-        """
+        probabilities and predictions are then blended, logits stay the model's own."""
         batch_tokens = _check_options(provider, truncation, batch_tokens, precision)
         model = ModelFolder.read(path)
         max_length = model.max_length(max_length)
@@ -263,10 +245,7 @@ class Classifier:
             "blend": self.blend.info() if self.blend else None,
             "blend_available": self.model_folder.has_blend,
             "calibration": self.calibration.info(),
-            "multi_label": self.multi_label,
-            "thresholds": self._thresholds.as_dict(self.labels) if self.multi_label else None,
-            **({"label_sep": self.label_sep, "thresholds_tuned": self._thresholds.tuned,
-                "thresholds_source": self._thresholds.source} if self.multi_label else {}),
+            **self.decision.info(),  # multi_label, thresholds (multi-label: label_sep, how they were tuned)
             "warnings": [self.learned] if self.learned else [],
         }
 
@@ -322,19 +301,25 @@ class Classifier:
         return self._proba(seqs, plan=self.plan(seqs, passes.FIXED))
 
     def _proba(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None,
-               plan: list[np.ndarray] | None = None) -> np.ndarray:
+               plan: list[np.ndarray] | None = None, baseline=None) -> np.ndarray:
+        return self._scored(seqs, logits, plan, baseline)[0]
+
+    def _scored(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None,
+                plan: list[np.ndarray] | None = None, baseline=None) -> tuple[np.ndarray, np.ndarray]:
+        """(probabilities as served, the model's logits); `baseline`: the blend's baseline probabilities of the
+        rows with text, where the out-of-domain detector's read already made them."""
         # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
         rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)] if self.blend else []
         texts = [seqs[i].text for i in rows]
-        # The baseline runs in a side thread during the model's pass: ONNX Runtime and most of the baseline's numpy
-        # release the GIL, so its cost mostly hides (docs/serving.md, "The blend's cost"). Same numbers either way.
+        # The baseline runs in a side thread during the model's pass (GIL released): docs/serving.md "The blend's cost"
         overlap = self.blend_overlap and logits is None and len(rows) >= BLEND_OVERLAP_ROWS
-        side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap else None
+        side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap and not baseline else None
         logits = self._logits(seqs, plan) if logits is None else logits
-        probs = sigmoid(logits) if self.multi_label else _softmax(logits)
+        probs = self.decision.probabilities(logits)
         if rows:
-            probs[rows] = self.blend.combine(probs[rows], side.result() if side else self.blend.baseline_proba(texts))
-        return self.calibration(probs)
+            base = baseline() if baseline else side.result() if side else self.blend.baseline_proba(texts)
+            probs[rows] = self.blend.combine(probs[rows], base)
+        return self.calibration(probs), logits
 
     def predict_logits(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
         """Raw logits (float32), shape (len(texts), len(labels)), rows in input order; passes as `predict_proba`'s."""
@@ -396,23 +381,23 @@ class Classifier:
         return self._predictions(seqs, top_k, self.plan(seqs))
 
     def _predictions(self, seqs, top_k: int | None, plan: list[np.ndarray]) -> list[Prediction]:
-        if self.multi_label:
-            logits = self._logits(seqs, plan)
-            probs = self._proba(seqs, logits)
-            sure = self.calibration.confident_multi_label(probs, probs > self.thresholds[None, :])
-            return multi_label_predictions(probs, logits, self.labels, self.thresholds, top_k, sure)
-        pending = self.calibration.start_out_of_domain(seqs, _BLEND_POOL)  # beside the model's pass, as the blend
-        probs = self._proba(seqs, plan=plan)
-        labels = self.labels
-        sure, reasons = self.calibration.flags(probs, pending())
-        out = []
-        for p, ok, reason in zip(probs, sure, reasons):
-            best = int(p.argmax())
-            keep = range(len(labels)) if top_k is None else np.argsort(-p, kind="stable")[: max(1, top_k)]
-            dist = {labels[j]: float(p[j]) for j in keep}
-            out.append(Prediction(label=labels[best], score=float(p[best]), probabilities=dist, confident=bool(ok),
-                                  reason=reason))
-        return out
+        pending = self.calibration.start_out_of_domain(seqs, _BLEND_POOL, self.blend)  # beside the model's pass
+        probs, logits = self._scored(seqs, plan=plan, baseline=pending.baseline)
+        return self.decision.answers(probs, logits, top_k, pending())
+
+    # ---------------------------------------------------------------- the decision, as callers read it
+    @property
+    def multi_label(self) -> bool:
+        return self.space.multi_label
+
+    @property
+    def thresholds(self) -> np.ndarray | None:
+        """Multi-label: the decision thresholds on the served scale; None for single-label."""
+        return self.decision.thresholds
+
+    @property
+    def label_sep(self) -> str | None:
+        return self.decision.label_sep
 
 
 def _check_options(provider: str, truncation: str, batch_tokens, precision: str) -> int | PassSize:

@@ -15,8 +15,8 @@ The gate (serving/parity.py) compares each file with PyTorch on up to --max-eval
 --eval-csv or, without labels, on a built-in sample (agreement only, with a warning). A single-label file is
 judged on what users see (its logits through the folder's blend and calibration): agreement on the answers
 fp32 is confident of and beyond near-ties, the served macro-F1 and ECE (parity.py says how). A multi-label model (config.json problem_type
-multi_label_classification) is judged per label: agreement of the `sigmoid > threshold` decisions
-(thresholds.json) and the multi-label macro-F1; its --eval-csv label cells hold names separated by
+multi_label_classification) is judged so per label decision (served score > served threshold; the mean per-label
+ECE), serving/parity_multilabel.py; its --eval-csv label cells hold names separated by
 --label-sep (default: thresholds.json's, else ";"), or a JSON list in JSONL/Parquet. A file that fails is not kept and the command exits 2; when only
 INT8 fails, model.onnx is kept and the report lists every recipe tried and why each failed.
 INT8 must also be faster: a recipe that passes is timed against model.onnx on up to --speed-rows of
@@ -279,8 +279,7 @@ def run(cfg: ExportConfig) -> dict:
     labels = reference.labels
     ref_logits = reference.predict_logits(texts)
     ref_f1 = compare(ref_logits, ref_logits, labels, y_true, reference.thresholds).get("macro_f1")
-    served = None if reference.multi_label else ServedReference.of(reference, texts, ref_logits, y_true,
-                                                                    cfg.confident_score)
+    served = ServedReference.of(reference, texts, ref_logits, y_true, cfg.confident_score)
     ref = Judged(texts, labels, ref_logits, y_true, ref_f1, served)
     report = _report_head(cfg, reference, ref)
     failed = _judge_files(cfg, report, ref, calib)
@@ -317,11 +316,12 @@ FLAGS = {
     "min_agreement": Flag("agreement with PyTorch required on the answers fp32 is confident of and beyond near-ties "
                           "(per-label decisions for a multi-label model)"),
     "max_f1_drop": Flag("macro-F1 points a file may lose against PyTorch on --eval-csv rows"),
-    "max_ece_rise": Flag("points of top-label ECE (served scores) a single-label file may add on --eval-csv rows"),
-    "near_tie_margin": Flag("single-label: answers whose top two fp32 served scores are closer than this may change "
-                            "label; --min-agreement holds on the rest"),
-    "confident_score": Flag("single-label: a served score that counts as confident where calibration.json sets no "
-                            "threshold (--min-agreement holds on those answers)"),
+    "max_ece_rise": Flag("points of ECE (served scores: top-label; multi-label: mean per label) a file may add "
+                         "on --eval-csv rows"),
+    "near_tie_margin": Flag("answers whose top two fp32 served scores are closer than this (multi-label: a score this "
+                            "close to its threshold) may change; --min-agreement holds on the rest"),
+    "confident_score": Flag("a served score that counts as confident where calibration.json sets no threshold "
+                            "(multi-label: this or 1 minus it); --min-agreement holds on those answers"),
     "int8_recipes": Flag(f"INT8 recipes to try in order, comma-separated, first that passes wins "
                          f"(known: {', '.join(BY_NAME)})", type=_recipe_list,
                          shown=f"{','.join(DEFAULT_ORDER)} (with VNNI or on ARM), {','.join(NO_VNNI_ORDER)} (without; "

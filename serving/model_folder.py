@@ -19,6 +19,7 @@ from textdata.model_files import ONNX as ONNX_FILE
 from textdata.model_files import ONNX_INT8 as ONNX_INT8_FILE
 from textdata.model_files import WEIGHTS as WEIGHT_FILES
 from textdata.normalize import Normalizer
+from textdata.plain_files import plain_files
 from textdata.run_folder import check_classifier, model_in_run
 
 log = logging.getLogger("serving.engine")
@@ -52,6 +53,7 @@ class ModelFolder:
         if not (folder / CONFIG).exists():
             raise ModelError(f"{folder}: no config.json, so not a model folder (expected the output of "
                              "serving.export or a transformers save_pretrained folder)")
+        plain_files(folder)  # links, devices, oversized files refused before any is read, as the registry does
         check_classifier(folder)
         config, tokenizer = _config_and_tokenizer(folder)
         try:

@@ -13,7 +13,6 @@ labels are those whose probability is over their threshold (strictly: `p > t`), 
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +22,7 @@ import numpy as np
 from textdata.errors import ModelError
 from textdata.labels import DEFAULT_SEP, is_multi_label
 from textdata.model_files import THRESHOLDS as THRESHOLDS_FILE
+from textdata.plain_files import read_json
 
 DEFAULT_THRESHOLD = 0.5
 __all__ = ["is_multi_label"]  # kept importable here: the engine and older callers ask serving.multilabel
@@ -81,9 +81,7 @@ def load_thresholds(folder: str | Path, labels: list[str]) -> Thresholds:
         return Thresholds(np.full(len(labels), DEFAULT_THRESHOLD))
     expected = '{"labels": [...], "thresholds": [...], "label_sep": ";"}'
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ValueError(f"{path.stat().st_size:,} bytes, over the {MAX_FILE_BYTES >> 20} MB it may take")
-        spec = json.loads(path.read_text(encoding="utf-8"))
+        spec = read_json(path, MAX_FILE_BYTES)
     except (OSError, ValueError, RecursionError) as e:
         raise ModelError(f"{path}: unreadable ({type(e).__name__}: {str(e)[:200]}); expected {expected}") from None
     if not isinstance(spec, dict) or not isinstance(spec.get("labels"), list) or not isinstance(
@@ -117,23 +115,24 @@ class MultiLabelPrediction:
     probabilities: dict[str, float]
     logits: np.ndarray = field(repr=False, default=None)  # the model's own logits, for raw-score clients (TEI)
     confident: bool = True  # every label in `labels` clears its threshold in calibration.json; always without one
+    reason: str | None = None  # why not confident where the scores are not why: "out of domain" (ood/)
 
     def raw_scores(self, names: list[str]) -> dict[str, float]:
         return {lab: float(v) for lab, v in zip(names, self.logits)}
 
 
 def multi_label_predictions(probs: np.ndarray, logits: np.ndarray, labels: list[str], thresholds: np.ndarray,
-                            top_k: int | None, confident=None) -> list[MultiLabelPrediction]:
+                            top_k: int | None, confident=None, reasons=None) -> list[MultiLabelPrediction]:
     over = probs > thresholds[None, :]
     sure = np.ones(len(probs), bool) if confident is None else np.asarray(confident, bool)
     out = []
-    for p, lg, row, ok in zip(probs, logits, over, sure):
+    for i, (p, lg, row, ok) in enumerate(zip(probs, logits, over, sure)):
         scores = {labels[j]: float(p[j]) for j in range(len(labels))}
         best = int(p.argmax())
         dist = scores if top_k is None else {labels[j]: scores[labels[j]]
                                              for j in np.argsort(-p, kind="stable")[: max(1, top_k)]}
         out.append(MultiLabelPrediction([labels[j] for j in np.flatnonzero(row)], scores, labels[best],
-                                        float(p[best]), dist, lg, bool(ok)))
+                                        float(p[best]), dist, lg, bool(ok), None if reasons is None else reasons[i]))
     return out
 
 

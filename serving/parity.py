@@ -10,9 +10,8 @@ serves (`ServedReference`), and against PyTorch fp32's served answers it must ke
   ECE of the served scores at most --max-ece-rise points higher.
 Plain argmax agreement of the model alone is still reported, no longer judged: a quantized model that moves
 a few near-ties (0.975 agreement on a MiniLM fine-tune whose F1 moved +0.17 points) keeps every answer a user
-relies on. A multi-label model is judged per label: agreement of the `sigmoid > threshold` decisions on
---min-agreement of all row x label decisions, and the multi-label macro-F1 (the mean over labels of each
-label's F1). Without labels only agreement can be judged, on a built-in sample: the hand-written texts below
+relies on. A multi-label model is judged the same way per label decision, on its served scores and thresholds
+(serving/parity_multilabel.py); agreement over all row x label decisions is reported, no longer judged. Without labels only agreement can be judged, on a built-in sample: the hand-written texts below
 plus seeded recombinations of their sentences (real words, lengths from a few tokens to past any max_length),
 so that one flipped near-tie is 0.2% and not 6%.
 """
@@ -151,15 +150,23 @@ class ServedReference:
     confident_rule: str
     labels: list[str]
     y: np.ndarray | None = None  # label index per row (-1: a label the model does not know); None: no labels
+    thresholds: np.ndarray | None = None  # multi-label: the served thresholds (y then an (n, L) 0/1 matrix)
 
     @classmethod
     def of(cls, clf, texts: list[str], ref_logits: np.ndarray, y_true: list[str] | None,
            confident_score: float) -> ServedReference:
-        """For a single-label Classifier `clf` (the fp32 reference, loaded with the folder's blend): the texts
-        encoded once (a blend's baseline reads them), the served transform is the engine's own."""
+        """For a Classifier `clf` (the fp32 reference, loaded with the folder's blend): the texts encoded once (a
+        blend's baseline reads them), the served transform is the engine's own. A multi-label `clf`: its decisions
+        (serving/parity_multilabel.py), `y_true` the (n, L) 0/1 matrix."""
         seqs = clf.encode(texts)
         to_served = lambda logits: clf._proba(seqs, logits)
         probs = to_served(ref_logits)
+        if clf.multi_label:
+            from serving.parity_multilabel import confident_decisions
+
+            confident, rule = confident_decisions(clf, probs, confident_score)
+            y = None if y_true is None else np.asarray(y_true)
+            return cls(to_served, probs, confident, rule, list(clf.labels), y, np.asarray(clf.thresholds))
         if clf.calibration.thresholds is not None:
             confident, rule = clf.calibration.confident(probs), "the model's served threshold (calibration.json)"
         else:
@@ -179,6 +186,10 @@ def served_stats(ref: ServedReference, got_logits: np.ndarray, near_tie_margin: 
     change in points)."""
     from sklearn.metrics import f1_score
 
+    if ref.thresholds is not None:
+        from serving.parity_multilabel import served_stats_multi_label
+
+        return served_stats_multi_label(ref, got_logits, near_tie_margin)
     got = ref.to_served(got_logits)
     want, said = ref.probs.argmax(1), got.argmax(1)
     same = want == said
@@ -211,8 +222,9 @@ def served_stats(ref: ServedReference, got_logits: np.ndarray, near_tie_margin: 
 
 def served_line(s: dict) -> str:
     """One line of what the gate judged on served answers (serving.export prints it per file)."""
+    unit = " decisions" if s.get("unit") == "label decisions" else ""
     conf = "none confident" if s["confident_agreement"] is None else \
-        f"{s['confident_agreement']:.4f} on {s['confident_rows']} confident"
+        f"{s['confident_agreement']:.4f} on {s['confident_rows']} confident{unit}"
     out = (f"agreement {s['agreement']:.4f}, {conf}, {s['changed_in_near_ties']} of {s['near_tie_rows']} near-ties "
            f"changed, {s['changed_beyond_near_ties']} beyond")
     if "macro_f1_change_points" in s:
@@ -224,10 +236,12 @@ def served_verdict(s: dict, min_agreement: float, max_f1_drop: float, max_ece_ri
     """Why served stats (`served_stats`) fail the gate; empty when they pass."""
     why = []
     if s["confident_agreement"] is not None and s["confident_agreement"] < min_agreement:
-        why.append(f"agreement on the {s['confident_rows']} answers fp32 is confident of ({s['confident_rule']}) "
+        why.append(f"agreement on the {s['confident_rows']} {s.get('unit', 'answers')} fp32 is confident of "
+                   f"({s['confident_rule']}) "
                    f"{s['confident_agreement']:.4f} < {min_agreement}")
     if s["beyond_near_tie_agreement"] is not None and s["beyond_near_tie_agreement"] < min_agreement:
-        why.append(f"agreement beyond near-ties (fp32's top two scores more than {s['near_tie_margin']:g} apart) "
+        near = "scores more than {:g} from the threshold" if s.get("unit") else "top two scores more than {:g} apart"
+        why.append(f"agreement beyond near-ties (fp32's {near.format(s['near_tie_margin'])}) "
                    f"{s['beyond_near_tie_agreement']:.4f} < {min_agreement}: {s['changed_beyond_near_ties']} "
                    f"answers changed, the widest gap {s['largest_changed_margin']:.3f}")
     if "macro_f1_change_points" in s and -s["macro_f1_change_points"] > max_f1_drop:

@@ -46,6 +46,7 @@ from serving import scoring
 from serving.onnx_runner import usable_cores
 from textdata.errors import DataError
 from textdata.flags import Flag
+from textdata.parquet_rows import parquet_checked
 from textdata.tables import FORMATS, check_encoding, iter_rows, read_encoding, require_columns, table_format
 from textdata.text_rows import delimited_rows
 
@@ -207,10 +208,8 @@ def _text_file_rows(path: str, cfg: scoring.ScoreConfig) -> tuple[int, dict[int,
 def row_counts(ray, files: list[Path], fmt: str, cfg: scoring.ScoreConfig) -> tuple[list[int], list[dict[int, str]]]:
     """Rows per input file and the first rows the reader flags in each: Parquet from its metadata (nothing
     flagged), CSV/TSV parsed once, the files in parallel."""
-    if fmt == "parquet":
-        import pyarrow.parquet as pq
-
-        return [pq.ParquetFile(p).metadata.num_rows for p in files], [{} for _ in files]
+    if fmt == "parquet":  # checked as local mode checks it (footer against page headers) before Ray reads it
+        return [parquet_checked(p, scoring.read_limits(cfg))[1].num_rows for p in files], [{} for _ in files]
     task = ray.remote(_text_file_rows)
     found = ray.get([task.remote(str(p), cfg) for p in files])
     return [n for n, _ in found], [flagged for _, flagged in found]

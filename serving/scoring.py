@@ -135,7 +135,7 @@ def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int 
     calibration = getattr(clf, "calibration", None)  # serving/calibration.py; test doubles may lack it
     sure = np.ones(len(df), bool)
     if calibration is not None and len(ok):
-        sure[ok] = (calibration.confident_multi_label(probs[ok], probs[ok] > clf.thresholds[None, :]) if multi_label
+        sure[ok] = (calibration.confident(probs[ok], probs[ok] > clf.thresholds[None, :]) if multi_label
                     else calibration.confident(probs[ok]) & ~_out_of_domain(calibration, cleaned))
     if multi_label:
         out = {"pred_labels": _label_sets(probs, have, clf)}

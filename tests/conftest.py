@@ -70,10 +70,14 @@ def tiny_electra_dir(tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def tiny_classifier_dir(tmp_path_factory) -> Path:
     """A tiny random ELECTRA sequence classifier with labels, like `finetune/kfold.py --final` writes."""
+    return build_tiny_classifier(tmp_path_factory.mktemp("tiny-classifier"))
+
+
+def build_tiny_classifier(folder: Path) -> Path:
+    """The tiny classifier itself, in `folder` (bench/hostile_bodies.py builds its server's model with it)."""
     import torch
     from transformers import ElectraForSequenceClassification
 
-    folder = tmp_path_factory.mktemp("tiny-classifier")
     tok = build_tokenizer(folder)
     labels = sorted(CLASS_WORDS)
     cfg = tiny_config(len(tok), num_labels=len(labels), id2label=dict(enumerate(labels)),

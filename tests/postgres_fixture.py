@@ -7,6 +7,7 @@ a folder that user owns. Where no PostgreSQL binary exists the PostgreSQL runs a
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import itertools
 import os
@@ -36,19 +37,31 @@ def postgres_server():
     if bin_dir is None:
         pytest.skip("no PostgreSQL binary (pg_ctl, initdb) on PATH, in /usr/local/bin or /usr/lib/postgresql: "
                     "the PostgreSQL runs of the store tests are skipped")
+    if os.geteuid() == 0:
+        try:
+            pwd.getpwnam("postgres")
+        except KeyError:
+            pytest.skip("running as root and no `postgres` user to run PostgreSQL as (it refuses root)")
+    with running_postgres(bin_dir) as server:
+        yield server
+
+
+@contextlib.contextmanager
+def running_postgres(bin_dir: Path | None = None, options: str = "-c fsync=off -c synchronous_commit=off"):
+    """A PostgreSQL on a Unix socket in a temporary folder, stopped and removed after (also bench/fleet.py)."""
+    bin_dir = bin_dir or _binaries()
+    if bin_dir is None:
+        raise RuntimeError("no PostgreSQL binary (pg_ctl, initdb) on PATH, in /usr/local/bin or /usr/lib/postgresql")
     prefix = []
     root = Path(tempfile.mkdtemp(prefix="pg-test-"))
     if os.geteuid() == 0:
-        try:
-            owner = pwd.getpwnam("postgres")
-        except KeyError:
-            pytest.skip("running as root and no `postgres` user to run PostgreSQL as (it refuses root)")
+        owner = pwd.getpwnam("postgres")
         os.chown(root, owner.pw_uid, owner.pw_gid)
         prefix = ["runuser", "-u", "postgres", "--"]
     data, log = root / "data", root / "server.log"
     subprocess.run([*prefix, str(bin_dir / "initdb"), "-D", str(data), "-A", "trust", "-U", "postgres", "-E", "UTF8",
                     "--no-sync"], check=True, capture_output=True)
-    options = f"-k {root} -c listen_addresses='' -c fsync=off -c synchronous_commit=off -c max_connections=200"
+    options = f"-k {root} -c listen_addresses='' {options} -c max_connections=200"
     subprocess.run([*prefix, str(bin_dir / "pg_ctl"), "-D", str(data), "-o", options, "-l", str(log), "-w", "start"],
                    check=True, capture_output=True)
     try:

@@ -25,15 +25,15 @@ calibrator (`decision_thresholds`): each label's map is increasing, so the label
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from textdata.labels import MULTI_LABEL, SINGLE_LABEL, is_multi_label
+from textdata.labels import PROBLEM_TYPES, SINGLE_LABEL, LabelSpace, is_multi_label
 from textdata.model_files import CALIBRATION as CALIBRATION_FILE
+from textdata.plain_files import read_json
 
 METHODS = ("temperature", "vector", "none")
 MULTI_LABEL_METHODS = ("temperature", "platt", "none")
@@ -88,23 +88,23 @@ def threshold_vector(threshold, labels: list[str]) -> np.ndarray | None:
     return np.full(len(labels), float(threshold), np.float64)
 
 
-def confident(probs: np.ndarray, thresholds: np.ndarray | None) -> np.ndarray:
-    """Single-label: per row, does the top probability clear the threshold of the label it answers."""
+def top_label(probs: np.ndarray) -> np.ndarray:
+    """(n, L) bool: each row's top label, the one a single-label answer asserts."""
+    probs = np.asarray(probs)
+    out = np.zeros(probs.shape, bool)
+    out[np.arange(len(probs)), probs.argmax(1)] = True
+    return out
+
+
+def confident(probs: np.ndarray, thresholds: np.ndarray | None, asserted: np.ndarray | None = None) -> np.ndarray:
+    """Per row, does every label it asserts clear its threshold (a NaN score clears none). `asserted`: (n, L)
+    bool, the labels a multi-label answer holds (over their decision thresholds); by default the top label, what
+    a single-label answer holds. A row asserting no label asserts nothing wrong: confident."""
     probs = np.asarray(probs)
     if thresholds is None:
         return np.ones(len(probs), bool)
-    best = probs.argmax(1)
-    return probs[np.arange(len(probs)), best] >= thresholds[best]
-
-
-def confident_multi_label(
-    probs: np.ndarray, asserted: np.ndarray, thresholds: np.ndarray | None
-) -> np.ndarray:
-    """Multi-label: per row, does every asserted label (`asserted`: (n, L) bool, over its decision threshold)
-    clear its precision threshold. A row asserting no label asserts nothing wrong: confident."""
-    if thresholds is None:
-        return np.ones(len(probs), bool)
-    return ~(np.asarray(asserted, bool) & (np.asarray(probs) < thresholds)).any(1)
+    held = top_label(probs) if asserted is None else np.asarray(asserted, bool)
+    return ~(held & ~(probs >= thresholds)).any(1)
 
 
 def decision_thresholds(calibrator: Calibrator | None, thresholds: np.ndarray) -> np.ndarray:
@@ -202,26 +202,25 @@ def _threshold(spec: dict, labels: list[str]) -> np.ndarray | None:
 
 
 def read_calibration(
-    folder: str | Path, labels: list[str], multi_label: bool | None = None
+    folder: str | Path, labels: list[str], space: LabelSpace | None = None
 ) -> tuple[Calibrator, np.ndarray | None, dict] | None:
     """(calibrator, thresholds per label or None, the checked fields) from folder/calibration.json, or None
     without one; ValueError naming the file and the field when it is unreadable, does not fit these labels, or
-    (`multi_label` given) was fitted for the other kind of model."""
+    (`space` given: the folder's label space) was fitted for the other kind of model."""
     path = Path(folder) / CALIBRATION_FILE
     if not path.exists():
         return None
     try:
-        if path.stat().st_size > MAX_FILE_BYTES:
-            raise ValueError(f"{path.stat().st_size:,} bytes, over the {MAX_FILE_BYTES >> 20} MB it may take")
-        spec = json.loads(path.read_text(encoding="utf-8"))
+        spec = read_json(path, MAX_FILE_BYTES)
         if not isinstance(spec, dict):
             raise TypeError(f"expected a JSON object, got {type(spec).__name__} {_shown(spec)}")
         kind = spec.get("problem_type", SINGLE_LABEL)  # files from before multi-label have none
-        if kind not in (SINGLE_LABEL, MULTI_LABEL):
-            raise ValueError(f"problem_type {_shown(kind)}: expected {SINGLE_LABEL!r} or {MULTI_LABEL!r}")
-        if multi_label is not None and (kind == MULTI_LABEL) != multi_label:
-            raise ValueError(f"problem_type {kind!r}: fitted for a {'multi' if kind == MULTI_LABEL else 'single'}"
-                             f"-label model, this folder's is {'multi' if multi_label else 'single'}-label")
+        if kind not in PROBLEM_TYPES:
+            raise ValueError(f"problem_type {_shown(kind)}: expected {' or '.join(map(repr, PROBLEM_TYPES))}")
+        fitted = LabelSpace.of(labels, is_multi_label(spec))
+        if space is not None and fitted.problem_type != space.problem_type:
+            raise ValueError(f"problem_type {kind!r}: fitted for a {fitted.kind} model, this folder's is "
+                             f"{space.kind}")
         given = spec.get("labels")
         if given is not None and (not isinstance(given, list) or given != list(labels)):
             raise ValueError(f"labels: fitted for labels {_shown(given)}, the model has {_shown(list(labels))}")

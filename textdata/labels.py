@@ -34,6 +34,7 @@ from textdata.errors import DataError, ModelError
 
 SINGLE_LABEL = "single_label_classification"
 MULTI_LABEL = "multi_label_classification"  # transformers' problem_type for a sigmoid per label
+PROBLEM_TYPES = (SINGLE_LABEL, MULTI_LABEL)
 DEFAULT_SEP = ";"
 # Separators people use: a multi-label name holding one would read as two labels in a file written with it,
 # and a cell holding one besides the separator mixes two conventions.
@@ -149,7 +150,7 @@ def _listed(value, where: str) -> list:
         return list(value)
     try:
         items = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):  # "[" * 5000: a traceback from k-fold before (issue 40)
         items = None
     if not isinstance(items, list):
         raise DataError(f"{where}: {value[:60]!r} starts like a JSON list but is not one; write label names "
@@ -239,6 +240,16 @@ class LabelSpace:
     @property
     def problem_type(self) -> str:
         return MULTI_LABEL if self.multi_label else SINGLE_LABEL
+
+    @property
+    def kind(self) -> str:
+        """The kind in words: "single-label" or "multi-label"."""
+        return self.pick("single-label", "multi-label")
+
+    def pick(self, single, multi):
+        """`multi` for a multi-label space, else `single`: where a kind's code is chosen, once (k-fold's task,
+        the engine's decision, the label-issue finder), so no caller tests the kind itself."""
+        return multi if self.multi_label else single
 
     def parse(self, cell, where: str = "") -> list[str]:
         """The names a cell holds: a set's names, or a single label as a list of one ([] for an empty cell)."""

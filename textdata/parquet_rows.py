@@ -1,5 +1,8 @@
 """Parquet read within `TableLimits`: the metadata first, then batches sized by their decompressed bytes.
 
+The decompressed sizes are the page headers' (textdata/parquet_pages.py), not only the footer's: a
+footer that understates them does not make a batch larger.
+
 A Parquet file is compressed, and a dictionary-encoded column stores a repeated value once: 51 KB held
 40 cells of 5 million characters. Before any data page is read, the metadata must show at most
 `max_columns` columns, `max_rows` rows and `max_bytes` uncompressed bytes; each row group is then read in
@@ -16,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from textdata.errors import DataError
+from textdata.parquet_pages import chunk_pages
 from textdata.table_limits import TableLimitError, TableLimits, Watch, cut_note
 from textdata.text_rows import Rows
 
@@ -26,25 +30,46 @@ def _mb(n: float) -> str:
     return f"{n / MB:.1f} MB"
 
 
+def parquet_checked(path: Path, limits: TableLimits):
+    """(pyarrow's footer bounds for this file, metadata, Arrow schema, per row group the page headers'
+    (decompressed bytes, largest page)), after checking them against `limits`: nothing is decompressed yet.
+    For every reader of a Parquet file from outside (this module, `--engine ray`)."""
+    import pyarrow.parquet as pq
+
+    size = path.stat().st_size
+    # pyarrow's own bounds on the footer: no string in it is longer than the file, no list has more items
+    thrift = {"thrift_string_size_limit": max(1024, min(100_000_000, size)),
+              "thrift_container_size_limit": max(1024, min(1_000_000, size))}
+    try:
+        pf = pq.ParquetFile(path, **thrift)
+        meta, schema = pf.metadata, pf.schema_arrow
+    except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a file that is not Parquet
+        raise DataError(f"{path}: cannot read as parquet: {str(e).strip().splitlines()[0] if str(e).strip() else e}"
+                        ) from None
+    real = chunk_pages(path, meta)  # the page headers' sizes: the footer's may lie
+    _check_metadata(path, meta, limits, real)
+    for g, (_, largest) in enumerate(real):
+        if largest > limits.max_batch_bytes:
+            raise TableLimitError(f"{path}: row group {g} has a page of {_mb(largest)} decompressed; a batch may "
+                                  f"take {_mb(limits.max_batch_bytes)}")
+    return thrift, meta, schema, real
+
+
 def parquet_rows(path: Path, chunk_rows: int, limits: TableLimits) -> Iterator[Rows]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    try:
-        meta = pq.ParquetFile(path).metadata
-        schema = pq.read_schema(path)
-    except Exception as e:  # noqa: BLE001 - pyarrow raises several types for a file that is not Parquet
-        raise DataError(f"{path}: cannot read as parquet: {str(e).strip().splitlines()[0] if str(e).strip() else e}"
-                        ) from None
-    _check_metadata(path, meta, limits)
-    texts = [f.name for f in schema if _is_text(f.type) or pa.types.is_dictionary(f.type) and _is_text(f.type.value_type)]
-    pf = pq.ParquetFile(path, read_dictionary=texts)
+    thrift, meta, schema, real = parquet_checked(path, limits)
+    # text and bytes columns are read as dictionaries: a repeated value is decoded (and counted) once
+    texts = [f.name for f in schema if _is_text(f.type) or pa.types.is_binary(f.type) or pa.types.is_large_binary(
+        f.type) or pa.types.is_dictionary(f.type) and _is_text(f.type.value_type)]
+    pf = pq.ParquetFile(path, read_dictionary=texts, **thrift)
     watch, total, offset, pending = Watch(limits, path), 0, 0, []
     for g in range(meta.num_row_groups):
         group = meta.row_group(g)
         if group.num_rows == 0:
             continue
-        per_row = group.total_byte_size / group.num_rows
+        per_row = max(group.total_byte_size, real[g][0]) / group.num_rows
         if per_row > limits.max_batch_bytes:
             raise TableLimitError(f"{path}: row group {g} holds {_mb(per_row)} per row decompressed; a batch may "
                                   f"take {_mb(limits.max_batch_bytes)}")
@@ -71,13 +96,13 @@ def _is_text(t) -> bool:
     return pa.types.is_string(t) or pa.types.is_large_string(t)
 
 
-def _check_metadata(path: Path, meta, limits: TableLimits) -> None:
+def _check_metadata(path: Path, meta, limits: TableLimits, real: list[tuple[int, int]]) -> None:
     if meta.num_columns > limits.max_columns:
         raise TableLimitError(f"{path}: {meta.num_columns} columns; the limit is {limits.max_columns}"
                               f"{limits.hint('max_columns')}")
     if limits.max_rows is not None and meta.num_rows > limits.max_rows:
         raise TableLimitError(f"{path}: {meta.num_rows} rows; the limit is {limits.max_rows}{limits.hint('max_rows')}")
-    size = sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+    size = sum(max(meta.row_group(g).total_byte_size, real[g][0]) for g in range(meta.num_row_groups))
     if limits.max_bytes is not None and size > limits.max_bytes:
         raise TableLimitError(f"{path}: {_mb(size)} once decompressed; the limit is {_mb(limits.max_bytes)}"
                               f"{limits.hint('max_bytes')}")
@@ -94,7 +119,7 @@ def _bounded(path: Path, table, texts: list[str], limits: TableLimits):
     for name in texts:
         col = table.column(name).combine_chunks()
         dictionary, indices = (col.dictionary, col.indices) if pa.types.is_dictionary(col.type) else (col, None)
-        if limits.max_cell_chars is not None:
+        if limits.max_cell_chars is not None and _is_text(dictionary.type):
             lengths = pc.utf8_length(dictionary)
             over = pc.greater(lengths, limits.max_cell_chars)
             if pc.any(over).as_py():

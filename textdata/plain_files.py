@@ -11,6 +11,7 @@ without following a link put there after the walk, and read at most the cap. The
 
 from __future__ import annotations
 
+import json
 import os
 import stat
 from collections.abc import Iterator
@@ -67,6 +68,17 @@ def read_blocks(path: str | os.PathLike, max_file_bytes: int | None = None, bloc
             read += len(chunk)
             check_size(Path(path), read, max_file_bytes)  # a file growing while it is copied
             yield chunk
+
+
+def read_json(path: str | os.PathLike, max_bytes: int, what: str = "it"):
+    """The JSON in a model folder's or registry's small file: ValueError when it is over `max_bytes` (said
+    before reading it) or is not JSON, ModelError when it is a link or not a regular file, OSError when it
+    cannot be opened, RecursionError when nested too deep. One reader for every such file (version.json,
+    thresholds.json, calibration.json, reference.json)."""
+    size = os.stat(path).st_size
+    if size > max_bytes:
+        raise ValueError(f"{size:,} bytes, over the {max_bytes >> 20} MB {what} may take")
+    return json.loads(b"".join(read_blocks(path, max_bytes)).decode("utf-8"))
 
 
 def copy_plain_file(src: str | os.PathLike, dst: str | os.PathLike, max_file_bytes: int | None = None) -> None:

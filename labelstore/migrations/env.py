@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from alembic import context
 
+from labelstore import fleet_schema  # noqa: F401 - its tables join the metadata
 from labelstore.schema import metadata
 
 connection = context.config.attributes["connection"]

@@ -14,7 +14,7 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 
 def test_api_needs_the_key(strict_server):
     url = strict_server.url
-    for path in ("/v1/labels", "/v1/model", "/metrics", "/readyz", "/docs"):
+    for path in ("/v1/labels", "/v1/model", "/metrics", "/docs"):
         r = httpx.get(url + path)
         assert r.status_code == 401, path
         assert r.headers["www-authenticate"] == "Bearer"
@@ -23,6 +23,8 @@ def test_api_needs_the_key(strict_server):
     assert httpx.get(url + "/v1/labels", headers={"Authorization": API_KEY}).status_code == 401  # no scheme
     assert httpx.get(url + "/v1/labels", headers=AUTH).status_code == 200
     assert httpx.get(url + "/healthz").status_code == 200  # liveness probes carry no secrets
+    # nor readiness probes (compose.fleet.yaml, deploy/k8s): a replica behind a key was never ready (issue 43)
+    assert httpx.get(url + "/readyz").json() == {"status": "ready"}
 
 
 def test_ui_needs_the_key_too(strict_server):

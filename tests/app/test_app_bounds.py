@@ -114,3 +114,18 @@ def test_the_sign_in_form_is_not_parsed_at_two_megabytes(engine):
         r = c.post("/login", content=b"a=1&" * 500_000, headers={"Content-Type": "application/x-www-form-urlencoded"})
         assert r.status_code == 413
         assert c.post("/login", data={"key": "k"}, follow_redirects=False).status_code == 303
+
+
+def test_the_queues_last_places_are_kept_for_requests_within_their_fair_slice():
+    """16 addresses x 64 texts filled a 512-text queue although each kept to its share (the floor of --max-texts):
+    a 17th address sending one text got 57% 429s (bench/queue_share.py)."""
+    from app.fair_share import FairShare
+
+    shares = FairShare(max_queue=512, min_share=64, window_s=10)
+    shares.share("10.0.1.1")  # the small client is about
+    admitted = sum(shares.admit(f"10.0.0.{i}", 64) is None for i in range(16))
+    assert admitted == 7 and sum(shares.held.values()) == 448  # stopped short of the last 64 places
+    assert shares.admit("10.0.0.99", 64) == (512 // 18, 18)  # a 64-text request is past its slice of 28
+    assert shares.admit("10.0.1.1", 1) is None  # the small client's one text still finds room
+    alone = FairShare(max_queue=512, min_share=64)
+    assert all(alone.admit("10.0.0.1", 64) is None for _ in range(8))  # alone: the whole queue, as before

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import pytest
 from fastapi.testclient import TestClient
 
-from app.config import Config
+from app.config import Config, parse_args
 from app.server import create_app
 from serving.engine import Prediction
 
@@ -42,3 +43,31 @@ def test_allowed_origin_gets_cors_headers_and_preflight_skips_auth():
                             headers={"Origin": "https://evil.example", "Authorization": "Bearer k"})
         assert "access-control-allow-origin" not in other.headers
         assert client.post("/v1/classify", json={"text": "x"}).status_code == 401
+
+
+@pytest.mark.parametrize("origin, says", [
+    ("*", "would let every web page read"),
+    ("null", "every sandboxed frame and local file"),
+    ("NULL", "every sandboxed frame and local file"),
+    ("app.example", "is not an origin"),
+    ("https://app.example/path", "has a path"),
+    ("https://user:pw@app.example", "is not an origin"),
+    ("https://app.example:99999", "a port that is not one"),
+])
+def test_an_origin_that_is_not_one_site_is_refused_at_start(origin, says, capsys):
+    """Issue 40, "not yet tried": `--cors-origin '*'` let every web page read a loopback server's GET answers
+    (the registry, the jobs); `null` let any sandboxed frame or local file write (POST 200)."""
+    with pytest.raises(SystemExit):
+        parse_args(["--model", "m", "--cors-origin", "https://ok.example", "--cors-origin", origin])
+    assert says in capsys.readouterr().err
+    with pytest.raises(ValueError, match=says):  # a server built in code: the same rule
+        create_app(Config(model="m", ui=False, cors_origins=(origin,)), FakeClassifier())
+
+
+def test_an_origin_written_with_capitals_or_a_slash_matches_what_browsers_send():
+    cfg = parse_args(["--model", "m", "--cors-origin", "HTTPS://App.Example/"])
+    with TestClient(base_url="http://127.0.0.1", app=create_app(cfg, FakeClassifier())) as client:
+        r = client.post("/v1/classify", json={"text": "x"}, headers={"Origin": "https://app.example"})
+        assert r.status_code == 200 and r.headers["access-control-allow-origin"] == "https://app.example"
+        null = client.post("/v1/classify", json={"text": "x"}, headers={"Origin": "null"})
+        assert null.status_code == 403 and "access-control-allow-origin" not in null.headers

@@ -28,6 +28,7 @@ from app.server import create_app, load_classifier
 from app.trainset import build
 from serving.engine import Prediction
 from textdata.drift import REFERENCE_FILE
+from textdata.errors import ModelError
 
 GOOD = {"source": "out-of-fold", "class_mix": {"dream": 50, "error": 30, "memo": 20},
         "confidence": {"counts": [0, 0, 0, 0, 10, 20, 20, 20, 20, 10]},
@@ -222,3 +223,16 @@ def test_too_few_rows_for_10000_classes_is_a_short_message(tmp_path):
     with pytest.raises(ValueError, match="and 9,990 more. Add examples") as e:
         load_labeled(tmp_path / "t.csv", folds=2)
     assert len(str(e.value)) < 1000
+
+
+def test_registering_a_folder_checks_its_label_names(spread_model_dir, tmp_path):
+    """Issue 40: the registry took config.json's label names as they came (a NUL, U+202E, duplicates)."""
+    def nul_label(folder):
+        config = json.loads((folder / "config.json").read_text())
+        config["id2label"]["1"] = "err\x00or"
+        (folder / "config.json").write_text(json.dumps(config))
+
+    reg = Registry(tmp_path / "models")
+    with pytest.raises(ModelError, match=r"config.json: id2label\[1\] 'err\\x00or' holds the control character"):
+        reg.register_folder(_with(spread_model_dir, tmp_path, "nul-label", nul_label))
+    assert reg.names() == []

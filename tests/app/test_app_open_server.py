@@ -1,10 +1,13 @@
 """A server open to anyone (no --api-key, a non-loopback --host, no --allow-admin) shows no texts other clients
 sent (issue 40, H2): --audit-rate and --review-queue are refused at start, and sessions of kept texts made
-while it ran with a key are neither listed nor opened in the Label tab. What it shows is said in the log."""
+while it ran with a key are neither listed nor opened in the Label tab, and nor is any session a visitor did not
+start in their own page (no "Earlier sessions" list). What it shows is said in the log."""
 
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 
 import pytest
 
@@ -80,17 +83,24 @@ def _label_tab(cfg, engine):
 def test_an_open_server_neither_lists_nor_opens_sessions_of_kept_texts(engine, tmp_path):
     mine, audit, review = _sessions(tmp_path, engine)
     fns = _label_tab(Config(model="m", host="0.0.0.0", data_dir=tmp_path), engine)
-    for sid in (audit, review):
+    for sid in (audit, review, mine):  # `mine`: texts another visitor uploaded (issue 40: it opened for anyone)
         out = fns["resume"](sid)
-        assert out[0] == "" and "PRIVATE" not in repr(out)  # as if no such session
-    out = fns["resume"](mine)
-    assert out[0] == mine and "오늘 회의" in repr(out)
+        assert out[0] == "" and "PRIVATE" not in repr(out) and "오늘 회의" not in repr(out)  # as if no such session
+    from gradio.utils import get_upload_folder
+
+    upload = Path(get_upload_folder()) / f"open-server-{os.getpid()}" / "upload.csv"  # as Gradio stores an upload
+    upload.parent.mkdir(parents=True, exist_ok=True)
+    upload.write_text("text\n내일 약속 기록\n", encoding="utf-8")
+    out = fns["start"](str(upload), "text")  # a visitor's own upload opens, and nothing else is listed
+    sid = out[0]
+    assert sid and sid not in (mine, audit, review) and "내일 약속 기록" in repr(fns["resume"](sid))
     listed = repr(out)
-    assert "live audit" not in listed and "review queue" not in listed and "mine.csv" in listed
-    # With a key the same sessions open (the people the operator gave it to label them).
+    assert "mine.csv" not in listed and "live audit" not in listed and "review queue" not in listed
+    # With a key the same sessions open and are listed (the people the operator gave it to label them).
     fns = _label_tab(Config(model="m", host="0.0.0.0", data_dir=tmp_path, api_key="k"), engine)
     assert "PRIVATE: patient 7" in repr(fns["resume"](audit))
     assert "PRIVATE: account 1234" in repr(fns["resume"](review))
+    assert "mine.csv" in repr(fns["resume"](mine)) and "upload.csv" in repr(fns["resume"](mine))
 
 
 def test_an_open_server_does_not_show_the_active_versions_suspects(engine, tmp_path):

@@ -41,7 +41,7 @@ def issues_csv(folder: Path, base: Path, wrong=(0, 4, 8, 13)) -> pd.DataFrame:
         probs[row, (y[row] + 1) % 3] = 0.9 - 0.01 * i  # the first row wrong most surely
     data = SimpleNamespace(labels=LABELS, texts=df["text"].tolist(), y=y, keep=np.arange(len(y)), groups=None)
     section = li.run("auto", folder, data, probs / probs.sum(1, keepdims=True), None, None, np.zeros(len(y), int),
-                     base, [])
+                     base, [], li.SingleLabelIssues())
     assert section["n_flagged"] == len(wrong)
     return pd.read_csv(folder / li.FILE, dtype=str, keep_default_na=False)
 

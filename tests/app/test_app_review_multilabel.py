@@ -48,7 +48,8 @@ def ml_issues(folder: Path, base: Path) -> pd.DataFrame:
         probs[row, j] = 0.03 if Y[row, j] else 0.97
     data = SimpleNamespace(labels=ML_LABELS, texts=df["text"].tolist(), Y=Y, multi_label=True, label_sep=SEP,
                            keep=np.arange(len(df)), groups=None)
-    section = li.run("auto", folder, data, probs, None, None, np.arange(len(df)) % 3, base, [])
+    section = li.run("auto", folder, data, probs, None, None, np.arange(len(df)) % 3, base, [],
+                       li.MultiLabelIssues(SEP))
     assert section["n_flagged"] == len(WRONG)
     return pd.read_csv(folder / li.FILE, dtype=str, keep_default_na=False)
 

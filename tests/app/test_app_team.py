@@ -118,8 +118,8 @@ def test_users_turn_auth_on_for_a_server_without_a_key(tmp_path):
         engine.dispose()
         from app import team_auth
 
-        saved = team_auth.ACTIVE_TTL_S, team_auth.TOKEN_TTL_S
-        team_auth.ACTIVE_TTL_S = team_auth.TOKEN_TTL_S = 0.0  # the gate asks the store at once, not within 1-2 s
+        saved = team_auth.TOKEN_TTL_S, team_auth.MISS_TTL_S
+        team_auth.TOKEN_TTL_S = team_auth.MISS_TTL_S = 0.0  # the gate reads the users at once, not within 1 s
         try:
             assert c.get("/v1/datasets").status_code == 401
             assert c.get("/v1/datasets", headers={"Authorization": f"Bearer {token}"}).status_code == 200
@@ -127,8 +127,15 @@ def test_users_turn_auth_on_for_a_server_without_a_key(tmp_path):
             users.revoke(engine, "ann")  # while the server runs
             engine.dispose()
             assert c.get("/v1/datasets", headers={"Authorization": f"Bearer {token}"}).status_code == 401
+            # the users are held in memory for TOKEN_TTL_S; a token not among them reads them again at once
+            team_auth.TOKEN_TTL_S = 3600.0
+            assert c.get("/v1/datasets").status_code == 401
+            engine = open_store(url)
+            second = users.add_user(engine, "bob", "annotator")
+            engine.dispose()
+            assert c.get("/v1/datasets", headers={"Authorization": f"Bearer {second}"}).status_code == 200
         finally:
-            team_auth.ACTIVE_TTL_S, team_auth.TOKEN_TTL_S = saved
+            team_auth.TOKEN_TTL_S, team_auth.MISS_TTL_S = saved
 
 
 def test_the_ui_signs_in_with_a_users_token(tmp_path):
@@ -140,6 +147,9 @@ def test_the_ui_signs_in_with_a_users_token(tmp_path):
         assert c.post("/login", data={"key": "lbl_wrong"}, follow_redirects=False).status_code == 401
         ok = c.post("/login", data={"key": token}, follow_redirects=False)
         assert ok.status_code == 303 and "electra_session" in ok.headers.get("set-cookie", "")
+        state = c.app.state.server  # the cookie names the user: the UI's reviews are theirs (app/ui_team.py)
+        assert state.identities.by_id(state.sessions.user_of(ok.cookies["electra_session"]))[1:] == ("ann",
+                                                                                                   "annotator")
 
 
 def test_a_retrain_table_takes_the_store_as_of_its_newest_event(tmp_path):
@@ -166,3 +176,60 @@ def test_without_scikit_learn_agreement_says_what_is_missing(tmp_path, monkeypat
         monkeypatch.setitem(__import__("sys").modules, "sklearn.metrics", None)
         r = c.get(f"/v1/datasets/{ds}/agreement")
         assert r.status_code == 501 and "sklearn" in r.json()["detail"] and "VARIANT=full" in r.json()["detail"]
+
+
+def test_the_csv_export_neutralises_spreadsheet_formulas(store_url, tmp_path):
+    texts = ['=HYPERLINK("http://evil.example","click")', "+1 call now", "-5", "-2+3", "@SUM(A1)", "\tx", "plain"]
+    with client(store_url, tmp_path) as c:
+        ds = c.post("/v1/datasets", json={"name": "f", "texts": texts, "labels": ["=cmd", "b"]}).json()["id"]
+        while (nxt := c.post(f"/v1/datasets/{ds}/next")).status_code == 200:
+            assert c.post(f"/v1/datasets/{ds}/labels", json={"record_id": nxt.json()["record_id"],
+                                                             "label": "=cmd"}).status_code == 200
+        rows = list(csv.DictReader(io.StringIO(c.get(f"/v1/datasets/{ds}/export?format=csv").text)))
+        assert {r["text"] for r in rows} == {"'" + texts[0], "'+1 call now", "-5", "'-2+3", "'@SUM(A1)", "'\tx",
+                                             "plain"}  # a number stays one
+        assert {r["label"] for r in rows} == {"'=cmd"}
+        raw = [json.loads(x) for x in c.get(f"/v1/datasets/{ds}/export?format=jsonl").text.splitlines()]
+        assert {r["text"] for r in raw} == set(texts) and {r["label"] for r in raw} == {"=cmd"}  # pipelines: as stored
+
+
+def test_dataset_routes_are_refused_on_an_open_server_without_users(store_url, tmp_path):
+    with client(store_url, tmp_path, host="0.0.0.0") as c:
+        for method, path in (("post", "/v1/datasets"), ("get", "/v1/datasets"), ("post", "/v1/datasets/1/next"),
+                             ("get", "/v1/datasets/1/export")):
+            r = c.request(method.upper(), path, json={"name": "x", "texts": ["a"]} if method == "post" else None)
+            assert r.status_code == 403 and "users add" in r.json()["detail"], (path, r.text)
+        engine = open_store(store_url)
+        token = users.add_user(engine, "boss", "admin")
+        engine.dispose()
+        from app import team_auth
+
+        saved, team_auth.TOKEN_TTL_S = team_auth.TOKEN_TTL_S, 0.0
+        try:  # with a user, every request says who it is: the routes open
+            assert c.post("/v1/datasets", json={"name": "x", "texts": ["a"]}).status_code == 401
+            assert c.post("/v1/datasets", json={"name": "x", "texts": ["a"]},
+                          headers={"Authorization": f"Bearer {token}"}).status_code == 201
+        finally:
+            team_auth.TOKEN_TTL_S = saved
+
+
+def test_a_dataset_holds_more_texts_than_a_classify_request(store_url, tmp_path):
+    """The gate counts a body's values against --max-texts; a new dataset may hold --max-upload-rows texts
+    (it was refused from ~380 texts on: 422 before any route ran)."""
+    texts = [f"text number {i}" for i in range(500)]
+    with client(store_url, tmp_path, max_upload_rows=600) as c:
+        made = c.post("/v1/datasets", json={"name": "big", "texts": texts})
+        assert made.status_code == 201 and made.json()["records"] == 500, made.text[:300]
+        over = c.post("/v1/datasets", json={"name": "big", "texts": texts + texts[:200]})
+        assert over.status_code == 422 and "600" in over.text
+
+
+def test_a_long_dataset_body_is_counted_too(tmp_path):
+    """The same over 16 KB, where the gate starts counting values as the body arrives (app/body_shape.py)."""
+    texts = [f"text number {i} " + "word " * 20 for i in range(600)]
+    with client(f"sqlite:///{tmp_path / 'app.db'}", tmp_path, max_texts=64, max_upload_rows=1000) as c:
+        made = c.post("/v1/datasets", json={"name": "big", "texts": texts})
+        assert made.status_code == 201, made.text[:300]
+        assert made.json()["records"] == 600
+        over = c.post("/v1/classify", json={"texts": texts})
+        assert over.status_code == 422

@@ -27,5 +27,30 @@ def test_progress_agreement_and_disagreements_to_settle(tmp_path):
     review.adjudicate(engine, ds, ids["ann"], split[0]["record_id"], "b")
     assert review.disagreements(engine, ds) == []
     with gr.Blocks():  # the tab builds on a store
-        team_tab(Config(model="m"), SimpleNamespace(store=engine))
+        team_tab(Config(model="m"), SimpleNamespace(store=engine, identities=None, sessions=None))
+    engine.dispose()
+
+
+def test_the_team_tab_is_for_reviewers_and_names_who_signed_in(tmp_path):
+    """A UI cookie names the user who signed in with their token; the Team tab (everyone's answers) is for
+    reviewers and admins only, the key holder included; a revoked user's cookie names nobody."""
+    from app.gate import UiSessions
+    from app.team_auth import Identities
+    from app.ui_team import reviewer_of
+
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    tokens = {name: users.add_user(engine, name, role) for name, role in (("ann", "annotator"), ("rev", "reviewer"))}
+    ids = {name: users.by_token(engine, t)[0] for name, t in tokens.items()}
+    state = SimpleNamespace(store=engine, identities=Identities(engine), sessions=UiSessions())
+    cookie = {name: state.sessions.issue(uid) for name, uid in ids.items()}
+    assert state.sessions.user_of(cookie["ann"]) == ids["ann"] and state.sessions.valid(cookie["ann"])
+    forged = cookie["ann"].replace(f".{ids['ann']}.", f".{ids['rev']}.")
+    assert not state.sessions.valid(forged) and state.sessions.user_of(forged) is None  # the user is signed too
+    assert reviewer_of(Config(model="m"), state, cookie["ann"]) is None  # blind
+    assert reviewer_of(Config(model="m"), state, cookie["rev"]) == (ids["rev"], "rev", "reviewer")
+    key_holder = reviewer_of(Config(model="m", api_key="k"), state, state.sessions.issue())
+    assert key_holder[1:] == (users.API_KEY, "admin")
+    users.revoke(engine, "rev")
+    state.identities = Identities(engine)
+    assert reviewer_of(Config(model="m"), state, cookie["rev"]) is None
     engine.dispose()

@@ -301,3 +301,22 @@ def test_two_sessions_of_one_file_read_apart_in_the_menu(tmp_path):
     first.decide(0, "error")
     names = {sid: name for name, sid in _sessions_update(store, first.id)["choices"]}
     assert names[first.id].startswith("notes.csv · 1/2 labeled · ") and len(set(names.values())) == 2
+
+
+def test_classify_states_the_promise_and_says_out_of_domain():
+    """The stated confidence (issue 42) under every answer where k-fold stated one; an off-topic text says why
+    it is not sure instead of a threshold its score may well clear."""
+    from app.ui_classify import answer_markdown
+
+    clf = _clf()
+    clf.calibration.spec["statement"] = ("precision >= 0.80 with 90% confidence on texts like the training rows, at "
+                                         "an estimated coverage of 0.78")
+    sure = answer_markdown(clf, Prediction("error", 0.9, {"dream": 0.1, "error": 0.9}), "v3")
+    assert sure.endswith("*Confident answers: precision ≥ 0.80 with 90% confidence on texts like the training rows, "
+                         "at an estimated coverage of 0.78.*")
+    away = answer_markdown(clf, Prediction("error", 0.95, {"dream": 0.05, "error": 0.95}, confident=False,
+                                           reason="out of domain"), "v3")
+    assert away.startswith("### ⚠ Not sure\nThis text is unlike the texts the model was trained on (out of domain)")
+    assert "needed" not in away and "**error** · 95.0% · model v3" in away
+    clf.calibration.applied = False  # scores served uncalibrated: no promise
+    assert "Confident answers" not in answer_markdown(clf, Prediction("error", 0.9, {"error": 0.9}), "v3")

@@ -64,3 +64,48 @@ def test_ngram_counts_match_the_analyzer(fitted):
     tf = fitted[0].index.tfidf
     docs = ["", "a", "ab c  defgh", "İstanbul is Big", "한국어 텍스트 x", "abcdefghijklmnop q r", " \t lead"]
     assert tf.ngram_counts(docs).tolist() == [len(tf.ngrams(d)) for d in docs]
+
+
+def test_one_read_serves_the_detector_as_its_own(fitted):
+    """CharTfidf.read's totals are ngram_counts'; the detector on a shared read, and over chunk boundaries (empty
+    and Korean rows among them), answers what it answers text by text."""
+    from baseline.ood import CHUNK
+
+    typ, _, fresh = fitted
+    tf = typ.index.tfidf
+    docs = (fresh + OFF_TOPIC + ["", "İstanbul  is Big", "한국어 텍스트 x", " \t "]) * 3
+    assert len(docs) > 2 * CHUNK and tf._fast
+    read = tf.read(docs)
+    assert read.totals.tolist() == tf.ngram_counts(docs).tolist()
+    alone = np.array([typ.typicality([d])[0] for d in docs])
+    np.testing.assert_allclose(typ.typicality(docs), alone, atol=1e-12)
+    np.testing.assert_allclose(typ.typicality(docs, read), alone, atol=1e-12)
+
+
+def test_reads_like_the_baseline_fitted_on_the_same_rows(fitted, toy_rows, tmp_path):
+    from baseline.blend import Blend, baseline_proba, fit_baseline, load_baseline, save_baseline
+
+    typ, _, fresh = fitted
+    rows = toy_rows(n_per_class=20, seed=2)  # the fixture's rows
+    for name, texts in (("same", rows["text"].tolist()), ("other", toy_rows(n_per_class=20, seed=5)["text"].tolist())):
+        y = rows["label"].map(sorted(set(rows["label"])).index).to_numpy()
+        save_baseline(fit_baseline(texts, y, 0), tmp_path / name, 3, Blend(1.0, 1.0), {})
+    same, other = load_baseline(tmp_path / "same")[0], load_baseline(tmp_path / "other")[0]
+    assert typ.reads_like(same) and not typ.reads_like(other)
+    read = same.read(fresh)
+    np.testing.assert_allclose(baseline_proba(same, fresh, 3, read.weights), baseline_proba(same, fresh, 3))
+
+
+def test_multi_label_rows_get_a_centroid_per_label(toy_rows):
+    """Multi-label rows (rows x labels, 0/1; a row may carry none or two): the detector fits with a centroid per
+    label and tells the rows' kind from off-topic texts as the single-label one does."""
+    rows = toy_rows(n_per_class=20, seed=2)
+    labels = sorted(set(rows["label"]))
+    y = rows["label"].map(labels.index).to_numpy()
+    Y = np.eye(len(labels), dtype=int)[y]
+    Y[::4, (y[::4] + 1) % len(labels)] = 1  # a second label on every fourth row
+    Y[::7] = 0  # and none on every seventh
+    typ, meta = fit_typicality(rows["text"].tolist(), Y, np.arange(len(y)) % 3, len(labels))
+    assert typ.index.centroids_t.shape[1] == len(labels) and meta["out_of_fold_confident_lost"] <= 0.015
+    assert not typ.in_domain(OFF_TOPIC).any()
+    assert typ.in_domain(toy_rows(n_per_class=10, seed=9)["text"].tolist()).mean() >= 0.9

@@ -21,7 +21,6 @@ from textdata.calibration import (
     Calibrator,
     calibrator_from_json,
     confident,
-    confident_multi_label,
     read_calibration,
 )
 from textdata.errors import DataError
@@ -293,7 +292,7 @@ def test_multi_label_platt_where_it_wins_and_confident_rule():
     probs = np.array([[0.95, 0.2], [0.6, 0.1], [0.1, 0.2]])
     asserted = probs >= 0.5
     # row 0 asserts label 0 above its 0.9 threshold; row 1 asserts it below; row 2 asserts nothing
-    assert confident_multi_label(probs, asserted, np.array([0.9, 0.9])).tolist() == [True, False, True]
+    assert confident(probs, np.array([0.9, 0.9]), asserted).tolist() == [True, False, True]
 
 
 def test_multi_label_unreachable_target():

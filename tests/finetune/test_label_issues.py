@@ -110,7 +110,8 @@ def test_run_writes_the_csv_most_likely_first_with_rows_of_the_data_file_and_a_p
     data = fake_data(given, list("abcd"), keep=keep, groups=np.array([f"g{i % 7}" for i in range(300)]))
     warnings = []
     blend = np.roll(probs, 1, axis=1)  # a different set of probabilities: which one was used must show
-    section = li.run("auto", tmp_path, data, probs, blend, {"kept": False}, np.arange(300) % 3, "x/notes.csv", warnings)
+    section = li.run("auto", tmp_path, data, probs, blend, {"kept": False}, np.arange(300) % 3, "x/notes.csv", warnings,
+                     li.SingleLabelIssues())
     assert not warnings and section["probabilities"].startswith("model")
     table = pd.read_csv(tmp_path / li.FILE)
     assert list(table.columns) == [*li.COLUMNS, "group", "data"]
@@ -124,7 +125,8 @@ def test_run_writes_the_csv_most_likely_first_with_rows_of_the_data_file_and_a_p
     assert (tmp_path / li.PLOT).stat().st_size > 1000
     assert li.table_lines(section)[0].startswith(f"label issues (model (out-of-fold)): {len(table)} of 300")
 
-    used = li.run("auto", tmp_path, data, probs, blend, {"kept": True}, np.arange(300) % 3, "notes.csv", warnings)
+    used = li.run("auto", tmp_path, data, probs, blend, {"kept": True}, np.arange(300) % 3, "notes.csv", warnings,
+                  li.SingleLabelIssues())
     assert used["probabilities"].startswith("blend")
 
 
@@ -134,17 +136,17 @@ def test_too_few_rows_of_a_class_names_it_and_skips_the_step_without_failing(tmp
     (tmp_path / li.FILE).write_text("stale\n")
     warnings = []
     section = li.run("auto", tmp_path, fake_data(given, ["memo", "note", "rare"]), probs, None, None,
-                     np.zeros(43, int), "d.csv", warnings)
+                     np.zeros(43, int), "d.csv", warnings, li.SingleLabelIssues())
     assert "skipped" in section and "'rare' (3 rows)" in warnings[0] and "'memo'" not in warnings[0]
     assert not (tmp_path / li.FILE).exists()  # no stale list from an earlier run either
     enough = np.array([0] * 20 + [1] * 20)
     holes = np.full((40, 2), 0.5)
     holes[7] = np.nan
     section = li.run("auto", tmp_path, fake_data(enough, ["memo", "note"]), holes, None, None, np.zeros(40, int),
-                     "d.csv", warnings)
+                     "d.csv", warnings, li.SingleLabelIssues())
     assert section["skipped"] == warnings[-1] and "1 rows have no out-of-fold probability" in warnings[-1]
     assert li.run("off", tmp_path, fake_data(given, ["memo", "note", "rare"]), probs, None, None,
-                  np.zeros(43, int), "d.csv", warnings) is None
+                  np.zeros(43, int), "d.csv", warnings, li.SingleLabelIssues()) is None
 
 
 def test_multi_label_run_writes_label_sets(tmp_path):
@@ -154,7 +156,7 @@ def test_multi_label_run_writes_label_sets(tmp_path):
     given = Y.copy()
     given[:15, 0] = 1 - given[:15, 0]
     section = li.run("auto", tmp_path, fake_data(given, ["a", "b", "c"], multi=True), probs, None, None,
-                     np.zeros(200, int), "d.csv", [])
+                     np.zeros(200, int), "d.csv", [], li.MultiLabelIssues(";"))
     assert section["multi_label"] and section["n_flagged"] >= 10
     table = pd.read_csv(tmp_path / li.FILE, keep_default_na=False)
     assert list(table.columns)[-1] == "label_sep" and set(table["label_sep"]) == {";"}  # the review UI reads sets by it
@@ -235,6 +237,6 @@ def test_a_tiny_set_probability_is_not_written_as_zero():
                     p_given=np.array([1.234567e-9]), p_suggested=np.array([0.61234567]), per_class={}, joint=None)
     data = SimpleNamespace(labels=["a", "b"], multi_label=True, Y=np.array([[1, 0]]), y=None, keep=np.array([0]),
                            texts=["t"], groups=None, label_sep=";")
-    row = li.issues_table(issues, data, np.array([0]), "d.csv").iloc[0]
+    row = li.issues_table(issues, data, np.array([0]), "d.csv", li.MultiLabelIssues(";")).iloc[0]
     assert row["p_given"] == pytest.approx(1.23457e-9) and row["quality"] == pytest.approx(2.5e-7)
     assert row["p_suggested"] == 0.612346 and row["given_label"] == "a" and row["suggested_label"] == "b"

@@ -88,3 +88,33 @@ def test_multi_label_summary_names_the_labels_never_confident():
     text = "\n".join(table_lines(section))
     assert "calibration (" in text and "served: target precision 0.9" in text
     assert "never confident (2 of 4 labels: their rows do not reach 0.9, threshold 1.0): c, d" in text
+
+
+def test_multi_label_thresholds_hold_per_label_where_the_point_estimate_does_not():
+    """Per label (finetune/coverage.py label_bound_thresholds): each label's precision above its threshold holds
+    the target in about 90% of draws; the point estimate per label (pick_threshold) fails far more often. The
+    served section states the confidence."""
+    from finetune.calibration_multilabel import calibrate as calibrate_multi_label
+    from finetune.coverage import label_bound_thresholds
+
+    rng = np.random.default_rng(11)
+    fails, point_fails, tries = 0, 0, 0
+    for _ in range(60):
+        conf = rng.random((1500, 3))  # each label: true with probability 0.5 + 0.5 * score, as draw() above
+        Y = rng.random((1500, 3)) < 0.5 + 0.5 * conf
+        th, infos = label_bound_thresholds(conf, Y, 0.9, 0.1)
+        for j in range(3):
+            p, _ = pick_threshold(conf[:, j], Y[:, j], 0.9)
+            tries += 1
+            fails += th[j] < 1.0 and true_precision(th[j]) < 0.9
+            point_fails += p is not None and true_precision(p) < 0.9
+        assert (th < 1.0).all() and all(i["needed_rows"] == 29 for i in infos)
+    assert fails / tries <= 0.12 and point_fails / tries >= 0.3, (fails, point_fails, tries)
+    few = np.ones((20, 1)) * 0.99  # 20 rows, all right: below the 29 a 0.9 bound needs at 0.05 per sequence
+    assert label_bound_thresholds(few, np.ones((20, 1)), 0.9)[0].tolist() == [1.0]
+    n = 1200
+    Yn = rng.random((n, 2)) < 0.4
+    P = 1 / (1 + np.exp(-(np.where(Yn, 2.0, -2.0) + rng.normal(0, 1.0, (n, 2)))))
+    served = calibrate_multi_label(P, Yn, np.arange(n) % 3, ["a", "b"], "model", 0.9, 0.5)[0]["served"]
+    assert served["confidence"] == 0.9 and "Learn-then-Test per label" in served["rule"]
+    assert served["statement"].startswith("each label's precision >= 0.90 with 90% confidence on texts like")

@@ -184,3 +184,34 @@ def test_training_takes_the_adjudicated_label_else_the_majority(engine):
     review.adjudicate(engine, ds, ids[0], second, "a")
     assert review.final_labels(engine, ds) == {first: "a", second: "a"}
     assert review.progress(engine, ds)["complete"] == 2
+
+
+def test_migration_0002_marks_full_texts_closed_and_next_skips_them(store_url):
+    """A store made before 0002_queue_open: its texts with k answers are closed by the upgrade, the others
+    open, so `next` serves exactly the open ones (it reads is_open alone)."""
+    from alembic import command
+
+    from labelstore.engine import _alembic, make_engine
+
+    engine = make_engine(store_url)
+    with engine.begin() as conn:
+        command.upgrade(_alembic(conn), "0001")
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO users (name, role, created_at) VALUES ('u', 'annotator', 0)"))
+        conn.execute(sa.text("INSERT INTO datasets (name, labels, multi_label, overlap, created_at) "
+                             "VALUES ('d', '[\"a\"]', false, 2, 0)"))
+        for i, n in enumerate((0, 1, 2)):
+            conn.execute(sa.text("INSERT INTO records (dataset_id, text, text_hash, priority, n_answers) "
+                                 "VALUES (1, :t, :h, :p, :n)"), {"t": f"t{i}", "h": f"h{i}", "p": i, "n": n})
+    engine.dispose()
+    engine = open_store(store_url)  # migrates to head
+    with engine.connect() as conn:
+        assert dict(conn.execute(sa.select(records.c.text, records.c.is_open)).all()) == {
+            "t0": True, "t1": True, "t2": False}
+    ds, uid = queue.get_dataset(engine, 1), 1
+    served = [queue.next_record(engine, ds, uid)["text"]]
+    queue.submit(engine, ds, uid, 1, "a", None)
+    served.append(queue.next_record(engine, ds, uid)["text"])
+    queue.submit(engine, ds, uid, 2, "a", None)
+    assert served == ["t0", "t1"] and queue.next_record(engine, ds, uid) is None
+    engine.dispose()

@@ -142,3 +142,34 @@ def test_a_multi_label_run_records_its_finding(tmp_path):
     (tmp_path / "training_config.json").write_text(json.dumps({"blend": blend, "learned": found}))
     assert folder_note(tmp_path, blended=True).startswith(ADDS_NOTHING)
     assert folder_note(tmp_path, blended=False).startswith(AT_CHANCE)
+
+
+def test_multi_label_score_and_export_say_it_once(multilabel_classifier_dir, multilabel_rows, tmp_path, caplog,
+                                                  capsys):
+    """Issue 45 (15): `python -m serving.score` on a multi-label model printed "the model adds nothing" twice; the
+    command a user runs says it once, and export once per model it loads (then in its summary)."""
+    import os
+    import subprocess
+    import sys
+
+    from textdata.learned import assess_multi
+
+    folder = tmp_path / "ml"
+    shutil.copytree(multilabel_classifier_dir, folder)
+    rng = np.random.default_rng(4)
+    Y = (rng.random((300, 3)) < 0.3).astype(int)
+    found = assess_multi(Y, (rng.random(Y.shape) < 0.3).astype(int), None)
+    (folder / "training_config.json").write_text(json.dumps({"config": {}, "learned": found}))
+    data = tmp_path / "in.csv"
+    multilabel_rows(30).to_csv(data, index=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    said = subprocess.run([sys.executable, "-m", "serving.score", "--model", str(folder), "--input", str(data),
+                           "--output", str(tmp_path / "out.csv")], capture_output=True, text=True, env=env, check=True)
+    assert (said.stdout + said.stderr).count(AT_CHANCE) == 1, said.stderr
+    from serving import export
+
+    caplog.clear()
+    assert export.main(["--model", str(folder), "--output", str(tmp_path / "onnx"), "--sample-size", "40"]) == 0
+    logged = [m for m in caplog.messages if AT_CHANCE in m]
+    assert len(logged) == 1, logged  # the reference, the ONNX file and each INT8 try each logged it
+    assert capsys.readouterr().out.count(AT_CHANCE) == 1  # and the summary's warning line

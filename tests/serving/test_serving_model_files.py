@@ -17,6 +17,7 @@ from serving.model_folder import ModelFolder
 from serving.multilabel import load_thresholds
 from textdata.calibration import read_calibration
 from textdata.errors import ModelError
+from textdata.labels import LabelSpace
 
 LABELS = ["dream", "error", "memo"]
 
@@ -89,7 +90,7 @@ def test_calibration_json_is_refused_naming_the_file_and_the_field(tmp_path, spe
     were taken, and the text shown by every GET /v1/model."""
     _calibration(tmp_path, spec)
     with pytest.raises(ModelError, match=says) as e:
-        ServedCalibration.load(tmp_path, LABELS, blend_served=False, multi_label=False)
+        ServedCalibration.load(tmp_path, LABELS, blend_served=False, space=LabelSpace.of(LABELS))
     assert "calibration.json: unreadable calibration" in str(e.value) and len(str(e.value)) < 400
 
 
@@ -97,13 +98,13 @@ def test_calibration_of_the_other_kind_is_refused_and_only_checked_fields_are_sh
     _calibration(tmp_path, {k: v for k, v in SINGLE.items() if k != "problem_type"})  # older files have none
     with pytest.raises(ValueError, match="problem_type 'single_label_classification': fitted for a single-label "
                                          "model, this folder's is multi-label"):
-        read_calibration(tmp_path, LABELS, multi_label=True)
+        read_calibration(tmp_path, LABELS, LabelSpace.of(LABELS, multi_label=True))
     multi = {**SINGLE, "problem_type": "multi_label_classification", "temperature": [1.0, 2.0, 0.5]}
     _calibration(tmp_path, multi)
     with pytest.raises(ValueError, match="fitted for a multi-label model, this folder's is single-label"):
-        read_calibration(tmp_path, LABELS, multi_label=False)
+        read_calibration(tmp_path, LABELS, LabelSpace.of(LABELS))
     _calibration(tmp_path, {**SINGLE, "junk": "j" * 100_000, "nested": {"ece_after": 0.02, "folds": 5}})
-    info = ServedCalibration.load(tmp_path, LABELS, blend_served=False, multi_label=False).info()
+    info = ServedCalibration.load(tmp_path, LABELS, blend_served=False, space=LabelSpace.of(LABELS)).info()
     assert "junk" not in json.dumps(info) and info["temperature"] == 1.5 and info["threshold"] == 0.6
     assert info["nested"] == {"ece_after": 0.02, "folds": 5} and len(json.dumps(info)) < 1000
 
@@ -153,3 +154,48 @@ def test_a_checked_folder_serves_and_shows_little(ml_copy):
         (ml_copy / "export_report.json").unlink()
     assert len(json.dumps(clf.info(), default=str)) < 8000 and np.isfinite(clf.thresholds).all()
     assert clf.label_sep == ";"
+
+
+def _relabel(src, dst, names) -> None:
+    shutil.copytree(src, dst)
+    config = json.loads((dst / "config.json").read_text())
+    config["id2label"] = {str(i): n for i, n in enumerate(names)} if isinstance(names, list) else names
+    config["label2id"] = {}
+    (dst / "config.json").write_text(json.dumps(config))
+
+
+@pytest.mark.parametrize("names, says", [
+    (["dream", "x" * 20_000_000, "memo"], r"config.json: [0-9,]+ bytes, over the 4 MB a config.json may take"),
+    (["dream", "e" * 5000, "memo"], r"config.json: id2label\[1\] 'eeee.*\.\.\. is 5000 characters long"),
+    (["dream", "bell\x07", "memo"], r"id2label\[1\] 'bell\\x07' holds the control character U\+0007"),
+    (["dream", "nul\x00", "memo"], r"id2label\[1\] 'nul\\x00' holds the control character U\+0000"),
+    (["dream", "\u202ememo", "memo"], r"id2label\[1\] '\\u202ememo' holds the control character U\+202E"),
+    (["dream", "=HYPERLINK(1)", "memo"], r"id2label\[1\] '=HYPERLINK\(1\)' starts like a spreadsheet formula"),
+    (["dream", "memo", "memo"], r"id2label\[1\] and id2label\[2\] are both 'memo'"),
+    (["dream", 5, "memo"], r"id2label\[1\] is a int, not a text"),
+    ({"0": "dream", "1": "error", "7": "memo"}, r"id2label's ids must be 0 to 2"),
+])
+def test_label_names_in_config_json_follow_the_label_rule(tiny_classifier_dir, tmp_path, names, says):
+    """Issue 40: a model folder's own label names were taken as they came (20 MB names, NUL, U+202E, duplicates),
+    then shown in the UI, written to CSV files and echoed by /v1/model."""
+    _relabel(tiny_classifier_dir, tmp_path / "m", names)
+    with pytest.raises(ModelError, match=says) as e:
+        ModelFolder.read(tmp_path / "m")
+    assert str(tmp_path / "m" / "config.json") in str(e.value) and len(str(e.value)) < 400
+
+
+@pytest.mark.parametrize("name, target", [("config.json", "real.json"), ("export_report.json", "/etc/passwd"),
+                                          ("tokenizer.json", "tokenizer.real.json")])
+def test_a_linked_file_in_a_folder_loaded_directly_is_refused(tiny_classifier_dir, tmp_path, name, target):
+    """Issue 40: the registry refused links, but loading --model directly (serving.score, export, the engine)
+    still followed a config.json that is a link."""
+    folder = tmp_path / "m"
+    shutil.copytree(tiny_classifier_dir, folder)
+    if not target.startswith("/"):
+        (folder / name).rename(folder / target)
+    else:
+        (folder / name).unlink(missing_ok=True)
+    (folder / name).symlink_to(target if target.startswith("/") else folder / target)
+    with pytest.raises(ModelError, match=rf"m/{name}: a symbolic link; .*`cp -rL FOLDER COPY`"):
+        ModelFolder.read(folder)
+    ModelFolder.read(tiny_classifier_dir)  # the plain folder loads

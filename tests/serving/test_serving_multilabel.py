@@ -113,6 +113,75 @@ def test_export_keeps_problem_type_copies_thresholds_and_judges_per_label(ml_exp
     assert abs(fp32["macro_f1"] - r["pytorch"]["macro_f1"]) < 1e-9 and r["pytorch"]["macro_f1"] > 0.5
     assert int8["label_agreement"] >= 0.95 and int8["macro_f1_change_points"] >= -0.5
     assert r["eval_rows"] == 48  # 60 rows, 12 calibrate static INT8
+    # Issue 44: judged on served answers (calibrated scores over the served thresholds), as single-label files are
+    assert r["gate"]["confident"] == "served score >= 0.9 or <= 0.1" and r["gate"]["near_tie_margin"] == 0.1
+    for s in (fp32["served"], int8["served"]):
+        assert s["unit"] == "label decisions" and s["confident_rows"] + 0 <= 48 * 3
+        assert {"confident_agreement", "beyond_near_tie_agreement", "macro_f1_change_points",
+                "ece_change_points"} <= set(s)
+    assert fp32["served"]["agreement"] == 1.0 and abs(fp32["served"]["ece_change_points"]) < 1e-6
+    assert fp32["served"]["macro_f1_reference"] == pytest.approx(fp32["served"]["macro_f1"])
+
+
+def test_multi_label_served_gate_counts_decisions_near_their_threshold_as_ties():
+    """Per label decision: a flip next to its threshold is a near-tie; one far from it, or on a confident
+    row, fails the gate; F1 and the mean per-label ECE are the served scores'."""
+    from serving.parity import ServedReference, served_stats, served_verdict
+
+    probs = np.array([[0.9, 0.46, 0.1], [0.2, 0.8, 0.65], [0.05, 0.55, 0.9]])
+    t = np.array([0.5, 0.5, 0.6])
+    confident = np.array([[True] * 3, [True] * 3, [False] * 3])
+    y = np.array([[1, 0, 0], [0, 1, 1], [0, 1, 1]])
+    ref = ServedReference(lambda logits: logits, probs, confident, "rule", LABELS, y, t)
+    near = probs.copy()
+    near[0, 1] = 0.52  # 0.04 from its threshold: flips, a near-tie
+    s = served_stats(ref, near, 0.1)
+    assert (s["changed_in_near_ties"], s["changed_beyond_near_ties"], s["beyond_near_tie_agreement"]) == (1, 0, 1.0)
+    assert s["confident_agreement"] == pytest.approx(5 / 6) and s["agreement"] == pytest.approx(8 / 9)
+    assert s["macro_f1_reference"] == 1.0 and s["macro_f1"] < 1.0
+    assert served_verdict(s, 0.8, 50, 100) == []
+    far = probs.copy()
+    far[2, 2] = 0.3  # 0.3 below its threshold, on a row fp32 is not confident of
+    s = served_stats(ref, far, 0.1)
+    assert s["changed_beyond_near_ties"] == 1 and s["largest_changed_margin"] == pytest.approx(0.3)
+    why = served_verdict(s, 0.99, 50, 100)
+    assert len(why) == 1 and why[0].startswith("agreement beyond near-ties (fp32's scores more than 0.1 from the")
+
+
+def test_multi_label_int8_is_judged_on_served_answers(multilabel_classifier_dir, multilabel_rows, tmp_path,
+                                                      monkeypatch):
+    """The old multi-label gate judged plain agreement of the model's own decisions: a recipe that keeps every
+    served answer but moves half the model's decisions (as the gate sees them) now passes; one that changes
+    decisions fp32 is confident of is refused."""
+    from serving import export_gate
+
+    judged, real_compare, real_served = [], export_gate.compare, export_gate.served_stats
+
+    def compare(ref, got, *a):
+        stats = real_compare(ref, got, *a)
+        if len(judged) == 2:
+            stats["label_agreement"] = 0.5
+        return stats
+
+    def served(ref, got, margin):
+        judged.append(True)
+        stats = real_served(ref, got, margin)
+        if len(judged) == 2:
+            stats["confident_agreement"] = 0.9
+        return stats
+
+    monkeypatch.setattr(export_gate, "compare", compare)
+    monkeypatch.setattr(export_gate, "served_stats", served)
+    eval_csv = tmp_path / "eval.csv"
+    multilabel_rows(40, seed=2).to_csv(eval_csv, index=False)
+    r = export.run(export.ExportConfig(model=multilabel_classifier_dir, output=tmp_path / "onnx", quantize=True,
+                                       eval_csv=eval_csv, min_agreement=0.95, min_int8_speedup=0,
+                                       int8_recipes=("dynamic", "dynamic-per-channel")))
+    first, second = r["int8_attempts"]
+    assert first["passed"] is False and first["why"][0].startswith(
+        f"agreement on the {first['served']['confident_rows']} label decisions fp32 is confident of")
+    assert second["label_agreement"] == 0.5 and second["passed"] is True
+    assert r["cpu_default"]["file"] == "model_quantized.onnx"
 
 
 def test_onnx_matches_pytorch_per_label(ml_exported, multilabel_classifier_dir, multilabel_rows):

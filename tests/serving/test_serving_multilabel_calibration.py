@@ -98,7 +98,8 @@ def test_engine_serves_calibrated_sigmoids_same_sets_and_confident(ml_calibrated
     assert [p.labels for p in preds] == [[n for n, v, t in zip(labels, row, tuned) if v > t] for row in raw]
     # confident: every asserted label clears its precision threshold
     th = spec["threshold"]
-    assert [p.confident for p in preds] == [all(p.scores[n] >= th[n] for n in p.labels) for p in preds]
+    assert [p.confident for p in preds] == [all(p.scores[n] >= th[n] for n in p.labels) and p.reason is None
+                                            for p in preds]
     # k-fold's own answers on the held-out rows are the served ones
     n = len(held)
     np.testing.assert_allclose(held[[f"prob_{x}" for x in labels]].astype(float).to_numpy(), want[:n], atol=1e-4)
@@ -109,11 +110,30 @@ def test_engine_serves_calibrated_sigmoids_same_sets_and_confident(ml_calibrated
     assert "through calibration.json" in clf.info()["thresholds_source"]
 
 
+def test_off_topic_texts_are_out_of_domain(ml_calibrated):
+    """--final fits the out-of-domain detector for multi-label too (a centroid per label): off-topic texts come
+    back not confident with the reason, the API keeps it at any min_confidence; export carries ood/."""
+    from app.api import _shape
+
+    run_dir, out = ml_calibrated
+    report = json.loads((run_dir / "report.json").read_text())
+    assert report["out_of_domain"]["cut"] >= 0 and (out / "ood" / "ood.json").exists()
+    clf = Classifier.load(out, quantized=False)
+    preds = clf.predict(["Shares in the bank fell sharply after the chancellor announced new taxes on profits",
+                         "library for parsing XML documents in Perl (development files)", "꿈에서 봤다 오늘 일기"])
+    assert [p.reason for p in preds] == ["out of domain", "out of domain", None]
+    assert not preds[0].confident and not preds[1].confident
+    shaped = _shape(preds[0], None, 0.0)
+    assert shaped["reason"] == "out of domain" and shaped["confident"] is False
+    assert "reason" not in _shape(preds[2], None)
+
+
 def test_folder_without_calibration_serves_raw_sigmoids_all_confident(ml_calibrated, tmp_path):
     run_dir, out = ml_calibrated
     plain = tmp_path / "plain"
     shutil.copytree(out, plain)
     (plain / "calibration.json").unlink()
+    shutil.rmtree(plain / "ood")  # the out-of-domain detector's answers are test_off_topic_texts_are_out_of_domain's
     texts = pd.read_csv(run_dir / "holdout.csv", dtype=str, keep_default_na=False)["text"].tolist()
     clf = Classifier.load(plain, quantized=False)
     np.testing.assert_allclose(clf.predict_proba(texts), raw_served(run_dir / "model", texts), atol=1e-4)

@@ -63,3 +63,34 @@ def test_export_carries_the_detector(ood_folder, tmp_path):
     (tmp_path / OOD_DIR / "stale").write_text("x")
     carry_ood(folder, tmp_path)
     assert sorted(p.name for p in (tmp_path / OOD_DIR).iterdir()) == ["index.safetensors", "ood.json"]
+
+
+def test_blend_and_detector_share_one_read(ood_folder, tmp_path, toy_rows, monkeypatch):
+    """With a blend fitted on the detector's rows (as --final fits both), one TF-IDF read of each text serves
+    the baseline and the detector: the answers are those of two separate reads."""
+    from baseline.blend import Blend, fit_baseline, save_baseline
+    from baseline.tfidf import CharTfidf
+
+    folder, fresh = ood_folder
+    shared = tmp_path / "model"
+    shutil.copytree(folder, shared)
+    rows = toy_rows(n_per_class=30, seed=1)
+    labels = sorted(set(rows["label"]))
+    save_baseline(fit_baseline(rows["text"].tolist(), rows["label"].map(labels.index).to_numpy(), 0), shared,
+                  len(labels), Blend(1.0, 1.0), {})
+    reads = []
+    real = CharTfidf.read
+    monkeypatch.setattr(CharTfidf, "read", lambda self, texts, fast=None: reads.append(len(texts)) or real(self, texts, fast))
+    clf = Classifier.load(shared, provider="torch")
+    assert clf.blend is not None
+    reads.clear()  # loading warms the engine up
+    texts = fresh + OFF_TOPIC
+    got = clf.predict_encoded(clf.encode(texts))
+    assert reads == [len(texts)]  # one read for both
+    assert [p.reason for p in got[-2:]] == ["out of domain"] * 2
+    monkeypatch.setattr(type(clf.calibration), "_reads_like", lambda self, blend: False)
+    reads.clear()
+    apart = clf.predict_encoded(clf.encode(texts))
+    assert reads == [len(texts)] * 2  # the baseline's and the detector's own
+    assert [(p.label, p.confident, p.reason) for p in got] == [(p.label, p.confident, p.reason) for p in apart]
+    np.testing.assert_allclose([p.score for p in got], [p.score for p in apart], atol=1e-6)

@@ -311,3 +311,17 @@ def test_a_reader_error_in_a_read_task_is_one_line(ray_session, tmp_path, monkey
         ds.take_all()
     got = score_ray._ray_failure(info.value, [tmp_path / "a.csv"], "csv")
     assert isinstance(got, score.DataError) and str(got) == f"{tmp_path / 'a.csv'}: line 7: a row of over 10 characters"
+
+
+def test_a_parquet_footer_that_lies_is_refused_before_ray_reads_it(tmp_path):
+    """Issue 40: Ray Data's reader trusts the footer; the driver checks it against the page headers first."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from parquet_lie import lie
+
+    path = tmp_path / "outside.parquet"
+    pq.write_table(pa.table({"text": ["a" * 5000, "b"]}), path, compression="zstd", write_statistics=False)
+    assert lie(path, pq.ParquetFile(path).metadata.row_group(0).column(0).total_compressed_size, 8000)
+    cfg = scoring.ScoreConfig(model=tmp_path, input=path, output=tmp_path / "o.csv")
+    with pytest.raises(score.DataError, match=r"outside.parquet: row group 0, column 'text': the footer places it"):
+        score_ray.row_counts(None, [path], "parquet", cfg)

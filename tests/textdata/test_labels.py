@@ -138,3 +138,20 @@ def test_the_space_is_read_from_a_model_folder(tmp_path):
     (tmp_path / "config.json").write_text("[1")
     with pytest.raises(ModelError, match="config.json"):
         LabelSpace.from_folder(tmp_path)
+
+
+@pytest.mark.parametrize("cell, says", [
+    ("[" * 5000 + "]" * 5000, "starts like a JSON list but is not one"),  # a RecursionError traceback before
+    ('["dream", ["error"]]', "holds ['error'], not a label name"),
+    (";".join(f"lab{i}" for i in range(3000)), "3000 labels in one cell"),
+    ("x" * 100_000, "is 100000 characters long"),
+    ("dream,error;memo", "contains ','"),
+])
+def test_k_fold_refuses_hostile_label_sets_naming_the_row(tmp_path, cell, says):
+    """Issue 40, "not yet tried": k-fold with hostile multi-label files; each is one DataError naming the row."""
+    from finetune.data import load_labeled
+
+    with pytest.raises(DataError, match=r"d.csv: data row 4 .*column 'label'") as e:
+        load_labeled(_csv(tmp_path / "d.csv", ["dream", "error", "memo", cell, "dream;error", "memo"]), folds=2,
+                     multi_label=True)
+    assert says in str(e.value) and len(str(e.value)) < 400

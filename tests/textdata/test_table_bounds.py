@@ -8,6 +8,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from parquet_lie import lie
 
 from textdata.errors import DataError
 from textdata.table_limits import ReadStopped, TableLimitError, TableLimits, cut_text
@@ -176,3 +177,32 @@ def test_encoding_errors_name_line_and_column_without_reading_a_line_whole(tmp_p
         check_encoding(path, "utf-8", block=7)  # a character split across blocks is not an error
     path.write_bytes("text\n꿈을 꿨다\n".encode())
     check_encoding(path, "utf-8", block=3)
+
+
+def test_parquet_footer_that_understates_sizes_does_not_size_the_batches(tmp_path):
+    """Issue 40: a 7 KB file whose footer said a few bytes reached 734 MB, the batch size taken from the
+    footer. The page headers' sizes are what Arrow allocates: they bound the batches and `max_bytes`."""
+    path = tmp_path / "liar.parquet"
+    texts = ["x" * ((1 << 20) - 8) + f"{i:08d}" for i in range(40)]
+    pq.write_table(pa.table({"text": texts}), path, compression="zstd", use_dictionary=False,
+                   write_statistics=False, write_batch_size=4)  # a page every 4 rows (4 MB)
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    assert group.total_byte_size == group.column(0).total_uncompressed_size  # so one rewrite changes both
+    assert lie(path, group.total_byte_size, 400) == 2
+    group = pq.ParquetFile(path).metadata.row_group(0)
+    assert group.total_byte_size == group.column(0).total_uncompressed_size == 400 and path.stat().st_size < 50_000
+    with pytest.raises(TableLimitError, match=r"liar.parquet: 40.\d MB once decompressed; the limit is 4.0 MB"):
+        read_table(path, limits=TableLimits(max_bytes=4 << 20))
+    # 40 MB of pages: read 7 rows at a time (8 MB batches), never as one 40 MB batch
+    df = read_table(path, limits=TableLimits(max_cell_chars=1000, max_batch_bytes=8 << 20))
+    assert df.shape == (40, 1) and df["text"].str.len().max() == 1000
+
+
+def test_parquet_footer_placing_a_chunk_outside_the_file_is_refused(tmp_path):
+    path = tmp_path / "outside.parquet"
+    pq.write_table(pa.table({"text": ["a" * 5000, "b"]}), path, compression="zstd", write_statistics=False)
+    chunk = pq.ParquetFile(path).metadata.row_group(0).column(0)
+    assert lie(path, chunk.total_compressed_size, 8000) and path.stat().st_size < 8000
+    with pytest.raises(DataError, match=r"outside.parquet: row group 0, column 'text': the footer places it at bytes "
+                                        r"\d+-\d+ of a \d+-byte file"):
+        read_table(path)

@@ -1,0 +1,351 @@
+"""A fleet under load: PostgreSQL, replicas as local `python -m app` processes, nginx in front, promotions.
+
+    python bench/fleet.py [--replicas 3] [--clients 32] [--promotions 20] [--rollbacks 5] [--backend torch]
+                          [--work /tmp/bench-fleet] [--output bench/results/fleet.json]
+
+Starts a PostgreSQL (tests/postgres_fixture.py's `running_postgres`), registers the model (bench/api_load.py's
+random ELECTRA, `--shape mini`) and one copy per promotion as versions, starts the replicas
+(`--database-url`, `--replica-id rK`) and nginx (a generated config: round robin, `proxy_next_upstream` on
+errors and 503, each answer's upstream in `X-Upstream`). --clients closed-loop clients send one text per
+request through nginx and log (time, replica, model_version, status, latency) per answer.
+
+Meanwhile: --promotions + --rollbacks flips, each `python -m app.fleet_promote promote VERSION` as its own
+process (every fifth one a rollback to the version before), then two crashes:
+  - `kill -9` of a replica while a promotion prepares; it is restarted (same id and port) once the commit is in;
+  - `kill -9` of the promoting process once every live replica reported ready (between prepare and commit).
+Afterwards: the pointer names one version that the registry lists, and every replica serves it.
+
+`--throughput`: instead, one replica with the database behind it (PostgreSQL, the registry and the replica loop)
+against today's single process (`python -m app --model M`), clients straight to the server, the two alternating
+--rounds times (bench/api_load.py's `run_mode`); target: requests/s >= 0.95x. Writes bench/results/fleet_throughput.json.
+
+Figures: failed requests (any non-200 through nginx); per flip, the last answer from the demoted version after
+the commit (target <= 2 s); p99 latency of requests overlapping a promotion (its start to 2 s after its commit)
+against the others (target <= 1.5x). The machine's load average is written beside them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
+from api_load import build_model, free_port, load_texts
+from postgres_fixture import running_postgres
+
+from labelstore import fleet_store as fs
+from labelstore import open_store
+
+ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+NGINX = """worker_processes 1; daemon off; user root; pid {w}/nginx.pid; error_log {w}/nginx-error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {w}/nginx-tmp; proxy_temp_path {w}/nginx-tmp; fastcgi_temp_path {w}/nginx-tmp;
+  uwsgi_temp_path {w}/nginx-tmp; scgi_temp_path {w}/nginx-tmp;
+  upstream fleet {{ {servers} keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://fleet; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header Host $host;
+      proxy_next_upstream error timeout http_502 http_503 non_idempotent; proxy_next_upstream_tries 3;
+      proxy_read_timeout 60s;
+      add_header X-Upstream $upstream_addr always;
+    }}
+  }}
+}}
+"""
+
+
+class Replica:
+    def __init__(self, rid: str, port: int, argv: list[str], log: Path):
+        self.id, self.port, self.argv, self.log = rid, port, argv, log
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(self.argv, env=ENV, cwd=self.log.parent, stdout=open(self.log, "ab"),  # noqa: SIM115
+                                     stderr=subprocess.STDOUT)
+
+    def wait_ready(self, timeout: float = 900) -> float:
+        t0 = time.monotonic()
+        while time.monotonic() - t0 < timeout:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"{self.id} exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
+            try:
+                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=2).status_code == 200:
+                    return time.monotonic() - t0
+            except httpx.TransportError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError(f"{self.id} not ready after {timeout} s")
+
+    def serving(self) -> str | None:
+        try:
+            return httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=5).headers.get("x-model-version")
+        except httpx.TransportError:
+            return None
+
+
+def promote_cmd(url: str, models: Path, version: str) -> list[str]:
+    return [sys.executable, "-m", "app.fleet_promote", "promote", version, "--database-url", url,
+            "--models-dir", str(models), "--timeout", "20", "--why", "bench/fleet.py"]
+
+
+async def clients(url: str, texts: list[str], n: int, stop: asyncio.Event, log: list, ports: dict) -> None:
+    async def one(i: int):
+        async with httpx.AsyncClient(timeout=60) as c:
+            k = i
+            while not stop.is_set():
+                k += n
+                t0 = time.time()
+                try:
+                    r = await c.post(url + "/v1/classify", json={"text": texts[k % len(texts)]})
+                    status, version = r.status_code, r.headers.get("x-model-version")
+                    upstream = r.headers.get("x-upstream", "").split(",")[-1].strip()
+                except httpx.HTTPError as e:
+                    status, version, upstream = type(e).__name__, None, ""
+                log.append((t0, time.time(), ports.get(upstream.rsplit(":", 1)[-1], upstream), version, status))
+    await asyncio.gather(*(one(i) for i in range(n)))
+
+
+def flips(engine, since: float) -> list[dict]:
+    return [e for e in fs.events(engine) if e["event"] == "activated" and e["time"] >= since]
+
+
+def drive(url: str, models: Path, engine, replicas: list[Replica], args, order: list[str], out: dict) -> None:
+    """The promotions and rollbacks, then the two crashes; what happened goes into `out`."""
+    runs, active, history = [], order[0], [order[0]]
+    nxt = 1
+    for i in range(args.promotions + args.rollbacks):
+        rollback = (i + 1) % 5 == 0 and len(history) > 1
+        version = history[-2] if rollback else order[nxt]
+        if not rollback:
+            nxt += 1
+        t0 = time.time()
+        done = subprocess.run(promote_cmd(url, models, version), env=ENV, capture_output=True, text=True, check=False)
+        runs.append({"version": version, "previous": active, "rollback": rollback, "start": t0, "end": time.time(),
+                     "rc": done.returncode, "said": (done.stdout + done.stderr).strip()[-300:]})
+        if done.returncode == 0:
+            active = version
+            history.append(version)
+        time.sleep(args.gap)
+    out["runs"] = runs
+    out["crash_replica"] = crash_replica(url, models, engine, replicas[-1], order[nxt], replicas)
+    out["crash_coordinator"] = crash_coordinator(url, models, engine, order[nxt + 1], replicas)
+
+
+def crash_replica(url, models, engine, victim: Replica, version: str, replicas) -> dict:
+    proc = subprocess.Popen(promote_cmd(url, models, version), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    while fs.current_promotion(engine) is None and proc.poll() is None:
+        time.sleep(0.01)
+    victim.proc.send_signal(signal.SIGKILL)  # while it prepares
+    killed = time.time()
+    victim.proc.wait()
+    said = proc.communicate()[0].decode()[-300:]
+    victim.start()
+    restart = time.monotonic()
+    ready_s = victim.wait_ready()
+    serving = victim.serving()
+    return {"version": version, "killed": killed, "promote_rc": proc.returncode, "said": said.strip(),
+            "restart_to_ready_s": round(ready_s, 2), "restart_to_serving_active_s": round(time.monotonic() - restart, 2),
+            "serving_after_restart": serving, "active": fs.pointer(engine)[0], **agreement(engine, replicas)}
+
+
+def crash_coordinator(url, models, engine, version: str, replicas) -> dict:
+    proc = subprocess.Popen(promote_cmd(url, models, version), env=ENV, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    while proc.poll() is None:  # every live replica ready: the coordinator is about to commit
+        promo = fs.current_promotion(engine)
+        live = fs.live_replicas(engine, 5.0)
+        if promo and live and all(r["promotion_id"] == promo["id"] and r["prepare_state"] == "ready" for r in live):
+            proc.send_signal(signal.SIGKILL)
+            break
+        time.sleep(0.005)
+    proc.wait()
+    time.sleep(2.0)
+    return {"version": version, "killed": proc.returncode == -signal.SIGKILL, "flipped": fs.pointer(engine)[0] == version,
+            **agreement(engine, replicas)}
+
+
+def agreement(engine, replicas) -> dict:
+    active = fs.pointer(engine)[0]
+    listed = {v["name"] for v in fs.versions(engine)}
+    serving = {r.id: r.serving() for r in replicas}
+    return {"active_after": active, "active_listed": active in listed, "serving": serving,
+            "all_serve_active": all(v == active for v in serving.values()),
+            "unlisted_served": sorted({v for v in serving.values() if v not in listed})}
+
+
+def analyse(log: list, runs: list[dict], engine, t_start: float) -> dict:
+    ok = [x for x in log if x[4] == 200]
+    failed = [x for x in log if x[4] != 200]
+    commits = {}
+    for e in flips(engine, t_start):
+        commits.setdefault(e["version"], []).append(e["time"])
+    windows, late = [], []
+    for run in runs:
+        if run["rc"] != 0:
+            continue
+        commit = min((t for t in commits.get(run["version"], []) if run["start"] <= t <= run["end"] + 1), default=None)
+        if commit is None:
+            continue
+        windows.append((run["start"], commit + 2.0))
+        nxt = min((r["start"] for r in runs if r["start"] > run["start"]), default=float("inf"))
+        demoted = [x[1] - commit for x in ok if x[3] == run["previous"] and commit < x[1] < nxt]
+        late.append(max(demoted, default=0.0))
+    during = [x[1] - x[0] for x in ok if any(a <= x[1] and x[0] <= b for a, b in windows)]
+    steady = [x[1] - x[0] for x in ok if not any(a <= x[1] and x[0] <= b for a, b in windows)]
+    p99 = lambda v: float(np.percentile(v, 99)) * 1000 if v else None
+    per_replica = {}
+    for x in ok:
+        per_replica[x[2]] = per_replica.get(x[2], 0) + 1
+    return {"requests": len(log), "failed": len(failed), "failed_kinds": sorted({str(x[4]) for x in failed}),
+            "answers_per_replica": per_replica, "flips_committed": len(late),
+            "last_demoted_answer_after_commit_s": {"max": round(max(late, default=0), 3),
+                                                   "median": round(float(np.median(late)), 3) if late else None},
+            "p99_ms": {"during_promotion": p99(during), "steady": p99(steady),
+                       "ratio": round(p99(during) / p99(steady), 2) if during and steady else None},
+            "n_during": len(during), "n_steady": len(steady),
+            "throughput_rps": round(len(ok) / (max(x[1] for x in log) - min(x[0] for x in log)), 1) if log else 0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--replicas", type=int, default=3)
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--promotions", type=int, default=20)
+    p.add_argument("--rollbacks", type=int, default=5)
+    p.add_argument("--gap", type=float, default=1.0, help="seconds between flips")
+    p.add_argument("--backend", default="torch", choices=("torch", "onnx"))
+    p.add_argument("--work", type=Path, default=Path("/tmp/bench-fleet"))
+    p.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "fleet.json")
+    p.add_argument("--throughput", action="store_true", help="one replica against a single process (see above)")
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--duration", type=float, default=20.0)
+    args = p.parse_args(argv)
+    texts, labels = load_texts()
+    model = build_model(args.work, texts, labels, args.backend, "mini")
+    run_dir = args.work / f"run-{int(time.time())}"
+    run_dir.mkdir(parents=True)
+    load_before = os.getloadavg()
+    with running_postgres() as pg:
+        import sqlalchemy as sa
+
+        admin = sa.create_engine(pg["admin"], isolation_level="AUTOCOMMIT")
+        with admin.connect() as c:
+            c.exec_driver_sql("CREATE DATABASE fleet")
+        url = pg["url"].format(db="fleet")
+        result = throughput(args, url, model, run_dir, texts) if args.throughput else run(args, url, model, run_dir, texts)
+    result.update(load_before=[round(x, 2) for x in load_before], load_after=[round(x, 2) for x in os.getloadavg()],
+                  cpus=os.cpu_count(), backend=args.backend, replicas=args.replicas, clients=args.clients,
+                  command=" ".join(["python bench/fleet.py", *(argv if argv is not None else sys.argv[1:])]))
+    if args.throughput and args.output.name == "fleet.json":
+        args.output = args.output.with_name("fleet_throughput.json")
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    args.output.write_text(json.dumps(result, indent=1, default=str))
+    print(json.dumps({k: v for k, v in result.items() if k not in ("runs",)}, indent=1, default=str))
+    return 0
+
+
+def throughput(args, url: str, model: Path, run_dir: Path, texts: list[str]) -> dict:
+    from api_load import run_mode
+
+    args.work, args.warmup, args.grace, args.timeout = run_dir, 3.0, 10.0, 60.0
+    modes = {"single process": ["--data-dir", str(run_dir / "single")],
+             "replica": ["--data-dir", str(run_dir / "replica"), "--database-url", url, "--replica-id", "t1",
+                         "--models-dir", str(run_dir / "models")]}
+    runs = {name: [] for name in modes}
+    for _ in range(args.rounds):
+        for name, extra in modes.items():
+            runs[name].append(run_mode(name, model, extra, texts, args))
+    rps = {name: float(np.median([r["rps"] for r in rs])) for name, rs in runs.items()}
+    return {"requests_per_s_median": rps, "ratio": round(rps["replica"] / rps["single process"], 3),
+            "runs": runs, "duration_s": args.duration, "rounds": args.rounds}
+
+
+def run(args, url: str, model: Path, run_dir: Path, texts: list[str]) -> dict:
+    models = run_dir / "models"
+    engine = open_store(url)
+    from app.fleet_registry import DbRegistry
+
+    registry = DbRegistry(models, engine)
+    n_versions = args.promotions + 3
+    sources = []
+    for i in range(n_versions):  # one copy per version: the same weights, distinct folders (content)
+        src = run_dir / f"src-{i}"
+        shutil.copytree(model, src)
+        (src / "note.txt").write_text(f"copy {i}")
+        sources.append(src)
+    order = [registry.register_folder(s)[0] for s in sources]
+    registry.set_active(order[0], "bench start")
+    replicas, ports = [], {}
+    for k in range(args.replicas):
+        port = free_port()
+        rid = f"r{k + 1}"
+        ports[str(port)] = rid
+        argv = [sys.executable, "-m", "app", "--models-dir", str(models), "--database-url", url, "--replica-id", rid,
+                "--port", str(port), "--no-ui", "--promote-timeout", "20", "--data-dir", str(run_dir / f"data-{rid}"),
+                "--threads", "1"]
+        replicas.append(Replica(rid, port, argv, run_dir / f"{rid}.log"))
+    for r in replicas:
+        r.start()
+    for r in replicas:
+        r.wait_ready()
+    lb_port = free_port()
+    (run_dir / "nginx-tmp").mkdir()
+    servers = " ".join(f"server 127.0.0.1:{r.port};" for r in replicas)
+    (run_dir / "nginx.conf").write_text(NGINX.format(w=run_dir, servers=servers, port=lb_port))
+    nginx = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(run_dir / "nginx.conf"),
+                              "-p", str(run_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    try:
+        return asyncio.run(load_and_drive(f"http://127.0.0.1:{lb_port}", url, models, engine, replicas, args, order,
+                                          texts, ports))
+    finally:
+        nginx.send_signal(signal.SIGQUIT)
+        nginx.wait(10)
+        for r in replicas:
+            if r.proc.poll() is None:
+                r.proc.send_signal(signal.SIGTERM)
+        for r in replicas:
+            try:
+                r.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                r.proc.kill()
+        engine.dispose()
+
+
+async def load_and_drive(lb: str, url, models, engine, replicas, args, order, texts, ports) -> dict:
+    async with httpx.AsyncClient(timeout=2) as c:
+        while True:
+            try:
+                if (await c.get(lb + "/readyz")).status_code == 200:
+                    break
+            except httpx.TransportError:
+                await asyncio.sleep(0.1)
+    stop, log, out = asyncio.Event(), [], {}
+    load = asyncio.create_task(clients(lb, texts, args.clients, stop, log, ports))
+    await asyncio.sleep(10)  # steady state before the first flip
+    t_start = time.time()
+    await asyncio.to_thread(drive, url, models, engine, replicas, args, order, out)
+    await asyncio.sleep(5)
+    stop.set()
+    await load
+    return {**analyse(log, out["runs"], engine, t_start), "crash_replica": out["crash_replica"],
+            "crash_coordinator": out["crash_coordinator"], "runs": out["runs"],
+            "promote_failures": [r for r in out["runs"] if r["rc"] != 0]}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
