@@ -115,6 +115,36 @@ def toy_csv(tmp_path) -> Path:
     return path
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _project_root_left_clean():
+    """No test leaves the app's default data dir (app-data/, relative) in the project root (issue 45: a
+    module-scoped app fixture runs before tests/app's per-test chdir and wrote app-data/monitor/state.json)."""
+    root_data = Path(__file__).resolve().parents[1] / "app-data"
+    before = root_data.exists()
+    yield
+    assert before or not root_data.exists(), f"a test left {root_data} behind (an app with the default --data-dir)"
+
+
+@pytest.fixture(scope="session")
+def raylet_errors_logged():
+    """Ray's driver prints the raylet's error messages (a killed worker: "A worker died or was killed while
+    executing a task...") from a background thread to stdout whenever they arrive, so between tests the line
+    landed among the dots (issue 45). The tests that kill workers on purpose get them as log records instead,
+    shown with a failing test's captured log."""
+    import logging
+
+    worker = pytest.importorskip("ray._private.worker")
+    log = logging.getLogger("tests.raylet")
+
+    def to_log(data, ignore_prefix):  # the signature of ray._private.worker.print_to_stdstream
+        for line in data.get("lines", []):
+            log.warning("(%s) %s", data.get("pid"), line)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(worker, "print_to_stdstream", to_log)
+        yield
+
+
 # Fixtures in their own modules, imported here so every test package sees them: the local OpenAI-compatible
 # server (finetune.teach, the app's cascade: issue 47) and the multi-label model (issue 32).
 from fake_llm import fake, llm  # noqa: F401

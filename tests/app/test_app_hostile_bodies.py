@@ -35,8 +35,11 @@ HOSTILE = {
 
 
 @pytest.fixture(scope="module")
-def client(engine):
-    with TestClient(base_url="http://127.0.0.1", app=create_app(Config(model="m", ui=False), engine)) as c:
+def client(engine, tmp_path_factory):
+    # a module's fixture runs before the per-test chdir (tests/app/conftest.py): its data dir is named, or the
+    # default app-data/ lands in the project root (issue 45)
+    cfg = Config(model="m", ui=False, data_dir=tmp_path_factory.mktemp("hostile-app"))
+    with TestClient(base_url="http://127.0.0.1", app=create_app(cfg, engine)) as c:
         yield c
 
 
@@ -126,9 +129,9 @@ def test_the_count_agrees_with_a_character_scan_on_random_bodies():
 
 # ---------------------------------------------------------------- M1: Gradio's routes, on a real server
 @pytest.fixture(scope="module")
-def real_server(engine):
+def real_server(engine, tmp_path_factory):
     port = free_port()
-    app = create_app(Config(model="m", ui=False), engine)
+    app = create_app(Config(model="m", ui=False, data_dir=tmp_path_factory.mktemp("hostile-real")), engine)
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_config=None,
                                            http=bounded_protocol(64 * 1024, 10, 10)))
     thread = threading.Thread(target=server.run, daemon=True)

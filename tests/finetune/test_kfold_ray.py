@@ -17,7 +17,7 @@ ARGS = ["--folds", "3", "--epochs", "2", "--batch-size", "8", "--group-column", 
 
 
 @pytest.fixture(scope="module")
-def ray_session():
+def ray_session(raylet_errors_logged):
     ray = pytest.importorskip("ray")
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=100 * 2**20)
     yield ray

@@ -26,7 +26,7 @@ def _frame(n_repeat: int = 1) -> pd.DataFrame:
 
 
 @pytest.fixture(scope="module")
-def ray_session():
+def ray_session(raylet_errors_logged):
     ray = pytest.importorskip("ray")
     # What `score_ray` starts on a 2-core machine: 2 CPUs for the model workers + 1 for Ray Data's reads.
     ray.init(num_cpus=2 + score_ray._IO_CPUS, include_dashboard=False, object_store_memory=100 * 2**20,
