@@ -44,7 +44,7 @@ def needed(clf, label: str) -> str:
 
 def answer_markdown(clf, pred, version: str, cut: str = "") -> str:
     """The answer's heading: the label (or label set), and "not sure" as large as the label when it is."""
-    sure = getattr(pred, "confident", True)
+    sure = pred.confident
     if getattr(clf, "multi_label", False):  # the label set over the thresholds, maybe empty
         found = ", ".join(f"**{html.escape(x)}** {pred.scores[x]:.1%}" for x in pred.labels) or "**none of the labels**"
         head = found
@@ -82,7 +82,7 @@ def classify_tab(cfg, state) -> None:
         except (QueueFull, asyncio.TimeoutError):
             raise gr.Error("The server is busy; try again in a moment.") from None
         probs = pred.scores if getattr(clf, "multi_label", False) else pred.probabilities
-        unsure = not getattr(pred, "confident", True) and state.review is not None
+        unsure = not pred.confident and state.review is not None
         return (probs, answer_markdown(clf, pred, served.version, cut),
                 gr.update(visible=True if unsure else "hidden", value="Send to the review queue", interactive=True),
                 (text, pred, served.version) if unsure else None)
