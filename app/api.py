@@ -30,6 +30,7 @@ from textdata.blank import is_blank
 from .batcher import Closed, MicroBatcher, QueueFull
 from .config import Config
 from .fair_share import FairShare
+from .fallback import Answered
 from .gate import LOGIN_PAGE, SESSION_COOKIE, AuthThrottle, UiSessions, client_of, is_https
 from .hf_compat import add_hf_routes
 from .metrics import Metrics
@@ -185,14 +186,14 @@ def _shape(pred, top_k: int | None, min_confidence: float | None = None) -> dict
     probs = pred.probabilities
     if top_k is not None:
         probs = dict(sorted(probs.items(), key=lambda kv: -kv[1])[:top_k])
-    reason = getattr(pred, "reason", None)  # "out of domain": not confident at any min_confidence
-    sure = getattr(pred, "confident", True) if min_confidence is None else pred.score >= min_confidence and not reason
-    if getattr(pred, "source", None) == "llm":
+    reason = pred.reason  # "out of domain": not confident at any min_confidence
+    sure = pred.confident if min_confidence is None else pred.score >= min_confidence and not reason
+    if isinstance(pred, Answered) and pred.source == "llm":
         sure = True  # the LLM's answer, not a score under the request's threshold
     shaped = {"label": pred.label, "score": pred.score, "probabilities": probs, "confident": bool(sure)}
     if reason:
         shaped["reason"] = reason
-    if hasattr(pred, "source"):  # with --fallback-url: who answered
+    if isinstance(pred, Answered):  # with --fallback-url: who answered
         shaped["source"] = pred.source
     return shaped
 
@@ -297,7 +298,7 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
             state.shares.release(client, len(texts))
         if state.monitor is not None:  # one queue put: the monitor's thread does the counting
             state.monitor.observe(served, preds, texts, seqs, getattr(clf, "max_length", None))
-        unsure = [t for t, p in zip(texts, preds) if not getattr(p, "confident", True)]
+        unsure = [t for t, p in zip(texts, preds) if not p.confident]
         if unsure:  # counted and queued at the model's own threshold, whatever a request asked to see
             metrics.not_confident.inc(len(unsure))
             if state.review is not None:

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from serving.multilabel import MultiLabelPrediction
 from textdata.drift import (
     CONFIDENCE_EDGES,
     LENGTH_EDGES,
@@ -56,17 +57,16 @@ class Seen:
 
 def label_set(pred) -> tuple | None:
     """A multi-label prediction's answer: the labels over their thresholds, maybe none; None for single-label."""
-    names = getattr(pred, "labels", None)
-    return tuple(names) if isinstance(names, (list, tuple)) else None
+    return tuple(pred.labels) if isinstance(pred, MultiLabelPrediction) else None
 
 
 def answered(pred) -> tuple[tuple, float, bool]:
     """(labels, top score, not sure) of an engine prediction, single- or multi-label."""
     names = label_set(pred)
     if names is not None:
-        scores = getattr(pred, "scores", None) or getattr(pred, "probabilities", {}) or {0: 0.0}
-        return names or (NONE_LABEL,), float(max(scores.values())), getattr(pred, "confident", True) is False
-    return (pred.label,), float(pred.score), getattr(pred, "confident", True) is False
+        scores = pred.scores or pred.probabilities or {0: 0.0}
+        return names or (NONE_LABEL,), float(max(scores.values())), not pred.confident
+    return (pred.label,), float(pred.score), not pred.confident
 
 
 MAX_REFERENCE_BYTES = 16 << 20  # a real reference is a few KB (10,000 labels: ~0.3 MB)

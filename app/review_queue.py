@@ -123,10 +123,10 @@ class ReviewQueue:
         now = round(time.time(), 3)
         with self._lock:
             for text, pred in zip(texts, predictions):
-                if getattr(pred, "confident", True):
+                if pred.confident:
                     continue
                 answered = label_set(pred)  # a multi-label answer is its whole set, every label's score kept
-                scores = pred.probabilities if answered is None else getattr(pred, "scores", pred.probabilities)
+                scores = pred.probabilities if answered is None else pred.scores
                 item = Waiting(
                     text,
                     pred.label,

@@ -254,7 +254,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
                                              "Model suggestions", "texts", engine_turn, state) for p in part]
         multi = getattr(clf, "multi_label", False)  # a multi-label model: the session decides label sets
         # rows under the served threshold: their Accept is not the obvious click (app/ui_label_view.py)
-        unsure = [i for i, p in enumerate(preds) if not getattr(p, "confident", True)] if not multi else []
+        unsure = [i for i, p in enumerate(preds) if not p.confident] if not multi else []
         session = store.create(Path(file).name, texts, preds, list(clf.labels), clf.thresholds if multi else None,
                                clf.label_sep if multi else None, **({"unsure_rows": unsure} if unsure else {}))
         skipped = int((~keep).sum())

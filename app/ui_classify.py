@@ -52,8 +52,8 @@ def promise(clf) -> str:
 def answer_markdown(clf, pred, version: str, cut: str = "") -> str:
     """The answer's heading: the label (or label set), and "not sure" as large as the label when it is, with
     why (under the threshold it needed, or a text unlike the training rows); then what "confident" promises."""
-    sure = getattr(pred, "confident", True)
-    away = getattr(pred, "reason", None) == "out of domain"
+    sure = pred.confident
+    away = pred.reason == "out of domain"
     if getattr(clf, "multi_label", False):  # the label set over the thresholds, maybe empty
         found = ", ".join(f"**{html.escape(x)}** {pred.scores[x]:.1%}" for x in pred.labels) or "**none of the labels**"
         head = found
@@ -92,7 +92,7 @@ def classify_tab(cfg, state) -> None:
         except (QueueFull, asyncio.TimeoutError):
             raise gr.Error("The server is busy; try again in a moment.") from None
         probs = pred.scores if getattr(clf, "multi_label", False) else pred.probabilities
-        unsure = not getattr(pred, "confident", True) and state.review is not None
+        unsure = not pred.confident and state.review is not None
         note = ""
         if getattr(state, "fallback", None) is not None:  # the cascade, as for the API (app/fallback.py)
             from .cascade_rows import source_note

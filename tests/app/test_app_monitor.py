@@ -18,17 +18,14 @@ from app.audit import AuditQueue, live_precision, start_session, wilson
 from app.config import Config, parse_args
 from app.labeling import SessionStore
 from app.monitor import Monitor
+from serving.engine import Prediction
 from textdata.drift import REFERENCE_FILE, build_reference
 
 LABELS = ["dream", "error", "memo"]
 MIX = [0.5, 0.3, 0.2]
 
 
-@dataclass
-class Pred:
-    label: str
-    score: float
-    probabilities: dict
+Pred = Prediction  # the engine's answer type: the monitor matches answers by type (issue 41)
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """The fleet: model registry metadata and active pointer, leases, replicas, promotions (labelstore/fleet_schema.py).
 
 Revision ID: fleet1
-Revises: 0002_queue_open
+Revises: 0003_kept_texts
 Create Date: 2026-11-26
 """
 
@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision = 'fleet1'
-down_revision = '0002_queue_open'
+down_revision = '0003_kept_texts'
 branch_labels = None
 depends_on = None
 
