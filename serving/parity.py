@@ -24,6 +24,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from serving.parity_stats import agreement_stats
 from textdata.calibration import top_label_ece
 
 # Short and long, Korean, English, mixed, noisy: the edge cases tokenisation and truncation must survive.
@@ -176,10 +177,6 @@ class ServedReference:
         return cls(to_served, probs, confident, rule, list(clf.labels), y)
 
 
-def _share(mask: np.ndarray, rows: np.ndarray) -> float | None:
-    return float(mask[rows].mean()) if rows.any() else None
-
-
 def served_stats(ref: ServedReference, got_logits: np.ndarray, near_tie_margin: float) -> dict:
     """A file's served answers against fp32's: agreement overall, on fp32's confident answers and beyond
     near-ties, where the changed labels lie, and with labels the served macro-F1 and top-label ECE (and their
@@ -195,20 +192,7 @@ def served_stats(ref: ServedReference, got_logits: np.ndarray, near_tie_margin: 
     same = want == said
     top2 = np.sort(ref.probs, 1)[:, -2:]
     margin = top2[:, 1] - top2[:, 0]
-    decided = margin > near_tie_margin
-    out = {
-        "agreement": float(same.mean()),
-        "confident_rule": ref.confident_rule,
-        "confident_rows": int(ref.confident.sum()),
-        "confident_agreement": _share(same, ref.confident),
-        "near_tie_margin": near_tie_margin,
-        "near_tie_rows": int((~decided).sum()),
-        "changed_in_near_ties": int((~same & ~decided).sum()),
-        "changed_beyond_near_ties": int((~same & decided).sum()),
-        "beyond_near_tie_agreement": _share(same, decided),
-        "largest_changed_margin": float(margin[~same].max()) if (~same).any() else None,
-        "max_abs_score_diff": float(np.abs(ref.probs - got).max()),
-    }
+    out = agreement_stats(ref, got, same, margin, near_tie_margin)
     if ref.y is not None:
         truth = [ref.labels[i] if i >= 0 else "\0unknown" for i in ref.y]
         f1 = [f1_score(truth, [ref.labels[i] for i in p.argmax(1)], average="macro", zero_division=0)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from serving.parity_stats import agreement_stats
 from textdata.calibration import binary_ece
 
 
@@ -29,10 +30,6 @@ def confident_decisions(clf, probs: np.ndarray, confident_score: float) -> tuple
             "every decision of a row whose asserted labels clear their precision thresholds (calibration.json)"
     sure = np.maximum(probs, 1 - probs) >= confident_score
     return sure, f"served score >= {confident_score:g} or <= {1 - confident_score:g}"
-
-
-def _share(mask: np.ndarray, where: np.ndarray) -> float | None:
-    return float(mask[where].mean()) if where.any() else None
 
 
 def _f1_ece(y: np.ndarray, probs: np.ndarray, thresholds: np.ndarray) -> tuple[float, float]:
@@ -49,22 +46,9 @@ def served_stats_multi_label(ref, got_logits: np.ndarray, near_tie_margin: float
     t = ref.thresholds[None, :]
     same = (ref.probs > t) == (got > t)
     distance = np.abs(ref.probs - t)
-    decided = distance > near_tie_margin
-    out = {
-        "unit": "label decisions",
-        "agreement": float(same.mean()),
-        "row_agreement": float(same.all(1).mean()),
-        "confident_rule": ref.confident_rule,
-        "confident_rows": int(ref.confident.sum()),
-        "confident_agreement": _share(same, ref.confident),
-        "near_tie_margin": near_tie_margin,
-        "near_tie_rows": int((~decided).sum()),
-        "changed_in_near_ties": int((~same & ~decided).sum()),
-        "changed_beyond_near_ties": int((~same & decided).sum()),
-        "beyond_near_tie_agreement": _share(same, decided),
-        "largest_changed_margin": float(distance[~same].max()) if (~same).any() else None,
-        "max_abs_score_diff": float(np.abs(ref.probs - got).max()),
-    }
+    stats = agreement_stats(ref, got, same, distance, near_tie_margin)
+    out = {"unit": "label decisions", "agreement": stats.pop("agreement"), "row_agreement": float(same.all(1).mean()),
+           **stats}
     if ref.y is not None:
         (f1_ref, ece_ref), (f1, ece) = (_f1_ece(ref.y, p, ref.thresholds) for p in (ref.probs, got))
         out.update(macro_f1=f1, macro_f1_reference=f1_ref, macro_f1_change_points=100 * (f1 - f1_ref),
