@@ -47,8 +47,9 @@ class FairShare:
         if held + n > share:
             return share, active
         fair = self.max_queue // active
-        if held + n > fair and sum(self.held.values()) + n > self.max_queue - self.min_share:
+        if active > 1 and held + n > fair and sum(self.held.values()) + n > self.max_queue - self.min_share:
             return fair, active  # the queue's last places are kept for requests within their fair slice
+        # (alone, an address's slice is the whole queue: a request past it is the queue's 429, "queue_full")
         self.held[client] = held + n
         return None
 
