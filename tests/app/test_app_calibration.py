@@ -12,10 +12,12 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.config import parse_args
+from app.kept_store import attach_review
 from app.labeling import SessionStore
 from app.review_queue import ReviewQueue, start_session
 from app.server import create_app
 from app.trainset import build
+from labelstore import open_store
 from serving.engine import Classifier, Prediction
 
 TEXTS = [
@@ -100,9 +102,11 @@ def test_not_sure_answers_queue_metrics_and_session(calibrated, tmp_path):
             "/v1/classify", json={"texts": TEXTS, "min_confidence": 0.0}
         )  # the client's view; still queued once
         metrics = c.get("/metrics").text
+        c.app.state.server.review.kept.flush()  # the store's thread writes after the request
     assert f"app_not_confident_total {3 * len(unsure)}.0" in metrics
     assert f"app_review_queue_texts {len(unsure)}.0" in metrics
-    queue = ReviewQueue(tmp_path / "data" / "review", 1000)  # read back from disk, as after a restart
+    queue = ReviewQueue(tmp_path / "data" / "review", 1000)  # read back from the label store, as after a restart
+    attach_review(queue, open_store(f"sqlite:///{tmp_path / 'data' / 'app.db'}"))
     assert [w.text for w in queue.peek()] == unsure
     assert all(w.score < threshold for w in queue.peek())
     store = SessionStore(tmp_path / "data" / "label")
