@@ -242,8 +242,9 @@ class Gate:
                 status_holder["status"] = message["status"]
                 status_holder["started"] = True
                 extra = [(b"x-request-id", rid.encode())]
-                version = scope["state"].get("model_version")
-                if version:  # the version that answered, on every classify route (the HF shapes have no field for it)
+                # the version that answered (the HF shapes have no field for it); on other routes the one serving
+                version = scope["state"].get("model_version") or getattr(self.state.served, "version", None)
+                if version:
                     extra.append((b"x-model-version", version.encode()))
                 message["headers"] = list(message.get("headers", [])) + extra
             await send(message)

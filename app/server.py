@@ -64,9 +64,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     if state.monitor is not None:  # its saved window shows in /v1/monitor from the start
         state.monitor.attach(state.served)
     metrics.set_model(version)
-    switcher = None
-    if registry is not None:
-        switcher = Switcher(registry, state, metrics, lambda f: load_classifier(cfg, f), describe)
+    switcher = make_switcher(cfg, registry, state, metrics) if registry is not None else None
     if cfg.review_queue:
         from .review_queue import ReviewQueue
 
@@ -80,6 +78,10 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     app.state.server = state
     identities = _add_team(app, cfg, state)
     jobs = add_admin_routes(app, cfg, state, registry, switcher) if registry is not None else None
+    if cfg.in_fleet and switcher is not None:
+        from .fleet_gate import attach
+
+        attach(app, state, metrics, switcher)
 
     @contextlib.asynccontextmanager
     async def lifespan(_app):
@@ -132,13 +134,23 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     return app
 
 
+def make_switcher(cfg: Config, registry: Registry, state: ServerState, metrics: Metrics) -> Switcher:
+    """One process's switcher, or in a fleet the two-phase promotion across every replica (app/fleet.py)."""
+    if cfg.in_fleet:
+        from .fleet import FleetSwitcher
+
+        return FleetSwitcher(registry, state, metrics, lambda f: load_classifier(cfg, f), describe, cfg)
+    return Switcher(registry, state, metrics, lambda f: load_classifier(cfg, f), describe)
+
+
 def say_who_sees_what(cfg: Config) -> None:
     """At start, what a visitor without a key may see on a server others can reach (docs/app.md, Security)."""
     if open_to_anyone(cfg):
         log.warning("listening on %s without --api-key: anyone who can reach it may classify and use the UI's "
                     "Classify, Label and Batch tabs; the registry, jobs, training, team datasets (until a user is added: "
                     "`python -m app users add`) and kept texts are refused "
-                    "(--audit-rate and --review-queue need --api-key here)", cfg.host)
+                    "(--audit-rate and --review-queue need --api-key here), and a visitor opens only the Label "
+                    "sessions started in their own page (no 'Earlier sessions' list)", cfg.host)
     elif not (cfg.api_key or loopback_only(cfg.host)) and (cfg.audit_rate > 0 or cfg.review_queue):
         log.warning("--allow-admin without --api-key on %s: anyone who can reach it may read the texts "
                     "--audit-rate / --review-queue keep, and train, activate and delete versions", cfg.host)
