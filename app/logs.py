@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
+
+from textdata.log_stream import StderrHandler
 
 
 class JsonFormatter(logging.Formatter):
@@ -19,7 +20,7 @@ class JsonFormatter(logging.Formatter):
 
 
 def setup(level: str = "info") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+    handler = StderrHandler()  # the stderr of the moment each record comes (textdata/log_stream.py)
     handler.setFormatter(JsonFormatter())
     root = logging.getLogger()
     root.handlers[:] = [handler]

@@ -122,8 +122,9 @@ def run(job: Path) -> dict:
     from finetune import kfold
     from serving import export
     from serving.quiet import understood_messages_dropped
+    from textdata.log_stream import StderrHandler
 
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[StderrHandler()])
     logging.getLogger("serving").setLevel(logging.INFO)
 
     from finetune.config import config_from_json

@@ -349,7 +349,9 @@ def parse_args(argv: list[str] | None = None) -> ExportConfig:
 @exits_2_on_user_error
 def main(argv: list[str] | None = None) -> int:
     # The quantizer logs every tensor at INFO on the root logger; only our own progress is worth reading.
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    from textdata.log_stream import StderrHandler
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[StderrHandler()])
     logging.getLogger("serving").setLevel(logging.INFO)
     cfg = parse_args(argv)
     with understood_messages_dropped():

@@ -205,7 +205,9 @@ def parse_args(argv: list[str] | None = None) -> ScoreConfig:
 
 @exits_2_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    from textdata.log_stream import StderrHandler
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", handlers=[StderrHandler()])
     logging.getLogger("serving").setLevel(logging.INFO)
     cfg = parse_args(argv)
     try:
