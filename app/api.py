@@ -30,7 +30,7 @@ from textdata.blank import is_blank
 from .batcher import Closed, MicroBatcher, QueueFull
 from .config import Config
 from .fair_share import FairShare
-from .fallback import Answered
+from .fallback import Answered, AnsweredSet
 from .gate import LOGIN_PAGE, SESSION_COOKIE, AuthThrottle, UiSessions, client_of, is_https
 from .hf_compat import add_hf_routes
 from .metrics import Metrics
@@ -176,8 +176,8 @@ def _shape(pred, top_k: int | None, min_confidence: float | None = None) -> dict
         kept = set(pred.labels) | {k for k, _ in sorted(pred.scores.items(), key=lambda kv: -kv[1])[:top_k or None]}
         scores = pred.scores if top_k is None else dict(sorted(((k, v) for k, v in pred.scores.items() if k in kept),
                                                                key=lambda kv: -kv[1]))
-        reason = getattr(pred, "reason", None)  # "out of domain": not confident at any min_confidence
-        source = getattr(pred, "source", None)  # with --fallback-url: who answered (the LLM's set is sure)
+        reason = pred.reason  # "out of domain": not confident at any min_confidence
+        source = pred.source if isinstance(pred, AnsweredSet) else None  # --fallback-url: the LLM's set is sure
         sure = pred.confident if min_confidence is None else \
             all(pred.scores[n] >= min_confidence for n in pred.labels) and not reason
         # the version is the response's (model_version, X-Model-Version), as for single-label answers
