@@ -8,6 +8,8 @@ IMMEDIATE: a deferred transaction that reads first and then writes cannot wait f
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -73,17 +75,31 @@ UPGRADE_COMMAND = "python -m app db upgrade"
 _LOCK_KEY = 43_0004  # pg_advisory_xact_lock: processes creating or migrating the schema at once take turns
 
 
+@contextlib.contextmanager
+def _quiet_alembic():
+    """Alembic's info lines (its plugins, "Context impl ...") for a check that changes nothing: a replica
+    refused for its schema says one line, not a dozen. An upgrade still logs what it runs."""
+    logger = logging.getLogger("alembic")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def revisions(engine: sa.Engine) -> tuple[str | None, str]:
     """(the database's schema revision, None when it has no tables yet; this code's head). StoreError when
     it cannot be reached or a newer release migrated it (this code does not know its tables)."""
     url = engine.url
     try:
-        with engine.connect() as conn:
+        with engine.connect() as conn, _quiet_alembic():
             current = MigrationContext.configure(conn).get_current_revision()
     except sa.exc.OperationalError as e:
         raise StoreError(f"cannot connect to the database at {where(url)}: {_reason(e, url)}") from None
-    script = ScriptDirectory.from_config(_alembic(None))
-    head = script.get_current_head()
+    with _quiet_alembic():
+        script = ScriptDirectory.from_config(_alembic(None))
+        head = script.get_current_head()
     if current is not None and current not in {rev.revision for rev in script.walk_revisions()}:
         raise StoreError(f"the database at {where(url)} has schema {current}, newer than this app knows "
                          f"(head {head}): upgrade the app, or give another --database-url")
@@ -100,7 +116,8 @@ def migrate(engine: sa.Engine, upgrade: bool = True) -> str:
     with engine.execution_options(write=True).begin() as conn:  # SQLite: BEGIN IMMEDIATE, one writer at a time
         if conn.dialect.name == "postgresql":
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
-        current = MigrationContext.configure(conn).get_current_revision()  # another process may have been first
+        with _quiet_alembic():  # another process may have been first
+            current = MigrationContext.configure(conn).get_current_revision()
         if current is not None and current != head and not upgrade:
             raise StoreError(f"the database at {where(engine.url)} has schema {current}, older than this app's "
                              f"{head}, and a fleet's replica never migrates it: run `{UPGRADE_COMMAND}` with the "
