@@ -144,11 +144,10 @@ def monitor_tab(cfg, state, store) -> None:
         if monitor.audit is None:
             return "The audit is off: start the server with --audit-rate (e.g. 0.05)."
         clf = state.served.clf
-        sep = clf.label_sep if getattr(clf, "multi_label", False) else None
-        session = start_session(store, monitor.audit, list(clf.labels), int(n), sep)
+        session = start_session(store, monitor.audit, list(clf.labels), int(n), clf.space)
         if session is None:
             return "No sampled texts are waiting yet."
-        how = " Tick every label that applies (or none of these)." if session.multi_label else ""
+        how = session.kind.audit_how
         return (f"Audit session of {session.meta['rows']} texts made: open the Label tab and choose it under "
                 f"'Earlier sessions' (the model's answers are hidden there).{how}")
 
