@@ -150,10 +150,6 @@ class LabelSession:
         """A multi-label session's suggestion for `row`: the model's labels over their thresholds."""
         return self.kind.names(self.suggestion[row])
 
-    def suggested(self, row: int):
-        """What Accept decides for `row`: the suggestion (a multi-label session's: its set)."""
-        return self.kind.choice(self.kind.names(self.suggestion[row]))
-
     # ------------------------------------------------------------ journal
     def _replay(self) -> None:
         self.labels = list(self.meta["labels"])
