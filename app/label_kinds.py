@@ -16,6 +16,7 @@ from types import MappingProxyType
 
 import pandas as pd
 
+from textdata.errors import ModelError
 from textdata.labels import NONE_LABEL, LabelSpace, parse_set
 from textdata.tables import missing_text
 
@@ -43,8 +44,6 @@ def active_space(registry) -> LabelSpace:
 
 def folder_space(folder) -> LabelSpace:
     """A model folder's label space; SINGLE when its config.json cannot be read."""
-    from textdata.errors import ModelError
-
     try:
         return LabelSpace.from_folder(folder)
     except ModelError:
