@@ -84,7 +84,7 @@ def test_no_module_in_app_tests_the_kind():
 
 
 def test_the_pattern_sees_a_kind_branch():
-    for line in ("if session.multi_label:", "x = a if multi else b", "sep = clf.label_sep if ok else None",
+    for line in ("if session.multi_label:", "x = a if multi else b", "sep = clf.label_sep if clf.multi_label else None",
                  'getattr(clf, "multi_label", False)', 'getattr(pred, "source", None)', "if label_sep is None:"):
         assert KIND_TEST.search(line), line
     assert not KIND_TEST.search("session = start_session(store, queue, labels, n, clf.space)")
