@@ -60,6 +60,18 @@ def label_set(pred) -> tuple | None:
     return tuple(pred.labels) if isinstance(pred, MultiLabelPrediction) else None
 
 
+def answer_names(pred) -> list[str]:
+    """The labels an engine prediction asserts: a multi-label one's set (maybe empty), else its one label."""
+    names = label_set(pred)
+    return [pred.label] if names is None else list(names)
+
+
+def answer_scores(pred) -> dict:
+    """Every label's probability of an engine prediction: a multi-label one's `scores` (its `probabilities` may be
+    cut to top_k), else its `probabilities`."""
+    return pred.probabilities if label_set(pred) is None else pred.scores
+
+
 def answered(pred) -> tuple[tuple, float, bool]:
     """(labels, top score, not sure) of an engine prediction, single- or multi-label."""
     names = label_set(pred)
@@ -254,10 +266,8 @@ class Monitor:
                 if w.total % self.check_every == 0:
                     self._check(w, now)
         if self.audit is not None:  # the answer as served: a multi-label one is its set, empty for none
-            sets = [label_set(p) for p in preds]
-            multi = bool(preds) and all(x is not None for x in sets)
-            self.audit.offer(engine.version, texts, [list(x) for x in sets] if multi else [[p.label] for p in preds],
-                             multi)
+            sets = bool(preds) and None not in [label_set(p) for p in preds]
+            self.audit.offer(engine.version, texts, [answer_names(p) for p in preds], sets)
 
     def attach(self, engine) -> None:
         """Open `engine`'s window now (the served version at start): what state.json kept of it shows in

@@ -90,7 +90,7 @@ def test_an_empty_number_box_says_its_default():
 
 def _clf(threshold=0.52, target=0.8):
     cal = SimpleNamespace(thresholds=np.array([threshold, 0.6]), applied=True, spec={"target_precision": target})
-    return SimpleNamespace(labels=["dream", "error"], calibration=cal, multi_label=False)
+    return SimpleNamespace(labels=["dream", "error"], calibration=cal)
 
 
 def test_classify_says_not_sure_with_the_threshold_it_missed():
