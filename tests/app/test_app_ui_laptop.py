@@ -48,11 +48,18 @@ def test_a_page_load_asks_for_nothing_missing(laptop):
     for path in ("/favicon.ico", "/ui/favicon.ico"):  # a browser asks for one; it was a 404 on every load
         r = httpx.get(server.url + path, follow_redirects=True, timeout=60)
         assert r.status_code == 200 and r.headers["content-type"].startswith("image/"), path
+    # The box says how to send it (Enter alone started a new line, unsaid).
+    assert "Shift+Enter or Classify sends it; Enter starts a new line" in pg.inner_text("#classify-text")
     pg.fill("#classify-text textarea", TEXTS[0])
     pg.keyboard.press("Shift+Enter")  # what the box's hint says sends it
     pg.wait_for_function("() => /model v1/.test(document.querySelector('#classify-top').innerText)")
     DOCS_IMG.mkdir(parents=True, exist_ok=True)
     pg.screenshot(path=str(DOCS_IMG / "ui-classify.png"))
+    # A 6,000-character paste reaches the server whole (no max length in the page) and the answer says it cut it.
+    pg.fill("#classify-text textarea", ("꿈에서 봤다 " * 1000)[:6000])
+    pg.click("#classify-btn")
+    pg.wait_for_function("() => /only the first 5,000 of its 6,000 characters/"
+                         ".test(document.querySelector('#classify-top').innerText)")
 
 
 def test_train_on_the_first_click_runs_with_the_defaults(laptop):
@@ -108,6 +115,10 @@ def test_monitor_tab_says_levels_in_words(laptop):
     said = pg.inner_text("#monitor-summary")
     assert any(word in said for word in ("OK", "WATCH", "ALERT", "No drift statistics")), said
     assert "(serving)" in pg.input_value("#monitor-version input")
+    # The charts show, and no block label sits over the first chart's title.
+    pg.wait_for_selector("#monitor-plot img", state="visible")
+    assert pg.locator("#monitor-plot [data-testid=block-label]").count() == 0
+    assert pg.locator("#monitor-plot label").count() == 0
     pg.screenshot(path=str(DOCS_IMG / "ui-monitor.png"))
 
 
