@@ -142,7 +142,8 @@ def monitor_tab(cfg, state, store) -> None:
             from .cascade_rows import cascade_markdown
 
             text += "\n" + cascade_markdown(state.fallback.report())
-        return text, (figure(v) if v and v["n"] else None), pick
+        # a version past its window's span still has its drift over time to show
+        return text, (figure(v) if v and (v["n"] or v.get("history")) else None), pick
 
     def audit(n):
         if monitor.audit is None:
