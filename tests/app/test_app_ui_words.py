@@ -114,16 +114,17 @@ def test_the_header_names_the_version_and_the_banner_the_useless_model():
 
 
 def test_batch_summary_counts_scored_unscored_and_not_sure_rows():
+    from app.label_kinds import SINGLE, kind_of
     from app.ui_batch import preview, summary
 
     scored = pd.DataFrame({"text": ["x" * 300, "b", "", "d", "e", "f", "g", "h"],
                            "pred_label": ["a", "a", None, None, None, "b", "b", "a"],
                            "pred_score": [0.123456789, 0.9, np.nan, np.nan, np.nan, 0.4, 0.8, 0.7],
                            "confident": pd.array([True, True, pd.NA, pd.NA, pd.NA, False, True, True], dtype="boolean")})
-    said = summary(scored, 1, 5000)
+    said = summary(scored, kind_of(SINGLE), 1, 5000)
     assert said.startswith("Scored **5** of 8 rows: a 3, b 2")
     assert "**3** not scored" in said and "**1** not sure" in said and "1 row with a text cut to 5,000" in said
-    one = summary(scored.iloc[[1]], 0, 5000)
+    one = summary(scored.iloc[[1]], kind_of(SINGLE), 0, 5000)
     assert one == "Scored **1** of 1 row: a 1"
     shown = preview(scored)
     assert list(shown.columns[:3]) == ["pred_label", "pred_score", "confident"]  # before the long text
