@@ -145,7 +145,9 @@ def test_a_file_sessions_journal_names_who_labeled(team, browser, tmp_path):
     ann = signed_in(browser, server, tokens["ann"])
     start_session(ann, source)
     ann.click("#label-progress")  # focus off the start button
-    key_to_next(ann, "1")
+    times = [key_to_next(ann, key)[1] for key in ("1", "u", "1")]  # label, undo, label again
+    print(f"\nfile session, seconds from a key to the next text: median {statistics.median(times):.3f}, "
+          f"max {max(times):.3f} over {len(times)} keys")
     ann.wait_for_function("() => /(^|\\s)1 labeled/.test(document.querySelector('#label-progress').innerText)")
     (meta,) = [m for m in Path(server.cwd / "app-data" / "label").glob("*/meta.json")
                if json.loads(m.read_text(encoding="utf-8"))["source"] == "mine.csv"]
