@@ -10,6 +10,7 @@ from datetime import datetime
 import gradio as gr
 
 from .audit import start_session
+from .label_kinds import space_from
 
 COLOURS = {"ok": "#1a7f37", "watch": "#b35900", "alert": "#cf222e"}
 MEANS = {"class_mix": "the mix of labels the model answers", "confidence": "how sure the model is",
@@ -48,6 +49,10 @@ def figure(version: dict):
     ax.bar([i - 0.2 for i in x], _shares(version["class_mix"].values()), width=0.4, label="now")
     if ref:
         ax.bar([i + 0.2 for i in x], _shares([ref["class_mix"].get(k, 0) for k in names]), width=0.4, label="reference")
+    est = version.get("estimated_mix")
+    if est:  # the mix the texts themselves have, by EM: a marker on each label's pair of bars
+        ax.scatter(list(x), [est["mix"].get(k, 0.0) for k in names], marker="D", color="black", zorder=3,
+                   label="estimated mix now (EM)")
     ax.set_xticks(list(x), names, rotation=45, ha="right")
     ax.set_title("answered labels (share)")
     ax.legend()
@@ -84,6 +89,13 @@ def _rate(value, interval, n: int, of: str) -> str:
     return f"{value:.1%} ({interval[0]:.0%}–{interval[1]:.0%}, {n} {of})"
 
 
+def live_labels(live: dict) -> str:
+    """A single-label version's audit: how many answers were right."""
+    lo, hi = live["interval"]
+    return (f"\n**Live precision** {live['precision']:.1%} (95% interval {lo:.1%}–{hi:.1%}) on "
+            f"{live['audited']} audited answers.")
+
+
 def live_sets(live: dict) -> str:
     """A multi-label version's audit: the set figures, then precision and recall per label."""
     head = (f"\n**Live audit** of {live['audited']} label sets: precision of the asserted labels "
@@ -97,6 +109,19 @@ def live_sets(live: dict) -> str:
     return "\n".join(lines)
 
 
+def mix_line(est: dict | None) -> str:
+    """The estimated class mix of the texts in the window against the training mix, in one sentence."""
+    if not est:
+        return ("\nEstimated class mix: not shown (a multi-label version, no reference, or under 50 single-label "
+                "answers in the window).")
+    top = sorted(est["mix"], key=lambda k: -abs(est["mix"][k] - est["training_mix"].get(k, 0.0)))[:3]
+    moved = "has **moved** from" if est["moved"] else "is consistent with"
+    return (f"\nEstimated class mix of the {est['rows']} texts in the window (EM on the served probabilities, Saerens "
+            f"et al. 2002) {moved} the training mix (likelihood-ratio p = {est['p_value']:.3g}; total variation "
+            f"{est['total_variation']:.3f}): " + ", ".join(
+                f"{html.escape(k)} {est['mix'][k]:.1%} (trained {est['training_mix'].get(k, 0.0):.1%})" for k in top))
+
+
 def summary(report: dict, version: str) -> str:
     v = report["versions"].get(version)
     if v is None:
@@ -107,15 +132,12 @@ def summary(report: dict, version: str) -> str:
         lines.append(f"No drift statistics: {html.escape(v['reference_note'] or 'no answers yet')}.")
     else:
         lines.append("<ul>" + "".join(level_line(k, val, v["levels"][k]) for k, val in v["drift"].items()) + "</ul>")
+    lines.append(mix_line(v.get("estimated_mix")))
     lines.append(f"\nCut at the token limit: {v['overlong_share']:.1%} · not sure: {v['not_sure_share']:.1%} · "
                  f"empty texts refused: {v['empty_rejected']}")
     live = v.get("live_precision")
-    if live and live.get("multi_label"):
-        lines.append(live_sets(live))
-    elif live:
-        lo, hi = live["interval"]
-        lines.append(f"\n**Live precision** {live['precision']:.1%} (95% interval {lo:.1%}–{hi:.1%}) on "
-                     f"{live['audited']} audited answers.")
+    if live:  # its kind as app/audit.py wrote it: label sets, or one label per text
+        lines.append(space_from(live).pick(live_labels, live_sets)(live))
     audit = report.get("audit", {})
     lines.append(f"\nAudit sample: rate {audit.get('rate', 0):g}, {audit.get('queued', 0)} texts waiting."
                  + ("" if audit.get("rate") else " Start the server with --audit-rate 0.05 to sample served texts."))
@@ -138,17 +160,17 @@ def monitor_tab(cfg, state, store) -> None:
             from .cascade_rows import cascade_markdown
 
             text += "\n" + cascade_markdown(state.fallback.report())
-        return text, (figure(v) if v and v["n"] else None), pick
+        # a version past its window's span still has its drift over time to show
+        return text, (figure(v) if v and (v["n"] or v.get("history")) else None), pick
 
     def audit(n):
         if monitor.audit is None:
             return "The audit is off: start the server with --audit-rate (e.g. 0.05)."
         clf = state.served.clf
-        sep = clf.label_sep if getattr(clf, "multi_label", False) else None
-        session = start_session(store, monitor.audit, list(clf.labels), int(n), sep)
+        session = start_session(store, monitor.audit, list(clf.labels), int(n), clf.space)
         if session is None:
             return "No sampled texts are waiting yet."
-        how = " Tick every label that applies (or none of these)." if session.multi_label else ""
+        how = session.kind.audit_how
         return (f"Audit session of {session.meta['rows']} texts made: open the Label tab and choose it under "
                 f"'Earlier sessions' (the model's answers are hidden there).{how}")
 
