@@ -109,6 +109,10 @@ def main(argv: list[str] | None = None) -> int:
         from .users_cli import main as users_main
 
         return users_main(argv[1:])
+    if argv[:1] == ["db"]:  # python -m app db upgrade: a fleet's replicas never migrate (app/db_cli.py)
+        from .db_cli import main as db_main
+
+        return db_main(argv[1:])
     cfg = parse_args(argv)
     logs.setup(cfg.log_level)
     from labelstore import open_store
@@ -123,7 +127,9 @@ def main(argv: list[str] | None = None) -> int:
         if cfg.train_data is not None:  # before the model loads: a typo answers at once, not at the first retrain
             check_table(cfg.train_data, {"text": "--train-data (column text)", "label": "--train-data (column label)"},
                         flag="--train-data")
-        store = open_store(cfg.store_url)  # before the model loads: a database that cannot be used answers at once
+        # before the model loads: a database that cannot be used answers at once. A fleet's replica never
+        # migrates (app/db_cli.py): an older schema is refused in one line naming `python -m app db upgrade`
+        store = open_store(cfg.store_url, upgrade=not cfg.in_fleet)
         if cfg.in_fleet:
             from .fleet_registry import fleet_start
 

@@ -305,7 +305,7 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
                 state.review.add(texts, preds, served.version)
         if state.fallback is not None:  # the cascade (app/fallback.py)
             preds = await state.fallback.resolve(texts, preds, served.version, list(clf.labels),
-                                                 label_sep=getattr(clf, "label_sep", None) or ";")
+                                                 space=clf.space)
         return preds
 
     add_hf_routes(app, classify_texts)

@@ -30,9 +30,10 @@ import time
 from collections import OrderedDict
 from pathlib import Path
 
-from textdata.labels import DEFAULT_SEP
+from textdata.labels import LabelSpace
 from textdata.tables import write_json
 
+from .label_kinds import SINGLE, kind_of, space_from
 from .labeling import decisions
 
 log = logging.getLogger("app")
@@ -121,11 +122,11 @@ class AuditQueue:
             self.kept[1].put([(h, None) for h in new], keep=self.max_seen)
         return added
 
-    def take(self, n: int, multi_label: bool | None = None) -> list[dict]:
+    def take(self, n: int, sets: bool | None = None) -> list[dict]:
         """Up to `n` queued items, oldest first, removed from the queue (an audit session holds them); with
-        `multi_label`, only the items of that kind."""
+        `sets`, only the items whose answers are (True) or are not (False) label sets."""
         with self.lock:
-            keys = [k for k, i in self.items.items() if multi_label is None or is_multi(i) == multi_label][:n]
+            keys = [k for k, i in self.items.items() if sets is None or is_set(i) == sets][:n]
             taken = [self.items.pop(k) for k in keys]
         if self.kept is not None and keys:
             self.kept[0].drop(keys)
@@ -135,36 +136,35 @@ class AuditQueue:
         return len(self.items)
 
 
-def is_multi(item: dict) -> bool:
+def is_set(item: dict) -> bool:
     """A queued or audited answer is a label set; items saved before the kind was kept are single-label."""
-    return bool(item.get("multi_label", False))
+    return space_from(item).multi_label
 
 
-def start_session(store, queue: AuditQueue, labels: list[str], n: int = 50, label_sep: str | None = None):
-    """A blind labeling session of up to `n` queued texts, or None when the queue is empty. `label_sep`: the
-    served model is multi-label. A session holds answers of one kind, the served model's first: a multi-label
-    one is a multi-label session (the person ticks a set, maybe empty)."""
-    served_multi = label_sep is not None
-    items = queue.take(n, served_multi) or queue.take(n, not served_multi)
+def start_session(store, queue: AuditQueue, labels: list[str], n: int = 50, space: LabelSpace = SINGLE):
+    """A blind labeling session of up to `n` queued texts, or None when the queue is empty. `space`: the served
+    model's. A session holds answers of one kind, the served model's first: a multi-label one is a multi-label
+    session (the person ticks a set, maybe empty)."""
+    items = queue.take(n, space.multi_label) or queue.take(n)  # none of the served kind: all are of the other
     if not items:
         return None
-    multi = is_multi(items[0])
-    session = store.create_blind(AUDIT_SOURCE, [i["text"] for i in items], labels,
-                                 (label_sep or DEFAULT_SEP) if multi else None)
-    write_json(session.folder / AUDIT_FILE, {"items": [{**{k: i[k] for k in ("text", "version", "answer")},
-                                                        **({"multi_label": True} if multi else {})} for i in items]})
+    answered = LabelSpace.of(labels, is_set(items[0]), space.sep)  # the kind of the answers taken
+    session = store.create_blind(AUDIT_SOURCE, [i["text"] for i in items], labels, answered)
+    flag = kind_of(answered).flag
+    write_json(session.folder / AUDIT_FILE, {"items": [{**{k: i[k] for k in ("text", "version", "answer")}, **flag}
+                                                       for i in items]})
     queue.save()
     return session
 
 
-def _audited(folder: Path) -> tuple[dict[str, dict], str | None]:
-    """A blind session's served answers by text, and its label separator (None: single-label decisions)."""
+def _audited(folder: Path) -> tuple[dict[str, dict], LabelSpace]:
+    """A blind session's served answers by text, and the label space of its decisions."""
     answer_of = {i["text"]: i for i in json.loads((folder / AUDIT_FILE).read_text(encoding="utf-8"))["items"]}
     try:
         meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):
         meta = {}
-    return answer_of, (meta.get("label_sep") if meta.get("multi_label") else None)
+    return answer_of, space_from(meta)
 
 
 def live_precision(label_root: Path) -> dict:
@@ -177,23 +177,12 @@ def live_precision(label_root: Path) -> dict:
     for folder in sorted(Path(label_root).glob("*/")) if Path(label_root).is_dir() else []:
         if not (folder / AUDIT_FILE).is_file():
             continue
-        answer_of, sep = _audited(folder)
+        answer_of, space = _audited(folder)
         for d in decisions(folder):
             item = answer_of.get(d["text"])
             if item is None:
                 continue
-            if is_multi(item):
-                ticked = set(filter(None, d["label"].split(sep))) if sep else {d["label"]}
-                sets.setdefault(item["version"], []).append((set(item["answer"]), ticked))
-                continue
-            v = single.setdefault(item["version"], {"n": 0, "correct": 0, "per_class": {}})
-            right = d["label"] in item["answer"]
-            v["n"] += 1
-            v["correct"] += right
-            for name in item["answer"]:
-                c = v["per_class"].setdefault(name, {"n": 0, "correct": 0})
-                c["n"] += 1
-                c["correct"] += right
+            space_from(item).pick(_tally_label, _tally_set)(single, sets, item, kind_of(space).names(d["label"]))
     out = {}
     for version, v in single.items():
         out[version] = {"audited": v["n"], "precision": v["correct"] / v["n"], "interval": wilson(v["correct"], v["n"]),
@@ -202,6 +191,23 @@ def live_precision(label_root: Path) -> dict:
     for version, pairs in sets.items():
         out[version] = {**multi_summary(pairs), **({"single_label": out[version]} if version in out else {})}
     return out
+
+
+def _tally_label(single: dict, sets: dict, item: dict, ticked: list[str]) -> None:
+    """A single-label answer audited: right when the person's label is among the answered ones."""
+    v = single.setdefault(item["version"], {"n": 0, "correct": 0, "per_class": {}})
+    right = ticked[0] in item["answer"]
+    v["n"] += 1
+    v["correct"] += right
+    for name in item["answer"]:
+        c = v["per_class"].setdefault(name, {"n": 0, "correct": 0})
+        c["n"] += 1
+        c["correct"] += right
+
+
+def _tally_set(single: dict, sets: dict, item: dict, ticked: list[str]) -> None:
+    """A label-set answer audited: (answered set, ticked set)."""
+    sets.setdefault(item["version"], []).append((set(item["answer"]), set(ticked)))
 
 
 def _rates(asserted: int, ticked: int, both: int) -> dict:

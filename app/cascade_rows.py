@@ -8,25 +8,16 @@ import html
 import numpy as np
 import pandas as pd
 
-from serving.engine import Prediction
-from serving.multilabel import MultiLabelPrediction
-
-
-def _row_prediction(row, labels: list[str], sep: str | None):
-    probs = {x: float(row[f"prob_{x}"]) for x in labels}
-    top = max(probs, key=probs.get)
-    if sep is None:
-        return Prediction(str(row["pred_label"]), float(row["pred_score"]), probs, confident=False)
-    names = [n for n in str(row["pred_labels"]).split(sep) if n]
-    return MultiLabelPrediction(names, probs, top, probs[top], probs, confident=False)
+from .fallback import by_llm
+from .label_kinds import kind_of
 
 
 def defer_frame(fallback, clf, scored: pd.DataFrame, column: str, version: str) -> pd.DataFrame:
     """`scored` (serving.scoring.score_frame's table) with its 'not sure' rows answered by the LLM where it gave an
     answer in time, and a `source` column ("model" | "llm"; empty for rows not scored). Every row is kept; a row the
     LLM did not answer keeps the model's answer, `confident` false."""
-    sep = clf.label_sep if getattr(clf, "multi_label", False) else None
-    answer = "pred_label" if sep is None else "pred_labels"
+    kind = kind_of(clf.space)  # its scored file's columns: pred_label, pred_score or pred_labels
+    answer = kind.answer_column
     out = scored.copy()
     have = out[answer].notna().to_numpy()
     out["source"] = pd.array(np.where(have, "model", None), dtype="string")
@@ -34,24 +25,21 @@ def defer_frame(fallback, clf, scored: pd.DataFrame, column: str, version: str) 
     if not len(unsure) or not all(f"prob_{x}" in out for x in clf.labels):
         return out
     labels = list(clf.labels)
-    preds = [_row_prediction(out.iloc[i], labels, sep) for i in unsure]
+    preds = [kind.row_prediction(out.iloc[i], labels) for i in unsure]
     texts = out[column].iloc[unsure].astype(str).tolist()
-    got = fallback.resolve_blocking(texts, preds, version, labels, sep or ";")
+    got = fallback.resolve_blocking(texts, preds, version, labels, clf.space)
     rows = out.index[unsure]
     for index, p in zip(rows, got):
-        if getattr(p, "source", "model") != "llm":
+        if not by_llm(p):
             continue
-        if sep is None:
-            out.at[index, "pred_label"], out.at[index, "pred_score"] = p.label, p.score
-        else:
-            out.at[index, "pred_labels"] = sep.join(p.labels)
+        kind.write_answer(out, index, p)
         out.at[index, "confident"], out.at[index, "source"] = True, "llm"
     return out
 
 
 def source_note(pred, llm: str) -> str:
     """The Classify tab's line under an answer the LLM gave."""
-    if getattr(pred, "source", None) != "llm":
+    if not by_llm(pred):
         return ""
     return f"\n\nAnswered by the LLM ({html.escape(llm)}): the model was not sure."
 

@@ -128,6 +128,7 @@ class Config:
     fleet: bool = False
     replica_id: str | None = None  # None: $REPLICA_ID, else HOSTNAME:PORT
     promote_timeout_s: float = 30.0
+    model_store: str | None = None  # an fsspec URL holding the versions (app/model_store.py); --models-dir caches
     # "Not sure" answers routed to a person (app/review_queue.py): off by default, it stores users' texts.
     review_queue: bool = False
     review_queue_size: int = 1000
@@ -254,6 +255,9 @@ FLAGS = {
     "promote_timeout_s": Flag("seconds a promotion waits for every live replica to load and check the new "
                               "version; then it commits without (evicting) those not ready", name="--promote-timeout"),
     "review_queue_size": Flag("texts the review queue holds; when full the oldest is dropped"),
+    "model_store": Flag("a fleet's versions in this fsspec URL (s3://bucket/prefix, gs://..., file:///...; install "
+                        "its backend, e.g. s3fs), each checked against its sha256 when fetched; --models-dir is then "
+                        "this process's cache", shown="--models-dir itself", metavar="URL"),
 }
 
 
@@ -299,6 +303,8 @@ def parse_args(argv: list[str] | None = None) -> Config:
     values["allowed_hosts"] = tuple(a.allowed_hosts)
     values["forwarded_allow_ips"] = tuple(a.forwarded_allow_ips)
     cfg = Config(**values)
+    if cfg.model_store and not cfg.in_fleet:
+        p.error("--model-store is a fleet's: give a PostgreSQL --database-url or --fleet as well")
     why = kept_texts_refusal(cfg)
     if why:
         p.error(why)

@@ -35,8 +35,10 @@ from prometheus_client import Counter, Histogram
 
 from serving.engine import Prediction
 from serving.multilabel import MultiLabelPrediction
+from textdata.labels import LabelSpace
 from textdata.llm import ask, make_client, parse_answer, read_prompt, render
 
+from .label_kinds import SINGLE
 from .teacher_labels import TEACHER_FILE
 
 SETS_FILE = "llm_label_sets.csv"  # multi-label answers: names joined by the model's separator
@@ -47,12 +49,59 @@ MAX_REMEMBERED = 100_000  # answers kept in memory for reuse; the file keeps the
 
 @dataclasses.dataclass
 class Answered(Prediction):
+    """A single-label answer in the cascade: the LLM answers one label."""
+
     source: str = "model"  # "model" | "llm"
+    sets = False  # what the LLM is asked for (textdata/llm.parse_answer)
+
+    def store_of(self, fallback) -> TeacherLabels:
+        return fallback.store
+
+    def known_names(self, known: str, sep: str) -> list[str]:
+        """The names of the LLM's answer kept for this text."""
+        return [known]
+
+    def chosen(self, parsed: list[str], labels: list[str]) -> list[str]:
+        return parsed[:1]
+
+    def cell(self, names: list[str], sep: str) -> str:
+        """The LLM's answer as its file keeps it."""
+        return names[0]
+
+    def from_llm(self, names: list[str]) -> Answered:
+        label = names[0]
+        return dataclasses.replace(self, label=label, score=float(self.probabilities.get(label, 0.0)), confident=True,
+                                   source="llm")
 
 
 @dataclasses.dataclass
 class AnsweredSet(MultiLabelPrediction):
+    """A multi-label answer in the cascade: the LLM answers a label set (maybe empty)."""
+
     source: str = "model"  # "model" | "llm"
+    sets = True
+
+    def store_of(self, fallback) -> TeacherLabels:
+        return fallback.set_store
+
+    def known_names(self, known: str, sep: str) -> list[str]:
+        return [n for n in known.split(sep) if n]
+
+    def chosen(self, parsed: list[str], labels: list[str]) -> list[str]:
+        return [x for x in labels if x in parsed]
+
+    def cell(self, names: list[str], sep: str) -> str:
+        return sep.join(names)
+
+    def from_llm(self, names: list[str]) -> AnsweredSet:
+        top = max(names, key=lambda x: self.scores.get(x, 0.0)) if names else self.label
+        return dataclasses.replace(self, labels=names, label=top, score=float(self.scores.get(top, self.score)),
+                                   confident=True, source="llm")
+
+
+def by_llm(pred) -> bool:
+    """The LLM gave this answer (an engine prediction the cascade did not see: the model did)."""
+    return isinstance(pred, (Answered, AnsweredSet)) and pred.source == "llm"
 
 
 class TeacherLabels:
@@ -136,9 +185,11 @@ class Fallback:
             await self.client.close()
 
     async def resolve(self, texts: list[str], preds: list, version: str, labels: list[str], patient: bool = False,
-                      label_sep: str = ";") -> list:
+                      space: LabelSpace = SINGLE) -> list:
         """`preds` with each 'not sure' answer replaced by the LLM's where it gave one in time. `patient`: the
-        timeout bounds each LLM call, not the wait for a slot (a batch file's rows)."""
+        timeout bounds each LLM call, not the wait for a slot (a batch file's rows). `space`: the served model's
+        (a label set is stored joined by its separator)."""
+        label_sep = LabelSpace.of(multi_label=True, sep=space.sep).sep  # a single-label model's: never used
         out, jobs = [], []
         for text, pred in zip(texts, preds):
             if isinstance(pred, MultiLabelPrediction):
@@ -160,25 +211,25 @@ class Fallback:
         return out
 
     def resolve_blocking(self, texts: list[str], preds: list, version: str, labels: list[str],
-                         label_sep: str = ";") -> list:
+                         space: LabelSpace = SINGLE) -> list:
         """`resolve` from a worker thread (the Batch tab), on the server's event loop; the model's answers
         unchanged where there is no loop yet (the check at start has not run)."""
         if self.loop is None or not self.loop.is_running():
             return preds
-        return asyncio.run_coroutine_threadsafe(self.resolve(texts, preds, version, labels, True, label_sep),
+        return asyncio.run_coroutine_threadsafe(self.resolve(texts, preds, version, labels, True, space),
                                                 self.loop).result()
 
-    async def _defer(self, text: str, pred, version: str, labels: list[str], patient: bool, sep: str):
-        multi = isinstance(pred, AnsweredSet)
-        store = self.set_store if multi else self.store
+    async def _defer(self, text: str, pred: Answered | AnsweredSet, version: str, labels: list[str], patient: bool,
+                     sep: str):
+        store = pred.store_of(self)  # the answer's kind: a label, or a label set
         self.counts["deferred"] += 1
         self.deferred.inc()
         known = store.known.get(text)
         if known is not None:  # asked before: never paid for twice
-            names = [n for n in known.split(sep) if n] if multi else [known]
+            names = pred.known_names(known, sep)
             if all(n in labels for n in names):
                 self.counts["from_store"] += 1
-                return self._llm_set(pred, names) if multi else self._llm_answer(pred, known)
+                return pred.from_llm(names)
         if self.client is None:
             self.client = make_client(self.cfg.fallback_url, self.cfg.fallback_timeout_s, 1)
             self.gate = asyncio.Semaphore(self.cfg.fallback_concurrency)
@@ -201,17 +252,14 @@ class Fallback:
         self.tokens[1] += answer.output_tokens
         if answer.error:
             return self._failed("error", pred, started)
-        parsed = parse_answer(answer.text, labels, multi)
+        parsed = parse_answer(answer.text, labels, pred.sets)
         if not parsed.in_label_set:
             return self._failed("outside_label_set", pred, started)
         self.latency.observe(time.perf_counter() - started)
         self.counts["llm_answered"] += 1
-        if multi:
-            chosen = [x for x in labels if x in parsed.labels]
-            store.add(text, sep.join(chosen), version, pred)
-            return self._llm_set(pred, chosen)
-        store.add(text, parsed.labels[0], version, pred)
-        return self._llm_answer(pred, parsed.labels[0])
+        chosen = pred.chosen(parsed.labels, labels)
+        store.add(text, pred.cell(chosen, sep), version, pred)
+        return pred.from_llm(chosen)
 
     def _failed(self, kind: str, pred: Answered, started: float) -> Answered:
         self.latency.observe(time.perf_counter() - started)
@@ -219,17 +267,6 @@ class Fallback:
         self.counts["errors"] += 1
         self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
         return pred  # the model's answer, still confident: false
-
-    @staticmethod
-    def _llm_answer(pred: Answered, label: str) -> Answered:
-        return dataclasses.replace(pred, label=label, score=float(pred.probabilities.get(label, 0.0)), confident=True,
-                                   source="llm")
-
-    @staticmethod
-    def _llm_set(pred: AnsweredSet, chosen: list[str]) -> AnsweredSet:
-        top = max(chosen, key=lambda x: pred.scores.get(x, 0.0)) if chosen else pred.label
-        return dataclasses.replace(pred, labels=chosen, label=top, score=float(pred.scores.get(top, pred.score)),
-                                   confident=True, source="llm")
 
     def report(self) -> dict:
         """/v1/monitor's "cascade"."""

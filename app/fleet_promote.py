@@ -77,12 +77,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("command", choices=("promote", "status"))
     p.add_argument("version", nargs="?")
     p.add_argument("--database-url", required=True)
-    p.add_argument("--models-dir", required=True)
+    p.add_argument("--models-dir", required=True, help="the model store; with --model-store, a local cache")
+    p.add_argument("--model-store", help="the fleet's fsspec URL holding the versions (as the replicas' flag)")
     p.add_argument("--timeout", type=float, default=30.0, help="seconds to wait for every live replica to prepare")
     p.add_argument("--why", default="python -m app.fleet_promote")
     a = p.parse_args(argv)
     try:
-        registry = DbRegistry(a.models_dir, open_store(a.database_url))
+        from .model_store import open_model_store
+
+        registry = DbRegistry(a.models_dir, open_store(a.database_url, upgrade=False),  # app/db_cli.py migrates
+                              object_store=open_model_store(a.model_store))
         if a.command == "status":
             version, generation = fs.pointer(registry.engine)
             print(f"active {version} (generation {generation})")

@@ -34,10 +34,11 @@ LOCK = "registry"  # held while a version is numbered and renamed into place, or
 
 
 class DbRegistry(Registry):
-    def __init__(self, root, engine, holder: str | None = None):
+    def __init__(self, root, engine, holder: str | None = None, object_store=None):
         super().__init__(root)
         self.engine = engine
         self.holder = holder or f"{socket.gethostname()}:{os.getpid()}"
+        self.object_store = object_store  # app/model_store.py: versions in an object store, `root` their local cache
 
     # ------------------------------------------------------------ reading
     def _row(self, version: str) -> dict:
@@ -67,6 +68,8 @@ class DbRegistry(Registry):
         """The version's folder, its files hashed again: RegistryError (one line) when they changed."""
         row = self._row(version)
         folder = self.root / row["folder"]
+        if self.object_store is not None:
+            return self._cached(version, row, folder)
         if not folder.is_dir():
             raise RegistryError(f"{folder}: the folder of {version} is missing from the model store")
         digest = folder_sha256(folder)
@@ -74,6 +77,22 @@ class DbRegistry(Registry):
             raise RegistryError(f"{folder}: its files' sha256 is {digest[:12]}, not the {row['sha256'][:12]} it was "
                                 f"registered with (changed on disk): {version} refused")
         return folder
+
+    def _cached(self, version: str, row: dict, folder: Path) -> Path:
+        """The local copy of an object store's version: kept while its files match, else fetched (again)."""
+        if folder.is_dir():
+            if folder_sha256(folder) == row["sha256"]:
+                return folder
+            log.warning("%s: the cached copy of %s changed on disk; fetching it again from %s", folder, version,
+                        self.object_store.url)
+            self._trash(folder)
+        return self.object_store.fetch(row["folder"], row["sha256"], self.root)
+
+    def _trash(self, folder: Path) -> None:
+        trash = self.root / f".deleted-{folder.name}-{os.getpid()}"
+        with contextlib.suppress(OSError):
+            os.rename(folder, trash)
+            shutil.rmtree(trash, ignore_errors=True)
 
     # ------------------------------------------------------------ writing
     def log(self, event: str, **fields) -> None:
@@ -111,6 +130,12 @@ class DbRegistry(Registry):
             digest = folder_sha256(staging)
             folder = f"{name}-{digest[:12]}"
             os.rename(staging, self.root / folder)
+            if self.object_store is not None:  # uploaded whole before its row exists: no replica sees half of it
+                try:
+                    self.object_store.publish(self.root / folder)
+                except RegistryError:
+                    self._trash(self.root / folder)
+                    raise
             tx.run(self.engine, lambda conn: (fs.add_version(conn, name, n, folder, digest, meta, meta["created"]),
                                               fs.add_event(conn, "created", name, parent=meta.get("parent"),
                                                            source=meta.get("source"), sha256=digest)))
@@ -125,10 +150,9 @@ class DbRegistry(Registry):
         if version == self.active():
             raise RegistryError(f"{version} is the active version: activate another one first")
         fs.delete_version(self.engine, version)
-        trash = self.root / f".deleted-{folder.name}-{os.getpid()}"
-        with contextlib.suppress(OSError):
-            os.rename(folder, trash)
-            shutil.rmtree(trash, ignore_errors=True)
+        self._trash(folder)
+        if self.object_store is not None:
+            self.object_store.delete(folder.name)
 
 
 def import_disk(registry: DbRegistry) -> dict | None:
@@ -154,6 +178,8 @@ def import_disk(registry: DbRegistry) -> dict | None:
                 meta = {"unreadable": str(e)}
             if path != target:
                 os.rename(path, target)
+            if registry.object_store is not None:
+                registry.object_store.publish(target)
             rows.append((name, version_number(name), target.name, digest, meta, meta.get("created") or time.time()))
         evs, active = old.events(), old.active()
 
@@ -183,7 +209,9 @@ def fleet_start(cfg, engine):
     restarted replica must not demote what the fleet promoted since)."""
     import dataclasses
 
-    registry = DbRegistry(cfg.registry_dir, engine)
+    from .model_store import open_model_store
+
+    registry = DbRegistry(cfg.registry_dir, engine, object_store=open_model_store(cfg.model_store))
     import_disk(registry)
     if cfg.model and registry.active() is not None:
         version, new = registry.register_folder(cfg.model)

@@ -57,13 +57,16 @@ def main(argv: list[str] | None = None) -> int:
     from .config import parse_args
     from .fleet_jobs import LEASE, TrainerBusy, holder, take
     from .fleet_registry import DbRegistry, import_disk
+    from .model_store import open_model_store
 
     cfg = parse_args(sys.argv[1:] if argv is None else argv)
     logs.setup(cfg.log_level)
     try:
-        store = open_store(cfg.store_url)
-        registry = DbRegistry(cfg.registry_dir, store)
+        store = open_store(cfg.store_url, upgrade=False)  # a fleet member never migrates: app/db_cli.py
+        registry = DbRegistry(cfg.registry_dir, store, object_store=open_model_store(cfg.model_store))
         import_disk(registry)
+        if registry.active():  # the champion a retrain is judged against, fetched when the store is remote
+            registry.verify(registry.active())
         take(store)
     except TrainerBusy as e:
         print(str(e).split(" (")[0])

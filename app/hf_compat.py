@@ -27,6 +27,8 @@ from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt, StrictStr
 
+from .label_kinds import kind_of
+
 RESPONSES = {422: {"description": "invalid field (named)"}, 429: {"description": "queue full; see Retry-After"},
              503: {"description": "starting or shutting down"}, 504: {"description": "no answer in time"}}
 
@@ -80,20 +82,17 @@ def add_hf_routes(app: FastAPI, classify_texts: Callable[..., Awaitable[list]]) 
     async def hf_inference(req: HFRequest, request: Request):
         params = req.parameters or HFParameters()
         preds, clf = await run(req.inputs, request)
-        multi = getattr(clf, "multi_label", False)
+        kind = kind_of(clf.space)
         fn = params.function_to_apply
-        if fn is not None and fn not in (("sigmoid", "none") if multi else ("softmax",)):
-            allowed = "'sigmoid' or 'none'" if multi else "only 'softmax'"
-            kind = "a multi-label model: independent probabilities per label" if multi else "a single-label model"
-            raise _refuse(["parameters", "function_to_apply"], f"{fn!r}: this is {kind}; use {allowed}")
-        raw = list(clf.labels) if multi and fn == "none" else None
+        if fn is not None and fn not in kind.hf_functions:
+            raise _refuse(["parameters", "function_to_apply"], f"{fn!r}: this is {kind.hf_words}; use {kind.hf_allowed}")
+        raw = list(clf.labels) if fn == "none" else None  # allowed for a multi-label model only
         return JSONResponse([_ranked(p, params.top_k, raw) for p in preds])
 
     @app.post("/predict", summary="text-embeddings-inference: classification", responses=RESPONSES)
     async def tei_predict(req: TEIRequest, request: Request):
         preds, clf = await run(req.inputs, request)
-        multi = getattr(clf, "multi_label", False)
-        if req.raw_scores and not multi:
+        if req.raw_scores and not kind_of(clf.space).raw_scores:
             raise _refuse(["raw_scores"], "only false for this single-label model: answers are probabilities")
         raw = list(clf.labels) if req.raw_scores else None
         ranked = [_ranked(p, None, raw) for p in preds]

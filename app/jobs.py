@@ -33,12 +33,13 @@ from textdata.model_files import TRAINING_CONFIG
 from textdata.tables import write_json, write_table
 
 from . import child_watch
+from .label_kinds import active_space, space_fields
 from .lineage import describe
 from .registry import Registry, RegistryError
 from .swap import ActivationError, Switcher
 from .teacher_labels import TEACHER_COLUMN, attach
 from .train_params import check_params, inherited, kfold_config
-from .trainset import TrainingDataError, active_label_sep, build, check, eval_share
+from .trainset import TrainingDataError, build, check, eval_share
 
 log = logging.getLogger("app")
 _JOB_ID = re.compile(r"^[0-9]{8}-[0-9]{6}-[0-9a-f]{6}$")
@@ -167,29 +168,27 @@ class Jobs:
             base = self.base_model()
             share = eval_share(self.registry.root, self.cfg.eval_share)
             label_root = Path(self.cfg.data_dir) / "label"
-            active = self.registry.active()
-            # a multi-label active model retrains multi-label: its separator, else None (single-label)
-            sep = active_label_sep(self.registry.path(active)) if active else None
+            space = active_space(self.registry)  # a multi-label active model retrains multi-label, its separator
             # Off the event loop: on a 1,000,000-row table the check, the table writes and the sha256 held it
             # 4.8 s, every request waiting.
             store = getattr(getattr(self.switcher, "state", None), "store", None)  # team datasets, as of event N
-            ts = await asyncio.to_thread(build, label_root, self.cfg.train_data, share, sep, store)
-            await asyncio.to_thread(check, ts, int(params["folds"]), sep)
+            ts = await asyncio.to_thread(build, label_root, self.cfg.train_data, share, space, store)
+            await asyncio.to_thread(check, ts, int(params["folds"]), space)
             # the cascade's LLM answers as teacher labels beside the gold ones (app/teacher_labels.py)
-            ts.train, teacher = await asyncio.to_thread(attach, ts.train, share, self.cfg.data_dir, sep)
+            ts.train, teacher = await asyncio.to_thread(attach, ts.train, share, self.cfg.data_dir, space)
             ts.sources.update({"teacher": teacher} if teacher else {})
             job_id = f"{time.strftime('%Y%m%d-%H%M%S')}-{secrets.token_hex(3)}"
-            record = await asyncio.to_thread(self._write_job, job_id, params, base, ts, sep)
+            record = await asyncio.to_thread(self._write_job, job_id, params, base, ts, space)
             return self._spawn(record, ts)
 
-    def _write_job(self, job_id: str, params: dict, base: str, ts, label_sep: str | None) -> dict:
+    def _write_job(self, job_id: str, params: dict, base: str, ts, space) -> dict:
         """The job's folder: its tables, spec.json and first job.json (the record, returned)."""
         folder = self.root / job_id
         folder.mkdir(parents=True)
         write_table(ts.train, folder / "train.csv")
         write_table(ts.eval, folder / "eval.csv")
         staging = self.registry.staging(job_id)
-        extra = {"multi_label": True, "label_sep": label_sep} if label_sep else {}  # k-fold's --multi-label
+        extra = space_fields(space)  # k-fold's --multi-label --label-sep
         if TEACHER_COLUMN in ts.train.columns:  # k-fold's --teacher-column: every score on gold rows only
             extra["teacher_column"] = TEACHER_COLUMN
         kfold = kfold_config(params, model=base, data=str(folder / "train.csv"), output=str(folder / "work"),
@@ -197,7 +196,7 @@ class Jobs:
         active = self.registry.active()
         champion = {"version": active, "folder": str(self.registry.path(active).resolve())} if active else None
         write_json(folder / "spec.json", {"kfold": kfold, "staging": str(staging), "champion": champion,
-                                          "nice": self.cfg.train_nice, **({"label_sep": label_sep} if label_sep else {})})
+                                          "nice": self.cfg.train_nice, **space_fields(space)})
         record = {"id": job_id, "status": "running", "created": round(time.time(), 3), "params": params,
                   "base_model": base, "parent": active, "data": ts.sources, "conflicts": ts.conflicts,
                   "n_conflicts": ts.n_conflicts, "version": None, "decision": None, "error": None,

@@ -33,8 +33,10 @@ import numpy as np
 import pandas as pd
 
 from serving.multilabel import decision_margin
-from textdata.labels import MAX_NAME_CHARS, name_problem
+from textdata.labels import MAX_NAME_CHARS, LabelSpace, name_problem
 from textdata.tables import atomic_path
+
+from .label_kinds import SINGLE, kind_of, space_fields, space_from
 
 ORDERS = ("least confident first", "most confident first", "file order", "random")
 _SESSION_ID = re.compile(r"^[0-9a-f]{12}$")
@@ -87,6 +89,8 @@ class LabelSession:
         self.folder = folder
         self.lock = threading.RLock()
         self.meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
+        self.space = space_from(self.meta)  # the kind its decisions are, decided at creation
+        self.kind = kind_of(self.space)
         items = pd.read_parquet(folder / "items.parquet")
         self.texts: list[str] = items["text"].tolist()
         self.suggestion: list[str] = items["suggestion"].tolist()
@@ -100,11 +104,11 @@ class LabelSession:
     # ------------------------------------------------------------ creation and lookup
     @classmethod
     def create(cls, root: Path, source: str, texts: list[str], predictions: list, labels: list[str],
-               thresholds=None, label_sep: str | None = None, blind: bool = False, columns: dict | None = None,
+               thresholds=None, space: LabelSpace = SINGLE, blind: bool = False, columns: dict | None = None,
                **meta_fields) -> LabelSession:
         """`predictions`: engine Predictions for `texts` (label, score, probabilities); with `thresholds` (a
-        multi-label model's, label order) MultiLabelPredictions, and the session decides label sets (joined by
-        `label_sep`; `label_sep` alone: sets, the predictions' label and score as given).
+        multi-label model's, label order) MultiLabelPredictions. A multi-label `space`: the session decides label
+        sets (joined by its separator; without `thresholds`: the predictions' label and score as given).
         `blind`: an audit session (app/audit.py), shown without the model's answer, in file order. `columns`
         (more per-row values) and `meta_fields` are kept for other kinds of session (app/review.py)."""
         sid = secrets.token_hex(6)
@@ -115,15 +119,14 @@ class LabelSession:
                      "probabilities": [json.dumps(p.probabilities) for p in predictions]}
         else:
             probs = np.array([[p.scores[lab] for lab in labels] for p in predictions]).reshape(len(texts), len(labels))
-            items = {"suggestion": [label_sep.join(p.labels) for p in predictions],
+            items = {"suggestion": [space.sep.join(p.labels) for p in predictions],
                      "confidence": decision_margin(probs, np.asarray(thresholds, np.float64)),
                      "probabilities": [json.dumps(p.scores) for p in predictions]}
         pd.DataFrame({"text": texts, **items, **(columns or {})}).to_parquet(folder / "items.parquet", index=False)
         meta = {"id": sid, "source": Path(source).name, "created": time.time(), "labels": list(labels),
                 "order": ORDERS[2] if blind else ORDERS[0], "rows": len(texts), **({"blind": True} if blind else {}),
                 **meta_fields}
-        if label_sep is not None:  # decides label sets; a review's (app/review.py) without thresholds
-            meta.update(multi_label=True, label_sep=label_sep)
+        meta.update(space_fields(space))  # decides label sets; a review's (app/review.py) without thresholds
         if thresholds is not None:
             meta["thresholds"] = [float(t) for t in thresholds]
         with atomic_path(folder / "meta.json") as tmp:
@@ -141,12 +144,11 @@ class LabelSession:
 
     @property
     def multi_label(self) -> bool:
-        return bool(self.meta.get("multi_label"))
+        return self.space.multi_label
 
     def suggested_set(self, row: int) -> list[str]:
         """A multi-label session's suggestion for `row`: the model's labels over their thresholds."""
-        s = self.suggestion[row]
-        return s.split(self.meta["label_sep"]) if s else []
+        return self.kind.names(self.suggestion[row])
 
     # ------------------------------------------------------------ journal
     def _replay(self) -> None:
@@ -235,14 +237,7 @@ class LabelSession:
         """Label `row`; False (and nothing written) when it is no longer the row on screen (double click).
         A multi-label session takes a list of labels (empty: none of these); one name means that one alone."""
         with self.lock:
-            chosen = None
-            if self.multi_label:
-                chosen = [label] if isinstance(label, str) else list(label)
-                unknown = [x for x in chosen if x not in self.labels]
-                chosen = [x for x in self.labels if x in chosen]  # the session's label order, each once
-                label = self.meta["label_sep"].join(chosen)
-            else:
-                unknown = [] if label in self.labels else [label]
+            label, chosen, unknown = self.kind.decision(label, self.labels)  # a set: in the session's label order
             if unknown:
                 raise SessionError(f"unknown label {unknown[0]!r}")
             if row != self.current():
@@ -284,7 +279,7 @@ class LabelSession:
         if not name:
             raise SessionError("type a label name first")
         # the one label-name rule (textdata/labels.py), as k-fold, --train-data and review files apply it
-        problem = name_problem(name, self.meta.get("label_sep") if self.multi_label else None)
+        problem = name_problem(name, self.space.sep)
         if problem:
             raise SessionError(f"label {name[:MAX_NAME_CHARS]!r} {problem}")
         with self.lock:
@@ -321,18 +316,18 @@ class SessionStore:
             return self._open[sid]
 
     def create(self, source: str, texts: list[str], predictions: list, labels: list[str], thresholds=None,
-               label_sep: str | None = None, **kinds) -> LabelSession:
-        session = LabelSession.create(self.root, source, texts, predictions, labels, thresholds, label_sep, **kinds)
+               space: LabelSpace = SINGLE, **kinds) -> LabelSession:
+        session = LabelSession.create(self.root, source, texts, predictions, labels, thresholds, space, **kinds)
         with self._lock:
             self._open[session.id] = session
         return session
 
     def create_blind(self, source: str, texts: list[str], labels: list[str],
-                     label_sep: str | None = None) -> LabelSession:
-        """A session with no suggestions: the texts alone (the live audit). With `label_sep`: it decides label
-        sets, nothing ticked to start with."""
+                     space: LabelSpace = SINGLE) -> LabelSession:
+        """A session with no suggestions: the texts alone (the live audit). A multi-label `space`: it decides
+        label sets, nothing ticked to start with."""
         none = [type("NoAnswer", (), {"label": "", "score": 0.0, "probabilities": {}})()] * len(texts)
-        session = LabelSession.create(self.root, source, texts, none, labels, label_sep=label_sep, blind=True)
+        session = LabelSession.create(self.root, source, texts, none, labels, space=space, blind=True)
         with self._lock:
             self._open[session.id] = session
         return session

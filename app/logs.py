@@ -30,5 +30,6 @@ def setup(level: str = "info") -> None:
         lg = logging.getLogger(name)
         lg.handlers[:] = []
         lg.propagate = True
-    # httpx logs every request Gradio makes to itself at INFO.
+    # httpx logs every request Gradio makes to itself at INFO; alembic names each plugin it loads on import.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)

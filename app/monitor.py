@@ -65,6 +65,18 @@ def label_set(pred) -> tuple | None:
     return tuple(pred.labels) if isinstance(pred, MultiLabelPrediction) else None
 
 
+def answer_names(pred) -> list[str]:
+    """The labels an engine prediction asserts: a multi-label one's set (maybe empty), else its one label."""
+    names = label_set(pred)
+    return [pred.label] if names is None else list(names)
+
+
+def answer_scores(pred) -> dict:
+    """Every label's probability of an engine prediction: a multi-label one's `scores` (its `probabilities` may be
+    cut to top_k), else its `probabilities`."""
+    return pred.probabilities if label_set(pred) is None else pred.scores
+
+
 def distribution(pred, labels: list[str]) -> tuple | None:
     """A single-label answer's probability per label, to 4 decimals; labels a top_k answer left out share what its
     shown ones leave. None for a multi-label answer (its labels are not one distribution)."""
@@ -156,6 +168,7 @@ class Window:
         self.overlong = self.unsure = self.empty = self.total = 0
         self.history: deque = deque(maxlen=HISTORY)
         self.alerting: set[str] = set()
+        self.earlier = False  # restored from state.json for a version not served since the restart
 
     def add(self, s: Seen) -> None:
         self.seen.append(s)
@@ -223,7 +236,9 @@ class Window:
         return {**estimate(np.array(probs, np.float64), base / base.sum()), "fitted": base / base.sum()}
 
     def to_json(self) -> dict:
+        # the reference too: after a restart, a version no longer served still reads against it (issue 45)
         return {"labels": self.labels, "total": self.total, "empty": self.empty, "history": list(self.history),
+                "reference": self.reference, "why": self.why,
                 "seen": [[s.t, list(s.names), s.confidence_bin, s.length_bin, s.overlong, s.unsure,
                           *([list(s.probs)] if s.probs is not None else [])] for s in self.seen]}
 
@@ -308,19 +323,41 @@ class Monitor:
                     if self.correct_priors:
                         self._correct(engine, w)
         if self.audit is not None:  # the answer as served: a multi-label one is its set, empty for none
-            sets = [label_set(p) for p in preds]
-            multi = bool(preds) and all(x is not None for x in sets)
-            self.audit.offer(engine.version, texts, [list(x) for x in sets] if multi else [[p.label] for p in preds],
-                             multi)
+            sets = bool(preds) and None not in [label_set(p) for p in preds]
+            self.audit.offer(engine.version, texts, [answer_names(p) for p in preds], sets)
 
     def attach(self, engine) -> None:
         """Open `engine`'s window now (the served version at start): what state.json kept of it shows in
-        /v1/monitor at once, not only after the first request."""
+        /v1/monitor at once, not only after the first request; so do the versions served before the restart
+        (a switch, then a restart, must not lose the previous version's figures)."""
         with self.lock:
             self._window(engine)
+            for version in list(self._saved):
+                self._earlier(version, self._saved.pop(version))
+
+    def _earlier(self, version: str, saved: dict) -> None:
+        """The window of a version not served now, as state.json kept it, with the reference it was saved with."""
+        try:
+            labels = saved["labels"]
+            if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+                raise TypeError("labels must be a list of names")
+            ref, why = saved.get("reference"), str(saved.get("why") or "")[:300]
+            if ref is not None:
+                ref = check_reference(ref, labels)
+            w = Window(version, labels, ref, why or ("" if ref else "no reference kept with its window (read again when it serves)"),
+                       self.size, self.span_s)
+            w.restore(saved)
+        except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:  # a hand-edited state.json
+            log.warning("monitor: the saved window of %s is unreadable (%r); not shown", version, e)
+            return
+        w.earlier = True
+        self.windows[version] = w
 
     def _window(self, engine) -> Window:
         w = self.windows.get(engine.version)
+        if w is not None and w.earlier:  # served again: its reference is read from its folder, as on first serving
+            w.earlier = False
+            w.reference, w.why = read_reference(getattr(engine.clf, "folder", None), list(engine.clf.labels))
         if w is None:
             clf = engine.clf
             ref, why = read_reference(getattr(clf, "folder", None), list(clf.labels))

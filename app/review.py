@@ -10,8 +10,8 @@ latest decision winning.
 A multi-label run's file (its `label_sep` column; an older file without one: a cell that is empty or joins
 names with ";") holds label SETS; on a multi-label server it becomes a multi-label review session (meta
 `multi_label`, `label_sep`): the checkboxes start at the given set, the suggestion is the run's suggested set,
-and a decision is a set like any multi-label session's. Sets are compared canonically (names sorted,
-trainset.canonical_set), so the order a set is written or ticked in never matters. A file of the other kind
+and a decision is a set like any multi-label session's. Sets are compared canonically (names sorted, the label
+space's `canonical`), so the order a set is written or ticked in never matters. A file of the other kind
 than the server's model (multi-label file, single-label model, or the reverse) is refused with one message.
 
 Refused: a file whose suspects are mostly not in this server's training table (another data file: both are
@@ -27,12 +27,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from textdata.labels import DEFAULT_SEP, MAX_NAME_CHARS, NONE_LABEL, name_problem, parse_set, sep_problem
+from textdata.labels import DEFAULT_SEP, MAX_NAME_CHARS, LabelSpace, name_problem, sep_problem
 from textdata.model_files import LABEL_ISSUES as ISSUES_FILE
 from textdata.tables import read_table
 
+from .label_kinds import SINGLE, folder_space, kind_of
 from .labeling import LabelSession, SessionError, SessionStore, decisions, valid_session_id
-from .trainset import REVIEW, active_label_sep, canonical_set, key, session_kind
+from .trainset import REVIEW, key, session_kind
 
 REQUIRED = ("text", "given_label", "suggested_label", "quality")
 MIN_FOUND_SHARE = 0.5  # below this, the file is taken to come from other data than this server trains on
@@ -58,60 +59,51 @@ def check_columns(df: pd.DataFrame, name: str) -> None:
                           "finetune/kfold.py writes one beside report.json")
 
 
-def issues_label_sep(issues: pd.DataFrame, labels, name: str = ISSUES_FILE) -> str | None:
-    """The separator of a multi-label run's label sets, None for a single-label run's file. The file says it
-    (column `label_sep`); an older multi-label one shows it: an empty cell (no label: only sets can be
-    empty), or names joined by ";" where the whole is none of this server's `labels`."""
+def issues_space(issues: pd.DataFrame, labels, name: str = ISSUES_FILE) -> LabelSpace:
+    """The label space of the run whose suspects `issues` lists: multi-label with its separator, or single-label.
+    The file says it (column `label_sep`); an older multi-label one shows it: an empty cell (no label: only sets
+    can be empty), or names joined by ";" where the whole is none of this server's `labels`."""
     if "label_sep" in issues.columns:
         sep = next((s for s in issues["label_sep"].fillna("").astype(str) if s), None)
         if sep is not None and sep_problem(sep):
             raise ReviewError(f"{name}, column 'label_sep': separator {sep[:20]!r} {sep_problem(sep)}")
-        return sep
+        return LabelSpace.of(multi_label=sep is not None, sep=sep)
     cells = pd.concat([issues["given_label"], issues["suggested_label"]]).fillna("").astype(str)
     known = set(labels)
-    return DEFAULT_SEP if any(not c.strip() or (DEFAULT_SEP in c and c not in known) for c in cells) else None
+    sets = any(not c.strip() or (DEFAULT_SEP in c and c not in known) for c in cells)
+    return LabelSpace.of(multi_label=sets, sep=DEFAULT_SEP)
 
 
-def check_kind(file_sep: str | None, server_sep: str | None, name: str) -> None:
+def check_kind(file_space: LabelSpace, space: LabelSpace, name: str) -> None:
     """One message for a file of the other kind than the server's model, either way."""
-    if bool(file_sep) != bool(server_sep):
-        kind = {True: "multi-label", False: "single-label"}
-        ran = f"{kind[True]} run (label sets joined by {file_sep!r})" if file_sep else f"{kind[False]} run (one label per text)"
-        raise ReviewError(f"{name} lists the suspects of a {ran}, and this server's model is {kind[bool(server_sep)]}: "
-                          f"review it on a server whose active model is {kind[bool(file_sep)]} (one trained on that run's "
-                          "data), where its decisions can correct the training table")
+    if file_space.kind != space.kind:
+        raise ReviewError(f"{name} lists the suspects of a {kind_of(file_space).run_words()}, and this server's model "
+                          f"is {space.kind}: review it on a server whose active model is {file_space.kind} (one "
+                          "trained on that run's data), where its decisions can correct the training table")
 
 
-def as_sets(issues: pd.DataFrame, name: str, file_sep: str, label_sep: str) -> pd.DataFrame:
-    """The file with its given and suggested sets canonical (names sorted, joined by the server's `label_sep`)."""
-    df = issues.copy()
-    for col in ("given_label", "suggested_label"):
-        df[col] = [label_sep.join(sorted(parse_set(c, file_sep, f"{name} row {i + 2} column {col}")))
-                   for i, c in enumerate(df[col].fillna(""))]
-    return df
-
-
-def check_suggestions(todo: pd.DataFrame, name: str, known: list[str], label_sep: str | None) -> None:
+def check_suggestions(todo: pd.DataFrame, name: str, known: list[str], space: LabelSpace) -> None:
     """A suggestion becomes a label of the training table when accepted: each of its names is one the model or
     the table has, or passes the label-name rule that Add label applies (textdata/labels.py); ReviewError naming
     the file, the row and the name otherwise (a formula, a control character, a name over the length)."""
-    names = {n for cell in known for n in (cell.split(label_sep) if label_sep else [cell])}
+    kind = kind_of(space)
+    names = {n for cell in known for n in kind.names(cell)}
     for row, cell in zip(todo.index, todo["suggested_label"].astype(str)):
-        for n in (cell.split(label_sep) if label_sep else [cell]):
-            if n and n not in names and name_problem(n, label_sep):
+        for n in kind.names(cell):
+            if n and n not in names and name_problem(n, space.sep):
                 where = f"{name} row {row + 2}, column 'suggested_label'"
-                raise ReviewError(f"{where}: label {n[:MAX_NAME_CHARS]!r} {name_problem(n, label_sep)}")
+                raise ReviewError(f"{where}: label {n[:MAX_NAME_CHARS]!r} {name_problem(n, space.sep)}")
 
 
-def reviewed(label_root: Path, label_sep: str | None = None) -> set[tuple[str, str]]:
+def reviewed(label_root: Path, space: LabelSpace = SINGLE) -> set[tuple[str, str]]:
     """(text, label) pairs a review decided, in force: such a label is never asked about again for that text.
-    With `label_sep` (a multi-label server) the labels are canonical sets."""
+    On a multi-label server the labels are canonical sets."""
     pairs = set()
+    kind = kind_of(space)
     if Path(label_root).is_dir():
         for folder in Path(label_root).iterdir():
             if valid_session_id(folder.name) and (folder / "journal.jsonl").exists() and session_kind(folder) == REVIEW:
-                pairs.update((key(d["text"]), canonical_set(d["label"], label_sep) if label_sep else d["label"])
-                             for d in decisions(folder))
+                pairs.update((key(d["text"]), kind.canonical(d["label"])) for d in decisions(folder))
     return pairs
 
 
@@ -150,49 +142,36 @@ def plan(issues: pd.DataFrame, name: str, current: dict[str, str], done: set, ta
 
 
 def open_review(store: SessionStore, issues: pd.DataFrame, name: str, ts, label_root: Path, table_name: str,
-                labels: list[str], label_sep: str | None = None) -> tuple[LabelSession, str]:
+                labels: list[str], space: LabelSpace = SINGLE) -> tuple[LabelSession, str]:
     """A new review session for the suspects of `issues` (a label_issues.csv read as strings) against the
-    training table `ts` (app/trainset.build, with the same `label_sep`); its message for the person.
-    `label_sep`: the server's model is multi-label and joins label sets with it."""
+    training table `ts` (app/trainset.build, with the same label `space`); its message for the person.
+    `space`: the server's model's label space (a multi-label one reviews label sets)."""
     check_columns(issues, name)
-    file_sep = issues_label_sep(issues, labels, name)
-    check_kind(file_sep, label_sep, name)
-    if label_sep:
-        issues = as_sets(issues, name, file_sep, label_sep)
+    kind = kind_of(space)
+    file_space = issues_space(issues, labels, name)
+    check_kind(file_space, space, name)
+    issues = kind.as_cells(issues, name, file_space)
     current = table_labels(ts)
-    todo, note = plan(issues, name, current, reviewed(label_root, label_sep), table_name)
-    check_suggestions(todo, name, [*labels, *current.values()], label_sep)
+    todo, note = plan(issues, name, current, reviewed(label_root, space), table_name)
+    check_suggestions(todo, name, [*labels, *current.values()], space)
     given, sugg = todo["given_label"].astype(str).tolist(), todo["suggested_label"].astype(str).tolist()
-    every = [*labels, *current.values(), *given, *sugg]
-    if label_sep:  # the names in the sets, not the sets
-        every = [n for cell in every for n in cell.split(label_sep) if n]
-    session = store.create(name, todo["text"].astype(str).tolist(), suspects(todo, label_sep),
-                           list(dict.fromkeys(every)), columns={"given_label": given}, kind=REVIEW,
-                           label_sep=label_sep)
-    keys = ("**Enter** saves the ticked labels (the given ones are ticked), **K** keeps the given labels, **T** "
-            "takes the suggestion, **1–9** tick or untick a label" if label_sep else
-            "**K** keeps the given label, **Enter** takes the suggestion, **1–9** picks another label")
-    message = f"Review of {len(todo)} suspects from {name}, least likely correct first: {keys}."
+    every = [n for cell in [*labels, *current.values(), *given, *sugg] for n in kind.names(cell)]  # sets: names
+    session = store.create(name, todo["text"].astype(str).tolist(), suspects(todo, space),
+                           list(dict.fromkeys(every)), columns={"given_label": given}, kind=REVIEW, space=space)
+    message = f"Review of {len(todo)} suspects from {name}, least likely correct first: {kind.review_keys}."
     return session, message + (f" ({note}.)" if note else "")
 
 
-def suspects(todo: pd.DataFrame, label_sep: str | None) -> list[Suspect]:
+def suspects(todo: pd.DataFrame, space: LabelSpace) -> list[Suspect]:
     """The session's rows: the suggestion, the quality score, the given and suggested labels' probabilities
     (keyed as the person reads them: a set as its names, "(none)" for the empty one)."""
     p_given = pd.to_numeric(todo.get("p_given", pd.Series(np.nan, todo.index)), errors="coerce")
     p_sugg = pd.to_numeric(todo.get("p_suggested", pd.Series(np.nan, todo.index)), errors="coerce")
     out = []
     for g, s, q, pg, ps in zip(todo["given_label"], todo["suggested_label"], todo["quality"], p_given, p_sugg):
-        shown_g, shown_s = shown(g, label_sep), shown(s, label_sep)
+        shown_g, shown_s = space.shown(g), space.shown(s)
         out.append(Suspect(s, float(q), {shown_g: _prob(pg), shown_s: _prob(ps)} if g != s else {shown_g: _prob(pg)}))
     return out
-
-
-def shown(cell: str, label_sep: str | None) -> str:
-    """A label as the person reads it: a multi-label set as its names, "(none)" for the empty set."""
-    if not label_sep:
-        return cell
-    return ", ".join(cell.split(label_sep)) if cell else NONE_LABEL
 
 
 def _prob(v) -> float:
@@ -211,9 +190,7 @@ def given_label(session: LabelSession, row: int | None) -> str | None:
 def given_set(session: LabelSession, row: int | None) -> list[str] | None:
     """The given label set of a multi-label review session's row (a single-label one's: its label alone)."""
     given = given_label(session, row)
-    if given is None or not session.multi_label:
-        return None if given is None else [given]
-    return given.split(session.meta["label_sep"]) if given else []
+    return None if given is None else session.kind.names(given)
 
 
 def active_issues(registry) -> tuple[pd.DataFrame, str]:
@@ -228,5 +205,5 @@ def active_issues(registry) -> tuple[pd.DataFrame, str]:
                           "--label-issues auto): upload a run's label_issues.csv instead")
     issues = read_table(path)
     if "label_sep" not in issues.columns:
-        issues["label_sep"] = active_label_sep(path.parent) or ""
+        issues["label_sep"] = folder_space(path.parent).sep or ""
     return issues, f"{version}/{ISSUES_FILE}"

@@ -25,9 +25,11 @@ from pathlib import Path
 
 import numpy as np
 
-from serving.multilabel import DEFAULT_SEP, decision_margin
+from serving.multilabel import decision_margin
+from textdata.labels import LabelSpace
 from textdata.tables import atomic_path
 
+from .label_kinds import SINGLE
 from .monitor import label_set
 
 log = logging.getLogger("app")
@@ -164,30 +166,35 @@ class _SetAnswer:
     probabilities: dict
 
 
-def start_session(queue: ReviewQueue, store, labels: list[str], thresholds=None, label_sep: str | None = None):
+def start_session(queue: ReviewQueue, store, labels: list[str], thresholds=None, space: LabelSpace = SINGLE):
     """A labeling session (app/labeling.py) holding the waiting texts with the model's suggestion, least
-    confident first; None when the queue is empty. `label_sep` (and `thresholds`): the served model is
-    multi-label. A session holds answers of one kind, the served model's first (as the audit's,
-    app/audit.py): a multi-label answer opens a label-set session with the served set pre-ticked, so
-    accepting it records the whole set, not its top label (issue 40, M6)."""
+    confident first; None when the queue is empty. `space` (and `thresholds`): the served model's. A session
+    holds answers of one kind, the served model's first (as the audit's, app/audit.py): a multi-label answer
+    opens a label-set session with the served set pre-ticked, so accepting it records the whole set, not its
+    top label (issue 40, M6)."""
     items = queue.peek()
-    served_multi = label_sep is not None
-    items = [i for i in items if (i.labels is not None) == served_multi] or items
-    items = [i for i in items if (i.labels is not None) == (items[0].labels is not None)] if items else []
-    if not items:
+    served_kind = [i for i in items if (i.labels is not None) == space.multi_label]
+    items = served_kind or items
+    first_kind = [i for i in items if (i.labels is not None) == (items[0].labels is not None)]
+    if not first_kind:
         return None
-    texts = [i.text for i in items]
-    if items[0].labels is None:  # a label answered by another version stays decidable
-        names = [*labels, *sorted({i.label for i in items} - set(labels))]
-        session = store.create(SOURCE, texts, items, names)
-    else:
-        sep = label_sep or DEFAULT_SEP
-        names = [*labels, *sorted({x for i in items for x in i.labels if sep not in x} - set(labels))]
-        probs = np.array([[i.probabilities.get(n, 0.0) for n in labels] for i in items]).reshape(len(items), -1)
-        margin = (decision_margin(probs, np.asarray(thresholds, np.float64))
-                  if thresholds is not None and len(thresholds) == len(labels) else [i.score for i in items])
-        answers = [_SetAnswer(sep.join(n for n in names if n in i.labels), float(m), i.probabilities)
-                   for i, m in zip(items, margin)]
-        session = store.create(SOURCE, texts, answers, names, label_sep=sep)
-    queue.discard(texts)  # only once the session holds them: a failed start loses no text
+    answered = LabelSpace.of(labels, first_kind[0].labels is not None, space.sep)  # the kind of these answers
+    session = answered.pick(_label_session, _set_session)(store, first_kind, labels, thresholds, answered)
+    queue.discard([i.text for i in first_kind])  # only once the session holds them: a failed start loses no text
     return session
+
+
+def _label_session(store, items: list[Waiting], labels: list[str], thresholds, space: LabelSpace):
+    names = [*labels, *sorted({i.label for i in items} - set(labels))]  # a label of another version stays decidable
+    return store.create(SOURCE, [i.text for i in items], items, names)
+
+
+def _set_session(store, items: list[Waiting], labels: list[str], thresholds, space: LabelSpace):
+    sep = space.sep
+    names = [*labels, *sorted({x for i in items for x in i.labels if sep not in x} - set(labels))]
+    probs = np.array([[i.probabilities.get(n, 0.0) for n in labels] for i in items]).reshape(len(items), -1)
+    margin = (decision_margin(probs, np.asarray(thresholds, np.float64))
+              if thresholds is not None and len(thresholds) == len(labels) else [i.score for i in items])
+    answers = [_SetAnswer(sep.join(n for n in names if n in i.labels), float(m), i.probabilities)
+               for i, m in zip(items, margin)]
+    return store.create(SOURCE, [i.text for i in items], answers, names, space=space)

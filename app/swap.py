@@ -16,10 +16,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 from dataclasses import dataclass, field
 
 from .batcher import Closed, QueueFull
+from .label_kinds import kind_of
 from .registry import Registry, RegistryError
 
 log = logging.getLogger("app")
@@ -43,16 +43,11 @@ def check_engine(clf) -> None:
     over the model's own labels (for a multi-label model, each label's in [0, 1])."""
     if not list(clf.labels):
         raise ValueError("the model has no labels")
-    multi = getattr(clf, "multi_label", False)
+    kind = kind_of(clf.space)
     for pred in clf.predict(CHECK_TEXTS):
-        values = pred.probabilities.values()
-        if multi:  # independent per-label probabilities: each in [0, 1], no sum
-            if not all(math.isfinite(p) and 0 <= p <= 1 for p in values):
-                raise ValueError(f"its per-label probabilities are not probabilities ({pred.probabilities})")
-            continue
-        total = sum(values)
-        if not all(math.isfinite(p) for p in values) or abs(total - 1) > 1e-3:
-            raise ValueError(f"its probabilities are not a distribution ({pred.probabilities})")
+        problem = kind.probability_problem(pred.probabilities)
+        if problem:
+            raise ValueError(problem)
 
 
 class Switcher:

@@ -20,6 +20,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from textdata.labels import LabelSpace
+
+from .label_kinds import kind_of
 from .lineage import key
 from .trainset import in_eval_slice
 
@@ -43,15 +46,16 @@ def read_answers(path: Path) -> tuple[dict[str, tuple[str, str]], dict]:
     return latest, {"file": str(path), "sha256": digest, "answers": len(table), "texts": len(latest), "llm": llms}
 
 
-def attach(train: pd.DataFrame, share: float, data_dir: Path, label_sep: str | None) -> tuple[pd.DataFrame, dict]:
+def attach(train: pd.DataFrame, share: float, data_dir: Path, space: LabelSpace) -> tuple[pd.DataFrame, dict]:
     """(the training table with a `teacher` column and the teacher rows appended, the lineage record); the table
     unchanged and {} when there are no LLM answers, or a record saying why they were not read."""
     path = Path(data_dir) / TEACHER_FILE
     answers, record = read_answers(path)
     if not answers:
         return train, {}
-    if label_sep is not None:
-        return train, {**record, "used": False, "why": "a multi-label retrain reads no teacher labels"}
+    why_not = kind_of(space).no_teacher
+    if why_not:
+        return train, {**record, "used": False, "why": why_not}
     gold = {key(t) for t in train["text"]}
     held = {k for k, (t, _) in answers.items() if in_eval_slice(t, share)}
     out = train.copy()

@@ -62,20 +62,25 @@ def _bad(field: str, msg: str) -> HTTPException:
 
 def _suggestions(clf, texts: list[str]) -> list[dict]:
     """The served model's answer per text: shown as the suggestion, and its confidence orders the queue."""
-    from serving.multilabel import decision_margin
-
+    suggest = clf.space.pick(_label_suggestions, _set_suggestions)  # a multi-label model: its set over thresholds
     rows = []
     for start in range(0, len(texts), SCORE_CHUNK):
         chunk = texts[start:start + SCORE_CHUNK]
-        preds = clf.predict_encoded(clf.encode(chunk))
-        if getattr(clf, "multi_label", False):
-            probs = np.array([[p.scores[lab] for lab in clf.labels] for p in preds]).reshape(len(chunk), -1)
-            margin = decision_margin(probs, np.asarray(clf.thresholds, np.float64))
-            rows += [{"suggestion": {"labels": p.labels}, "priority": float(m)} for p, m in zip(preds, margin)]
-        else:
-            rows += [{"suggestion": {"label": p.label, "score": round(float(p.score), 4)}, "priority": float(p.score)}
-                     for p in preds]
+        rows += suggest(clf, clf.predict_encoded(clf.encode(chunk)))
     return rows
+
+
+def _label_suggestions(clf, preds: list) -> list[dict]:
+    return [{"suggestion": {"label": p.label, "score": round(float(p.score), 4)}, "priority": float(p.score)}
+            for p in preds]
+
+
+def _set_suggestions(clf, preds: list) -> list[dict]:
+    from serving.multilabel import decision_margin
+
+    probs = np.array([[p.scores[lab] for lab in clf.labels] for p in preds]).reshape(len(preds), -1)
+    margin = decision_margin(probs, np.asarray(clf.thresholds, np.float64))
+    return [{"suggestion": {"labels": p.labels}, "priority": float(m)} for p, m in zip(preds, margin)]
 
 
 def _cell(value):
@@ -142,14 +147,14 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
         uid = who.caller(request, STAFF)[0]
         served = state.served
         clf = served.clf
-        multi = body.multi_label if body.multi_label is not None else bool(getattr(clf, "multi_label", False))
+        multi = body.multi_label if body.multi_label is not None else clf.space.multi_label
         labels = list(dict.fromkeys(body.labels or clf.labels))
         for i, t in enumerate(body.texts):
             if not t.strip():
                 raise HTTPException(422, [{"type": "value_error", "loc": ["body", "texts", i], "msg": "empty text"}])
         if len(body.texts) > cfg.max_upload_rows:
             raise _bad("texts", f"{len(body.texts)} texts; the limit is {cfg.max_upload_rows} (--max-upload-rows)")
-        model_labels = list(clf.labels) == labels and multi == bool(getattr(clf, "multi_label", False))
+        model_labels = list(clf.labels) == labels and multi == clf.space.multi_label
         rows = _suggestions(clf, body.texts) if model_labels else [{} for _ in body.texts]
         for row, text in zip(rows, body.texts):
             row.update(text=text, model_version=served.version if model_labels else None)

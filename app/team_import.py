@@ -15,6 +15,7 @@ import pandas as pd
 
 from labelstore import queue, users
 
+from .label_kinds import kind_of, space_from
 from .labeling import decisions, valid_session_id
 
 log = logging.getLogger("app")
@@ -23,13 +24,12 @@ log = logging.getLogger("app")
 def _session(folder: Path) -> tuple[dict, list[dict], list[tuple]]:
     meta = json.loads((folder / "meta.json").read_text(encoding="utf-8"))
     items = pd.read_parquet(folder / "items.parquet")
-    sep = meta.get("label_sep") if meta.get("multi_label") else None
+    kind = kind_of(space_from(meta))
     conf = items["confidence"] if "confidence" in items else [0.0] * len(items)
     sugg = items["suggestion"] if "suggestion" in items else [None] * len(items)
     rows = [{"text": t, "priority": float(c), "suggestion": None if s is None else {"label": s}}
             for t, c, s in zip(items["text"], conf, sugg)]
-    found = [(d["text"], sorted(x for x in str(d["label"]).split(sep) if x) if sep else d["label"], float(d["ts"]))
-             for d in decisions(folder)]
+    found = [(d["text"], kind.store_value(d["label"]), float(d["ts"])) for d in decisions(folder)]
     return meta, rows, found
 
 
@@ -43,11 +43,11 @@ def import_sessions(engine, label_root: Path) -> dict:
         if not (valid_session_id(folder.name) and (folder / "journal.jsonl").exists()):
             continue
         meta, rows, found = _session(folder)
-        multi = bool(meta.get("multi_label"))
+        kind = kind_of(space_from(meta))
         labels = list(dict.fromkeys([*meta.get("labels", []), *(
-            x for _, v, _ in found for x in (v if multi else [v]))]))  # a label added during the session too
-        _, n_records, n_answers = queue.import_answered(engine, f"session {folder.name}", labels, multi, rows, uid,
-                                                        found)
+            x for _, v, _ in found for x in kind.store_names(v))]))  # a label added during the session too
+        _, n_records, n_answers = queue.import_answered(engine, f"session {folder.name}", labels,
+                                                        kind.space.multi_label, rows, uid, found)
         counts["sessions"] += 1
         counts["rows"] += len(rows)
         counts["records"] += n_records

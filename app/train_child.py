@@ -9,7 +9,7 @@ and its one export path (`serving.export.run`, as `python -m serving.export --qu
 evaluation slice, or on the training rows when the slice is empty), both into the job's staging folder,
 then scores the new model and the active one on the evaluation-slice rows neither trained on (app/lineage.py).
 A multi-label active model retrains multi-label (app/jobs.py puts multi_label and label_sep in the k-fold
-config, and label_sep in the spec): the slice is then scored as label sets (multi-label macro-F1, micro-F1,
+config and in the spec): the slice is then scored as label sets (multi-label macro-F1, micro-F1,
 subset accuracy). On CPU it lowers its own priority
 first. Progress (stage, fold, epoch, step, ETA) goes to JOB_DIR/progress.json; what it prints, to the
 job's log. The server renames the staging folder into a version only after this process exits 0, so a
@@ -28,9 +28,12 @@ from pathlib import Path
 
 from app.child_watch import LIFELINE_FLAG, watch_lifeline
 from textdata.errors import exits_2_on_user_error
+from textdata.labels import LabelSpace
 from textdata.tables import read_table, write_json
 
+from .label_kinds import SINGLE, kind_of, space_from
 from .lineage import shared_rows, write_hashes
+from .monitor import answer_names
 
 
 class Progress:
@@ -77,35 +80,35 @@ class Progress:
         write_json(self.path, s)
 
 
-def eval_scores(folder: Path, table: Path, label_sep: str | None = None) -> dict | None:
-    """macro-F1 and accuracy of the model in `folder` on the evaluation slice (labels it does not know count
-    as errors). With `label_sep` (multi-label): macro-F1 over labels, micro-F1 and subset accuracy."""
-    from sklearn.metrics import accuracy_score, f1_score
-
+def eval_scores(folder: Path, table: Path, space: LabelSpace = SINGLE) -> dict | None:
+    """Scores of the model in `folder` on the evaluation slice read in the retrain's label `space`: macro-F1 and
+    accuracy (labels it does not know count as errors); for label sets macro-F1 over labels, micro-F1 and
+    subset accuracy."""
     from serving.engine import Classifier
 
     df = read_table(table)
     if df.empty:
         return None
-    clf = Classifier.load(folder)
-    if label_sep is not None:
-        return multi_label_scores(clf, df, label_sep)
+    return space.pick(label_scores, multi_label_scores)(Classifier.load(folder), df, space)
+
+
+def label_scores(clf, df, space: LabelSpace) -> dict:
+    """The slice scored as one label per text."""
+    from sklearn.metrics import accuracy_score, f1_score
+
     pred = [p.label for p in clf.predict(df["text"].tolist())]
     labels = sorted(set(df["label"]) | set(pred))
     return {"macro_f1": round(float(f1_score(df["label"], pred, labels=labels, average="macro", zero_division=0)), 4),
             "accuracy": round(float(accuracy_score(df["label"], pred)), 4), "rows": len(df)}
 
 
-def multi_label_scores(clf, df, label_sep: str) -> dict:
+def multi_label_scores(clf, df, space: LabelSpace) -> dict:
     """The slice scored as label sets; a single-label model (the champion before a switch) answers sets of one."""
     from sklearn.metrics import f1_score
     from sklearn.preprocessing import MultiLabelBinarizer
 
-    from textdata.labels import parse_set
-
-    truth = [parse_set(c, label_sep, f"the evaluation slice row {i + 1}") for i, c in enumerate(df["label"].fillna(""))]
-    preds = clf.predict(df["text"].tolist())
-    pred = [p.labels if getattr(clf, "multi_label", False) else [p.label] for p in preds]
+    truth = [space.parse(c, f"the evaluation slice row {i + 1}") for i, c in enumerate(df["label"].fillna(""))]
+    pred = [answer_names(p) for p in clf.predict(df["text"].tolist())]
     mlb = MultiLabelBinarizer(classes=sorted({n for s in truth + pred for n in s}))
     y, p = mlb.fit_transform(truth), mlb.transform(pred)
     return {"macro_f1": round(float(f1_score(y, p, average="macro", zero_division=0)), 4),
@@ -137,9 +140,8 @@ def run(job: Path) -> dict:
     progress.stage("export", cfg.folds + 1)
     gate = job / "gate.csv"  # the evaluation slice, labels the new model knows; else the training rows
     ev = read_table(job / "eval.csv")
-    sep = spec.get("label_sep")  # a multi-label retrain (app/jobs.py put multi_label in the k-fold config)
-    if sep is None:  # multi-label: names the model does not know are left out by the export's gate (warned)
-        ev = ev[ev["label"].isin(report["labels"])]
+    space = space_from(spec)  # a multi-label retrain (app/jobs.py put multi_label in the k-fold config)
+    ev = ev[kind_of(space).gated(ev["label"], report["labels"])]
     train = read_table(job / "train.csv")
     train = train[train["label"].notna()] if cfg.teacher_column else train  # teacher rows: no gold label
     (ev if len(ev) else train[["text", "label"]]).to_csv(gate, index=False)
@@ -156,12 +158,12 @@ def run(job: Path) -> dict:
     rows, basis = shared_rows(read_table(job / "eval.csv"), compared)
     rows.to_csv(job / "compared.csv", index=False)
     result = {
-        "labels": report["labels"], "rows": report["n_used"], **({"multi_label": True} if sep else {}),
+        "labels": report["labels"], "rows": report["n_used"], **kind_of(space).flag,
         "cv_macro_f1": round(report["macro_f1_mean"], 4), "cv_macro_f1_std": round(report["macro_f1_std"], 4),
         **served_cv(report),
         "export": {"cpu_default": exported["cpu_default"], "quantization": (exported.get("quantization") or {}).get("recipe")},
-        "eval": eval_scores(staging, job / "compared.csv", sep),
-        "champion_eval": eval_scores(Path(champion["folder"]), job / "compared.csv", sep) if champion else None,
+        "eval": eval_scores(staging, job / "compared.csv", space),
+        "champion_eval": eval_scores(Path(champion["folder"]), job / "compared.csv", space) if champion else None,
         "compared_on": basis,
         **({"teacher": teacher_summary(report["teacher"])} if report.get("teacher") else {}),
     }

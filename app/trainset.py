@@ -7,8 +7,9 @@ listed as conflicts. Texts are compared with their whitespace collapsed. A Revie
 (app/review.py) is a labeling session too: its decisions correct base rows the same way, and are counted
 (`corrections`, `review_kept`) for the Train tab.
 
-For a multi-label active model (`label_sep` given) a label cell is a set: names joined by the separator,
-empty for "none of these" (a real answer, kept); sets are compared and written with their names sorted.
+The active model's label space (textdata/labels.py, given as a value) reads every label cell; for a multi-label
+one a cell is a set: names joined by the separator, empty for "none of these" (a real answer, kept); sets are
+compared and written with their names sorted (app/label_kinds.py holds what differs per kind).
 
 The evaluation slice: a text belongs to it when a hash of the text falls below `share` (fixed in the
 registry's eval_slice.json at first use), so a text is in it or not forever, whichever session labeled
@@ -25,10 +26,11 @@ from pathlib import Path
 
 import pandas as pd
 
-from textdata.errors import DataError, ModelError, capped
+from textdata.errors import DataError, capped
 from textdata.labels import LabelSpace
 from textdata.tables import missing_text, read_table, write_json
 
+from .label_kinds import SINGLE, kind_of
 from .labeling import decisions, valid_session_id
 from .lineage import key
 
@@ -49,15 +51,6 @@ class TrainingSet:
     conflicts: list[dict] = field(default_factory=list)
     n_conflicts: int = 0
     sources: dict = field(default_factory=dict)
-
-
-def active_label_sep(folder: Path) -> str | None:
-    """The label separator when the model in `folder` is multi-label (thresholds.json's, else ";"); None when not
-    (or when its config.json cannot be read)."""
-    try:
-        return LabelSpace.from_folder(folder).sep
-    except ModelError:
-        return None
 
 
 def in_eval_slice(text: str, share: float) -> bool:
@@ -92,27 +85,23 @@ def _canonical(space: LabelSpace, cell, where: str) -> str:
         raise TrainingDataError(str(e)) from None
 
 
-def _store_rows(store, label_sep: str | None) -> tuple[list[dict], dict]:
+def _store_rows(store, space: LabelSpace) -> tuple[list[dict], dict]:
     """The label store's final labels (adjudicated, else majority) as of its newest event, whose id goes into
     the version's lineage (`data.store_event`): labelstore.snapshot.labels_as_of rebuilds the same rows."""
     from labelstore.snapshot import labels_as_of, latest_event
 
     event = latest_event(store)
-    found = [r for r in labels_as_of(store, event) if r["multi_label"] == (label_sep is not None)]
-    rows = [{"text": r["text"], "label": label_sep.join(r["label"]) if label_sep else r["label"], "ts": r["ts"],
+    found = [r for r in labels_as_of(store, event) if r["multi_label"] == space.multi_label]  # datasets of its kind
+    rows = [{"text": r["text"], "label": kind_of(space).store_cell(r["label"]), "ts": r["ts"],
              "source": f"dataset {r['dataset_id']}"} for r in found]
     return rows, {"store_event": event, "store_labels": len(rows)}
 
 
-def _rows(label_root: Path, base: Path | None, label_sep: str | None = None, store=None) -> tuple[list[dict], dict]:
+def _rows(label_root: Path, base: Path | None, space: LabelSpace, store=None) -> tuple[list[dict], dict]:
     rows, sources = [], {"base_rows": 0, "sessions": 0, "session_decisions": 0}
-    space = LabelSpace.of(multi_label=label_sep is not None, sep=label_sep)
     if base is not None:
         df = read_table(base, columns={"text": "--train-data (column text)", "label": "--train-data (column label)"})
-        keep = ~missing_text(df["text"])
-        if label_sep is None:  # multi-label: an empty label cell is "none of these", a row like any other
-            keep &= ~missing_text(df["label"])
-        df = df[keep]
+        df = df[~missing_text(df["text"]) & kind_of(space).labeled(df["label"])]
         labels = [_canonical(space, c, f"{base} row {i + 2}, column 'label'") for i, c in zip(df.index, df["label"])]
         rows += [{"text": t, "label": lab, "ts": float("-inf"), "source": Path(base).name}
                  for t, lab in zip(df["text"], labels)]
@@ -129,7 +118,7 @@ def _rows(label_root: Path, base: Path | None, label_sep: str | None = None, sto
             sources["sessions"] += 1
             sources["session_decisions"] += len(found)
     if store is not None:
-        found, counts = _store_rows(store, label_sep)
+        found, counts = _store_rows(store, space)
         rows += found
         sources.update(counts)
     return rows, sources
@@ -155,10 +144,10 @@ def review_counts(seen: dict[str, list[dict]]) -> dict:
     return {"corrections": corrections, "review_kept": kept}
 
 
-def build(label_root: Path, base: Path | None, share: float, label_sep: str | None = None, store=None) -> TrainingSet:
-    """label_sep: the active model is multi-label and its label cells are sets joined by this separator.
+def build(label_root: Path, base: Path | None, share: float, space: LabelSpace = SINGLE, store=None) -> TrainingSet:
+    """space: the active model's label space, which reads every label cell (a multi-label one: sets).
     store: the label store's engine (team datasets), read as of its newest event."""
-    rows, sources = _rows(Path(label_root), base, label_sep, store)
+    rows, sources = _rows(Path(label_root), base, space, store)
     latest: dict[str, dict] = {}
     seen: dict[str, list[dict]] = {}
     for _, r in sorted(enumerate(rows), key=lambda ir: (ir[1]["ts"], ir[0])):  # by time; ties in reading order
@@ -182,28 +171,17 @@ def build(label_root: Path, base: Path | None, share: float, label_sep: str | No
                        conflicts[:MAX_CONFLICTS_SHOWN], len(conflicts), sources)
 
 
-def label_counts(labels: pd.Series, label_sep: str | None) -> pd.Series:
-    """Rows per label: per class, or for multi-label sets per name (a row counts once for each of its names)."""
-    if label_sep is None:
-        return labels.value_counts()
-    names = [n for cell in labels for n in (cell.split(label_sep) if cell else [])]
-    return pd.Series(names, dtype=object).value_counts()
-
-
-def check(ts: TrainingSet, folds: int, label_sep: str | None = None) -> None:
+def check(ts: TrainingSet, folds: int, space: LabelSpace = SINGLE) -> None:
     """Refuse, before any training starts, a table k-fold cannot learn from; each message says what to do."""
     n, held = len(ts.train), len(ts.eval)
     if n == 0:
         where = f" (all {held} labeled texts fall in the evaluation slice)" if held else ""
         raise TrainingDataError(f"no labeled rows to train on{where}: label texts in the Label tab, or start the "
                                 "server with --train-data FILE (a text,label table)")
-    counts = label_counts(ts.train["label"], label_sep)
-    if label_sep is not None and counts.empty:
-        raise TrainingDataError(f"no row of the {n} in the training table has a label (all 'none of these'): a "
-                                "multi-label classifier needs texts with labels; label some")
-    if label_sep is None and len(counts) < 2:
-        raise TrainingDataError(f"the training table has one class only ({counts.index[0]!r}, {n} rows): a "
-                                "classifier needs at least 2; label texts of another class")
+    counts = kind_of(space).counts(ts.train["label"])  # a multi-label row counts once for each of its names
+    problem = kind_of(space).check_counts(counts, n)
+    if problem:
+        raise TrainingDataError(problem)
     small = counts[counts < folds]
     if len(small):
         listed = capped(f"{lab!r} has {c} row{'s' if c != 1 else ''}" for lab, c in small.items())

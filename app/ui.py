@@ -30,6 +30,7 @@ from textdata.tables import missing_text, write_table
 from . import ui_multilabel
 from .config import open_to_anyone
 from .kept_texts import VisitorStore
+from .label_kinds import kind_of
 from .labeling import ORDERS, SessionError, SessionStore
 from .review_queue import start_session
 from .ui_batch import batch_tab
@@ -252,11 +253,11 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         clf = state.served.clf  # one version for the whole file, whatever is activated meanwhile
         preds = [p for part in _score_chunks(len(texts), lambda a, b: clf.predict(texts[a:b]), progress,
                                              "Model suggestions", "texts", engine_turn, state) for p in part]
-        multi = getattr(clf, "multi_label", False)  # a multi-label model: the session decides label sets
-        # rows under the served threshold: their Accept is not the obvious click (app/ui_label_view.py)
-        unsure = [i for i, p in enumerate(preds) if not p.confident] if not multi else []
-        session = store.create(Path(file).name, texts, preds, list(clf.labels), clf.thresholds if multi else None,
-                               clf.label_sep if multi else None, **({"unsure_rows": unsure} if unsure else {}))
+        # rows under the served threshold: their Accept is not the obvious click (app/ui_label_view.py); a
+        # multi-label model's session decides label sets, its suggestions the sets over the thresholds
+        unsure = kind_of(clf.space).unsure_rows(preds)
+        session = store.create(Path(file).name, texts, preds, list(clf.labels), clf.thresholds, clf.space,
+                               **({"unsure_rows": unsure} if unsure else {}))
         skipped = int((~keep).sum())
         note = f" ({skipped} empty rows left out)" if skipped else ""
         return render(session, f"Loaded {len(texts)} texts{note}. Least confident first; change the order below.")
@@ -266,9 +267,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
 
     def review_unsure(current):  # the API's "not sure" answers (--review-queue) as a session, with the model's suggestions
         clf = state.served.clf  # a multi-label model's answers are label sets: a set session (issue 40, M6)
-        multi = getattr(clf, "multi_label", False)
-        session = start_session(state.review, store, list(clf.labels), clf.thresholds if multi else None,
-                                clf.label_sep if multi else None)
+        session = start_session(state.review, store, list(clf.labels), clf.thresholds, clf.space)
         if session is None:  # the open session stays on screen: a labeler must not think the work is gone
             return (*render(store.get(current), "The review queue is empty: no 'not sure' answers are waiting.",
                             fold=False), review_button(state.review))

@@ -13,6 +13,7 @@ import pandas as pd
 from serving.scoring import score_frame
 from textdata.tables import write_table
 
+from .label_kinds import kind_of
 from .uploads import read_upload, spreadsheet_safe
 
 PREVIEW_ROWS = 20
@@ -24,12 +25,11 @@ def rows(n: int) -> str:
     return f"{n} row" if n == 1 else f"{n} rows"
 
 
-def summary(scored: pd.DataFrame, cut: int, max_chars: int) -> str:
-    """What happened to the file's rows: scored (by answer), not scored (the reason is in `error`), not sure."""
-    multi = "pred_labels" in scored
-    got = scored["pred_labels" if multi else "pred_label"].notna()  # unscored rows have none
-    answers = scored.loc[got, "pred_labels" if multi else "pred_label"]
-    counts = (answers.replace("", "(none)") if multi else answers).value_counts()  # multi: "" is "none of these"
+def summary(scored: pd.DataFrame, kind, cut: int, max_chars: int) -> str:
+    """What happened to the file's rows: scored (by answer), not scored (the reason is in `error`), not sure.
+    `kind`: the model's (app/label_kinds.py), which names the answer's column."""
+    got = scored[kind.answer_column].notna()  # unscored rows have none
+    counts = kind.answer_counts(scored.loc[got, kind.answer_column])
     unscored = int((~got).sum())
     unsure = int((scored["confident"] == False).sum()) if "confident" in scored else 0  # NA (unscored) counts as neither
     parts = [f"Scored **{int(got.sum())}** of {rows(len(scored))}: "
@@ -81,7 +81,7 @@ def batch_tab(cfg, state, exports, engine_turn, score_chunks, stop_reason, scori
             scored = defer_frame(state.fallback, clf, scored, column, state.served.version)
         out = exports.path(f"{Path(file).stem}-scored.csv")
         write_table(spreadsheet_safe(scored), out)  # a person opens this one: formulas neutralised
-        return str(out), summary(scored, len(notes), cfg.max_chars), preview(scored)
+        return str(out), summary(scored, kind_of(clf.space), len(notes), cfg.max_chars), preview(scored)
 
     with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
         with gr.Row():

@@ -10,6 +10,7 @@ import gradio as gr
 
 from .api import text_problem
 from .batcher import QueueFull
+from .monitor import answer_scores, label_set
 
 QUICK = 16  # concurrent quick events (classify, label clicks): milliseconds each
 
@@ -26,7 +27,7 @@ def health_banner(state) -> str:
     learned = getattr(state.served.clf, "learned", None)
     if not learned:
         return ""
-    return (f"⚠ **{html.escape(learned)}.** Its confidences are the baseline's too. Next step: label more texts "
+    return (f"⚠ **{html.escape(learned, quote=False)}.** Its confidences are the baseline's too. Next step: label more texts "
             "(Label tab) and retrain (Train tab) with more epochs; the Train tab's versions table shows when a "
             "version scores better.")
 
@@ -54,7 +55,7 @@ def answer_markdown(clf, pred, version: str, cut: str = "") -> str:
     why (under the threshold it needed, or a text unlike the training rows); then what "confident" promises."""
     sure = pred.confident
     away = pred.reason == "out of domain"
-    if getattr(clf, "multi_label", False):  # the label set over the thresholds, maybe empty
+    if label_set(pred) is not None:  # the label set over the thresholds, maybe empty
         found = ", ".join(f"**{html.escape(x)}** {pred.scores[x]:.1%}" for x in pred.labels) or "**none of the labels**"
         head = found
     else:
@@ -91,16 +92,18 @@ def classify_tab(cfg, state) -> None:
             (pred,) = await asyncio.wait_for(state.batcher.submit(seqs, [len(seqs[0])], served), cfg.request_timeout_s)
         except (QueueFull, asyncio.TimeoutError):
             raise gr.Error("The server is busy; try again in a moment.") from None
-        probs = pred.scores if getattr(clf, "multi_label", False) else pred.probabilities
+        probs = answer_scores(pred)
         unsure = not pred.confident and state.review is not None
         note = ""
         if getattr(state, "fallback", None) is not None:  # the cascade, as for the API (app/fallback.py)
             from .cascade_rows import source_note
 
             (pred,) = await state.fallback.resolve([text], [pred], served.version, list(clf.labels),
-                                                   label_sep=getattr(clf, "label_sep", None) or ";")
+                                                   space=clf.space)
             note = source_note(pred, cfg.fallback_model)
-        return (probs, answer_markdown(clf, pred, served.version, cut) + note,
+        # a "not sure" answer: no large label heading over the bars, so "⚠ Not sure" is the largest words shown
+        shown = gr.update(value=probs, show_heading=bool(pred.confident))
+        return (shown, answer_markdown(clf, pred, served.version, cut) + note,
                 gr.update(visible=True if unsure else "hidden", value="Send to the review queue", interactive=True),
                 (text, pred, served.version) if unsure else None)
 

@@ -10,6 +10,7 @@ from datetime import datetime
 import gradio as gr
 
 from .audit import start_session
+from .label_kinds import space_from
 
 COLOURS = {"ok": "#1a7f37", "watch": "#b35900", "alert": "#cf222e"}
 MEANS = {"class_mix": "the mix of labels the model answers", "confidence": "how sure the model is",
@@ -88,6 +89,13 @@ def _rate(value, interval, n: int, of: str) -> str:
     return f"{value:.1%} ({interval[0]:.0%}–{interval[1]:.0%}, {n} {of})"
 
 
+def live_labels(live: dict) -> str:
+    """A single-label version's audit: how many answers were right."""
+    lo, hi = live["interval"]
+    return (f"\n**Live precision** {live['precision']:.1%} (95% interval {lo:.1%}–{hi:.1%}) on "
+            f"{live['audited']} audited answers.")
+
+
 def live_sets(live: dict) -> str:
     """A multi-label version's audit: the set figures, then precision and recall per label."""
     head = (f"\n**Live audit** of {live['audited']} label sets: precision of the asserted labels "
@@ -128,12 +136,8 @@ def summary(report: dict, version: str) -> str:
     lines.append(f"\nCut at the token limit: {v['overlong_share']:.1%} · not sure: {v['not_sure_share']:.1%} · "
                  f"empty texts refused: {v['empty_rejected']}")
     live = v.get("live_precision")
-    if live and live.get("multi_label"):
-        lines.append(live_sets(live))
-    elif live:
-        lo, hi = live["interval"]
-        lines.append(f"\n**Live precision** {live['precision']:.1%} (95% interval {lo:.1%}–{hi:.1%}) on "
-                     f"{live['audited']} audited answers.")
+    if live:  # its kind as app/audit.py wrote it: label sets, or one label per text
+        lines.append(space_from(live).pick(live_labels, live_sets)(live))
     audit = report.get("audit", {})
     lines.append(f"\nAudit sample: rate {audit.get('rate', 0):g}, {audit.get('queued', 0)} texts waiting."
                  + ("" if audit.get("rate") else " Start the server with --audit-rate 0.05 to sample served texts."))
@@ -156,17 +160,17 @@ def monitor_tab(cfg, state, store) -> None:
             from .cascade_rows import cascade_markdown
 
             text += "\n" + cascade_markdown(state.fallback.report())
-        return text, (figure(v) if v and v["n"] else None), pick
+        # a version past its window's span still has its drift over time to show
+        return text, (figure(v) if v and (v["n"] or v.get("history")) else None), pick
 
     def audit(n):
         if monitor.audit is None:
             return "The audit is off: start the server with --audit-rate (e.g. 0.05)."
         clf = state.served.clf
-        sep = clf.label_sep if getattr(clf, "multi_label", False) else None
-        session = start_session(store, monitor.audit, list(clf.labels), int(n), sep)
+        session = start_session(store, monitor.audit, list(clf.labels), int(n), clf.space)
         if session is None:
             return "No sampled texts are waiting yet."
-        how = " Tick every label that applies (or none of these)." if session.multi_label else ""
+        how = session.kind.audit_how
         return (f"Audit session of {session.meta['rows']} texts made: open the Label tab and choose it under "
                 f"'Earlier sessions' (the model's answers are hidden there).{how}")
 

@@ -18,7 +18,8 @@ import gradio as gr
 from textdata.errors import DataError
 
 from .config import open_to_anyone
-from .review import ReviewError, active_issues, given_label, given_set, open_review, shown
+from .label_kinds import SINGLE
+from .review import ReviewError, active_issues, given_label, given_set, open_review
 from .trainset import build
 from .uploads import read_upload
 
@@ -28,9 +29,8 @@ def hint(session, row) -> str | None:
     given = given_label(session, row)
     if given is None:
         return None
-    sep = session.meta.get("label_sep") if session.multi_label else None
-    given, sugg, probs = shown(given, sep), shown(session.suggestion[row], sep), session.probs[row]
-    ticked = " (ticked below)" if sep else ""
+    given, sugg, probs = session.space.shown(given), session.space.shown(session.suggestion[row]), session.probs[row]
+    ticked = session.kind.ticked
     return (f"Given **{html.escape(given)}**{ticked} ({probs.get(given, 0):.0%}) · suggestion **{html.escape(sugg)}** "
             f"({probs.get(sugg, 0):.0%}) · quality {session.confidence[row]:.3f} (low: likely wrong)")
 
@@ -39,7 +39,7 @@ def take_view(session, row):
     """The Accept button of a multi-label review row: it takes the suggested set (None for other sessions)."""
     if row is None or given_label(session, row) is None:
         return None
-    sugg = shown(session.suggestion[row], session.meta.get("label_sep"))
+    sugg = session.space.shown(session.suggestion[row])
     return gr.update(value=f"✓ Take the suggestion: {sugg}  [T]", visible=True)
 
 
@@ -69,14 +69,14 @@ class ReviewPanel:
         label_root = Path(cfg.data_dir) / "label"
         base = Path(cfg.train_data) if cfg.train_data else None
         clf = self.served() if self.served is not None else None
-        sep = clf.label_sep if getattr(clf, "multi_label", False) else None
+        space = clf.space if clf is not None else SINGLE
         try:
             issues, name = read()
-            ts = build(label_root, base, 0.0, sep)  # share 0: every text counts, the evaluation slice's too
+            ts = build(label_root, base, 0.0, space)  # share 0: every text counts, the evaluation slice's too
             sessions = ts.sources.get("sessions", 0)
             table = (f"{base.name} + {sessions} labeling sessions" if base else
                      f"{sessions} labeling sessions, no --train-data")
-            session, message = open_review(self.store, issues, name, ts, label_root, table, self.labels, sep)
+            session, message = open_review(self.store, issues, name, ts, label_root, table, self.labels, space)
         except (ReviewError, DataError) as e:  # a file not read at all (not uploaded here) is gr.Error: refused
             return render(self.store.get(current_sid), f"⚠ {e}", fold=False)  # the panel stays open to retry
         return render(session, message)
@@ -102,14 +102,14 @@ class ReviewPanel:
             g = given_set(session, r)
             if g is None:
                 return "Keep is for review sessions: label with the buttons."
-            session.decide(int(r), g if session.multi_label else g[0])
+            session.decide(int(r), session.kind.choice(g))
 
         def keep_view(s, r):
             session = self.store.get(s)
             g = given_label(session, r) if session is not None else None
             if g is None:
                 return gr.update(visible="hidden")
-            return gr.update(value=f"Keep: {shown(g, session.meta.get('label_sep'))}  [K]", visible=True)
+            return gr.update(value=f"Keep: {session.space.shown(g)}  [K]", visible=True)
 
         self.start.click(from_file, [self.file, sid], outputs, **quick)
         self.active.click(from_active, sid, outputs, **quick)

@@ -22,10 +22,12 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 
-from baseline.tfidf import TfidfLogreg, check_settings
+from baseline.tfidf import OvrTfidfLogreg, TfidfLogreg, check_settings
+from textdata.labels import KIND_KEY, LabelSpace
 from textdata.model_files import BASELINE_DIR  # baseline/: tfidf.json, weights, blend.json
 from textdata.model_files import BLEND as BLEND_FILE
 from textdata.nested import nested
@@ -86,6 +88,15 @@ class Blend:
     def __call__(self, p_model: np.ndarray, p_baseline: np.ndarray) -> np.ndarray:
         return _pool(np.array([self.model_weight, self.baseline_weight]), _logs(p_model, p_baseline))
 
+    @classmethod
+    def from_meta(cls, meta: dict, n_labels: int | None = None) -> Blend:
+        return cls(float(meta["model_weight"]), float(meta["baseline_weight"]))
+
+    kind_fields: ClassVar[dict] = {}  # what tfidf.json and blend.json say of the kind: nothing for single-label
+
+    def as_json(self) -> dict:
+        return asdict(self)
+
 
 # The multi-label pool (fitted in baseline/label_blend.py) lives beside the single-label one, so that the loader
 # below reads either kind without importing the multi-label module (which imports this one).
@@ -112,6 +123,12 @@ class LabelBlend:
         if len(a) != len(b) or (n_labels is not None and len(a) != n_labels):
             raise ValueError(f"blend weights for {len(a)} and {len(b)} labels")
         return cls(a, b)
+
+    kind_fields: ClassVar[dict] = {KIND_KEY: True}  # tfidf.json and blend.json: one-vs-rest, a weight per label
+
+    def as_json(self) -> dict:
+        return {"model_weight": list(self.model_weight), "baseline_weight": list(self.baseline_weight),
+                **self.kind_fields}
 
 
 def _logs(p_model, p_baseline) -> np.ndarray:
@@ -157,11 +174,20 @@ def nested_blend(p_model: np.ndarray, p_baseline: np.ndarray, y: np.ndarray, fol
 # ------------------------------------------------------------------------------ saving without pickle
 def save_baseline(model, folder: str | Path, n_classes: int, blend: Blend, meta: dict) -> Path:
     """Write folder/baseline/ (tfidf.json, weights.safetensors, blend.json); returns that folder."""
+    lr = model.steps[-1][1]
+    return write_baseline(folder, model.steps[0][1], n_classes, [int(c) for c in lr.classes_], lr.coef_,
+                          lr.intercept_, blend, meta)
+
+
+def write_baseline(folder: str | Path, vec, n_classes: int, classes: list[int], coef, intercept,
+                   blend: Blend | LabelBlend, meta: dict) -> Path:
+    """folder/baseline/ for either kind (the blend says which: `kind_fields`): tfidf.json (the vectorizer's
+    settings and vocabulary), weights.safetensors (idf, a row of coefficients per class or label, intercepts),
+    blend.json (the blend's weights and `meta`); returns that folder."""
     from safetensors.numpy import save_file
 
     from textdata.tables import atomic_path, write_json
 
-    vec, lr = model.steps[0][1], model.steps[-1][1]
     vocab = [""] * len(vec.vocabulary_)
     for gram, i in vec.vocabulary_.items():
         vocab[i] = gram
@@ -170,13 +196,13 @@ def save_baseline(model, folder: str | Path, n_classes: int, blend: Blend, meta:
     target.mkdir(parents=True, exist_ok=True)
     write_json(target / "tfidf.json", {
         "vectorizer": {k: params[k] for k in _VECTORIZER_KEYS}, "n_classes": int(n_classes),
-        "classes": [int(c) for c in lr.classes_], "vocabulary": vocab})
+        "classes": classes, **blend.kind_fields, "vocabulary": vocab})
     with atomic_path(target / "weights.safetensors") as tmp:
         save_file({"idf": np.ascontiguousarray(vec.idf_, np.float64),
-                   "coef": np.ascontiguousarray(lr.coef_, np.float64),
-                   "intercept": np.ascontiguousarray(lr.intercept_, np.float64)}, str(tmp))
+                   "coef": np.ascontiguousarray(coef, np.float64),
+                   "intercept": np.ascontiguousarray(intercept, np.float64)}, str(tmp))
         tmp.chmod(0o644)  # safetensors writes a new file, 0600
-    write_json(target / BLEND_FILE, {**asdict(blend), **meta})
+    write_json(target / BLEND_FILE, {**blend.as_json(), **meta})
     return target
 
 
@@ -199,11 +225,9 @@ def load_baseline(folder: str | Path) -> tuple[TfidfLogreg, int, Blend | LabelBl
         if unknown:
             raise ValueError(f"unknown vectorizer settings {sorted(unknown)}")
         n_classes = int(spec["n_classes"])
-        multi = bool(spec.get("multi_label", False))  # one-vs-rest, a weight per label: baseline/label_blend.py
-        if multi:
-            blend = LabelBlend.from_meta(meta, n_classes)
-        else:
-            blend = Blend(float(meta["model_weight"]), float(meta["baseline_weight"]))
+        # tfidf.json's key: one-vs-rest, a weight per label (baseline/label_blend.py)
+        kind = LabelSpace.recorded(spec)
+        blend = kind.pick(Blend, LabelBlend).from_meta(meta, n_classes)
     except Exception as e:  # noqa: BLE001 - json and safetensors each raise their own types
         raise _unreadable(target, e) from None
     try:
@@ -211,8 +235,8 @@ def load_baseline(folder: str | Path) -> tuple[TfidfLogreg, int, Blend | LabelBl
     except ValueError as e:
         raise ValueError(f"{target}: {e}") from None
     try:
-        baseline = TfidfLogreg(settings, spec["vocabulary"], weights["idf"], weights["coef"], weights["intercept"],
-                               spec["classes"], multi_label=multi)
+        baseline = kind.pick(TfidfLogreg, OvrTfidfLogreg)(settings, spec["vocabulary"], weights["idf"],
+                                                          weights["coef"], weights["intercept"], spec["classes"])
     except Exception as e:  # noqa: BLE001 - a missing key, a wrong shape
         raise _unreadable(target, e) from None
     return baseline, n_classes, blend, meta

@@ -25,17 +25,14 @@ from pathlib import Path
 import numpy as np
 
 from baseline.blend import (
-    _VECTORIZER_KEYS,
-    BASELINE_DIR,
-    BLEND_FILE,
     TEXT_CAP,
     BaselineError,
     LabelBlend,
     _logit,
     tfidf_logreg,
+    write_baseline,
 )
 
-MULTI_LABEL = "multi_label"  # the key tfidf.json and blend.json carry
 # A label that is on every training row (or on none) has no logistic regression: its saved intercept is this
 # far out, which the served sigmoid turns into 1 - 4e-18 (or 4e-18), what sklearn's constant answer rounds to.
 _CONSTANT_LOGIT = 40.0
@@ -108,25 +105,6 @@ def fit_label_blend(p_model: np.ndarray, p_baseline: np.ndarray, Y: np.ndarray) 
 # ------------------------------------------------------------------------------------------- saving
 def save_ovr_baseline(model, folder: str | Path, blend: LabelBlend, meta: dict) -> Path:
     """Write folder/baseline/ for a multi-label model (tfidf.json, weights.safetensors, blend.json)."""
-    from safetensors.numpy import save_file
-
-    from textdata.tables import atomic_path, write_json
-
-    vec = model.steps[0][1]
-    vocab = [""] * len(vec.vocabulary_)
-    for gram, i in vec.vocabulary_.items():
-        vocab[i] = gram
     coef, intercept = ovr_weights(model)
-    params = vec.get_params()
-    target = Path(folder) / BASELINE_DIR
-    target.mkdir(parents=True, exist_ok=True)
-    write_json(target / "tfidf.json", {
-        "vectorizer": {k: params[k] for k in _VECTORIZER_KEYS}, "n_classes": len(intercept),
-        "classes": list(range(len(intercept))), MULTI_LABEL: True, "vocabulary": vocab})
-    with atomic_path(target / "weights.safetensors") as tmp:
-        save_file({"idf": np.ascontiguousarray(vec.idf_, np.float64), "coef": np.ascontiguousarray(coef),
-                   "intercept": np.ascontiguousarray(intercept)}, str(tmp))
-        tmp.chmod(0o644)  # safetensors writes a new file, 0600
-    write_json(target / BLEND_FILE, {"model_weight": list(blend.model_weight),
-                                     "baseline_weight": list(blend.baseline_weight), MULTI_LABEL: True, **meta})
-    return target
+    return write_baseline(folder, model.steps[0][1], len(intercept), list(range(len(intercept))), coef, intercept,
+                          blend, meta)

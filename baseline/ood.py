@@ -27,6 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from baseline.tfidf import CharTfidf, Read
+from textdata.nested import nested
 
 OOD_DIR = "ood"  # inside a model folder: ood.json (settings, vocabulary, percentiles, cut), index.safetensors
 NEIGHBOURS = 5
@@ -173,11 +174,10 @@ def fit_typicality(texts: list[str], y: np.ndarray, fold_of: np.ndarray, n_class
     ids, or multi-label rows x labels 0/1 (a centroid per label).
     `confident`: the out-of-fold rows answered confidently as served (None: all)."""
     y, fold_of = np.asarray(y), np.asarray(fold_of)
-    nb, cen = np.zeros(len(texts)), np.zeros(len(texts))
-    for k in np.unique(fold_of):
-        held, rest = np.flatnonzero(fold_of == k), np.flatnonzero(fold_of != k)
-        ix = build_index([texts[i] for i in rest], y[rest], n_classes)
-        nb[held], cen[held] = ix.similarities([texts[i] for i in held])
+    rows = lambda mask: [texts[i] for i in np.flatnonzero(mask)]
+    both, _ = nested(fold_of, lambda rest: build_index(rows(rest), y[rest], n_classes),
+                     lambda ix, held: np.stack(ix.similarities(rows(held)), 1), np.zeros((len(texts), 2)))
+    nb, cen = both[:, 0], both[:, 1]
     nq, cq = np.quantile(nb, LEVELS), np.quantile(cen, LEVELS)
     level = percentile(nb, cen, nq, cq)
     sure = np.ones(len(texts), bool) if confident is None else np.asarray(confident, bool)

@@ -216,18 +216,18 @@ def normalised(weights: tuple, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarr
 
 
 class TfidfLogreg(CharTfidf):
-    """`predict_proba(texts)` and `classes_` of a fitted TfidfVectorizer + LogisticRegression pipeline."""
+    """`predict_proba(texts)` and `classes_` of a fitted TfidfVectorizer + LogisticRegression pipeline
+    (single-label: a softmax over the classes; `OvrTfidfLogreg` is the multi-label one)."""
+
+    min_classes = 2
 
     def __init__(self, settings: dict, vocabulary: list[str], idf: np.ndarray, coef: np.ndarray,
-                 intercept: np.ndarray, classes: list[int], multi_label: bool = False):
+                 intercept: np.ndarray, classes: list[int]):
         super().__init__(settings, vocabulary, idf)
         coef = np.asarray(coef, np.float64)
         self.classes_ = np.asarray(classes)
-        # sklearn's binary LR keeps one row of coefficients and answers [1 - sigmoid, sigmoid]; one-vs-rest
-        # (multi-label, baseline/label_blend.py) keeps a row per label and answers a sigmoid per label
-        self.multi_label = multi_label
-        want_rows = len(self.classes_) if multi_label else 1 if len(self.classes_) <= 2 else len(self.classes_)
-        if len(self.classes_) < (1 if multi_label else 2) or coef.shape != (want_rows, len(vocabulary)) \
+        want_rows = self.coef_rows(len(self.classes_))
+        if len(self.classes_) < self.min_classes or coef.shape != (want_rows, len(vocabulary)) \
                 or np.shape(intercept) != (want_rows,):
             raise ValueError("weights do not match the vocabulary and classes")
         self.coef_t = np.ascontiguousarray(coef.T)  # (vocabulary, rows): a gather per n-gram, not per class
@@ -242,12 +242,29 @@ class TfidfLogreg(CharTfidf):
             z[present] = np.add.reduceat(val[:, None] * self.coef_t[col], first)
         return z + self.intercept
 
+    @staticmethod
+    def coef_rows(n_classes: int) -> int:
+        """sklearn's binary LR keeps one row of coefficients and answers [1 - sigmoid, sigmoid]."""
+        return 1 if n_classes <= 2 else n_classes
+
     def predict_proba(self, texts: list[str], weights: tuple | None = None) -> np.ndarray:
         z = self.decision_function(texts, weights)
-        if self.multi_label:
-            return np.exp(-np.logaddexp(0.0, -z))
         if z.shape[1] == 1:  # binary: sklearn's expit, written so that large |z| neither overflows nor warns
             p = np.exp(-np.logaddexp(0.0, -z[:, 0]))
             return np.stack([1.0 - p, p], axis=1)
         z = np.exp(z - z.max(axis=1, keepdims=True))
         return z / z.sum(axis=1, keepdims=True)
+
+
+class OvrTfidfLogreg(TfidfLogreg):
+    """The multi-label baseline (one-vs-rest, baseline/label_blend.py): a row of coefficients per label, a
+    sigmoid per label."""
+
+    min_classes = 1
+
+    @staticmethod
+    def coef_rows(n_classes: int) -> int:
+        return n_classes
+
+    def predict_proba(self, texts: list[str], weights: tuple | None = None) -> np.ndarray:
+        return np.exp(-np.logaddexp(0.0, -self.decision_function(texts, weights)))

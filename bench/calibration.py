@@ -57,7 +57,7 @@ def build_model(work: Path, multi_label: bool = False) -> Path:
 
 def calibrations(labels: list[str], multi_label: bool = False) -> dict:
     from serving.calibration import ServedCalibration
-    from textdata.calibration import Calibrator
+    from textdata.calibration import Calibrator, LabelCalibrator
 
     n = len(labels)
     t = np.full(n, 0.6)
@@ -65,11 +65,11 @@ def calibrations(labels: list[str], multi_label: bool = False) -> dict:
         return {
             "none": ServedCalibration(),
             "temperature": ServedCalibration(
-                Calibrator("temperature", multi_label=True, temperature=tuple(np.linspace(0.7, 1.3, n))), t,
+                LabelCalibrator("temperature", temperature=tuple(np.linspace(0.7, 1.3, n))), t,
                 {"method": "temperature"}, ""
             ),
             "platt": ServedCalibration(
-                Calibrator("platt", multi_label=True, weights=tuple(np.linspace(0.8, 1.2, n)),
+                LabelCalibrator("platt", weights=tuple(np.linspace(0.8, 1.2, n)),
                            bias=tuple(np.linspace(-0.2, 0.2, n))), t, {"method": "platt"}, ""
             ),
         }

@@ -113,7 +113,7 @@ def stages(model: Path, text: str, repeats: int, server_args: list[str]) -> dict
     out["engine_total"] = engine
     pred = clf.predict_encoded(seqs)
     out["json_encoding"] = _median_us(lambda: JSONResponse({"model": "m", "model_version": "v1",
-                                                             "predictions": [_shape(p, None, "v1") for p in pred]}),
+                                                             "predictions": [_shape(p, None) for p in pred]}),
                                       repeats)
     return out
 

@@ -59,6 +59,9 @@ fc up -d --build || fail "compose up"
 wait_healthy postgres replica1 replica2 replica3 nginx ${TRAIN:+trainer}
 say "up and healthy in $((SECONDS - t0)) s (build included)"
 docker exec "$(cid nginx)" nginx -t 2>&1 | tail -1
+# the schema: made by the one-shot migrate service (replicas never migrate), which exited 0 before replica1 started
+[ "$(docker inspect -f '{{.State.ExitCode}}' "$(cid migrate)")" = 0 ] || fail "the migrate service did not exit 0"
+say "migrate: $(fc logs --no-color migrate 2>&1 | tail -1)"
 
 burst 30 > "$WORK/round1.txt"
 say "30 requests through nginx (status, replica, version):"; tally < "$WORK/round1.txt"

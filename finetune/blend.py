@@ -18,6 +18,7 @@ from baseline.blend import (
     save_baseline,
 )
 from finetune.metrics import fold_metrics, summarize
+from textdata.nested import fold_masks
 
 METHOD = "log-linear pool: p ∝ exp(a·log p_model + b·log p_baseline), a, b fitted by log-loss"
 
@@ -37,8 +38,7 @@ def cv_blend(oof: np.ndarray, base_oof: np.ndarray, y: np.ndarray, fold_of: np.n
         return section, None
     blended, per_fold = nested_blend(oof, base_oof, y, fold_of)
     folds = []
-    for k, params in zip(np.unique(fold_of), per_fold):
-        held = fold_of == k
+    for (k, held, _), params in zip(fold_masks(fold_of), per_fold):
         folds.append({"fold": int(k), "model_weight": params.model_weight, "baseline_weight": params.baseline_weight,
                       **fold_metrics(y[held], blended[held].argmax(1), labels)})
     final = fit_blend(oof, base_oof, y)

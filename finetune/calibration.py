@@ -48,23 +48,29 @@ def scores(probs: np.ndarray, y: np.ndarray) -> dict:
     }
 
 
+def top_label_drawn_ece(p: np.ndarray, rng: np.random.Generator) -> float:
+    """The top-label ECE of one draw of each row's label from its own (softmax) probabilities."""
+    return top_label_ece(p, (rng.random((len(p), 1)) > p.cumsum(1)).sum(1).clip(0, p.shape[1] - 1))
+
+
+def label_drawn_ece(p: np.ndarray, rng: np.random.Generator) -> float:
+    """Multi-label: the labels' mean binary ECE of one draw of each label's 0/1 target from its probability."""
+    return mean_binary_ece(p, rng.random(p.shape) < p)
+
+
 def ece_floor(probs: np.ndarray, fold_of: np.ndarray, draws: int = FLOOR_DRAWS, seed: int = 0,
-              multi_label: bool = False) -> dict:
+              drawn_ece=top_label_drawn_ece) -> dict:
     """The ECE these scores would show if they were perfectly calibrated: each row's label (multi-label: each
     label's 0/1 target) drawn from its own probabilities, per fold, mean and 95th percentile over `draws`,
     averaged over folds. ECE is biased upward on finite rows, so an ECE at or under this cannot be told from
     perfect calibration on this many rows (why "none" can be the right calibrator even where a rule "ECE
-    after < before" would ask for one). Multi-label: the labels' mean binary ECE, as that report uses."""
+    after < before" would ask for one). `drawn_ece`: the kind's ECE of one draw (multi-label: the labels' mean
+    binary ECE, as that report uses)."""
     rng = np.random.default_rng(seed)
     per_fold = []
     for _, held, _ in fold_masks(fold_of):
         p = np.asarray(probs[held], np.float64)
-        if multi_label:
-            eces = [mean_binary_ece(p, rng.random(p.shape) < p) for _ in range(draws)]
-        else:
-            cum = p.cumsum(1)
-            eces = [top_label_ece(p, (rng.random((len(p), 1)) > cum).sum(1).clip(0, p.shape[1] - 1))
-                    for _ in range(draws)]
+        eces = [drawn_ece(p, rng) for _ in range(draws)]
         per_fold.append((float(np.mean(eces)), float(np.percentile(eces, 95))))
     return {"mean": float(np.mean([m for m, _ in per_fold])), "p95": float(np.mean([q for _, q in per_fold])),
             "draws": draws}
@@ -171,16 +177,27 @@ def choose(candidates: dict[str, Nested], before: list[dict]) -> tuple[str, str]
     b = np.array([f["log_loss"] for f in before])
     t = np.array([f["after"]["log_loss"] for f in candidates["temperature"].folds])
     v = np.array([f["after"]["log_loss"] for f in candidates["vector"].folds])
-    gain = float((t - v).mean())
-    if np.all(v < t) and gain >= VECTOR_MARGIN and v.mean() < b.mean():
+    method, _, gain = pick_method(b, t, v, ("temperature", "vector"))
+    if method == "vector":
         return "vector", f"vector scaling: nested log-loss lower in every fold, by {gain:.4f} on average"
     vector = f"vector scaling's nested log-loss gain {gain:+.4f} (needs >= {VECTOR_MARGIN} and a gain in every fold)"
-    if t.mean() >= b.mean():
+    if method == "none":
         return "none", (
             f"none: temperature scaling's nested log-loss {t.mean():.4f} is not below the scores' own "
             f"{b.mean():.4f}, so they are served as they are; {vector}"
         )
     return "temperature", f"temperature scaling: {vector}"
+
+
+def pick_method(before: np.ndarray, simple: np.ndarray, rich: np.ndarray, names: tuple[str, str]) -> tuple[str, str, float]:
+    """The one rule of both kinds, on per-fold nested log-losses (the scores' own, the simple calibrator's: a
+    temperature, one per label; the rich one's: vector scaling, Platt per label): the rich one where it is lower
+    in every fold and by VECTOR_MARGIN on average, else the simple one; and none where the one so chosen is not
+    below the scores' own on average. (served method, the one chosen before "none" was weighed, the gain)."""
+    gain = float((simple - rich).mean())
+    wins = bool(np.all(rich < simple)) and gain >= VECTOR_MARGIN
+    better, after = (names[1], rich) if wins else (names[0], simple)
+    return (better if after.mean() < before.mean() else "none"), better, gain
 
 
 def identity(probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray) -> Nested:

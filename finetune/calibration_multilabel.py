@@ -20,9 +20,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from finetune.calibration import BINS, VECTOR_MARGIN, ece_floor, mean_binary_ece
+from finetune.calibration import BINS, ece_floor, label_drawn_ece, mean_binary_ece, pick_method
 from finetune.coverage import DELTA, MIN_ANSWERED, label_bound_thresholds, pick_threshold, statement
-from textdata.calibration import Calibrator, confident
+from textdata.calibration import Calibrator, LabelCalibrator, confident
 from textdata.errors import DataError
 from textdata.nested import fold_masks
 from textdata.nested import nested as out_of_fold
@@ -76,8 +76,8 @@ def fit(P: np.ndarray, Y: np.ndarray, method: str) -> Calibrator:
             a.append(round(float(lr.coef_[0, 0]), 8) if keep else 1.0)
             b.append(round(float(lr.intercept_[0]), 8) if keep else 0.0)
     if method == "temperature":
-        return Calibrator("temperature", multi_label=True, temperature=tuple(temps))
-    return Calibrator("platt", multi_label=True, weights=tuple(a), bias=tuple(b))
+        return LabelCalibrator("temperature", temperature=tuple(temps))
+    return LabelCalibrator("platt", weights=tuple(a), bias=tuple(b))
 
 
 def nested(P: np.ndarray, Y: np.ndarray, fold_of: np.ndarray, method: str) -> tuple[np.ndarray, list, list]:
@@ -109,7 +109,7 @@ def answered(P: np.ndarray, Y: np.ndarray, thresholds: np.ndarray, decision: np.
     }
 
 
-def calibrate(
+def calibrate_labels(
     P: np.ndarray,
     Y: np.ndarray,
     fold_of: np.ndarray,
@@ -127,20 +127,20 @@ def calibrate(
     decision = np.asarray(decision, np.float64)
     decision = np.broadcast_to(decision if decision.ndim == 2 else decision.reshape(1, -1), (n_folds, P.shape[1]))
     runs = {m: nested(P, Y, fold_of, m) for m in ("temperature", "platt")}
+    before_loss = np.array([f["before"]["log_loss"] for f in runs["temperature"][2]])
     t_loss = np.array([f["after"]["log_loss"] for f in runs["temperature"][2]])
     p_loss = np.array([f["after"]["log_loss"] for f in runs["platt"][2]])
-    gain = float((t_loss - p_loss).mean())
-    method = "platt" if np.all(p_loss < t_loss) and gain >= VECTOR_MARGIN else "temperature"
+    served, method, gain = pick_method(before_loss, t_loss, p_loss, ("temperature", "platt"))
     calibrated, cals, folds = runs[method]
     why = f"per-label {method}: Platt's nested log-loss gain over temperatures {gain:+.4f}"
-    before = np.mean([f["before"]["log_loss"] for f in folds])
-    if np.mean([f["after"]["log_loss"] for f in folds]) >= before:  # finetune/calibration.py's choose(), per label
+    if served == "none":  # finetune/calibration.py's pick_method, per label
+        before = np.mean([f["before"]["log_loss"] for f in folds])
         why = (f"none: per-label {method}'s nested log-loss {np.mean([f['after']['log_loss'] for f in folds]):.4f} "
                f"is not below the scores' own {before:.4f}, so they are served as they are")
         method, calibrated = "none", P
-        cals = [Calibrator("none", multi_label=True)] * len(folds)
+        cals = [LabelCalibrator("none")] * len(folds)
         folds = [{**f, "after": f["before"]} for f in folds]
-    final = fit(P, Y, method) if method != "none" else Calibrator("none", multi_label=True)
+    final = fit(P, Y, method) if method != "none" else LabelCalibrator("none")
     mean = lambda key, part: float(np.mean([f[part][key] for f in folds]))
     std = lambda key, part: float(np.std([f[part][key] for f in folds]))
     section = {
@@ -160,7 +160,7 @@ def calibrate(
             }
             for part in ("before", "after")
         },
-        "ece_floor": ece_floor(calibrated, fold_of, multi_label=True),  # of the served (after) scores
+        "ece_floor": ece_floor(calibrated, fold_of, drawn_ece=label_drawn_ece),  # of the served (after) scores
     }
     if target is not None:
         section["served"] = _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision)

@@ -102,11 +102,7 @@ def table_lines(section: dict | None) -> list[str]:
     served = section.get("served")
     if served:
         t = served["threshold"]
-        shown = (
-            f"{t:.4f}"
-            if isinstance(t, float)
-            else "per " + ("label" if section.get("multi_label") else "class")
-        )
+        shown = f"{t:.4f}" if isinstance(t, float) else served["scope"].replace("_", " ")  # per class, per label
         lines.append(
             f"served: target precision {served['target_precision']:g}, threshold {shown} "
             f"({served['scope']}), estimated coverage {served['estimated_coverage']:.4f}"
@@ -122,7 +118,7 @@ def table_lines(section: dict | None) -> list[str]:
 
 
 def _problem_type(section: dict) -> str:
-    return LabelSpace.of(multi_label=bool(section.get("multi_label"))).problem_type
+    return LabelSpace.recorded(section).problem_type  # the report section says "multi_label": true
 
 
 def served_calibrator(section: dict | None, labels: list[str], blend_served: bool) -> Calibrator | None:

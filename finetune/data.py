@@ -17,7 +17,7 @@ import pandas as pd
 from sklearn.model_selection import GroupShuffleSplit, StratifiedGroupKFold, StratifiedKFold
 
 from textdata.errors import DataError, capped
-from textdata.labels import LabelSpace, check_name, label_order, name_problem
+from textdata.labels import DEFAULT_SEP, LabelSpace, check_name, label_order, name_problem
 from textdata.normalize import Normalizer
 from textdata.tables import missing_text, read_table, write_json
 
@@ -35,12 +35,12 @@ class LabeledData:
     # is a row with no label ("none of these")
     multi_label: bool = False
     Y: np.ndarray | None = None
-    label_sep: str = ";"
+    label_sep: str = DEFAULT_SEP
 
     @property
     def targets(self) -> np.ndarray:
         """What the loss and the folds read: y (n,) for single-label, Y (n, L) for multi-label."""
-        return self.Y if self.multi_label else self.y
+        return self.space.pick(self.y, self.Y)
 
     @property
     def space(self) -> LabelSpace:
@@ -78,7 +78,7 @@ def load_labeled(
     normalizer: Normalizer | None = None,
     encoding: str = "utf-8",
     multi_label: bool = False,
-    label_sep: str = ";",
+    label_sep: str = DEFAULT_SEP,
 ) -> LabeledData:
     columns = {text_column: "--text-column", label_column: "--label-column"}
     if group_column:
@@ -87,9 +87,10 @@ def load_labeled(
     if len(table) == 0:
         raise DataError(f"{path}: no rows")
 
+    space = LabelSpace.of((), multi_label, label_sep)
     no_text = missing_text(table[text_column]).to_numpy()
     # multi-label: an empty label cell is a row with no label, kept
-    no_label = np.zeros(len(table), bool) if multi_label else missing_text(table[label_column]).to_numpy()
+    no_label = space.pick(lambda: missing_text(table[label_column]).to_numpy(), lambda: np.zeros(len(table), bool))()
     no_group = missing_text(table[group_column]).to_numpy() if group_column else np.zeros(len(table), bool)
     bad = no_text | no_label | no_group
     dropped = {
@@ -108,10 +109,13 @@ def load_labeled(
         print(f"warning: {path}: dropping {where}", file=sys.stderr)
 
     keep = np.flatnonzero(~bad)
+    read = space.pick(_single_label_data, _multi_label_data)
+    return read(path, table, keep, label_column, group_column, folds, normalizer, text_column, dropped, label_sep)
+
+
+def _single_label_data(path, table, keep, label_column, group_column, folds, normalizer, text_column, dropped,
+                       label_sep) -> LabeledData:
     kept = table.iloc[keep]
-    if multi_label:
-        return _multi_label_data(path, table, keep, label_column, group_column, folds, normalizer, text_column,
-                                 dropped, label_sep)
     raw_labels = kept[label_column].astype(str).str.strip()
     labels = label_order(raw_labels)
     check_names(raw_labels, labels, path, label_column)
@@ -244,20 +248,25 @@ def split_holdout(data: LabeledData, fraction: float, folds: int, seed: int, pat
                                    groups=None if data.groups is None else data.groups[pos])
 
     cv, held = part(cv_pos), part(held_pos)
-    if data.multi_label:
-        from finetune.multilabel_data import check_label_counts
+    data.space.pick(_check_holdout_classes, _check_holdout_labels)(cv, data.labels, folds, path, fraction)
+    return cv, held
 
-        check_label_counts(cv.Y, data.labels, folds, path, after=f"after --holdout {fraction}, ")
-        return cv, held
-    counts = np.bincount(cv.y, minlength=len(data.labels))
+
+def _check_holdout_labels(cv: LabeledData, labels: list[str], folds: int, path, fraction: float) -> None:
+    from finetune.multilabel_data import check_label_counts
+
+    check_label_counts(cv.Y, labels, folds, path, after=f"after --holdout {fraction}, ")
+
+
+def _check_holdout_classes(cv: LabeledData, labels: list[str], folds: int, path, fraction: float) -> None:
+    counts = np.bincount(cv.y, minlength=len(labels))
     if counts.min() < folds:
-        name = data.labels[int(counts.argmin())]
+        name = labels[int(counts.argmin())]
         raise DataError(f"{path}: after --holdout {fraction}, class {name!r} has {int(counts.min())} rows left for "
                         f"{folds}-fold cross-validation; lower --holdout or --folds")
     if cv.groups is not None and len(set(cv.groups)) < folds:
         raise DataError(f"{path}: after --holdout {fraction}, {len(set(cv.groups))} groups are left, fewer than "
                         f"--folds {folds}; lower --holdout or --folds")
-    return cv, held
 
 
 FOLD_IDS = "fold_ids.json"

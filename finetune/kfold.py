@@ -148,7 +148,7 @@ def run_fold(cfg: Config, k: int, prep: Prepared, fold_dir: Path, accelerator,
     if cfg.adapt.steps:  # the fold's training texts only: the held-out rows are what it is scored on
         start = str(adapt(start, [data.texts[i] for i in train_idx], fold_dir / f"adapt_{k}", cfg.adapt, seed))
     torch.manual_seed(seed)
-    model = load_classifier(cfg.model, start, data.labels, cfg.dropout, cfg.random_init, data.multi_label)
+    model = load_classifier(cfg.model, start, data.space, cfg.dropout, cfg.random_init)
     hist = fit(model, tokenizer, [ids[i] for i in fit_idx], targets[fit_idx], [ids[i] for i in stop_idx],
                targets[stop_idx], cfg.train, seed, accelerator, desc=f"fold {k + 1}/{cfg.folds}",
                on_step=step_reporter(on_progress, stage="fold", fold=k + 1, folds=cfg.folds))
@@ -313,7 +313,7 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
     if cfg.adapt.steps:  # every row is training data for the final model
         resolved = str(adapt(resolved, data.texts, Path(cfg.output) / "adapt_final", cfg.adapt, cfg.seed))
     torch.manual_seed(cfg.seed)
-    model = load_classifier(cfg.model, resolved, data.labels, cfg.dropout, cfg.random_init, data.multi_label)
+    model = load_classifier(cfg.model, resolved, data.space, cfg.dropout, cfg.random_init)
     rows = (teacher_data.repeated(data, np.arange(len(data.texts)), cfg.gold_weight) if cfg.teacher_column
             else np.arange(len(data.texts)))  # gold rows repeated as in the folds
     fit(model, tokenizer, [prep.ids[i] for i in rows], data.targets[rows], [], data.targets[:0], train_cfg, cfg.seed,

@@ -28,6 +28,7 @@ import pandas as pd
 
 from finetune.multilabel import nested_thresholds
 from textdata.errors import capped
+from textdata.labels import DEFAULT_SEP
 from textdata.model_files import LABEL_ISSUES as FILE
 from textdata.tables import write_table
 
@@ -37,7 +38,7 @@ PLOT = "label_issues.png"
 # and a per-class noise count: with fewer rows than this both are noise themselves.
 MIN_ROWS_PER_CLASS = 5
 COLUMNS = ["rank", "row", "text", "given_label", "suggested_label", "p_given", "p_suggested", "quality", "fold"]
-LABEL_SEP = ";"  # multi-label sets in one cell, as thresholds.json's label_sep
+LABEL_SEP = DEFAULT_SEP  # multi-label sets in one cell, as thresholds.json's label_sep (the label space's default)
 
 
 @dataclass
@@ -148,6 +149,7 @@ class SingleLabelIssues:
     """One label per row: class ids given, a class id suggested, the file's cells are label names."""
 
     multi_label = False
+    joint = "class_joint"  # how finetune/plots.py draws its confident joint (JOINTS)
 
     def counts(self, data) -> np.ndarray:
         return np.bincount(data.y, minlength=len(data.labels))
@@ -172,6 +174,7 @@ class MultiLabelIssues:
 
     sep: str = LABEL_SEP  # the data's own separator (issue 32's --label-sep)
     multi_label = True
+    joint = "label_joint"
 
     def counts(self, data) -> np.ndarray:
         return np.asarray(data.Y).sum(0)
@@ -241,9 +244,9 @@ def run(mode: str, out: Path, data, oof: np.ndarray, blend_oof, blend: dict | No
         return {"skipped": why}
     table = issues_table(issues, data, fold_of, Path(str(data_path)).name, kind)
     write_table(table, out / FILE)
-    from finetune.plots import label_issues_png
+    from finetune.plots import JOINTS, label_issues_png
 
-    label_issues_png(issues.joint, issues.per_class, data.labels, out / PLOT, kind.multi_label)
+    label_issues_png(issues.joint, issues.per_class, data.labels, out / PLOT, JOINTS[kind.joint])
     n = len(data.texts)
     section = {
         "method": "cleanlab confident learning (find_label_issues, prune_by_noise_rate; ranked by self-confidence)",

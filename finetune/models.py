@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 from textdata.errors import ModelError
-from textdata.labels import MULTI_LABEL
+from textdata.labels import LabelSpace
 from textdata.run_folder import model_in_run
 
 # alias -> (hub id or "package:<name>", what it is)
@@ -104,16 +104,17 @@ def load_tokenizer(name: str, resolved: str, max_length: int):
     return tok
 
 
-def load_classifier(name: str, resolved: str, labels: list[str], dropout: float | None = None, random_init: bool = False,
-                    multi_label: bool = False):
-    """A sequence classifier with a fresh head for `labels` on the pretrained encoder (or random weights);
-    `multi_label`: a sigmoid per label (config.json's problem_type, which serving reads)."""
+def load_classifier(name: str, resolved: str, labels: list[str] | LabelSpace, dropout: float | None = None,
+                    random_init: bool = False):
+    """A sequence classifier with a fresh head for `labels` (a label space, or single-label names) on the
+    pretrained encoder (or random weights); the space's kind goes to config.json (problem_type), which serving
+    reads."""
     from transformers import AutoConfig, AutoModelForSequenceClassification
 
+    space = labels if isinstance(labels, LabelSpace) else LabelSpace.of(labels)
+    labels = list(space.labels)
     kwargs = {"num_labels": len(labels), "id2label": dict(enumerate(labels)),
-              "label2id": {v: i for i, v in enumerate(labels)}}
-    if multi_label:
-        kwargs["problem_type"] = MULTI_LABEL
+              "label2id": {v: i for i, v in enumerate(labels)}, **space.config_fields()}
     if dropout is not None:
         kwargs.update(hidden_dropout_prob=dropout, attention_probs_dropout_prob=dropout, classifier_dropout=dropout)
     try:

@@ -18,7 +18,7 @@ import pandas as pd
 
 from baseline.blend import BaselineError, nested_blend
 from baseline.label_blend import fit_label_blend, fit_ovr_baseline, ovr_proba
-from finetune.calibration_multilabel import calibrate as calibrate_labels
+from finetune.calibration_multilabel import calibrate_labels
 from finetune.confidence import served_oof
 from finetune.confidence import table_lines as calibration_lines
 from finetune.label_issues import MultiLabelIssues, table_lines
@@ -33,9 +33,10 @@ from finetune.multilabel import (
     tune_thresholds,
 )
 from finetune.multilabel_data import combination_counts
+from finetune.outputs import fold_pictures, prob_columns, row_notes
 from textdata.learned import assess_multi
 from textdata.model_files import THRESHOLDS as THRESHOLDS_FILE
-from textdata.nested import fold_masks
+from textdata.nested import fold_masks, nested
 from textdata.tables import write_json, write_table
 
 BASELINE_NAME = "char TF-IDF + one-vs-rest logistic regression"
@@ -70,10 +71,9 @@ def _nested_sets(oof, base_oof, Y, fold_of) -> tuple[np.ndarray, np.ndarray, lis
     with weights fitted on the other folds (baseline/blend.py's nested_blend), its sets cut at thresholds tuned on
     those folds blended with the same weights."""
     blended, params = nested_blend(oof, base_oof, Y, fold_of, fit=fit_label_blend)
-    pred, thresholds = np.zeros(np.shape(Y), np.int64), []
-    for (_, held, rest), blend in zip(fold_masks(fold_of), params):
-        thresholds.append(tune_thresholds(Y[rest], blend(oof[rest], base_oof[rest])))
-        pred[held] = predict_sets(blended[held], thresholds[-1])
+    blends = iter(params)  # fold order, as nested() visits the folds
+    pred, thresholds = nested(fold_of, lambda rest: tune_thresholds(Y[rest], next(blends)(oof[rest], base_oof[rest])),
+                              lambda t, held: predict_sets(blended[held], t), np.zeros(np.shape(Y), np.int64))
     return blended, pred, params, thresholds
 
 
@@ -86,8 +86,7 @@ def _blend_section(cfg, oof, base_oof, Y, fold_of, labels, model_macro: float):
         return section, None, None
     blended, pred, params, thresholds = _nested_sets(oof, base_oof, Y, fold_of)
     folds, plain = [], []
-    for k, p, t in zip(np.unique(fold_of), params, thresholds):
-        held = fold_of == k
+    for (k, held, _), p, t in zip(fold_masks(fold_of), params, thresholds):
         folds.append({"fold": int(k), "model_weight": list(p.model_weight), "baseline_weight": list(p.baseline_weight),
                       **multilabel_metrics(Y[held], pred[held], labels), "thresholds": dict(zip(labels, map(float, t)))})
         plain.append({"fold": int(k), **multilabel_metrics(Y[held], predict_sets(blended[held], DEFAULT), labels)})
@@ -331,7 +330,6 @@ class MultiLabelTask:
         """oof_predictions.csv (every input row: fold, pred_labels joined by the separator at the nested thresholds,
         a probability column per label, the same for the baseline and the blend) and the plots."""
         from finetune.multilabel_plots import cooccurrence_png, per_label_f1_png
-        from finetune.plots import fold_scores_png, learning_curves_png
 
         table = data.table.copy()
         n_rows, labels, sep = len(table), data.labels, data.label_sep
@@ -350,26 +348,15 @@ class MultiLabelTask:
             column = np.full(n_rows, "", dtype=object)
             column[data.keep] = _joined(pred, labels, sep)
             columns[f"{prefix}pred_labels"] = column
-            for j, name in enumerate(labels):
-                col = np.full(n_rows, np.nan)
-                col[data.keep] = probs[:, j]
-                columns[f"{prefix}prob_{name}"] = col
-        error = np.full(n_rows, "", dtype=object)
-        error[np.setdiff1d(np.arange(n_rows), data.keep)] = "dropped: empty text"
-        if held is not None:
-            error[held.keep] = "held out (--holdout): in holdout.csv"
-        columns["error"] = error
+            columns.update(prob_columns(data, probs, prefix))
+        columns["error"] = row_notes(data, held, "dropped: empty text")
         for name in [c for c in columns if c in table.columns]:  # an input column of that name stays where it is
             table[name] = columns.pop(name)
         write_table(pd.concat([table, pd.DataFrame(columns, index=table.index)], axis=1), out / "oof_predictions.csv")
 
         per_label_f1_png(report, out / "per_label_f1.png")
         cooccurrence_png(data.Y, labels, out / "label_cooccurrence.png")
-        learning_curves_png(histories, out / "learning_curves.png")
-        blend = report["blend"] or {}
-        fold_scores_png([f["tuned"]["macro_f1"] for f in report["folds"]],
-                        [b.get("macro_f1", np.nan) for b in report["baseline"]["folds"]], out / "fold_scores.png",
-                        [b["macro_f1"] for b in blend["folds"]] if "folds" in blend else None)
+        fold_pictures(out, report, histories, [f["tuned"]["macro_f1"] for f in report["folds"]])
 
     def summary_table(self, report: dict) -> str:
         """Per fold: micro- and macro-F1 at the nested thresholds and at 0.5, samples-F1, subset accuracy, the

@@ -112,28 +112,40 @@ def importance_png(importance: dict[str, float], path: Path) -> None:
     plt.close(fig)
 
 
-def label_issues_png(joint: np.ndarray, per_class: dict, labels: list[str], path: Path, multi_label: bool) -> None:
-    """Left: the confident joint (given label x likely true label; multi-label: per label, given 1 but likely 0
-    and given 0 but likely 1). Right: the flagged rows per class beside the estimated noise rate."""
+def class_joint(ax_j, joint: np.ndarray, labels: list[str]):
+    """Single-label: the confident joint, given label x likely true label (counts; colour: the row's share)."""
+    counts = np.asarray(joint, dtype=float)
+    rates = counts / counts.sum(1, keepdims=True).clip(min=1)
+    im = ax_j.imshow(rates, cmap="Blues", vmin=0, vmax=1)
+    ax_j.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
+    ax_j.set_yticks(range(len(labels)), labels)
+    ax_j.set(xlabel="likely true label", ylabel="given label", title="confident joint (counts; colour: row share)")
+    for (i, j), v in np.ndenumerate(counts):
+        colour = "white" if rates[i, j] > 0.5 else ("red" if i != j and v else "black")
+        ax_j.text(j, i, str(int(v)), ha="center", va="center", fontsize=8, color=colour)
+    return im
+
+
+def label_joint(ax_j, joint: np.ndarray, labels: list[str]):
+    """Multi-label: per label, given 1 but likely 0 and given 0 but likely 1 (one-vs-rest)."""
+    cells = np.stack([joint[:, 1, 0], joint[:, 0, 1]], axis=1)  # (L, 2): given 1 likely 0, given 0 likely 1
+    im = ax_j.imshow(cells, cmap="Reds", aspect="auto")
+    ax_j.set_xticks([0, 1], ["given, likely not", "not given, likely"])
+    ax_j.set_yticks(range(len(labels)), labels)
+    for (i, j), v in np.ndenumerate(cells):
+        ax_j.text(j, i, str(int(v)), ha="center", va="center", fontsize=8)
+    ax_j.set_title("confident joint, off-diagonal (one-vs-rest)")
+    return im
+
+
+JOINTS = {"class_joint": class_joint, "label_joint": label_joint}  # label_issues.py's finders name theirs
+
+
+def label_issues_png(joint: np.ndarray, per_class: dict, labels: list[str], path: Path, draw_joint=class_joint) -> None:
+    """Left: the confident joint, drawn by the kind's `draw_joint` (class_joint, label_joint). Right: the
+    flagged rows per class beside the estimated noise rate."""
     fig, (ax_j, ax_c) = plt.subplots(1, 2, figsize=(max(9.0, 1.1 * len(labels) + 5), max(4.0, 0.45 * len(labels) + 2)))
-    if multi_label:
-        cells = np.stack([joint[:, 1, 0], joint[:, 0, 1]], axis=1)  # (L, 2): given 1 likely 0, given 0 likely 1
-        im = ax_j.imshow(cells, cmap="Reds", aspect="auto")
-        ax_j.set_xticks([0, 1], ["given, likely not", "not given, likely"])
-        ax_j.set_yticks(range(len(labels)), labels)
-        for (i, j), v in np.ndenumerate(cells):
-            ax_j.text(j, i, str(int(v)), ha="center", va="center", fontsize=8)
-        ax_j.set_title("confident joint, off-diagonal (one-vs-rest)")
-    else:
-        counts = np.asarray(joint, dtype=float)
-        rates = counts / counts.sum(1, keepdims=True).clip(min=1)
-        im = ax_j.imshow(rates, cmap="Blues", vmin=0, vmax=1)
-        ax_j.set_xticks(range(len(labels)), labels, rotation=45, ha="right")
-        ax_j.set_yticks(range(len(labels)), labels)
-        ax_j.set(xlabel="likely true label", ylabel="given label", title="confident joint (counts; colour: row share)")
-        for (i, j), v in np.ndenumerate(counts):
-            colour = "white" if rates[i, j] > 0.5 else ("red" if i != j and v else "black")
-            ax_j.text(j, i, str(int(v)), ha="center", va="center", fontsize=8, color=colour)
+    im = draw_joint(ax_j, joint, labels)
     fig.colorbar(im, ax=ax_j, fraction=0.046)
     flagged = [per_class[n]["flagged"] for n in labels]
     ax_c.barh(range(len(labels)), flagged, color="tab:red")

@@ -16,6 +16,7 @@ from finetune.confidence import table_lines as calibration_lines
 from finetune.config import Config
 from finetune.label_issues import SingleLabelIssues, table_lines
 from finetune.metrics import KEYS, fold_metrics, summarize
+from finetune.outputs import fold_pictures, prob_columns, row_notes
 from textdata.learned import assess
 from textdata.tables import write_table
 
@@ -141,7 +142,7 @@ class SingleLabelTask:
                       held=None) -> None:
         """oof_predictions.csv (every input row: fold, pred_label, pred_score, the probabilities of the model, the
         baseline and the blend) and the plots."""
-        from finetune.plots import confusion_png, fold_scores_png, learning_curves_png
+        from finetune.plots import confusion_png
 
         table = data.table.copy()
         n_rows = len(table)
@@ -161,26 +162,16 @@ class SingleLabelTask:
                 blend_pred = np.full(n_rows, "", dtype=object)
                 blend_pred[data.keep] = labels[probs.argmax(1)]
                 table["blend_pred_label"] = blend_pred
-            for j, name in enumerate(data.labels):
-                col = np.full(n_rows, np.nan)
-                col[data.keep] = probs[:, j]
-                table[f"{prefix}prob_{name}"] = col
+            for name, col in prob_columns(data, probs, prefix).items():
+                table[name] = col
         table["baseline_pred_label"] = base_pred
-        error = np.full(n_rows, "", dtype=object)
-        error[np.setdiff1d(np.arange(n_rows), data.keep)] = "dropped: empty text or label"
-        if held is not None:
-            error[held.keep] = "held out (--holdout): in holdout.csv"
-        table["error"] = error
+        table["error"] = row_notes(data, held, "dropped: empty text or label")
         write_table(table, out / "oof_predictions.csv")
 
         total = np.sum([r["confusion_matrix"] for r in report["folds"]], axis=0)
         confusion_png(total, data.labels, out / "confusion_matrix.png",
                       f"out-of-fold confusion, macro-F1 {report['macro_f1_mean']:.3f}")
-        learning_curves_png(histories, out / "learning_curves.png")
-        blend = report["blend"] or {}
-        fold_scores_png([r["macro_f1"] for r in report["folds"]],
-                        [b.get("macro_f1", np.nan) for b in report["baseline"]["folds"]], out / "fold_scores.png",
-                        [b["macro_f1"] for b in blend["folds"]] if "folds" in blend else None)
+        fold_pictures(out, report, histories, [r["macro_f1"] for r in report["folds"]])
 
     def summary_table(self, report: dict) -> str:
         """Per fold and mean ± std; baseline and blend columns are macro-F1 (the blend's nested)."""

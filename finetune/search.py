@@ -187,12 +187,10 @@ def run(base: Config, scfg: SearchConfig) -> dict:
                 value = objective(prep, state["proba"], scores)
                 study.tell(trial, value)
                 del active[job.trial]
-                if prep.data.multi_label:
-                    print(f"trial {job.trial}: nested tuned macro-F1 {value:.4f} (folds at 0.5: {np.mean(scores):.4f}"
-                          f" ± {np.std(scores):.4f}) {trial.params}", file=sys.stderr)
-                else:
-                    print(f"trial {job.trial}: macro-F1 {np.mean(scores):.4f} ± {np.std(scores):.4f} {trial.params}",
-                          file=sys.stderr)
+                said = prep.data.space.pick("macro-F1 {mean:.4f} ± {std:.4f}", "nested tuned macro-F1 {value:.4f} "
+                                            "(folds at 0.5: {mean:.4f} ± {std:.4f})")
+                print(f"trial {job.trial}: {said.format(value=value, mean=np.mean(scores), std=np.std(scores))} "
+                      f"{trial.params}", file=sys.stderr)
             elif trial.should_prune():
                 study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                 del active[job.trial]
@@ -210,8 +208,14 @@ def objective(prep, proba_by_fold: dict, scores: list[float]) -> float:
     labels, which any recipe gets right), and it is what per-label thresholds maximise and what the export gate
     judges. Tuned rather than at 0.5, because recipes move the probabilities (--class-weights' pos_weight lifts
     them all) and 0.5 would rank recipes by calibration instead of by what the served model does."""
-    if not prep.data.multi_label:
-        return float(np.mean(scores))
+    return prep.data.space.pick(_mean_fold_score, _nested_tuned_score)(prep, proba_by_fold, scores)
+
+
+def _mean_fold_score(prep, proba_by_fold: dict, scores: list[float]) -> float:
+    return float(np.mean(scores))
+
+
+def _nested_tuned_score(prep, proba_by_fold: dict, scores: list[float]) -> float:
     from finetune.multilabel import scored
 
     fold_of = np.full(len(prep.data.texts), -1)

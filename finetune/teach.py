@@ -27,6 +27,7 @@ from pathlib import Path
 
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
+from textdata.labels import DEFAULT_SEP, LabelSpace
 from textdata.llm import Answer, ask, cache_key, make_client, parse_answer, read_prompt, render
 
 DESCRIPTION = "Label texts with an LLM through an OpenAI-compatible endpoint (the teacher for finetune/kfold.py)."
@@ -43,7 +44,7 @@ class TeachConfig:
     text_column: str = "text"
     encoding: str = "utf-8"
     multi_label: bool = False
-    label_sep: str = ";"
+    label_sep: str = DEFAULT_SEP
     concurrency: int = 8
     retries: int = 4
     timeout: float = 30.0
@@ -155,7 +156,7 @@ def row_columns(cfg: TeachConfig, labels: list[str], answer: Answer, cached: boo
     if answer.error:
         shown = ""
     elif parsed.in_label_set:
-        shown = cfg.label_sep.join(parsed.labels) if cfg.multi_label else parsed.labels[0]
+        shown = LabelSpace.of(labels, cfg.multi_label, cfg.label_sep).join(parsed.labels, sort=False)
     else:
         shown = answer.text.strip()
     return {"teacher": shown, "teacher_in_label_set": parsed.in_label_set and not answer.error,

@@ -21,20 +21,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
-from sklearn.metrics import f1_score
 from tqdm.auto import tqdm
 
+from finetune.heads import bce_loss, head_of, start_at_label_priors  # noqa: F401 - where callers found them
 from finetune.train_config import COMPILE_CHOICES, SWITCHES, TrainConfig  # noqa: F401 - where callers found them
-from textdata.labels import is_multi_label as multi_label_config
 from textdata.numerics import bucket_widths, lr_at, resolve_dtype
 
 # Options for torch.compile; the CPU test swaps in a cheaper backend.
 COMPILE_OPTIONS: dict = {"dynamic": False}
-
-
-def is_multi_label(model) -> bool:
-    return multi_label_config(model.config)
 
 
 @dataclass
@@ -134,7 +128,7 @@ def predict_proba(model, ids: list[list[int]], pad_id: int, device, precision: s
     """Softmax probabilities in input order (a sigmoid per label for a multi-label model); batches by token
     budget over length-sorted texts."""
     model.eval()
-    squash = torch.sigmoid if is_multi_label(model) else lambda z: torch.softmax(z, dim=-1)
+    squash = head_of(model).squash
     dtype = amp_dtype(precision, device)
     order = np.argsort([len(x) for x in ids], kind="stable")
     out = np.zeros((len(ids), model.config.num_labels), dtype=np.float32)
@@ -167,7 +161,7 @@ class _Step:
     weight: object  # class weights of the loss (multi-label: BCE's pos_weight), or None
     widths: list | None  # padded widths of fixed-shape batches, or None
     pad_id: int
-    multi: bool = False  # multi-label: BCE-with-logits over a sigmoid per label
+    head: object  # finetune/heads.py: the loss, the targets and their padding of the model's kind
 
 
 def _prepare_step(model, train_ids, y_train, cfg: TrainConfig, accelerator, device, pad_id: int) -> _Step:
@@ -177,14 +171,10 @@ def _prepare_step(model, train_ids, y_train, cfg: TrainConfig, accelerator, devi
     optimizer = torch.optim.AdamW(groups, lr=cfg.lr, fused=device.type == "cuda")
     wrapped = accelerator.prepare(model) if accelerator and accelerator.num_processes > 1 else model
     n_classes = model.config.num_labels
-    multi = is_multi_label(model)
+    head = head_of(model)
     weight = None
-    if cfg.class_weights and multi:  # BCE's pos_weight: negatives / positives per label
-        pos = np.asarray(y_train).sum(0)
-        weight = torch.tensor((len(y_train) - pos) / pos.clip(min=1), dtype=torch.float32, device=device)
-    elif cfg.class_weights:  # "balanced": n / (k * count), as scikit-learn defines it
-        counts = np.bincount(y_train, minlength=n_classes).clip(min=1)
-        weight = torch.tensor(len(y_train) / (n_classes * counts), dtype=torch.float32, device=device)
+    if cfg.class_weights:
+        weight = torch.tensor(head.class_weight(y_train, n_classes), dtype=torch.float32, device=device)
     graphs = cfg.compile == "graphs"
     if graphs and device.type != "cuda":
         raise ValueError(f"compile 'graphs' replays CUDA graphs and needs a CUDA device, not {device.type}; "
@@ -196,7 +186,7 @@ def _prepare_step(model, train_ids, y_train, cfg: TrainConfig, accelerator, devi
         wrapped = torch.compile(wrapped, **COMPILE_OPTIONS, mode="reduce-overhead")
     elif switch_on(cfg.compile, device):
         wrapped = torch.compile(wrapped, **COMPILE_OPTIONS)
-    return _Step(model, wrapped, optimizer, scaler, accelerator, device, dtype, weight, widths, pad_id, multi)
+    return _Step(model, wrapped, optimizer, scaler, accelerator, device, dtype, weight, widths, pad_id, head)
 
 
 def _train_step(run: _Step, train_ids, rows, labels, lengths, batch_size: int, max_grad_norm: float):
@@ -207,12 +197,12 @@ def _train_step(run: _Step, train_ids, rows, labels, lengths, batch_size: int, m
         batch = collate(train_ids, rows, run.pad_id, device, next(w for w in run.widths if w >= longest), batch_size)
         # padding rows are ignored by the loss: -100 for cross-entropy, -1 (masked) for BCE
         pad = batch_size - len(rows)
-        labels = F.pad(labels, (0, 0, 0, pad), value=-1) if run.multi else F.pad(labels, (0, pad), value=-100)
+        labels = run.head.pad(labels, pad)
     else:
         batch = collate(train_ids, rows, run.pad_id, device)
     with torch.autocast(device.type, dtype=run.dtype or torch.float32, enabled=run.dtype is not None):
         logits = run.wrapped(**batch).logits
-    loss = (bce_loss if run.multi else F.cross_entropy)(logits.float(), to_device(labels.numpy(), device), run.weight)
+    loss = run.head.loss(logits.float(), to_device(labels.numpy(), device), run.weight)
     run.optimizer.zero_grad(set_to_none=True)
     scaled = run.scaler.scale(loss)
     run.accelerator.backward(scaled) if run.accelerator else scaled.backward()
@@ -223,50 +213,15 @@ def _train_step(run: _Step, train_ids, rows, labels, lengths, batch_size: int, m
     return loss.detach()
 
 
-def bce_loss(logits: torch.Tensor, labels: torch.Tensor, pos_weight: torch.Tensor | None) -> torch.Tensor:
-    """BCE-with-logits averaged over the real rows' (row, label) cells; padding rows (label -1) count for nothing."""
-    real = labels >= 0
-    cells = F.binary_cross_entropy_with_logits(logits, labels.clamp(min=0), pos_weight=pos_weight, reduction="none")
-    return (cells * real).sum() / real.sum().clamp(min=1)
-
-
 def _inner_score(model, val_ids, y_val, pad_id: int, device, cfg: TrainConfig, hist: History, epoch: int) -> float:
     """The inner split's score that picks the epoch (higher is better; never the fold being scored), with its
-    macro-F1 and loss recorded in `hist`. Single-label: macro-F1. Multi-label: minus the mean BCE, because
-    macro-F1 at 0.5 is 0 at every epoch while rare labels' sigmoids stay under 0.5 (debtags, 40 labels: all
-    of them, 3 epochs), which froze the choice, and the final model's epochs, at epoch 1; thresholds are
-    tuned later on out-of-fold rows, so a threshold-free proper score is what ranks the epochs."""
-    n_classes = model.config.num_labels
+    macro-F1 and loss recorded in `hist`: the head's (finetune/heads.py: macro-F1, or minus the mean BCE)."""
     proba = predict_proba(model, val_ids, pad_id, device, cfg.precision)
-    if is_multi_label(model):
-        f1 = f1_score(y_val, (proba > 0.5).astype(np.int64), average="macro", zero_division=0)
-        p = proba.astype(np.float64).clip(1e-9, 1 - 1e-9)
-        loss = -(y_val * np.log(p) + (1 - y_val) * np.log1p(-p)).mean()
-        score = -loss
-    else:
-        f1 = f1_score(y_val, proba.argmax(1), average="macro", labels=list(range(n_classes)), zero_division=0)
-        loss = -np.log(proba[np.arange(len(y_val)), y_val].clip(1e-9)).mean()
-        score = f1
+    f1, loss, score = head_of(model).inner_score(proba, y_val, model.config.num_labels)
     hist.epochs.append(epoch + 1)
     hist.val_macro_f1.append(float(f1))
     hist.val_loss.append(float(loss))
     return float(score)
-
-
-def start_at_label_priors(model, y_train) -> None:
-    """Multi-label: the head's bias starts at each label's log prior odds (Lin et al. 2017, "prior
-    probability" init). From a bias of 0 every sigmoid starts at 0.5 while most labels are rare, and the
-    first steps' gradient drives them all down the cheapest way, by flattening the pooled features; the model
-    then stays at the priors. Measured on 4,000 debtags rows (40 labels), MiniLM, 2 epochs at lr 1e-4:
-    held-out macro ROC-AUC 0.557 without, 0.861 with (lr 5e-4 without: 0.511)."""
-    head = getattr(model, "classifier", None)
-    head = getattr(head, "out_proj", head)  # ELECTRA's head: dense, then out_proj; BERT's: one Linear
-    if not isinstance(head, torch.nn.Linear) or head.bias is None or head.out_features != model.config.num_labels:
-        return
-    y = np.asarray(y_train, np.float64)
-    prior = (y.sum(0) + 1) / (len(y) + 2)  # add-one: a label absent from these rows still gets a finite bias
-    with torch.no_grad():
-        head.bias.copy_(torch.as_tensor(np.log(prior / (1 - prior)), dtype=head.bias.dtype))
 
 
 def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, seed: int,
@@ -277,8 +232,7 @@ def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, 
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
     device = accelerator.device if accelerator else torch.device("cpu")
-    if is_multi_label(model) and not cfg.class_weights:  # weighted BCE's constant optimum is 0.5: bias 0 is it
-        start_at_label_priors(model, y_train)
+    head_of(model).start(model, y_train, cfg.class_weights)
     model.to(device)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
     run = _prepare_step(model, train_ids, y_train, cfg, accelerator, device, pad_id)
@@ -287,7 +241,7 @@ def fit(model, tokenizer, train_ids, y_train, val_ids, y_val, cfg: TrainConfig, 
     steps_per_epoch = math.ceil(len(train_ids) / cfg.batch_size) // n_proc
     total = steps_per_epoch * cfg.epochs
     warmup = max(1, int(cfg.warmup * total))
-    y_t = torch.tensor(np.asarray(y_train), dtype=torch.float32 if run.multi else torch.long)
+    y_t = torch.tensor(np.asarray(y_train), dtype=run.head.target_dtype)
 
     hist, best, best_state, stale, step = History(), -math.inf, None, 0, 0
     t0, seen = time.perf_counter(), 0

@@ -8,6 +8,8 @@ IMMEDIATE: a deferred transaction that reads first and then writes cannot wait f
 
 from __future__ import annotations
 
+import contextlib
+import logging
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -69,23 +71,58 @@ def _alembic(connection) -> AlembicConfig:
     return cfg
 
 
-def migrate(engine: sa.Engine) -> str:
-    """Bring the schema to this code's head; returns the revision. A database a newer release migrated is
-    refused: this code does not know its tables."""
+UPGRADE_COMMAND = "python -m app db upgrade"
+_LOCK_KEY = 43_0004  # pg_advisory_xact_lock: processes creating or migrating the schema at once take turns
+
+
+@contextlib.contextmanager
+def _quiet_alembic():
+    """Alembic's info lines (its plugins, "Context impl ...") for a check that changes nothing: a replica
+    refused for its schema says one line, not a dozen. An upgrade still logs what it runs."""
+    logger = logging.getLogger("alembic")
+    level = logger.level
+    logger.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def revisions(engine: sa.Engine) -> tuple[str | None, str]:
+    """(the database's schema revision, None when it has no tables yet; this code's head). StoreError when
+    it cannot be reached or a newer release migrated it (this code does not know its tables)."""
     url = engine.url
     try:
-        with engine.connect() as conn:
+        with engine.connect() as conn, _quiet_alembic():
             current = MigrationContext.configure(conn).get_current_revision()
     except sa.exc.OperationalError as e:
         raise StoreError(f"cannot connect to the database at {where(url)}: {_reason(e, url)}") from None
-    script = ScriptDirectory.from_config(_alembic(None))
-    head = script.get_current_head()
-    known = {rev.revision for rev in script.walk_revisions()}
-    if current is not None and current not in known:
+    with _quiet_alembic():
+        script = ScriptDirectory.from_config(_alembic(None))
+        head = script.get_current_head()
+    if current is not None and current not in {rev.revision for rev in script.walk_revisions()}:
         raise StoreError(f"the database at {where(url)} has schema {current}, newer than this app knows "
                          f"(head {head}): upgrade the app, or give another --database-url")
-    if current != head:
-        with engine.begin() as conn:
+    return current, head
+
+
+def migrate(engine: sa.Engine, upgrade: bool = True) -> str:
+    """Bring the schema to this code's head; returns the revision. An empty database gets its tables either
+    way. With upgrade=False (a fleet's replica: others may run this release's predecessor on the same tables)
+    an older schema is refused in one line naming the command that migrates it."""
+    current, head = revisions(engine)
+    if current == head:
+        return head
+    with engine.execution_options(write=True).begin() as conn:  # SQLite: BEGIN IMMEDIATE, one writer at a time
+        if conn.dialect.name == "postgresql":
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:k)"), {"k": _LOCK_KEY})
+        with _quiet_alembic():  # another process may have been first
+            current = MigrationContext.configure(conn).get_current_revision()
+        if current is not None and current != head and not upgrade:
+            raise StoreError(f"the database at {where(engine.url)} has schema {current}, older than this app's "
+                             f"{head}, and a fleet's replica never migrates it: run `{UPGRADE_COMMAND}` with the "
+                             f"same --database-url once, then start the replicas")
+        if current != head:
             command.upgrade(_alembic(conn), "head")
     return head
 
@@ -95,11 +132,17 @@ def _reason(error: Exception, url: sa.URL) -> str:
     return line.replace(url.password, "***") if url.password else line
 
 
-def open_store(url: str) -> sa.Engine:
-    """The engine, its schema migrated to this code's head. StoreError (one line) when it cannot be used."""
+def engine_for(url: str) -> sa.Engine:
+    """The engine, not yet connected; StoreError (one line) for a URL it cannot use."""
     try:
-        engine = make_engine(url)
+        return make_engine(url)
     except (sa.exc.ArgumentError, ImportError) as e:
         raise StoreError(f"--database-url: {e}") from None
-    migrate(engine)
+
+
+def open_store(url: str, upgrade: bool = True) -> sa.Engine:
+    """The engine, its schema migrated to this code's head (upgrade=False: created when empty, an older one
+    refused; see `migrate`). StoreError (one line) when it cannot be used."""
+    engine = engine_for(url)
+    migrate(engine, upgrade)
     return engine

@@ -6,7 +6,8 @@
 - `LabelSet` (multi-label, serving/multilabel.py): a sigmoid per label; the answer is the set of labels over their
   decision thresholds (thresholds.json, moved through the calibrator), a `MultiLabelPrediction`; confident where
   every label it asserts clears its own served threshold.
-Both answer `probabilities`, `asserted`, `confident`, `answers` and `info`; a caller matches an answer by its type.
+Both answer `probabilities`, `asserted`, `answers`, `info`, and for a scored file `columns` and `scored`; a caller
+matches an answer by its type.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class TopLabel:
 
     thresholds = None  # no decision thresholds: the top label is the answer
     label_sep = None
+    columns = ("pred_label", "pred_score", "confident")  # a scored file's answer columns (serving/scoring.py)
 
     def __init__(self, space: LabelSpace, calibration: ServedCalibration):
         self.space, self.calibration = space, calibration
@@ -68,10 +70,21 @@ class TopLabel:
     def info(self) -> dict:
         return {"multi_label": False, "thresholds": None}
 
+    def scored(self, probs: np.ndarray, have: np.ndarray, texts: list[str]) -> tuple[dict, np.ndarray]:
+        """A scored file's answer columns but `confident` (NaN rows, `have` False, get none), and the confident
+        flags of the `have` rows (`texts` their normalised texts: an out-of-domain one is never confident)."""
+        best = np.where(have, np.nan_to_num(probs, nan=-1).argmax(1), -1)
+        labels = np.array(self.space.labels, dtype=object)
+        out = {"pred_label": np.where(have, labels[np.maximum(best, 0)], None),
+               "pred_score": np.where(have, probs[np.arange(len(probs)), np.maximum(best, 0)], np.nan)}
+        return out, self.calibration.confident(probs[have]) & ~self.calibration.out_of_domain(texts)
+
 
 class LabelSet:
     """Multi-label answers (see the module's docstring): `thresholds` the decision thresholds on the served
     scale, `label_sep` the separator a set is joined with."""
+
+    columns = ("pred_labels", "confident")  # a scored file's answer columns (serving/scoring.py)
 
     def __init__(self, space: LabelSpace, calibration: ServedCalibration, folder: Path):
         self.space, self.calibration = space, calibration
@@ -96,6 +109,14 @@ class LabelSet:
         return {"multi_label": True, "thresholds": self.spec.as_dict(list(self.space.labels)),
                 "label_sep": self.label_sep, "thresholds_tuned": self.spec.tuned,
                 "thresholds_source": self.spec.source}
+
+    def scored(self, probs: np.ndarray, have: np.ndarray, texts: list[str]) -> tuple[dict, np.ndarray]:
+        """As TopLabel's: `pred_labels` the labels over their thresholds joined by the separator ("" for none)."""
+        over = self.asserted(probs)  # NaN rows compare False
+        names = np.full(len(probs), None, dtype=object)
+        for i in np.flatnonzero(have):
+            names[i] = self.label_sep.join(self.space.labels[j] for j in np.flatnonzero(over[i]))  # id order
+        return {"pred_labels": names}, self.calibration.confident(probs[have], over[have])
 
 
 def decision_for(space: LabelSpace, calibration: ServedCalibration, folder: Path) -> TopLabel | LabelSet:

@@ -44,6 +44,8 @@ import time
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+import numpy as np
+
 from baseline.blend import carry_blend
 from baseline.ood import carry_ood
 from serving.engine import Classifier, ModelError
@@ -54,6 +56,7 @@ from serving.parity import (
     agreement,
     builtin_sample,
     compare,
+    compare_label_sets,
     served_line,
     tokenization_mismatch,
 )
@@ -135,14 +138,22 @@ def _eval_rows(cfg: ExportConfig) -> tuple[list[str], list[str] | None, list[str
 
 def _targets(cfg: ExportConfig, reference: Classifier, cells: list | None):
     """The gate's y_true: label strings, or for a multi-label model an (n, L) 0/1 matrix (labels the model
-    does not know are left out, with a warning naming them)."""
+    does not know are left out, with a warning naming them). Each cell is read by the model's label space (a
+    multi-label one with --label-sep where given); one it cannot read is a DataError naming the row, the column
+    and the value, as in training."""
     if cells is None:
         return None
-    if not reference.multi_label:
-        return [str(c) for _, c in cells]
-    space = LabelSpace.of(reference.labels, multi_label=True, sep=cfg.label_sep or reference.label_sep)
-    y, unknown = space.matrix(space.parse(c, f"{cfg.eval_csv}: data row {i + 1}, column {cfg.label_column!r}")
-                              for i, c in cells)
+    space = reference.space.with_sep(cfg.label_sep)
+    sets = [space.parse(c, f"{cfg.eval_csv}: data row {i + 1}, column {cfg.label_column!r}") for i, c in cells]
+    return space.pick(_label_targets, _set_targets)(cfg, space, sets)
+
+
+def _label_targets(cfg: ExportConfig, space: LabelSpace, sets: list[list[str]]) -> list[str]:
+    return [space.join(names) for names in sets]
+
+
+def _set_targets(cfg: ExportConfig, space: LabelSpace, sets: list[list[str]]) -> np.ndarray:
+    y, unknown = space.matrix(sets)
     if unknown:
         log.warning("%s: %d label name(s) the model does not know are left out of the gate's targets: %s",
                     cfg.eval_csv, len(unknown), ", ".join(f"{k!r} ({v} rows)" for k, v in list(unknown.items())[:5]))
@@ -216,9 +227,9 @@ def _report_head(cfg: ExportConfig, reference: Classifier, ref: Judged) -> dict:
         "cpu_default": {"file": ONNX_FILE, "why": "no --quantize"},
         "max_length": reference.max_length,
         "labels": reference.labels,
-        **({"multi_label": True, "thresholds": reference.info()["thresholds"]} if reference.multi_label else {}),
+        **reference.space.pick({}, {"multi_label": True, "thresholds": reference.info()["thresholds"]}),
         "gate": {"judged_on": "eval_csv" if y_true is not None else "builtin_sample", "rows": len(ref.texts),
-                 **({"agreement": "per-label decisions (sigmoid > threshold)"} if reference.multi_label else {}),
+                 **reference.space.pick({}, {"agreement": "per-label decisions (sigmoid > threshold)"}),
                  **({"judges": "served answers (blend and calibration applied): agreement on fp32's confident "
                                "answers and beyond near-ties, served macro-F1 and ECE",
                      "confident": ref.served.confident_rule, "near_tie_margin": cfg.near_tie_margin,
@@ -278,7 +289,8 @@ def run(cfg: ExportConfig) -> dict:
     _write_folder(cfg)
     labels = reference.labels
     ref_logits = reference.predict_logits(texts)
-    ref_f1 = compare(ref_logits, ref_logits, labels, y_true, reference.thresholds).get("macro_f1")
+    compare_as = reference.space.pick(compare, compare_label_sets)
+    ref_f1 = compare_as(ref_logits, ref_logits, labels, y_true, reference.thresholds).get("macro_f1")
     served = ServedReference.of(reference, texts, ref_logits, y_true, cfg.confident_score)
     ref = Judged(texts, labels, ref_logits, y_true, ref_f1, served)
     report = _report_head(cfg, reference, ref)

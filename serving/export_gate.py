@@ -12,7 +12,7 @@ from typing import Protocol
 
 from serving.engine import Classifier
 from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE
-from serving.parity import ServedReference, compare, served_stats, verdict
+from serving.parity import ServedReference, compare, compare_label_sets, served_stats, verdict
 from serving.quantize import BY_NAME, cpu_isa, default_order, quantize
 
 log = logging.getLogger("serving.export")
@@ -53,7 +53,7 @@ def check_file(cfg: ExportConfig, file: Path, ref: Judged) -> tuple[dict, list[s
     # blend=False: the file alone is loaded (and timed); the served transform adds the folder's blend to its logits
     clf = Classifier.load(file, provider="cuda" if cfg.target == "cuda" else "cpu", blend=False)
     logits = clf.predict_logits(ref.texts)
-    stats = compare(ref.logits, logits, ref.labels, ref.y_true, clf.thresholds)
+    stats = clf.space.pick(compare, compare_label_sets)(ref.logits, logits, ref.labels, ref.y_true, clf.thresholds)
     if ref.served is not None:
         stats["served"] = served_stats(ref.served, logits, cfg.near_tie_margin)
     return stats, verdict(stats, ref.f1, cfg.min_agreement, cfg.max_f1_drop, cfg.max_ece_rise), clf

@@ -79,12 +79,10 @@ def builtin_sample(n: int = 500, seed: int = 0) -> list[str]:
 
 
 def compare(ref: np.ndarray, got: np.ndarray, labels: list[str], y_true, thresholds: np.ndarray | None = None) -> dict:
-    """Logit differences, argmax agreement with `ref`, and macro-F1 when labels are known. With `thresholds`
-    (a multi-label model; y_true then an (n, L) 0/1 matrix): per-label decision agreement instead."""
+    """Logit differences, argmax agreement with `ref`, and macro-F1 when labels are known (a single-label model:
+    `thresholds` has nothing to say; `compare_label_sets` is the multi-label comparison, `comparison` picks)."""
     from sklearn.metrics import f1_score
 
-    if thresholds is not None:
-        return _compare_multi_label(ref, got, y_true, thresholds)
     out = {
         "texts": len(ref),
         "max_abs_logit_diff": float(np.abs(ref - got).max()),
@@ -97,7 +95,9 @@ def compare(ref: np.ndarray, got: np.ndarray, labels: list[str], y_true, thresho
     return out
 
 
-def _compare_multi_label(ref: np.ndarray, got: np.ndarray, y_true: np.ndarray | None, thresholds: np.ndarray) -> dict:
+def compare_label_sets(ref: np.ndarray, got: np.ndarray, labels: list[str], y_true: np.ndarray | None,
+                       thresholds: np.ndarray) -> dict:
+    """A multi-label model's `compare`: per-label decision agreement at `thresholds`, y_true an (n, L) 0/1 matrix."""
     from sklearn.metrics import f1_score
 
     from serving.multilabel import sigmoid
@@ -161,13 +161,22 @@ class ServedReference:
         (serving/parity_multilabel.py), `y_true` the (n, L) 0/1 matrix."""
         seqs = clf.encode(texts)
         to_served = lambda logits: clf._proba(seqs, logits)
-        probs = to_served(ref_logits)
-        if clf.multi_label:
-            from serving.parity_multilabel import confident_decisions
+        of = clf.space.pick(cls._of_top_label, cls._of_label_set)
+        return of(clf, to_served, to_served(ref_logits), y_true, confident_score)
 
-            confident, rule = confident_decisions(clf, probs, confident_score)
-            y = None if y_true is None else np.asarray(y_true)
-            return cls(to_served, probs, confident, rule, list(clf.labels), y, np.asarray(clf.thresholds))
+    @classmethod
+    def _of_label_set(cls, clf, to_served, probs: np.ndarray, y_true, confident_score: float) -> ServedReference:
+        from serving.parity_multilabel import confident_decisions
+
+        confident, rule = confident_decisions(clf, probs, confident_score)
+        y = None if y_true is None else np.asarray(y_true)
+        return ServedLabelSets(to_served, probs, confident, rule, list(clf.labels), y, np.asarray(clf.thresholds))
+
+    def stats(self, got_logits: np.ndarray, near_tie_margin: float) -> dict:
+        return _top_label_stats(self, got_logits, near_tie_margin)
+
+    @classmethod
+    def _of_top_label(cls, clf, to_served, probs: np.ndarray, y_true, confident_score: float) -> ServedReference:
         if clf.calibration.thresholds is not None:
             confident, rule = clf.calibration.confident(probs), "the model's served threshold (calibration.json)"
         else:
@@ -177,16 +186,28 @@ class ServedReference:
         return cls(to_served, probs, confident, rule, list(clf.labels), y)
 
 
-def served_stats(ref: ServedReference, got_logits: np.ndarray, near_tie_margin: float) -> dict:
-    """A file's served answers against fp32's: agreement overall, on fp32's confident answers and beyond
-    near-ties, where the changed labels lie, and with labels the served macro-F1 and top-label ECE (and their
-    change in points)."""
-    from sklearn.metrics import f1_score
+@dataclass(frozen=True)
+class ServedLabelSets(ServedReference):
+    """A multi-label model's reference: `thresholds` its served thresholds, `y` an (n, L) 0/1 matrix; judged per
+    label decision (serving/parity_multilabel.py)."""
 
-    if ref.thresholds is not None:
+    def stats(self, got_logits: np.ndarray, near_tie_margin: float) -> dict:
         from serving.parity_multilabel import served_stats_multi_label
 
-        return served_stats_multi_label(ref, got_logits, near_tie_margin)
+        return served_stats_multi_label(self, got_logits, near_tie_margin)
+
+
+def served_stats(ref: ServedReference, got_logits: np.ndarray, near_tie_margin: float) -> dict:
+    """A file's served answers against fp32's (the reference's kind says how: `stats`)."""
+    return ref.stats(got_logits, near_tie_margin)
+
+
+def _top_label_stats(ref: ServedReference, got_logits: np.ndarray, near_tie_margin: float) -> dict:
+    """A single-label file's served answers against fp32's: agreement overall, on fp32's confident answers and
+    beyond near-ties, where the changed labels lie, and with labels the served macro-F1 and top-label ECE (and
+    their change in points)."""
+    from sklearn.metrics import f1_score
+
     got = ref.to_served(got_logits)
     want, said = ref.probs.argmax(1), got.argmax(1)
     same = want == said

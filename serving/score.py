@@ -108,7 +108,7 @@ def run(cfg: ScoreConfig) -> dict:
     first = next(chunks)  # parses the header and checks columns before the model loads
     t0 = time.time()
     clf = load_model(cfg, cfg.threads)
-    columns, top_k = output_columns(list(first.frame.columns), clf.labels, cfg, cfg.input, clf.multi_label)
+    columns, top_k = output_columns(list(first.frame.columns), clf.decision, cfg, cfg.input)
     ext = cfg.output.suffix
     parts, done = prepare_parts(cfg, _fingerprint(cfg, clf, columns), ext)
     skip = sum(n for _, n in done)

@@ -345,7 +345,7 @@ def run(cfg: scoring.ScoreConfig) -> dict:
     # and the driver learns the labels (the output's columns) and what the workers will run.
     clf = scoring.load_model(dataclasses.replace(cfg, batch_tokens=None), threads=1)
     info = clf.info()
-    columns, top_k = scoring.output_columns(columns_in, clf.labels, cfg, files[0], clf.multi_label)
+    columns, top_k = scoring.output_columns(columns_in, clf.decision, cfg, files[0])
     del clf
 
     with _ray_session(ray, cfg):

@@ -79,22 +79,24 @@ def load_model(cfg: ScoreConfig, threads: int | None) -> Classifier:
                            threads=plan, truncation=cfg.truncation, quantized=cfg.quantized, blend=cfg.blend)
 
 
-def output_columns(columns_in: list[str], labels: list[str], cfg: ScoreConfig, where: Path,
-                   multi_label: bool = False) -> tuple[list[str], int | None]:
-    """(the output's columns: the input's, then the predictions', and top-k as it applies to these labels);
-    an input column the output would add is refused."""
+def output_columns(columns_in: list[str], decision, cfg: ScoreConfig, where: Path) -> tuple[list[str], int | None]:
+    """(the output's columns: the input's, then the predictions' (the model's `decision`, serving/decision.py),
+    and top-k as it applies to these labels); an input column the output would add is refused."""
+    labels = list(decision.space.labels)
     top_k = min(cfg.top_k, len(labels)) if cfg.top_k else None
-    pred_cols = prediction_columns(labels, top_k, multi_label)
+    pred_cols = prediction_columns(decision, top_k)
     clash = [c for c in pred_cols if c in columns_in]
     if clash:
         raise DataError(f"{where}: already has column(s) {clash}, which the output adds; rename them first")
     return [str(c) for c in columns_in] + pred_cols, top_k
 
 
-def prediction_columns(labels: list[str], top_k: int | None, multi_label: bool = False) -> list[str]:
-    """Single-label: pred_label, pred_score, confident. Multi-label: pred_labels (the labels over their thresholds, joined
-    by the model's separator, empty for none), confident. Then prob_<label> per label (or top-k), error, model_version."""
-    cols = ["pred_labels", "confident"] if multi_label else ["pred_label", "pred_score", "confident"]
+def prediction_columns(decision, top_k: int | None) -> list[str]:
+    """The decision's answer columns (single-label: pred_label, pred_score, confident; multi-label: pred_labels, the
+    labels over their thresholds joined by the model's separator, empty for none, and confident), then
+    prob_<label> per label (or top-k), error, model_version."""
+    labels = list(decision.space.labels)
+    cols = list(decision.columns)
     if top_k:
         for i in range(1, top_k + 1):
             cols += [f"top{i}_label", f"top{i}_score"]
@@ -129,19 +131,9 @@ def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int 
         probs[ok] = clf.predict_proba([t for t in cleaned if t], normalized=True)
     have = np.zeros(len(df), bool)
     have[ok] = True
-    best = np.where(have, np.nan_to_num(probs, nan=-1).argmax(1), -1)
     label_arr = np.array(labels, dtype=object)
-    multi_label = getattr(clf, "multi_label", False)
-    calibration = getattr(clf, "calibration", None)  # serving/calibration.py; test doubles may lack it
     sure = np.ones(len(df), bool)
-    if calibration is not None and len(ok):
-        sure[ok] = (calibration.confident(probs[ok], probs[ok] > clf.thresholds[None, :]) if multi_label
-                    else calibration.confident(probs[ok]) & ~_out_of_domain(calibration, cleaned))
-    if multi_label:
-        out = {"pred_labels": _label_sets(probs, have, clf)}
-    else:
-        out = {"pred_label": np.where(have, label_arr[np.maximum(best, 0)], None),
-               "pred_score": np.where(have, probs[np.arange(len(df)), np.maximum(best, 0)], np.nan)}
+    out, sure[have] = clf.decision.scored(probs, have, [t for t in cleaned if t])
     out["confident"] = pd.array(np.where(have, sure, False), dtype="boolean")
     out["confident"][~have] = pd.NA
     if top_k:
@@ -156,30 +148,13 @@ def score_frame(clf: Classifier, df: pd.DataFrame, text_column: str, top_k: int 
         if errors[i] is None:
             errors[i] = note
     out["error"] = errors
-    folder = getattr(clf, "folder", None)  # the version that scored each row: registry versions say v1, v2, ...
-    out["model_version"] = model_version(folder) if folder is not None else None
+    out["model_version"] = model_version(clf.folder)  # the version that scored each row: registry versions say v1, v2
     preds = pd.DataFrame(out, index=df.index)
     # Fixed dtypes so every part has the same schema, also a part where every value is missing.
     for col in preds.columns:
         if col != "confident":  # boolean (True/False, empty without a prediction)
             preds[col] = preds[col].astype("float64" if col.endswith("_score") or col.startswith("prob_") else "string")
     return pd.concat([df, preds], axis=1)
-
-
-def _out_of_domain(calibration, cleaned: list[str]) -> np.ndarray:
-    """The rows' out-of-domain flags (serving/calibration.py), never confident; none for a test double."""
-    flags = getattr(calibration, "out_of_domain", None)
-    texts = [t for t in cleaned if t]
-    return np.zeros(len(texts), bool) if flags is None else flags(texts)
-
-
-def _label_sets(probs: np.ndarray, have: np.ndarray, clf) -> np.ndarray:
-    """Per row, the labels over their thresholds joined by the model's separator ("" for none); None without text."""
-    over = probs > clf.thresholds[None, :]  # NaN rows compare False
-    out = np.full(len(probs), None, dtype=object)
-    for i in np.flatnonzero(have):
-        out[i] = clf.label_sep.join(clf.labels[j] for j in np.flatnonzero(over[i]))
-    return out
 
 
 # ---------------------------------------------------------------- parts and resume

@@ -47,6 +47,26 @@ def tiny_config(vocab_size: int, **overrides):
     return ElectraConfig(**kw)
 
 
+# Test files that share one unit of work under pytest-xdist: each Ray file starts a local Ray cluster sized to
+# the cores, and two at once would oversubscribe them under tests that time out waiting on killed workers.
+XDIST_GROUPS = {"test_serving_score_ray.py": "ray", "test_kfold_ray.py": "ray"}
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "xdist_group(name): tests run on one pytest-xdist worker, in file order")
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook, which reads the marks under --dist loadgroup
+def pytest_collection_modifyitems(config, items):
+    """The README's `-n 2 --dist loadgroup`: each test file is one unit of work on one worker, so a module's
+    fixtures (its server, its k-fold run) are built once, not once per worker. Without xdist a mark changes
+    nothing."""
+    for item in items:
+        if not any(True for _ in item.iter_markers("xdist_group")):
+            group = XDIST_GROUPS.get(item.path.name) or item.nodeid.split("::")[0]
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 @pytest.fixture(scope="session")
 def tiny_tokenizer_dir(tmp_path_factory) -> Path:
     folder = tmp_path_factory.mktemp("tiny-tokenizer")
@@ -125,6 +145,23 @@ def _project_root_left_clean():
     assert before or not root_data.exists(), f"a test left {root_data} behind (an app with the default --data-dir)"
 
 
+@pytest.fixture(autouse=True)
+def _root_logger_restored():
+    """A test that runs an entry point in-process (`app.__main__.main`, `app.fleet_train.main`, kfold's main)
+    installs that program's stderr handler on the root logger, and it stayed for the rest of the session: a
+    background thread's later record ("engine pass overhead ..." from an in-process server's warm-up) then
+    printed JSON among the dots (issue 45). What a test added is taken off again; pytest's own handlers stay."""
+    import logging
+
+    root = logging.getLogger()
+    before, level = set(map(id, root.handlers)), root.level
+    yield
+    for handler in root.handlers[:]:
+        if id(handler) not in before and not type(handler).__module__.startswith("_pytest"):
+            root.removeHandler(handler)
+    root.setLevel(level)
+
+
 @pytest.fixture(scope="session")
 def raylet_errors_logged():
     """Ray's driver prints the raylet's error messages (a killed worker: "A worker died or was killed while
@@ -135,6 +172,10 @@ def raylet_errors_logged():
 
     worker = pytest.importorskip("ray._private.worker")
     log = logging.getLogger("tests.raylet")
+    # A line that comes between tests, when no capture handler is on the root logger, is dropped: without a
+    # handler of its own the logger fell back to logging.lastResort, which wrote it among the dots.
+    if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+        log.addHandler(logging.NullHandler())
 
     def to_log(data, ignore_prefix):  # the signature of ray._private.worker.print_to_stdstream
         for line in data.get("lines", []):

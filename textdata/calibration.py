@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from textdata.labels import PROBLEM_TYPES, SINGLE_LABEL, LabelSpace, is_multi_label
+from textdata.labels import PROBLEM_TYPES, SINGLE_LABEL, LabelSpace
 from textdata.model_files import CALIBRATION as CALIBRATION_FILE
 from textdata.plain_files import read_json
 
@@ -42,25 +42,22 @@ _FLOOR = 1e-12  # log(0) guard, as in baseline/blend.py
 
 @dataclass(frozen=True)
 class Calibrator:
+    """A single-label calibrator: a softmax's probabilities rescaled on their logarithms (temperature | vector |
+    none). `LabelCalibrator` is the multi-label one; `calibrator_for` picks the class from a label space."""
+
     method: str  # temperature | vector | none (single-label); temperature | platt | none (multi-label)
-    multi_label: bool = False
+    multi_label: bool = False  # the kind, as the class says it (LabelCalibrator: True)
     temperature: float | tuple = 1.0  # one T (single-label), one per label (multi-label temperature)
     weights: tuple | None = None  # vector: w per class; platt: a per label
     bias: tuple | None = None  # vector: b per class; platt: b per label
+    methods = METHODS  # what calibration.json may name for this kind
 
     def __call__(self, probs: np.ndarray) -> np.ndarray:
         """Calibrated probabilities, same shape and dtype as `probs`."""
         p = np.asarray(probs)
-        if self.method == "none":
-            return p
-        if self.multi_label:
-            q = np.clip(p.astype(np.float64), _FLOOR, 1 - _FLOOR)
-            z = np.log(q) - np.log1p(-q)
-            if self.method == "temperature":
-                z = z / np.asarray(self.temperature, np.float64)
-            else:
-                z = z * np.asarray(self.weights) + np.asarray(self.bias)
-            return (0.5 * (1.0 + np.tanh(0.5 * z))).astype(p.dtype, copy=False)  # sigmoid, no overflow
+        return p if self.method == "none" else self._scaled(p)
+
+    def _scaled(self, p: np.ndarray) -> np.ndarray:
         z = np.log(np.clip(p, _FLOOR, 1.0))
         if self.method == "temperature":
             z = z * np.asarray(1.0 / self.temperature, z.dtype)
@@ -77,6 +74,37 @@ class Calibrator:
             t = self.temperature
             return {"temperature": list(t) if isinstance(t, tuple) else float(t)}
         return {"params": {"weights": list(self.weights), "bias": list(self.bias)}}
+
+    @staticmethod
+    def read_temperature(value, n_labels: int) -> float:
+        return _number(value, "temperature", low=0, above=True)
+
+
+@dataclass(frozen=True)
+class LabelCalibrator(Calibrator):
+    """A multi-label calibrator: each label's sigmoid probability rescaled on its logit (temperature | platt |
+    none), a parameter (or two) per label."""
+
+    multi_label: bool = True
+    methods = MULTI_LABEL_METHODS
+
+    def _scaled(self, p: np.ndarray) -> np.ndarray:
+        q = np.clip(p.astype(np.float64), _FLOOR, 1 - _FLOOR)
+        z = np.log(q) - np.log1p(-q)
+        if self.method == "temperature":
+            z = z / np.asarray(self.temperature, np.float64)
+        else:
+            z = z * np.asarray(self.weights) + np.asarray(self.bias)
+        return (0.5 * (1.0 + np.tanh(0.5 * z))).astype(p.dtype, copy=False)  # sigmoid, no overflow
+
+    @staticmethod
+    def read_temperature(value, n_labels: int) -> tuple:
+        return _numbers(value, "temperature", n_labels, low=0, above=True)
+
+
+def calibrator_for(space: LabelSpace) -> type[Calibrator]:
+    """The calibrator class of a label space's kind, picked once."""
+    return space.pick(Calibrator, LabelCalibrator)
 
 
 def threshold_vector(threshold, labels: list[str]) -> np.ndarray | None:
@@ -142,25 +170,21 @@ def calibrator_from_json(spec: dict, n_labels: int) -> Calibrator:
     """The Calibrator that calibration.json describes; ValueError (one line, naming the field) when it is not
     one. Values are JSON numbers: a temperature "2" (a string) or a negative weight (which turns every answer
     around) is refused, not read as something meaningful."""
-    multi = is_multi_label(spec)
+    kind = calibrator_for(LabelSpace.recorded(spec))  # calibration.json's problem_type
     method = spec.get("method")
-    if method not in (MULTI_LABEL_METHODS if multi else METHODS):
-        raise ValueError(f"method {_shown(method)}: expected one of {MULTI_LABEL_METHODS if multi else METHODS}")
+    if method not in kind.methods:
+        raise ValueError(f"method {_shown(method)}: expected one of {kind.methods}")
     if method == "none":
-        return Calibrator(method, multi)
+        return kind(method)
     if method == "temperature":
-        if multi:
-            t = _numbers(spec.get("temperature"), "temperature", n_labels, low=0, above=True)
-        else:
-            t = _number(spec.get("temperature"), "temperature", low=0, above=True)
-        return Calibrator(method, multi, temperature=t)
+        return kind(method, temperature=kind.read_temperature(spec.get("temperature"), n_labels))
     params = spec.get("params")
     if not isinstance(params, dict):
         raise TypeError(f"params: need {{\"weights\": [...], \"bias\": [...]}}, got {_shown(params)}")
     # A weight <= 0 reverses (or drops) a label's own evidence: every answer inverted. Fits keep them positive.
     w = _numbers(params.get("weights"), "params.weights", n_labels, low=0, above=True)
     b = _numbers(params.get("bias"), "params.bias", n_labels)
-    return Calibrator(method, multi, weights=w, bias=b)
+    return kind(method, weights=w, bias=b)
 
 
 def _checked_fields(spec: dict, labels: list[str]) -> dict:
@@ -217,7 +241,7 @@ def read_calibration(
         kind = spec.get("problem_type", SINGLE_LABEL)  # files from before multi-label have none
         if kind not in PROBLEM_TYPES:
             raise ValueError(f"problem_type {_shown(kind)}: expected {' or '.join(map(repr, PROBLEM_TYPES))}")
-        fitted = LabelSpace.of(labels, is_multi_label(spec))
+        fitted = LabelSpace.recorded(spec).with_labels(labels)
         if space is not None and fitted.problem_type != space.problem_type:
             raise ValueError(f"problem_type {kind!r}: fitted for a {fitted.kind} model, this folder's is "
                              f"{space.kind}")

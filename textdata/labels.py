@@ -36,6 +36,7 @@ SINGLE_LABEL = "single_label_classification"
 MULTI_LABEL = "multi_label_classification"  # transformers' problem_type for a sigmoid per label
 PROBLEM_TYPES = (SINGLE_LABEL, MULTI_LABEL)
 DEFAULT_SEP = ";"
+KIND_KEY = "multi_label"  # how our own JSON files record the kind (tfidf.json, blend.json): true, or absent
 # Separators people use: a multi-label name holding one would read as two labels in a file written with it,
 # and a cell holding one besides the separator mixes two conventions.
 COMMON_SEPS = (";", ",", "|")
@@ -216,6 +217,12 @@ class LabelSpace:
         return cls.of(labels, is_multi_label(config), sep)
 
     @classmethod
+    def recorded(cls, record: dict) -> LabelSpace:
+        """The kind (no labels) a JSON file records: transformers' problem_type (config.json, calibration.json) or
+        our `"multi_label": true` (KIND_KEY: tfidf.json, blend.json); else single-label."""
+        return cls.of(multi_label=is_multi_label(record) or bool(record.get(KIND_KEY, False)))
+
+    @classmethod
     def from_folder(cls, folder) -> LabelSpace:
         """A model folder's: config.json's labels and kind, thresholds.json's separator (else DEFAULT_SEP);
         ModelError naming the file when config.json cannot be read."""
@@ -241,6 +248,19 @@ class LabelSpace:
     def problem_type(self) -> str:
         return MULTI_LABEL if self.multi_label else SINGLE_LABEL
 
+    def with_labels(self, labels: Iterable[str]) -> LabelSpace:
+        return LabelSpace(tuple(labels), self.sep)
+
+    def with_sep(self, sep: str | None) -> LabelSpace:
+        """This space with a file's own separator (a --label-sep flag) where one is given; a single-label space
+        has none and stays as it is."""
+        return LabelSpace.of(self.labels, self.multi_label, sep or self.sep)
+
+    def config_fields(self) -> dict:
+        """What a transformers config is given for this kind: multi-label's problem_type (a single-label
+        config leaves it unset, as transformers does until a loss is asked of it)."""
+        return self.pick({}, {"problem_type": MULTI_LABEL})
+
     @property
     def kind(self) -> str:
         """The kind in words: "single-label" or "multi-label"."""
@@ -255,10 +275,11 @@ class LabelSpace:
         """The names a cell holds: a set's names, or a single label as a list of one ([] for an empty cell)."""
         return parse_set(cell, self.sep, where) if self.multi_label else parse_one(cell, where)
 
-    def join(self, names: Iterable[str]) -> str:
-        """Names as a cell holds them (a set's names sorted, so equal sets are equal cells)."""
+    def join(self, names: Iterable[str], sort: bool = True) -> str:
+        """Names as a cell holds them (a set's names sorted, so equal sets are equal cells; in the order given
+        with `sort` False)."""
         names = list(names)
-        return self.sep.join(sorted(names)) if self.multi_label else (names[0] if names else "")
+        return self.sep.join(sorted(names) if sort else names) if self.multi_label else (names[0] if names else "")
 
     def canonical(self, cell, where: str = "") -> str:
         return self.join(self.parse(cell, where))

@@ -18,6 +18,7 @@ import re
 from dataclasses import dataclass
 
 from textdata.errors import UsageError
+from textdata.labels import LabelSpace
 
 TEXT, LABELS = "{text}", "{labels}"
 _STRIP = " \t\r\n\"'`.*"
@@ -60,11 +61,24 @@ class Parsed:
 
 
 def parse_answer(answer: str, labels: list[str], multi_label: bool = False) -> Parsed:
-    by_key = {label.strip().lower(): label for label in labels}
-    parts = [p.strip(_STRIP) for p in (_SPLIT.split(answer) if multi_label else [answer])]
-    parts = [p for p in parts if p]
-    if multi_label and [p.lower() for p in parts] == ["none"]:
+    """The answer read for one label (`multi_label` False: the whole answer is its label) or a set of them (parts
+    split at commas, semicolons or lines; "none" is the empty set)."""
+    return LabelSpace.of(labels, multi_label).pick(_one_label, _label_set)(answer, labels)
+
+
+def _label_set(answer: str, labels: list[str]) -> Parsed:
+    parts = [p for p in (p.strip(_STRIP) for p in _SPLIT.split(answer)) if p]
+    if [p.lower() for p in parts] == ["none"]:
         return Parsed((), (), True)  # an empty set, said in words
+    return _known(parts, labels)
+
+
+def _one_label(answer: str, labels: list[str]) -> Parsed:
+    return _known([p for p in [answer.strip(_STRIP)] if p], labels)
+
+
+def _known(parts: list[str], labels: list[str]) -> Parsed:
+    by_key = {label.strip().lower(): label for label in labels}
     known = tuple(dict.fromkeys(by_key[p.lower()] for p in parts if p.lower() in by_key))
     outside = tuple(p for p in parts if p.lower() not in by_key)
     return Parsed(known, outside, bool(known) and not outside)

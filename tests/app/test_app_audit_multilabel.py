@@ -22,8 +22,10 @@ from app.monitor import Monitor
 from app.trainset import build
 from app.ui_label_view import _render_label
 from serving.multilabel import MultiLabelPrediction
+from textdata.labels import LabelSpace
 
 SEP = ";"
+SETS = LabelSpace.of(ML_LABELS, multi_label=True, sep=SEP)  # the served multi-label model's label space
 # (served text, the set the model answered, the set the person ticks)
 CASES = [
     ("꿈에서 메모 봤다", {"dream", "memo"}, {"dream"}),
@@ -38,8 +40,7 @@ CASES = [
 
 @dataclass
 class MLClf(FakeClf):
-    multi_label: bool = True
-    label_sep: str = SEP
+    space: LabelSpace = SETS
 
 
 def ml_pred(labels: set[str]) -> MultiLabelPrediction:
@@ -79,7 +80,7 @@ def test_a_multi_label_audit_session_is_multi_label_and_blind(ml_monitor, tmp_pa
     assert [set(i["answer"]) for i in queued] == [c[1] for c in CASES]  # an empty set stays empty
     assert all(i["multi_label"] for i in queued)
     store = SessionStore(tmp_path / "label")
-    session = start_session(store, ml_monitor.audit, ML_LABELS, label_sep=SEP)
+    session = start_session(store, ml_monitor.audit, ML_LABELS, space=SETS)
     assert session.multi_label and session.meta["blind"] and session.meta["label_sep"] == SEP
     assert session.meta["order"] == "file order" and session.texts == [c[0] for c in CASES]
     assert all(session.suggested_set(r) == [] and session.probs[r] == {} for r in range(len(CASES)))
@@ -95,7 +96,7 @@ def test_multi_label_live_precision_recall_and_exact_match_from_the_decisions(ml
     engine = FakeServed(MLClf(tmp_path, ML_LABELS), "v2")
     serve(ml_monitor, engine, [c[0] for c in CASES], [ml_pred(c[1]) for c in CASES])
     store = SessionStore(tmp_path / "label")
-    session = start_session(store, ml_monitor.audit, ML_LABELS, label_sep=SEP)
+    session = start_session(store, ml_monitor.audit, ML_LABELS, space=SETS)
     person = {text: ticked for text, _, ticked in CASES}
     for _ in CASES:
         row = session.current()
@@ -119,7 +120,7 @@ def test_multi_label_live_precision_recall_and_exact_match_from_the_decisions(ml
         assert tuple(got["interval"]) == wilson(c["both"], c["asserted"])
         assert tuple(got["recall_interval"]) == wilson(c["both"], c["ticked"])
     # the decisions are label sets for retraining like any multi-label session's, "none of these" included
-    table = dict(zip(*build(tmp_path / "label", None, 0.0, SEP).train[["text", "label"]].T.values))
+    table = dict(zip(*build(tmp_path / "label", None, 0.0, SETS).train[["text", "label"]].T.values))
     assert table == {text: SEP.join(sorted(ticked)) for text, _, ticked in CASES}
 
 
@@ -131,8 +132,8 @@ def test_a_queue_of_both_kinds_scores_each_text_by_its_versions_kind(tmp_path):
     queue.save()
     queue = AuditQueue(tmp_path / "mon", rate=1.0)  # a restart keeps each item's kind
     store = SessionStore(tmp_path / "label")
-    first = start_session(store, queue, ML_LABELS, label_sep=SEP)  # the served version's kind first
-    second = start_session(store, queue, ML_LABELS, label_sep=SEP)  # then what is left, in its own kind
+    first = start_session(store, queue, ML_LABELS, space=SETS)  # the served version's kind first
+    second = start_session(store, queue, ML_LABELS, space=SETS)  # then what is left, in its own kind
     assert first.multi_label and len(first.texts) == len(CASES)
     assert not second.multi_label and second.texts == [t for t, _, _ in single] and len(queue) == 0
     person = {text: ticked for text, _, ticked in CASES}
@@ -156,7 +157,7 @@ def test_older_items_without_a_kind_keep_the_single_label_rule(tmp_path):
     (tmp_path / "mon" / "audit.json").write_text(json.dumps({"items": old, "seen": ["h0", "h1"]}))
     queue = AuditQueue(tmp_path / "mon", rate=1.0)
     store = SessionStore(tmp_path / "label")
-    session = start_session(store, queue, ML_LABELS, label_sep=SEP)
+    session = start_session(store, queue, ML_LABELS, space=SETS)
     assert not session.multi_label
     session.decide(0, "memo")  # among the answered set: right under the single-label rule
     session.decide(1, "error")

@@ -20,6 +20,7 @@ from test_app_ui_http import _call, _upload, all_functions, gradio_call
 from app.cascade_rows import cascade_markdown, defer_frame
 from app.fallback import AnsweredSet, Fallback
 from serving.multilabel import MultiLabelPrediction
+from textdata.labels import LabelSpace
 
 LABELS = ["bug", "docs", "ui"]
 
@@ -75,7 +76,7 @@ def test_a_batch_files_not_sure_rows_go_to_the_llm_and_every_row_is_kept(tmp_pat
     fb = fallback(tmp_path, fake.url, timeout=0.5)
     fb.loop = loop_thread
     fake.delay = 0.2  # two slots, four calls: with the wait counted, the last ones would time out
-    clf = SimpleNamespace(labels=LABELS, multi_label=False)
+    clf = SimpleNamespace(labels=LABELS, space=LabelSpace.of(LABELS))
     scored = pd.DataFrame({
         "text": ["ui is off", "docs typo", "crash", "", "ui again", "FAIL500 bug"],
         "pred_label": ["bug", "docs", "bug", None, "bug", "docs"],

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from multilabel_fixture import ML_LABELS
 from starlette.testclient import TestClient
-from test_app_audit_multilabel import ml_pred
+from test_app_audit_multilabel import SETS, ml_pred
 from test_app_monitor import LABELS, FakeClf, FakeServed, feed, traffic
 
 from app.config import Config
@@ -180,13 +180,13 @@ def test_not_sure_answers_of_a_multi_label_model_open_a_set_session(tmp_path):
     assert queue.add(["꿈에서 메모 봤다", "에러 났다"], unsure, "v1") == 2
     queue = ReviewQueue(tmp_path / "review", 10)  # the sets survive a restart (the journal)
     store = SessionStore(tmp_path / "label")
-    session = start_session(queue, store, ML_LABELS, np.full(len(ML_LABELS), 0.5), ";")
+    session = start_session(queue, store, ML_LABELS, np.full(len(ML_LABELS), 0.5), SETS)
     assert session.multi_label and len(queue) == 0
     rows = {session.texts[r]: r for r in range(len(session.texts))}
     assert session.suggested_set(rows["꿈에서 메모 봤다"]) == [x for x in ML_LABELS if x in {"dream", "memo"}]
     while (row := session.current()) is not None:  # Enter on each: the suggestion accepted
         assert session.decide(row, session.suggested_set(row))
-    table = build(tmp_path / "label", None, 0.0, ";").train
+    table = build(tmp_path / "label", None, 0.0, SETS).train
     got = {t: set(lab.split(";")) for t, lab in zip(table["text"], table["label"])}
     assert got == {"꿈에서 메모 봤다": {"dream", "memo"}, "에러 났다": {"error"}}
 
@@ -199,12 +199,12 @@ def test_a_queue_of_both_kinds_gives_the_served_kind_first(tmp_path):
     queue.add(["single-label answer"], [single], "v1")
     queue.add(["set answer"], [multi], "v2")
     store = SessionStore(tmp_path / "label")
-    first = start_session(queue, store, ML_LABELS, None, ";")
+    first = start_session(queue, store, ML_LABELS, None, SETS)
     assert first.multi_label and first.texts == ["set answer"]
-    second = start_session(queue, store, ML_LABELS, None, ";")
+    second = start_session(queue, store, ML_LABELS, None, SETS)
     assert not second.multi_label and second.texts == ["single-label answer"]
     assert second.decide(0, second.suggestion[0])  # accepting works
-    assert start_session(queue, store, ML_LABELS, None, ";") is None
+    assert start_session(queue, store, ML_LABELS, None, SETS) is None
 
 
 def test_too_few_rows_for_10000_classes_is_a_short_message(tmp_path):

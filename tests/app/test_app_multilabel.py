@@ -16,14 +16,17 @@ from app_testkit import start_server
 from huggingface_hub import InferenceClient
 from test_app_ui_http import all_functions, gradio_call
 
+from app.label_kinds import folder_space
 from app.labeling import SessionError, SessionStore, decisions
 from app.swap import check_engine
 from app.train_child import multi_label_scores
-from app.trainset import active_label_sep, build, check
+from app.trainset import build, check
 from serving.engine import Classifier
+from textdata.labels import LabelSpace
 
 LABELS = ["dream", "error", "memo"]
 THRESHOLDS = [0.45, 0.5, 0.6]
+SETS = LabelSpace.of(LABELS, multi_label=True, sep=";")
 TEXTS = ["꿈에서 봤다 메모 기록", "에러 발생했다 오늘", "오늘 회의 시간", "memo 약속 error 오류"]
 
 
@@ -154,7 +157,7 @@ def test_batch_tab_writes_pred_labels_and_probabilities(ml_server, ml_engine):
 def test_session_label_sets_without_a_server(tmp_path, ml_engine):
     store = SessionStore(tmp_path / "label")
     preds = ml_engine.predict(TEXTS)
-    s = store.create("x.csv", TEXTS, preds, LABELS, ml_engine.thresholds, ";")
+    s = store.create("x.csv", TEXTS, preds, LABELS, ml_engine.thresholds, SETS)
     assert s.multi_label and [s.suggested_set(i) for i in range(len(TEXTS))] == [p.labels for p in preds]
     first = s.current()
     assert s.confidence[first] == min(s.confidence)  # least certain label nearest its threshold first
@@ -173,24 +176,24 @@ def test_session_label_sets_without_a_server(tmp_path, ml_engine):
 
 def test_training_table_and_retrain_flags_for_a_multi_label_model(tmp_path, multilabel_classifier_dir,
                                                                   tiny_classifier_dir, ml_engine):
-    assert active_label_sep(multilabel_classifier_dir) == ";" and active_label_sep(tiny_classifier_dir) is None
+    assert folder_space(multilabel_classifier_dir).sep == ";" and not folder_space(tiny_classifier_dir).multi_label
     base = tmp_path / "base.csv"
     pd.DataFrame({"text": ["a b", "c d", "e f", "g h"], "label": ["memo;dream", "", "dream", "memo"]}).to_csv(base,
                                                                                                             index=False)
     store = SessionStore(tmp_path / "label")
     s = store.create("x.csv", ["a b", "new text"], ml_engine.predict(["a b", "new text"]), LABELS,
-                     ml_engine.thresholds, ";")
+                     ml_engine.thresholds, SETS)
     for _ in range(2):
         s.decide(s.current(), ["error"] if s.texts[s.current()] == "a b" else ["dream", "memo"])
-    ts = build(tmp_path / "label", base, share=0.0, label_sep=";")
+    ts = build(tmp_path / "label", base, share=0.0, space=SETS)
     table = dict(zip(ts.train["text"], ts.train["label"]))
     assert table == {"a b": "error", "c d": "", "e f": "dream", "g h": "memo", "new text": "dream;memo"}
     assert ts.n_conflicts == 1 and ts.conflicts[0]["kept"] == "error"  # the session's later decision wins
     with pytest.raises(ValueError, match="'error' has 1 row"):
-        check(ts, 2, ";")
-    check(ts, 1, ";")
+        check(ts, 2, SETS)
+    check(ts, 1, SETS)
     ev = pd.DataFrame({"text": TEXTS, "label": [";".join(p.labels) for p in ml_engine.predict(TEXTS)]})
-    scores = multi_label_scores(ml_engine, ev, ";")
+    scores = multi_label_scores(ml_engine, ev, SETS)
     assert scores["macro_f1"] == 1.0 and scores["subset_accuracy"] == 1.0
     check_engine(ml_engine)  # per-label probabilities pass the activation check
 

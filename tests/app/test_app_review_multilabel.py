@@ -18,12 +18,15 @@ from multilabel_fixture import ML_LABELS, make_multilabel_rows
 from test_app_multilabel import _upload
 from test_app_review import issues_csv as single_label_issues
 
+from app.label_kinds import SINGLE
 from app.labeling import SessionStore, decisions
-from app.review import ReviewError, active_issues, given_set, issues_label_sep, open_review
+from app.review import ReviewError, active_issues, given_set, issues_space, open_review
 from app.trainset import build
 from finetune import label_issues as li
+from textdata.labels import LabelSpace
 
 SEP = ";"
+SETS = LabelSpace.of(ML_LABELS, multi_label=True, sep=SEP)  # the server's multi-label model's
 WRONG = ((0, 1), (5, 2), (11, 0), (17, 1), (23, 2))  # (row, label) the out-of-fold probabilities flip
 
 
@@ -54,9 +57,9 @@ def ml_issues(folder: Path, base: Path) -> pd.DataFrame:
     return pd.read_csv(folder / li.FILE, dtype=str, keep_default_na=False)
 
 
-def open_ml(store, issues, base, root, label_sep=SEP):
-    ts = build(root, base, 0.0, label_sep)
-    return open_review(store, issues, "label_issues.csv", ts, root, "notes.csv", ML_LABELS, label_sep)
+def open_ml(store, issues, base, root, space=SETS):
+    ts = build(root, base, 0.0, space)
+    return open_review(store, issues, "label_issues.csv", ts, root, "notes.csv", ML_LABELS, space)
 
 
 def test_a_multi_label_review_shows_sets_and_its_decisions_correct_the_training_table(tmp_path, ml_base):
@@ -81,7 +84,7 @@ def test_a_multi_label_review_shows_sets_and_its_decisions_correct_the_training_
             chosen = ML_LABELS[:2]  # a correction either way
         session.decide(row, list(reversed(chosen)))  # the order ticked does not matter
         decided[session.texts[row]] = SEP.join(sorted(chosen))
-    ts = build(root, ml_base, 0.0, SEP)
+    ts = build(root, ml_base, 0.0, SETS)
     table = dict(zip(ts.train["text"], ts.train["label"]))
     assert len(table) == pd.read_csv(ml_base)["text"].nunique()  # corrections of base rows, not new rows
     assert {t: table[t] for t in decided} == decided
@@ -116,11 +119,11 @@ def test_a_file_of_the_other_kind_or_other_data_is_refused_with_one_message(tmp_
     (tmp_path / "ml").mkdir()
     ml = ml_issues(tmp_path / "ml", ml_base)
     with pytest.raises(ReviewError) as e:  # a multi-label file on a single-label server
-        open_ml(store, ml, ml_base, root, label_sep=None)
+        open_ml(store, ml, ml_base, root, space=SINGLE)
     assert "multi-label run" in str(e.value) and "single-label" in str(e.value)
     legacy = ml.drop(columns="label_sep")  # written before label_issues.csv named its separator
     with pytest.raises(ReviewError, match="multi-label run"):
-        open_ml(store, legacy, ml_base, root, label_sep=None)
+        open_ml(store, legacy, ml_base, root, space=SINGLE)
     single_base = tmp_path / "single.csv"
     pd.DataFrame({"text": [f"글 {i}" for i in range(30)], "label": ["dream", "error", "memo"] * 10}).to_csv(
         single_base, index=False)
@@ -142,15 +145,15 @@ def test_an_older_file_without_label_sep_takes_its_kind_from_the_version_or_its_
                                                                                      tiny_classifier_dir):
     ml = ml_issues(tmp_path, ml_base).drop(columns="label_sep")
     singles = ml.assign(given_label="memo", suggested_label="dream")  # sets of one name each, or one-label rows
-    assert issues_label_sep(ml, ML_LABELS) == SEP  # an empty or joined cell: sets
-    assert issues_label_sep(singles, ML_LABELS) is None  # nothing shows it: the file cannot say
+    assert issues_space(ml, ML_LABELS).sep == SEP  # an empty or joined cell: sets
+    assert issues_space(singles, ML_LABELS).sep is None  # nothing shows it: the file cannot say
     for model, want in ((multilabel_classifier_dir, SEP), (tiny_classifier_dir, None)):
         version = tmp_path / model.name
         shutil.copytree(model, version)
         singles.to_csv(version / li.FILE, index=False)
         registry = SimpleNamespace(active=lambda: "v7", path=lambda v, f=version: f)
         issues, name = active_issues(registry)
-        assert name == f"v7/{li.FILE}" and issues_label_sep(issues, ML_LABELS) == want  # the version's model says
+        assert name == f"v7/{li.FILE}" and issues_space(issues, ML_LABELS).sep == want  # the version's model says
 
 
 def test_ui_reviews_a_multi_label_file_and_the_active_versions_suspects(tmp_path, ml_base, multilabel_classifier_dir):

@@ -19,6 +19,7 @@ from app.fallback import STORE_COLUMNS
 from app.lineage import text_hash
 from app.teacher_labels import TEACHER_FILE, attach, described
 from app.trainset import in_eval_slice
+from textdata.labels import LabelSpace
 
 
 def write_answers(data_dir, rows):
@@ -37,7 +38,7 @@ def test_gold_stays_gold_and_llm_only_texts_become_teacher_rows(tmp_path):
     held = [t for t in (f"slice text {i}" for i in range(200)) if in_eval_slice(t, 0.2)][:1]
     write_answers(tmp_path, [("a gold text", "y"), ("only the llm", "x"), ("only the llm", "y"), (held[0], "x"),
                              ("", "x")])
-    out, record = attach(train, 0.2, tmp_path, None)
+    out, record = attach(train, 0.2, tmp_path, LabelSpace())
     assert out.to_dict("records") == [
         {"text": "a gold  text", "label": "x", "teacher": "y"},  # whitespace collapsed: the same text
         {"text": "another gold", "label": "y", "teacher": ""},
@@ -56,9 +57,9 @@ def test_the_train_tab_says_what_was_read_from_the_llm():
 
 def test_no_answers_or_a_multi_label_retrain_leave_the_table_as_it_was(tmp_path):
     train = pd.DataFrame({"text": ["t"], "label": ["x"]})
-    assert attach(train, 0.2, tmp_path, None) == (train, {})
+    assert attach(train, 0.2, tmp_path, LabelSpace()) == (train, {})
     write_answers(tmp_path, [("u", "x")])
-    out, record = attach(train, 0.2, tmp_path, ";")
+    out, record = attach(train, 0.2, tmp_path, LabelSpace.of(multi_label=True, sep=";"))
     assert out is train and record["used"] is False and "multi-label" in record["why"]
 
 

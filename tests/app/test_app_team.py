@@ -13,12 +13,14 @@ from app.config import Config
 from app.server import create_app
 from labelstore import open_store, users
 from serving.engine import Prediction
+from textdata.labels import LabelSpace
 
 
 class FakeClassifier:
     batch_tokens = 512
     call_overhead_tokens = 12.0
     labels = ("a", "b")
+    space = LabelSpace.of(labels)  # the engine's label space (serving/engine.py), single-label
 
     def info(self):
         return {"name": "fake", "labels": self.labels, "provider": "cpu"}
@@ -162,7 +164,7 @@ def test_a_retrain_table_takes_the_store_as_of_its_newest_event(tmp_path):
     ds = queue.get_dataset(engine, queue.create_dataset(engine, "d", ["a", "b"], False, 1, rows, None)[0])
     while (rec := queue.next_record(engine, ds, uid)) is not None:
         queue.submit(engine, ds, uid, rec["record_id"], "b" if rec["text"].endswith(("1", "3")) else "a", None)
-    ts = build(tmp_path / "label", None, 0.01, None, engine)
+    ts = build(tmp_path / "label", None, 0.01, store=engine)
     table = dict(zip(ts.train["text"], ts.train["label"]))
     assert ts.sources["store_event"] == 6 and ts.sources["store_labels"] == 6
     assert table == {f"text number {i}": "b" if i in (1, 3) else "a" for i in range(6)}

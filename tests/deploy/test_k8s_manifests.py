@@ -128,3 +128,13 @@ def test_container_arguments_are_what_the_app_accepts(objects):
         cfg[name] = parse_args(app_argv(c.get("command"), c.get("args")))
         assert cfg[name].port == 8000 and cfg[name].host == "0.0.0.0", name
     assert cfg["electra"].model is None and cfg["electra-trainer"].model == "/model"
+
+
+def test_the_trainer_migrates_the_schema_before_it_starts_and_replicas_never_do(objects):
+    """Replicas refuse an older schema (app/db_cli.py); the single trainer's init container migrates it."""
+    init = find(objects, "Deployment", "electra-trainer")["spec"]["template"]["spec"]["initContainers"]
+    assert [c["command"] for c in init] == [["python", "-m", "app", "db", "upgrade"]]
+    assert init[0]["env"][0]["name"] == "DATABASE_URL" and init[0]["image"] == _container(
+        find(objects, "Deployment", "electra-trainer"))["image"]
+    replicas = find(objects, "Deployment", "electra")["spec"]["template"]["spec"]
+    assert all("db" not in (c.get("command") or []) for c in replicas.get("initContainers", []) + replicas["containers"])

@@ -74,3 +74,16 @@ def test_nginx_balances_over_exactly_the_replicas_at_their_fixed_addresses(servi
     assert hosts == {n: services[n]["networks"]["fleet"]["ipv4_address"] for n in REPLICAS}
     assert "hash $remote_addr consistent" in upstreams["replicas_ui"]
     assert services["nginx"]["ports"] == ["8000:8080"] and "listen 8080;" in conf
+
+
+def test_the_schema_is_migrated_once_before_any_replica_starts(services):
+    """Replicas never migrate (app/db_cli.py): the one-shot `migrate` service does, and replica1 (which the
+    others wait for) starts only once it exited 0."""
+    from dockerfile_argv import app_argv
+
+    m = services["migrate"]
+    assert m["entrypoint"] == ["python", "-m", "app", "db", "upgrade"] and m["restart"] == "no"
+    assert m["environment"]["DATABASE_URL"] == services["replica1"]["environment"]["DATABASE_URL"]
+    assert m["image"] == services["replica1"]["image"]
+    assert services["replica1"]["depends_on"]["migrate"] == {"condition": "service_completed_successfully"}
+    assert app_argv(m["entrypoint"], m["command"])[:2] == ["db", "upgrade"]

@@ -11,6 +11,7 @@ from finetune.calibration import (
     ece_floor,
     fit_temperature,
     fit_vector,
+    label_drawn_ece,
     nested,
     scores,
     top_label_ece,
@@ -245,7 +246,7 @@ def multi_label_synthetic(n=4000, labels=4, seed=0, temps=(3.0, 1.0, 0.5, 2.0), 
 
 
 def test_multi_label_per_label_temperature_and_thresholds():
-    from finetune.calibration_multilabel import calibrate as calibrate_ml
+    from finetune.calibration_multilabel import calibrate_labels as calibrate_ml
     from finetune.calibration_multilabel import label_thresholds
 
     served, Y, fold_of = multi_label_synthetic()
@@ -268,11 +269,11 @@ def test_multi_label_per_label_temperature_and_thresholds():
 
 def test_multi_label_ece_floor_holds_true_probabilities_not_miscalibrated_ones():
     from finetune.calibration import binary_ece
-    from finetune.calibration_multilabel import calibrate as calibrate_ml
+    from finetune.calibration_multilabel import calibrate_labels as calibrate_ml
 
     served, Y, fold_of = multi_label_synthetic(n=3000, seed=3)
     true = multi_label_synthetic(n=3000, seed=3, temps=(1, 1, 1, 1))[0]  # the probabilities Y was drawn from
-    floor = ece_floor(true, fold_of, draws=40, multi_label=True)
+    floor = ece_floor(true, fold_of, draws=40, drawn_ece=label_drawn_ece)
     mean_ece = lambda P: np.mean([[binary_ece(P[fold_of == k][:, j], Y[fold_of == k][:, j]) for j in range(4)]
                                   for k in range(3)])
     assert 0 < floor["mean"] < floor["p95"] and mean_ece(true) < 2 * floor["p95"]
@@ -283,7 +284,7 @@ def test_multi_label_ece_floor_holds_true_probabilities_not_miscalibrated_ones()
 
 
 def test_multi_label_platt_where_it_wins_and_confident_rule():
-    from finetune.calibration_multilabel import calibrate as calibrate_ml
+    from finetune.calibration_multilabel import calibrate_labels as calibrate_ml
 
     served, Y, fold_of = multi_label_synthetic(temps=(1, 1, 1, 1), shift=(2.0, -2.0, 1.5, 0.0), seed=2)
     section, final, _ = calibrate_ml(served, Y, fold_of, list("abcd"), "model")
@@ -296,7 +297,7 @@ def test_multi_label_platt_where_it_wins_and_confident_rule():
 
 
 def test_multi_label_unreachable_target():
-    from finetune.calibration_multilabel import calibrate as calibrate_ml
+    from finetune.calibration_multilabel import calibrate_labels as calibrate_ml
 
     rng = np.random.default_rng(4)
     served = np.full((600, 3), 0.5)
@@ -333,7 +334,7 @@ def test_none_where_no_calibrator_beats_the_scores_nested():
 
 
 def test_multi_label_none_where_no_calibrator_beats_the_scores_nested():
-    from finetune.calibration_multilabel import calibrate as calibrate_ml
+    from finetune.calibration_multilabel import calibrate_labels as calibrate_ml
     from finetune.calibration_multilabel import fit as fit_ml
 
     served, Y, fold_of = multi_label_synthetic(seed=5)
@@ -363,3 +364,25 @@ def test_coverage_markers_at_one_point_stay_apart(tmp_path, monkeypatch):
     points = [ln for ln in figs[0].axes[0].lines if ln.get_marker() not in (None, "None", "")]
     assert len({ln.get_marker() for ln in points}) == 3 and len({ln.get_markersize() for ln in points}) == 3
     assert all(ln.get_markerfacecolor() == "none" for ln in points) and (tmp_path / "coverage.png").exists()
+
+
+def test_one_rule_picks_the_calibrator_for_both_kinds():
+    """Issue 41: the single-label rule (vector scaling where it wins every fold by VECTOR_MARGIN and beats the
+    scores' own, else temperature unless it does not beat them) and the multi-label one (Platt where it wins
+    every fold by VECTOR_MARGIN, else temperatures; none where the chosen one does not beat the scores' own) were
+    written twice; they are one rule (`pick_method`), which answers as each did on any losses."""
+    from finetune.calibration import VECTOR_MARGIN, pick_method
+
+    rng = np.random.default_rng(0)
+    for _ in range(2000):
+        b, t = rng.uniform(0.2, 0.4, 5), rng.uniform(0.2, 0.4, 5)
+        v = t - rng.uniform(-0.01, 0.02, 5) if rng.random() < 0.7 else rng.uniform(0.2, 0.4, 5)
+        gain = float((t - v).mean())
+        if np.all(v < t) and gain >= VECTOR_MARGIN and v.mean() < b.mean():
+            single = "vector"
+        else:
+            single = "none" if t.mean() >= b.mean() else "temperature"
+        multi = "vector" if np.all(v < t) and gain >= VECTOR_MARGIN else "temperature"
+        multi_served = "none" if (v if multi == "vector" else t).mean() >= b.mean() else multi
+        served, better, got_gain = pick_method(b, t, v, ("temperature", "vector"))
+        assert served == single == multi_served and better == multi and got_gain == gain

@@ -18,6 +18,7 @@ from finetune.train import (
     lr_at,
     predict_proba,
 )
+from textdata.labels import LabelSpace
 
 
 def test_fold_metrics_match_hand_computation():
@@ -113,7 +114,7 @@ def test_multi_label_epoch_choice_follows_the_inner_loss_not_f1_at_half(tiny_ele
     df = toy_rows(n_per_class=4)
     tok = AutoTokenizer.from_pretrained(tiny_electra_dir)
     ids = encode(tok, df.text.tolist(), 32)
-    model = load_classifier("tiny", str(tiny_electra_dir), ["a", "b", "c"], multi_label=True)
+    model = load_classifier("tiny", str(tiny_electra_dir), LabelSpace.of(["a", "b", "c"], multi_label=True))
     rng = np.random.default_rng(0)
     y = (rng.random((len(ids), 3)) < 0.1).astype(np.int64)
     val_ids, y_val = ids[:6], y[:6].copy()
@@ -135,7 +136,7 @@ def test_multi_label_head_starts_at_the_label_priors(tiny_electra_dir, toy_rows)
     df = toy_rows(n_per_class=10)
     tok = AutoTokenizer.from_pretrained(tiny_electra_dir)
     ids = encode(tok, df.text.tolist(), 32)
-    model = load_classifier("tiny", str(tiny_electra_dir), ["a", "b", "c"], multi_label=True)
+    model = load_classifier("tiny", str(tiny_electra_dir), LabelSpace.of(["a", "b", "c"], multi_label=True))
     y = (np.random.default_rng(1).random((len(ids), 3)) < [0.05, 0.3, 0.6]).astype(np.int64)
     before = predict_proba(model, ids, tok.pad_token_id, torch.device("cpu")).mean(0)
     start_at_label_priors(model, y)
@@ -144,7 +145,7 @@ def test_multi_label_head_starts_at_the_label_priors(tiny_electra_dir, toy_rows)
     np.testing.assert_allclose(after, prior, atol=0.05)
     assert np.abs(before - prior).max() > 0.15  # a head at bias 0 answers about 0.5 for every label
     # fit() does it for a multi-label model: its first epoch starts from the priors, not from 0.5
-    model = load_classifier("tiny", str(tiny_electra_dir), ["a", "b", "c"], multi_label=True)
+    model = load_classifier("tiny", str(tiny_electra_dir), LabelSpace.of(["a", "b", "c"], multi_label=True))
     fit(model, tok, ids, y, [], np.zeros((0, 3), np.int64), TrainConfig(epochs=1, batch_size=8, lr=1e-9, patience=0),
         seed=0)
     np.testing.assert_allclose(predict_proba(model, ids, tok.pad_token_id, torch.device("cpu")).mean(0), prior,

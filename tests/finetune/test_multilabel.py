@@ -382,13 +382,14 @@ def _ml_train(tiny_electra_dir, **switches):
 
     from finetune.models import load_classifier
     from finetune.train import TrainConfig, encode, fit
+    from textdata.labels import LabelSpace
 
     df = ml_rows(24)
     labels = ["dream", "error", "memo"]
     Y = np.array([[lab in c.split(";") for lab in labels] for c in df["labels"]], dtype=np.int64)
     tok = AutoTokenizer.from_pretrained(tiny_electra_dir)
     torch.manual_seed(0)
-    model = load_classifier("tiny", str(tiny_electra_dir), labels, dropout=0.0, multi_label=True)
+    model = load_classifier("tiny", str(tiny_electra_dir), LabelSpace.of(labels, multi_label=True), dropout=0.0)
     cfg = TrainConfig(epochs=2, batch_size=7, lr=1e-3, patience=0, class_weights=True, **switches)
     hist = fit(model, tok, encode(tok, df["text"].tolist(), 64), Y, [], Y[:0], cfg, seed=0)
     return hist, model, tok, df, Y

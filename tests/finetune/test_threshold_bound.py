@@ -73,7 +73,7 @@ def test_unreachable_target_names_the_best_reachable_and_too_few_rows_how_many()
 
 
 def test_multi_label_summary_names_the_labels_never_confident():
-    from finetune.calibration_multilabel import calibrate as calibrate_multi_label
+    from finetune.calibration_multilabel import calibrate_labels as calibrate_multi_label
     from finetune.confidence import table_lines
 
     rng = np.random.default_rng(5)
@@ -94,7 +94,7 @@ def test_multi_label_thresholds_hold_per_label_where_the_point_estimate_does_not
     """Per label (finetune/coverage.py label_bound_thresholds): each label's precision above its threshold holds
     the target in about 90% of draws; the point estimate per label (pick_threshold) fails far more often. The
     served section states the confidence."""
-    from finetune.calibration_multilabel import calibrate as calibrate_multi_label
+    from finetune.calibration_multilabel import calibrate_labels as calibrate_multi_label
     from finetune.coverage import label_bound_thresholds
 
     rng = np.random.default_rng(11)

@@ -215,3 +215,50 @@ def test_migration_0002_marks_full_texts_closed_and_next_skips_them(store_url):
     queue.submit(engine, ds, uid, 2, "a", None)
     assert served == ["t0", "t1"] and queue.next_record(engine, ds, uid) is None
     engine.dispose()
+
+
+def _one_release_back(store_url) -> None:
+    """The store as the release before the fleet's migration left it."""
+    from alembic import command
+
+    from labelstore.engine import _alembic, make_engine
+
+    engine = make_engine(store_url)
+    with engine.begin() as conn:
+        command.upgrade(_alembic(conn), "0003_kept_texts")
+    engine.dispose()
+
+
+def test_a_fleet_replica_refuses_an_older_schema_in_one_line_and_a_single_server_migrates_it(store_url):
+    _one_release_back(store_url)
+    with pytest.raises(StoreError) as err:
+        open_store(store_url, upgrade=False)
+    message = str(err.value)
+    assert "older" in message and "0003_kept_texts" in message and "python -m app db upgrade" in message
+    assert "\n" not in message
+    engine = open_store(store_url)  # a server alone on its store migrates at start (issue 46)
+    engine.dispose()
+    open_store(store_url, upgrade=False).dispose()  # at head now: a replica starts
+
+
+def test_replicas_starting_at_once_on_an_empty_database_create_the_schema_once(store_url):
+    """An empty database is not an older schema: the first start creates the tables, the others wait their
+    turn (an advisory lock on PostgreSQL, the write lock on SQLite) and find them made."""
+    errors, barrier = [], threading.Barrier(4)
+
+    def start():
+        barrier.wait()
+        try:
+            open_store(store_url, upgrade=False).dispose()
+        except Exception as e:  # noqa: BLE001 - collected: the assertion names it
+            errors.append(repr(e))
+    threads = [threading.Thread(target=start) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    engine = open_store(store_url, upgrade=False)
+    with engine.connect() as conn:
+        assert conn.execute(sa.text("SELECT count(*) FROM alembic_version")).scalar() == 1
+    engine.dispose()

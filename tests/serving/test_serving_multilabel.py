@@ -126,13 +126,13 @@ def test_export_keeps_problem_type_copies_thresholds_and_judges_per_label(ml_exp
 def test_multi_label_served_gate_counts_decisions_near_their_threshold_as_ties():
     """Per label decision: a flip next to its threshold is a near-tie; one far from it, or on a confident
     row, fails the gate; F1 and the mean per-label ECE are the served scores'."""
-    from serving.parity import ServedReference, served_stats, served_verdict
+    from serving.parity import ServedLabelSets, served_stats, served_verdict
 
     probs = np.array([[0.9, 0.46, 0.1], [0.2, 0.8, 0.65], [0.05, 0.55, 0.9]])
     t = np.array([0.5, 0.5, 0.6])
     confident = np.array([[True] * 3, [True] * 3, [False] * 3])
     y = np.array([[1, 0, 0], [0, 1, 1], [0, 1, 1]])
-    ref = ServedReference(lambda logits: logits, probs, confident, "rule", LABELS, y, t)
+    ref = ServedLabelSets(lambda logits: logits, probs, confident, "rule", LABELS, y, t)
     near = probs.copy()
     near[0, 1] = 0.52  # 0.04 from its threshold: flips, a near-tie
     s = served_stats(ref, near, 0.1)
@@ -155,7 +155,7 @@ def test_multi_label_int8_is_judged_on_served_answers(multilabel_classifier_dir,
     decisions fp32 is confident of is refused."""
     from serving import export_gate
 
-    judged, real_compare, real_served = [], export_gate.compare, export_gate.served_stats
+    judged, real_compare, real_served = [], export_gate.compare_label_sets, export_gate.served_stats
 
     def compare(ref, got, *a):
         stats = real_compare(ref, got, *a)
@@ -170,7 +170,7 @@ def test_multi_label_int8_is_judged_on_served_answers(multilabel_classifier_dir,
             stats["confident_agreement"] = 0.9
         return stats
 
-    monkeypatch.setattr(export_gate, "compare", compare)
+    monkeypatch.setattr(export_gate, "compare_label_sets", compare)
     monkeypatch.setattr(export_gate, "served_stats", served)
     eval_csv = tmp_path / "eval.csv"
     multilabel_rows(40, seed=2).to_csv(eval_csv, index=False)

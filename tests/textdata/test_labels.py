@@ -47,6 +47,18 @@ def test_a_single_label_cell_is_its_text():
     assert LabelSpace.of(multi_label=True).problem_type == MULTI_LABEL
 
 
+def test_what_the_space_carries_for_its_kind():
+    """The label space answers what callers used to branch on: a file's own separator (a single-label space has
+    none), what a transformers config is told (single-label: nothing, as before), the kind our JSON files record,
+    and a set joined in the order given (the teacher's answer) or sorted (a canonical cell)."""
+    single, multi = LabelSpace.of(["a", "b"]), LabelSpace.of(["a", "b"], multi_label=True)
+    assert single.with_sep("|") == single and multi.with_sep("|").sep == "|" and multi.with_sep(None).sep == ";"
+    assert single.config_fields() == {} and multi.config_fields() == {"problem_type": MULTI_LABEL}
+    assert LabelSpace.recorded({"multi_label": True}).multi_label and not LabelSpace.recorded({}).multi_label
+    assert multi.join(["b", "a"], sort=False) == "b;a" and multi.join(["b", "a"]) == "a;b"
+    assert single.join(["b"], sort=False) == "b" and multi.with_labels(["c"]) == LabelSpace(("c",), ";")
+
+
 def _csv(path: Path, cells: list[str]) -> Path:
     words = ["dream sleep", "error crash", "memo note"]
     pd.DataFrame({"text": [f"{words[i % 3]} {i}" for i in range(len(cells))], "label": cells}).to_csv(path, index=False)
@@ -65,7 +77,7 @@ def test_a_json_list_cell_is_one_label_set_in_training_scoring_and_retraining(tm
     assert data.labels == ["dream", "error", "memo"]
     assert data.Y[0].tolist() == data.Y[1].tolist() == [1, 1, 0] and data.Y[3].tolist() == [0, 0, 1]
     cfg = SimpleNamespace(label_sep=None, eval_csv="e.csv", label_column="label")
-    ref = SimpleNamespace(multi_label=True, labels=data.labels, label_sep=";")
+    ref = SimpleNamespace(space=LabelSpace.of(data.labels, multi_label=True, sep=";"))
     assert _targets(cfg, ref, list(enumerate(cells))).tolist() == data.Y.tolist()
     assert canonical_set(cells[0], ";") == canonical_set(cells[1], ";") == "dream;error"
 
@@ -80,11 +92,32 @@ def test_a_cell_the_parser_cannot_read_names_row_column_and_value_in_training_an
     assert "d.csv" in str(e.value) and "data row 4" in str(e.value) and "column 'label'" in str(e.value)
     assert "'[dream, error]'" in str(e.value)
     cfg = SimpleNamespace(label_sep=None, eval_csv="e.csv", label_column="label")
-    ref = SimpleNamespace(multi_label=True, labels=["dream", "error", "memo"], label_sep=";")
+    ref = SimpleNamespace(space=LabelSpace.of(["dream", "error", "memo"], multi_label=True, sep=";"))
     with pytest.raises(DataError) as e:
         _targets(cfg, ref, list(enumerate(cells)))
     assert "e.csv" in str(e.value) and "data row 4" in str(e.value) and "column 'label'" in str(e.value)
     assert "'[dream, error]'" in str(e.value)
+
+
+def test_a_single_label_cell_the_rule_refuses_names_row_column_and_value_in_training_and_scoring(tmp_path):
+    """Single-label alike: k-fold's reader and the export's gate read a label cell through the same label space,
+    and a name the rule refuses (here a spreadsheet formula) is an error naming the file, the row, the column and
+    the value in both (the gate took any cell as a label string before)."""
+    from finetune.data import load_labeled
+    from serving.export import _targets
+
+    cells = ["dream", "error", "memo", "=cmd()", "dream", "error", "memo", "dream"]
+    with pytest.raises(DataError) as e:
+        load_labeled(_csv(tmp_path / "d.csv", cells), folds=2)
+    assert "d.csv" in str(e.value) and "data row 4" in str(e.value) and "column 'label'" in str(e.value)
+    assert "'=cmd()'" in str(e.value)
+    cfg = SimpleNamespace(label_sep=None, eval_csv="e.csv", label_column="label")
+    ref = SimpleNamespace(space=LabelSpace.of(["dream", "error", "memo"]))
+    with pytest.raises(DataError) as e:
+        _targets(cfg, ref, list(enumerate(cells)))
+    assert "e.csv" in str(e.value) and "data row 4" in str(e.value) and "column 'label'" in str(e.value)
+    assert "'=cmd()'" in str(e.value)
+    assert _targets(cfg, ref, list(enumerate([" dream", "memo", float("nan")]))) == ["dream", "memo", ""]
 
 
 BAD_NAMES = ['=HYPERLINK("http://x","y")', "+cmd|' /C calc'!A0", "@SUM(A1)", "a\x00b", "a\nb", "\u202eevil",
