@@ -138,6 +138,7 @@ class Config:
     monitor_window: int = 1000
     monitor_span_s: float = 24 * 3600.0
     audit_rate: float = 0.0
+    prior_correction: bool = False  # serve the class mix the monitor estimates where it moved (serving/prior.py)
     # The cascade (app/fallback.py): 'not sure' answers go to an LLM at an OpenAI-compatible endpoint
     fallback_url: str | None = None
     fallback_model: str | None = None
@@ -232,6 +233,9 @@ FLAGS = {
     "monitor_span_s": Flag("seconds an answer stays in the drift window", name="--monitor-span"),
     "audit_rate": Flag("share of served texts sampled (deduplicated, bounded) for a blind audit in the Label "
                        "tab, which gives live precision; it keeps texts users sent (0: off)", metavar="RATE"),
+    "prior_correction": Flag("correct single-label scores to the class mix the monitor estimates over its window, "
+                             "while its test says the mix moved from the training mix (Saerens et al. 2002); "
+                             "answers then depend on recent traffic"),
     "train_nice": Flag("niceness of the training process"),
     "review_queue": Flag("keep the texts the API answers 'not sure' (under the model's threshold) in the label store "
                          "for the Label tab; stores users' texts"),

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from serving.multilabel import MultiLabelPrediction
+from serving.prior import PriorCorrection, should_correct
 from textdata.drift import (
     CONFIDENCE_EDGES,
     LENGTH_EDGES,
@@ -36,11 +37,14 @@ from textdata.drift import (
 )
 from textdata.errors import capped
 from textdata.plain_files import read_json
+from textdata.prior_shift import SHIFT_LEVEL, estimate
 from textdata.tables import write_json
 
 log = logging.getLogger("app")
 KINDS = ("class_mix", "confidence", "length")
 HISTORY = 500  # drift snapshots kept per version (one every check_every answers)
+MIX_MAX_LABELS = 200  # a window keeps each answer's distribution up to this many labels (1,000 x 200 floats)
+MIX_MIN_ROWS = 50  # answers before the class mix is estimated (fewer: its likelihood-ratio test is not chi-square)
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class Seen:
     length_bin: int
     overlong: bool  # cut at the model's max length
     unsure: bool  # under the calibrated threshold ("not sure"), where the model has one
+    probs: tuple | None = None  # single-label: the served probability of each label (the class-mix estimate)
 
 
 def label_set(pred) -> tuple | None:
@@ -70,6 +75,17 @@ def answer_scores(pred) -> dict:
     """Every label's probability of an engine prediction: a multi-label one's `scores` (its `probabilities` may be
     cut to top_k), else its `probabilities`."""
     return pred.probabilities if label_set(pred) is None else pred.scores
+
+
+def distribution(pred, labels: list[str]) -> tuple | None:
+    """A single-label answer's probability per label, to 4 decimals; labels a top_k answer left out share what its
+    shown ones leave. None for a multi-label answer (its labels are not one distribution)."""
+    if label_set(pred) is not None or len(labels) > MIX_MAX_LABELS:
+        return None
+    shown = {**(pred.probabilities or {}), pred.label: float(pred.score)}
+    missing = [name for name in labels if name not in shown]
+    rest = max(0.0, 1.0 - sum(shown.get(name, 0.0) for name in labels)) / max(1, len(missing))
+    return tuple(round(float(shown.get(name, rest)), 4) for name in labels)
 
 
 def answered(pred) -> tuple[tuple, float, bool]:
@@ -115,8 +131,13 @@ def check_reference(ref, labels: list[str]) -> dict:
     if unknown:
         raise OtherModel(f"is from another model (labels {capped(map(repr, unknown), 5)} not served)")
     mix = {k: _count(v, f"class_mix[{k!r}]") for k, v in mix.items()}
+    fitted = ref.get("mean_probability")
+    if isinstance(fitted, dict) and set(fitted) == set(labels):
+        fitted = {k: _count(v, f"mean_probability[{k!r}]") for k, v in fitted.items()}
+    else:  # a reference from before mean_probability: the answered mix stands in for the training mix
+        fitted = None
     return {"source": str(ref.get("source", ""))[:80], "multi_label": ref.get("multi_label") is True,
-            "n_rows": int(sum(mix.values())), "class_mix": mix,
+            "n_rows": int(sum(mix.values())), "class_mix": mix, "mean_probability": fitted,
             "confidence": {"edges": CONFIDENCE_EDGES, "counts": _histogram(ref, "confidence", CONFIDENCE_EDGES)},
             "length": {"edges": LENGTH_EDGES[:-1] + ["inf"], "counts": _histogram(ref, "length", LENGTH_EDGES)}}
 
@@ -147,6 +168,7 @@ class Window:
         self.overlong = self.unsure = self.empty = self.total = 0
         self.history: deque = deque(maxlen=HISTORY)
         self.alerting: set[str] = set()
+        self.earlier = False  # restored from state.json for a version not served since the restart
 
     def add(self, s: Seen) -> None:
         self.seen.append(s)
@@ -189,13 +211,41 @@ class Window:
                 "overlong_share": self.overlong / n if n else 0.0, "not_sure_share": self.unsure / n if n else 0.0,
                 "empty_rejected": self.empty}
 
+    def estimated_mix(self) -> dict | None:
+        """The class mix of the texts in the window, estimated from the served probabilities by EM (Saerens et al.
+        2002), against the training mix (reference.json's mean out-of-fold probability, else its answered mix), and
+        whether it moved (textdata/prior_shift.py); None for a multi-label version, or without a reference."""
+        got = self.mix_estimate()
+        if got is None:
+            return None
+        return {"mix": dict(zip(self.labels, np.round(got["prior"], 4).tolist())),
+                "training_mix": dict(zip(self.labels, np.round(got["fitted"], 4).tolist())),
+                "rows": got["rows"], "p_value": got["p_value"], "total_variation": round(got["total_variation"], 4),
+                "moved": bool(got["p_value"] < SHIFT_LEVEL)}
+
+    def mix_estimate(self) -> dict | None:
+        """textdata/prior_shift.py's `estimate` of the window (arrays), with the training mix as `fitted`."""
+        ref = self.reference
+        probs = [s.probs for s in self.seen if s.probs is not None]
+        if ref is None or ref.get("multi_label") or len(probs) < MIX_MIN_ROWS:
+            return None
+        fitted = ref.get("mean_probability") or {k: ref["class_mix"].get(k, 0) for k in self.labels}
+        base = np.array([fitted.get(k, 0.0) for k in self.labels], np.float64)
+        if base.sum() <= 0:
+            return None
+        return {**estimate(np.array(probs, np.float64), base / base.sum()), "fitted": base / base.sum()}
+
     def to_json(self) -> dict:
+        # the reference too: after a restart, a version no longer served still reads against it (issue 45)
         return {"labels": self.labels, "total": self.total, "empty": self.empty, "history": list(self.history),
-                "seen": [[s.t, list(s.names), s.confidence_bin, s.length_bin, s.overlong, s.unsure] for s in self.seen]}
+                "reference": self.reference, "why": self.why,
+                "seen": [[s.t, list(s.names), s.confidence_bin, s.length_bin, s.overlong, s.unsure,
+                          *([list(s.probs)] if s.probs is not None else [])] for s in self.seen]}
 
     def restore(self, saved: dict) -> None:
-        for t, names, cb, lb, over, unsure in saved.get("seen", [])[-self.size:]:
-            self.add(Seen(t, tuple(names), cb, lb, bool(over), bool(unsure)))
+        for t, names, cb, lb, over, unsure, *probs in saved.get("seen", [])[-self.size:]:
+            kept = tuple(float(v) for v in probs[0]) if probs and len(probs[0]) == len(self.labels) else None
+            self.add(Seen(t, tuple(names), cb, lb, bool(over), bool(unsure), kept))
         self.total, self.empty = saved.get("total", self.total), saved.get("empty", 0)
         self.history.extend(saved.get("history", []))
 
@@ -207,6 +257,7 @@ class Monitor:
             raise ValueError("the monitor window needs a size >= 1 and a span > 0 seconds")
         self.folder = Path(folder) if folder is not None else None
         self.audit = None  # app.audit.AuditQueue when --audit-rate > 0
+        self.correct_priors = False  # --prior-correction: serve the estimated class mix where it wins
         self.label_root: Path | None = None  # where the audit sessions are, for live precision
         self.size, self.span_s, self.check_every, self.save_every_s = size, span_s, check_every, save_every_s
         self.windows: dict[str, Window] = {}
@@ -259,24 +310,54 @@ class Monitor:
                 w.empty += item[2]
                 return
             _, _, preds, texts, seqs, max_length, now = item
+            served = getattr(getattr(engine.clf, "calibration", None), "prior", None)  # a correction in force
             for pred, text, seq in zip(preds, texts, seqs):
                 names, top, unsure = answered(pred)
+                probs = distribution(pred, w.labels)
+                if probs is not None and served is not None:  # count the calibrated scores, not the corrected
+                    probs = tuple(np.round(served.undo(np.array([probs]))[0], 4).tolist())
                 w.add(Seen(now, names, bin_index(top, CONFIDENCE_EDGES), bin_index(len(text), LENGTH_EDGES),
-                           bool(max_length and len(seq) >= max_length), unsure))
+                           bool(max_length and len(seq) >= max_length), unsure, probs))
                 if w.total % self.check_every == 0:
                     self._check(w, now)
+                    if self.correct_priors:
+                        self._correct(engine, w)
         if self.audit is not None:  # the answer as served: a multi-label one is its set, empty for none
             sets = bool(preds) and None not in [label_set(p) for p in preds]
             self.audit.offer(engine.version, texts, [answer_names(p) for p in preds], sets)
 
     def attach(self, engine) -> None:
         """Open `engine`'s window now (the served version at start): what state.json kept of it shows in
-        /v1/monitor at once, not only after the first request."""
+        /v1/monitor at once, not only after the first request; so do the versions served before the restart
+        (a switch, then a restart, must not lose the previous version's figures)."""
         with self.lock:
             self._window(engine)
+            for version in list(self._saved):
+                self._earlier(version, self._saved.pop(version))
+
+    def _earlier(self, version: str, saved: dict) -> None:
+        """The window of a version not served now, as state.json kept it, with the reference it was saved with."""
+        try:
+            labels = saved["labels"]
+            if not isinstance(labels, list) or not all(isinstance(x, str) for x in labels):
+                raise TypeError("labels must be a list of names")
+            ref, why = saved.get("reference"), str(saved.get("why") or "")[:300]
+            if ref is not None:
+                ref = check_reference(ref, labels)
+            w = Window(version, labels, ref, why or ("" if ref else "no reference kept with its window (read again when it serves)"),
+                       self.size, self.span_s)
+            w.restore(saved)
+        except (ValueError, TypeError, IndexError, KeyError, AttributeError) as e:  # a hand-edited state.json
+            log.warning("monitor: the saved window of %s is unreadable (%r); not shown", version, e)
+            return
+        w.earlier = True
+        self.windows[version] = w
 
     def _window(self, engine) -> Window:
         w = self.windows.get(engine.version)
+        if w is not None and w.earlier:  # served again: its reference is read from its folder, as on first serving
+            w.earlier = False
+            w.reference, w.why = read_reference(getattr(engine.clf, "folder", None), list(engine.clf.labels))
         if w is None:
             clf = engine.clf
             ref, why = read_reference(getattr(clf, "folder", None), list(clf.labels))
@@ -290,6 +371,20 @@ class Monitor:
                     w = self.windows[engine.version] = Window(engine.version, list(clf.labels), ref, why, self.size,
                                                               self.span_s)
         return w
+
+    def _correct(self, engine, w: Window) -> None:
+        """--prior-correction: put the window's class mix in force on the engine where the rule says it wins
+        (serving/prior.py), take it away where it does not."""
+        calibration = getattr(engine.clf, "calibration", None)
+        if calibration is None or getattr(engine.clf, "multi_label", False):
+            return
+        got = w.mix_estimate()
+        before = calibration.prior
+        calibration.prior = (PriorCorrection(tuple(w.labels), got["fitted"], got["prior"], got["rows"], got["p_value"])
+                             if should_correct(got) else None)
+        if (before is None) != (calibration.prior is None):
+            log.warning("prior correction %s on version %s (%s)", "on" if before is None else "off", w.version,
+                        "no estimate" if got is None else f"p = {got['p_value']:.3g} over {got['rows']} answers")
 
     def _check(self, w: Window, now: float) -> None:
         w.expire(now)
@@ -318,7 +413,8 @@ class Monitor:
                 # alerts as the levels read now: the alerting set moves only every check_every answers (it
                 # decides when a warning is logged), so it could say [] beside a level "alert"
                 alerts = sorted(k for k, lv in (stats["levels"] or {}).items() if lv == "alert")
-                versions[v] = {**stats, "total": w.total, "reference": w.reference, "reference_note": w.why,
+                versions[v] = {**stats, "estimated_mix": w.estimated_mix(), "total": w.total,
+                               "reference": w.reference, "reference_note": w.why,
                                "history": list(w.history), "alerts": alerts, "labels": w.labels}
         return {"window": {"size": self.size, "span_s": self.span_s}, "thresholds": {"watch": PSI_WATCH, "alert": PSI_ALERT},
                 "dropped": self.dropped, "audit_queue": len(self.audit) if self.audit is not None else 0,

@@ -195,6 +195,7 @@ def open_monitor(cfg: Config):
     folder = Path(cfg.data_dir) / "monitor"
     monitor = Monitor(folder, size=cfg.monitor_window, span_s=cfg.monitor_span_s)
     monitor.label_root = Path(cfg.data_dir) / "label"
+    monitor.correct_priors = cfg.prior_correction
     if cfg.audit_rate:
         monitor.audit = AuditQueue(folder, cfg.audit_rate)
     return monitor

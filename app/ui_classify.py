@@ -27,7 +27,7 @@ def health_banner(state) -> str:
     learned = getattr(state.served.clf, "learned", None)
     if not learned:
         return ""
-    return (f"⚠ **{html.escape(learned)}.** Its confidences are the baseline's too. Next step: label more texts "
+    return (f"⚠ **{html.escape(learned, quote=False)}.** Its confidences are the baseline's too. Next step: label more texts "
             "(Label tab) and retrain (Train tab) with more epochs; the Train tab's versions table shows when a "
             "version scores better.")
 
@@ -101,7 +101,9 @@ def classify_tab(cfg, state) -> None:
             (pred,) = await state.fallback.resolve([text], [pred], served.version, list(clf.labels),
                                                    space=clf.space)
             note = source_note(pred, cfg.fallback_model)
-        return (probs, answer_markdown(clf, pred, served.version, cut) + note,
+        # a "not sure" answer: no large label heading over the bars, so "⚠ Not sure" is the largest words shown
+        shown = gr.update(value=probs, show_heading=bool(pred.confident))
+        return (shown, answer_markdown(clf, pred, served.version, cut) + note,
                 gr.update(visible=True if unsure else "hidden", value="Send to the review queue", interactive=True),
                 (text, pred, served.version) if unsure else None)
 

@@ -49,6 +49,10 @@ def figure(version: dict):
     ax.bar([i - 0.2 for i in x], _shares(version["class_mix"].values()), width=0.4, label="now")
     if ref:
         ax.bar([i + 0.2 for i in x], _shares([ref["class_mix"].get(k, 0) for k in names]), width=0.4, label="reference")
+    est = version.get("estimated_mix")
+    if est:  # the mix the texts themselves have, by EM: a marker on each label's pair of bars
+        ax.scatter(list(x), [est["mix"].get(k, 0.0) for k in names], marker="D", color="black", zorder=3,
+                   label="estimated mix now (EM)")
     ax.set_xticks(list(x), names, rotation=45, ha="right")
     ax.set_title("answered labels (share)")
     ax.legend()
@@ -105,6 +109,19 @@ def live_sets(live: dict) -> str:
     return "\n".join(lines)
 
 
+def mix_line(est: dict | None) -> str:
+    """The estimated class mix of the texts in the window against the training mix, in one sentence."""
+    if not est:
+        return ("\nEstimated class mix: not shown (a multi-label version, no reference, or under 50 single-label "
+                "answers in the window).")
+    top = sorted(est["mix"], key=lambda k: -abs(est["mix"][k] - est["training_mix"].get(k, 0.0)))[:3]
+    moved = "has **moved** from" if est["moved"] else "is consistent with"
+    return (f"\nEstimated class mix of the {est['rows']} texts in the window (EM on the served probabilities, Saerens "
+            f"et al. 2002) {moved} the training mix (likelihood-ratio p = {est['p_value']:.3g}; total variation "
+            f"{est['total_variation']:.3f}): " + ", ".join(
+                f"{html.escape(k)} {est['mix'][k]:.1%} (trained {est['training_mix'].get(k, 0.0):.1%})" for k in top))
+
+
 def summary(report: dict, version: str) -> str:
     v = report["versions"].get(version)
     if v is None:
@@ -115,6 +132,7 @@ def summary(report: dict, version: str) -> str:
         lines.append(f"No drift statistics: {html.escape(v['reference_note'] or 'no answers yet')}.")
     else:
         lines.append("<ul>" + "".join(level_line(k, val, v["levels"][k]) for k, val in v["drift"].items()) + "</ul>")
+    lines.append(mix_line(v.get("estimated_mix")))
     lines.append(f"\nCut at the token limit: {v['overlong_share']:.1%} · not sure: {v['not_sure_share']:.1%} · "
                  f"empty texts refused: {v['empty_rejected']}")
     live = v.get("live_precision")
@@ -142,7 +160,8 @@ def monitor_tab(cfg, state, store) -> None:
             from .cascade_rows import cascade_markdown
 
             text += "\n" + cascade_markdown(state.fallback.report())
-        return text, (figure(v) if v and v["n"] else None), pick
+        # a version past its window's span still has its drift over time to show
+        return text, (figure(v) if v and (v["n"] or v.get("history")) else None), pick
 
     def audit(n):
         if monitor.audit is None:

@@ -24,6 +24,7 @@ from finetune.data import LabeledData, inner_split
 from textdata.errors import DataError
 from textdata.labels import label_order
 from textdata.normalize import Normalizer
+from textdata.prior_shift import em_prior
 from textdata.tables import missing_text, read_table
 
 SMOOTHING = 1.0  # pseudo-rows per class spread uniformly over the answers: 8 gold rows a class leave room for chance
@@ -48,14 +49,8 @@ def corrected(answered: np.ndarray, p_text: np.ndarray, T: np.ndarray, fitted_pr
     (balanced gold rows: none, uniform). The teacher rows' own class mix is estimated by EM (Saerens et al. 2002),
     held towards `fitted_prior` by `strength` pseudo-rows: without it a minority class the teacher never answers
     takes rows from its neighbour (bench/teacher.py)."""
-    n = T.shape[0]
-    base = np.full(n, 1 / n) if fitted_prior is None else np.asarray(fitted_prior, float).clip(min=1e-6)
     like = T[:, answered].T  # (rows, classes): P(this answer | true class)
-    prior = base.copy()
-    for _ in range(rounds + 1):
-        post = p_text * (prior / base) * like
-        post = post / post.sum(1, keepdims=True).clip(min=1e-12)
-        prior = (post.sum(0) + strength * base) / (len(post) + strength) if len(post) + strength else prior
+    _, post = em_prior(p_text, fitted_prior, like, rounds, strength)
     return post.argmax(1), post.max(1)
 
 

@@ -52,6 +52,8 @@ class OutOfDomainJob:
 class ServedCalibration:
     """`calibration(probs)` calibrates; `calibration.confident(probs)` flags each row; `.info()` for /v1/model."""
 
+    prior = None  # serving.prior.PriorCorrection in force (the server's --prior-correction), single-label
+
     def __init__(
         self,
         calibrator: Calibrator | None = None,
@@ -89,7 +91,9 @@ class ServedCalibration:
         return self.calibrator is not None
 
     def __call__(self, probs: np.ndarray) -> np.ndarray:
-        return probs if self.calibrator is None else self.calibrator(probs)
+        p = probs if self.calibrator is None else self.calibrator(probs)
+        prior = self.prior  # read once: the monitor's thread may swap it
+        return p if prior is None else prior(p)
 
     def multi_label_thresholds(self, thresholds: Thresholds) -> Thresholds:
         """A multi-label folder's thresholds.json moved to the scale its scores are served: each label's
@@ -161,7 +165,8 @@ class ServedCalibration:
             "nested",
         )
         out = {"calibrated": self.applied, **{k: self.spec[k] for k in keep if k in self.spec},
-               "out_of_domain": None if self.ood is None else self.ood.info()}
+               "out_of_domain": None if self.ood is None else self.ood.info(),
+               "prior_correction": {"applied": False} if self.prior is None else self.prior.info()}
         if not self.applied:
             out["why"] = self.why
             out["threshold"] = None

@@ -58,8 +58,10 @@ def build_reference(probabilities: np.ndarray, texts: list[str], labels: list[st
     mix = {name: 0 for name in [*labels, *([NONE_LABEL] if thresholds is not None else [])]}
     for name in answered:
         mix[name] += 1
+    # single-label: the training mix as the served scores see it, what the class-mix estimate divides by
+    mean = None if thresholds is not None else dict(zip(labels, np.asarray(probabilities, np.float64).mean(0).round(6).tolist()))
     return {"source": source, "n_rows": len(texts), "multi_label": thresholds is not None,
-            "class_mix": mix,
+            "class_mix": mix, **({"mean_probability": mean} if mean is not None else {}),
             "confidence": {"edges": CONFIDENCE_EDGES, "counts": histogram(confidence, CONFIDENCE_EDGES)},
             "length": {"edges": LENGTH_EDGES[:-1] + ["inf"], "counts": histogram(map(len, texts), LENGTH_EDGES)}}
 

@@ -239,3 +239,50 @@ def test_alerts_agree_with_the_levels_and_a_restart_shows_the_kept_window(refere
     restarted.attach(engine)  # what create_app does with the served version
     assert restarted.snapshot()["versions"]["v1"]["n"] == 300
     restarted.close()
+
+
+def _monitor_tab(monitor, served):
+    """The Monitor tab's functions on `monitor`, serving `served` (a FakeServed)."""
+    import gradio as gr
+
+    from app.ui_monitor import monitor_tab
+
+    state = type("State", (), {"monitor": monitor, "served": served, "fallback": None})()
+    with gr.Blocks() as demo:
+        monitor_tab(Config(), state, SessionStore(Path(monitor.folder or ".") / "label"))
+    return {f.fn.__name__: f.fn for f in demo.fns.values()}
+
+
+def test_a_switch_then_a_restart_keeps_the_previous_version_s_figures(reference_folder, tmp_path):
+    """Issue 45: after a switch the previous version's figures vanished from the Monitor tab; after a restart
+    /v1/monitor listed only the version served, and the earlier one came back without its reference."""
+    rng = np.random.default_rng(5)
+    v1 = FakeServed(FakeClf(reference_folder, LABELS), "v1")
+    v2 = FakeServed(FakeClf(tmp_path / "no-ref", LABELS), "v2")
+    monitor = Monitor(tmp_path / "mon", size=300, check_every=100)
+    feed(monitor, v1, rng, 300, mix=[0.05, 0.05, 0.9])
+    feed(monitor, v2, rng, 100)  # the switch: v2 serves now
+    refresh = _monitor_tab(monitor, v2)["refresh"]
+    text, fig, pick = refresh(None)
+    assert text.startswith("Version **v2**") and pick["value"] == "v2"
+    assert [v for _, v in pick["choices"]] == ["v2", "v1"] and pick["choices"][0][0] == "v2 (serving)"
+    text, fig, pick = refresh("v1")  # the previous version, chosen in the picker
+    assert text.startswith("Version **v1**: 300 answers") and "ALERT" in text and fig is not None
+    monitor.close()
+
+    restarted = Monitor(tmp_path / "mon", size=300)
+    restarted.attach(v2)  # what create_app does with the served version
+    earlier = restarted.snapshot()["versions"]["v1"]
+    assert earlier["n"] == 300 and earlier["levels"]["class_mix"] == "alert" and len(earlier["history"]) == 3
+    text, fig, pick = _monitor_tab(restarted, v2)["refresh"]("v1")
+    assert "ALERT" in text and fig is not None and len(fig.axes[2].lines) >= 3
+    feed(restarted, v1, rng, 50)  # v1 serves again: its reference is read from its folder
+    assert restarted.snapshot()["versions"]["v1"]["total"] == 350
+    restarted.close()
+    state = json.loads((tmp_path / "mon" / "state.json").read_text())
+    state["versions"]["v1"]["labels"] = "not a list"  # a hand-edited file: that window is not shown, the rest is
+    (tmp_path / "mon" / "state.json").write_text(json.dumps(state))
+    again = Monitor(tmp_path / "mon", size=300)
+    again.attach(v2)
+    assert list(again.snapshot()["versions"]) == ["v2"]
+    again.close()

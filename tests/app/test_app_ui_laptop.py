@@ -5,22 +5,41 @@ A screenshot of each tab at 1366×768 goes to a temp folder, or with SCREENSHOTS
 
 from __future__ import annotations
 
+import json
+import shutil
+from pathlib import Path
+
 import httpx
 import pandas as pd
 import pytest
 from app_testkit import start_server
 from test_app_ui_browser import ARGS, CHROMIUM, DOCS_IMG, TEXTS, start_session, visible
 
+from textdata.drift import REFERENCE_FILE, build_reference
+
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
 
 LAPTOP = {"width": 1366, "height": 768}
 
 
+def with_reference(model: Path, engine, root: Path) -> Path:
+    """A copy of `model` with the reference.json k-fold --final saves (made here from the model's answers on
+    phrases of the same words), so the Monitor tab has drift to show in words and over time."""
+    folder = root / "model"
+    shutil.copytree(model, folder)
+    words = ["꿈에서", "봤다", "오류", "에러", "메모", "기록", "회의", "내일", "오늘", "좋은 날씨", "일기", "약속"]
+    texts = [" ".join(words[(i * 5 + j * 7) % len(words)] for j in range(1 + i % 5)) for i in range(60)]
+    (folder / REFERENCE_FILE).write_text(json.dumps(build_reference(engine.predict_proba(texts), texts,
+                                                                    list(engine.labels))), encoding="utf-8")
+    return folder
+
+
 @pytest.fixture(scope="module")
-def laptop(spread_model_dir, tmp_path_factory):
+def laptop(spread_model_dir, engine, tmp_path_factory):
     """A loopback server with the review queue on (the Train tab is allowed there), and a 1366×768 page."""
     sync_api = pytest.importorskip("playwright.sync_api")
-    server = start_server(spread_model_dir, tmp_path_factory.mktemp("laptop-server"), "--review-queue")
+    root = tmp_path_factory.mktemp("laptop-server")
+    server = start_server(with_reference(spread_model_dir, engine, root), root, "--review-queue")
     try:
         server.wait_ready()
         with sync_api.sync_playwright() as p:
@@ -48,11 +67,18 @@ def test_a_page_load_asks_for_nothing_missing(laptop):
     for path in ("/favicon.ico", "/ui/favicon.ico"):  # a browser asks for one; it was a 404 on every load
         r = httpx.get(server.url + path, follow_redirects=True, timeout=60)
         assert r.status_code == 200 and r.headers["content-type"].startswith("image/"), path
+    # The box says how to send it (Enter alone started a new line, unsaid).
+    assert "Shift+Enter or Classify sends it; Enter starts a new line" in pg.inner_text("#classify-text")
     pg.fill("#classify-text textarea", TEXTS[0])
     pg.keyboard.press("Shift+Enter")  # what the box's hint says sends it
     pg.wait_for_function("() => /model v1/.test(document.querySelector('#classify-top').innerText)")
     DOCS_IMG.mkdir(parents=True, exist_ok=True)
     pg.screenshot(path=str(DOCS_IMG / "ui-classify.png"))
+    # A 6,000-character paste reaches the server whole (no max length in the page) and the answer says it cut it.
+    pg.fill("#classify-text textarea", ("꿈에서 봤다 " * 1000)[:6000])
+    pg.click("#classify-btn")
+    pg.wait_for_function("() => /only the first 5,000 of its 6,000 characters/"
+                         ".test(document.querySelector('#classify-top').innerText)")
 
 
 def test_train_on_the_first_click_runs_with_the_defaults(laptop):
@@ -101,13 +127,22 @@ def test_session_fits_a_laptop_and_an_empty_review_queue_keeps_it(laptop, tmp_pa
 
 def test_monitor_tab_says_levels_in_words(laptop):
     server, pg, _ = laptop
-    r = httpx.post(server.url + "/v1/classify", json={"texts": TEXTS * 5}, timeout=60)
-    assert r.status_code == 200
+    for _ in range(2):  # 112 answers, past 100: one drift check, a point on the chart over time
+        r = httpx.post(server.url + "/v1/classify", json={"texts": TEXTS * 7}, timeout=60)
+        assert r.status_code == 200, r.text
     pg.get_by_role("tab", name="Monitor").click()
     pg.wait_for_function("() => /answers in the window/.test((document.querySelector('#monitor-summary')?.innerText || ''))")
     said = pg.inner_text("#monitor-summary")
-    assert any(word in said for word in ("OK", "WATCH", "ALERT", "No drift statistics")), said
+    # each statistic a coloured word with what it means (PSI, class_mix, watch, alert were bare words)
+    levels = pg.locator("#monitor-summary li b")
+    assert levels.count() == 3 and {levels.nth(i).inner_text() for i in range(3)} <= {"OK", "WATCH", "ALERT"}, said
+    assert "the mix of labels the model answers" in said and "class_mix" not in said
+    assert all("color" in (levels.nth(i).get_attribute("style") or "") for i in range(3))
     assert "(serving)" in pg.input_value("#monitor-version input")
+    # The charts show, and no block label sits over the first chart's title.
+    pg.wait_for_selector("#monitor-plot img", state="visible")
+    labels = pg.locator("#monitor-plot [data-testid=block-label], #monitor-plot label")  # Gradio keeps a hidden one
+    assert not any(labels.nth(i).is_visible() for i in range(labels.count()))
     pg.screenshot(path=str(DOCS_IMG / "ui-monitor.png"))
 
 

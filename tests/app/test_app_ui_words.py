@@ -114,16 +114,17 @@ def test_the_header_names_the_version_and_the_banner_the_useless_model():
 
 
 def test_batch_summary_counts_scored_unscored_and_not_sure_rows():
+    from app.label_kinds import SINGLE, kind_of
     from app.ui_batch import preview, summary
 
     scored = pd.DataFrame({"text": ["x" * 300, "b", "", "d", "e", "f", "g", "h"],
                            "pred_label": ["a", "a", None, None, None, "b", "b", "a"],
                            "pred_score": [0.123456789, 0.9, np.nan, np.nan, np.nan, 0.4, 0.8, 0.7],
                            "confident": pd.array([True, True, pd.NA, pd.NA, pd.NA, False, True, True], dtype="boolean")})
-    said = summary(scored, 1, 5000)
+    said = summary(scored, kind_of(SINGLE), 1, 5000)
     assert said.startswith("Scored **5** of 8 rows: a 3, b 2")
     assert "**3** not scored" in said and "**1** not sure" in said and "1 row with a text cut to 5,000" in said
-    one = summary(scored.iloc[[1]], 0, 5000)
+    one = summary(scored.iloc[[1]], kind_of(SINGLE), 0, 5000)
     assert one == "Scored **1** of 1 row: a 1"
     shown = preview(scored)
     assert list(shown.columns[:3]) == ["pred_label", "pred_score", "confident"]  # before the long text
@@ -246,11 +247,14 @@ def test_a_not_sure_answer_can_be_sent_to_the_review_queue(tmp_path):
     fns = {f.fn.__name__: f.fn for f in demo.fns.values()}
     probs, said, button, last = asyncio.run(fns["classify"]("꿈에서 봤다 " * 1000))
     assert button["visible"] is True and last[0] == ("꿈에서 봤다 " * 1000).strip()[:5000]
-    assert "Not sure" in said and "only the first 5,000 of its" in said and probs == answer.probabilities
+    assert "Not sure" in said and "only the first 5,000 of its" in said and probs["value"] == answer.probabilities
+    assert probs["show_heading"] is False  # no large "dream" over the bars beside a small "not sure"
     assert fns["send"](last)["value"].startswith("✓ Sent") and len(state.review) == 1
     assert fns["send"](last)["value"] == "✓ Already in the review queue" and len(state.review) == 1
     state.review = None  # no --review-queue: no button
     assert asyncio.run(fns["classify"]("꿈"))[2]["visible"] == "hidden"
+    answer = Prediction("error", 0.9, {"dream": 0.1, "error": 0.9})  # a sure answer keeps its heading
+    assert asyncio.run(fns["classify"]("꿈"))[0]["show_heading"] is True
 
 
 def test_accept_is_plain_under_the_threshold_and_an_audit_hides_the_probabilities(tmp_path):
@@ -320,3 +324,61 @@ def test_classify_states_the_promise_and_says_out_of_domain():
     assert "needed" not in away and "**error** · 95.0% · model v3" in away
     clf.calibration.applied = False  # scores served uncalibrated: no promise
     assert "Confident answers" not in answer_markdown(clf, Prediction("error", 0.9, {"error": 0.9}), "v3")
+
+
+def test_each_page_load_shows_the_banner_of_the_version_serving_then(engine, tmp_path):
+    """Issue 45: "the model adds nothing" was only in the log and /v1/model; the banner over the tabs says it,
+    read at each page load, so a switch to a model that learned something clears it without a restart."""
+    from app.api import ServerState
+    from app.config import Config
+    from app.swap import ServedVersion
+    from app.ui import build_ui
+
+    state = ServerState()
+    state.served = ServedVersion(engine, "v1", "m", {})
+    demo = build_ui(Config(model="m", data_dir=tmp_path), state)
+    (load,) = [f for f in demo.fns.values() if [o.elem_id for o in f.outputs] == ["page-header", "health-banner"]]
+    head, banner = load.fn()
+    assert head.startswith("## Text classifier · model v1") and banner == ""
+    engine.learned, before = "the model adds nothing; answers are the TF-IDF baseline's", engine.learned
+    try:
+        head, banner = load.fn()
+        assert banner.startswith("⚠ **the model adds nothing; answers are the TF-IDF baseline's.**")
+    finally:
+        engine.learned = before
+
+
+def test_train_while_a_job_runs_names_the_cancel_button_not_an_api_path():
+    """Issue 45: the Train tab said "cancel it (DELETE /v1/jobs/<id>)" beside a Cancel button."""
+    from app.config import Config
+    from app.jobs import JobConflict
+    from app.ui_train import train_tab
+
+    class Registry:
+        def names(self):
+            return ["v1"]
+
+        def listing(self):
+            return []
+
+    class Jobs:
+        registry, switcher = Registry(), None
+
+        def settings(self, given):
+            return {"folds": 5, "epochs": 3}
+
+        async def start(self, given):
+            raise JobConflict("job j1 is running: one training job at a time; wait for it or cancel it "
+                              "(DELETE /v1/jobs/j1)")
+
+        def running(self):
+            return {"id": "j1"}
+
+        def list(self):
+            return []
+
+    with gr.Blocks() as demo:
+        train_tab(Config(), SimpleNamespace(), Jobs())
+    (start,) = [f.fn for f in demo.fns.values() if f.fn.__name__ == "start"]
+    said = asyncio.run(start("", ""))[0]
+    assert said == "⚠ Job j1 is running: one training job at a time. Wait for it, or press Cancel job."

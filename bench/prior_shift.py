@@ -1,0 +1,154 @@
+"""Does correcting the served scores to the served class mix (Saerens et al. 2002, textdata/prior_shift.py) help, and
+when: unseen rows drawn at the training mix and at shifted mixes, the served (calibrated) scores with and without
+the correction, and the rule that decides whether to serve it.
+
+    python bench/prior_shift.py --data bbc-first-sentences ko-help-grouped --resplits 2 --folds 3 \\
+        --output bench/results/prior-shift.json
+
+The model is the TF-IDF + logistic-regression baseline (2 shared cores). Per resplit: `--train-rows` rows train
+(k-fold out-of-fold scores, nested calibration, the final calibrator, the served threshold for --target with 90%
+confidence, the point estimate where too few rows state it), the rest are the unseen pool. From it, `--draws`
+samples of `--window` rows per mix: `same` (the training rows' mix), `dirichlet` (a mix drawn from Dirichlet(1)),
+`one` (half the rows from one class, the rest at the training mix). The training mix the correction divides by is
+the mean calibrated out-of-fold probability (what reference.json's `mean_probability` holds). Reported per mix,
+without and with the correction (and with it only where the rule fires): accuracy, log-loss, top-label ECE,
+precision and coverage of the confident answers, the estimated mix's distance to the true one, how often the
+likelihood-ratio test fires at each level.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from bench.calibration_unseen import parser, resplits, split
+from bench.resplits import fit_proba, out_of_fold
+
+LEVELS = (0.05, 0.01, 0.001)
+MIXES = ("same", "dirichlet", "one")
+
+
+def served(oof, y, fold_of, n, target):
+    from finetune.calibration import calibrate
+    from finetune.coverage import served_threshold
+    from textdata.calibration import threshold_vector
+    from textdata.errors import DataError
+
+    _, chosen, final = calibrate(oof, y, fold_of, "model")
+    try:
+        s = served_threshold(chosen, final, oof, y, fold_of, list(range(n)), target)
+    except DataError:
+        s = served_threshold(chosen, final, oof, y, fold_of, list(range(n)), target, None)
+    t = s["threshold"]
+    return final, threshold_vector({int(k): v for k, v in t.items()} if isinstance(t, dict) else t, list(range(n)))
+
+
+def mix_of(kind, train_mix, rng):
+    if kind == "same":
+        return train_mix
+    if kind == "dirichlet":
+        return rng.dirichlet(np.ones(len(train_mix)))
+    one = np.zeros(len(train_mix))
+    one[rng.integers(len(train_mix))] = 1
+    return 0.5 * one + 0.5 * train_mix
+
+
+def sample(y_pool, mix, m, rng):
+    """`m` row indices of the pool drawn at class mix `mix` (with replacement within a class)."""
+    counts = rng.multinomial(m, mix / mix.sum())
+    return np.concatenate([rng.choice(np.flatnonzero(y_pool == c), k) for c, k in enumerate(counts) if k])
+
+
+def judged(p, y, th) -> dict:
+    from finetune.calibration import scores
+    from textdata.calibration import confident
+
+    s = scores(p, y)
+    sure = confident(p, th)
+    return {**{k: s[k] for k in ("accuracy", "log_loss", "ece")}, "coverage": float(sure.mean()),
+            "precision": float((p[sure].argmax(1) == y[sure]).mean()) if sure.any() else None}
+
+
+def one(texts, y, groups, n, a, seed) -> dict:
+    from textdata.prior_shift import adjust, estimate
+
+    rng = np.random.default_rng(seed)
+    tr, un = split(y, groups, a.train_rows, 10**9, seed)
+    t_texts, t_y, y_pool = [texts[i] for i in tr], y[tr], y[un]
+    oof, fold_of, _ = out_of_fold(t_texts, t_y, None if groups is None else groups[tr], n, a.folds, seed)
+    final, th = served(oof, t_y, fold_of, n, a.target)
+    every = [*t_texts, *(texts[i] for i in un)]
+    p_pool = final(fit_proba(every, np.r_[t_y, y_pool], np.arange(len(tr)), len(tr) + np.arange(len(un)), n, seed))
+    fitted = final(oof).mean(0)
+    label_mix = np.bincount(t_y, minlength=n) / len(t_y)
+    present = np.bincount(y_pool, minlength=n) > 0
+    out = {"seed": seed, "train": len(tr), "pool": len(un), "fitted_mix": fitted.tolist(),
+           "label_mix": label_mix.tolist(), "mixes": {}}
+    for kind in MIXES:
+        rows = []
+        for _ in range(a.draws):
+            mix = mix_of(kind, label_mix, rng) * present
+            idx = sample(y_pool, mix, a.window, rng)
+            p, yy = p_pool[idx], y_pool[idx]
+            true = np.bincount(yy, minlength=n) / len(yy)
+            est = estimate(p, fitted)
+            fixed = adjust(p, fitted, est["prior"])
+            rows.append({"p_value": est["p_value"], "tv_estimate": float(0.5 * np.abs(est["prior"] - true).sum()),
+                         "tv_training": float(0.5 * np.abs(fitted - true).sum()),
+                         "plain": judged(p, yy, th), "corrected": judged(fixed, yy, th)})
+        out["mixes"][kind] = rows
+    return out
+
+
+def summarize(runs) -> dict:
+    out = {}
+    for kind in MIXES:
+        rows = [r for run in runs for r in run["mixes"][kind]]
+        s = {"draws": len(rows), "tv_estimate": float(np.median([r["tv_estimate"] for r in rows])),
+             "tv_training": float(np.median([r["tv_training"] for r in rows]))}
+        for level in LEVELS:
+            s[f"fires_{level}"] = float(np.mean([r["p_value"] < level for r in rows]))
+        for how in ("plain", "corrected"):
+            for k in ("accuracy", "log_loss", "ece", "coverage"):
+                s[f"{how}/{k}"] = float(np.median([r[how][k] for r in rows]))
+            prec = [r[how]["precision"] for r in rows if r[how]["precision"] is not None]
+            s[f"{how}/precision"] = float(np.median(prec)) if prec else None
+        for level in LEVELS:  # the rule: corrected only where the test fires at `level`
+            pick = [r["corrected"] if r["p_value"] < level else r["plain"] for r in rows]
+            s[f"rule_{level}/log_loss"] = float(np.median([p["log_loss"] for p in pick]))
+            s[f"rule_{level}/accuracy"] = float(np.median([p["accuracy"] for p in pick]))
+            s[f"rule_{level}/log_loss_wins"] = float(np.mean([p["log_loss"] <= r["plain"]["log_loss"] + 1e-12
+                                                               for p, r in zip(pick, rows)]))
+        s["corrected_log_loss_wins"] = float(np.mean([r["corrected"]["log_loss"] < r["plain"]["log_loss"] for r in rows]))
+        out[kind] = s
+    return out
+
+
+def main(argv=None) -> int:
+    p = parser(__doc__, ["bbc-first-sentences", "ko-help-grouped"], 2, "bench/results/prior-shift.json")
+    p.add_argument("--window", type=int, default=500, help="rows a served window holds")
+    p.add_argument("--draws", type=int, default=30, help="samples per mix and resplit")
+    p.add_argument("--target", type=float, default=0.8)
+    a = p.parse_args(argv)
+    for name, runs, result in resplits(a, one, summarize):
+        if len(runs) < a.resplits:
+            continue
+        print(f"\n{name} ({result['data'][name]['classes']} classes, medians of {a.resplits} x {a.draws} windows of "
+              f"{a.window}):")
+        for kind, s in result["data"][name]["summary"].items():
+            print(f"  {kind:>9}: mix error {s['tv_training']:.3f} -> {s['tv_estimate']:.3f}; fires "
+                  + " ".join(f"{lv}:{s[f'fires_{lv}']:.2f}" for lv in LEVELS)
+                  + f"; log-loss {s['plain/log_loss']:.4f} -> {s['corrected/log_loss']:.4f} (wins "
+                  f"{s['corrected_log_loss_wins']:.2f}), rule@0.01 {s['rule_0.01/log_loss']:.4f}; accuracy "
+                  f"{s['plain/accuracy']:.3f} -> {s['corrected/accuracy']:.3f}; ECE {s['plain/ece']:.3f} -> "
+                  f"{s['corrected/ece']:.3f}; precision {s['plain/precision']} -> {s['corrected/precision']} at "
+                  f"coverage {s['plain/coverage']:.3f} -> {s['corrected/coverage']:.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

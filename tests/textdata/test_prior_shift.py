@@ -1,0 +1,63 @@
+"""The class-mix EM (textdata/prior_shift.py, Saerens et al. 2002): it recovers a moved mix from calibrated
+probabilities, its test fires on a moved mix and about as often as its level on an unmoved one, and the corrected
+probabilities score better where the mix moved."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from textdata.prior_shift import adjust, chi2_sf, em_prior, estimate
+
+TRAINED = np.array([0.5, 0.3, 0.2])
+MEANS = np.array([[0.0, 0.0], [1.5, 0.0], [0.0, 1.5]])  # overlapping classes: posteriors far from one-hot
+
+
+def rows(rng, mix, n):
+    """(exact posteriors under the training mix, true labels) of n rows drawn at `mix`."""
+    y = rng.choice(3, size=n, p=mix)
+    x = MEANS[y] + rng.normal(size=(n, 2))
+    log_like = -0.5 * ((x[:, None, :] - MEANS[None]) ** 2).sum(-1)
+    p = np.exp(log_like - log_like.max(1, keepdims=True)) * TRAINED
+    return p / p.sum(1, keepdims=True), y
+
+
+def test_em_recovers_a_moved_mix_and_the_correction_lowers_the_log_loss():
+    rng = np.random.default_rng(0)
+    moved = np.array([0.1, 0.2, 0.7])
+    p, y = rows(rng, moved, 3000)
+    got = estimate(p, TRAINED)
+    assert np.abs(got["prior"] - moved).max() < 0.04  # the answered mix is far off: the classes overlap
+    assert np.abs(np.bincount(p.argmax(1), minlength=3) / len(p) - moved).max() > 0.08
+    assert got["p_value"] < 1e-6 and got["total_variation"] == pytest.approx(0.5 * np.abs(got["prior"] - TRAINED).sum())
+    fixed = adjust(p, TRAINED, got["prior"])
+    np.testing.assert_allclose(fixed.sum(1), 1)
+    loss = lambda q: -np.log(q[np.arange(len(y)), y]).mean()
+    assert loss(fixed) < loss(p) - 0.05 and (fixed.argmax(1) == y).mean() > (p.argmax(1) == y).mean()
+
+
+def test_the_test_fires_about_as_often_as_its_level_where_the_mix_did_not_move():
+    rng = np.random.default_rng(1)
+    fired = [estimate(rows(rng, TRAINED, 500)[0], TRAINED)["p_value"] < 0.05 for _ in range(200)]
+    assert np.mean(fired) < 0.1  # about 0.05: the likelihood ratio is chi-square with 2 degrees of freedom
+
+
+def test_chi2_tail_is_close_to_the_exact_one():
+    from scipy.stats import chi2
+
+    for dof in (1, 2, 4, 9, 39):
+        for x in (0.5, 3.0, 10.0, 25.0, 60.0):
+            assert chi2_sf(x, dof) == pytest.approx(chi2.sf(x, dof), abs=0.01)
+    assert chi2_sf(0.0, 3) == 1.0
+
+
+def test_em_with_extra_evidence_and_strength_is_the_teachers_rule():
+    """finetune/teacher_data.py's `corrected` runs this EM: a strength of many pseudo-rows keeps the mix at the
+    fitted one, and extra evidence per row moves the posteriors."""
+    rng = np.random.default_rng(2)
+    p, _ = rows(rng, np.array([0.1, 0.1, 0.8]), 400)
+    held, _ = em_prior(p, TRAINED, strength=1e9)
+    np.testing.assert_allclose(held, TRAINED, atol=1e-4)
+    like = np.tile([1.0, 1.0, 0.01], (len(p), 1))
+    _, post = em_prior(p, TRAINED, like=like)
+    assert (post.argmax(1) != 2).all()

@@ -1,0 +1,84 @@
+"""Class-mix shift: the class mix of the texts a model is served, estimated from its own probabilities, and the
+probabilities corrected to it (Saerens, Latinne & Decaestecker 2002, "Adjusting the outputs of a classifier to new
+a priori probabilities"). One EM for every stage that needs it: a teacher's rows (finetune/teacher_data.py), the
+served window (app/monitor.py) and the measurement (bench/prior_shift.py). numpy and the standard library only:
+serving and the slim image import it.
+
+With p(c | x) calibrated for the training mix pi, the mix of new rows pi' is the fixed point of
+    p'(c | x) ∝ p(c | x) pi'(c) / pi(c),      pi'(c) = mean over rows of p'(c | x),
+and the log-likelihood ratio of pi' against pi, 2 sum_x log sum_c p(c | x) pi'(c) / pi(c), is asymptotically
+chi-square with C - 1 degrees of freedom where the mix did not move: the test that says whether it did.
+"""
+
+from __future__ import annotations
+
+import math
+from statistics import NormalDist
+
+import numpy as np
+
+EM_ROUNDS = 50
+TOLERANCE = 1e-6  # a mix that moves less than this in a round has converged
+SHIFT_LEVEL = 0.01  # the test's level: the mix moved where p < this (bench/prior_shift.py)
+_FLOOR = 1e-6  # a class the training rows never show still gets a prior the ratio can divide by
+
+
+def em_prior(probs: np.ndarray, fitted_prior=None, like: np.ndarray | None = None, rounds: int = EM_ROUNDS,
+             strength: float = 0.0, tol: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """(the rows' class mix, each row's posterior under it) by EM from p(c | x) = `probs`, calibrated for the
+    mix `fitted_prior` (None: uniform). `like`: (rows, classes) extra evidence per row multiplied in (a
+    teacher's P(its answer | true class)); `strength`: pseudo-rows at `fitted_prior` holding the estimate
+    towards it; `tol`: stop once the mix moves less than it in a round (0: run every round)."""
+    p = np.asarray(probs, np.float64)
+    n = p.shape[1]
+    base = np.full(n, 1 / n) if fitted_prior is None else np.asarray(fitted_prior, np.float64).clip(min=_FLOOR)
+    prior = base.copy()
+    post = p
+    for _ in range(rounds + 1):
+        post = p * (prior / base)
+        if like is not None:
+            post = post * like
+        post = post / post.sum(1, keepdims=True).clip(min=1e-12)
+        new = (post.sum(0) + strength * base) / (len(post) + strength) if len(post) + strength else prior
+        moved = float(np.abs(new - prior).max())
+        prior = new
+        if tol and moved < tol:
+            break
+    return prior, post
+
+
+def adjust(probs: np.ndarray, fitted_prior, prior) -> np.ndarray:
+    """`probs` (calibrated for `fitted_prior`) moved to the class mix `prior`: p(c | x) prior(c) / fitted(c),
+    renormalised; same dtype."""
+    p = np.asarray(probs)
+    w = np.asarray(prior, np.float64) / np.asarray(fitted_prior, np.float64).clip(min=_FLOOR)
+    q = p.astype(np.float64) * w
+    return (q / q.sum(-1, keepdims=True).clip(min=1e-300)).astype(p.dtype, copy=False)
+
+
+def likelihood_ratio(probs: np.ndarray, fitted_prior, prior) -> float:
+    """2 x the log-likelihood gain of the rows under `prior` over `fitted_prior` (>= 0 at the EM's fixed point)."""
+    w = np.asarray(prior, np.float64) / np.asarray(fitted_prior, np.float64).clip(min=_FLOOR)
+    return float(2 * np.log((np.asarray(probs, np.float64) * w).sum(1).clip(min=1e-300)).sum())
+
+
+def chi2_sf(x: float, dof: int) -> float:
+    """P(chi-square with `dof` degrees of freedom > x), by the Wilson-Hilferty cube-root normal approximation
+    (within ~0.002 of the exact tail at the levels a test uses; no scipy in serving)."""
+    if x <= 0 or dof < 1:
+        return 1.0
+    k = float(dof)
+    z = ((x / k) ** (1 / 3) - (1 - 2 / (9 * k))) / math.sqrt(2 / (9 * k))
+    return float(1 - NormalDist().cdf(z))
+
+
+def estimate(probs: np.ndarray, fitted_prior) -> dict:
+    """The rows' estimated class mix and the test of whether it moved from `fitted_prior`: {"prior", "lr",
+    "p_value", "rows", "total_variation" (half the L1 distance between the mixes)}."""
+    p = np.asarray(probs, np.float64)
+    base = np.asarray(fitted_prior, np.float64).clip(min=_FLOOR)
+    base = base / base.sum()
+    prior, _ = em_prior(p, base, rounds=200, tol=TOLERANCE)
+    lr = max(0.0, likelihood_ratio(p, base, prior))
+    return {"prior": prior, "lr": lr, "p_value": chi2_sf(lr, p.shape[1] - 1), "rows": len(p),
+            "total_variation": float(0.5 * np.abs(prior - base).sum())}
