@@ -45,6 +45,7 @@ KINDS = ("class_mix", "confidence", "length")
 HISTORY = 500  # drift snapshots kept per version (one every check_every answers)
 
 
+
 @dataclass(frozen=True)
 class Seen:
     """One answered text, as the window keeps it."""
@@ -276,7 +277,9 @@ class Monitor:
             served = getattr(getattr(engine.clf, "calibration", None), "prior", None)  # a correction in force
             for pred, text, seq in zip(preds, texts, seqs):
                 names, top, unsure = answered(pred)
-                probs = distribution(pred, w.labels, served)
+                probs = distribution(pred, w.labels)
+                if probs is not None and served is not None:  # count the calibrated scores, not the corrected
+                    probs = tuple(np.round(served.undo(np.array([probs]))[0], 4).tolist())
                 w.add(Seen(now, names, bin_index(top, CONFIDENCE_EDGES), bin_index(len(text), LENGTH_EDGES),
                            bool(max_length and len(seq) >= max_length), unsure, probs))
                 if w.total % self.check_every == 0:

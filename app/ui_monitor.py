@@ -15,7 +15,7 @@ from .label_kinds import space_from
 COLOURS = {"ok": "#1a7f37", "watch": "#b35900", "alert": "#cf222e"}
 MEANS = {"class_mix": "the mix of labels the model answers", "confidence": "how sure the model is",
          "length": "how long the texts are"}
-NEXT = {"ok": "as in the reference (the texts it was trained on).",
+NEXT = {"ok": "is as in the reference (the texts it was trained on).",
         "watch": "has moved from the reference: keep an eye on it.",
         "alert": "has moved far from the reference: start an audit session below to measure precision on "
                  "today's texts, and label recent texts and retrain (Train tab) if it fell."}

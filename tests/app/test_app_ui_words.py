@@ -173,6 +173,7 @@ def test_monitor_levels_in_colour_with_a_next_step():
     said = summary(report, "v1")
     assert '<b style="color:#cf222e">ALERT</b> · the mix of labels the model answers has moved far' in said
     assert "start an audit session" in said and '<b style="color:#b35900">WATCH</b>' in said
+    assert '<b style="color:#1a7f37">OK</b> · how long the texts are is as in the reference' in said  # a sentence
     assert "| statistic |" not in said
 
 
