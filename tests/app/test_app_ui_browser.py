@@ -194,9 +194,6 @@ def test_label_session_accept_correct_undo_resume_download(page, server, engine,
     assert path.read_bytes().startswith(b"text,label\n")
 
 
-@pytest.mark.xfail(reason="order-dependent since the UI round folds the start panel (stop 48); start_session now waits "
-                          "for the tab's resume and unfolds it, not yet run to the end here (machine at load 45): drop "
-                          "this mark once a run shows XPASS", strict=False)
 def test_label_queue_order_new_label_and_enter(page, server, engine, tmp_path):
     source = tmp_path / "queue.csv"
     pd.DataFrame({"text": TEXTS}).to_csv(source, index=False)
