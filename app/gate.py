@@ -329,16 +329,7 @@ class Gate:
         body = await self._read_body(scope, receive, send, limit)
         if body is None:
             return
-        sent = False
-
-        async def replay():
-            nonlocal sent
-            if not sent:
-                sent = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            return await receive()
-
-        await self.app(scope, replay, send)
+        await self.app(scope, replaying(body, receive), send)
 
     async def _read_body(self, scope, receive, send, max_values: int) -> bytes | None:
         """The whole body, or None once refused (413 over --max-body-bytes, not read further; 422 over
@@ -379,6 +370,20 @@ class Gate:
         self.metrics.rejected.labels("body_size").inc()
         await _json(send, 413, {"detail": f"request body over {self.max_body_bytes} bytes (--max-body-bytes)"},
                     [(b"connection", b"close")])
+
+
+def replaying(body: bytes, receive):
+    """An ASGI receive that gives `body` whole, once, then what `receive` gives (a disconnect)."""
+    sent = False
+
+    async def replay():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()
+
+    return replay
 
 
 def _is_ui(path: str) -> bool:

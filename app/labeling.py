@@ -19,6 +19,7 @@ suggestion is the run's suggested set and its confidence the run's quality score
 
 from __future__ import annotations
 
+import contextvars
 import csv
 import io
 import json
@@ -39,6 +40,9 @@ from textdata.tables import atomic_path
 from .label_kinds import SINGLE, kind_of, space_fields, space_from
 
 ORDERS = ("least confident first", "most confident first", "file order", "random")
+# Who acts: the Label tab sets it for each event (the signed-in user, or one-person mode's `local`: app/ui.py),
+# and every journal line then names them beside its time ("by", "ts"). Unset: code acting, not a person.
+ACTOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("label_actor", default=None)
 _SESSION_ID = re.compile(r"^[0-9a-f]{12}$")
 
 
@@ -179,6 +183,8 @@ class LabelSession:
 
     def _log(self, event: dict) -> None:
         event = {**event, "ts": round(time.time(), 3)}
+        if ACTOR.get() is not None:
+            event["by"] = ACTOR.get()
         path = self.folder / "journal.jsonl"
         with open(path, "a+b") as f:
             # A line torn by a crash has no newline: without one here, this event would join it and be

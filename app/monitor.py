@@ -23,7 +23,6 @@ from pathlib import Path
 import numpy as np
 
 from serving.multilabel import MultiLabelPrediction
-from serving.prior import PriorCorrection, should_correct
 from textdata.drift import (
     CONFIDENCE_EDGES,
     LENGTH_EDGES,
@@ -37,14 +36,14 @@ from textdata.drift import (
 )
 from textdata.errors import capped
 from textdata.plain_files import read_json
-from textdata.prior_shift import SHIFT_LEVEL, estimate
 from textdata.tables import write_json
+
+from .monitor_mix import correct, distribution, estimated_mix
 
 log = logging.getLogger("app")
 KINDS = ("class_mix", "confidence", "length")
 HISTORY = 500  # drift snapshots kept per version (one every check_every answers)
-MIX_MAX_LABELS = 200  # a window keeps each answer's distribution up to this many labels (1,000 x 200 floats)
-MIX_MIN_ROWS = 50  # answers before the class mix is estimated (fewer: its likelihood-ratio test is not chi-square)
+
 
 
 @dataclass(frozen=True)
@@ -75,17 +74,6 @@ def answer_scores(pred) -> dict:
     """Every label's probability of an engine prediction: a multi-label one's `scores` (its `probabilities` may be
     cut to top_k), else its `probabilities`."""
     return pred.probabilities if label_set(pred) is None else pred.scores
-
-
-def distribution(pred, labels: list[str]) -> tuple | None:
-    """A single-label answer's probability per label, to 4 decimals; labels a top_k answer left out share what its
-    shown ones leave. None for a multi-label answer (its labels are not one distribution)."""
-    if label_set(pred) is not None or len(labels) > MIX_MAX_LABELS:
-        return None
-    shown = {**(pred.probabilities or {}), pred.label: float(pred.score)}
-    missing = [name for name in labels if name not in shown]
-    rest = max(0.0, 1.0 - sum(shown.get(name, 0.0) for name in labels)) / max(1, len(missing))
-    return tuple(round(float(shown.get(name, rest)), 4) for name in labels)
 
 
 def answered(pred) -> tuple[tuple, float, bool]:
@@ -211,30 +199,6 @@ class Window:
                 "overlong_share": self.overlong / n if n else 0.0, "not_sure_share": self.unsure / n if n else 0.0,
                 "empty_rejected": self.empty}
 
-    def estimated_mix(self) -> dict | None:
-        """The class mix of the texts in the window, estimated from the served probabilities by EM (Saerens et al.
-        2002), against the training mix (reference.json's mean out-of-fold probability, else its answered mix), and
-        whether it moved (textdata/prior_shift.py); None for a multi-label version, or without a reference."""
-        got = self.mix_estimate()
-        if got is None:
-            return None
-        return {"mix": dict(zip(self.labels, np.round(got["prior"], 4).tolist())),
-                "training_mix": dict(zip(self.labels, np.round(got["fitted"], 4).tolist())),
-                "rows": got["rows"], "p_value": got["p_value"], "total_variation": round(got["total_variation"], 4),
-                "moved": bool(got["p_value"] < SHIFT_LEVEL)}
-
-    def mix_estimate(self) -> dict | None:
-        """textdata/prior_shift.py's `estimate` of the window (arrays), with the training mix as `fitted`."""
-        ref = self.reference
-        probs = [s.probs for s in self.seen if s.probs is not None]
-        if ref is None or ref.get("multi_label") or len(probs) < MIX_MIN_ROWS:
-            return None
-        fitted = ref.get("mean_probability") or {k: ref["class_mix"].get(k, 0) for k in self.labels}
-        base = np.array([fitted.get(k, 0.0) for k in self.labels], np.float64)
-        if base.sum() <= 0:
-            return None
-        return {**estimate(np.array(probs, np.float64), base / base.sum()), "fitted": base / base.sum()}
-
     def to_json(self) -> dict:
         # the reference too: after a restart, a version no longer served still reads against it (issue 45)
         return {"labels": self.labels, "total": self.total, "empty": self.empty, "history": list(self.history),
@@ -321,7 +285,7 @@ class Monitor:
                 if w.total % self.check_every == 0:
                     self._check(w, now)
                     if self.correct_priors:
-                        self._correct(engine, w)
+                        correct(engine, w)
         if self.audit is not None:  # the answer as served: a multi-label one is its set, empty for none
             sets = bool(preds) and None not in [label_set(p) for p in preds]
             self.audit.offer(engine.version, texts, [answer_names(p) for p in preds], sets)
@@ -372,20 +336,6 @@ class Monitor:
                                                               self.span_s)
         return w
 
-    def _correct(self, engine, w: Window) -> None:
-        """--prior-correction: put the window's class mix in force on the engine where the rule says it wins
-        (serving/prior.py), take it away where it does not."""
-        calibration = getattr(engine.clf, "calibration", None)
-        if calibration is None or getattr(engine.clf, "multi_label", False):
-            return
-        got = w.mix_estimate()
-        before = calibration.prior
-        calibration.prior = (PriorCorrection(tuple(w.labels), got["fitted"], got["prior"], got["rows"], got["p_value"])
-                             if should_correct(got) else None)
-        if (before is None) != (calibration.prior is None):
-            log.warning("prior correction %s on version %s (%s)", "on" if before is None else "off", w.version,
-                        "no estimate" if got is None else f"p = {got['p_value']:.3g} over {got['rows']} answers")
-
     def _check(self, w: Window, now: float) -> None:
         w.expire(now)
         stats = w.statistics()
@@ -413,7 +363,7 @@ class Monitor:
                 # alerts as the levels read now: the alerting set moves only every check_every answers (it
                 # decides when a warning is logged), so it could say [] beside a level "alert"
                 alerts = sorted(k for k, lv in (stats["levels"] or {}).items() if lv == "alert")
-                versions[v] = {**stats, "estimated_mix": w.estimated_mix(), "total": w.total,
+                versions[v] = {**stats, "estimated_mix": estimated_mix(w), "total": w.total,
                                "reference": w.reference, "reference_note": w.why,
                                "history": list(w.history), "alerts": alerts, "labels": w.labels}
         return {"window": {"size": self.size, "span_s": self.span_s}, "thresholds": {"watch": PSI_WATCH, "alert": PSI_ALERT},

@@ -10,7 +10,9 @@
     GET  /v1/datasets/{id}/export?format=csv|jsonl  record_id,text,annotator,label,created_at (reviewer, admin)
 
 Blind: an annotator is never shown another's answer (agreement and export need a reviewer). The store is
-synchronous, so these routes are plain functions FastAPI runs on its thread pool.
+synchronous, so these routes are plain functions FastAPI runs on its thread pool, except the two of every
+label save, `next` and `labels`: async, their store work through labelstore/tx.py call_hot, and their plain
+case answered before FastAPI by app/team_hot.py.
 """
 
 from __future__ import annotations
@@ -167,12 +169,13 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
         who.caller(request, ROLES)
         return {"datasets": queue.list_datasets(engine)}
 
-    # The two requests of every label save: async, their store work in the store's thread (labelstore/tx.py)
+    # The two requests of every label save: async, their store work on the event loop when the writer lock is
+    # free, else in the store's thread (labelstore/tx.py call_hot)
     @app.post("/v1/datasets/{dataset_id}/next", responses={204: {"description": "nothing left for you"}})
     async def next_text(dataset_id: int, request: Request):
         uid = who.caller(request, ROLES)[0]
         ds = dataset(dataset_id) if dataset_id in cached else await tx.call(engine, dataset, dataset_id)
-        record = await tx.call(engine, queue.next_record, engine, ds, uid)
+        record = await tx.call_hot(engine, queue.next_record, engine, ds, uid)
         return Response(status_code=204) if record is None else JSONResponse(record)
 
     @app.post("/v1/datasets/{dataset_id}/labels")
@@ -181,7 +184,7 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
         ds = dataset(dataset_id) if dataset_id in cached else await tx.call(engine, dataset, dataset_id)
         value = _value(ds, body)
         try:
-            saved, replayed = await tx.call(engine, queue.submit, engine, ds, uid, body.record_id, value,
+            saved, replayed = await tx.call_hot(engine, queue.submit, engine, ds, uid, body.record_id, value,
                                             body.client_event_id)
         except queue.NotFound as e:
             raise HTTPException(404, str(e)) from None
@@ -198,6 +201,10 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
         return done
 
     _add_review_routes(app, engine, who, dataset)
+    # the plain case of next and labels without FastAPI's per-request work (app/team_hot.py says why)
+    from .team_hot import HotRoutes
+
+    app.add_middleware(HotRoutes, engine=engine, who=who, datasets=cached, answer_model=Answer)
 
 
 def _add_review_routes(app: FastAPI, engine, who: Callers, dataset) -> None:
@@ -214,11 +221,7 @@ def _add_review_routes(app: FastAPI, engine, who: Callers, dataset) -> None:
     def agree(dataset_id: int, request: Request):
         who.caller(request, STAFF)
         ds = dataset(dataset_id)
-        try:
-            figures = agreement(review.answer_rows(engine, ds), ds.labels, ds.multi_label, ds.overlap)
-        except ImportError as e:
-            raise HTTPException(501, f"agreement needs {e.name} (Cohen's kappa), not in the slim image: run the "
-                                     "full install or image (docker build --build-arg VARIANT=full)") from None
+        figures = agreement(review.answer_rows(engine, ds), ds.labels, ds.multi_label, ds.overlap)
         return {**figures, "progress": review.progress(engine, ds)}
 
     @app.get("/v1/datasets/{dataset_id}/export")

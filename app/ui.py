@@ -31,12 +31,13 @@ from . import ui_multilabel
 from .config import open_to_anyone
 from .kept_texts import VisitorStore
 from .label_kinds import kind_of
-from .labeling import ORDERS, SessionError, SessionStore
+from .labeling import ORDERS, SessionStore
 from .review_queue import start_session
 from .ui_batch import batch_tab
 from .ui_classify import QUICK, classify_tab, header, health_banner
 from .ui_label_view import MAX_LABEL_BUTTONS, _render_label, folds, keys_help, review_button
 from .ui_review import ReviewPanel
+from .ui_team_label import TeamSessions
 from .uploads import read_upload, spreadsheet_safe, uploaded_only
 
 log = logging.getLogger("app")
@@ -234,11 +235,14 @@ def _label_extras(labels: list[str]) -> tuple:
 def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Exports, engine_turn, jobs=None) -> None:
     """Label an uploaded file with the model's suggestions, least confident first; every decision saved as made."""
 
-    view = partial(_render_label, store, labels)
+    view, team = partial(_render_label, store, labels), TeamSessions(cfg, state)  # team: app/ui_team_label.py
+
+    def get(sid):  # a team dataset's session ("ds-N"), else a file session
+        return team.get(sid) if str(sid).startswith("ds-") else store.get(sid)
 
     def render(session, message: str = "", fold: bool = True) -> list:
         """The tab for `session`; `fold`: fold the start and suspects panels (a session was just opened)."""
-        return [*view(session, message), *folds(session, fold)]
+        return [*team.view(view(session, message), session), *folds(session, fold)]
 
     def start(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
         df, column, errors, _ = read_upload(cfg, file, text_column, partial(_stop_reason, state))
@@ -263,25 +267,22 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         return render(session, f"Loaded {len(texts)} texts{note}. Least confident first; change the order below.")
 
     def resume(sid):
-        return render(store.get(sid))
+        return render(get(sid))
 
     def review_unsure(current):  # the API's "not sure" answers (--review-queue) as a session, with the model's suggestions
         clf = state.served.clf  # a multi-label model's answers are label sets: a set session (issue 40, M6)
         session = start_session(state.review, store, list(clf.labels), clf.thresholds, clf.space)
         if session is None:  # the open session stays on screen: a labeler must not think the work is gone
-            return (*render(store.get(current), "The review queue is empty: no 'not sure' answers are waiting.",
+            return (*render(get(current), "The review queue is empty: no 'not sure' answers are waiting.",
                             fold=False), review_button(state.review))
         return (*render(session, f"Loaded {len(session.texts)} 'not sure' answers from the review queue."),
                 review_button(state.review))
 
     def act(action, sid, row, *args):
-        session = store.get(sid)
+        session = get(sid)
         if session is None:
             return render(None, "No labeling session: upload a file to start.", fold=False)
-        try:
-            message = action(session, row, *args) or ""
-        except SessionError as e:
-            message = f"⚠ {e}"
+        message = team.acted(action, session, row, *args)  # as the person at the page, who each line names
         return render(session, message, fold=False)
 
     def accept(session, row):
@@ -327,6 +328,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
                 l_column = gr.Textbox(label="Text column", value="text", elem_id="label-column")
                 l_start = gr.Button("Start labeling", variant="primary", elem_id="label-start")
                 l_sessions = gr.Dropdown(label="Earlier sessions", choices=[], elem_id="label-sessions")
+                l_dataset = gr.Dropdown(label="Or a team dataset (shared queue)", choices=[], elem_id="label-dataset")
                 l_review = gr.Button(review_button(state.review)["value"], visible=state.review is not None,
                                      elem_id="label-review")
         review = ReviewPanel(cfg, store, getattr(jobs, "registry", None), labels, lambda: state.served.clf)
@@ -355,6 +357,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
                       concurrency_limit=cfg.ui_concurrency)
         l_sessions.input(resume, l_sessions, outputs, **quick)
+        team.wire(label_tab, l_dataset, render, outputs, quick, l_hint, l_accept, l_sessions)
         l_review.click(review_unsure, sid, [*outputs, l_review], **quick)
         l_accept.click(partial(act, accept), [sid, row], outputs, **quick)
         for i, b in enumerate(l_buttons):

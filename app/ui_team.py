@@ -57,11 +57,7 @@ def team_tab(cfg, state) -> None:
         split = review.disagreements(engine, ds)
         rows = [[r["record_id"], r["text"][:200], "; ".join(f"{k}: {v}" for k, v in r["answers"].items())]
                 for r in split]
-        try:
-            text = summary(engine, ds)
-        except ImportError as e:  # the slim image: no scikit-learn for Cohen's kappa
-            text = f"Agreement needs {e.name}, not installed here (the full image has it)."
-        return text, rows, gr.update(choices=[str(x) for x in ds.labels])
+        return summary(engine, ds), rows, gr.update(choices=[str(x) for x in ds.labels])
 
     def settle(dataset_id, record_id, label, request: gr.Request):
         reviewer = staff(request)

@@ -1,7 +1,7 @@
 """Team labeling through the real HTTP API on the default SQLite store: overlap k, races, a kill -9.
 
     python bench/team_labels.py [--records 400] [--annotators 8] [--clients-per 2] [--think-ms 0,50]
-                                [--work /tmp/bench-team] [--output bench/results/team_labels.json]
+                                [--servers 1] [--work /tmp/bench-team] [--output bench/results/team_labels.json]
 
 Starts `python -m app` (the `mini` random ELECTRA of bench/api_load.py, torch, --no-ui) on a fresh data
 folder, adds --annotators users and one admin (labelstore/users.py), and per run creates a dataset of
@@ -15,6 +15,9 @@ directly: every record has exactly k answers from k different people, every ackn
 log exactly once (none lost, none twice), and the server log has no "database is locked". Reports label
 saves/s (acknowledged answers / wall time) and p50/p99 of the label and next requests. Also prints one
 argon2 verify (pwdlib's recommended) against one SHA-256, the reason tokens are stored as SHA-256.
+`slowest_label_ms` says when in the run the slowest label requests fell (a stall shows as a cluster).
+--servers N starts N processes on the same SQLite file (the fleet's replicas, `--fleet`, each on its own
+port) and spreads the clients over them; the kill run kills the first.
 """
 
 from __future__ import annotations
@@ -47,14 +50,16 @@ from labelstore import open_store, users
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def start(model: Path, data: Path, port: int, log: Path, token: str) -> tuple:
+def start(model: Path, data: Path, port: int, log: Path, token: str, servers: int = 1) -> tuple:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
     env.pop("ELECTRA_API_KEY", None)
     env.pop("DATABASE_URL", None)
     with open(log, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "app", "--model", str(model), "--no-ui", "--no-monitor", "--port", str(port),
-             "--data-dir", str(data), "--log-level", "warning"], stdout=out, stderr=out, env=env)
+             "--data-dir", str(data), "--log-level", "warning",
+             # several: the fleet's replicas on one SQLite file, each on its own port (--servers)
+             *(["--fleet", "--replica-id", f"r{port}"] if servers > 1 else [])], stdout=out, stderr=out, env=env)
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 600  # a loaded machine: torch's import alone can take minutes
     while time.monotonic() < deadline:
@@ -74,6 +79,7 @@ class Tally:
         self.acked: list[dict] = []
         self.label_ms: list[float] = []
         self.next_ms: list[float] = []
+        self.label_at: list[tuple[float, float]] = []  # (perf_counter at the request's start, ms)
         self.statuses: dict[int, int] = {}
         self.transport_errors = 0
 
@@ -88,7 +94,10 @@ async def post(client: RawClient, url, body, tally, latencies):
             tally.transport_errors += 1
             await asyncio.sleep(0.2)
             continue
-        latencies.append((time.perf_counter() - t) * 1000)
+        ms = (time.perf_counter() - t) * 1000
+        latencies.append(ms)
+        if latencies is tally.label_ms:  # when in the run the slow ones fell (the p99's outliers explained)
+            tally.label_at.append((t, ms))
         tally.statuses[status] = tally.statuses.get(status, 0) + 1
         return status, answer
 
@@ -115,7 +124,7 @@ async def annotator(base, ds, token, labels, think, tally, rng):
         client.close()
 
 
-def check(url: str, ds: int, k: int, tally: Tally, log: Path) -> dict:
+def check(url: str, ds: int, k: int, tally: Tally, logs: list[Path]) -> dict:
     engine = open_store(url)
     with engine.connect() as c:
         per = c.execute(sa.text("SELECT r.id, count(a.annotator_id), count(DISTINCT a.annotator_id) FROM records r "
@@ -130,7 +139,7 @@ def check(url: str, ds: int, k: int, tally: Tally, log: Path) -> dict:
             "records_over_k": sum(n > k for _, n, _ in per),
             "acknowledged": len(tally.acked), "lost": sum(1 for e in acked if e not in events),
             "duplicates": sum(1 for e in acked if events.get(e, 0) > 1),
-            "lock_errors": log.read_text(errors="replace").count("database is locked"),
+            "lock_errors": sum(log.read_text(errors="replace").count("database is locked") for log in logs),
             "server_errors": sum(n for s, n in tally.statuses.items() if s >= 500)}
 
 
@@ -145,18 +154,22 @@ def cpu_s(pid: int) -> float:
 
 
 async def run(args, model, data, k, people, kill_after=None) -> dict:
-    port, log = free_port(), data / "server.log"
-    state = {"proc": start(model, data, port, log, people["admin"])[0]}
+    ports = [free_port() for _ in range(args.servers)]
+    logs = [data / f"server{i or ''}.log" for i in range(args.servers)]
+    state = {"procs": []}
     try:  # a failed run leaves no server behind on the data folder
-        return await _load(args, model, data, k, people, kill_after, port, log, state)
+        for port, log in zip(ports, logs):
+            state["procs"].append(start(model, data, port, log, people["admin"], args.servers)[0])
+        return await _load(args, model, data, k, people, kill_after, ports, logs, state)
     finally:
-        if state["proc"].poll() is None:
-            state["proc"].send_signal(signal.SIGTERM)
-            state["proc"].wait(60)
+        for proc in state["procs"]:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                proc.wait(60)
 
 
-async def _load(args, model, data, k, people, kill_after, port, log, state) -> dict:
-    base_url = f"http://127.0.0.1:{port}"
+async def _load(args, model, data, k, people, kill_after, ports, logs, state) -> dict:
+    base_url, port, log = f"http://127.0.0.1:{ports[0]}", ports[0], logs[0]
     texts, labels = args.texts, args.labels
     admin = {"Authorization": f"Bearer {people['admin']}"}
     r = await asyncio.to_thread(httpx.post, base_url + "/v1/datasets", headers=admin, timeout=300,
@@ -166,39 +179,54 @@ async def _load(args, model, data, k, people, kill_after, port, log, state) -> d
     ds = r.json()["id"]
     tally, rng, before = Tally(), random.Random(k), None
     load = os.getloadavg()[0]
-    server_cpu, client_cpu = -cpu_s(state["proc"].pid), -time.process_time()
+    server_cpu, client_cpu = -sum(cpu_s(p.pid) for p in state["procs"]), -time.process_time()
     t0 = time.perf_counter()
-    tasks = [asyncio.create_task(annotator(lambda: base_url, ds, tok, labels, args.think, tally,
+    clients = [tok for name, tok in people.items() if name != "admin" for _ in range(args.clients_per)]
+    urls = [f"http://127.0.0.1:{ports[i % len(ports)]}" for i in range(len(clients))]
+    tasks = [asyncio.create_task(annotator(lambda u=url: u, ds, tok, labels, args.think, tally,
                                            random.Random(rng.random())))
-             for name, tok in people.items() if name != "admin" for _ in range(args.clients_per)]
+             for url, tok in zip(urls, clients)]
     if kill_after is not None:  # killed once this many labels are acknowledged
         while len(tally.acked) < kill_after and not all(t.done() for t in tasks):
             await asyncio.sleep(0.05)
         before = len(tally.acked)
-        server_cpu += cpu_s(state["proc"].pid)
-        state["proc"].send_signal(signal.SIGKILL)
-        state["proc"].wait()
-        state["proc"], _ = await asyncio.to_thread(start, model, data, port, log, people["admin"])
-        server_cpu -= cpu_s(state["proc"].pid)
+        server_cpu += cpu_s(state["procs"][0].pid)
+        state["procs"][0].send_signal(signal.SIGKILL)
+        state["procs"][0].wait()
+        state["procs"][0], _ = await asyncio.to_thread(start, model, data, port, log, people["admin"], args.servers)
+        server_cpu -= cpu_s(state["procs"][0].pid)
         print(f"  killed -9 after {before} acknowledged labels; restarted", flush=True)
     await asyncio.gather(*tasks)
     wall = time.perf_counter() - t0
-    server_cpu += cpu_s(state["proc"].pid)
+    server_cpu += sum(cpu_s(p.pid) for p in state["procs"])
     client_cpu += time.process_time()
     n = max(len(tally.acked), 1)
     result = {"k": k, "killed_after_acknowledged": before if kill_after is not None else None, "wall_s": round(wall, 2),
               "label_saves_per_s": round(len(tally.acked) / wall, 1),
               "label_ms": {"p50": _pct(tally.label_ms, 50), "p99": _pct(tally.label_ms, 99)},
               "next_ms": {"p50": _pct(tally.next_ms, 50), "p99": _pct(tally.next_ms, 99)},
+              # the slowest label requests: [seconds into the run, ms]
+              "slowest_label_ms": [[round(at - t0, 2), round(ms, 1)]
+                                   for at, ms in sorted(tally.label_at, key=lambda x: -x[1])[:10]],
               # CPU per acknowledged save (a next and a labels request): what the load average does not change
               # much, and what 500 saves/s on 2 cores needs to be under ~2 ms for server and client together
               "server_cpu_ms_per_save": round(server_cpu / n * 1000, 2),
               "client_cpu_ms_per_save": round(client_cpu / n * 1000, 2),
               "statuses": {str(s): n for s, n in sorted(tally.statuses.items())},
               "transport_errors": tally.transport_errors, "load_avg_1m": [round(load, 1), round(os.getloadavg()[0], 1)],
-              **check(f"sqlite:///{data / 'app.db'}", ds, k, tally, log)}
+              "servers": len(ports), **check(f"sqlite:///{data / 'app.db'}", ds, k, tally, logs)}
     print(json.dumps(result), flush=True)
     return result
+
+
+def _event_loop_run(coro):
+    """The clients on uvloop where it is installed (as the server's uvicorn): asyncio's own loop cost the
+    client more CPU a save, taken from the same 2 cores as the server's."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 def token_costs() -> dict:
@@ -229,6 +257,8 @@ def main(argv=None) -> int:
     ap.add_argument("--clients-per", type=int, default=2)
     ap.add_argument("--think-ms", default="0,50")
     ap.add_argument("--kill-after", type=int, default=100, help="acknowledged labels before the kill -9")
+    ap.add_argument("--servers", type=int, default=1, help="server processes (the fleet's replicas on the one "
+                    "SQLite file, each on its own port; the clients spread over them)")
     ap.add_argument("--runs", default="k1,k3,kill", help="which of k1, k3, kill (k=3 with a kill -9) to run")
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-team"))
     ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "team_labels.json")
@@ -246,7 +276,7 @@ def main(argv=None) -> int:
         people = {f"ann{i}": users.add_user(engine, f"ann{i}", "annotator") for i in range(args.annotators)}
         people["admin"] = users.add_user(engine, "admin", "admin")
         engine.dispose()
-        runs.append(asyncio.run(run(args, model, data, k, people, kill)))
+        runs.append(_event_loop_run(run(args, model, data, k, people, kill)))
     report = {"runs": runs, "token_hash_cost": token_costs(), "records": args.records,
               "annotators": args.annotators, "clients": args.annotators * args.clients_per, "think_ms": args.think,
               "store": "sqlite (WAL, synchronous=NORMAL)", "targets": {"saves_per_s_min": 500, "p99_ms_max": 50},

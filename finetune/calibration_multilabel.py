@@ -21,7 +21,14 @@ from __future__ import annotations
 import numpy as np
 
 from finetune.calibration import BINS, ece_floor, label_drawn_ece, mean_binary_ece, pick_method
-from finetune.coverage import DELTA, MIN_ANSWERED, label_bound_thresholds, pick_threshold, statement
+from finetune.coverage import (
+    DELTA,
+    MIN_ANSWERED,
+    label_bound_thresholds,
+    pick_threshold,
+    statement,
+    unreachable,
+)
 from textdata.calibration import Calibrator, LabelCalibrator, confident
 from textdata.errors import DataError
 from textdata.nested import fold_masks
@@ -168,11 +175,15 @@ def calibrate_labels(
 
 
 def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision) -> dict:
-    thresholds, best = label_thresholds(final(P), Y, target)
-    if np.all(thresholds >= 1.0):
+    served = final(P)
+    thresholds, best = label_thresholds(served, Y, target)
+    if np.all(thresholds >= 1.0):  # one line: the nearest label's best reachable target, or the rows it needs
+        j = int(np.nanargmax(np.where(np.isnan(best), -1.0, best)))
+        nearest = unreachable(target, DELTA, served[:, j], Y[:, j] == 1).split(": ", 1)[1]
         raise DataError(
-            f"--target-precision {target:g}: no label reaches it on the {len(Y)} out-of-fold rows (the "
-            f"best precision reached is {np.nanmax(best):.4f}, asserting at least {MIN_ANSWERED} rows)"
+            f"--target-precision {target:g}: no label reaches it on the {len(Y)} out-of-fold rows with "
+            f"{1 - DELTA:.0%} confidence (the best precision reached is {np.nanmax(best):.4f}, asserting at least "
+            f"{MIN_ANSWERED} rows); the nearest label, {labels[j]!r}: {nearest}"
         )
     folds = []
     for (k, held, rest), cal, dec in zip(fold_masks(fold_of), cals, decision):

@@ -1,9 +1,10 @@
 """Agreement between annotators: Krippendorff's alpha, Fleiss' kappa, pairwise Cohen's kappa.
 
-Alpha comes from the `krippendorff` package (nominal; it takes missing answers as they are) and Cohen's
-kappa from scikit-learn. Fleiss' kappa is the few lines below: statsmodels has it, but it is not among our
-dependencies and would be one more large package for one formula; tests check these lines to 1e-9 against
-an independent per-item computation and Fleiss' published example. Fleiss' kappa assumes the same number
+Alpha comes from the `krippendorff` package (nominal; it takes missing answers as they are). Fleiss' and
+Cohen's kappa are the few lines below: statsmodels has Fleiss', scikit-learn Cohen's, but the slim serving
+image has neither (scikit-learn brings scipy, about 200 MB: docker/deps.py), and the agreement route must
+answer there too; tests check these lines to 1e-9 against scikit-learn's cohen_kappa_score, an independent
+per-item computation and Fleiss' published example. Fleiss' kappa assumes the same number
 of raters per item, so it is computed over the texts with exactly k answers (the finished ones).
 
 For a multi-label dataset each label is a yes/no question: per label alpha and kappa on that, and the
@@ -14,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import warnings
 
 import krippendorff
 import numpy as np
@@ -45,15 +45,16 @@ def alpha_nominal(matrix: np.ndarray) -> float | None:
 
 
 def cohen(a: list, b: list) -> float | None:
-    # imported here: the slim serving image has no scikit-learn (docker/deps.py), and serves without this
-    from sklearn.metrics import cohen_kappa_score
-
+    """Cohen's kappa of two raters' answers to the same items (scikit-learn's cohen_kappa_score, unweighted):
+    observed agreement against the agreement their own label frequencies give by chance."""
     if len(a) < 2:
         return None
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # one category only: sklearn warns and returns NaN
-        k = cohen_kappa_score(a, b)
-    return None if math.isnan(k) else float(k)
+    _, codes = np.unique(np.array([str(x) for x in list(a) + list(b)]), return_inverse=True)
+    x, y = codes[:len(a)], codes[len(a):]
+    n_cat = int(codes.max()) + 1
+    p_o = float(np.mean(x == y))
+    p_e = float(np.dot(np.bincount(x, minlength=n_cat), np.bincount(y, minlength=n_cat))) / len(a) ** 2
+    return None if math.isclose(p_e, 1.0) else (p_o - p_e) / (1 - p_e)
 
 
 def _figures(matrix: np.ndarray, n_categories: int, k: int) -> tuple[float | None, float | None]:
@@ -70,7 +71,6 @@ def _mean(values) -> float | None:
 
 def agreement(rows: list[dict], labels: list[str], multi_label: bool, k: int) -> dict:
     """rows: {"record_id", "annotator", "value"}. The /v1/datasets/{id}/agreement answer."""
-    import sklearn.metrics  # noqa: F401 - without it (the slim image) fail at once, pairs or none
     recs = sorted({r["record_id"] for r in rows})
     names = sorted({r["annotator"] for r in rows})
     col = {rid: i for i, rid in enumerate(recs)}

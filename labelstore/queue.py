@@ -203,7 +203,7 @@ def next_record(engine, ds: Dataset, uid: int, lease_s: float = LEASE_S) -> dict
                     return _record_out(row)
         return None
 
-    return tx.run(engine, pick)
+    return tx.run_hot(engine, pick)
 
 
 def _event_body(ev, multi_label: bool) -> dict:
@@ -243,7 +243,7 @@ def submit(engine, ds: Dataset, uid: int, record_id: int, value, client_event_id
                                    "new_at": now})
         return _event_body(ev, ds.multi_label), False
 
-    return tx.run(engine, save)
+    return tx.run_hot(engine, save)
 
 
 def undo_last(engine, ds: Dataset, uid: int, lease_s: float = LEASE_S) -> dict | None:

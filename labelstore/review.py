@@ -8,7 +8,7 @@ import sqlalchemy as sa
 
 from labelstore import tx
 from labelstore.queue import Dataset, NotFound
-from labelstore.schema import adjudications, answers, label_events, records, users
+from labelstore.schema import adjudications, answers, label_events, records, slots, users
 
 
 def answer_rows(engine, ds: Dataset) -> list[dict]:
@@ -83,6 +83,23 @@ def progress(engine, ds: Dataset) -> dict:
                            .join(records, records.c.id == answers.c.record_id)
                            .where(records.c.dataset_id == ds.id).group_by(users.c.name)).all()
         return {"records": total, "complete": complete, "answers": {name: n for name, n in per}}
+    return tx.read(engine, q)
+
+
+def my_progress(engine, ds: Dataset, uid: int) -> dict:
+    """One annotator's place in a dataset (the Label tab's bar): texts in it, answered by them, and still to
+    go for them (open, not answered by them; the text they hold included). Blind: no one else's answers."""
+    def q(conn):
+        total = conn.execute(sa.select(sa.func.count()).where(records.c.dataset_id == ds.id)).scalar_one()
+        mine = conn.execute(sa.select(sa.func.count()).select_from(answers).join(
+            records, records.c.id == answers.c.record_id).where(records.c.dataset_id == ds.id,
+                                                                answers.c.annotator_id == uid)).scalar_one()
+        held = sa.exists().where(slots.c.record_id == records.c.id, slots.c.annotator_id == uid)
+        leased = sa.exists().where(slots.c.record_id == records.c.id, slots.c.annotator_id == uid,
+                                   slots.c.state == "leased")
+        todo = conn.execute(sa.select(sa.func.count()).where(
+            records.c.dataset_id == ds.id, sa.or_(sa.and_(records.c.is_open == sa.true(), ~held), leased))).scalar_one()
+        return {"records": total, "mine": mine, "todo": todo}
     return tx.read(engine, q)
 
 

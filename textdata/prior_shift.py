@@ -19,7 +19,7 @@ import numpy as np
 
 EM_ROUNDS = 50
 TOLERANCE = 1e-6  # a mix that moves less than this in a round has converged
-SHIFT_LEVEL = 0.01  # the test's level: the mix moved where p < this (bench/prior_shift.py)
+SHIFT_LEVEL = 0.001  # the test's level: the mix moved where p < this (bench/prior_shift.py: 0 of 40 unmoved BBC windows)
 _FLOOR = 1e-6  # a class the training rows never show still gets a prior the ratio can divide by
 
 

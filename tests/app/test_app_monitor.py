@@ -16,6 +16,7 @@ from starlette.testclient import TestClient
 
 from app.audit import AuditQueue, live_precision, start_session, wilson
 from app.config import Config, parse_args
+from app.label_kinds import SINGLE
 from app.labeling import SessionStore
 from app.monitor import Monitor
 from serving.engine import Prediction
@@ -33,6 +34,7 @@ class FakeClf:
     folder: Path
     labels: list
     max_length: int = 32
+    space: object = SINGLE  # single-label, as the engine's clf.space
 
 
 @dataclass

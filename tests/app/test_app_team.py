@@ -7,6 +7,7 @@ import csv
 import io
 import json
 
+import pytest
 from fastapi.testclient import TestClient
 
 from app.config import Config
@@ -171,13 +172,31 @@ def test_a_retrain_table_takes_the_store_as_of_its_newest_event(tmp_path):
     engine.dispose()
 
 
-def test_without_scikit_learn_agreement_says_what_is_missing(tmp_path, monkeypatch):
-    # the slim image (docker/deps.py) has no scikit-learn: the server runs, agreement answers 501 saying so
-    with client(f"sqlite:///{tmp_path / 'app.db'}", tmp_path) as c:
-        ds = c.post("/v1/datasets", json={"name": "x", "texts": ["p"]}).json()["id"]
-        monkeypatch.setitem(__import__("sys").modules, "sklearn.metrics", None)
-        r = c.get(f"/v1/datasets/{ds}/agreement")
-        assert r.status_code == 501 and "sklearn" in r.json()["detail"] and "VARIANT=full" in r.json()["detail"]
+def test_agreement_needs_no_scikit_learn(tmp_path, monkeypatch):
+    # the slim image (docker/deps.py) has no scikit-learn (nor scipy): agreement, Cohen's kappa included, answers
+    for name in ("sklearn", "sklearn.metrics", "scipy"):
+        monkeypatch.setitem(__import__("sys").modules, name, None)
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    engine = open_store(url)
+    tokens = {n: users.add_user(engine, n, role) for n, role in (("ann", "annotator"), ("bob", "annotator"),
+                                                                 ("rev", "reviewer"))}
+    engine.dispose()
+
+    def as_(name):
+        return {"Authorization": f"Bearer {tokens[name]}"}
+
+    with client(url, tmp_path) as c:
+        ds = c.post("/v1/datasets", headers=as_("rev"), json={"name": "x", "texts": ["p", "q", "r"], "overlap": 2,
+                                                              "labels": ["a", "b"]}).json()["id"]
+        for name, votes in (("ann", "aab"), ("bob", "abb")):
+            for vote in votes:
+                rec = c.post(f"/v1/datasets/{ds}/next", headers=as_(name)).json()
+                assert c.post(f"/v1/datasets/{ds}/labels", headers=as_(name),
+                              json={"record_id": rec["record_id"], "label": vote}).status_code == 200
+        r = c.get(f"/v1/datasets/{ds}/agreement", headers=as_("rev"))
+        assert r.status_code == 200, r.text
+        # the same order of texts for both: a a b against a b b, kappa (2/3 - 4/9) / (1 - 4/9) = 0.4
+        assert r.json()["pairwise_cohen_kappa"][0]["cohen_kappa"] == pytest.approx(0.4, abs=1e-9)
 
 
 def test_the_csv_export_neutralises_spreadsheet_formulas(store_url, tmp_path):

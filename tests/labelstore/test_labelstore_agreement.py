@@ -71,6 +71,20 @@ def test_cohen_kappa_equals_its_definition():
     assert cohen(["x", "x"], ["x", "x"]) is None
 
 
+@pytest.mark.parametrize("seed", range(5))
+def test_cohen_kappa_equals_scikit_learns(seed):
+    """The numpy lines (the slim image has no scikit-learn) against the reference implementation."""
+    from sklearn.metrics import cohen_kappa_score
+
+    rng = np.random.default_rng(seed)
+    names = np.array(["neg", "neu", "pos", "n/a"])
+    n = int(rng.integers(10, 60))
+    a, b = list(names[rng.integers(0, 3, n)]), list(names[rng.integers(1, 4, n)])  # categories one rater never uses
+    assert cohen(a, b) == pytest.approx(cohen_kappa_score(a, b), abs=1e-9)
+    same = list(names[rng.integers(0, 2, n)])
+    assert cohen(same, same) == pytest.approx(cohen_kappa_score(same, same), abs=1e-9)
+
+
 def rows_of(matrix: np.ndarray, labels: list[str]) -> list[dict]:
     return [{"record_id": int(j), "annotator": f"r{i}", "value": labels[int(v)]}
             for i, j in zip(*np.nonzero(~np.isnan(matrix))) for v in [matrix[i, j]]]

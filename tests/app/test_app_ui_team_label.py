@@ -1,0 +1,157 @@
+"""The Label tab on a team dataset, in a real browser (Debian's chromium, Playwright): two annotators signed
+in with their tokens label one dataset with overlap 2 through the store's queue by keys: each text ends with
+exactly 2 answers from 2 people, nobody is shown another's answer, undo takes back one's own last answer, a
+second browser of the same person resumes on the text they hold, and an uploaded file's journal names who
+labeled each line."""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+from app_testkit import start_server
+from test_app_ui_browser import ARGS, CHROMIUM, pytestmark, shown_text, start_session  # noqa: F401
+
+from labelstore import open_store, users
+
+TEXTS = ["꿈에서 봤다 오늘", "에러 발생했다 회의", "메모 약속 내일", "좋은 날씨 일기", "오류 기록"]
+
+
+@pytest.fixture(scope="module")
+def team(spread_model_dir, tmp_path_factory):
+    root = tmp_path_factory.mktemp("team-ui")
+    engine = open_store(f"sqlite:///{root / 'app-data' / 'app.db'}")
+    tokens = {name: users.add_user(engine, name, role)
+              for name, role in (("ann", "annotator"), ("bob", "annotator"), ("boss", "admin"))}
+    engine.dispose()
+    server = start_server(spread_model_dir, root, "--no-monitor")
+    try:
+        server.wait_ready(headers={"Authorization": f"Bearer {tokens['boss']}"})
+        made = httpx.post(server.url + "/v1/datasets", headers={"Authorization": f"Bearer {tokens['boss']}"},
+                          json={"name": "diary", "texts": TEXTS, "overlap": 2}, timeout=60)
+        assert made.status_code == 201, made.text
+        yield server, tokens, made.json()["id"]
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def browser(team):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        yield b
+        b.close()
+
+
+def signed_in(browser, server, token):
+    """A fresh browser context (another person, or the same person's other browser), signed in."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    context.set_default_timeout(60_000)
+    pg = context.new_page()
+    pg.goto(server.url + "/login")
+    pg.fill("input[name=key]", token)
+    pg.click("button[type=submit]")
+    pg.wait_for_selector("#classify-text textarea")
+    return pg
+
+
+def open_dataset(pg, dataset_id: int) -> None:
+    pg.get_by_role("tab", name="Label").click()
+    pg.wait_for_function("() => document.querySelector('#label-hint') !== null")
+    if not pg.is_visible("#label-dataset"):
+        pg.click("text=Start or resume a session")
+    pg.click("#label-dataset input")
+    pg.get_by_role("option").filter(has_text=f"{dataset_id}: diary").click()
+    pg.wait_for_function("() => /team dataset diary/.test(document.querySelector('#label-progress').innerText)")
+    pg.click("#label-progress")  # focus off the dropdown, as a person reading the text would be
+
+
+def key_to_next(pg, key: str) -> tuple[str, float]:
+    """Press `key` and wait for the text on screen to change; (the new text, seconds)."""
+    before = shown_text(pg)
+    t = time.perf_counter()
+    pg.keyboard.press(key)
+    pg.wait_for_function("t => document.querySelector('#label-text textarea').value !== t", arg=before)
+    return shown_text(pg), time.perf_counter() - t
+
+
+def labeled(pg) -> int:
+    import re
+
+    return int(re.search(r"(\d+) labeled", pg.inner_text("#label-progress")).group(1))
+
+
+def export(server, tokens, ds) -> list[dict]:
+    r = httpx.get(f"{server.url}/v1/datasets/{ds}/export?format=jsonl",
+                  headers={"Authorization": f"Bearer {tokens['boss']}"}, timeout=30)
+    return [json.loads(line) for line in r.text.splitlines()]
+
+
+def test_two_annotators_label_a_dataset_by_keys(team, browser):
+    server, tokens, ds = team
+    ann = signed_in(browser, server, tokens["ann"])
+    open_dataset(ann, ds)
+    first = shown_text(ann)
+    assert first in TEXTS and "Model suggests" in ann.inner_text("#label-hint")
+    times = []
+    second, dt = key_to_next(ann, "1")  # the first label
+    times.append(dt)
+    assert second != first and labeled(ann) == 1
+    back, dt = key_to_next(ann, "u")  # undo: the same text again, the answer taken back
+    times.append(dt)
+    assert back == first and labeled(ann) == 0
+    again, dt = key_to_next(ann, "2")
+    times.append(dt)
+    assert again == second
+    # ann's other browser resumes on the text ann holds now
+    ann2 = signed_in(browser, server, tokens["ann"])
+    open_dataset(ann2, ds)
+    assert shown_text(ann2) == second
+    ann2.context.close()
+    while "Nothing left" not in ann.inner_text("#label-hint"):
+        _, dt = key_to_next(ann, "Enter" if ann.is_visible("#accept-btn") else "1")
+        times.append(dt)
+    assert labeled(ann) == len(TEXTS)
+    bob = signed_in(browser, server, tokens["bob"])
+    open_dataset(bob, ds)
+    assert labeled(bob) == 0  # bob's own count, not the dataset's answers
+    while "Nothing left" not in bob.inner_text("#label-hint"):
+        hint = bob.inner_text("#label-hint") + bob.inner_text("#label-progress")
+        assert "ann" not in hint  # blind: nobody else's answers on the page
+        _, dt = key_to_next(bob, "2")
+        times.append(dt)
+    rows = export(server, tokens, ds)
+    per_text = {}
+    for r in rows:
+        per_text.setdefault(r["text"], []).append(r["annotator"])
+    assert sorted(per_text) == sorted(TEXTS) and all(sorted(v) == ["ann", "bob"] for v in per_text.values())
+    ann_first = next(r for r in rows if r["text"] == first and r["annotator"] == "ann")
+    assert ann_first["label"] == next(r["label"] for r in rows if r["annotator"] == "bob")  # "2": the same button
+    print(f"\nteam dataset, seconds from a key to the next text: median {statistics.median(times):.3f}, "
+          f"max {max(times):.3f} over {len(times)} keys")
+    ann.context.close()
+    bob.context.close()
+
+
+def test_a_file_sessions_journal_names_who_labeled(team, browser, tmp_path):
+    server, tokens, _ = team
+    source = tmp_path / "mine.csv"
+    source.write_text("text\n" + "\n".join(TEXTS[:3]) + "\n", encoding="utf-8")
+    ann = signed_in(browser, server, tokens["ann"])
+    start_session(ann, source)
+    ann.click("#label-progress")  # focus off the start button
+    times = [key_to_next(ann, key)[1] for key in ("1", "u", "1")]  # label, undo, label again
+    print(f"\nfile session, seconds from a key to the next text: median {statistics.median(times):.3f}, "
+          f"max {max(times):.3f} over {len(times)} keys")
+    ann.wait_for_function("() => /(^|\\s)1 labeled/.test(document.querySelector('#label-progress').innerText)")
+    (meta,) = [m for m in Path(server.cwd / "app-data" / "label").glob("*/meta.json")
+               if json.loads(m.read_text(encoding="utf-8"))["source"] == "mine.csv"]
+    events = [json.loads(line) for line in (meta.parent / "journal.jsonl").read_text("utf-8").splitlines()]
+    label = next(e for e in events if e["op"] == "label")
+    assert label["by"] == "ann" and abs(label["ts"] - time.time()) < 600
+    ann.context.close()
