@@ -252,17 +252,19 @@ def test_search_objective_is_the_nested_tuned_macro_f1_for_multi_label():
     from types import SimpleNamespace
 
     from finetune.search import objective
+    from textdata.labels import LabelSpace
 
     rng = np.random.default_rng(2)
     Y = random_Y(90, 3)
     proba = np.clip(0.6 * Y + rng.uniform(0, 0.5, Y.shape), 0, 1)
     folds = [(np.setdiff1d(np.arange(90), np.arange(k, 90, 3)), np.arange(k, 90, 3)) for k in range(3)]
-    data = SimpleNamespace(multi_label=True, Y=Y, labels=["a", "b", "c"], texts=[""] * 90)
+    data = SimpleNamespace(space=LabelSpace.of(["a", "b", "c"], multi_label=True), Y=Y, labels=["a", "b", "c"],
+                           texts=[""] * 90)
     prep = SimpleNamespace(data=data, folds=folds)
     value = objective(prep, {k: proba[va] for k, (_, va) in enumerate(folds)}, [0.1, 0.2, 0.3])
     assert value == pytest.approx(scored(Y, proba, np.arange(90) % 3, data.labels)["macro_f1_mean"])
     assert value != pytest.approx(0.2)
-    single = SimpleNamespace(data=SimpleNamespace(multi_label=False), folds=folds)
+    single = SimpleNamespace(data=SimpleNamespace(space=LabelSpace.of(["a", "b", "c"])), folds=folds)
     assert objective(single, {}, [0.1, 0.2, 0.3]) == pytest.approx(0.2)
 
 
