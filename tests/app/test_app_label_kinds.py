@@ -36,9 +36,9 @@ KNOWN = {
     # checkboxes instead of label buttons, the key help, Accept: the Label tab, which also shows a team dataset's
     # queue (app/ui_team_label.py, another helper's this session) through sessions that carry no label space
     "app/ui_label_view.py": 3, "app/ui.py": 1,
-    # the class-mix shift (issue 42, merged after this work): single-label only, by reference.json's kind and a
-    # getattr of the served model's; to move to clf.space (test doubles without one: test_app_monitor's FakeClf)
-    "app/monitor.py": 2,
+    # the Label tab over a team dataset's queue (team50, merged after this work): its session is the label
+    # store's dataset, which records its kind as a column and carries no label space yet
+    "app/ui_team_label.py": 2,
 }
 # The modules where the app's label data names its kind ("multi_label", "label_sep"): each format once.
 FORMATS = {
