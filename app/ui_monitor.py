@@ -109,8 +109,10 @@ def live_sets(live: dict) -> str:
     return "\n".join(lines)
 
 
-def mix_line(est: dict | None) -> str:
-    """The estimated class mix of the texts in the window against the training mix, in one sentence."""
+def mix_line(est: dict | None, confidence_level: str | None = None) -> str:
+    """The estimated class mix of the texts in the window against the training mix, in one sentence; with a
+    caveat where the confidence has drifted to an alert, since EM reads the served probabilities as calibrated,
+    which a moved confidence says they may no longer be (issue 42's ko-help pages: EM moved a steady mix)."""
     if not est:
         return ("\nEstimated class mix: not shown (a multi-label version, no reference, or under 50 single-label "
                 "answers in the window).")
@@ -119,7 +121,9 @@ def mix_line(est: dict | None) -> str:
     return (f"\nEstimated class mix of the {est['rows']} texts in the window (EM on the served probabilities, Saerens "
             f"et al. 2002) {moved} the training mix (likelihood-ratio p = {est['p_value']:.3g}; total variation "
             f"{est['total_variation']:.3f}): " + ", ".join(
-                f"{html.escape(k)} {est['mix'][k]:.1%} (trained {est['training_mix'].get(k, 0.0):.1%})" for k in top))
+                f"{html.escape(k)} {est['mix'][k]:.1%} (trained {est['training_mix'].get(k, 0.0):.1%})" for k in top)) + (
+        " **Read it with care:** how sure the model is has moved far from the reference too, so its probabilities "
+        "may not be calibrated on these texts, and the estimate assumes they are." if confidence_level == "alert" else "")
 
 
 def summary(report: dict, version: str) -> str:
@@ -132,7 +136,7 @@ def summary(report: dict, version: str) -> str:
         lines.append(f"No drift statistics: {html.escape(v['reference_note'] or 'no answers yet')}.")
     else:
         lines.append("<ul>" + "".join(level_line(k, val, v["levels"][k]) for k, val in v["drift"].items()) + "</ul>")
-    lines.append(mix_line(v.get("estimated_mix")))
+    lines.append(mix_line(v.get("estimated_mix"), (v.get("levels") or {}).get("confidence")))
     lines.append(f"\nCut at the token limit: {v['overlong_share']:.1%} · not sure: {v['not_sure_share']:.1%} · "
                  f"empty texts refused: {v['empty_rejected']}")
     live = v.get("live_precision")

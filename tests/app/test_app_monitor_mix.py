@@ -89,6 +89,11 @@ def test_few_answers_or_no_reference_show_no_estimate_and_the_tab_says_so(folder
     report = monitor.report()
     text = summary(report, "v1")
     assert "has **moved** from the training mix" in text and "memo" in text.split("training mix")[1]
+    assert ("Read it with care" in text) == (report["versions"]["v1"]["levels"]["confidence"] == "alert")
+    alerted = {**report["versions"]["v1"], "levels": {**report["versions"]["v1"]["levels"], "confidence": "alert"}}
+    assert "Read it with care" in summary({**report, "versions": {"v1": alerted}}, "v1")
+    steady = {**alerted, "levels": {**alerted["levels"], "confidence": "ok"}}
+    assert "Read it with care" not in summary({**report, "versions": {"v1": steady}}, "v1")
     fig = figure(report["versions"]["v1"])
     (marks,) = fig.axes[0].collections  # the estimated mix, one marker a label
     assert marks.get_offsets()[:, 1][2] == pytest.approx(report["versions"]["v1"]["estimated_mix"]["mix"]["memo"])
