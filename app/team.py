@@ -62,6 +62,22 @@ def _bad(field: str, msg: str) -> HTTPException:
     return HTTPException(422, [{"type": "value_error", "loc": ["body", field], "msg": msg}])
 
 
+def new_dataset(state, engine, body: NewDataset, uid: int) -> dict:
+    """A dataset from checked texts, the served model's answers as suggestions where its labels are the
+    dataset's: one path for `POST /v1/datasets` and the Team tab's upload."""
+    served = state.served
+    clf = served.clf
+    multi = body.multi_label if body.multi_label is not None else clf.space.multi_label
+    labels = list(dict.fromkeys(body.labels or clf.labels))
+    model_labels = list(clf.labels) == labels and multi == clf.space.multi_label
+    rows = _suggestions(clf, body.texts) if model_labels else [{} for _ in body.texts]
+    for row, text in zip(rows, body.texts):
+        row.update(text=text, model_version=served.version if model_labels else None)
+    ds, n, dup = queue.create_dataset(engine, body.name, labels, multi, body.overlap, rows, uid)
+    return {"id": ds, "records": n, "duplicates": dup, "labels": labels, "multi_label": multi,
+            "overlap": body.overlap}
+
+
 def _suggestions(clf, texts: list[str]) -> list[dict]:
     """The served model's answer per text: shown as the suggestion, and its confidence orders the queue."""
     suggest = clf.space.pick(_label_suggestions, _set_suggestions)  # a multi-label model: its set over thresholds
@@ -147,22 +163,12 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
     @app.post("/v1/datasets", status_code=201)
     def create(body: NewDataset, request: Request):
         uid = who.caller(request, STAFF)[0]
-        served = state.served
-        clf = served.clf
-        multi = body.multi_label if body.multi_label is not None else clf.space.multi_label
-        labels = list(dict.fromkeys(body.labels or clf.labels))
         for i, t in enumerate(body.texts):
             if not t.strip():
                 raise HTTPException(422, [{"type": "value_error", "loc": ["body", "texts", i], "msg": "empty text"}])
         if len(body.texts) > cfg.max_upload_rows:
             raise _bad("texts", f"{len(body.texts)} texts; the limit is {cfg.max_upload_rows} (--max-upload-rows)")
-        model_labels = list(clf.labels) == labels and multi == clf.space.multi_label
-        rows = _suggestions(clf, body.texts) if model_labels else [{} for _ in body.texts]
-        for row, text in zip(rows, body.texts):
-            row.update(text=text, model_version=served.version if model_labels else None)
-        ds, n, dup = queue.create_dataset(engine, body.name, labels, multi, body.overlap, rows, uid)
-        return {"id": ds, "records": n, "duplicates": dup, "labels": labels, "multi_label": multi,
-                "overlap": body.overlap}
+        return new_dataset(state, engine, body, uid)
 
     @app.get("/v1/datasets")
     def datasets(request: Request):

@@ -4,13 +4,19 @@ annotators disagree on, which a reviewer settles here (the adjudicated label is 
 from __future__ import annotations
 
 import html
+from pathlib import Path
 
 import gradio as gr
+from pydantic import ValidationError
 
-from labelstore import queue, review
+from labelstore import queue, review, users
 from labelstore.agreement import agreement
+from textdata.tables import missing_text
 
+from .config import open_to_anyone
 from .gate import SESSION_COOKIE
+from .team import NewDataset, new_dataset, open_refusal
+from .uploads import read_upload, uploaded_only
 
 
 def _fmt(x) -> str:
@@ -52,7 +58,7 @@ def team_tab(cfg, state) -> None:
         if staff(request) is None:
             return STAFF_ONLY, [], gr.update(choices=[])
         if dataset_id is None:
-            return "No dataset chosen (create one with POST /v1/datasets).", [], gr.update(choices=[])
+            return "No dataset chosen (create one from a file below).", [], gr.update(choices=[])
         ds = queue.get_dataset(engine, int(dataset_id))
         split = review.disagreements(engine, ds)
         rows = [[r["record_id"], r["text"][:200], "; ".join(f"{k}: {v}" for k, v in r["answers"].items())]
@@ -73,6 +79,31 @@ def team_tab(cfg, state) -> None:
             raise gr.Error(str(e)) from None
         return show(dataset_id, request)
 
+    def create(file, text_column, name, overlap, request: gr.Request):
+        """A dataset from an uploaded table, as `POST /v1/datasets` makes one (app/team.py new_dataset)."""
+        reviewer = staff(request)
+        if reviewer is None:
+            raise gr.Error(STAFF_ONLY)
+        if open_to_anyone(cfg) and reviewer[1] == users.LOCAL:  # as the API's Callers: no datasets on an open server
+            raise gr.Error(open_refusal(cfg))
+        df, column, errors, _ = read_upload(cfg, file, text_column)
+        if errors:  # a dataset's texts must be the file's rows: a shifted row is not labeled as it reads
+            first = min(errors)
+            raise gr.Error(f"{Path(file).name}: {errors[first]}"[:300])
+        keep = ~missing_text(df[column])
+        texts = df.loc[keep, column].astype(str).tolist()
+        try:
+            body = NewDataset(name=(name or "").strip() or Path(file).stem, texts=texts, overlap=int(overlap or 1))
+        except (ValidationError, ValueError) as e:
+            raise gr.Error(f"Cannot create the dataset: {str(e).splitlines()[0][:200]}") from None
+        made = new_dataset(state, engine, body, reviewer[0])
+        empty = int((~keep).sum())
+        said = (f"Dataset {made['id']} ({html.escape(body.name)}): {made['records']} texts, each to be answered by "
+                f"{made['overlap']} different annotator(s)" + (f"; {made['duplicates']} repeated texts kept once"
+                                                               if made["duplicates"] else "")
+                + (f"; {empty} empty rows skipped" if empty else "") + ".")
+        return said, gr.update(choices=choices(request), value=made["id"])
+
     with gr.Tab("Team", id="team", elem_id="tab-team") as tab:
         with gr.Row():
             t_dataset = gr.Dropdown(label="Dataset", choices=[], elem_id="team-dataset")
@@ -84,6 +115,15 @@ def team_tab(cfg, state) -> None:
             t_record = gr.Number(label="record_id", precision=0, elem_id="team-record")
             t_label = gr.Dropdown(label="Final label", choices=[], elem_id="team-label")
             t_settle = gr.Button("Adjudicate", variant="primary", elem_id="team-settle")
+        with gr.Accordion("New dataset from a file (reviewers and admins)", open=False):
+            with gr.Row():
+                n_file = uploaded_only(gr.File(label="CSV, TSV, JSONL or Parquet", elem_id="team-new-file"))
+                n_column = gr.Textbox(label="Text column", value="text", elem_id="team-new-column")
+                n_name = gr.Textbox(label="Name (default: the file's)", elem_id="team-new-name")
+                n_overlap = gr.Number(label="Answers per text (overlap k)", value=1, minimum=1, precision=0,
+                                      elem_id="team-new-overlap")
+            n_create = gr.Button("Create dataset", elem_id="team-new-create")
+            n_said = gr.Markdown(elem_id="team-new-said")
     outputs = [t_summary, t_split, t_label]
     def listing(request: gr.Request):
         return gr.update(choices=choices(request))
@@ -92,6 +132,7 @@ def team_tab(cfg, state) -> None:
     t_refresh.click(listing, None, t_dataset)
     t_dataset.change(show, t_dataset, outputs)
     t_settle.click(settle, [t_dataset, t_record, t_label], outputs)
+    n_create.click(create, [n_file, n_column, n_name, n_overlap], [n_said, t_dataset])
 
 
 def reviewer_of(cfg, state, cookie: str | None) -> tuple[int, str, str] | None:

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from types import SimpleNamespace
 
 import gradio as gr
+import pytest
 
 from app.config import Config
+from app.gate import SESSION_COOKIE
 from app.ui_team import summary, team_tab
 from labelstore import open_store, queue, review, users
 
@@ -53,4 +56,63 @@ def test_the_team_tab_is_for_reviewers_and_names_who_signed_in(tmp_path):
     users.revoke(engine, "rev")
     state.identities = Identities(engine)
     assert reviewer_of(Config(model="m"), state, cookie["rev"]) is None
+    engine.dispose()
+
+
+def _tab_fn(blocks, name: str):
+    """The function a Team-tab event runs (Gradio keeps them by index)."""
+    (fn,) = [f.fn for f in blocks.fns.values() if getattr(f.fn, "__name__", "") == name]
+    return fn
+
+
+def test_a_reviewer_creates_a_dataset_from_an_uploaded_file_and_an_annotator_cannot(tmp_path):
+    """The Team tab makes a dataset from an upload, as POST /v1/datasets does (issue 46: "created from an upload
+    (UI) or the API"): the served model's answers as suggestions, overlap k, empty rows skipped and said, repeated
+    texts kept once; an annotator is refused, and a file not uploaded through the page is refused."""
+    from gradio.utils import get_upload_folder
+
+    from app.gate import UiSessions
+    from app.team_auth import Identities
+
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    tokens = {name: users.add_user(engine, name, role) for name, role in (("ann", "annotator"), ("rev", "reviewer"))}
+    ids = {name: users.by_token(engine, t)[0] for name, t in tokens.items()}
+
+    class Clf:  # the served model: its labels, its kind and one answer per text
+        labels = ("a", "b")
+        space = SimpleNamespace(multi_label=False, pick=lambda one, many: one)
+
+        def encode(self, texts):
+            return texts
+
+        def predict_encoded(self, texts):
+            return [SimpleNamespace(label="b" if "b" in t else "a", score=0.9 if "b" in t else 0.6) for t in texts]
+
+    state = SimpleNamespace(store=engine, identities=Identities(engine), sessions=UiSessions(),
+                            served=SimpleNamespace(clf=Clf(), version="v7"))
+    cookie = {name: state.sessions.issue(uid) for name, uid in ids.items()}
+    with gr.Blocks() as blocks:
+        team_tab(Config(model="m"), state)
+    create = _tab_fn(blocks, "create")
+    folder = Path(get_upload_folder()) / f"team-test-{tmp_path.name}"
+    folder.mkdir(parents=True, exist_ok=True)
+    upload = folder / "notes.csv"
+    upload.write_text("text,other\nbig b day,1\nsmall day,2\n,3\nbig b day,4\n", encoding="utf-8")
+
+    def request(name):
+        return SimpleNamespace(cookies={SESSION_COOKIE: cookie[name]})
+
+    with pytest.raises(gr.Error, match="reviewers and admins"):
+        create(str(upload), "text", "", 2, request("ann"))
+    said, menu = create(str(upload), "text", "", 2, request("rev"))
+    ds = queue.get_dataset(engine, menu["value"])
+    assert (ds.name, ds.overlap, ds.labels, ds.multi_label) == ("notes", 2, ["a", "b"], False)
+    assert "2 texts" in said and "1 empty rows skipped" in said and "1 repeated texts kept once" in said
+    assert menu["choices"] == [(f"{ds.id}: notes (0/2)", ds.id)]
+    first = queue.next_record(engine, ds, ids["ann"])  # least confident first, the model's answer as suggestion
+    assert first["text"] == "small day" and first["suggestion"] == {"label": "a", "score": 0.6}
+    outside = tmp_path / "secret.csv"
+    outside.write_text("text\nhello\n", encoding="utf-8")
+    with pytest.raises(gr.Error, match="Only files uploaded"):
+        create(str(outside), "text", "x", 1, request("rev"))
     engine.dispose()
