@@ -101,6 +101,13 @@ def test_final_model_serves_the_blend_k_fold_computed(blend_run):
     p = np.exp(logits - logits.max(1, keepdims=True))
     want = Blend(config["blend"]["model_weight"], config["blend"]["baseline_weight"])(
         p / p.sum(1, keepdims=True), baseline_proba(baseline, [kc(t) for t in texts], 3))
+    # then the calibration k-fold chose for the blend (since stop 50 temperature is kept unless it loses in every
+    # fold, finetune/calibration.pick_method), as written in the model folder
+    cal = json.loads((folder / "calibration.json").read_text())
+    assert cal["method"] == report["calibration"]["method"] and cal["fitted_on"] == "blend"
+    if cal["method"] == "temperature":
+        scaled = np.exp(np.log(np.clip(want, 1e-12, None)) / cal["temperature"])
+        want = scaled / scaled.sum(1, keepdims=True)
     np.testing.assert_allclose(clf.predict_proba(texts), want, atol=1e-5)
     assert clf.info()["blend"]["nested_macro_f1_mean"] == report["blend"]["macro_f1_mean"]
 
