@@ -25,7 +25,7 @@ import pandas as pd
 from gradio.context import LocalContext
 from starlette.responses import RedirectResponse
 
-from textdata.tables import missing_text, write_table
+from textdata.tables import write_table
 
 from . import ui_multilabel
 from .config import open_to_anyone
@@ -38,7 +38,7 @@ from .ui_classify import QUICK, classify_tab, header, health_banner
 from .ui_label_view import MAX_LABEL_BUTTONS, _render_label, folds, keys_help, review_button
 from .ui_review import ReviewPanel
 from .ui_team_label import TeamSessions
-from .uploads import read_upload, spreadsheet_safe, uploaded_only
+from .uploads import read_texts, spreadsheet_safe, uploaded_only
 
 log = logging.getLogger("app")
 
@@ -245,15 +245,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         return [*team.view(view(session, message), session), *folds(session, fold)]
 
     def start(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
-        df, column, errors, _ = read_upload(cfg, file, text_column, partial(_stop_reason, state))
-        if errors:  # a session's rows must be the file's rows: a shifted row is not labeled as it reads
-            first = min(errors)
-            more = f" (and {len(errors) - 1} more rows)" if len(errors) > 1 else ""
-            raise gr.Error(f"{Path(file).name}: {errors[first]}{more}"[:300])
-        keep = ~missing_text(df[column])
-        texts = df.loc[keep, column].astype(str).tolist()
-        if not texts:
-            raise gr.Error(f"Column {column!r} has no text.")
+        texts, skipped = read_texts(cfg, file, text_column, partial(_stop_reason, state))
         clf = state.served.clf  # one version for the whole file, whatever is activated meanwhile
         preds = [p for part in _score_chunks(len(texts), lambda a, b: clf.predict(texts[a:b]), progress,
                                              "Model suggestions", "texts", engine_turn, state) for p in part]
@@ -262,7 +254,6 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         unsure = kind_of(clf.space).unsure_rows(preds)
         session = store.create(Path(file).name, texts, preds, list(clf.labels), clf.thresholds, clf.space,
                                **({"unsure_rows": unsure} if unsure else {}))
-        skipped = int((~keep).sum())
         note = f" ({skipped} empty rows left out)" if skipped else ""
         return render(session, f"Loaded {len(texts)} texts{note}. Least confident first; change the order below.")
 

@@ -11,12 +11,11 @@ from pydantic import ValidationError
 
 from labelstore import queue, review, users
 from labelstore.agreement import agreement
-from textdata.tables import missing_text
 
 from .config import open_to_anyone
 from .gate import SESSION_COOKIE
 from .team import NewDataset, new_dataset, open_refusal
-from .uploads import read_upload, uploaded_only
+from .uploads import read_texts, uploaded_only
 
 
 def _fmt(x) -> str:
@@ -86,18 +85,12 @@ def team_tab(cfg, state) -> None:
             raise gr.Error(STAFF_ONLY)
         if open_to_anyone(cfg) and reviewer[1] == users.LOCAL:  # as the API's Callers: no datasets on an open server
             raise gr.Error(open_refusal(cfg))
-        df, column, errors, _ = read_upload(cfg, file, text_column)
-        if errors:  # a dataset's texts must be the file's rows: a shifted row is not labeled as it reads
-            first = min(errors)
-            raise gr.Error(f"{Path(file).name}: {errors[first]}"[:300])
-        keep = ~missing_text(df[column])
-        texts = df.loc[keep, column].astype(str).tolist()
+        texts, empty = read_texts(cfg, file, text_column)
         try:
             body = NewDataset(name=(name or "").strip() or Path(file).stem, texts=texts, overlap=int(overlap or 1))
         except (ValidationError, ValueError) as e:
             raise gr.Error(f"Cannot create the dataset: {str(e).splitlines()[0][:200]}") from None
         made = new_dataset(state, engine, body, reviewer[0])
-        empty = int((~keep).sum())
         said = (f"Dataset {made['id']} ({html.escape(body.name)}): {made['records']} texts, each to be answered by "
                 f"{made['overlap']} different annotator(s)" + (f"; {made['duplicates']} repeated texts kept once"
                                                                if made["duplicates"] else "")

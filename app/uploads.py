@@ -24,7 +24,7 @@ from gradio.utils import get_upload_folder, is_in_or_equal
 from textdata.errors import DataError
 from textdata.labels import is_formula
 from textdata.table_limits import TableLimits
-from textdata.tables import iter_rows, table_format
+from textdata.tables import iter_rows, missing_text, table_format
 
 MAX_UPLOAD_COLUMNS = 256
 MAX_RECORD_CHARS = 1 << 20  # one row longer than this is not a table a person labels
@@ -103,6 +103,22 @@ def read_upload(cfg, file, text_column: str, stop=None) -> tuple[pd.DataFrame, s
     if len(df) == 0:
         raise gr.Error("The file has no rows.")
     return df, column, errors, notes
+
+
+def read_texts(cfg, file, text_column: str, stop=None) -> tuple[list[str], int]:
+    """The uploaded table's texts, in file order, and how many rows had none (skipped): for the Label tab's
+    sessions and the Team tab's datasets, whose texts must be the file's rows, so a row the reader could not read
+    right (a shifted row is not labeled as it reads) refuses the file, naming it."""
+    df, column, errors, _ = read_upload(cfg, file, text_column, stop)
+    if errors:
+        first = min(errors)
+        more = f" (and {len(errors) - 1} more rows)" if len(errors) > 1 else ""
+        raise gr.Error(f"{Path(file).name}: {errors[first]}{more}"[:300])
+    keep = ~missing_text(df[column])
+    texts = df.loc[keep, column].astype(str).tolist()
+    if not texts:
+        raise gr.Error(f"Column {column!r} has no text.")
+    return texts, int((~keep).sum())
 
 
 def _header(path: Path, cfg, stop) -> list[str]:

@@ -77,7 +77,11 @@ def test_ui_functions_refuse_files_not_uploaded(server, tmp_path):
             assert "hunter2" not in json.dumps(done) and "root:" not in json.dumps(done), (name, foreign)
             assert not done["success"] or not any(c["type"] == "file" for c in inputs), (name, foreign)
     for fn_index, name, inputs in with_file:  # uploads still work
-        assert gradio_call(server.url, fn_index, args(inputs, uploaded, everywhere=False))["success"], name
+        done = gradio_call(server.url, fn_index, args(inputs, uploaded, everywhere=False))
+        if name == "create":  # Gradio took the file; the Team tab makes no datasets on an open server (as the API)
+            assert not done["success"] and "--allow-admin" in done["output"]["error"], done
+            continue
+        assert done["success"], name
     assert not list(Path(get_upload_folder()).rglob(secret.name)), "a foreign file was copied into Gradio's cache"
     assert not list(Path(get_upload_folder()).rglob("passwd")), "a foreign file was copied into Gradio's cache"
 
