@@ -42,6 +42,17 @@ def active_space(registry) -> LabelSpace:
     return folder_space(registry.path(active)) if active else SINGLE
 
 
+def dataset_space(ds) -> LabelSpace:
+    """A team dataset's label space (labelstore/queue.py records its kind as a column; a set's CSV cell joins
+    its names by the default separator)."""
+    return LabelSpace.of(ds.labels, ds.multi_label)
+
+
+def asked_space(asked: bool | None, served: LabelSpace) -> LabelSpace:
+    """The kind a request asks for (`POST /v1/datasets`' field), the served model's where it asks none."""
+    return served if asked is None else LabelSpace.of((), asked)
+
+
 def folder_space(folder) -> LabelSpace:
     """A model folder's label space; SINGLE when its config.json cannot be read."""
     try:
@@ -58,6 +69,9 @@ class OneLabel:
     ticked = ""  # a review's given label is a button, not ticked
     audit_how = ""  # what an audit session asks of the person, besides choosing
     no_teacher = None  # why a retrain reads no teacher labels (app/teacher_labels.py), None: it does
+    blind_hint = "Audit: choose the label you read in the text (the model's answer is hidden)."
+    answer_field = "label"  # the API's field of a team dataset's answer (labelstore/queue.py check_value)
+    holds_sets = False  # what a record says of its kind (a label store's final label, a review queue's answer)
 
     def __init__(self, space: LabelSpace):
         self.space = space
@@ -69,6 +83,23 @@ class OneLabel:
     def choice(self, names: list[str]):
         """What LabelSession.decide takes for these names."""
         return names[0]
+
+    def own(self, records: list, holds_set) -> list:
+        """The records of this kind, `holds_set(record)` saying a record's (a label store's final labels, a review
+        queue's answers): a session or a retrain holds answers of one kind."""
+        return [r for r in records if holds_set(r) == self.holds_sets]
+
+    def answer(self, chosen) -> dict:
+        """A team dataset's answer as labelstore/queue.check_value takes it (the Label tab's button or ticks)."""
+        return {"label": chosen}
+
+    def store_choice(self, chosen):
+        """The Team tab's adjudication (a dropdown's value) as the label store holds an answer."""
+        return chosen
+
+    def accepted(self, session, row):
+        """What the Label tab's Accept decides: the suggestion."""
+        return session.suggestion[row]
 
     def decision(self, label, labels: list[str]) -> tuple[str, list[str] | None, list[str]]:
         """(the cell a decision writes, its names for the journal (None: one label), the unknown names)."""
@@ -162,12 +193,25 @@ class LabelSets(OneLabel):
     ticked = " (ticked below)"
     audit_how = " Tick every label that applies (or none of these)."
     no_teacher = "a multi-label retrain reads no teacher labels"
+    blind_hint = "Audit: tick every label the text has, or none of these (the model's answer is hidden)."
+    answer_field = "labels"
+    holds_sets = True
 
     def names(self, cell: str) -> list[str]:
         return [n for n in cell.split(self.space.sep) if n] if cell else []
 
     def choice(self, names: list[str]):
         return names
+
+    def answer(self, chosen) -> dict:
+        return {"labels": [chosen] if isinstance(chosen, str) else list(chosen)}  # one name: that one alone
+
+    def store_choice(self, chosen):
+        return sorted(chosen)
+
+    def accepted(self, session, row):
+        """The suggested set, pre-ticked: accepting it records the whole set."""
+        return session.suggested_set(row)
 
     def decision(self, label, labels: list[str]) -> tuple[str, list[str] | None, list[str]]:
         """One name means that one alone; the names are put in the session's label order, each once."""

@@ -36,6 +36,9 @@ from .labeling import LabelSession, SessionError, SessionStore, decisions, valid
 from .trainset import REVIEW, key, session_kind
 
 REQUIRED = ("text", "given_label", "suggested_label", "quality")
+# label_issues.csv's record of its run's kind (finetune/label_issues.py): the separator of a multi-label run's sets,
+# empty for single-label; files written before it have no such column
+SEP_COLUMN = "label_sep"
 MIN_FOUND_SHARE = 0.5  # below this, the file is taken to come from other data than this server trains on
 
 
@@ -63,10 +66,11 @@ def issues_space(issues: pd.DataFrame, labels, name: str = ISSUES_FILE) -> Label
     """The label space of the run whose suspects `issues` lists: multi-label with its separator, or single-label.
     The file says it (column `label_sep`); an older multi-label one shows it: an empty cell (no label: only sets
     can be empty), or names joined by ";" where the whole is none of this server's `labels`."""
-    if "label_sep" in issues.columns:
-        sep = next((s for s in issues["label_sep"].fillna("").astype(str) if s), None)
+    recorded = issues.get(SEP_COLUMN)  # None: a file written before the column
+    if recorded is not None:
+        sep = next((s for s in recorded.fillna("").astype(str) if s), None)
         if sep is not None and sep_problem(sep):
-            raise ReviewError(f"{name}, column 'label_sep': separator {sep[:20]!r} {sep_problem(sep)}")
+            raise ReviewError(f"{name}, column {SEP_COLUMN!r}: separator {sep[:20]!r} {sep_problem(sep)}")
         return LabelSpace.of(multi_label=sep is not None, sep=sep)
     cells = pd.concat([issues["given_label"], issues["suggested_label"]]).fillna("").astype(str)
     known = set(labels)
@@ -204,6 +208,6 @@ def active_issues(registry) -> tuple[pd.DataFrame, str]:
         raise ReviewError(f"version {version} has no {ISSUES_FILE} (it was not made by a k-fold with "
                           "--label-issues auto): upload a run's label_issues.csv instead")
     issues = read_table(path)
-    if "label_sep" not in issues.columns:
-        issues["label_sep"] = folder_space(path.parent).sep or ""
+    if SEP_COLUMN not in issues.columns:
+        issues[SEP_COLUMN] = folder_space(path.parent).sep or ""
     return issues, f"{version}/{ISSUES_FILE}"

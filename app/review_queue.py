@@ -29,7 +29,7 @@ from serving.multilabel import decision_margin
 from textdata.labels import LabelSpace
 from textdata.tables import atomic_path
 
-from .label_kinds import SINGLE
+from .label_kinds import SINGLE, kind_of
 from .monitor import label_set
 
 log = logging.getLogger("app")
@@ -173,7 +173,7 @@ def start_session(queue: ReviewQueue, store, labels: list[str], thresholds=None,
     opens a label-set session with the served set pre-ticked, so accepting it records the whole set, not its
     top label (issue 40, M6)."""
     items = queue.peek()
-    served_kind = [i for i in items if (i.labels is not None) == space.multi_label]
+    served_kind = kind_of(space).own(items, lambda i: i.labels is not None)  # a set's answer has its labels
     items = served_kind or items
     first_kind = [i for i in items if (i.labels is not None) == (items[0].labels is not None)]
     if not first_kind:

@@ -33,6 +33,7 @@ from labelstore.schema import ROLES
 from textdata.labels import is_formula
 
 from .config import open_to_anyone
+from .label_kinds import asked_space, dataset_space, kind_of
 from .team_auth import Identities
 
 STAFF = ("reviewer", "admin")
@@ -67,14 +68,14 @@ def new_dataset(state, engine, body: NewDataset, uid: int) -> dict:
     dataset's: one path for `POST /v1/datasets` and the Team tab's upload."""
     served = state.served
     clf = served.clf
-    multi = body.multi_label if body.multi_label is not None else clf.space.multi_label
+    space = asked_space(body.multi_label, clf.space)
     labels = list(dict.fromkeys(body.labels or clf.labels))
-    model_labels = list(clf.labels) == labels and multi == clf.space.multi_label
+    model_labels = list(clf.labels) == labels and space.kind == clf.space.kind
     rows = _suggestions(clf, body.texts) if model_labels else [{} for _ in body.texts]
     for row, text in zip(rows, body.texts):
         row.update(text=text, model_version=served.version if model_labels else None)
-    ds, n, dup = queue.create_dataset(engine, body.name, labels, multi, body.overlap, rows, uid)
-    return {"id": ds, "records": n, "duplicates": dup, "labels": labels, "multi_label": multi,
+    ds, n, dup = queue.create_dataset(engine, body.name, labels, space.multi_label, body.overlap, rows, uid)
+    return {"id": ds, "records": n, "duplicates": dup, "labels": labels, "multi_label": space.multi_label,
             "overlap": body.overlap}
 
 
@@ -130,7 +131,7 @@ def _value(ds: queue.Dataset, body) -> object:
     try:
         return queue.check_value(ds, body.label, body.labels)
     except queue.BadLabel as e:
-        raise _bad("labels" if ds.multi_label else "label", str(e)) from None
+        raise _bad(kind_of(dataset_space(ds)).answer_field, str(e)) from None
 
 
 def open_refusal(cfg) -> str:
@@ -245,7 +246,7 @@ def _add_review_routes(app: FastAPI, engine, who: Callers, dataset) -> None:
         out = io.StringIO()
         writer = csv.DictWriter(out, ["record_id", "text", "annotator", "label", "created_at"])
         writer.writeheader()
+        kind = kind_of(dataset_space(ds))
         for r in rows:  # a person opens this file: no cell may run as a spreadsheet formula
-            writer.writerow({k: _cell(v) for k, v in
-                             {**r, "label": ";".join(r["label"]) if ds.multi_label else r["label"]}.items()})
+            writer.writerow({k: _cell(v) for k, v in {**r, "label": kind.store_cell(r["label"])}.items()})
         return Response(out.getvalue(), media_type="text/csv; charset=utf-8", headers=headers)

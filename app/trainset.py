@@ -91,8 +91,9 @@ def _store_rows(store, space: LabelSpace) -> tuple[list[dict], dict]:
     from labelstore.snapshot import labels_as_of, latest_event
 
     event = latest_event(store)
-    found = [r for r in labels_as_of(store, event) if r["multi_label"] == space.multi_label]  # datasets of its kind
-    rows = [{"text": r["text"], "label": kind_of(space).store_cell(r["label"]), "ts": r["ts"],
+    kind = kind_of(space)
+    found = kind.own(labels_as_of(store, event), lambda r: r["multi_label"])  # datasets of its kind
+    rows = [{"text": r["text"], "label": kind.store_cell(r["label"]), "ts": r["ts"],
              "source": f"dataset {r['dataset_id']}"} for r in found]
     return rows, {"store_event": event, "store_labels": len(rows)}
 

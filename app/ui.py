@@ -280,7 +280,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         if session.meta.get("blind"):  # an audit has no suggestion to accept (a stray Enter key must not label)
             return
         if row is not None and session.current() == row:
-            session.decide(row, session.suggested_set(row) if session.multi_label else session.suggestion[row])
+            session.decide(row, session.kind.accepted(session, row))
 
     def choose(i, session, row):
         if row is not None and i < len(session.labels):

@@ -27,9 +27,15 @@ def keys_help(session, row) -> str:
     if session is None or row is None:
         return "Keys: **Enter** accept · **1–9** choose a label · **S** skip · **U** undo." + SAVED
     review = given_label(session, row) is not None
-    if session.multi_label:
-        extra = " · **T** take the suggestion · **K** keep the given labels" if review else ""
-        return ui_multilabel.HELP + extra + "." + SAVED
+    return session.space.pick(_label_keys, _set_keys)(session, review)
+
+
+def _set_keys(session, review: bool) -> str:
+    extra = " · **T** take the suggestion · **K** keep the given labels" if review else ""
+    return ui_multilabel.HELP + extra + "." + SAVED
+
+
+def _label_keys(session, review: bool) -> str:
     if session.meta.get("blind"):
         return "Keys: **1–9** choose the label you read · **S** skip · **U** undo (the model's answer is hidden: nothing to accept)." + SAVED
     if review:
@@ -89,18 +95,8 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
             hint += " · ⚠ **not sure** (under the model's threshold)"
         if session.meta.get("blind"):  # the live audit: the person's label must not lean on the model's
             suggestion, probs, accept = None, None, gr.update(visible="hidden")
-            hint = ("Audit: tick every label the text has, or none of these (the model's answer is hidden)."
-                    if session.multi_label else
-                    "Audit: choose the label you read in the text (the model's answer is hidden).")
-    panel = ui_multilabel.hidden()
-    if session.multi_label:  # checkboxes instead of the label buttons; Accept only in a review (take the suggestion)
-        if row is not None and session.meta.get("blind"):  # nothing ticked: the set is the person's alone
-            panel = ui_multilabel.render(session, row, [], hint)[2]
-        elif row is not None:  # a review ticks the given set first: the suggestion is its hint
-            hint, probs, panel = ui_multilabel.render(session, row, given_set(session, row), review_hint(session, row))
-        accept, row_shown = take_view(session, row) or gr.update(visible="hidden"), None
-    else:
-        row_shown = row
+            hint = session.kind.blind_hint
+    hint, probs, accept, panel, row_shown = session.space.pick(_buttons, _ticks)(session, row, hint, probs, accept)
     buttons = []
     for i in range(MAX_LABEL_BUTTONS):
         if i < len(session_labels) and row_shown is not None:
@@ -113,6 +109,21 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
     return [session.id, row, text, hint, probs, bar, accept, *buttons,
             gr.update(choices=session_labels, value=None), _order_update(session), message,
             _sessions_update(store, session.id), *panel, keys_help(session, row)]
+
+
+def _buttons(session, row, hint, probs, accept) -> tuple:
+    """A label's buttons: (hint, probs, accept, the hidden multi-label panel, the row the buttons are for)."""
+    return hint, probs, accept, ui_multilabel.hidden(), row
+
+
+def _ticks(session, row, hint, probs, accept) -> tuple:
+    """Checkboxes instead of the label buttons; Accept only in a review (take the suggestion)."""
+    panel = ui_multilabel.hidden()
+    if row is not None and session.meta.get("blind"):  # nothing ticked: the set is the person's alone
+        panel = ui_multilabel.render(session, row, [], hint)[2]
+    elif row is not None:  # a review ticks the given set first: the suggestion is its hint
+        hint, probs, panel = ui_multilabel.render(session, row, given_set(session, row), review_hint(session, row))
+    return hint, probs, take_view(session, row) or gr.update(visible="hidden"), panel, None
 
 
 def unsure_rows(session) -> frozenset:

@@ -14,6 +14,7 @@ from labelstore.agreement import agreement
 
 from .config import open_to_anyone
 from .gate import SESSION_COOKIE
+from .label_kinds import dataset_space, kind_of
 from .team import NewDataset, new_dataset, open_refusal
 from .uploads import read_texts, uploaded_only
 
@@ -71,7 +72,7 @@ def team_tab(cfg, state) -> None:
         if dataset_id is None or record_id is None or not label:
             raise gr.Error("Choose a dataset, a record id from the table and a label.")
         ds = queue.get_dataset(engine, int(dataset_id))
-        value = sorted(label) if ds.multi_label else label
+        value = kind_of(dataset_space(ds)).store_choice(label)
         try:
             review.adjudicate(engine, ds, reviewer[0], int(record_id), value)  # recorded as the signed-in reviewer
         except queue.NotFound as e:

@@ -17,6 +17,7 @@ from collections import defaultdict
 
 from labelstore import queue, review
 
+from .label_kinds import dataset_space, kind_of
 from .labeling import ACTOR, ORDERS, SessionError
 
 _SID = re.compile(r"^ds-([0-9]{1,12})$")
@@ -41,7 +42,9 @@ class TeamSession:
         self.engine, self.ds, self.user = engine, ds, user
         self.id = dataset_sid(ds.id)
         self.labels = list(ds.labels)
-        self.multi_label = ds.multi_label
+        self.space = dataset_space(ds)  # the dataset's kind, as a file session's (app/label_kinds.py)
+        self.kind = kind_of(self.space)
+        self.multi_label = self.space.multi_label
         self.lock = threading.RLock()
         self.order = ORDERS[0]  # the queue's: least sure first, the same for everyone
         self.meta = {"id": self.id, "kind": "team", "order": self.order, "labels": self.labels,
@@ -87,10 +90,7 @@ class TeamSession:
         (a second press of the same key)."""
         with self.lock:
             try:
-                if self.multi_label:
-                    value = queue.check_value(self.ds, labels=[label] if isinstance(label, str) else list(label))
-                else:
-                    value = queue.check_value(self.ds, label=label)
+                value = queue.check_value(self.ds, **self.kind.answer(label))
             except queue.BadLabel as e:
                 raise SessionError(str(e)) from None
             if row != self.current():
@@ -125,10 +125,17 @@ def team_hint(session: TeamSession, row) -> str | None:
                 f"{session.ds.overlap} answer(s), or yours.")
     if not session.suggested(row):  # a dataset made with labels of its own: the model has no suggestion
         return "Choose the label (no model suggestion for this dataset's labels)."
-    if session.multi_label:  # the store keeps the suggested set, not how sure each label was
-        shown = ", ".join(f"**{html.escape(x)}**" for x in session.suggested_set(row)) or "**none of the labels**"
-        return f"Model suggests {shown} (pre-ticked)"
-    return None
+    return session.space.pick(_no_hint, _set_hint)(session, row)
+
+
+def _no_hint(session: TeamSession, row) -> None:
+    return None  # a single label's suggestion: the file session's words
+
+
+def _set_hint(session: TeamSession, row) -> str:
+    """The store keeps the suggested set, not how sure each label was."""
+    shown = ", ".join(f"**{html.escape(x)}**" for x in session.suggested_set(row)) or "**none of the labels**"
+    return f"Model suggests {shown} (pre-ticked)"
 
 
 def choices(engine) -> list[tuple[str, int]]:

@@ -12,7 +12,16 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from app.label_kinds import SINGLE, LabelSets, OneLabel, kind_of, space_fields, space_from
+from app.label_kinds import (
+    SINGLE,
+    LabelSets,
+    OneLabel,
+    asked_space,
+    dataset_space,
+    kind_of,
+    space_fields,
+    space_from,
+)
 from app.labeling import SessionError, SessionStore
 from textdata.labels import LabelSpace
 
@@ -24,22 +33,10 @@ KIND_TEST = re.compile(r"(\bif\b|\belse\b|\band\b|\bor\b|\bnot\b)[^\n]*(multi_la
                        r"is_multi\w*)|getattr\([^)]*(multi_label|label_sep|source)")
 KIND_WORDS = ("multi_label", "label_sep", "source")
 PROBLEM_TYPES = re.compile(r"^[rbuf]*['\"](multi|single)_label_classification['\"]$")
-# Left, each with its reason; the list only shrinks (an entry no longer found fails the test).
-KNOWN = {
-    # a filter by the kind each row records (the label store's rows, the review queue's answers), not a branch
-    "app/trainset.py": 1, "app/review_queue.py": 1,
-    # whether label_issues.csv has its label_sep column (files written before it had none), in its one reader
-    "app/review.py": 2,
-    # a team dataset's own kind (a label store column) and the API's default for it: the Team tab's files,
-    # changed by another helper this session (team50)
-    "app/team.py": 4, "app/ui_team.py": 1,
-    # checkboxes instead of label buttons, the key help, Accept: the Label tab, which also shows a team dataset's
-    # queue (app/ui_team_label.py, another helper's this session) through sessions that carry no label space
-    "app/ui_label_view.py": 3, "app/ui.py": 1,
-    # the Label tab over a team dataset's queue (team50, merged after this work): its session is the label
-    # store's dataset, which records its kind as a column and carries no label space yet
-    "app/ui_team_label.py": 2,
-}
+# None left: a filter by the kind a record holds (a label store's rows, a review queue's answers) is the kind
+# object's `own`, a team dataset's kind its `dataset_space`, the Label tab's per-kind views are picked by the
+# session's space; label_issues.csv's column is read by name (SEP_COLUMN), its presence not a kind test.
+KNOWN: dict[str, int] = {}
 # The modules where the app's label data names its kind ("multi_label", "label_sep"): each format once.
 FORMATS = {
     "app/label_kinds.py": "a session's meta.json, an audit's items, a retrain's k-fold config and spec.json",
@@ -137,3 +134,22 @@ def test_a_session_carries_its_label_space(tmp_path):
         reopened.add_label("c|d")
     single = store.create_blind("audit", ["x"], ["a", "b"])
     assert single.space == SINGLE and not single.multi_label and single.add_label("c|d") == "c|d"
+
+
+def test_a_team_dataset_and_a_records_kind_are_the_kind_objects():
+    from types import SimpleNamespace
+
+    one, sets = kind_of(SINGLE), kind_of(dataset_space(SimpleNamespace(labels=["a", "b"], multi_label=True)))
+    assert sets.space.sep == ";" and sets.space.labels == ("a", "b")  # a dataset's CSV cell joins by ";"
+    records = [{"multi_label": True, "label": ["a"]}, {"multi_label": False, "label": "a"}]
+    assert one.own(records, lambda r: r["multi_label"]) == records[1:]
+    assert sets.own(records, lambda r: r["multi_label"]) == records[:1]
+    assert one.answer("a") == {"label": "a"} and sets.answer("a") == {"labels": ["a"]}
+    assert sets.answer(("b", "a")) == {"labels": ["b", "a"]} and (one.answer_field, sets.answer_field) == ("label", "labels")
+    assert one.store_choice("b") == "b" and sets.store_choice(["b", "a"]) == ["a", "b"]
+    assert sets.store_cell(["a", "b"]) == "a;b" and one.store_cell("a") == "a"
+    session = SimpleNamespace(suggestion={0: "a;b"}, suggested_set=lambda row: ["a", "b"])
+    assert one.accepted(session, 0) == "a;b" and sets.accepted(session, 0) == ["a", "b"]
+    served = LabelSpace.of(["x"], multi_label=True)
+    assert asked_space(None, served) == served and asked_space(False, served) == SINGLE
+    assert asked_space(True, SINGLE).multi_label

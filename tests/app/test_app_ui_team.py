@@ -12,6 +12,7 @@ from app.config import Config
 from app.gate import SESSION_COOKIE
 from app.ui_team import summary, team_tab
 from labelstore import open_store, queue, review, users
+from textdata.labels import LabelSpace
 
 
 def test_progress_agreement_and_disagreements_to_settle(tmp_path):
@@ -80,7 +81,7 @@ def test_a_reviewer_creates_a_dataset_from_an_uploaded_file_and_an_annotator_can
 
     class Clf:  # the served model: its labels, its kind and one answer per text
         labels = ("a", "b")
-        space = SimpleNamespace(multi_label=False, pick=lambda one, many: one)
+        space = LabelSpace.of(("a", "b"))
 
         def encode(self, texts):
             return texts

@@ -134,7 +134,9 @@ def test_batch_summary_counts_scored_unscored_and_not_sure_rows():
 
 class _Session:
     def __init__(self, **meta):
-        self.meta, self.multi_label = meta, bool(meta.get("label_sep"))
+        from app.label_kinds import space_from
+
+        self.meta, self.space = meta, space_from(meta)  # a session carries its label space
 
 
 def test_key_hints_follow_the_kind_of_session(monkeypatch):
