@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from textdata.errors import ModelError
-from textdata.labels import DEFAULT_SEP, is_multi_label
+from textdata.labels import DEFAULT_SEP, check_sep, is_multi_label
 from textdata.model_files import THRESHOLDS as THRESHOLDS_FILE
 from textdata.plain_files import read_json
 
@@ -45,27 +45,7 @@ class Thresholds:
         return {lab: float(t) for lab, t in zip(labels, self.values)}
 
 
-MAX_SEP_CHARS = 8  # ";" or " | ": a separator is a few characters (one of 1,000,000 was echoed by /v1/model)
 MAX_FILE_BYTES = 8 << 20  # 10,000 labels with their thresholds are ~0.3 MB
-
-
-def check_label_sep(sep, labels: list[str], where: str) -> str:
-    """`sep` as a label-set separator for these labels: a short visible text found in no label name (labeled.csv
-    joins a set with it, so a name holding it reads back as two labels: `"label_sep": "e"` split `memo`)."""
-    # A label-name rule for every entry point (Add label, review files, --train-data) is textdata/labels.py's
-    # (the label-space work of issue 40, M4/M5); this checks only the separator against the model's labels.
-    if not isinstance(sep, str) or not sep or sep.isspace() or len(sep) > MAX_SEP_CHARS:
-        shown = repr(sep) if len(str(sep)) <= 20 else f"{str(sep)[:12]!r}... ({len(str(sep)):,} characters)"
-        raise ModelError(f"{where}: label_sep {shown} cannot separate labels: it must be 1 to {MAX_SEP_CHARS} "
-                         "characters, not all blank")
-    if any(not c.isprintable() for c in sep):
-        raise ModelError(f"{where}: label_sep {sep!r} holds a control character")
-    inside = [name for name in labels if sep in name]
-    if inside:
-        raise ModelError(f"{where}: label_sep {sep!r} occurs in the label name {inside[0][:60]!r}"
-                         f"{f' (and {len(inside) - 1:,} more)' if len(inside) > 1 else ''}, so a label set "
-                         "joined with it would read back as other labels")
-    return sep
 
 
 def _is_number(x) -> bool:
@@ -77,7 +57,7 @@ def load_thresholds(folder: str | Path, labels: list[str]) -> Thresholds:
     naming the file and the field for anything else."""
     path = Path(folder) / THRESHOLDS_FILE
     if not path.exists():
-        check_label_sep(DEFAULT_SEP, labels, f"{Path(folder) / 'config.json'} (no {THRESHOLDS_FILE}: the default)")
+        check_sep(DEFAULT_SEP, f"{Path(folder) / 'config.json'} (no {THRESHOLDS_FILE}: the default)", labels, ModelError)
         return Thresholds(np.full(len(labels), DEFAULT_THRESHOLD))
     expected = '{"labels": [...], "thresholds": [...], "label_sep": ";"}'
     try:
@@ -97,7 +77,8 @@ def load_thresholds(folder: str | Path, labels: list[str]) -> Thresholds:
         raise ModelError(f"{path}: threshold {repr(bad[0][1])[:40]} for label {bad[0][0]!r} is not a probability "
                          "in (0, 1)")
     sep = spec.get("label_sep")
-    sep = check_label_sep(DEFAULT_SEP if sep in (None, "") else sep, labels, path)  # absent: the default, as before
+    sep = DEFAULT_SEP if sep in (None, "") else sep  # absent: the default, as before
+    check_sep(sep, f"{path}, field 'label_sep'", labels, ModelError)  # the label space's one rule
     return Thresholds(np.asarray(values, np.float64), sep, spec.get("tuned") is True, THRESHOLDS_FILE)
 
 

@@ -80,22 +80,35 @@ def is_formula(value) -> bool:
 
 
 # ------------------------------------------------------------------------------------------------ the rule
-def sep_problem(sep) -> str | None:
+def sep_problem(sep, labels: Iterable[str] = ()) -> str | None:
     """Why `sep` cannot separate label names, or None: 1 to 3 punctuation or symbol characters, none of them
-    a bracket or quote (a cell starting with `[` reads as JSON) nor a letter, digit, space or control."""
-    if not isinstance(sep, str) or not sep:
+    a bracket or quote (a cell starting with `[` reads as JSON) nor a letter, digit, space or control; and
+    found in none of `labels` (a model's names: a set joined with it would read back as other labels). The one
+    rule for a separator, whoever brings it: k-fold's --label-sep, a model folder's thresholds.json, a review
+    file's column."""
+    if not isinstance(sep, str):
+        return "is not a text"
+    if not sep:
         return "is empty"
     if len(sep) > MAX_SEP_CHARS:
-        return f"is {len(sep)} characters long (at most {MAX_SEP_CHARS})"
+        return f"is {len(sep):,} characters long (at most {MAX_SEP_CHARS})"
     bad = next((c for c in sep if not unicodedata.category(c).startswith(("P", "S")) or c in '[]"'), None)
-    return None if bad is None else f"holds {bad!r}: use punctuation such as ';' or '|'"
+    if bad is not None:
+        return f"holds {bad!r}: use punctuation such as ';' or '|'"
+    inside = [name for name in labels if sep in name]
+    if inside:
+        more = f" (and {len(inside) - 1:,} more)" if len(inside) > 1 else ""
+        return (f"occurs in the label name {inside[0][:MAX_NAME_CHARS]!r}{more}, so a label set joined with it "
+                "would read back as other labels")
+    return None
 
 
-def check_sep(sep, where: str) -> str:
-    problem = sep_problem(sep)
+def check_sep(sep, where: str, labels: Iterable[str] = (), error: type[Exception] = DataError) -> str:
+    """`sep`, or `error` (DataError for a table's flag, ModelError for a model folder's file) naming `where`."""
+    problem = sep_problem(sep, labels)
     if problem:
         shown = repr(sep[:20]) + ("…" if len(sep) > 20 else "") if isinstance(sep, str) else repr(sep)
-        raise DataError(f"{where}: label separator {shown} {problem}")
+        raise error(f"{where}: label separator {shown} {problem}")
     return sep
 
 

@@ -28,12 +28,13 @@ def _thresholds(folder, **fields) -> None:
 
 
 @pytest.mark.parametrize("fields, says", [
-    ({"label_sep": "e"}, "label_sep 'e' occurs in the label name 'dream'"),
-    ({"label_sep": "m"}, r"label_sep 'm' occurs in the label name 'dream' \(and 1 more\)"),
-    ({"label_sep": "x" * 1_000_000}, r"label_sep 'xxxxxxxxxxxx'\.\.\. \(1,000,000 characters\) cannot separate"),
-    ({"label_sep": "\n"}, "label_sep '\\\\n' cannot separate labels"),
-    ({"label_sep": ";\x00"}, "label_sep ';\\\\x00' holds a control character"),
-    ({"label_sep": 5}, "label_sep 5 cannot separate labels"),
+    # the label space's one separator rule (textdata/labels.py sep_problem), with the model's label names
+    ({"label_sep": "e"}, r"field 'label_sep': label separator 'e' holds 'e': use punctuation"),
+    ({"label_sep": "x" * 1_000_000}, r"label separator 'xxxxxxxxxxxxxxxxxxxx'… is 1,000,000 characters long"),
+    ({"label_sep": "\n"}, r"label separator '\\n' holds '\\n'"),
+    ({"label_sep": ";\x00"}, r"label separator ';\\x00' holds '\\x00'"),
+    ({"label_sep": " | "}, r"label separator ' \| ' holds ' '"),
+    ({"label_sep": 5}, "label separator 5 is not a text"),
     ({"thresholds": [0.4, "0.5", 0.6]}, "threshold '0.5' for label 'error' is not a probability"),
     ({"thresholds": [0.4, True, 0.6]}, "threshold True for label 'error'"),
 ])
@@ -52,10 +53,15 @@ def test_thresholds_json_not_an_object_names_the_file(tmp_path, text):
 
 
 def test_a_label_holding_the_default_separator_is_refused_without_thresholds_json(tmp_path):
-    with pytest.raises(ModelError, match=r"config.json .*label_sep ';' occurs in the label name 'a;b'"):
+    with pytest.raises(ModelError, match=r"config.json .*label separator ';' occurs in the label name 'a;b'"):
         load_thresholds(tmp_path, ["a;b", "c"])
     _thresholds(tmp_path)
     assert load_thresholds(tmp_path, LABELS).label_sep == ";"  # what k-fold writes still loads
+    names = ["x/1", "x/2", "y"]
+    (tmp_path / "thresholds.json").write_text(json.dumps({"labels": names, "thresholds": [0.5] * 3, "label_sep": "/"}))
+    with pytest.raises(ModelError, match=r"thresholds.json, field 'label_sep': label separator '/' occurs in the "
+                                         r"label name 'x/1' \(and 1 more\)"):
+        load_thresholds(tmp_path, names)
 
 
 def _calibration(folder, spec) -> None:

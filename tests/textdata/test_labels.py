@@ -145,6 +145,10 @@ def test_separators_are_short_punctuation():
     for sep in ("", "e", " ", "x" * 100_000, "[", '"', "\x00"):
         with pytest.raises(DataError, match="--label-sep"):
             check_sep(sep, "--label-sep")
+    # one rule for k-fold's flag and a model folder's thresholds.json: a model's name holding it is refused there
+    with pytest.raises(ModelError, match=r"thresholds.json: label separator '\|' occurs in the label name 'a\|b'"):
+        check_sep("|", "thresholds.json", ["c", "a|b"], ModelError)
+    assert check_sep("|", "thresholds.json", ["c", "a;b"], ModelError) == "|"
 
 
 def test_a_set_larger_than_a_person_annotates_is_refused():
