@@ -185,10 +185,14 @@ def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision) ->
             f"{1 - DELTA:.0%} confidence (the best precision reached is {np.nanmax(best):.4f}, asserting at least "
             f"{MIN_ANSWERED} rows); the nearest label, {labels[j]!r}: {nearest}"
         )
-    folds = []
-    for (k, held, rest), cal, dec in zip(fold_masks(fold_of), cals, decision):
-        th, _ = label_thresholds(cal(P[rest]), Y[rest], target)
-        folds.append({"fold": k, **answered(calibrated[held], Y[held], th, cal(dec[None, :])[0])})
+    def chosen(rest, fold) -> np.ndarray:  # fold: its calibrator and decision thresholds, fitted on `rest` too
+        return label_thresholds(fold[0](P[rest]), Y[rest], target)[0]
+
+    def scored(th, held, fold) -> dict:
+        return answered(calibrated[held], Y[held], th, fold[0](fold[1][None, :])[0])
+
+    rows, _ = out_of_fold(fold_of, chosen, scored, per_fold=list(zip(cals, decision)))
+    folds = [{"fold": k, **row} for k, row in rows.items()]
     cov = [f["coverage"] for f in folds]
     prec = [f["precision"] for f in folds if f["precision"] is not None]
     return {

@@ -17,6 +17,7 @@ import numpy as np
 from textdata.calibration import confident
 from textdata.errors import DataError
 from textdata.nested import fold_masks
+from textdata.nested import nested as out_of_fold
 
 TARGETS = (0.80, 0.90, 0.95, 0.98, 0.99)
 MIN_ANSWERED = 20
@@ -180,13 +181,17 @@ def nested_coverage(
 ) -> dict:
     """Per fold: the threshold chosen on the other folds' rows (as calibrated by that fold's calibrator),
     scored on the fold's own rows (nested-calibrated); mean ± std over folds."""
-    folds = []
-    for (k, held, rest), rest_probs in zip(fold_masks(fold_of), probs_rest_by_fold):
-        th = _thresholds(rest_probs, y[rest], target, scope, delta)
-        row = {"fold": k, **answered(probs_held[held], y[held], th)}
+    def chosen(rest, rest_probs) -> np.ndarray | None:
+        return _thresholds(rest_probs, y[rest], target, scope, delta)
+
+    def scored(th, held, _) -> dict:
+        row = answered(probs_held[held], y[held], th)
         if th is not None:
             row["threshold"] = float(th[0]) if scope == "global" else [round(float(v), 6) for v in th]
-        folds.append(row)
+        return row
+
+    rows, _ = out_of_fold(fold_of, chosen, scored, per_fold=probs_rest_by_fold)
+    folds = [{"fold": k, **row} for k, row in rows.items()]
     cov = np.array([f["coverage"] for f in folds])
     prec = np.array([np.nan if f["precision"] is None else f["precision"] for f in folds])
     return {

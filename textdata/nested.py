@@ -19,13 +19,19 @@ def fold_masks(fold_of: np.ndarray) -> Iterator[tuple[int, np.ndarray, np.ndarra
         yield int(k), held, ~held
 
 
-def nested(fold_of: np.ndarray, fit: Callable[[np.ndarray], object], apply: Callable[[object, np.ndarray], object],
-           out: np.ndarray) -> tuple[np.ndarray, list]:
-    """`out` with each fold's rows set to apply(fit(other folds' rows), its rows), and what was fitted per fold
-    (fold order). `fit` and `apply` take boolean row masks; `out` holds a row for each row of `fold_of`."""
-    fitted = []
-    for _, held, rest in fold_masks(fold_of):
-        model = fit(rest)
-        out[held] = apply(model, held)
+def nested(fold_of: np.ndarray, fit: Callable, apply: Callable, out: np.ndarray | None = None,
+           per_fold: list | None = None) -> tuple[np.ndarray | dict, list]:
+    """For each fold (ascending): apply(fit(the other folds' rows), its rows); and what was fitted per fold (fold
+    order). `fit` and `apply` take boolean row masks. With `out` (a row for each row of `fold_of`): `out` with
+    each fold's rows set to what `apply` gave; without: {fold id: what `apply` gave} (a per-fold score).
+    `per_fold`: what an earlier nested step fitted for each fold (fold order), on the same other folds (the
+    calibrator of a threshold chosen on calibrated scores), handed to `fit` and `apply` as their last argument."""
+    fitted, answers = [], {}
+    for i, (k, held, rest) in enumerate(fold_masks(fold_of)):
+        given = () if per_fold is None else (per_fold[i],)
+        model = fit(rest, *given)
+        answers[k] = apply(model, held, *given)
+        if out is not None:
+            out[held] = answers[k]
         fitted.append(model)
-    return out, fitted
+    return (answers if out is None else out), fitted
