@@ -82,53 +82,77 @@ def baseline_proba(model, texts: list[str], n_classes: int, weights: tuple | Non
 # ------------------------------------------------------------------------------------------- the blend
 @dataclass(frozen=True)
 class Blend:
+    """The pool p_blend = squash(a · link(p_model) + b · link(p_baseline)), a, b >= 0, fitted by log-loss on
+    out-of-fold rows (`fit_weights`). One pool for both kinds; the kind decides only what differs: single-label
+    (this class) pools log-probabilities with one weight each and squashes by a softmax over the classes;
+    multi-label (`LabelBlend`) pools logits with a weight per label and squashes by a sigmoid per label, which
+    is this pool over each label's two outcomes (label, not label)."""
+
     model_weight: float
     baseline_weight: float
 
+    kind_fields: ClassVar[dict] = {}  # what tfidf.json and blend.json say of the kind: nothing for single-label
+
     def __call__(self, p_model: np.ndarray, p_baseline: np.ndarray) -> np.ndarray:
-        return _pool(np.array([self.model_weight, self.baseline_weight]), _logs(p_model, p_baseline))
+        return self.squash(self.pooled(p_model, p_baseline))
+
+    def pooled(self, p_model: np.ndarray, p_baseline: np.ndarray) -> np.ndarray:
+        return np.tensordot(np.array([self.model_weight, self.baseline_weight]), _logs(p_model, p_baseline), axes=1)
+
+    @staticmethod
+    def squash(z: np.ndarray) -> np.ndarray:
+        z = np.exp(z - z.max(axis=1, keepdims=True))
+        return z / z.sum(axis=1, keepdims=True)
+
+    @staticmethod
+    def weight(value) -> float:
+        return float(value)
 
     @classmethod
     def from_meta(cls, meta: dict, n_labels: int | None = None) -> Blend:
-        return cls(float(meta["model_weight"]), float(meta["baseline_weight"]))
+        return cls.checked(cls(cls.weight(meta["model_weight"]), cls.weight(meta["baseline_weight"])), n_labels)
 
-    kind_fields: ClassVar[dict] = {}  # what tfidf.json and blend.json say of the kind: nothing for single-label
+    @staticmethod
+    def checked(blend: Blend, n_labels: int | None) -> Blend:
+        return blend
 
     def as_json(self) -> dict:
-        return asdict(self)
+        return {**asdict(self), **self.kind_fields}
 
 
-# The multi-label pool (fitted in baseline/label_blend.py) lives beside the single-label one, so that the loader
-# below reads either kind without importing the multi-label module (which imports this one).
 def _logit(p: np.ndarray) -> np.ndarray:
     p = np.clip(np.asarray(p, np.float64), _FLOOR, 1.0 - _FLOOR)
     return np.log(p) - np.log1p(-p)
 
 
+# The multi-label pool (fitted in baseline/label_blend.py) lives beside the single-label one, so that the loader
+# below reads either kind without importing the multi-label module (which imports this one).
 @dataclass(frozen=True)
-class LabelBlend:
+class LabelBlend(Blend):
     """Per-label weights of the pool, label id order."""
 
     model_weight: tuple
     baseline_weight: tuple
 
-    def __call__(self, p_model: np.ndarray, p_baseline: np.ndarray) -> np.ndarray:
-        z = np.asarray(self.model_weight) * _logit(p_model) + np.asarray(self.baseline_weight) * _logit(p_baseline)
-        return np.exp(-np.logaddexp(0.0, -z))
-
-    @classmethod
-    def from_meta(cls, meta: dict, n_labels: int | None = None) -> LabelBlend:
-        a = tuple(float(v) for v in meta["model_weight"])
-        b = tuple(float(v) for v in meta["baseline_weight"])
-        if len(a) != len(b) or (n_labels is not None and len(a) != n_labels):
-            raise ValueError(f"blend weights for {len(a)} and {len(b)} labels")
-        return cls(a, b)
-
     kind_fields: ClassVar[dict] = {KIND_KEY: True}  # tfidf.json and blend.json: one-vs-rest, a weight per label
 
-    def as_json(self) -> dict:
-        return {"model_weight": list(self.model_weight), "baseline_weight": list(self.baseline_weight),
-                **self.kind_fields}
+    def pooled(self, p_model: np.ndarray, p_baseline: np.ndarray) -> np.ndarray:
+        return np.asarray(self.model_weight) * _logit(p_model) + np.asarray(self.baseline_weight) * _logit(p_baseline)
+
+    @staticmethod
+    def squash(z: np.ndarray) -> np.ndarray:
+        return np.exp(-np.logaddexp(0.0, -z))
+
+    @staticmethod
+    def weight(value) -> tuple:
+        return tuple(float(v) for v in value)
+
+    @staticmethod
+    def checked(blend: LabelBlend, n_labels: int | None) -> LabelBlend:
+        a, b = blend.model_weight, blend.baseline_weight
+        if len(a) != len(b) or (n_labels is not None and len(a) != n_labels):
+            raise ValueError(f"blend weights for {len(a)} and {len(b)} labels")
+        return blend
 
 
 def _logs(p_model, p_baseline) -> np.ndarray:
@@ -137,29 +161,28 @@ def _logs(p_model, p_baseline) -> np.ndarray:
                           _FLOOR, 1.0))
 
 
-def _pool(w: np.ndarray, logs: np.ndarray) -> np.ndarray:
-    z = np.tensordot(w, logs, axes=1)
-    z = np.exp(z - z.max(axis=1, keepdims=True))
-    return z / z.sum(axis=1, keepdims=True)
+def fit_weights(loss, n_weights: int) -> np.ndarray:
+    """The pool's weights (all >= 0) minimising `loss` (w -> (mean log-loss, gradient)), from 1 each: the
+    loss is convex in them, so L-BFGS-B finds the optimum. Both kinds' fit."""
+    from scipy.optimize import minimize
+
+    return minimize(loss, np.ones(n_weights), jac=True, method="L-BFGS-B", bounds=[(0, None)] * n_weights).x
 
 
 def fit_blend(p_model: np.ndarray, p_baseline: np.ndarray, y: np.ndarray) -> Blend:
-    """(a, b) >= 0 minimising the mean log-loss of the pool on these rows (convex: L-BFGS-B finds the optimum)."""
-    from scipy.optimize import minimize
-
+    """(a, b) >= 0 minimising the mean log-loss of the pool on these rows."""
     logs = _logs(p_model, p_baseline)
     y = np.asarray(y)
     rows = np.arange(len(y))
     picked = logs[:, rows, y]  # (2, n): each model's log-probability of the true class
 
     def loss(w):
-        q = _pool(w, logs)
+        q = Blend.squash(np.tensordot(w, logs, axes=1))
         nll = -np.mean(np.log(np.clip(q[rows, y], _FLOOR, 1.0)))
         grad = np.einsum("mnk,nk->m", logs, q) / len(y) - picked.mean(1)
         return nll, grad
 
-    res = minimize(loss, np.ones(2), jac=True, method="L-BFGS-B", bounds=[(0, None), (0, None)])
-    a, b = (float(v) for v in res.x)
+    a, b = (float(v) for v in fit_weights(loss, 2))
     return Blend(round(a, 6), round(b, 6))
 
 

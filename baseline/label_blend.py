@@ -29,6 +29,7 @@ from baseline.blend import (
     BaselineError,
     LabelBlend,
     _logit,
+    fit_weights,
     tfidf_logreg,
     write_baseline,
 )
@@ -82,9 +83,7 @@ def ovr_weights(model) -> tuple[np.ndarray, np.ndarray]:
 # ------------------------------------------------------------------------------------------- the blend
 def fit_label_blend(p_model: np.ndarray, p_baseline: np.ndarray, Y: np.ndarray) -> LabelBlend:
     """(a_j, b_j) >= 0 per label minimising that label's mean log-loss; the labels' losses are independent,
-    so one L-BFGS-B run over their sum finds every label's optimum."""
-    from scipy.optimize import minimize
-
+    so one fit over their sum (baseline/blend.py `fit_weights`) finds every label's optimum."""
     Y = np.asarray(Y, np.float64)
     n, n_labels = Y.shape
     lm, lb = _logit(p_model), _logit(p_baseline)
@@ -94,11 +93,10 @@ def fit_label_blend(p_model: np.ndarray, p_baseline: np.ndarray, Y: np.ndarray) 
         z = a * lm + b * lb
         # log-loss of sigmoid(z) against Y, written without overflow: log(1 + e^z) - y z
         nll = (np.logaddexp(0.0, z) - Y * z).sum() / n
-        r = (np.exp(-np.logaddexp(0.0, -z)) - Y) / n  # d nll / d z
+        r = (LabelBlend.squash(z) - Y) / n  # d nll / d z
         return nll, np.concatenate([(r * lm).sum(0), (r * lb).sum(0)])
 
-    res = minimize(loss, np.ones(2 * n_labels), jac=True, method="L-BFGS-B", bounds=[(0, None)] * (2 * n_labels))
-    w = np.round(res.x, 6)
+    w = np.round(fit_weights(loss, 2 * n_labels), 6)
     return LabelBlend(tuple(float(v) for v in w[:n_labels]), tuple(float(v) for v in w[n_labels:]))
 
 
