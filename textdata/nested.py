@@ -30,8 +30,10 @@ def nested(fold_of: np.ndarray, fit: Callable, apply: Callable, out: np.ndarray 
     for i, (k, held, rest) in enumerate(fold_masks(fold_of)):
         given = () if per_fold is None else (per_fold[i],)
         model = fit(rest, *given)
-        answers[k] = apply(model, held, *given)
-        if out is not None:
-            out[held] = answers[k]
+        got = apply(model, held, *given)
+        if out is None:
+            answers[k] = got
+        else:
+            out[held] = got
         fitted.append(model)
     return (answers if out is None else out), fitted
