@@ -95,7 +95,7 @@ def model_to_serve(cfg, registry):
         # the folder name only: /v1/models and the UI show this, and server paths stay private (issue 24)
         registry.set_active(version, why=f"python -m app --model .../{Path(cfg.model or '').name}")
     if cfg.model and version != given:
-        log.info("serving %s: retrained from %s (%s) and promoted; `python -m app.versions.models activate %s` serves %s "
+        log.info("serving %s: retrained from %s (%s) and promoted; `python -m app models activate %s` serves %s "
                  "itself", version, cfg.model, given, given, given)
     elif cfg.model:
         now = "active already" if version == was else (f"activated instead of {was}" if was else "activated")
@@ -103,16 +103,18 @@ def model_to_serve(cfg, registry):
     return version, clf
 
 
+# The shell's tools, one command each, beside the server: each module's own parser answers --help.
+SUBCOMMANDS = {"users": "app.team.users_cli",  # the people who label, review and administer
+               "db": "app.fleet.db_cli",  # the label store's schema: a fleet's replicas never migrate
+               "models": "app.versions.models"}  # list, activate, delete versions in the registry
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["users"]:  # python -m app users add NAME --role ROLE
-        from app.team.users_cli import main as users_main
+    if argv[:1] and argv[0] in SUBCOMMANDS:  # python -m app users add NAME --role ROLE, … (SUBCOMMANDS)
+        import importlib
 
-        return users_main(argv[1:])
-    if argv[:1] == ["db"]:  # python -m app db upgrade: a fleet's replicas never migrate (app/fleet/db_cli.py)
-        from app.fleet.db_cli import main as db_main
-
-        return db_main(argv[1:])
+        return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
     cfg = parse_args(argv)
     logs.setup(cfg.log_level)
     from app.versions.registry import Registry

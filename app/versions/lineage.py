@@ -28,7 +28,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # pandas (through textdata.tables) is imported where a table is read: app/versions/registry.py imports this module,
-# and `python -m app --model typo` or `python -m app.versions.models list` must answer without loading it.
+# and `python -m app --model typo` or `python -m app models list` must answer without loading it.
 
 TEXTS_FILE = "training/texts.sha256"
 BUILTIN_DATA = ("bbcnews",)  # finetune/kfold.py's built-in data sets: not a file we can read here

@@ -1,8 +1,8 @@
 """List, activate and delete model versions in a registry (app/versions/registry.py).
 
-    python -m app.versions.models list --models-dir app-data/models
-    python -m app.versions.models activate v2 --models-dir app-data/models
-    python -m app.versions.models delete v3 --models-dir app-data/models
+    python -m app models list --models-dir app-data/models
+    python -m app models activate v2 --models-dir app-data/models
+    python -m app models delete v3 --models-dir app-data/models
 
 `activate` loads and checks the version (as a server's switch does) and only then moves the `active` pointer
 on disk (`--no-check` skips the check): a running server on this registry notices within a second and
@@ -53,7 +53,7 @@ def version_row(m: dict) -> str:
 
 @exits_2_on_user_error
 def main(argv: list[str] | None = None) -> int:
-    p = Parser(prog="python -m app.versions.models", description=__doc__.split("\n")[0], allow_abbrev=False)
+    p = Parser(prog="python -m app models", description=__doc__.split("\n")[0], allow_abbrev=False)
     p.add_argument("command", choices=("list", "activate", "delete"))
     p.add_argument("version", nargs="?", help="v1, v2, ... (activate, delete)")
     p.add_argument("--models-dir", type=Path, default=Path("app-data/models"),
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
                 why = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
                 raise RegistryError(f"{a.version} was not activated: it cannot serve ({why}); "
                                     f"{reg.active() or 'no version'} stays active") from None
-        reg.set_active(a.version, why="python -m app.versions.models activate")
+        reg.set_active(a.version, why="python -m app models activate")
         print(f"{a.version} is active in {a.models_dir}: a running server on it switches within a second, "
               "unless the version cannot serve (then it puts the pointer back: see events.jsonl)")
     else:

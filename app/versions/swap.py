@@ -9,7 +9,7 @@ Activation loads the new version off the request path (a thread), checks it (eve
 probabilities on a sample), measures its pass cost and sends one request through the batcher on it; only
 then is the `active` pointer moved and `state.served` replaced (one assignment). A version that fails any
 step is not switched to: the old one keeps serving and the error says why. The server also follows the
-`active` file, so `python -m app.versions.models activate` switches a running server the same way.
+`active` file, so `python -m app models activate` switches a running server the same way.
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class Switcher:
         return new
 
     async def follow_pointer(self, interval_s: float = 1.0) -> None:
-        """Switch when the `active` file is moved from outside (`python -m app.versions.models activate`); a version
+        """Switch when the `active` file is moved from outside (`python -m app models activate`); a version
         that cannot serve is not switched to and the pointer is put back, with the reason in events.jsonl."""
         while True:
             await asyncio.sleep(interval_s)
@@ -86,7 +86,7 @@ class Switcher:
             if wanted is None or wanted == serving or self.busy:
                 continue
             try:
-                await self.activate(wanted, why="the active pointer was moved (python -m app.versions.models activate)")
+                await self.activate(wanted, why="the active pointer was moved (python -m app models activate)")
             except (ActivationError, RegistryError) as e:
                 if self.registry.active() == wanted:
                     self.registry.set_active(self.state.served.version, why=f"put back: {e}")

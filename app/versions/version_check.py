@@ -1,6 +1,6 @@
 """A version must serve before it is made active, also from the shell and at start.
 
-`python -m app.versions.models activate v2` while no server ran once moved the pointer to a truncated v2 unchecked,
+`python -m app models activate v2` while no server ran once moved the pointer to a truncated v2 unchecked,
 and every later start exited 2, with or without --model. Now the CLI loads and checks the version first
 (`check_version`, the same check a running server's switch makes: app/versions/swap.py `check_engine`), and a
 server whose active version cannot serve at start falls back to the last version that was active before

@@ -99,7 +99,7 @@ def two_versions(spread_model_dir, tmp_path):
 @pytest.mark.parametrize("broken", ["{not json", "[1, 2]", "null", '"v2"'])
 def test_an_unreadable_version_json_is_listed_and_named_and_the_server_starts(two_versions, spread_model_dir,
                                                                                tmp_path, capsys, broken):
-    """Before: GET /v1/models 500, `python -m app.versions.models list` a traceback, every start exit 2 naming no file."""
+    """Before: GET /v1/models 500, `python -m app models list` a traceback, every start exit 2 naming no file."""
     from app.__main__ import model_to_serve
 
     (two_versions.root / "v2" / "version.json").write_text(broken)

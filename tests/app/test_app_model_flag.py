@@ -56,7 +56,7 @@ def test_a_promoted_retrain_of_the_folder_keeps_serving(spread_model_dir, tmp_pa
     assert reg.active() == "v2"
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("serving ")]
     assert said == [(f"serving v2: retrained from {spread_model_dir} (v1) and promoted; "
-                     "`python -m app.versions.models activate v1` serves v1 itself")]
+                     "`python -m app models activate v1` serves v1 itself")]
     other = tmp_path / "other"  # an imported folder is no retrain of v1: --model v1's folder replaces it
     shutil.copytree(spread_model_dir, other)
     (other / "note.txt").write_text("another model")
