@@ -22,7 +22,7 @@ from app.label_kinds import (
     space_fields,
     space_from,
 )
-from app.labeling import SessionError, SessionStore
+from app.labeling.sessions import SessionError, SessionStore
 from textdata.labels import LabelSpace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -40,11 +40,11 @@ KNOWN: dict[str, int] = {}
 # The modules where the app's label data names its kind ("multi_label", "label_sep"): each format once.
 FORMATS = {
     "app/label_kinds.py": "a session's meta.json, an audit's items, a retrain's k-fold config and spec.json",
-    "app/review.py": "label_issues.csv's label_sep column",
-    "app/audit.py": "the audit queue's items (written), /v1/monitor's live precision of label sets",
-    "app/monitor.py": "the drift reference's kind (reference.json, written by k-fold)",
-    "app/team.py": "POST /v1/datasets' field and answer",
-    "app/trainset.py": "the label store's final labels (labelstore/snapshot.labels_as_of)",
+    "app/labeling/review.py": "label_issues.csv's label_sep column",
+    "app/labeling/audit.py": "the audit queue's items (written), /v1/monitor's live precision of label sets",
+    "app/monitoring/monitor.py": "the drift reference's kind (reference.json, written by k-fold)",
+    "app/team/routes.py": "POST /v1/datasets' field and answer",
+    "app/versions/trainset.py": "the label store's final labels (labelstore/snapshot.labels_as_of)",
 }
 
 
@@ -70,7 +70,7 @@ def kind_tests(path: Path) -> list[str]:
 
 
 def app_modules() -> list[Path]:
-    return sorted((ROOT / "app").glob("*.py"))
+    return sorted((ROOT / "app").rglob("*.py"))  # the subpackages too (issue 46 regrouped app/)
 
 
 def test_no_module_in_app_tests_the_kind():
