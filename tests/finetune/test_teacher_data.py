@@ -284,3 +284,14 @@ def test_multi_label_kfold_scores_on_gold_rows_only_and_judges_the_teacher_there
     oof = pd.read_csv(out / "oof_predictions.csv", keep_default_na=False)
     assert (oof["error"].str.startswith("teacher row")).sum() == 60
     assert t["relabelled_teacher_rows"] > 0 and len(t["text_weights"]) >= 3  # one per label and correction
+
+
+def test_multi_label_holdout_is_gold_rows_only_and_never_reaches_a_training_label(tmp_path, multilabel_rows):
+    _, path = multi_teacher_table(tmp_path, multilabel_rows, n=90, n_gold=45)
+    data = load(path, cfg(multi_label=True, label_sep=";"), Normalizer("none"))
+    cv, held = gold_holdout(data, 0.3, 2, 0, path)
+    assert held.gold.all() and held.y is None and held.Y.shape[1] == 3 and 8 <= len(held.Y) <= 20
+    assert (~cv.gold).sum() == (~data.gold).sum() and len(cv.Y) + len(held.Y) == len(data.Y)
+    data.answered[np.isin(data.keep, held.keep)] = 1  # what the held-out rows say changes no training label
+    again, _ = gold_holdout(data, 0.3, 2, 0, path)
+    assert np.array_equal(cv.Y, again.Y)
