@@ -8,10 +8,10 @@ import csv
 from types import SimpleNamespace
 
 from app.config import Config
-from app.labeling import SessionStore
-from app.ui import Exports
-from app.ui_label_view import _render_label
-from app.ui_team_label import TeamSessions, dataset_sid
+from app.labeling.sessions import SessionStore
+from app.ui.label_view import _render_label
+from app.ui.page import Exports
+from app.ui.team_label import TeamSessions, dataset_sid
 from labelstore import open_store, queue, users
 
 
