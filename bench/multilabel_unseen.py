@@ -53,7 +53,7 @@ def one(texts, Y, labels, a, seed) -> dict:
     from sklearn.model_selection import KFold
 
     from baseline.label_blend import fit_ovr_baseline, ovr_proba
-    from finetune.calibration_multilabel import calibrate, scores
+    from finetune.calibration_multilabel import calibrate_labels, scores
     from finetune.coverage import pick_threshold
     from textdata.errors import DataError
 
@@ -73,7 +73,7 @@ def one(texts, Y, labels, a, seed) -> dict:
     out = {"seed": seed, "train": len(tr), "unseen": len(un), "labels": len(names), "targets": {}}
     for target in TARGETS:
         try:
-            section, final, _ = calibrate(oof, Yt, fold_of, names, "model", target)
+            section, final, _ = calibrate_labels(oof, Yt, fold_of, names, "model", target)
         except DataError as e:  # no label reaches the target: nothing is confident
             out["targets"][str(target)] = {"error": str(e)[:200]}
             continue

@@ -183,7 +183,7 @@ def fit_out_of_domain(data, fold_of: np.ndarray, targets: np.ndarray, sure: np.n
     except ValueError as e:  # no usable characters in a fold (empty vocabulary) and the like
         warnings.append(f"out-of-domain detector not fitted: {str(e).splitlines()[0]}")
         return {"error": str(e).splitlines()[0]}, None
-    return {"method": typ.info()["method"], "cut": typ.cut, **meta}, typ
+    return {"method": typ.info()["method"], "cut": typ.cut, "combine": typ.combine, **meta}, typ
 
 
 def out_of_domain_lines(section: dict | None) -> list[str]:

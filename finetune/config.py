@@ -100,7 +100,8 @@ FLAGS = {
     "teacher_column": Flag("a teacher's labels (an LLM's: finetune.teach) beside --label-column, which then holds "
                            "gold labels only where a person gave one (8 a class is enough): teacher labels are "
                            "corrected where the gold rows show the teacher unreliable, and every score is measured "
-                           "on gold rows only (docs/finetune.md#teach-from-an-llm)", metavar="COL"),
+                           "on gold rows only; with --multi-label an empty cell is no answer in both columns and "
+                           "[] is the empty set (docs/finetune.md#teach-from-an-llm)", metavar="COL"),
     "gold_weight": Flag("--teacher-column: times each gold row is trained on (0: auto, the gold rows together "
                         "weigh as much as the teacher rows, at most 50 each; bench/teacher.py)"),
     "multi_label": Flag("each row may carry several labels (or none): the label column holds them separated by "
@@ -197,8 +198,8 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
         p.error("--folds must be at least 2")
     if a.multi_label and sep_problem(a.label_sep):
         p.error(f"--label-sep {a.label_sep[:20]!r} {sep_problem(a.label_sep)}")
-    if a.teacher_column and (a.multi_label or a.gold_weight < 0):
-        p.error("--teacher-column goes with single-label data and a --gold-weight of 0 (auto) or more")
+    if a.teacher_column and a.gold_weight < 0:
+        p.error("--gold-weight must be 0 (auto) or more")
     if not 0 <= a.holdout < 1:
         p.error("--holdout must be a fraction in [0, 1), e.g. 0.2")
     if a.target_precision is not None and not 0 < a.target_precision < 1:

@@ -44,12 +44,13 @@ BLEND_METHOD = ("log-linear pool per label: logit p = a_j·logit p_model + b_j·
                 "fitted by log-loss")
 
 
-def fold_scores(data, train_idx, val_idx, proba, seed) -> tuple[np.ndarray, dict, dict]:
+def fold_scores(data, targets, train_idx, val_idx, proba, seed) -> tuple[np.ndarray, dict, dict]:
     """(the baseline's probabilities on the fold, the model's metrics at 0.5, the baseline's) for a fold record.
-    A fold's own record can only use 0.5: tuned thresholds need the other folds (cv_report)."""
+    A fold's own record can only use 0.5: tuned thresholds need the other folds (cv_report). The baseline trains
+    on the fold's `targets` (with --teacher-column: teacher rows corrected on the fold's own gold rows only)."""
     Y = data.Y
     try:
-        base = fit_ovr_baseline([data.texts[i] for i in train_idx], Y[train_idx], seed)
+        base = fit_ovr_baseline([data.texts[i] for i in train_idx], targets[train_idx], seed)
         base_proba = ovr_proba(base, [data.texts[i] for i in val_idx])
         base_metrics = {"threshold": DEFAULT, **multilabel_metrics(Y[val_idx], predict_sets(base_proba, DEFAULT),
                                                                    data.labels)}
@@ -278,7 +279,7 @@ class MultiLabelTask:
         self.issues = MultiLabelIssues(space.sep)
 
     def fold_scores(self, data, targets, train_idx, val_idx, proba, seed) -> tuple[np.ndarray, dict, dict]:
-        return fold_scores(data, train_idx, val_idx, proba, seed)
+        return fold_scores(data, targets, train_idx, val_idx, proba, seed)
 
     def fold_line(self, k: int, saved: dict) -> str:
         return fold_line(k, saved)

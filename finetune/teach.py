@@ -7,8 +7,8 @@
 
 The prompt file holds {text} and {labels} (refused at start otherwise). The key is read from $OPENAI_API_KEY
 (--api-key-env names another variable; a local server needs none). Writes OUTPUT with every input row and its
-columns plus `teacher` (the label, or the labels joined by --label-sep; an answer outside the label set is kept
-as given), `teacher_in_label_set`, `teacher_answer`, `teacher_error` (the row is kept when the endpoint
+columns plus `teacher` (the label, or the labels joined by --label-sep, `[]` for none; an answer outside the label
+set is kept as given), `teacher_in_label_set`, `teacher_answer`, `teacher_error` (the row is kept when the endpoint
 refused or timed out after the retries), tokens and cost per row; OUTPUT's stem + .summary.json (calls, tokens,
 cost, rows outside the label set). Every answer is appended to OUTPUT's stem + .cache.jsonl as it arrives: a
 rerun, or a run after a kill, pays only for texts not asked yet. Then train on it: finetune/kfold.py
@@ -156,7 +156,8 @@ def row_columns(cfg: TeachConfig, labels: list[str], answer: Answer, cached: boo
     if answer.error:
         shown = ""
     elif parsed.in_label_set:
-        shown = LabelSpace.of(labels, cfg.multi_label, cfg.label_sep).join(parsed.labels, sort=False)
+        # marked: "none" is `[]`, as k-fold --teacher-column reads an empty cell as no answer
+        shown = LabelSpace.of(labels, cfg.multi_label, cfg.label_sep).marked(parsed.labels, sort=False)
     else:
         shown = answer.text.strip()
     return {"teacher": shown, "teacher_in_label_set": parsed.in_label_set and not answer.error,

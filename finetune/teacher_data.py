@@ -10,19 +10,24 @@ A row with a gold label is gold; a row with only the teacher's answer is teacher
 - gold rows weigh more: repeated `gold_repeats` times in training (the measured choice: bench/teacher.py).
 Every score of a teacher run is measured on gold rows only (finetune/teacher_report.py); --holdout holds out gold rows
 only (`gold_holdout`).
+
+With --multi-label the rules are the same, label by label: each label is a two-class problem (has it / has it not)
+with its own T, p(label | text) and text weight. An empty cell means "no answer" in both columns, so a gold or
+teacher answer of no label at all is written `[]` (LabelSpace.marked; finetune.teach writes it so).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import sys
+from collections import Counter
 from dataclasses import dataclass
 
 import numpy as np
 
 from finetune.data import LabeledData, inner_split
 from textdata.errors import DataError
-from textdata.labels import label_order
+from textdata.labels import DEFAULT_SEP, LabelSpace, label_order
 from textdata.normalize import Normalizer
 from textdata.prior_shift import em_prior
 from textdata.tables import missing_text, read_table
@@ -54,22 +59,21 @@ def corrected(answered: np.ndarray, p_text: np.ndarray, T: np.ndarray, fitted_pr
     return post.argmax(1), post.max(1)
 
 
-def text_proba(texts: list[str], fit_rows: np.ndarray, y_fit: np.ndarray, rows: np.ndarray, n: int,
-               seed: int, gold_oof: bool = False):
-    """p(class | text) for `rows`, from the baseline's char TF-IDF (its vocabulary and idf from every row in
-    `texts`: no label is read) and a log-loss linear model fitted on `fit_rows`. A lightly regularised SGD, not the
-    baseline's logistic regression: on 8 gold rows a class that one answers near-uniform probabilities (mean top
-    probability 0.32 on BBC News against 0.74), and the teacher's confusion then decides alone. With `gold_oof`:
-    (p for `rows`, out-of-fold p for `fit_rows` themselves), for `text_weight`."""
+def text_vectors(texts: list[str], seed: int):
+    """The baseline's char TF-IDF of `texts` (vocabulary and idf from every text given: no label is read)."""
     from baseline.blend import TEXT_CAP, tfidf_logreg
 
-    vectorizer = tfidf_logreg(seed).steps[0][1]
-    V = vectorizer.fit_transform([t[:TEXT_CAP] for t in texts])
-    p = _fit_proba(V, fit_rows, y_fit, rows, n, seed)
-    if not gold_oof:
-        return p
+    return tfidf_logreg(seed).steps[0][1].fit_transform([t[:TEXT_CAP] for t in texts])
+
+
+def text_proba(V, fit_rows: np.ndarray, y_fit: np.ndarray, rows: np.ndarray, n: int, seed: int):
+    """(p(class | text) for `rows`, out-of-fold p for `fit_rows` themselves, for `text_weight`), from a log-loss
+    linear model on `text_vectors` fitted on `fit_rows`. A lightly regularised SGD, not the baseline's logistic
+    regression: on 8 gold rows a class that one answers near-uniform probabilities (mean top probability 0.32 on
+    BBC News against 0.74), and the teacher's confusion then decides alone."""
     from sklearn.model_selection import StratifiedKFold
 
+    p = _fit_proba(V, fit_rows, y_fit, rows, n, seed)
     oof = np.full((len(fit_rows), n), 1.0 / n)
     splits = int(min(4, np.bincount(y_fit).max()))
     for tr, va in StratifiedKFold(max(2, splits), shuffle=True, random_state=seed).split(fit_rows, y_fit):
@@ -125,81 +129,144 @@ def macro_f1(y: np.ndarray, pred: np.ndarray, n_classes: int) -> float:
 # ------------------------------------------------------------------------------------ the rows k-fold reads
 @dataclass
 class TeacherData(LabeledData):
-    """LabeledData of gold and teacher rows. `y` holds the gold label of a gold row and, for a teacher row, its
-    teacher label corrected on every gold row (what the final model trains on); each fold corrects again on its
-    own training gold rows (`fold_training`)."""
+    """LabeledData of gold and teacher rows. `targets` (y, or Y with --multi-label) hold the gold label of a gold
+    row and, for a teacher row, its teacher label corrected on every gold row (what the final model trains on);
+    each fold corrects again on its own training gold rows (`fold_training`)."""
 
     gold: np.ndarray | None = None  # (n,) bool: the row has a gold label
-    answered: np.ndarray | None = None  # (n,) the teacher's answer as a class id; -1: none, or outside the label set
+    # the teacher's answer in the targets' form (a class id; multi-label: 0/1 per label), -1 (the whole row) where
+    # it gave none or one outside the label set (`has_answer`)
+    answered: np.ndarray | None = None
     outside: dict | None = None  # teacher answers outside the label set -> rows
-    text_weights: list = dataclasses.field(default_factory=list)  # `text_weight` chosen at each correction
+    text_weights: list = dataclasses.field(default_factory=list)  # `text_weight` chosen at each correction (per label)
+
+
+def has_answer(answered: np.ndarray) -> np.ndarray:
+    """(n,) bool: the rows of `answered` (TeacherData's) with a teacher answer in the label set."""
+    return answered.reshape(len(answered), -1)[:, 0] >= 0
 
 
 def load(path, cfg, normalizer: Normalizer) -> TeacherData:
     """Rows with a gold label, a teacher label, or both (the label set is the gold labels'); a teacher answer
-    outside it is counted and shown, and its row (without gold) not trained on."""
+    outside it is counted and shown, and its row (without gold) not trained on. A gold cell no label rule allows is
+    an error naming the row, the column and the value."""
     table = read_table(path, {cfg.text_column: "--text-column", cfg.label_column: "--label-column",
                               cfg.teacher_column: "--teacher-column"}, encoding=cfg.encoding)
+    space = LabelSpace.of((), getattr(cfg, "multi_label", False), getattr(cfg, "label_sep", None))
     text_ok = ~missing_text(table[cfg.text_column]).to_numpy()
-    has_gold = ~missing_text(table[cfg.label_column]).to_numpy()
-    has_teacher = ~missing_text(table[cfg.teacher_column]).to_numpy()
-    gold_text = table[cfg.label_column].astype(str).str.strip()
-    labels = label_order(gold_text[text_ok & has_gold])
-    if len(labels) < 2:
+    cells = table[cfg.label_column]
+    has_gold = text_ok & cells.map(space.given).to_numpy(bool)
+    gold_sets = {i: space.parse(cells.iat[i], f"{path}: data row {i + 1} (line {i + 2} of a CSV with a header), "
+                                              f"column {cfg.label_column!r}") for i in np.flatnonzero(has_gold)}
+    labels = label_order(x for names in gold_sets.values() for x in names)
+    if len(labels) < space.pick(2, 1):
         raise DataError(f"{path}: column {cfg.label_column!r} has gold labels for {len(labels)} class(es); the gold "
                         "rows must name every class (a few rows each, e.g. 8)")
-    ids = {x: i for i, x in enumerate(labels)}
-    said = table[cfg.teacher_column].astype(str).str.strip()
-    answered = np.where(has_teacher, said.map(ids).fillna(-1).to_numpy(), -1).astype(np.int64)
-    off = has_teacher & (answered < 0) & text_ok
-    outside = {str(k): int(v) for k, v in said[off].value_counts().items()}
+    space = space.with_labels(labels)
+    answered, outside = teacher_answers(table[cfg.teacher_column], space, text_ok)
     if outside:
         listed = ", ".join(f"{k!r} ({v} rows)" for k, v in list(outside.items())[:10])
-        print(f"warning: {path}: {int(off.sum())} teacher answers in {cfg.teacher_column!r} are outside the gold label "
-              f"set {labels}: {listed}; rows without a gold label among them are not trained on", file=sys.stderr)
-    keep = np.flatnonzero(text_ok & (has_gold | (answered >= 0)))
+        print(f"warning: {path}: {sum(outside.values())} teacher answers in {cfg.teacher_column!r} are outside the gold "
+              f"label set {labels}: {listed}; rows without a gold label among them are not trained on", file=sys.stderr)
+    said = has_answer(answered)
+    keep = np.flatnonzero(text_ok & (has_gold | said))
     dropped = {k: v for k, v in {"empty text": int((~text_ok).sum()),
-                                 "no gold label and no usable teacher label": int((text_ok & ~has_gold & (answered < 0)).sum())}.items() if v}
+                                 "no gold label and no usable teacher label": int((text_ok & ~has_gold & ~said).sum())}.items() if v}
+    targets = answered[keep].copy()
+    for pos, i in enumerate(keep):
+        if has_gold[i]:
+            targets[pos] = as_target(space, gold_sets[i])
     gold = has_gold[keep]
-    y = np.where(gold, gold_text.iloc[keep].map(ids).fillna(-1).to_numpy(), answered[keep]).astype(np.int64)
-    small = [x for x in labels if (y[gold] == ids[x]).sum() < 2]
+    small = short_classes(space, targets[gold])
     if small:
-        raise DataError(f"{path}: classes {small} have fewer than 2 gold rows; the teacher is judged and corrected on "
-                        "the gold rows, so every class needs a few (8 or more)")
+        raise DataError(f"{path}: {space.pick('classes', 'labels')} {small} have fewer than 2 gold rows"
+                        f"{space.pick('', ' with them (or 2 without)')}; the teacher is judged and corrected on the gold "
+                        "rows, so every class needs a few (8 or more)")
     texts = [normalizer(t) for t in table[cfg.text_column].iloc[keep].astype(str)]
     groups = table[cfg.group_column].astype(str).to_numpy()[keep] if cfg.group_column else None
-    data = TeacherData(table=table, keep=keep, texts=texts, y=y, groups=groups, labels=labels, dropped=dropped,
-                       gold=gold, answered=answered[keep], outside=outside)
+    data = TeacherData(table=table, keep=keep, texts=texts, y=space.pick(targets, None), groups=groups, labels=labels,
+                       dropped=dropped, multi_label=space.multi_label, Y=space.pick(None, targets),
+                       label_sep=space.sep or DEFAULT_SEP, gold=gold, answered=answered[keep], outside=outside)
     teach = ~gold
-    data.y[teach] = correct_rows(data, np.flatnonzero(gold), np.flatnonzero(teach), cfg.seed)
+    data.targets[teach] = correct_rows(data, np.flatnonzero(gold), np.flatnonzero(teach), cfg.seed)
     return data
+
+
+def as_target(space: LabelSpace, names: list[str]):
+    """Label names as one row of targets: a class id, or 0/1 per label."""
+    return space.pick(lambda: space.labels.index(names[0]), lambda: space.matrix([names])[0][0])()
+
+
+def teacher_answers(cells, space: LabelSpace, rows: np.ndarray) -> tuple[np.ndarray, dict]:
+    """(the teacher's answers on `rows` in the targets' form, -1 where none; the answers outside the label set ->
+    rows). An answer is outside when it names a label the gold rows do not, or is no label name at all (an LLM's
+    sentence): counted, never an error, never mapped to a label."""
+    answered = np.full(space.pick((len(cells),), (len(cells), len(space.labels))), -1, np.int64)
+    outside: Counter = Counter()
+    for i in np.flatnonzero(rows):
+        cell = cells.iat[i]
+        if not space.given(cell):
+            continue
+        try:
+            names = space.parse(cell)
+        except DataError:
+            names = None
+        if names is None or not set(names) <= set(space.labels):
+            outside[str(cell).strip()] += 1
+        else:
+            answered[i] = as_target(space, names)
+    return answered, dict(outside.most_common())
+
+
+def short_classes(space: LabelSpace, targets: np.ndarray) -> list[str]:
+    """The classes with fewer than 2 rows in `targets` (multi-label: the labels with fewer than 2 rows carrying
+    them, or fewer than 2 not)."""
+    n = len(space.labels)
+    counts = space.pick(lambda: np.bincount(targets, minlength=n)[None],
+                        lambda: np.stack([targets.sum(0), (1 - targets).sum(0)]).reshape(2, n))()
+    return [space.labels[j] for j in np.flatnonzero(counts.min(0) < 2)]
 
 
 def correct_rows(data: TeacherData, gold_rows: np.ndarray, teacher_rows: np.ndarray, seed: int) -> np.ndarray:
     """The corrected labels of `teacher_rows`, judged on `gold_rows` only: T counted there, p(class | text) fitted
-    there (`text_proba`, its vocabulary from both kinds of rows' texts) and weighed by `text_weight`, chosen there."""
+    there (`text_proba`, its vocabulary from both kinds of rows' texts) and weighed by `text_weight`, chosen there.
+    Multi-label: label by label, each a two-class problem."""
     answered = data.answered[teacher_rows]
     if len(teacher_rows) == 0:
         return answered
-    n = len(data.labels)
-    T = teacher_confusion(data.y[gold_rows], data.answered[gold_rows], n)
     both = np.concatenate([gold_rows, teacher_rows])
     try:
-        p, p_gold = text_proba([data.texts[i] for i in both], np.arange(len(gold_rows)), data.y[gold_rows],
-                               np.arange(len(gold_rows), len(both)), n, seed, gold_oof=True)
+        V = text_vectors([data.texts[i] for i in both], seed)
     except ValueError:  # no usable text (an empty vocabulary): the teacher's answers stand
         return answered
-    fitted = np.bincount(data.y[gold_rows], minlength=n) / len(gold_rows)
-    weight = text_weight(p_gold, data.y[gold_rows], data.answered[gold_rows], T, n, fitted)
-    data.text_weights.append(weight)
-    return corrected(answered, tempered(p, weight), T, fitted, strength=len(gold_rows))[0]
+    fit, rows = np.arange(len(gold_rows)), np.arange(len(gold_rows), len(both))
+    truth, said = data.targets[gold_rows], data.answered[gold_rows]
+
+    def one(y_fit, said_fit, ans, n):
+        return _corrected_column(V, fit, rows, y_fit, said_fit, ans, n, seed, data.text_weights)
+
+    return data.space.pick(
+        lambda: one(truth, said, answered, len(data.labels)),
+        lambda: np.stack([one(truth[:, j], said[:, j], answered[:, j], 2) for j in range(len(data.labels))], 1))()
+
+
+def _corrected_column(V, fit, rows, y_fit, said_fit, answered, n: int, seed: int, weights: list) -> np.ndarray:
+    """One class problem's corrected teacher answers (`correct_rows`); `weights` gets the text weight chosen."""
+    if len(np.unique(y_fit)) < 2:  # a fold's gold rows without one side of a label: nothing to judge it on
+        return answered
+    T = teacher_confusion(y_fit, said_fit, n)
+    p, p_fit = text_proba(V, fit, y_fit, rows, n, seed)
+    fitted = np.bincount(y_fit, minlength=n) / len(y_fit)
+    weight = text_weight(p_fit, y_fit, said_fit, T, n, fitted)
+    weights.append(weight)
+    return corrected(answered, tempered(p, weight), T, fitted, strength=len(y_fit))[0]
 
 
 def fold_training(data: TeacherData, train_idx: np.ndarray, fit_idx: np.ndarray, seed: int,
                   gold_weight: float) -> tuple[np.ndarray, np.ndarray]:
     """(targets, rows to fit on) for one fold: the fold's teacher rows corrected on its own training gold rows
     (never the held-out ones), each gold row of `fit_idx` repeated `gold_repeats` times."""
-    targets = data.y.copy()
+    targets = data.targets.copy()
     gold_tr = train_idx[data.gold[train_idx]]
     teach_tr = train_idx[~data.gold[train_idx]]
     targets[teach_tr] = correct_rows(data, gold_tr, teach_tr, seed)
@@ -214,8 +281,9 @@ def repeated(data: TeacherData, rows: np.ndarray, gold_weight: float) -> np.ndar
 
 def subset(data: TeacherData, pos: np.ndarray) -> TeacherData:
     pos = np.sort(pos)
-    return dataclasses.replace(data, keep=data.keep[pos], texts=[data.texts[i] for i in pos], y=data.y[pos],
-                               groups=None if data.groups is None else data.groups[pos], gold=data.gold[pos],
+    part = lambda a: None if a is None else a[pos]
+    return dataclasses.replace(data, keep=data.keep[pos], texts=[data.texts[i] for i in pos], y=part(data.y),
+                               Y=part(data.Y), groups=part(data.groups), gold=data.gold[pos],
                                answered=data.answered[pos])
 
 
@@ -225,17 +293,16 @@ def gold_holdout(data: TeacherData, fraction: float, folds: int, seed: int, path
     grouped); every teacher row stays in. The teacher rows are corrected again on the gold rows left: the held-out
     gold labels never reach a training label."""
     g = np.flatnonzero(data.gold)
-    _, held_pos = inner_split(data.y[g], None if data.groups is None else data.groups[g], fraction, seed)
+    _, held_pos = inner_split(data.targets[g], None if data.groups is None else data.groups[g], fraction, seed)
     if len(held_pos) == 0:
         raise DataError(f"{path}: --holdout {fraction}: too few gold rows per class to hold any out")
     held_rows = g[held_pos]
-    cv = subset(data, np.setdiff1d(np.arange(len(data.y)), held_rows))
-    counts = np.bincount(cv.y[cv.gold], minlength=len(data.labels))
-    if counts.min() < 2:
-        name = data.labels[int(counts.argmin())]
-        raise DataError(f"{path}: after --holdout {fraction}, class {name!r} has {int(counts.min())} gold rows left: "
-                        "the teacher is judged and corrected on the gold rows; lower --holdout or label more")
+    cv = subset(data, np.setdiff1d(np.arange(len(data.texts)), held_rows))
+    small = short_classes(cv.space, cv.targets[cv.gold])
+    if small:
+        raise DataError(f"{path}: after --holdout {fraction}, {small} have fewer than 2 gold rows left: the teacher "
+                        "is judged and corrected on the gold rows; lower --holdout or label more")
     teach = ~cv.gold
     cv.text_weights = []  # the correction on every gold row, holdout included, is not used
-    cv.y[teach] = correct_rows(cv, np.flatnonzero(cv.gold), np.flatnonzero(teach), seed)
+    cv.targets[teach] = correct_rows(cv, np.flatnonzero(cv.gold), np.flatnonzero(teach), seed)
     return cv, subset(data, held_rows)

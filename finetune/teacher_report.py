@@ -18,7 +18,8 @@ from pathlib import Path
 import numpy as np
 
 from finetune.metrics import fold_metrics
-from finetune.teacher_data import TeacherData, gold_repeats, macro_f1
+from finetune.multilabel import DEFAULT, multilabel_metrics, nested_thresholds, predict_sets
+from finetune.teacher_data import TeacherData, gold_repeats, has_answer, macro_f1, subset
 from textdata.tables import write_table
 
 ISSUES_FILE = "teacher_label_issues.csv"
@@ -26,19 +27,21 @@ COST_COLUMN = "teacher_cost"  # per row, as finetune.teach writes it
 
 
 def gold_only(data: TeacherData, got):
-    """(the gold rows as LabeledData, the fold results on them): per-fold scores recomputed on gold rows."""
+    """(the gold rows as LabeledData, the fold results on them): per-fold scores recomputed on gold rows (as the
+    kind's fold records score them: argmax, or each label at 0.5)."""
     g = np.flatnonzero(data.gold)
-    view = dataclasses.replace(data, keep=data.keep[g], texts=[data.texts[i] for i in g], y=data.y[g],
-                               groups=None if data.groups is None else data.groups[g], gold=data.gold[g],
-                               answered=data.answered[g])
+    view = subset(data, g)
+    scores = data.space.pick(lambda y, p, labels: fold_metrics(y, p.argmax(1), labels),
+                             lambda Y, p, labels: {"threshold": DEFAULT,
+                                                   **multilabel_metrics(Y, predict_sets(p, DEFAULT), labels)})
     results = []
     for k, r in enumerate(got.results):
         rows = g[got.fold_of[g] == k]
         base = got.base_oof[rows]
-        r = {**r, **fold_metrics(data.y[rows], got.oof[rows].argmax(1), data.labels), "n_val": len(rows),
+        r = {**r, **scores(data.targets[rows], got.oof[rows], data.labels), "n_val": len(rows),
              "n_val_teacher_rows": int(((got.fold_of == k) & ~data.gold).sum())}
         if "error" not in r["baseline"] and not np.isnan(base).any():
-            r["baseline"] = fold_metrics(data.y[rows], base.argmax(1), data.labels)
+            r["baseline"] = scores(data.targets[rows], base, data.labels)
         results.append(r)
     return view, dataclasses.replace(got, results=results, oof=got.oof[g], base_oof=got.base_oof[g],
                                      fold_of=got.fold_of[g])
@@ -73,30 +76,35 @@ def mark_teacher_rows(path: Path, full: TeacherData) -> None:
 def teacher_section(out: Path, full: TeacherData, full_oof: np.ndarray, fold_of: np.ndarray, served_gold: np.ndarray,
                     served_name: str, cpu_per_1000: float | None, gold_weight_repeats: int) -> dict:
     """report.json's "teacher": the teacher against the student on the gold rows the teacher answered."""
-    labels, n = full.labels, len(full.labels)
-    y_gold, said = full.y[full.gold], full.answered[full.gold]
-    judged = said >= 0
-    student = served_gold.argmax(1)
+    labels, space = full.labels, full.space
+    y_gold, said = full.targets[full.gold], full.answered[full.gold]
+    judged = has_answer(said)
+    # the student's answers as served, nested: argmax, or each label over its threshold tuned on the other folds
+    student = space.pick(lambda: served_gold.argmax(1),
+                         lambda: nested_thresholds(y_gold, served_gold, fold_of[full.gold])[0])()
     section = {
         "rows": {"gold": int(full.gold.sum()), "teacher_only": int((~full.gold).sum()),
                  "gold_with_teacher_answer": int(judged.sum()),
                  "teacher_outside_label_set": full.outside or {}},
         "gold_repeats": gold_weight_repeats, "student": served_name,
-        "relabelled_teacher_rows": int(((full.answered != full.y) & ~full.gold).sum()),
+        "relabelled_teacher_rows": int((~same(full.answered, full.targets) & ~full.gold).sum()),
         # p(class | text)'s exponent chosen on the gold rows: the final model's labels first, then each fold's
         "text_weights": list(full.text_weights),
     }
     if judged.any():
         yt, st, tt = y_gold[judged], student[judged], said[judged]
-        disagree = Counter((labels[a], labels[b], labels[c]) for a, b, c in zip(tt, st, yt) if a != b)
+        named = space.pick(lambda v: labels[v], lambda v: space.marked(labels[j] for j in np.flatnonzero(v)))
+        disagree = Counter((named(a), named(b), named(c)) for a, b, c, d in zip(tt, st, yt, same(tt, st)) if not d)
+        (teacher_f1, per_class), (student_f1, _) = answer_scores(space, yt, tt), answer_scores(space, yt, st)
         section.update({
             "n_judged": int(judged.sum()),
-            "teacher_macro_f1": round(macro_f1(yt, tt, n), 4),
-            "student_macro_f1": round(macro_f1(yt, st, n), 4),
-            "teacher_accuracy": round(float((tt == yt).mean()), 4),
-            "student_accuracy": round(float((st == yt).mean()), 4),
-            "agreement": round(float((tt == st).mean()), 4),
-            "teacher_per_class": fold_metrics(yt, tt, labels)["per_class"],
+            "teacher_macro_f1": round(teacher_f1, 4),
+            "student_macro_f1": round(student_f1, 4),
+            # a set is right only when whole (subset accuracy)
+            "teacher_accuracy": round(float(same(tt, yt).mean()), 4),
+            "student_accuracy": round(float(same(st, yt).mean()), 4),
+            "agreement": round(float(same(tt, st).mean()), 4),
+            "teacher_per_class": per_class,
             "disagreements": [{"teacher": a, "student": b, "gold": c, "rows": k}
                               for (a, b, c), k in disagree.most_common(20)],
         })
@@ -106,6 +114,22 @@ def teacher_section(out: Path, full: TeacherData, full_oof: np.ndarray, fold_of:
     section["cost"] = cost_table(full, cpu_per_1000)
     section["label_issues"] = teacher_issues(out, full, full_oof, fold_of)
     return section
+
+
+def answer_scores(space, truth: np.ndarray, pred: np.ndarray) -> tuple[float, dict]:
+    """(macro-F1, the per-class or per-label figures) of answers against the truth."""
+    return space.pick(lambda: (macro_f1(truth, pred, len(space.labels)),
+                               fold_metrics(truth, pred, list(space.labels))["per_class"]),
+                      lambda: _multi_scores(multilabel_metrics(truth, pred, list(space.labels))))()
+
+
+def _multi_scores(m: dict) -> tuple[float, dict]:
+    return m["macro_f1"], m["per_label"]
+
+
+def same(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """(n,) bool: row i of `a` equals row i of `b` (a class id, or a whole label set)."""
+    return (np.asarray(a) == np.asarray(b)).reshape(len(a), -1).all(1)
 
 
 def cost_table(full: TeacherData, cpu_per_1000: float | None) -> dict:
@@ -124,32 +148,21 @@ def cost_table(full: TeacherData, cpu_per_1000: float | None) -> dict:
 def teacher_issues(out: Path, full: TeacherData, oof: np.ndarray, fold_of: np.ndarray) -> dict:
     """The teacher's answers (on teacher rows, in the label set) that the student's out-of-fold probabilities doubt
     most, by cleanlab; OUTPUT/teacher_label_issues.csv, most likely error first."""
-    from finetune.label_issues import MIN_ROWS_PER_CLASS, find_single
-
-    (out / ISSUES_FILE).unlink(missing_ok=True)
-    rows = np.flatnonzero(~full.gold & (full.answered >= 0) & np.isfinite(oof).all(1))
-    counts = np.bincount(full.answered[rows], minlength=len(full.labels))
-    if len(rows) == 0 or (counts[counts > 0] < MIN_ROWS_PER_CLASS).any():
-        return {"skipped": "too few teacher rows per answered class"}
     import warnings
 
-    present = np.flatnonzero(counts)  # a class the teacher never answers: cleanlab needs every given class seen
-    remap = {c: i for i, c in enumerate(present)}
-    probs = oof[rows][:, present]
-    probs = probs / probs.sum(1, keepdims=True).clip(min=1e-12)
+    (out / ISSUES_FILE).unlink(missing_ok=True)
+    rows = np.flatnonzero(~full.gold & has_answer(full.answered) & np.isfinite(oof).all(1))
+    find = full.space.pick(_single_issues, _multi_issues)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            found = find_single(np.array([remap[c] for c in full.answered[rows]]), probs,
-                                [full.labels[c] for c in present])
+            found = find(full, oof, fold_of, rows)
         except (ValueError, AssertionError) as e:
             return {"skipped": f"cleanlab refused: {str(e)[:200]}"}
-    names = np.array(full.labels, dtype=object)
-    student = oof[rows].argmax(1)
-    table = [{"rank": r + 1, "row": int(full.keep[rows[i]]), "text": full.texts[rows[i]],
-              "teacher_label": names[full.answered[rows[i]]], "student_label": names[student[i]],
-              "p_teacher_label": round(float(oof[rows[i], full.answered[rows[i]]]), 6), "fold": int(fold_of[rows[i]])}
-             for r, i in enumerate(found.ranked)]
+    if isinstance(found, str):
+        return {"skipped": found}
+    table = [{"rank": r + 1, "row": int(full.keep[rows[i]]), "text": full.texts[rows[i]], **cells,
+              "fold": int(fold_of[rows[i]])} for r, (i, cells) in enumerate(found)]
     import pandas as pd
 
     write_table(pd.DataFrame(table, columns=["rank", "row", "text", "teacher_label", "student_label",
@@ -157,6 +170,36 @@ def teacher_issues(out: Path, full: TeacherData, oof: np.ndarray, fold_of: np.nd
     print(f"teacher label issues: {len(table)} of {len(rows)} teacher rows flagged, in {out / ISSUES_FILE}",
           file=sys.stderr)
     return {"n_rows": len(rows), "n_flagged": len(table), "file": ISSUES_FILE}
+
+
+def _single_issues(full: TeacherData, oof: np.ndarray, fold_of: np.ndarray, rows: np.ndarray):
+    """[(position in `rows`, the row's cells)], most likely error first; a str saying why none were looked for."""
+    from finetune.label_issues import MIN_ROWS_PER_CLASS, find_single
+
+    counts = np.bincount(full.answered[rows], minlength=len(full.labels))
+    if len(rows) == 0 or (counts[counts > 0] < MIN_ROWS_PER_CLASS).any():
+        return "too few teacher rows per answered class"
+    present = np.flatnonzero(counts)  # a class the teacher never answers: cleanlab needs every given class seen
+    remap = {c: i for i, c in enumerate(present)}
+    probs = oof[rows][:, present]
+    probs = probs / probs.sum(1, keepdims=True).clip(min=1e-12)
+    found = find_single(np.array([remap[c] for c in full.answered[rows]]), probs, [full.labels[c] for c in present])
+    names, student = np.array(full.labels, dtype=object), oof[rows].argmax(1)
+    return [(i, {"teacher_label": names[full.answered[rows[i]]], "student_label": names[student[i]],
+                 "p_teacher_label": round(float(oof[rows[i], full.answered[rows[i]]]), 6)}) for i in found.ranked]
+
+
+def _multi_issues(full: TeacherData, oof: np.ndarray, fold_of: np.ndarray, rows: np.ndarray):
+    """`_single_issues` for label sets: the student's suggestion is its nested-threshold set, the probability the
+    one of the teacher's whole set (finetune/label_issues.py `find_multi`)."""
+    from finetune.label_issues import find_multi
+
+    if len(rows) == 0:
+        return "no teacher rows with an answer in the label set"
+    found = find_multi(full.answered[rows], oof[rows], full.labels, fold_of[rows])
+    named = lambda v: full.space.marked(full.labels[j] for j in np.flatnonzero(v))
+    return [(i, {"teacher_label": named(full.answered[rows[i]]), "student_label": named(found.suggested[i]),
+                 "p_teacher_label": float(f"{found.p_given[i]:.6g}")}) for i in found.ranked]
 
 
 def table_lines(section: dict | None) -> list[str]:

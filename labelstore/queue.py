@@ -120,14 +120,22 @@ _HELD = S(sa.select(*_COLS).join(slots, slots.c.record_id == records.c.id)
           .order_by(records.c.priority, records.c.id).limit(1))
 _RENEW = S(slots.update().where(slots.c.record_id == B("rid"), slots.c.annotator_id == B("uid"))
            .values(expires_at=B("new_expires")))
-_OPEN_SELECT = (sa.select(*_COLS).where(
-    records.c.dataset_id == B("ds"), records.c.is_open == sa.true(),
-    ~sa.exists().where(slots.c.record_id == records.c.id, slots.c.annotator_id == B("uid")),
-    sa.or_(sa.select(sa.func.count()).where(slots.c.record_id == records.c.id).scalar_subquery() < B("k"),
-           sa.exists().where(slots.c.record_id == records.c.id, slots.c.state == "leased",
-                             slots.c.expires_at < B("now"))))
+_FREE = (records.c.dataset_id == B("ds"), records.c.is_open == sa.true(),
+         ~sa.exists().where(slots.c.record_id == records.c.id, slots.c.annotator_id == B("uid")),
+         sa.or_(sa.select(sa.func.count()).where(slots.c.record_id == records.c.id).scalar_subquery() < B("k"),
+                sa.exists().where(slots.c.record_id == records.c.id, slots.c.state == "leased",
+                                  slots.c.expires_at < B("now"))))
+# the caller's skips (label_events status "skipped"): such a text comes back to them only once nothing else is
+_MY_SKIPS = sa.select(label_events.c.id).where(label_events.c.record_id == records.c.id,
+                                              label_events.c.annotator_id == B("uid"),
+                                              label_events.c.status == "skipped")
+_OPEN_SELECT = (sa.select(*_COLS).where(*_FREE, ~_MY_SKIPS.exists())
                 .order_by(records.c.priority, records.c.id).limit(CANDIDATES))
 _OPEN = S(_OPEN_SELECT)
+# ... and then the one skipped longest ago first, so skipping again moves on to the next skipped text
+_SKIPPED = S(sa.select(*_COLS).where(*_FREE, _MY_SKIPS.exists())
+             .order_by(_MY_SKIPS.with_only_columns(sa.func.max(label_events.c.id)).scalar_subquery(), records.c.id)
+             .limit(CANDIDATES))
 # PostgreSQL: texts another transaction is claiming are skipped first; when all are, wait for them (in queue
 # order, so two waiting callers cannot deadlock), in rounds (a text that filled up meanwhile drops out of
 # the next round's read), before saying nothing is left. SQLite runs one writer at a time: one read is exact.
@@ -189,7 +197,8 @@ def _claim(conn, record_id: int, uid: int, k: int, now: float, expires: float, s
 
 def next_record(engine, ds: Dataset, uid: int, lease_s: float = LEASE_S) -> dict | None:
     """The caller's next text: the one they hold (resume, from any browser), else the least sure text that
-    still has a free slot and that they have not answered. None when nothing is left for them."""
+    still has a free slot and that they have not answered nor skipped, else one they skipped (the oldest skip
+    first). None when nothing is left for them."""
     def pick(conn):
         now = time.time()
         held = _HELD.execute(conn, {"ds": ds.id, "uid": uid}).first()
@@ -197,7 +206,7 @@ def next_record(engine, ds: Dataset, uid: int, lease_s: float = LEASE_S) -> dict
             _RENEW.execute(conn, {"rid": held.id, "uid": uid, "new_expires": now + lease_s})
             return _record_out(held)
         params = {"ds": ds.id, "k": ds.overlap, "uid": uid, "now": now}
-        for query in _OPEN_PG if conn.dialect.name == "postgresql" else [_OPEN]:
+        for query in [*(_OPEN_PG if conn.dialect.name == "postgresql" else [_OPEN]), _SKIPPED]:
             for row in query.execute(conn, params).all():
                 if _claim(conn, row.id, uid, ds.overlap, now, now + lease_s, "leased"):
                     return _record_out(row)
@@ -269,6 +278,27 @@ def undo_last(engine, ds: Dataset, uid: int, lease_s: float = LEASE_S) -> dict |
         return {"record_id": last.record_id, "text": last.text, "undone": last.value}
 
     return tx.run(engine, undo)
+
+
+def skip(engine, ds: Dataset, uid: int, record_id: int) -> bool:
+    """Give back the text the caller holds, unanswered: its slot is free for the others at once, and the caller
+    is given it again only once nothing else is left for them (a "skipped" event: the log keeps it, no answer
+    changes). False when they do not hold that text (answered, or never given to them)."""
+    def give_back(conn):
+        rec = conn.execute(sa.select(records.c.suggestion, records.c.model_version)
+                           .where(records.c.id == record_id, records.c.dataset_id == ds.id)).first()
+        if rec is None:
+            raise NotFound(f"no record {record_id} in dataset {ds.id}")
+        held = conn.execute(slots.delete().where(slots.c.record_id == record_id, slots.c.annotator_id == uid,
+                                                 slots.c.state == "leased"))
+        if not held.rowcount:
+            return False
+        conn.execute(label_events.insert().values(record_id=record_id, annotator_id=uid, status="skipped", value=None,
+                                                  suggestion=rec.suggestion, model_version=rec.model_version,
+                                                  created_at=time.time()))
+        return True
+
+    return tx.run(engine, give_back)
 
 
 def import_answered(engine, name: str, labels: list, multi_label: bool, rows: list[dict], uid: int,

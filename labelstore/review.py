@@ -88,7 +88,8 @@ def progress(engine, ds: Dataset) -> dict:
 
 def my_progress(engine, ds: Dataset, uid: int) -> dict:
     """One annotator's place in a dataset (the Label tab's bar): texts in it, answered by them, and still to
-    go for them (open, not answered by them; the text they hold included). Blind: no one else's answers."""
+    go for them (open, not answered by them; the text they hold included) apart from the ones they skipped
+    (`skipped`: those come back to them last). Blind: no one else's answers."""
     def q(conn):
         total = conn.execute(sa.select(sa.func.count()).where(records.c.dataset_id == ds.id)).scalar_one()
         mine = conn.execute(sa.select(sa.func.count()).select_from(answers).join(
@@ -99,7 +100,11 @@ def my_progress(engine, ds: Dataset, uid: int) -> dict:
                                    slots.c.state == "leased")
         todo = conn.execute(sa.select(sa.func.count()).where(
             records.c.dataset_id == ds.id, sa.or_(sa.and_(records.c.is_open == sa.true(), ~held), leased))).scalar_one()
-        return {"records": total, "mine": mine, "todo": todo}
+        skips = sa.exists().where(label_events.c.record_id == records.c.id, label_events.c.annotator_id == uid,
+                                  label_events.c.status == "skipped")
+        skipped = conn.execute(sa.select(sa.func.count()).where(
+            records.c.dataset_id == ds.id, records.c.is_open == sa.true(), ~held, skips)).scalar_one()
+        return {"records": total, "mine": mine, "todo": todo - skipped, "skipped": skipped}
     return tx.read(engine, q)
 
 

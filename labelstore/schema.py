@@ -65,7 +65,7 @@ label_events = sa.Table(
     sa.Column("id", sa.Integer, primary_key=True),
     sa.Column("record_id", sa.Integer, sa.ForeignKey("records.id", ondelete="CASCADE"), nullable=False),
     sa.Column("annotator_id", sa.Integer, sa.ForeignKey("users.id"), nullable=False),
-    sa.Column("status", sa.String(20), nullable=False),  # answered, changed, undone, adjudicated
+    sa.Column("status", sa.String(20), nullable=False),  # answered, changed, undone, adjudicated, skipped
     sa.Column("value", sa.JSON),
     sa.Column("suggestion", sa.JSON),
     sa.Column("model_version", sa.String(100)),

@@ -29,7 +29,9 @@ def labels_as_of(engine, event_id: int) -> list[dict]:
                       datasets.c.labels, datasets.c.multi_label)
             .join(records, records.c.id == label_events.c.record_id)
             .join(datasets, datasets.c.id == records.c.dataset_id)
-            .where(label_events.c.id <= event_id).order_by(label_events.c.id)).all()
+            # a skip changes no answer (labelstore/queue.py skip)
+            .where(label_events.c.id <= event_id, label_events.c.status != "skipped")
+            .order_by(label_events.c.id)).all()
 
     answers: dict[int, dict[int, object]] = {}
     judged, info = {}, {}

@@ -46,6 +46,13 @@ def test_readme_command_flags_exist(command):
         assert flag in proc.stdout, f"{' '.join(target)} has no {flag}"
 
 
+def test_ci_runs_the_readme_test_command():
+    """What CI runs is what a user is told to run: the suite two files at a time (issue 45: under 15 minutes)."""
+    (command,) = [c for c in COMMANDS if entry_point(c) == ["-m", "pytest"]]
+    assert command in (ROOT / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert "-n 2 --dist loadgroup" in command  # tests/conftest.py's scheduler: a file's tests on one worker
+
+
 def test_readme_fits_one_page():
     assert len((ROOT / "README.md").read_text(encoding="utf-8").splitlines()) <= 150
 

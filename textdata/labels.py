@@ -30,6 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from textdata import model_files
+from textdata.blank import is_blank
 from textdata.errors import DataError, ModelError
 
 SINGLE_LABEL = "single_label_classification"
@@ -293,6 +294,20 @@ class LabelSpace:
         with `sort` False)."""
         names = list(names)
         return self.sep.join(sorted(names) if sort else names) if self.multi_label else (names[0] if names else "")
+
+    def marked(self, names: Iterable[str], sort: bool = True) -> str:
+        """`join` for a table where an empty cell means "no answer" (the label and teacher columns of a teacher
+        table, finetune/teacher_data.py): there the empty set is written `[]`, the JSON list every reader of a set
+        cell reads as no label."""
+        return self.join(names, sort) or self.pick("", "[]")
+
+    @staticmethod
+    def given(cell) -> bool:
+        """Whether a cell holds an answer, where an empty cell means "no answer" (see `marked`): any cell but an
+        empty one, so `[]` (a set with no label) is given."""
+        if isinstance(cell, (list, tuple, np.ndarray)):
+            return True
+        return not _missing(cell) and not is_blank(str(cell))  # zero-width characters alone are no answer
 
     def canonical(self, cell, where: str = "") -> str:
         return self.join(self.parse(cell, where))

@@ -5,6 +5,7 @@
     POST /v1/datasets/{id}/next           -> {"record_id", "text", "suggestion"}, 204 when none is left for you
     POST /v1/datasets/{id}/labels         {"record_id", "label" | "labels", "client_event_id"}
     POST /v1/datasets/{id}/undo           take back your last answer
+    POST /v1/datasets/{id}/skip           {"record_id"}: give back the text you hold; it comes back to you last
     POST /v1/datasets/{id}/adjudicate     {"record_id", "label" | "labels"}  (reviewer, admin)
     GET  /v1/datasets/{id}/agreement      alpha, Fleiss' kappa, per label, per annotator (reviewer, admin)
     GET  /v1/datasets/{id}/export?format=csv|jsonl  record_id,text,annotator,label,created_at (reviewer, admin)
@@ -56,6 +57,11 @@ class Answer(BaseModel):
     labels: list[StrictStr] | None = None
     client_event_id: StrictStr | None = Field(None, min_length=1, max_length=100, description=(
         "an id the client makes per answer (a UUID): a retry with the same id returns the first answer"))
+
+
+class Skip(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    record_id: StrictInt
 
 
 def _bad(field: str, msg: str) -> HTTPException:
@@ -206,6 +212,17 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
             raise HTTPException(404, "you have no answer in this dataset to undo")
         return done
 
+    @app.post("/v1/datasets/{dataset_id}/skip")
+    def skip(dataset_id: int, body: Skip, request: Request):
+        uid = who.caller(request, ROLES)[0]
+        try:
+            skipped = queue.skip(engine, dataset(dataset_id), uid, body.record_id)
+        except queue.NotFound as e:
+            raise HTTPException(404, str(e)) from None
+        if not skipped:
+            raise HTTPException(409, f"you do not hold record {body.record_id}: answered, or never given to you")
+        return {"record_id": body.record_id, "skipped": True}
+
     _add_review_routes(app, engine, who, dataset)
     # the plain case of next and labels without FastAPI's per-request work (app/team/hot.py says why)
     from app.team.hot import HotRoutes
@@ -233,19 +250,24 @@ def _add_review_routes(app: FastAPI, engine, who: Callers, dataset) -> None:
     @app.get("/v1/datasets/{dataset_id}/export")
     def export(dataset_id: int, request: Request, format: str = Query("csv", pattern="^(csv|jsonl)$")):
         who.caller(request, STAFF)
-        ds = dataset(dataset_id)
-        rows = [{**{k: r[k] for k in ("record_id", "text", "annotator")}, "label": r["value"],
-                 "created_at": datetime.fromtimestamp(r["created_at"], timezone.utc).isoformat()}
-                for r in review.answer_rows(engine, ds)]
-        name = f"dataset-{dataset_id}.{format}"
-        headers = {"Content-Disposition": f'attachment; filename="{name}"'}
-        if format == "jsonl":
-            text = "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
-            return Response(text, media_type="application/x-ndjson", headers=headers)
-        out = io.StringIO()
-        writer = csv.DictWriter(out, ["record_id", "text", "annotator", "label", "created_at"])
-        writer.writeheader()
-        kind = kind_of(dataset_space(ds))
-        for r in rows:  # a person opens this file: no cell may run as a spreadsheet formula
-            writer.writerow({k: _cell(v) for k, v in {**r, "label": kind.store_cell(r["label"])}.items()})
-        return Response(out.getvalue(), media_type="text/csv; charset=utf-8", headers=headers)
+        text = export_text(engine, dataset(dataset_id), format)
+        headers = {"Content-Disposition": f'attachment; filename="dataset-{dataset_id}.{format}"'}
+        return Response(text, media_type="application/x-ndjson" if format == "jsonl" else "text/csv; charset=utf-8",
+                        headers=headers)
+
+
+def export_text(engine, ds: queue.Dataset, format: str, annotator: str | None = None) -> str:
+    """The export's file (csv or jsonl): one row per answer, `annotator`'s only where given (the Label tab's
+    download for an annotator, app/ui/team_label.py)."""
+    rows = [{**{k: r[k] for k in ("record_id", "text", "annotator")}, "label": r["value"],
+             "created_at": datetime.fromtimestamp(r["created_at"], timezone.utc).isoformat()}
+            for r in review.answer_rows(engine, ds) if annotator is None or r["annotator"] == annotator]
+    if format == "jsonl":
+        return "".join(json.dumps(r, ensure_ascii=False) + "\n" for r in rows)
+    out = io.StringIO()
+    writer = csv.DictWriter(out, ["record_id", "text", "annotator", "label", "created_at"])
+    writer.writeheader()
+    kind = kind_of(dataset_space(ds))
+    for r in rows:  # a person opens this file: no cell may run as a spreadsheet formula
+        writer.writerow({k: _cell(v) for k, v in {**r, "label": kind.store_cell(r["label"])}.items()})
+    return out.getvalue()

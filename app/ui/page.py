@@ -306,7 +306,8 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
     def set_order(session, row, order):
         session.set_order(order)
 
-    export = partial(_export_labeled, store, exports)
+    def export(sid):  # a team dataset's answers (app/ui/team_label.py), else the session's labeled.csv
+        return team.export(sid, exports) if str(sid).startswith("ds-") else _export_labeled(store, exports, sid)
 
     with gr.Tab("Label", id="label", elem_id="tab-label") as label_tab:
         sid = gr.BrowserState("", storage_key="electra-label-session")
@@ -347,7 +348,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
                       concurrency_limit=cfg.ui_concurrency)
         l_sessions.input(resume, l_sessions, outputs, **quick)
-        team.wire(label_tab, l_dataset, render, outputs, quick, l_hint, l_accept, l_sessions)
+        team.wire(label_tab, l_dataset, render, outputs, quick, l_hint, l_accept, l_sessions, l_keys)
         l_review.click(review_unsure, sid, [*outputs, l_review], **quick)
         l_accept.click(partial(act, accept), [sid, row], outputs, **quick)
         for i, b in enumerate(l_buttons):

@@ -4,8 +4,11 @@
 A TeamSession is one annotator's place in one dataset, read by the Label tab as it reads a LabelSession: its
 `row` is the record id of the text the queue leased to that person, so everything the API guarantees holds
 here too: k answers per text from k different people, blind (the model's suggestion, never anyone's
-answer), resume from any browser (the leased text comes back first), undo of one's own last answer. Who
-labels is the signed-in user of the page's cookie (app/http/gate.py), or the one-person mode's `local`.
+answer), resume from any browser (the leased text comes back first), undo of one's own last answer, skip
+(the text goes back to the queue for the others at once, and comes back to the skipper only once nothing
+else is left for them: labelstore/queue.py skip). Who labels is the signed-in user of the page's cookie
+(app/http/gate.py), or the one-person mode's `local`; the download is the dataset's export for a reviewer or
+an admin, one's own answers for an annotator (blind).
 """
 
 from __future__ import annotations
@@ -20,8 +23,7 @@ from app.labeling.sessions import ACTOR, ORDERS, SessionError
 from labelstore import queue, review
 
 _SID = re.compile(r"^ds-([0-9]{1,12})$")
-NO_SKIP = ("A team dataset has no skip: the text is yours until you label it (it goes back to the queue after "
-           "10 minutes away).")
+ACCEPT_KEY = "**Enter** accept the suggestion · "  # keys_help's words for a text with a suggestion (app/ui/label_view.py)
 
 
 def dataset_sid(dataset_id: int) -> str:
@@ -52,7 +54,7 @@ class TeamSession:
         self.suggestion: dict[int, str] = {}
         self.confidence: dict[int, float] = {}
         self.probs: dict[int, dict] = {}
-        self.status = defaultdict(int)  # never skipped: a team dataset has no skip
+        self.status = defaultdict(int)  # 1: skipped by this person (the Label tab's "skipped earlier")
         self._sets: dict[int, list] = {}
         self._has: dict[int, bool] = {}  # the record has a suggestion (a dataset of the model's labels)
 
@@ -82,7 +84,7 @@ class TeamSession:
 
     def progress(self) -> dict:
         p = review.my_progress(self.engine, self.ds, self.user[0])
-        return {"total": p["records"], "labeled": p["mine"], "skipped": 0, "todo": p["todo"]}
+        return {"total": p["records"], "labeled": p["mine"], "skipped": p["skipped"], "todo": p["todo"]}
 
     def decide(self, row: int, label) -> bool:
         """Answer the text on screen; False (nothing saved) when `row` is no longer the one this person holds
@@ -102,7 +104,13 @@ class TeamSession:
             return True
 
     def skip(self, row: int) -> bool:
-        raise SessionError(NO_SKIP)
+        """Give the text on screen back to the queue; False when it comes straight back (nothing else is left
+        for this person) or is no longer theirs (a second press of S)."""
+        with self.lock:
+            if row != self.current() or not queue.skip(self.engine, self.ds, self.user[0], row):
+                return False
+            self.status[row] = 1
+            return self.current() != row
 
     def undo(self) -> int | None:
         with self.lock:
@@ -123,7 +131,7 @@ def team_hint(session: TeamSession, row) -> str | None:
         return (f"Nothing left for you in {html.escape(session.ds.name)}: every text has its "
                 f"{session.ds.overlap} answer(s), or yours.")
     if not session.suggested(row):  # a dataset made with labels of its own: the model has no suggestion
-        return "Choose the label (no model suggestion for this dataset's labels)."
+        return "Your answer: no model suggestion for this dataset's labels."
     return session.space.pick(_no_hint, _set_hint)(session, row)
 
 
@@ -196,12 +204,13 @@ class TeamSessions:
         finally:
             ACTOR.reset(token)
 
-    def wire(self, tab, picker, render, outputs: list, quick: dict, hint, accept, sessions) -> None:
+    def wire(self, tab, picker, render, outputs: list, quick: dict, hint, accept, sessions, keys) -> None:
         """The dataset picker: filled when the tab opens, a pick opens the dataset in the tab. `hint`, `accept`,
-        `sessions`: the outputs view() rewrites for a dataset."""
+        `sessions`, `keys`: the outputs view() rewrites for a dataset."""
         import gradio as gr
 
-        self.at.update(hint=outputs.index(hint), accept=outputs.index(accept), sessions=outputs.index(sessions))
+        self.at.update(hint=outputs.index(hint), accept=outputs.index(accept), sessions=outputs.index(sessions),
+                       keys=outputs.index(keys))
         picker.input(self.opener(render), picker, outputs, **quick)
         tab.select(lambda: gr.update(choices=self.choices()), None, picker, **quick)
 
@@ -235,5 +244,23 @@ class TeamSessions:
             out[at["hint"]] = hint
             if row is not None:
                 out[at["accept"]] = gr.update(visible="hidden")  # no suggestion to accept
+        if row is not None and not session.suggested(row):  # Enter has nothing to accept
+            out[at["keys"]] = out[at["keys"]].replace(ACCEPT_KEY, "")
         out[at["sessions"]] = {**out[at["sessions"]], "value": None}  # a dataset is not among the file sessions
         return out
+
+    def export(self, sid, exports) -> str:
+        """The Label tab's download for a dataset: every answer (the API's export) for a reviewer or an admin,
+        the person's own answers for an annotator (blind: nobody else's)."""
+        import gradio as gr
+
+        from app.team.routes import STAFF, export_text
+
+        session = self.get(sid)
+        if session is None:
+            raise gr.Error("No such team dataset here (or it is not yours to open).")
+        name, role = session.user[1:]
+        mine = None if role in STAFF else name
+        out = exports.path(re.sub(r"[^\w.-]+", "_", f"{session.ds.name}-{name if mine else 'all'}-labels.csv"))
+        out.write_text(export_text(self.state.store, session.ds, "csv", mine), encoding="utf-8")
+        return str(out)

@@ -92,6 +92,29 @@ def test_every_route_names_the_model_version_and_the_monitor_shows_each_replica(
     assert 'app_fleet_replica_serving{replica="rb",version="v1"} 1.0' in text
 
 
+def test_a_team_dataset_is_one_queue_across_the_processes(fleet):
+    """Server processes on one database (docs/app.md, "Several server processes"): a text leased through one is
+    the same text through the other (resume), a retry through the other process returns the first answer, and
+    each text ends with one answer, whichever process took it."""
+    _, _, a, b, _, _ = fleet
+    made = httpx.post(a.url + "/v1/datasets", json={"name": "shared", "texts": ["one", "two", "three"]}, timeout=60)
+    assert made.status_code == 201, made.text
+    ds = made.json()["id"]
+    for i in range(3):
+        x, y = (a, b) if i % 2 else (b, a)
+        held = httpx.post(f"{x.url}/v1/datasets/{ds}/next", timeout=30).json()
+        assert httpx.post(f"{y.url}/v1/datasets/{ds}/next", timeout=30).json() == held
+        body = {"record_id": held["record_id"], "label": held["suggestion"]["label"], "client_event_id": f"e{i}"}
+        first = httpx.post(f"{y.url}/v1/datasets/{ds}/labels", json=body, timeout=30)
+        again = httpx.post(f"{x.url}/v1/datasets/{ds}/labels", json=body, timeout=30)
+        assert first.status_code == again.status_code == 200, (first.text, again.text)
+        assert again.json() == first.json() and again.headers.get("idempotent-replayed") == "true"
+    assert [httpx.post(f"{s.url}/v1/datasets/{ds}/next", timeout=30).status_code for s in (a, b)] == [204, 204]
+    rows = [json.loads(line) for line in httpx.get(f"{b.url}/v1/datasets/{ds}/export?format=jsonl", timeout=30)
+            .text.splitlines()]
+    assert sorted(r["text"] for r in rows) == ["one", "three", "two"]
+
+
 def test_one_trainer_across_the_fleet(fleet):
     store_url, _, _, b, _, _ = fleet
     engine = open_store(store_url)

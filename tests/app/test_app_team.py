@@ -86,6 +86,22 @@ def test_bad_inputs_each_have_their_status(store_url, tmp_path):
         assert c.post(f"/v1/datasets/{ds}/undo").status_code == 404
 
 
+def test_skip_gives_the_text_back_to_the_queue_and_to_the_skipper_last(store_url, tmp_path):
+    with client(store_url, tmp_path) as c:
+        ds = c.post("/v1/datasets", json={"name": "s", "texts": ["one", "one two"]}).json()["id"]
+        other = c.post("/v1/datasets", json={"name": "t", "texts": ["three"]}).json()["id"]
+        first = c.post(f"/v1/datasets/{ds}/next").json()["record_id"]
+        r = c.post(f"/v1/datasets/{ds}/skip", json={"record_id": first})
+        assert r.status_code == 200 and r.json() == {"record_id": first, "skipped": True}
+        assert c.post(f"/v1/datasets/{ds}/skip", json={"record_id": first}).status_code == 409  # not held now
+        second = c.post(f"/v1/datasets/{ds}/next").json()["record_id"]
+        assert second != first
+        assert c.post(f"/v1/datasets/{ds}/labels", json={"record_id": second, "label": "a"}).status_code == 200
+        assert c.post(f"/v1/datasets/{ds}/next").json()["record_id"] == first  # the skipped one, last
+        assert c.post(f"/v1/datasets/{other}/skip", json={"record_id": first}).status_code == 404
+        assert c.post(f"/v1/datasets/{ds}/skip", json={"record_id": "x"}).status_code == 422
+
+
 def test_tokens_and_roles(store_url, tmp_path):
     engine = open_store(store_url)
     ann = users.add_user(engine, "ann", "annotator")

@@ -2,11 +2,14 @@
 in with their tokens label one dataset with overlap 2 through the store's queue by keys: each text ends with
 exactly 2 answers from 2 people, nobody is shown another's answer, undo takes back one's own last answer, a
 second browser of the same person resumes on the text they hold, and an uploaded file's journal names who
-labeled each line."""
+labeled each line. A multi-label dataset by keys: tick, save, undo, skip (back last), none of these, and the
+tab's download (the annotator's own answers)."""
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 import statistics
 import time
 from pathlib import Path
@@ -14,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 from app_testkit import start_server
-from test_app_ui_browser import ARGS, CHROMIUM, pytestmark, shown_text, start_session  # noqa: F401
+from test_app_ui_browser import ARGS, CHROMIUM, download, pytestmark, shown_text, start_session  # noqa: F401
 
 from labelstore import open_store, users
 
@@ -60,14 +63,15 @@ def signed_in(browser, server, token):
     return pg
 
 
-def open_dataset(pg, dataset_id: int) -> None:
+def open_dataset(pg, dataset_id: int, name: str = "diary") -> None:
     pg.get_by_role("tab", name="Label").click()
     pg.wait_for_function("() => document.querySelector('#label-hint') !== null")
     if not pg.is_visible("#label-dataset"):
         pg.click("text=Start or resume a session")
     pg.click("#label-dataset input")
-    pg.get_by_role("option").filter(has_text=f"{dataset_id}: diary").click()
-    pg.wait_for_function("() => /team dataset diary/.test(document.querySelector('#label-progress').innerText)")
+    pg.get_by_role("option").filter(has_text=f"{dataset_id}: {name} (").click()
+    pg.wait_for_function("n => document.querySelector('#label-progress').innerText.includes('team dataset ' + n)",
+                         arg=name)
     pg.click("#label-progress")  # focus off the dropdown, as a person reading the text would be
 
 
@@ -81,9 +85,16 @@ def key_to_next(pg, key: str) -> tuple[str, float]:
 
 
 def labeled(pg) -> int:
-    import re
-
     return int(re.search(r"(\d+) labeled", pg.inner_text("#label-progress")).group(1))
+
+
+def skipped(pg) -> int:
+    return int(re.search(r"(\d+) skipped", pg.inner_text("#label-progress")).group(1))
+
+
+def ticked(pg) -> set[str]:
+    return {x.split("] ")[-1] for x in pg.eval_on_selector_all(
+        "#label-checks input[type=checkbox]:checked", "els => els.map(e => e.closest('label').innerText)")}
 
 
 def export(server, tokens, ds) -> list[dict]:
@@ -155,3 +166,70 @@ def test_a_file_sessions_journal_names_who_labeled(team, browser, tmp_path):
     label = next(e for e in events if e["op"] == "label")
     assert label["by"] == "ann" and abs(label["ts"] - time.time()) < 600
     ann.context.close()
+
+
+TAGS = ["memo", "error", "dream"]
+
+
+def test_a_multi_label_dataset_by_keys_tick_save_undo_skip_and_download(team, browser, tmp_path):
+    """A multi-label dataset with labels of its own (no suggestion, nothing pre-ticked): 1-9 tick, Enter saves,
+    U takes the answer back, S gives the text back to the queue until the rest is done, 0 saves "none of
+    these", and the Label tab's download is the annotator's own answers (blind) as the API exports them."""
+    server, tokens, _ = team
+    made = httpx.post(server.url + "/v1/datasets", headers={"Authorization": f"Bearer {tokens['boss']}"}, timeout=60,
+                      json={"name": "tags", "texts": TEXTS[:4], "overlap": 2, "labels": TAGS, "multi_label": True})
+    assert made.status_code == 201, made.text
+    ds = made.json()["id"]
+    ann = {"Authorization": f"Bearer {tokens['ann']}"}  # another person's answer, never in bob's download
+    held = httpx.post(f"{server.url}/v1/datasets/{ds}/next", headers=ann, timeout=30).json()["record_id"]
+    assert httpx.post(f"{server.url}/v1/datasets/{ds}/labels", headers=ann, timeout=30,
+                      json={"record_id": held, "labels": ["dream"]}).status_code == 200
+    bob = signed_in(browser, server, tokens["bob"])
+    open_dataset(bob, ds, "tags")
+    assert bob.is_visible("#label-checks") and not bob.is_visible("#label-btn-1") and not bob.is_visible("#accept-btn")
+    keys = bob.inner_text("#label-keys")
+    assert "accept the suggestion" not in keys and "S skip" in keys and "Enter save" in keys
+    assert ticked(bob) == set() and "no model suggestion" in bob.inner_text("#label-hint")
+    times, first = [], shown_text(bob)
+    bob.keyboard.press("1")
+    bob.keyboard.press("3")
+    assert ticked(bob) == {"memo", "dream"}
+    second, dt = key_to_next(bob, "Enter")  # save the ticked set
+    times.append(dt)
+    assert second != first and labeled(bob) == 1 and ticked(bob) == set()
+    back, dt = key_to_next(bob, "u")  # undo: the text again, the answer taken back
+    times.append(dt)
+    assert back == first and labeled(bob) == 0
+    bob.keyboard.press("2")
+    again, dt = key_to_next(bob, "Enter")
+    times.append(dt)
+    assert again == second
+    third, dt = key_to_next(bob, "s")  # skip: back only once the rest is done
+    times.append(dt)
+    assert third not in (first, second) and skipped(bob) == 1
+    answers = {first: ["error"]}
+    while True:
+        text = shown_text(bob)
+        if text == second:
+            break
+        answers[text] = []
+        _, dt = key_to_next(bob, "0")  # none of these
+        times.append(dt)
+    assert "skipped earlier" in bob.inner_text("#label-text") and skipped(bob) == 0
+    bob.keyboard.press("1")
+    bob.keyboard.press("Enter")
+    answers[second] = ["memo"]
+    bob.wait_for_function("() => /Nothing left/.test(document.querySelector('#label-hint').innerText)")
+    assert labeled(bob) == 4
+    bob.click("#label-export")
+    got = download(bob, "#label-download a", tmp_path)
+    rows = list(csv.DictReader(got.open(encoding="utf-8")))
+    assert {r["text"]: r["label"] for r in rows} == {t: ";".join(v) for t, v in answers.items()}
+    assert {r["annotator"] for r in rows} == {"bob"} and list(rows[0]) == ["record_id", "text", "annotator", "label",
+                                                                            "created_at"]
+    exported = export(server, tokens, ds)  # the API's, every answer
+    assert {r["text"]: r["label"] for r in exported if r["annotator"] == "bob"} == answers
+    assert [r["label"] for r in exported if r["annotator"] == "ann"] == [["dream"]]
+    print(f"\nmulti-label team dataset, seconds from a key to the next text: median {statistics.median(times):.3f}, "
+          f"max {max(times):.3f} over {len(times)} keys")
+    bob.context.close()

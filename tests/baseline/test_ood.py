@@ -109,3 +109,52 @@ def test_multi_label_rows_get_a_centroid_per_label(toy_rows):
     assert typ.index.centroids_t.shape[1] == len(labels) and meta["out_of_fold_confident_lost"] <= 0.015
     assert not typ.in_domain(OFF_TOPIC).any()
     assert typ.in_domain(toy_rows(n_per_class=10, seed=9)["text"].tolist()).mean() >= 0.9
+
+
+def test_cut_is_a_confident_rows_own_level_not_a_grid_step():
+    """Issue 42's resplits: eight tail rows under 0.005 and eight more just under 0.01; on a 0.005 grid the cut
+    fell to 0.005 (one more step flagged too many), which let a third of the package synopses through to a news
+    model. The cut is now the typicality of the confident row one past the allowance."""
+    from baseline.ood import choose_cut
+
+    level = np.r_[np.linspace(0.001, 0.004, 8), np.linspace(0.0095, 0.0099, 8), np.linspace(0.02, 1.0, 984)]
+    sure = np.ones(len(level), bool)
+    cut = choose_cut(level, sure, 0.015)  # 15 of 1,000 confident rows may be flagged
+    assert 0.0099 >= cut > 0.009
+    assert (sure & (level < cut)).sum() == 15 and (sure & (level <= cut)).sum() == 16
+    sure[:16] = False  # unconfident tail rows are free to flag: the cut moves up to the 16th confident row
+    assert choose_cut(level, sure, 0.015) == pytest.approx(level[16 + 15])
+    assert choose_cut(level, np.zeros(len(level), bool), 0.015) == 0.5  # nothing confident: the highest cut
+
+
+def test_centroid_combine_spends_the_cut_on_the_centroid():
+    """A text typical of a class but with unusual neighbours stays in domain ("centroid"; "min", older folders,
+    flagged it); one with neighbours under every training row's is out whatever its centroid."""
+    from baseline.ood import percentile
+
+    q = np.linspace(0.1, 0.6, len(LEVELS))  # out-of-fold similarities at each percentile level
+    nb, cen = np.array([0.101, 0.05, 0.5]), np.array([0.5, 0.5, 0.5])
+    new, old = percentile(nb, cen, q, q, "centroid"), percentile(nb, cen, q, q, "min")
+    assert old[0] < 0.01 and new[0] == pytest.approx(0.8)  # neighbours at their 0.2% level: only "min" flags it
+    assert new[1] < 0 and old[1] < 0  # neighbours under every row: out with either
+    assert new[2] == old[2] == pytest.approx(0.8)
+
+
+def test_folders_keep_the_combine_their_cut_was_chosen_for(fitted, tmp_path):
+    import json
+
+    typ, _, fresh = fitted
+    assert typ.combine == "centroid" and typ.info()["combine"] == "centroid"
+    save_ood(tmp_path, typ)
+    assert load_ood(tmp_path).combine == "centroid"
+    spec_path = tmp_path / "ood" / "ood.json"
+    spec = json.loads(spec_path.read_text())
+    del spec["combine"]  # a folder fitted before the key existed: its cut was chosen for "min"
+    spec_path.write_text(json.dumps(spec))
+    old = load_ood(tmp_path)
+    assert old.combine == "min"
+    np.testing.assert_allclose(old.typicality(fresh), np.minimum.reduce([old.typicality(fresh), typ.typicality(fresh)]))
+    spec["combine"] = "max"
+    spec_path.write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match="unknown combine 'max'"):
+        load_ood(tmp_path)

@@ -74,6 +74,7 @@ def test_final_model_serves_the_calibration(run):
     # issue 42: --final carries the out-of-domain detector, measured on the out-of-fold rows
     assert (out / "model" / "ood" / "index.safetensors").exists() and (out / "model" / "ood" / "ood.json").exists()
     assert 0 <= report["out_of_domain"]["out_of_fold_confident_lost"] <= 0.015
+    assert report["out_of_domain"]["combine"] == "centroid"  # what the cut was chosen for (baseline/ood.py)
     config = json.loads((out / "model" / "training_config.json").read_text())
     assert config["calibration"]["method"] == spec["method"]
     clf = Classifier.load(out / "model", provider="torch")

@@ -98,7 +98,7 @@ def test_multi_label_answers(tmp_path, fake):
     files(tmp_path, ["SAY:tech,business", "SAY:none", "SAY:tech,golf"])
     assert teach.main(args(tmp_path, fake, "--multi-label")) == 0
     out = pd.read_csv(tmp_path / "teacher.csv", keep_default_na=False)
-    assert list(out["teacher"]) == ["tech;business", "", "tech,golf"]
+    assert list(out["teacher"]) == ["tech;business", "[]", "tech,golf"]  # none: [], as an empty cell is no answer
     assert list(out["teacher_in_label_set"]) == [True, True, False]
 
 

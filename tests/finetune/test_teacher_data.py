@@ -24,6 +24,7 @@ from finetune.teacher_data import (
     text_weight,
 )
 from textdata.errors import DataError
+from textdata.labels import LabelSpace
 from textdata.normalize import Normalizer
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -207,8 +208,90 @@ def test_kfold_holds_out_gold_rows_and_scores_the_final_model_there(tmp_path, ti
     assert report["teacher"]["rows"]["teacher_only"] == (df["gold"] == "").sum()
 
 
-def test_kfold_refuses_a_teacher_column_with_multi_label(tmp_path, toy_csv):
+def test_kfold_refuses_a_negative_gold_weight(tmp_path, toy_csv):
     proc = subprocess.run([sys.executable, "finetune/kfold.py", "--model", "x", "--data", str(toy_csv),
-                           "--teacher-column", "page", "--multi-label"], cwd=ROOT, capture_output=True, text=True,
-                          check=False)
-    assert proc.returncode == 2 and "--teacher-column" in proc.stderr
+                           "--teacher-column", "page", "--gold-weight", "-1"], cwd=ROOT, capture_output=True,
+                          text=True, check=False)
+    assert proc.returncode == 2 and "--gold-weight" in proc.stderr
+
+
+# ------------------------------------------------------------------------------------------------ multi-label
+def multi_teacher_table(tmp_path, multilabel_rows, n=90, n_gold=30):
+    """The first `n_gold` rows gold (an empty set written `[]`: an empty cell is no answer); the teacher answers
+    every row and never says 'memo' (it says 'error'), writing `[]` for none."""
+    df = multilabel_rows(n, seed=3)
+    space = LabelSpace.of(["dream", "error", "memo"], True)
+    said = [space.marked({{"memo": "error"}.get(x, x) for x in cell.split(";") if x}) for cell in df["label"]]
+    df["teacher"] = said
+    df["gold"] = [space.marked(x for x in cell.split(";") if x) if i < n_gold else "" for i, cell in
+                  enumerate(df["label"])]
+    path = tmp_path / "mixed-multi.csv"
+    df.to_csv(path, index=False)
+    return df, path
+
+
+def test_multi_label_gold_and_teacher_rows_and_the_never_answered_label_recovered(tmp_path, multilabel_rows):
+    df, path = multi_teacher_table(tmp_path, multilabel_rows)
+    data = load(path, cfg(multi_label=True, label_sep=";"), Normalizer("none"))
+    assert data.space.multi_label and data.labels == ["dream", "error", "memo"] and data.y is None
+    assert data.gold.sum() == 30 and len(data.Y) == 90 and data.outside == {}
+    truth = np.array([[int(x in cell.split(";")) for x in data.labels] for cell in df["label"]])
+    assert np.array_equal(data.Y[data.gold], truth[:30])  # gold rows keep their gold sets, `[]` included
+    assert (truth[:30].sum(1) == 0).any()
+    teach = ~data.gold
+    assert data.answered[teach][:, 2].sum() == 0  # the teacher never says memo...
+    memo = truth[30:, 2] == 1
+    assert data.Y[teach][memo, 2].mean() > 0.5  # ...and the gold rows' texts recover it on the teacher rows
+    assert len(data.text_weights) == 3  # one text weight per label
+
+
+def test_multi_label_teacher_cells_outside_the_label_set_are_counted_and_bad_gold_cells_named(tmp_path,
+                                                                                              multilabel_rows, capsys):
+    df, path = multi_teacher_table(tmp_path, multilabel_rows)
+    df.loc[40, "teacher"], df.loc[41, "teacher"], df.loc[42, "teacher"] = "dream;banana", "dream,error", ""
+    df.to_csv(path, index=False)
+    data = load(path, cfg(multi_label=True, label_sep=";"), Normalizer("none"))
+    assert data.outside == {"dream;banana": 1, "dream,error": 1} and "banana" in capsys.readouterr().err
+    assert len(data.Y) == 87 and data.dropped == {"no gold label and no usable teacher label": 3}
+    df.loc[2, "gold"] = "dream,error"  # a gold cell mixing separators: an error naming row, column and value
+    df.to_csv(path, index=False)
+    with pytest.raises(DataError, match=r"data row 3 .*column 'gold'.*dream,error"):
+        load(path, cfg(multi_label=True, label_sep=";"), Normalizer("none"))
+
+
+def test_multi_label_kfold_scores_on_gold_rows_only_and_judges_the_teacher_there(tmp_path, tiny_electra_dir,
+                                                                                  multilabel_rows):
+    df, path = multi_teacher_table(tmp_path, multilabel_rows)
+    out = tmp_path / "run"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    proc = subprocess.run([sys.executable, "finetune/kfold.py", "--model", str(tiny_electra_dir), "--data", str(path),
+                           "--label-column", "gold", "--teacher-column", "teacher", "--multi-label", "--folds", "2",
+                           "--epochs", "1", "--batch-size", "8", "--output", str(out), "--blend", "off"],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads((out / "report.json").read_text())
+    assert sum(f["n_val"] for f in report["folds"]) == 30 == report["teacher"]["rows"]["gold"]
+    t = report["teacher"]
+    assert t["rows"]["teacher_only"] == 60 and t["n_judged"] == 30
+    from sklearn.metrics import f1_score
+
+    labels = ["dream", "error", "memo"]
+    as_matrix = lambda cells: np.array([[int(x in LabelSpace.of(labels, True).parse(c)) for x in labels] for c in cells])
+    gold = df.iloc[:30]
+    want = f1_score(as_matrix(gold["gold"]), as_matrix(gold["teacher"]), average="macro", zero_division=0)
+    assert t["teacher_macro_f1"] == pytest.approx(want, abs=1e-4) and t["teacher_per_class"]["memo"]["f1"] == 0
+    assert t["teacher_accuracy"] == pytest.approx((gold["gold"] == gold["teacher"]).mean(), abs=1e-4)
+    oof = pd.read_csv(out / "oof_predictions.csv", keep_default_na=False)
+    assert (oof["error"].str.startswith("teacher row")).sum() == 60
+    assert t["relabelled_teacher_rows"] > 0 and len(t["text_weights"]) >= 3  # one per label and correction
+
+
+def test_multi_label_holdout_is_gold_rows_only_and_never_reaches_a_training_label(tmp_path, multilabel_rows):
+    _, path = multi_teacher_table(tmp_path, multilabel_rows, n=90, n_gold=45)
+    data = load(path, cfg(multi_label=True, label_sep=";"), Normalizer("none"))
+    cv, held = gold_holdout(data, 0.3, 2, 0, path)
+    assert held.gold.all() and held.y is None and held.Y.shape[1] == 3 and 8 <= len(held.Y) <= 20
+    assert (~cv.gold).sum() == (~data.gold).sum() and len(cv.Y) + len(held.Y) == len(data.Y)
+    data.answered[np.isin(data.keep, held.keep)] = 1  # what the held-out rows say changes no training label
+    again, _ = gold_holdout(data, 0.3, 2, 0, path)
+    assert np.array_equal(cv.Y, again.Y)

@@ -38,11 +38,12 @@ def test_the_pointer_starts_empty_and_each_flip_is_a_new_generation_with_its_eve
 
 
 def test_one_lease_holder_at_a_time_and_a_dead_holders_lease_expires(engine):
-    assert fs.take_lease(engine, "trainer", "a:1", "host-a", 1, ttl_s=0.5) is None
-    held = fs.take_lease(engine, "trainer", "b:2", "host-b", 2, ttl_s=0.5)
+    TTL = 2.0  # 0.5 s ran out between two calls at load 23 (the second take found no holder)
+    assert fs.take_lease(engine, "trainer", "a:1", "host-a", 1, ttl_s=TTL) is None
+    held = fs.take_lease(engine, "trainer", "b:2", "host-b", 2, ttl_s=TTL)
     assert held["holder"] == "a:1" and held["host"] == "host-a"
-    assert fs.take_lease(engine, "trainer", "a:1", "host-a", 1, ttl_s=0.5) is None  # the holder renews
-    time.sleep(0.6)  # a: killed, renews no more
+    assert fs.take_lease(engine, "trainer", "a:1", "host-a", 1, ttl_s=TTL) is None  # the holder renews
+    time.sleep(TTL + 0.2)  # a: killed, renews no more
     assert fs.take_lease(engine, "trainer", "b:2", "host-b", 2, ttl_s=30) is None
     assert any(e["event"] == "lease_expired" and e["holder"] == "a:1" for e in fs.events(engine))
     assert not fs.renew_lease(engine, "trainer", "a:1", 30)  # the old holder cannot take it back by renewing

@@ -145,6 +145,38 @@ def test_resume_undo_and_a_full_text(engine):
     assert statuses == ["answered", "undone"]  # the log keeps both
 
 
+def test_a_skipped_text_goes_to_the_others_at_once_and_back_to_the_skipper_last(engine):
+    """Skip: the skipper's slot is free for the others at once; the skipper is given the text again only when
+    nothing else is left for them, the one skipped longest ago first; no answer changes, the log keeps it."""
+    from labelstore.snapshot import labels_as_of, latest_event
+
+    a, b = people(engine, 2)
+    ds = make(engine, 3, 1)
+    first = queue.next_record(engine, ds, a)["record_id"]
+    assert not queue.skip(engine, ds, b, first)  # b never held it
+    assert queue.skip(engine, ds, a, first)
+    assert not queue.skip(engine, ds, a, first)  # a second press: no longer a's
+    assert review.my_progress(engine, ds, a)["skipped"] == 1
+    assert queue.next_record(engine, ds, b)["record_id"] == first  # k = 1, and free again for b at once
+    queue.skip(engine, ds, b, first)
+    second = queue.next_record(engine, ds, a)["record_id"]
+    assert second != first
+    queue.skip(engine, ds, a, second)
+    third = queue.next_record(engine, ds, a)["record_id"]
+    assert third not in (first, second)  # texts never skipped come first
+    queue.submit(engine, ds, a, third, "a", None)
+    assert queue.next_record(engine, ds, a)["record_id"] == first  # then the skips, the oldest first
+    queue.skip(engine, ds, a, first)
+    assert queue.next_record(engine, ds, a)["record_id"] == second  # skipping again moves on
+    assert review.my_progress(engine, ds, a) == {"records": 3, "mine": 1, "todo": 1, "skipped": 1}
+    with pytest.raises(queue.NotFound):
+        queue.skip(engine, make(engine, 1, 1), a, first)
+    with engine.connect() as conn:
+        statuses = [r[0] for r in conn.execute(sa.select(label_events.c.status).order_by(label_events.c.id))]
+    assert statuses == ["skipped", "skipped", "skipped", "answered", "skipped"]
+    assert [x["label"] for x in labels_as_of(engine, latest_event(engine))] == ["a"]  # a skip is no answer
+
+
 def test_an_expired_lease_goes_back_to_the_queue(engine):
     a, b = people(engine, 2)
     ds = make(engine, 1, 1)

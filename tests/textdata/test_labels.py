@@ -192,3 +192,11 @@ def test_k_fold_refuses_hostile_label_sets_naming_the_row(tmp_path, cell, says):
         load_labeled(_csv(tmp_path / "d.csv", ["dream", "error", "memo", cell, "dream;error", "memo"]), folds=2,
                      multi_label=True)
     assert says in str(e.value) and len(str(e.value)) < 400
+
+
+def test_where_an_empty_cell_is_no_answer_the_empty_set_is_written_and_read_as_brackets():
+    multi, single = LabelSpace.of(["a", "b"], True), LabelSpace.of(["a", "b"])
+    assert multi.marked([]) == "[]" and multi.marked(["b", "a"]) == "a;b" and single.marked([]) == ""
+    cells = ("[]", "a", "", "  \u200b", None, float("nan"), [])
+    assert [LabelSpace.given(c) for c in cells] == [True, True, False, False, False, False, True]
+    assert multi.parse(multi.marked([])) == [] and multi.parse(multi.marked(["a"])) == ["a"]

@@ -1,0 +1,62 @@
+"""The Label tab on a team dataset without a browser: the key help names only keys that do something (no
+Enter where there is no suggestion), S skips (the text comes back last, marked), and the tab's download is
+the dataset's export for a reviewer and one's own answers for an annotator (blind)."""
+
+from __future__ import annotations
+
+import csv
+from types import SimpleNamespace
+
+from app.config import Config
+from app.labeling.sessions import SessionStore
+from app.ui.label_view import _render_label
+from app.ui.page import Exports
+from app.ui.team_label import TeamSessions, dataset_sid
+from labelstore import open_store, queue, users
+
+
+def test_keys_skip_and_the_download_of_a_dataset_with_labels_of_its_own(tmp_path):
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    who = {}
+    for name, role in (("ann", "annotator"), ("rev", "reviewer")):
+        uid = users.by_token(engine, users.add_user(engine, name, role))[0]
+        who[name] = (uid, name, role)
+    rows = [{"text": f"t{i}", "priority": i} for i in range(3)]  # no suggestion: labels of its own
+    ds = queue.create_dataset(engine, "own labels", ["x", "y"], False, 2, rows, None)[0]
+    team = TeamSessions(Config(model="m"), SimpleNamespace(store=engine))
+    store, exports = SessionStore(tmp_path / "label"), Exports()
+
+    def tab(name: str):
+        team.user = lambda: who[name]  # the person at the page (the cookie's user in the app)
+        session = team.get(dataset_sid(ds))
+        out = _render_label(store, ["x", "y"], session)
+        team.at.update(hint=3, accept=6, sessions=len(out) - 5, keys=len(out) - 1)  # _render_label's order
+        return session, team.view(out, session)
+
+    session, out = tab("ann")
+    assert out[2]["value"] == "t0" and out[6]["visible"] == "hidden"  # no suggestion: no Accept
+    assert "Enter" not in out[-1] and "**S** skip" in out[-1] and "**1–9**" in out[-1]
+    assert "no model suggestion" in out[3]
+    assert session.skip(out[1])  # t0 goes back to the queue: t1 now, t0 after the rest
+    session, out = tab("ann")
+    assert out[2]["value"] == "t1" and "1</b> skipped" in out[5]
+    assert session.decide(out[1], "x")
+    session, out = tab("ann")
+    assert session.decide(out[1], "y")  # t2
+    session, out = tab("ann")
+    assert out[2]["value"] == "t0" and "skipped earlier" in out[2]["label"]
+    assert not session.skip(out[1])  # nothing else left: it comes straight back (the tab says so)
+    session.decide(session.current(), "x")
+    rev, _ = tab("rev")
+    rev.decide(rev.current(), "y")
+
+    def download(name: str) -> list[dict]:
+        team.user = lambda: who[name]
+        with open(team.export(dataset_sid(ds), exports), encoding="utf-8") as f:
+            return list(csv.DictReader(f))
+    mine = download("ann")
+    assert [(r["text"], r["annotator"], r["label"]) for r in mine] == [("t0", "ann", "x"), ("t1", "ann", "x"),
+                                                                        ("t2", "ann", "y")]
+    assert list(mine[0]) == ["record_id", "text", "annotator", "label", "created_at"]
+    assert sorted(r["annotator"] for r in download("rev")) == ["ann", "ann", "ann", "rev"]  # a reviewer: all
+    engine.dispose()
