@@ -8,7 +8,7 @@ OUT is a `serving.export` folder (ONNX) or a transformers folder with a trained 
 copied into the model registry (--models-dir) as a version (or found there, by content) and activated: the
 folder given is what serves, unless a version the app retrained from it was promoted since (a restarted
 container keeps its learning loop). Without --model the registry's active version serves.
-Retraining from the labels runs in a child process (app/train_child.py). `python -m app --help` lists every
+Retraining from the labels runs in a child process (app/versions/train_child.py). `python -m app --help` lists every
 limit. SIGTERM drains: in-flight requests finish, new ones get 503, then the process exits 0.
 """
 
@@ -34,8 +34,8 @@ if __name__ == "__main__":
 import logging
 from pathlib import Path
 
-from . import logs
-from .config import parse_args
+from app.config import parse_args
+from app.http import logs
 
 log = logging.getLogger("app")
 
@@ -63,7 +63,7 @@ def model_to_serve(cfg, registry):
     retrained from it and promoted stays (a container restarts with the same --model; the learning loop must
     not be undone). Said in one line. Without --model, the active version. A folder that cannot serve (no
     trained head, fails to load) raises, leaving the registry as it was."""
-    from .registry import RegistryError
+    from app.versions.registry import RegistryError
 
     new = False
     if cfg.model:  # what the command line names is what serves
@@ -76,15 +76,15 @@ def model_to_serve(cfg, registry):
     if version is None:
         raise RegistryError(f"no --model given and no active version in {registry.root}: "
                             "start with --model FOLDER (a serving.export or transformers folder)")
-    from .server import load_classifier  # the UI's imports (seconds): after the folder was checked
-    from .version_check import load_or_fall_back
+    from app.server import load_classifier  # the UI's imports (seconds): after the folder was checked
+    from app.versions.version_check import load_or_fall_back
 
     if hasattr(registry, "verify"):  # a fleet's content-addressed folder: its files must still match its name
         registry.verify(version)
     try:
         if version == given and cfg.model:  # the folder given serves itself or not at all
             clf = load_classifier(cfg, registry.path(version))
-        else:  # the registry's active version, or the last one that serves (app/version_check.py)
+        else:  # the registry's active version, or the last one that serves (app/versions/version_check.py)
             version, clf = load_or_fall_back(registry, version, lambda folder: load_classifier(cfg, folder))
     except ValueError:
         if new:  # it never served: it does not stay as a version
@@ -95,7 +95,7 @@ def model_to_serve(cfg, registry):
         # the folder name only: /v1/models and the UI show this, and server paths stay private (issue 24)
         registry.set_active(version, why=f"python -m app --model .../{Path(cfg.model or '').name}")
     if cfg.model and version != given:
-        log.info("serving %s: retrained from %s (%s) and promoted; `python -m app.models activate %s` serves %s "
+        log.info("serving %s: retrained from %s (%s) and promoted; `python -m app models activate %s` serves %s "
                  "itself", version, cfg.model, given, given, given)
     elif cfg.model:
         now = "active already" if version == was else (f"activated instead of {was}" if was else "activated")
@@ -103,22 +103,23 @@ def model_to_serve(cfg, registry):
     return version, clf
 
 
+# The shell's tools, one command each, beside the server: each module's own parser answers --help.
+SUBCOMMANDS = {"users": "app.team.users_cli",  # the people who label, review and administer
+               "db": "app.fleet.db_cli",  # the label store's schema: a fleet's replicas never migrate
+               "models": "app.versions.models"}  # list, activate, delete versions in the registry
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["users"]:  # python -m app users add NAME --role ROLE
-        from .users_cli import main as users_main
+    if argv[:1] and argv[0] in SUBCOMMANDS:  # python -m app users add NAME --role ROLE, … (SUBCOMMANDS)
+        import importlib
 
-        return users_main(argv[1:])
-    if argv[:1] == ["db"]:  # python -m app db upgrade: a fleet's replicas never migrate (app/db_cli.py)
-        from .db_cli import main as db_main
-
-        return db_main(argv[1:])
+        return importlib.import_module(SUBCOMMANDS[argv[0]]).main(argv[1:])
     cfg = parse_args(argv)
     logs.setup(cfg.log_level)
+    from app.versions.registry import Registry
     from labelstore import open_store
     from textdata.inputs import check_table
-
-    from .registry import Registry
 
     registry = Registry(cfg.registry_dir)
     try:
@@ -128,10 +129,10 @@ def main(argv: list[str] | None = None) -> int:
             check_table(cfg.train_data, {"text": "--train-data (column text)", "label": "--train-data (column label)"},
                         flag="--train-data")
         # before the model loads: a database that cannot be used answers at once. A fleet's replica never
-        # migrates (app/db_cli.py): an older schema is refused in one line naming `python -m app db upgrade`
+        # migrates (app/fleet/db_cli.py): an older schema is refused in one line naming `python -m app db upgrade`
         store = open_store(cfg.store_url, upgrade=not cfg.in_fleet)
         if cfg.in_fleet:
-            from .fleet_registry import fleet_start
+            from app.fleet.registry import fleet_start
 
             registry, cfg = fleet_start(cfg, store)
         version, clf = model_to_serve(cfg, registry)
@@ -141,11 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     # the server's own imports (uvicorn, FastAPI) after the checks: a usage error answers without them
     import uvicorn
 
-    from .api import ServerState
-    from .draining import DrainingServer
-    from .gate import proxy_settings
-    from .protocol import bounded_protocol
-    from .server import create_app
+    from app.http.api import ServerState
+    from app.http.draining import DrainingServer
+    from app.http.gate import proxy_settings
+    from app.http.protocol import bounded_protocol
+    from app.server import create_app
 
     state = ServerState(store=store)
     app = create_app(cfg, clf, state, registry, version)

@@ -11,10 +11,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from app.http.origin import cors_origin_problem
 from serving.engine import GPU_BATCH_TOKENS, PassSize
 from textdata.flags import Flag, parser_for
-
-from .origin import cors_origin_problem
 
 API_KEY_ENV = "ELECTRA_API_KEY"
 DATABASE_URL_ENV = "DATABASE_URL"
@@ -77,7 +76,7 @@ class Config:
     # Padded tokens per forward pass inside the engine. A batch is padded to its longest text, so with
     # mixed lengths a large budget on CPU pays for padding; GPUs want it large. None: by device.
     engine_batch_tokens: int | None = None
-    # Micro-batching (app/batcher.py): a free engine takes every waiting request up to max_batch_tokens and runs
+    # Micro-batching (app/http/batcher.py): a free engine takes every waiting request up to max_batch_tokens and runs
     # at once; what arrives meanwhile forms the next batch. max_wait_ms > 0: a batch starting on an idle engine
     # waits that long for company (5 ms of it was 6.5 of the 11 ms one text took, issue 44). With batching off
     # every request is its own forward pass (the baseline).
@@ -92,7 +91,7 @@ class Config:
     max_body_bytes: int = 2 * 1024 * 1024
     request_timeout_s: float = 30.0
     shutdown_timeout_s: float = 30.0
-    # Connections, enforced before auth (app/protocol.py): a request line + headers over max_header_bytes
+    # Connections, enforced before auth (app/http/protocol.py): a request line + headers over max_header_bytes
     # gets 431; headers not complete within header_timeout_s get 408; a body that stops arriving for
     # body_timeout_s, or an idle keep-alive connection after keep_alive_s, is closed.
     max_header_bytes: int = 64 * 1024
@@ -100,7 +99,7 @@ class Config:
     body_timeout_s: float = 30.0
     keep_alive_s: float = 5.0
     cors_origins: tuple[str, ...] = field(default_factory=tuple)
-    # Host names answered besides the loopback names and --host (app/origin.py); on 0.0.0.0 without any: all
+    # Host names answered besides the loopback names and --host (app/http/origin.py); on 0.0.0.0 without any: all
     allowed_hosts: tuple[str, ...] = field(default_factory=tuple)
     # Proxies whose X-Forwarded-For / -Proto are trusted (the client address the auth throttle counts by)
     forwarded_allow_ips: tuple[str, ...] = field(default_factory=tuple)
@@ -111,10 +110,10 @@ class Config:
     database_url: str | None = None
     max_upload_mb: float = 20.0
     max_upload_rows: int = 50_000
-    upload_mb_per_minute: float = 100.0  # per client address, all upload requests together (app/upload_guard.py)
+    upload_mb_per_minute: float = 100.0  # per client address, all upload requests together (app/http/upload_guard.py)
     ui_concurrency: int = 2
     log_level: str = "info"
-    # The learning loop (app/registry.py, app/jobs.py)
+    # The learning loop (app/versions/registry.py, app/versions/jobs.py)
     models_dir: Path | None = None  # None: <data_dir>/models
     allow_admin: bool = False  # train/activate/delete without --api-key on a non-loopback address
     train_data: Path | None = None  # a labeled base table trained on with the labeling sessions' decisions
@@ -123,23 +122,23 @@ class Config:
     promote_tolerance: float = 0.01  # macro-F1 a candidate may lose on the evaluation slice and still be promoted
     eval_share: float = 0.2  # share of labeled texts (by a hash of the text) kept out of every training table
     train_nice: int = 10  # the training child's niceness on CPU: the API keeps the cores it needs
-    # A fleet (app/fleet.py): the registry and its pointer in the database, promotions made by every replica at
+    # A fleet (app/fleet/replica.py): the registry and its pointer in the database, promotions made by every replica at
     # once. On with a PostgreSQL --database-url, or --fleet (several processes on one SQLite file, one host).
     fleet: bool = False
     replica_id: str | None = None  # None: $REPLICA_ID, else HOSTNAME:PORT
     promote_timeout_s: float = 30.0
-    model_store: str | None = None  # an fsspec URL holding the versions (app/model_store.py); --models-dir caches
-    # "Not sure" answers routed to a person (app/review_queue.py): off by default, it stores users' texts.
+    model_store: str | None = None  # an fsspec URL holding the versions (app/fleet/model_store.py); --models-dir caches
+    # "Not sure" answers routed to a person (app/labeling/review_queue.py): off by default, it stores users' texts.
     review_queue: bool = False
     review_queue_size: int = 1000
-    # Monitoring (app/monitor.py, app/audit.py): drift over the last monitor_window answers within
+    # Monitoring (app/monitoring/monitor.py, app/labeling/audit.py): drift over the last monitor_window answers within
     # monitor_span_s, per version; audit_rate > 0 keeps a sample of served texts for a blind audit.
     monitor: bool = True
     monitor_window: int = 1000
     monitor_span_s: float = 24 * 3600.0
     audit_rate: float = 0.0
     prior_correction: bool = False  # serve the class mix the monitor estimates where it moved (serving/prior.py)
-    # The cascade (app/fallback.py): 'not sure' answers go to an LLM at an OpenAI-compatible endpoint
+    # The cascade (app/llm/fallback.py): 'not sure' answers go to an LLM at an OpenAI-compatible endpoint
     fallback_url: str | None = None
     fallback_model: str | None = None
     fallback_prompt: Path | None = None

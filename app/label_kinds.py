@@ -57,7 +57,7 @@ class OneLabel:
     review_keys = "**K** keeps the given label, **Enter** takes the suggestion, **1–9** picks another label"
     ticked = ""  # a review's given label is a button, not ticked
     audit_how = ""  # what an audit session asks of the person, besides choosing
-    no_teacher = None  # why a retrain reads no teacher labels (app/teacher_labels.py), None: it does
+    no_teacher = None  # why a retrain reads no teacher labels (app/llm/teacher_labels.py), None: it does
 
     def __init__(self, space: LabelSpace):
         self.space = space
@@ -83,7 +83,7 @@ class OneLabel:
         return value
 
     def store_value(self, cell):
-        """A session's decision as the label store holds an answer (app/team_import.py): a label, a sorted list."""
+        """A session's decision as the label store holds an answer (app/team/sessions_import.py): a label, a sorted list."""
         return cell
 
     def store_names(self, value) -> list[str]:
@@ -117,14 +117,14 @@ class OneLabel:
     def run_words(self) -> str:
         return f"{self.space.kind} run (one label per text)"
 
-    # the Hugging Face clients' options (app/hf_compat.py): the functions a score may be read through, raw scores
+    # the Hugging Face clients' options (app/http/hf_compat.py): the functions a score may be read through, raw scores
     hf_functions = ("softmax",)
     hf_allowed = "only 'softmax'"
     hf_words = "a single-label model"
     raw_scores = False
 
     def probability_problem(self, probabilities: dict) -> str | None:
-        """Why an answer's probabilities are nonsense (the check before a version serves, app/swap.py)."""
+        """Why an answer's probabilities are nonsense (the check before a version serves, app/versions/swap.py)."""
         values = probabilities.values()
         if not all(math.isfinite(p) for p in values) or abs(sum(values) - 1) > 1e-3:
             return f"its probabilities are not a distribution ({probabilities})"

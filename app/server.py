@@ -11,18 +11,17 @@ from pathlib import Path
 from fastapi import FastAPI
 from fastapi.middleware.cors import CORSMiddleware
 
+from app.config import Config, kept_texts_refusal, loopback_only, open_to_anyone, pass_size, quantized
+from app.http.api import ServerState, build_api, public
+from app.http.batcher import MicroBatcher
+from app.http.gate import FIELD_VALUES, Gate
+from app.http.metrics import Metrics
+from app.http.origin import SiteRule
+from app.http.upload_guard import FRAMING_BYTES, UploadGuard
+from app.versions.admin import add_admin_routes
+from app.versions.registry import Registry
+from app.versions.swap import ServedVersion, Switcher
 from textdata.run_folder import model_version
-
-from .admin import add_admin_routes
-from .api import ServerState, build_api, public
-from .batcher import MicroBatcher
-from .config import Config, kept_texts_refusal, loopback_only, open_to_anyone, pass_size, quantized
-from .gate import FIELD_VALUES, Gate
-from .metrics import Metrics
-from .origin import SiteRule
-from .registry import Registry
-from .swap import ServedVersion, Switcher
-from .upload_guard import FRAMING_BYTES, UploadGuard
 
 log = logging.getLogger("app")
 MB = 1 << 20
@@ -46,7 +45,7 @@ def describe(clf) -> dict:
 def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Registry | None = None,
                version: str | None = None) -> FastAPI:
     """The server on `clf`, served as `version` (default: the folder's name). With a `registry`, versions can
-    be listed, trained and switched to (app/admin.py)."""
+    be listed, trained and switched to (app/versions/admin.py)."""
     # The pass size the engine settled at load (app.config.pass_size): the batcher uses it, /v1/model reports it.
     cfg = dataclasses.replace(cfg, engine_batch_tokens=clf.batch_tokens)
     refused = kept_texts_refusal(cfg)
@@ -66,12 +65,12 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     metrics.set_model(version)
     switcher = make_switcher(cfg, registry, state, metrics) if registry is not None else None
     if cfg.review_queue:
-        from .review_queue import ReviewQueue
+        from app.labeling.review_queue import ReviewQueue
 
         state.review = ReviewQueue(Path(cfg.data_dir) / "review", cfg.review_queue_size)
         metrics.review_queue.set_function(lambda: len(state.review))
     if cfg.fallback_url and state.fallback is None:
-        from .fallback import open_fallback
+        from app.llm.fallback import open_fallback
 
         state.fallback = open_fallback(cfg, metrics)
     app = build_api(cfg, state, metrics)
@@ -79,7 +78,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     identities = _add_team(app, cfg, state)
     jobs = add_admin_routes(app, cfg, state, registry, switcher) if registry is not None else None
     if cfg.in_fleet and switcher is not None:
-        from .fleet_gate import attach
+        from app.fleet.gate import attach
 
         attach(app, state, metrics, switcher)
 
@@ -116,7 +115,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
 
     app.router.lifespan_context = lifespan
     if cfg.ui:
-        from .ui import mount_ui
+        from app.ui.page import mount_ui
 
         mount_ui(app, cfg, state, jobs)
     sites = SiteRule(cfg.host, cfg.allowed_hosts, cfg.cors_origins)
@@ -135,9 +134,9 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
 
 
 def make_switcher(cfg: Config, registry: Registry, state: ServerState, metrics: Metrics) -> Switcher:
-    """One process's switcher, or in a fleet the two-phase promotion across every replica (app/fleet.py)."""
+    """One process's switcher, or in a fleet the two-phase promotion across every replica (app/fleet/replica.py)."""
     if cfg.in_fleet:
-        from .fleet import FleetSwitcher
+        from app.fleet.replica import FleetSwitcher
 
         return FleetSwitcher(registry, state, metrics, lambda f: load_classifier(cfg, f), describe, cfg)
     return Switcher(registry, state, metrics, lambda f: load_classifier(cfg, f), describe)
@@ -157,16 +156,17 @@ def say_who_sees_what(cfg: Config) -> None:
 
 
 def _add_team(app: FastAPI, cfg: Config, state: ServerState):
-    """Team labeling (app/team.py) on the label store, opened here unless `python -m app` opened it first."""
+    """Team labeling (app/team/routes.py) on the label store, opened here unless `python -m app` opened it first."""
+    from app.team.auth import Identities
+    from app.team.routes import add_team_routes
     from labelstore import open_store
-
-    from .team import add_team_routes
-    from .team_auth import Identities
 
     if state.store is None:
         state.store = open_store(cfg.store_url)
     if (Path(cfg.data_dir) / "label").is_dir():  # the Label tab's sessions, once: a store with datasets skips it
-        from .team_import import import_sessions  # (app/labeling.py's imports: only where there are sessions)
+        from app.team.sessions_import import (
+            import_sessions,  # (app/labeling/sessions.py's imports: only where there are sessions)
+        )
 
         import_sessions(state.store, Path(cfg.data_dir) / "label")
     identities = state.identities = Identities(state.store)
@@ -176,8 +176,8 @@ def _add_team(app: FastAPI, cfg: Config, state: ServerState):
 
 
 def _keep_texts_in_store(state: ServerState) -> None:
-    """The review queue and the audit sample live in the label store (app/kept_store.py)."""
-    from .kept_store import attach_audit, attach_review
+    """The review queue and the audit sample live in the label store (app/labeling/kept_store.py)."""
+    from app.labeling.kept_store import attach_audit, attach_review
 
     if state.review is not None:
         attach_review(state.review, state.store)
@@ -189,8 +189,8 @@ def open_monitor(cfg: Config):
     """Drift windows kept in DATA_DIR/monitor; with --audit-rate, the audit sample beside them."""
     from pathlib import Path
 
-    from .audit import AuditQueue
-    from .monitor import Monitor
+    from app.labeling.audit import AuditQueue
+    from app.monitoring.monitor import Monitor
 
     folder = Path(cfg.data_dir) / "monitor"
     monitor = Monitor(folder, size=cfg.monitor_window, span_s=cfg.monitor_span_s)

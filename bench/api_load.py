@@ -211,7 +211,7 @@ def _latency(samples: list) -> dict:
 def swap_run(model: Path, texts: list[str], args) -> dict:
     """Requests during activations vs the rest, in one run on one server (see the module docstring)."""
     sys.path.insert(0, str(ROOT))
-    from app.registry import Registry
+    from app.versions.registry import Registry
 
     root = args.work / "swap-registry"
     shutil.rmtree(root, ignore_errors=True)

@@ -9,7 +9,7 @@ random ELECTRA, `--shape mini`) and one copy per promotion as versions, starts t
 errors and 503, each answer's upstream in `X-Upstream`). --clients closed-loop clients send one text per
 request through nginx and log (time, replica, model_version, status, latency) per answer.
 
-Meanwhile: --promotions + --rollbacks flips, each `python -m app.fleet_promote promote VERSION` as its own
+Meanwhile: --promotions + --rollbacks flips, each `python -m app.fleet.promote promote VERSION` as its own
 process (every fifth one a rollback to the version before), then two crashes:
   - `kill -9` of a replica while a promotion prepares; it is restarted (same id and port) once the commit is in;
   - `kill -9` of the promoting process once every live replica reported ready (between prepare and commit).
@@ -100,7 +100,7 @@ class Replica:
 
 
 def promote_cmd(url: str, models: Path, version: str) -> list[str]:
-    return [sys.executable, "-m", "app.fleet_promote", "promote", version, "--database-url", url,
+    return [sys.executable, "-m", "app.fleet.promote", "promote", version, "--database-url", url,
             "--models-dir", str(models), "--timeout", "20", "--why", "bench/fleet.py"]
 
 
@@ -278,7 +278,7 @@ def throughput(args, url: str, model: Path, run_dir: Path, texts: list[str]) -> 
 def run(args, url: str, model: Path, run_dir: Path, texts: list[str]) -> dict:
     models = run_dir / "models"
     engine = open_store(url)
-    from app.fleet_registry import DbRegistry
+    from app.fleet.registry import DbRegistry
 
     registry = DbRegistry(models, engine)
     n_versions = args.promotions + 3

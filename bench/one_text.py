@@ -14,7 +14,7 @@ Reported: the medians over rounds, after/before ratios (targets: p50 lower, requ
 Then one request's stages, in this process on the same folder and the same text (median of --stage-repeats
 each, microseconds): tokenization (normalise + encode), the ONNX pass, the TF-IDF baseline and the blend,
 calibration (+ the confident flag), the rest of the engine (Prediction objects), the response's JSON
-encoding (app/api.py's shape through Starlette's JSONResponse); "HTTP and the rest" is the measured API p50
+encoding (app/http/api.py's shape through Starlette's JSONResponse); "HTTP and the rest" is the measured API p50
 (after) minus those: parsing and validating the request, the event loop, the batcher's hand-off to the engine
 thread and back, the monitor's queue put, the connection. Writes JSON with the load average before and after.
 """
@@ -86,8 +86,8 @@ def stages(model: Path, text: str, repeats: int, server_args: list[str]) -> dict
     """Microseconds per stage of one text, as the server runs them (its engine settings)."""
     from starlette.responses import JSONResponse
 
-    from app.api import _shape
     from app.config import parse_args, pass_size, quantized
+    from app.http.api import _shape
     from serving.engine import Classifier
 
     cfg = parse_args(["--model", str(model), *server_args])

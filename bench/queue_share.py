@@ -9,7 +9,7 @@ each send `{"texts": [--texts texts]}` back to back; one small client sends one 
 of --duration seconds in one run:
 - one address: every client sends the same X-Forwarded-For, so the queue is first come, first served, as
   it was before each address had a share (the baseline);
-- own addresses: each client its own address (app/fair_share.py gives each a share).
+- own addresses: each client its own address (app/http/fair_share.py gives each a share).
 Reports the small client's 429 share and p50/p99 of its answered requests in each phase, and the heavy
 clients' texts/s. Target (issue 40): the small client is not refused because others fill the queue.
 """

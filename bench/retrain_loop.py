@@ -4,7 +4,7 @@
                                  [--output bench/results/retrain_loop.json]
 
 Writes a `--train-data` CSV of --rows rows (3 classes, short texts) in --work, then starts a retrain the way
-`POST /v1/train` does (`app.jobs.Jobs.start`: the training table built and checked, train.csv / eval.csv
+`POST /v1/train` does (`app.versions.jobs.Jobs.start`: the training table built and checked, train.csv / eval.csv
 written and hashed), with the child process left out (its spawn raises; nothing trains). A probe task on the
 same event loop wakes every 5 ms and records how late it wakes: the longest delay is how long a request
 would have waited. Two phases in one run: the server's code (`Jobs.start`: each step in a thread), and the
@@ -66,7 +66,7 @@ async def probed(work) -> dict:
 
 
 def jobs_for(work: Path, data: Path):
-    import app.jobs as jobs_module
+    import app.versions.jobs as jobs_module
     from app.config import Config
 
     def no_child(*a, **k):
@@ -91,7 +91,7 @@ def main() -> None:
     jobs_module, jobs = jobs_for(args.work, data)
 
     async def on_loop():  # the steps Jobs.start runs in threads, called on the loop (the code before)
-        from app.trainset import eval_share
+        from app.versions.trainset import eval_share
 
         ts = jobs_module.build(Path(jobs.cfg.data_dir) / "label", data, eval_share(jobs.registry.root, jobs.cfg.eval_share))
         jobs_module.check(ts, 5)

@@ -282,7 +282,7 @@ def run(cfg: Config, on_progress=None) -> dict:
         report["teacher"] = teacher_report.run(out, cfg, *full, blend_oof, report["blend"])
     if cfg.final:
         final_model(cfg, prep, report, accelerator, on_progress, ood)
-        if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitor.py);
+        if main:  # what the served model answered out of fold: the drift monitor's reference (app/monitoring/monitor.py);
             # scores are served calibrated where calibration.json is written, so the reference is too (nested)
             ref, thresholds = task.reference(out / "model", served_oof, calibrated_oof)
             save_reference(out / "model", ref, data.texts, data.labels, thresholds)

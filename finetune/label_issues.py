@@ -170,7 +170,7 @@ class SingleLabelIssues:
 @dataclass(frozen=True)
 class MultiLabelIssues:
     """A set per row: 0/1 vectors given and suggested, the file's cells are sets joined by `sep`, and a last
-    column names it (the review UI needs both: app/review.py)."""
+    column names it (the review UI needs both: app/labeling/review.py)."""
 
     sep: str = LABEL_SEP  # the data's own separator (issue 32's --label-sep)
     multi_label = True
@@ -210,7 +210,7 @@ def issues_table(issues: Issues, data, fold_of: np.ndarray, data_name: str, kind
     table = pd.DataFrame(rows, columns=COLUMNS)
     if data.groups is not None:
         table["group"] = [data.groups[i] for i in issues.ranked]
-    table["data"] = data_name  # the review UI refuses a file made from other data (app/review.py)
+    table["data"] = data_name  # the review UI refuses a file made from other data (app/labeling/review.py)
     return kind.finish(table)
 
 

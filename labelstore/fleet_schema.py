@@ -1,5 +1,5 @@
 """The fleet's tables: the model registry's metadata and active pointer, the trainer's lease, the replicas and
-their promotions (app/fleet.py). On the label store's `metadata`, so one alembic history covers both.
+their promotions (app/fleet/replica.py). On the label store's `metadata`, so one alembic history covers both.
 
 Model artifacts stay on disk, immutable folders named `vN-<first 12 hex of their sha256>`; these rows say
 which versions exist, what they are (version.json's content) and which one serves. The pointer is one row:
@@ -66,7 +66,7 @@ replicas = sa.Table(
     sa.Column("parity", sa.String(64)),  # digest of the parity batch's labels: every replica must agree
     sa.Column("reason", sa.Text),
     sa.Column("evicted_at", sa.Float),  # a commit went on without it; it must load the active version to serve
-    sa.Column("monitor", sa.JSON),  # its monitor's counts (app/monitor.py snapshot), written with the heartbeat
+    sa.Column("monitor", sa.JSON),  # its monitor's counts (app/monitoring/monitor.py snapshot), written with the heartbeat
 )
 
 promotions = sa.Table(

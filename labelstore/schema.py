@@ -109,7 +109,7 @@ adjudications = sa.Table(
 
 # Texts the server keeps from what clients sent, for a person to label: the review queue ("review": the
 # API's "not sure" answers) and the live audit ("audit": the sample waiting; "audit_seen": hashes of texts
-# sampled lately, not sampled again). app/kept_store.py keeps them; before, files under the data folder.
+# sampled lately, not sampled again). app/labeling/kept_store.py keeps them; before, files under the data folder.
 kept_texts = sa.Table(
     "kept_texts", metadata,
     sa.Column("id", sa.Integer, primary_key=True),

@@ -11,7 +11,7 @@ thresholds.json's `label_sep`, empty for none; `confident`: every one of them cl
 `top1_score` … `topK_score`)
 and `error`: rows whose text is empty, whitespace or nothing after normalisation get an empty
 prediction and the reason in `error`, never dropped; last `model_version`, the model that scored the row
-(a registry version's name, app/registry.py, or the model folder's name).
+(a registry version's name, app/versions/registry.py, or the model folder's name).
 
 The input is read --batch-rows rows at a time. Each scored chunk is written atomically to
 `OUT.parts/`; at the end the parts are joined into OUT through a temp file and one rename, and the

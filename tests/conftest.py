@@ -147,7 +147,7 @@ def _project_root_left_clean():
 
 @pytest.fixture(autouse=True)
 def _root_logger_restored():
-    """A test that runs an entry point in-process (`app.__main__.main`, `app.fleet_train.main`, kfold's main)
+    """A test that runs an entry point in-process (`app.__main__.main`, `app.fleet.train.main`, kfold's main)
     installs that program's stderr handler on the root logger, and it stayed for the rest of the session: a
     background thread's later record ("engine pass overhead ..." from an in-process server's warm-up) then
     printed JSON among the dots (issue 45). What a test added is taken off again; pytest's own handlers stay."""

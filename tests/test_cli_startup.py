@@ -106,7 +106,7 @@ def test_abbreviated_flags_are_refused(target, flag):
 @pytest.mark.parametrize("command", [["finetune/kfold.py", "--help"], ["finetune/search.py", "--help"],
                                      ["pretraining/train.py", "--help"], ["pretraining/ablate.py", "--help"],
                                      ["-m", "serving.export", "--help"], ["-m", "serving.score", "--help"],
-                                     ["-m", "app", "--help"], ["-m", "app.models", "list"]])
+                                     ["-m", "app", "--help"], ["-m", "app", "models", "list"]])
 def test_outside_the_venv_a_one_line_hint(command):
     # -S: no site-packages (neither the libraries nor the editable install), -E: no PYTHONPATH
     proc = subprocess.run([sys.executable, "-S", "-E", *command], cwd=ROOT, capture_output=True, text=True,

@@ -16,9 +16,9 @@ def test_tiny_classifier_has_label_names(tiny_classifier_dir):
 
 
 def test_a_program_run_in_process_installs_its_json_log_handler():
-    from app import logs
+    from app.http import logs
 
-    logs.setup()  # what app.__main__.main and app.fleet_train.main do first
+    logs.setup()  # what app.__main__.main and app.fleet.train.main do first
     assert any(type(h).__name__ == "StderrHandler" for h in logging.getLogger().handlers)
 
 

@@ -1,7 +1,7 @@
 """What a model saw at training, as histograms, and how far what it serves has moved from it.
 
 k-fold (`--final`) writes `reference.json` beside the model from its out-of-fold answers (the served
-probabilities: the blend's where it is kept); the server (app/monitor.py) counts the same histograms over a
+probabilities: the blend's where it is kept); the server (app/monitoring/monitor.py) counts the same histograms over a
 sliding window of what it answers and compares them with `psi`.
 
 Why the population stability index: it is what model-monitoring practice (and NannyML/Evidently for

@@ -1,6 +1,6 @@
 """Asking an LLM for a label through any OpenAI-compatible endpoint: the prompt, the call, the answer read back.
 
-Shared by `finetune.teach` (labelling a table: the teacher) and the app's cascade (app/fallback.py: answers the
+Shared by `finetune.teach` (labelling a table: the teacher) and the app's cascade (app/llm/fallback.py: answers the
 model is not sure of). The call goes through the `openai` client library (pip install -e '.[llm]'), imported
 only when an LLM is asked: serving without a fallback never needs it. Retries with backoff on 429, 5xx,
 timeouts and dropped connections are the client's own (`max_retries`; it honours Retry-After).

@@ -1,6 +1,6 @@
 """A model folder copied or hashed as what it is: plain files and folders, each under a byte cap.
 
-The app's registry copies a folder given as `--model` into itself (app/registry.py), and serving.export
+The app's registry copies a folder given as `--model` into itself (app/versions/registry.py), and serving.export
 copies a model folder's sidecars into its output. Following links there copied any file the process could
 read into the registry (`reference.json -> /etc/passwd`, shown back by the API), looped on `loop -> ..`
 (RecursionError) and filled the disk from `-> /dev/zero` (issue 40). So: a symbolic link, a device, a pipe

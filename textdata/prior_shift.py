@@ -1,7 +1,7 @@
 """Class-mix shift: the class mix of the texts a model is served, estimated from its own probabilities, and the
 probabilities corrected to it (Saerens, Latinne & Decaestecker 2002, "Adjusting the outputs of a classifier to new
 a priori probabilities"). One EM for every stage that needs it: a teacher's rows (finetune/teacher_data.py), the
-served window (app/monitor.py) and the measurement (bench/prior_shift.py). numpy and the standard library only:
+served window (app/monitoring/monitor.py) and the measurement (bench/prior_shift.py). numpy and the standard library only:
 serving and the slim image import it.
 
 With p(c | x) calibrated for the training mix pi, the mix of new rows pi' is the fixed point of

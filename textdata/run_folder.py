@@ -14,7 +14,7 @@ from pathlib import Path
 
 from textdata.errors import ModelError
 from textdata.model_files import CONFIG
-from textdata.model_files import VERSION as VERSION_FILE  # app/registry.py writes it in each version folder
+from textdata.model_files import VERSION as VERSION_FILE  # app/versions/registry.py writes it in each version folder
 
 # subfolder -> what the run folder is when it holds one
 RUNS = {"model": "a k-fold run (finetune/kfold.py --final)", "discriminator": "a pretraining run (pretraining/train.py)"}

@@ -1,4 +1,4 @@
-"""The live audit of a multi-label model (app/audit.py): the served answer is a label SET, maybe empty, so the
+"""The live audit of a multi-label model (app/labeling/audit.py): the served answer is a label SET, maybe empty, so the
 blind session is a multi-label one (the person ticks every label that applies, none allowed, with the answer
 hidden) and `live_precision` scores sets: micro precision of the asserted labels, micro recall of the ticked
 ones, the exact-set rate and per-label precision and recall. A queue holding both kinds (a swap from a
@@ -16,11 +16,11 @@ from app_testkit import session_outputs, start_server
 from multilabel_fixture import ML_LABELS
 from test_app_monitor import FakeClf, FakeServed, Pred
 
-from app.audit import AuditQueue, live_precision, start_session, wilson
-from app.labeling import SessionStore
-from app.monitor import Monitor
-from app.trainset import build
-from app.ui_label_view import _render_label
+from app.labeling.audit import AuditQueue, live_precision, start_session, wilson
+from app.labeling.sessions import SessionStore
+from app.monitoring.monitor import Monitor
+from app.ui.label_view import _render_label
+from app.versions.trainset import build
 from serving.multilabel import MultiLabelPrediction
 from textdata.labels import LabelSpace
 
@@ -168,7 +168,7 @@ def test_older_items_without_a_kind_keep_the_single_label_rule(tmp_path):
 def test_monitor_tab_and_api_show_the_multi_label_audit(multilabel_classifier_dir, tmp_path):
     """Through a real server: served label sets are sampled, the Monitor tab's button makes a blind multi-label
     session, the Label tab shows it with nothing ticked, and /v1/monitor and the tab report the set figures."""
-    from app.ui_monitor import summary
+    from app.ui.monitor import summary
 
     server = start_server(multilabel_classifier_dir, tmp_path, "--audit-rate", "1")
     try:

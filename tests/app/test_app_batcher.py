@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from app.batcher import Closed, MicroBatcher, QueueFull
+from app.http.batcher import Closed, MicroBatcher, QueueFull
 
 
 class FakeEngine:

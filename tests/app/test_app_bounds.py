@@ -14,8 +14,8 @@ import pandas as pd
 import pytest
 from starlette.testclient import TestClient
 
-from app.audit import AuditQueue
 from app.config import Config
+from app.labeling.audit import AuditQueue
 from app.server import create_app
 
 
@@ -35,7 +35,7 @@ def test_the_audit_remembers_a_bounded_window_of_sampled_texts(tmp_path):
 
 
 def test_an_address_alone_may_fill_the_queue_and_others_keep_a_share(monkeypatch):
-    from app.fair_share import FairShare
+    from app.http.fair_share import FairShare
 
     shares = FairShare(max_queue=512, min_share=64, window_s=10)
     for _ in range(8):
@@ -45,7 +45,7 @@ def test_an_address_alone_may_fill_the_queue_and_others_keep_a_share(monkeypatch
     shares.release("10.0.0.1", 64 * 5)
     assert shares.admit("10.0.0.1", 64) is None and shares.held["10.0.0.1"] == 256
     clock = time.monotonic() + 11  # 10.0.0.2 sent nothing for 11 s: the queue is one address's again
-    monkeypatch.setattr("app.fair_share.time.monotonic", lambda: clock)
+    monkeypatch.setattr("app.http.fair_share.time.monotonic", lambda: clock)
     assert shares.share("10.0.0.1") == (512, 1)
     assert FairShare(max_queue=100, min_share=64).admit("x", 64) is None  # a full request always fits
 
@@ -75,7 +75,7 @@ def test_a_request_past_its_address_share_gets_429_and_others_pass(engine):
 
 def test_a_retrain_checks_and_writes_its_tables_off_the_event_loop(tmp_path, monkeypatch):
     """Before: on a 1,000,000-row table `check`, the table writes and the sha256 held the loop 4.8 s."""
-    import app.jobs as jobs_module
+    import app.versions.jobs as jobs_module
 
     on_loop: list[str] = []
 
@@ -119,7 +119,7 @@ def test_the_sign_in_form_is_not_parsed_at_two_megabytes(engine):
 def test_the_queues_last_places_are_kept_for_requests_within_their_fair_slice():
     """16 addresses x 64 texts filled a 512-text queue although each kept to its share (the floor of --max-texts):
     a 17th address sending one text got 57% 429s (bench/queue_share.py)."""
-    from app.fair_share import FairShare
+    from app.http.fair_share import FairShare
 
     shares = FairShare(max_queue=512, min_share=64, window_s=10)
     shares.share("10.0.1.1")  # the small client is about

@@ -1,5 +1,5 @@
 """The API on a calibrated model: `confident` per prediction, a request's own min_confidence, the calibration
-in /v1/model, and the review queue of "not sure" answers (app/review_queue.py) into a labeling session and a
+in /v1/model, and the review queue of "not sure" answers (app/labeling/review_queue.py) into a labeling session and a
 retrain's table."""
 
 from __future__ import annotations
@@ -12,11 +12,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.config import parse_args
-from app.kept_store import attach_review
-from app.labeling import SessionStore
-from app.review_queue import ReviewQueue, start_session
+from app.labeling.kept_store import attach_review
+from app.labeling.review_queue import ReviewQueue, start_session
+from app.labeling.sessions import SessionStore
 from app.server import create_app
-from app.trainset import build
+from app.versions.trainset import build
 from labelstore import open_store
 from serving.engine import Classifier, Prediction
 
@@ -154,8 +154,8 @@ def test_full_queue_drops_the_oldest_and_dedups(tmp_path):
 
 
 def test_a_retrain_inherits_the_target_precision():
-    from app.jobs import Jobs
-    from app.train_params import kfold_config, request_model
+    from app.versions.jobs import Jobs
+    from app.versions.train_params import kfold_config, request_model
 
     jobs = Jobs.__new__(Jobs)  # settings() reads only the active version's training_config.json
     jobs._active_training_config = lambda: {"config": {"folds": 3, "target_precision": 0.9, "train": {"epochs": 2}}}

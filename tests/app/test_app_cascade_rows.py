@@ -1,4 +1,4 @@
-"""The cascade beyond single-label API answers (app/fallback.py, app/cascade_rows.py): multi-label answers the model
+"""The cascade beyond single-label API answers (app/llm/fallback.py, app/llm/cascade_rows.py): multi-label answers the model
 is not sure of, a Batch file's 'not sure' rows, and the UI's Classify, Batch and Monitor tabs through a running
 server, each answer saying who gave it."""
 
@@ -17,8 +17,8 @@ from prometheus_client import CollectorRegistry
 from test_app_calibration import TEXTS, calibrated  # noqa: F401 - the fixture, shared
 from test_app_ui_http import _call, _upload, all_functions, gradio_call
 
-from app.cascade_rows import cascade_markdown, defer_frame
-from app.fallback import AnsweredSet, Fallback
+from app.llm.cascade_rows import cascade_markdown, defer_frame
+from app.llm.fallback import AnsweredSet, Fallback
 from serving.multilabel import MultiLabelPrediction
 from textdata.labels import LabelSpace
 

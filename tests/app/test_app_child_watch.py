@@ -1,4 +1,4 @@
-"""A training child never outlives its server (issue 29, app/child_watch.py): after a SIGKILL of the server the
+"""A training child never outlives its server (issue 29, app/versions/child_watch.py): after a SIGKILL of the server the
 child kept training and a restarted server started a second one beside it."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from pathlib import Path
 import psutil
 import pytest
 
-from app.child_watch import start_time
 from app.config import Config
-from app.jobs import Jobs
-from app.registry import Registry
+from app.versions.child_watch import start_time
+from app.versions.jobs import Jobs
+from app.versions.registry import Registry
 
 ROOT = Path(__file__).resolve().parents[2]
-SLEEPER = "import sys, time\nfrom app.child_watch import watch_lifeline\nwatch_lifeline(int(sys.argv[-1]))\ntime.sleep(120)"
+SLEEPER = "import sys, time\nfrom app.versions.child_watch import watch_lifeline\nwatch_lifeline(int(sys.argv[-1]))\ntime.sleep(120)"
 
 
 def _gone(pid: int, within_s: float = 20) -> bool:
@@ -36,7 +36,7 @@ def _gone(pid: int, within_s: float = 20) -> bool:
 
 
 def test_the_child_dies_with_its_server_however_the_server_ends(tmp_path):
-    server_code = ("import sys\nfrom app.child_watch import spawn\n"
+    server_code = ("import sys\nfrom app.versions.child_watch import spawn\n"
                    f"proc, _ = spawn(['-c', {SLEEPER!r}], None)\nprint(proc.pid, flush=True)\nimport time\n"
                    "time.sleep(120)\n")
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -78,6 +78,6 @@ def test_a_child_left_running_is_ended_at_start_and_only_that_process(tmp_path):
 
 @pytest.mark.parametrize("argv", [["job", "--lifeline"], ["job", "x", "y"]])
 def test_train_child_usage(argv):
-    from app.train_child import main
+    from app.versions.train_child import main
 
     assert main(argv) == 2

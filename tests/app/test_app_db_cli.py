@@ -1,4 +1,4 @@
-"""`python -m app db upgrade|current` (app/db_cli.py), and the schema rule at start: a fleet's replica never
+"""`python -m app db upgrade|current` (app/fleet/db_cli.py), and the schema rule at start: a fleet's replica never
 migrates (an older schema stops it in one line naming the command), a server alone on SQLite does."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The cascade (app/fallback.py): 'not sure' answers go to an LLM (a local OpenAI-compatible server), with the
+"""The cascade (app/llm/fallback.py): 'not sure' answers go to an LLM (a local OpenAI-compatible server), with the
 model's answer kept when the LLM is slow, failing or unreachable."""
 
 from __future__ import annotations

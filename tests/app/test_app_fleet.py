@@ -1,4 +1,4 @@
-"""Replicas as processes sharing one database and one model store (app/fleet.py), on SQLite (--fleet, one
+"""Replicas as processes sharing one database and one model store (app/fleet/replica.py), on SQLite (--fleet, one
 host) and on a real PostgreSQL: a promotion every replica makes at once, a changed folder refused, a killed
 replica back on the active version, one trainer across the fleet, the monitor per replica."""
 
@@ -15,7 +15,7 @@ import httpx
 import pytest
 from app_testkit import ROOT, Server, free_port
 
-from app.fleet_registry import DbRegistry
+from app.fleet.registry import DbRegistry
 from labelstore import fleet_store as fs
 from labelstore import open_store
 
@@ -31,7 +31,7 @@ def replica(store_url: str, models, cwd, rid: str, model=None) -> Server:
 
 
 def promote_cli(store_url, models, version) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "app.fleet_promote", "promote", version, "--database-url", store_url,
+    return subprocess.run([sys.executable, "-m", "app.fleet.promote", "promote", version, "--database-url", store_url,
                            "--models-dir", str(models), "--timeout", "20"], check=False, capture_output=True, text=True,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
 

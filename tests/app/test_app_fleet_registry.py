@@ -1,4 +1,4 @@
-"""The fleet's registry (app/fleet_registry.py) and the promotion's coordinator (app/fleet_promote.py), on
+"""The fleet's registry (app/fleet/registry.py) and the promotion's coordinator (app/fleet/promote.py), on
 SQLite and on a real PostgreSQL, with replicas played by threads writing their rows."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import time
 
 import pytest
 
-from app.fleet_promote import PromotionError, promote
-from app.fleet_registry import DbRegistry, import_disk
-from app.registry import Registry, RegistryError, folder_sha256
+from app.fleet.promote import PromotionError, promote
+from app.fleet.registry import DbRegistry, import_disk
+from app.versions.registry import Registry, RegistryError, folder_sha256
 from labelstore import fleet_store as fs
 from labelstore import open_store
 
@@ -159,7 +159,7 @@ def test_a_coordinator_killed_between_the_phases_leaves_the_old_pointer(fleet):
 
 
 def test_a_second_trainer_exits_0_with_one_line(store_url, tmp_path, capsys):
-    from app.fleet_train import main as train_main
+    from app.fleet.train import main as train_main
 
     engine = open_store(store_url)
     assert fs.take_lease(engine, "trainer", "other-host:77", "other-host", 77, 30) is None

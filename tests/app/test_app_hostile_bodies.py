@@ -20,7 +20,7 @@ from app_testkit import free_port
 from starlette.testclient import TestClient
 
 from app.config import Config
-from app.protocol import bounded_protocol
+from app.http.protocol import bounded_protocol
 from app.server import create_app
 
 JSON = {"Content-Type": "application/json"}
@@ -107,7 +107,7 @@ def _separators_outside_strings(text: str) -> int:
 
 
 def test_the_count_agrees_with_a_character_scan_on_random_bodies():
-    from app.body_shape import json_values
+    from app.http.body_shape import json_values
 
     rng = random.Random(4)
     pieces = ['"', "\\", ",", "[", "{", "a", "é", "\n"]

@@ -1,4 +1,4 @@
-"""The review queue and the audit sample in the label store (app/kept_store.py), on SQLite and PostgreSQL:
+"""The review queue and the audit sample in the label store (app/labeling/kept_store.py), on SQLite and PostgreSQL:
 the files of an older version imported once with every text counted, then rows that outlive a restart and a
 second process, within the queues' bounds."""
 
@@ -7,9 +7,9 @@ from __future__ import annotations
 import logging
 from types import SimpleNamespace
 
-from app.audit import AuditQueue
-from app.kept_store import attach_audit, attach_review
-from app.review_queue import ReviewQueue
+from app.labeling.audit import AuditQueue
+from app.labeling.kept_store import attach_audit, attach_review
+from app.labeling.review_queue import ReviewQueue
 from labelstore import open_store
 
 

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 from app.label_kinds import SINGLE, LabelSets, OneLabel, kind_of, space_fields, space_from
-from app.labeling import SessionError, SessionStore
+from app.labeling.sessions import SessionError, SessionStore
 from textdata.labels import LabelSpace
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,27 +27,27 @@ PROBLEM_TYPES = re.compile(r"^[rbuf]*['\"](multi|single)_label_classification['\
 # Left, each with its reason; the list only shrinks (an entry no longer found fails the test).
 KNOWN = {
     # a filter by the kind each row records (the label store's rows, the review queue's answers), not a branch
-    "app/trainset.py": 1, "app/review_queue.py": 1,
+    "app/versions/trainset.py": 1, "app/labeling/review_queue.py": 1,
     # whether label_issues.csv has its label_sep column (files written before it had none), in its one reader
-    "app/review.py": 2,
+    "app/labeling/review.py": 2,
     # a team dataset's own kind (a label store column) and the API's default for it: the Team tab's files,
     # changed by another helper this session (team50)
-    "app/team.py": 4, "app/ui_team.py": 1,
+    "app/team/routes.py": 4, "app/ui/team.py": 1,
     # checkboxes instead of label buttons, the key help, Accept: the Label tab, which also shows a team dataset's
-    # queue (app/ui_team_label.py, another helper's this session) through sessions that carry no label space
-    "app/ui_label_view.py": 3, "app/ui.py": 1,
+    # queue (app/ui/team_label.py, another helper's this session) through sessions that carry no label space
+    "app/ui/label_view.py": 3, "app/ui/page.py": 1,
     # the Label tab over a team dataset's queue (team50, merged after this work): its session is the label
     # store's dataset, which records its kind as a column and carries no label space yet
-    "app/ui_team_label.py": 2,
+    "app/ui/team_label.py": 2,
 }
 # The modules where the app's label data names its kind ("multi_label", "label_sep"): each format once.
 FORMATS = {
     "app/label_kinds.py": "a session's meta.json, an audit's items, a retrain's k-fold config and spec.json",
-    "app/review.py": "label_issues.csv's label_sep column",
-    "app/audit.py": "the audit queue's items (written), /v1/monitor's live precision of label sets",
-    "app/monitor.py": "the drift reference's kind (reference.json, written by k-fold)",
-    "app/team.py": "POST /v1/datasets' field and answer",
-    "app/trainset.py": "the label store's final labels (labelstore/snapshot.labels_as_of)",
+    "app/labeling/review.py": "label_issues.csv's label_sep column",
+    "app/labeling/audit.py": "the audit queue's items (written), /v1/monitor's live precision of label sets",
+    "app/monitoring/monitor.py": "the drift reference's kind (reference.json, written by k-fold)",
+    "app/team/routes.py": "POST /v1/datasets' field and answer",
+    "app/versions/trainset.py": "the label store's final labels (labelstore/snapshot.labels_as_of)",
 }
 
 

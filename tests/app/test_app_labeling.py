@@ -7,7 +7,7 @@ import json
 import pandas as pd
 import pytest
 
-from app.labeling import LabelSession, SessionError, SessionStore, valid_session_id
+from app.labeling.sessions import LabelSession, SessionError, SessionStore, valid_session_id
 from serving.engine import Prediction
 
 LABELS = ["dream", "error", "memo"]
@@ -113,7 +113,7 @@ def test_new_labels_are_checked(store):
         with pytest.raises(SessionError):
             s.add_label(bad)
     assert s.add_label("a=b") == "a=b"
-    assert s.add_label("-1") == "-1"  # a number is no formula (app/uploads.py leaves numbers as they are too)
+    assert s.add_label("-1") == "-1"  # a number is no formula (app/ui/uploads.py leaves numbers as they are too)
     assert s.add_label("[x]") == "[x]"  # a single-label cell is its text
 
 

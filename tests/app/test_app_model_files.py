@@ -18,14 +18,14 @@ from test_app_audit_multilabel import SETS, ml_pred
 from test_app_monitor import LABELS, FakeClf, FakeServed, feed, traffic
 
 from app.config import Config
-from app.labeling import SessionStore
-from app.metrics import Metrics
-from app.models import main as models_cli
-from app.monitor import Monitor
-from app.registry import Registry, RegistryError
-from app.review_queue import ReviewQueue, start_session
+from app.http.metrics import Metrics
+from app.labeling.review_queue import ReviewQueue, start_session
+from app.labeling.sessions import SessionStore
+from app.monitoring.monitor import Monitor
 from app.server import create_app, load_classifier
-from app.trainset import build
+from app.versions.models import main as models_cli
+from app.versions.registry import Registry, RegistryError
+from app.versions.trainset import build
 from serving.engine import Prediction
 from textdata.drift import REFERENCE_FILE
 from textdata.errors import ModelError
@@ -99,7 +99,7 @@ def two_versions(spread_model_dir, tmp_path):
 @pytest.mark.parametrize("broken", ["{not json", "[1, 2]", "null", '"v2"'])
 def test_an_unreadable_version_json_is_listed_and_named_and_the_server_starts(two_versions, spread_model_dir,
                                                                                tmp_path, capsys, broken):
-    """Before: GET /v1/models 500, `python -m app.models list` a traceback, every start exit 2 naming no file."""
+    """Before: GET /v1/models 500, `python -m app models list` a traceback, every start exit 2 naming no file."""
     from app.__main__ import model_to_serve
 
     (two_versions.root / "v2" / "version.json").write_text(broken)
@@ -211,7 +211,7 @@ def test_too_few_rows_for_10000_classes_is_a_short_message(tmp_path):
     """Before: the refusal named every one of 10,000 classes (0.5 MB)."""
     import pandas as pd
 
-    from app.trainset import TrainingDataError, TrainingSet, check
+    from app.versions.trainset import TrainingDataError, TrainingSet, check
     from finetune.data import load_labeled
 
     labels = [f"class-{i:05d}" for i in range(10_000)]

@@ -1,7 +1,7 @@
 """What `python -m app --model FOLDER` serves (issue 31): FOLDER, registered or found registered and activated,
 never an earlier active version instead; a folder with no trained classification head is refused before it
 becomes a version. And champion/challenger compares versions only on evaluation-slice rows neither trained on
-(app/lineage.py): an imported v1 that trained on the slice is not judged on those rows."""
+(app/versions/lineage.py): an imported v1 that trained on the slice is not judged on those rows."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 
 from app.__main__ import model_to_serve
 from app.config import Config, parse_args
-from app.jobs import Jobs
-from app.lineage import TEXTS_FILE, shared_rows, text_hash
-from app.registry import Registry
+from app.versions.jobs import Jobs
+from app.versions.lineage import TEXTS_FILE, shared_rows, text_hash
+from app.versions.registry import Registry
 from textdata.errors import ModelError
 
 
@@ -56,7 +56,7 @@ def test_a_promoted_retrain_of_the_folder_keeps_serving(spread_model_dir, tmp_pa
     assert reg.active() == "v2"
     said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("serving ")]
     assert said == [(f"serving v2: retrained from {spread_model_dir} (v1) and promoted; "
-                     "`python -m app.models activate v1` serves v1 itself")]
+                     "`python -m app models activate v1` serves v1 itself")]
     other = tmp_path / "other"  # an imported folder is no retrain of v1: --model v1's folder replaces it
     shutil.copytree(spread_model_dir, other)
     (other / "note.txt").write_text("another model")

@@ -1,4 +1,4 @@
-"""A fleet's versions in an object store through fsspec (app/model_store.py): published by one process,
+"""A fleet's versions in an object store through fsspec (app/fleet/model_store.py): published by one process,
 fetched into another's cache with its sha256 checked; a version changed in the store refused with the old
 one still serving. fsspec's `memory://` plays the store in-process, `file://` across processes."""
 
@@ -14,10 +14,10 @@ import pytest
 from app_testkit import Server, free_port
 
 from app.config import parse_args
-from app.fleet_promote import PromotionError, promote
-from app.fleet_registry import DbRegistry
-from app.model_store import ModelStore
-from app.registry import RegistryError, folder_sha256
+from app.fleet.model_store import ModelStore
+from app.fleet.promote import PromotionError, promote
+from app.fleet.registry import DbRegistry
+from app.versions.registry import RegistryError, folder_sha256
 from labelstore import open_store
 from textdata.errors import UsageError
 

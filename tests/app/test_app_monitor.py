@@ -1,5 +1,5 @@
-"""Drift of what the served model sees and says, and live precision from the audit (app/monitor.py,
-app/audit.py): a simulated shift raises an alert, steady traffic raises none, an oracle-labeled audit gives a
+"""Drift of what the served model sees and says, and live precision from the audit (app/monitoring/monitor.py,
+app/labeling/audit.py): a simulated shift raises an alert, steady traffic raises none, an oracle-labeled audit gives a
 live precision whose interval holds the true one, windows survive a restart, and the API shows it all."""
 
 from __future__ import annotations
@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from starlette.testclient import TestClient
 
-from app.audit import AuditQueue, live_precision, start_session, wilson
 from app.config import Config, parse_args
 from app.label_kinds import SINGLE
-from app.labeling import SessionStore
-from app.monitor import Monitor
+from app.labeling.audit import AuditQueue, live_precision, start_session, wilson
+from app.labeling.sessions import SessionStore
+from app.monitoring.monitor import Monitor
 from serving.engine import Prediction
 from textdata.drift import REFERENCE_FILE, build_reference
 
@@ -211,7 +211,7 @@ def test_api_reports_drift_metrics_and_audit_on_the_real_engine(spread_model_dir
 
 
 def test_monitor_tab_summary_and_figure_show_the_window_against_the_reference(reference_folder, tmp_path):
-    from app.ui_monitor import figure, summary
+    from app.ui.monitor import figure, summary
 
     monitor = Monitor(None, size=500)
     feed(monitor, FakeServed(FakeClf(reference_folder, LABELS), "v1"), np.random.default_rng(8), 600, mix=[0, 0, 1])
@@ -247,7 +247,7 @@ def _monitor_tab(monitor, served):
     """The Monitor tab's functions on `monitor`, serving `served` (a FakeServed)."""
     import gradio as gr
 
-    from app.ui_monitor import monitor_tab
+    from app.ui.monitor import monitor_tab
 
     state = type("State", (), {"monitor": monitor, "served": served, "fallback": None})()
     with gr.Blocks() as demo:

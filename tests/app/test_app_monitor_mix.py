@@ -1,4 +1,4 @@
-"""The Monitor's estimated class mix (app/monitor.py, textdata/prior_shift.py): from the served probabilities of
+"""The Monitor's estimated class mix (app/monitoring/monitor.py, textdata/prior_shift.py): from the served probabilities of
 the answers in the window, it finds a moved mix that the answered-label mix misreads, says "consistent" for steady
 traffic, survives a restart, and shows in the Monitor tab and /v1/monitor."""
 
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from test_app_monitor import FakeClf, FakeServed  # tests/app is on the path, as app_testkit is
 
-from app.monitor import Monitor
+from app.monitoring.monitor import Monitor
 from serving.engine import Prediction
 from textdata.drift import REFERENCE_FILE, build_reference
 
@@ -76,7 +76,7 @@ def test_the_window_estimates_a_moved_mix_the_answered_labels_misread(folder, tm
 
 
 def test_few_answers_or_no_reference_show_no_estimate_and_the_tab_says_so(folder, tmp_path):
-    from app.ui_monitor import figure, summary
+    from app.ui.monitor import figure, summary
 
     monitor = Monitor(None, size=500)
     feed(monitor, FakeServed(FakeClf(tmp_path / "none", LABELS), "v0"), posteriors(np.random.default_rng(2), TRAINED, 300))

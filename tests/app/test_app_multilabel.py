@@ -17,10 +17,10 @@ from huggingface_hub import InferenceClient
 from test_app_ui_http import all_functions, gradio_call
 
 from app.label_kinds import folder_space
-from app.labeling import SessionError, SessionStore, decisions
-from app.swap import check_engine
-from app.train_child import multi_label_scores
-from app.trainset import build, check
+from app.labeling.sessions import SessionError, SessionStore, decisions
+from app.versions.swap import check_engine
+from app.versions.train_child import multi_label_scores
+from app.versions.trainset import build, check
 from serving.engine import Classifier
 from textdata.labels import LabelSpace
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 
-from app.api import ServerState
 from app.config import Config, parse_args
-from app.labeling import SessionStore
+from app.http.api import ServerState
+from app.labeling.sessions import SessionStore
 from app.server import create_app
-from app.swap import ServedVersion
+from app.versions.swap import ServedVersion
 
 OPEN = ["--model", "m", "--host", "0.0.0.0"]
 
@@ -54,9 +54,9 @@ def test_the_start_log_says_what_a_visitor_may_see(engine, tmp_path, caplog):
 
 def _sessions(root, engine):
     """A normal session, a blind audit session and a review-queue session, as a keyed run leaves them."""
-    from app.audit import AuditQueue, start_session
-    from app.review_queue import ReviewQueue
-    from app.review_queue import start_session as review_session
+    from app.labeling.audit import AuditQueue, start_session
+    from app.labeling.review_queue import ReviewQueue
+    from app.labeling.review_queue import start_session as review_session
 
     store = SessionStore(root / "label")
     mine = store.create("mine.csv", ["오늘 회의"], engine.predict(["오늘 회의"]), list(engine.labels))
@@ -72,7 +72,7 @@ def _sessions(root, engine):
 
 
 def _label_tab(cfg, engine):
-    from app.ui import build_ui
+    from app.ui.page import build_ui
 
     state = ServerState()
     state.served = ServedVersion(engine, "v1", "m", {})

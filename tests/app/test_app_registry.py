@@ -1,4 +1,4 @@
-"""The model registry (app/registry.py, app/models.py), the training table (app/trainset.py) and the admin
+"""The model registry (app/versions/registry.py, app/versions/models.py), the training table (app/versions/trainset.py) and the admin
 rule, in-process: versions, the active pointer, deletes, conflicting labels, tables refused before training,
 and admin actions refused without a key on a non-loopback address."""
 
@@ -12,12 +12,12 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.config import Config
-from app.jobs import Jobs
-from app.labeling import LabelSession
-from app.models import main as models_cli
-from app.registry import Registry, RegistryError
+from app.labeling.sessions import LabelSession
 from app.server import create_app, load_classifier
-from app.trainset import TrainingDataError, build, check, in_eval_slice
+from app.versions.jobs import Jobs
+from app.versions.models import main as models_cli
+from app.versions.registry import Registry, RegistryError
+from app.versions.trainset import TrainingDataError, build, check, in_eval_slice
 from serving.engine import Prediction
 
 

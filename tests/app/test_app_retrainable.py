@@ -1,13 +1,13 @@
-"""One list of what a retrain may set (app/train_params.py RETRAINABLE) drives POST /v1/train's fields, the
+"""One list of what a retrain may set (app/versions/train_params.py RETRAINABLE) drives POST /v1/train's fields, the
 Train tab, inheritance from the active version and the k-fold config the training child builds."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from app.admin import TrainRequest
-from app.train_params import RETRAINABLE, inherited, kfold_config
-from app.ui_train import TAB_PARAMS
+from app.ui.train import TAB_PARAMS
+from app.versions.admin import TrainRequest
+from app.versions.train_params import RETRAINABLE, inherited, kfold_config
 from finetune.config import Config, config_from_json, config_json, parse_args
 
 # A value away from k-fold's default for every retrainable setting.

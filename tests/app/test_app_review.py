@@ -1,5 +1,5 @@
-"""Review suspects (app/review.py, app/ui_review.py): a label_issues.csv becomes a review session whose decisions
-correct the training table (app/trainset.py)."""
+"""Review suspects (app/labeling/review.py, app/ui/review.py): a label_issues.csv becomes a review session whose decisions
+correct the training table (app/versions/trainset.py)."""
 
 from __future__ import annotations
 
@@ -13,9 +13,9 @@ import pandas as pd
 import pytest
 from app_testkit import session_outputs, start_server
 
-from app.labeling import SessionStore
-from app.review import ReviewError, given_label, open_review, plan
-from app.trainset import build
+from app.labeling.review import ReviewError, given_label, open_review, plan
+from app.labeling.sessions import SessionStore
+from app.versions.trainset import build
 from finetune import label_issues as li
 
 LABELS = ["dream", "error", "memo"]
@@ -149,7 +149,7 @@ def test_ui_opens_a_review_from_an_uploaded_file_and_keep_goes_to_the_journal(tm
 
 
 def test_train_tab_says_how_many_corrections_went_in():
-    from app.ui_train import progress_html
+    from app.ui.train import progress_html
 
     shown = progress_html({"id": "20261124-000000-abcdef", "status": "running", "progress": None,
                            "data": {"train_rows": 30, "corrections": 3, "review_kept": 1}})
@@ -178,7 +178,7 @@ def test_a_suggestion_must_be_a_known_label_or_pass_the_name_rule(tmp_path, base
 
 
 def test_the_training_table_refuses_a_name_the_rule_refuses_naming_file_or_session_and_row(tmp_path, base):
-    from app.trainset import TrainingDataError
+    from app.versions.trainset import TrainingDataError
 
     df = pd.read_csv(base)
     df.loc[3, "label"] = "\u202eevil"

@@ -1,6 +1,6 @@
-"""Review suspects of a multi-label run (app/review.py, app/ui_review.py): the label_issues.csv's given and
+"""Review suspects of a multi-label run (app/labeling/review.py, app/ui/review.py): the label_issues.csv's given and
 suggested label SETS become a multi-label review session whose decisions (sets) correct the training table
-(app/trainset.py); a file of the other kind than the server's model is refused with one message."""
+(app/versions/trainset.py); a file of the other kind than the server's model is refused with one message."""
 
 from __future__ import annotations
 
@@ -19,9 +19,9 @@ from test_app_multilabel import _upload
 from test_app_review import issues_csv as single_label_issues
 
 from app.label_kinds import SINGLE
-from app.labeling import SessionStore, decisions
-from app.review import ReviewError, active_issues, given_set, issues_space, open_review
-from app.trainset import build
+from app.labeling.review import ReviewError, active_issues, given_set, issues_space, open_review
+from app.labeling.sessions import SessionStore, decisions
+from app.versions.trainset import build
 from finetune import label_issues as li
 from textdata.labels import LabelSpace
 

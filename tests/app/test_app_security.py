@@ -19,10 +19,10 @@ import uvicorn
 from app_testkit import free_port
 from starlette.testclient import TestClient
 
-from app.batcher import MicroBatcher
 from app.config import Config, parse_args
-from app.gate import SESSION_COOKIE, UiSessions
-from app.protocol import bounded_protocol
+from app.http.batcher import MicroBatcher
+from app.http.gate import SESSION_COOKIE, UiSessions
+from app.http.protocol import bounded_protocol
 from app.server import create_app
 
 KEY = "sekret-key-1"
@@ -133,7 +133,7 @@ def test_wrong_keys_are_throttled_and_counted_and_the_right_key_still_passes(cli
 
 
 def test_a_blocked_address_gets_two_slowed_checks_at_once():
-    from app.gate import AuthThrottle
+    from app.http.gate import AuthThrottle
 
     throttle = AuthThrottle(delay_s=0.2)
 
@@ -171,7 +171,7 @@ def _client_address_seen(settings: dict, forwarded_for: str) -> str:
 def test_forwarded_headers_are_trusted_only_from_named_proxies(monkeypatch):
     """uvicorn trusted X-Forwarded-For from 127.0.0.1 by default: a client could rotate it to escape the
     throttle, or spoof another address to lock that one out."""
-    from app.gate import proxy_settings
+    from app.http.gate import proxy_settings
 
     monkeypatch.setenv("FORWARDED_ALLOW_IPS", "*")  # uvicorn's own variable must not switch it on either
     assert _client_address_seen(proxy_settings(Config(model="m")), "203.0.113.7") == "127.0.0.1"
@@ -189,7 +189,7 @@ def test_model_info_does_not_show_server_paths(engine, monkeypatch):
                       "files": {"model.onnx": {"checked": True}}}
 
 
-# ---------------------------------------------------------------- connection bounds (app/protocol.py)
+# ---------------------------------------------------------------- connection bounds (app/http/protocol.py)
 async def _echo(scope, receive, send):
     if scope["type"] != "http":
         return

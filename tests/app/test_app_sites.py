@@ -1,4 +1,4 @@
-"""Cross-site requests (issue 29, app/origin.py): a page on another site, or one reached through DNS
+"""Cross-site requests (issue 29, app/http/origin.py): a page on another site, or one reached through DNS
 rebinding, may not retrain or switch a loopback server with no key, nor read it under a foreign name."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.config import Config, parse_args
-from app.origin import SiteRule
-from app.registry import Registry
+from app.http.origin import SiteRule
 from app.server import create_app, load_classifier
+from app.versions.registry import Registry
 
 EVIL = "http://evil.example"
 

@@ -1,4 +1,4 @@
-"""Switching versions on a running server (app/swap.py): under load no request fails and every answer names
+"""Switching versions on a running server (app/versions/swap.py): under load no request fails and every answer names
 the old or the new version; a version that cannot load is not switched to and the old one keeps serving."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import httpx
 import pytest
 from app_testkit import Server, free_port, metric
 
-from app.models import main as models_cli
-from app.registry import Registry
+from app.versions.models import main as models_cli
+from app.versions.registry import Registry
 
 
 @pytest.fixture(scope="module")

@@ -1,4 +1,4 @@
-"""The cascade's LLM answers as teacher labels for the next retrain (app/teacher_labels.py): gold rows stay gold, texts
+"""The cascade's LLM answers as teacher labels for the next retrain (app/llm/teacher_labels.py): gold rows stay gold, texts
 with only the LLM's answer become teacher rows, the evaluation slice stays gold only, and the retrain runs k-fold
 with --teacher-column and records what it read in the version's lineage."""
 
@@ -15,10 +15,10 @@ from fake_llm import PROMPT
 from test_app_calibration import TEXTS, calibrated  # noqa: F401 - the fixture, shared
 from test_app_train import wait_job
 
-from app.fallback import STORE_COLUMNS
-from app.lineage import text_hash
-from app.teacher_labels import TEACHER_FILE, attach, described
-from app.trainset import in_eval_slice
+from app.llm.fallback import STORE_COLUMNS
+from app.llm.teacher_labels import TEACHER_FILE, attach, described
+from app.versions.lineage import text_hash
+from app.versions.trainset import in_eval_slice
 from textdata.labels import LabelSpace
 
 

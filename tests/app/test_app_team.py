@@ -119,7 +119,7 @@ def test_users_turn_auth_on_for_a_server_without_a_key(tmp_path):
         engine = open_store(url)
         token = users.add_user(engine, "ann", "annotator")
         engine.dispose()
-        from app import team_auth
+        from app.team import auth as team_auth
 
         saved = team_auth.TOKEN_TTL_S, team_auth.MISS_TTL_S
         team_auth.TOKEN_TTL_S = team_auth.MISS_TTL_S = 0.0  # the gate reads the users at once, not within 1 s
@@ -150,13 +150,13 @@ def test_the_ui_signs_in_with_a_users_token(tmp_path):
         assert c.post("/login", data={"key": "lbl_wrong"}, follow_redirects=False).status_code == 401
         ok = c.post("/login", data={"key": token}, follow_redirects=False)
         assert ok.status_code == 303 and "electra_session" in ok.headers.get("set-cookie", "")
-        state = c.app.state.server  # the cookie names the user: the UI's reviews are theirs (app/ui_team.py)
+        state = c.app.state.server  # the cookie names the user: the UI's reviews are theirs (app/ui/team.py)
         assert state.identities.by_id(state.sessions.user_of(ok.cookies["electra_session"]))[1:] == ("ann",
                                                                                                    "annotator")
 
 
 def test_a_retrain_table_takes_the_store_as_of_its_newest_event(tmp_path):
-    from app.trainset import build
+    from app.versions.trainset import build
     from labelstore import queue
 
     engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
@@ -223,7 +223,7 @@ def test_dataset_routes_are_refused_on_an_open_server_without_users(store_url, t
         engine = open_store(store_url)
         token = users.add_user(engine, "boss", "admin")
         engine.dispose()
-        from app import team_auth
+        from app.team import auth as team_auth
 
         saved, team_auth.TOKEN_TTL_S = team_auth.TOKEN_TTL_S, 0.0
         try:  # with a user, every request says who it is: the routes open
@@ -246,7 +246,7 @@ def test_a_dataset_holds_more_texts_than_a_classify_request(store_url, tmp_path)
 
 
 def test_a_long_dataset_body_is_counted_too(tmp_path):
-    """The same over 16 KB, where the gate starts counting values as the body arrives (app/body_shape.py)."""
+    """The same over 16 KB, where the gate starts counting values as the body arrives (app/http/body_shape.py)."""
     texts = [f"text number {i} " + "word " * 20 for i in range(600)]
     with client(f"sqlite:///{tmp_path / 'app.db'}", tmp_path, max_texts=64, max_upload_rows=1000) as c:
         made = c.post("/v1/datasets", json={"name": "big", "texts": texts})

@@ -1,4 +1,4 @@
-"""app/team_hot.py answers `next` and `labels` in their plain case without FastAPI: the same answers as the
+"""app/team/hot.py answers `next` and `labels` in their plain case without FastAPI: the same answers as the
 FastAPI routes, request by request, errors included (those it hands on to the routes)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from test_app_team import FakeClassifier
 
 from app.config import Config
 from app.server import create_app
-from app.team_hot import HotRoutes
+from app.team.hot import HotRoutes
 from labelstore import open_store, users
 
 

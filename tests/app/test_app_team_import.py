@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import sqlalchemy as sa
 
-from app.labeling import LabelSession
-from app.team_import import import_sessions
+from app.labeling.sessions import LabelSession
+from app.team.sessions_import import import_sessions
 from labelstore import open_store, queue, review
 from serving.engine import Prediction
 

@@ -1,4 +1,4 @@
-"""Retraining in the running server (app/jobs.py, app/train_child.py): a training child killed with SIGKILL
+"""Retraining in the running server (app/versions/jobs.py, app/versions/train_child.py): a training child killed with SIGKILL
 leaves no version and the server serving, the job failed with its log; a finished job makes v2, scored on
 the evaluation slice beside v1, promoted, answering; rollback; `serving.score` names the version."""
 

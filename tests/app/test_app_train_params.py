@@ -1,4 +1,4 @@
-"""One validation for a retrain's settings, whoever asks (issue 29, app/train_params.py): the Train tab started a
+"""One validation for a retrain's settings, whoever asks (issue 29, app/versions/train_params.py): the Train tab started a
 job with epochs 1e9 and unbounded folds, and the API let seed -1 and 1e20 through to a child that crashed."""
 
 from __future__ import annotations
@@ -10,11 +10,11 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.config import Config
-from app.jobs import Jobs
-from app.registry import Registry
 from app.server import create_app, load_classifier
-from app.train_params import RETRAINABLE, check_params
-from app.trainset import TrainingDataError
+from app.versions.jobs import Jobs
+from app.versions.registry import Registry
+from app.versions.train_params import RETRAINABLE, check_params
+from app.versions.trainset import TrainingDataError
 
 BAD = [("epochs", 1e9), ("epochs", 0), ("folds", 21), ("folds", 1), ("seed", -1), ("seed", 1e20), ("seed", 2**32),
        ("lr", 0), ("lr", 1.5), ("lr", math.nan), ("epochs", math.inf), ("epochs", 2.5), ("epochs", True),

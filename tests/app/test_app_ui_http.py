@@ -19,7 +19,7 @@ from app_testkit import gradio_event
 from gradio.utils import get_upload_folder
 
 from app.config import Config
-from app.uploads import read_upload as _read_upload
+from app.ui.uploads import read_upload as _read_upload
 
 
 def test_upload_over_the_limit_gets_413(server, tmp_path):
@@ -110,7 +110,7 @@ def test_upload_checks(tmp_path, monkeypatch):
 
 
 def test_export_folder_is_removed_when_the_process_exits(tmp_path):
-    code = ("from app.ui import Exports\n"
+    code = ("from app.ui.page import Exports\n"
             "e = Exports()\n"
             "e.path('labeled.csv').write_text('text,label\\n')\n"
             "print(e.root)\n")
@@ -149,7 +149,7 @@ def test_upload_bombs_are_refused_before_parsing(tmp_path, monkeypatch):
 
 
 def test_downloads_for_people_neutralise_formulas():
-    from app.uploads import spreadsheet_safe
+    from app.ui.uploads import spreadsheet_safe
 
     df = pd.DataFrame({"text": ["=HYPERLINK(\"http://x\",\"y\")", "+1+2", "-x", "@SUM(A1)", "\tcmd", "plain", "-5",
                                 "1e-3", "a=b"], "score": [0.5] * 9})
@@ -235,8 +235,8 @@ def test_an_upload_being_read_stops_when_the_server_shuts_down(tmp_path, monkeyp
     """After SIGTERM the server lived on at 6.3 GB while pandas parsed: a UI read now asks every 512 rows."""
     from functools import partial
 
-    from app.api import ServerState
-    from app.ui import _stop_reason
+    from app.http.api import ServerState
+    from app.ui.page import _stop_reason
 
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
     path = tmp_path / "rows.csv"
@@ -247,7 +247,7 @@ def test_an_upload_being_read_stops_when_the_server_shuts_down(tmp_path, monkeyp
     with pytest.raises(gr.Error, match="rows.csv: reading stopped: the server is shutting down"):
         _read_upload(Config(model="m"), str(path), "text", partial(_stop_reason, state))
     # and a scoring job already past reading stops at its next chunk
-    from app.ui import _score_chunks
+    from app.ui.page import _score_chunks
 
     with pytest.raises(gr.Error, match="Cancelled: the server is shutting down"):
         _score_chunks(2000, lambda a, b: [], lambda *a, **k: None, "Scoring", "rows", threading.Lock(), state)

@@ -9,8 +9,8 @@ import gradio as gr
 import pytest
 
 from app.config import Config
-from app.gate import SESSION_COOKIE
-from app.ui_team import summary, team_tab
+from app.http.gate import SESSION_COOKIE
+from app.ui.team import summary, team_tab
 from labelstore import open_store, queue, review, users
 
 
@@ -37,9 +37,9 @@ def test_progress_agreement_and_disagreements_to_settle(tmp_path):
 def test_the_team_tab_is_for_reviewers_and_names_who_signed_in(tmp_path):
     """A UI cookie names the user who signed in with their token; the Team tab (everyone's answers) is for
     reviewers and admins only, the key holder included; a revoked user's cookie names nobody."""
-    from app.gate import UiSessions
-    from app.team_auth import Identities
-    from app.ui_team import reviewer_of
+    from app.http.gate import UiSessions
+    from app.team.auth import Identities
+    from app.ui.team import reviewer_of
 
     engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
     tokens = {name: users.add_user(engine, name, role) for name, role in (("ann", "annotator"), ("rev", "reviewer"))}
@@ -71,8 +71,8 @@ def test_a_reviewer_creates_a_dataset_from_an_uploaded_file_and_an_annotator_can
     texts kept once; an annotator is refused, and a file not uploaded through the page is refused."""
     from gradio.utils import get_upload_folder
 
-    from app.gate import UiSessions
-    from app.team_auth import Identities
+    from app.http.gate import UiSessions
+    from app.team.auth import Identities
 
     engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
     tokens = {name: users.add_user(engine, name, role) for name, role in (("ann", "annotator"), ("rev", "reviewer"))}

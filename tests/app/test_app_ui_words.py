@@ -17,7 +17,7 @@ from serving.engine import Prediction
 
 
 def test_versions_table_shows_what_is_served_and_a_decision_in_words():
-    from app.ui_train import VERSION_COLUMNS, VERSION_WIDTHS, versions_frame
+    from app.ui.train import VERSION_COLUMNS, VERSION_WIDTHS, versions_frame
 
     class Registry:
         def listing(self):
@@ -31,7 +31,7 @@ def test_versions_table_shows_what_is_served_and_a_decision_in_words():
     assert df.loc[0, "cv macro-F1 (served)"] == "0.5286 (blend)"  # not the encoder alone's 0.0286
     assert df.loc[1, "cv macro-F1 (served)"] == "0.4100 (encoder)"  # made before the served score was kept
     assert df.loc[0, "decision"].startswith("not compared")
-    from app.models import version_row  # the CLI's listing says the same
+    from app.versions.models import version_row  # the CLI's listing says the same
 
     assert "cv macro-F1 0.5286 (blend)" in version_row(Registry().listing()[0])
 
@@ -40,7 +40,7 @@ def test_versions_table_shows_what_is_served_and_a_decision_in_words():
                                                ({"kept": False, "macro_f1_mean": 0.6}, (0.0286, "encoder")),
                                                (None, (0.0286, "encoder"))])
 def test_a_retrain_records_the_served_cv_score(blend, served):
-    from app.train_child import served_cv
+    from app.versions.train_child import served_cv
 
     got = served_cv({"macro_f1_mean": 0.0286, "blend": blend})
     assert (got["cv_served_macro_f1"], got["cv_served"]) == served
@@ -48,8 +48,8 @@ def test_a_retrain_records_the_served_cv_score(blend, served):
 
 def test_the_not_compared_decision_says_why_and_what_to_do(tmp_path):
     from app.config import Config
-    from app.jobs import Jobs
-    from app.registry import Registry
+    from app.versions.jobs import Jobs
+    from app.versions.registry import Registry
 
     jobs = Jobs(Config(data_dir=tmp_path), Registry(tmp_path / "models"), None)
     basis = {"rows": 0, "slice_rows": 52, "left_out": {"v1": 52}}
@@ -60,7 +60,7 @@ def test_the_not_compared_decision_says_why_and_what_to_do(tmp_path):
 
 
 def test_a_cancelled_job_reads_once_with_an_empty_bar_and_conflicts_are_listed():
-    from app.ui_train import progress_html
+    from app.ui.train import progress_html
 
     shown = progress_html({"id": "j1", "status": "cancelled", "error": "cancelled",
                            "progress": {"percent": 20}, "data": {}})
@@ -73,7 +73,7 @@ def test_a_cancelled_job_reads_once_with_an_empty_bar_and_conflicts_are_listed()
 
 
 def test_an_empty_number_box_says_its_default():
-    from app.ui_train import TAB_PARAMS, number_placeholders
+    from app.ui.train import TAB_PARAMS, number_placeholders
 
     class Jobs:
         def settings(self, given):
@@ -94,7 +94,7 @@ def _clf(threshold=0.52, target=0.8):
 
 
 def test_classify_says_not_sure_with_the_threshold_it_missed():
-    from app.ui_classify import answer_markdown
+    from app.ui.classify import answer_markdown
 
     unsure = answer_markdown(_clf(), Prediction("dream", 0.29, {"dream": 0.29, "error": 0.71}, confident=False), "v3")
     assert unsure.startswith("### ⚠ Not sure")
@@ -104,7 +104,7 @@ def test_classify_says_not_sure_with_the_threshold_it_missed():
 
 
 def test_the_header_names_the_version_and_the_banner_the_useless_model():
-    from app.ui_classify import header, health_banner
+    from app.ui.classify import header, health_banner
 
     served = SimpleNamespace(version="v4", clf=SimpleNamespace(labels=["a", "b"], learned=None))
     state = SimpleNamespace(served=served)
@@ -115,7 +115,7 @@ def test_the_header_names_the_version_and_the_banner_the_useless_model():
 
 def test_batch_summary_counts_scored_unscored_and_not_sure_rows():
     from app.label_kinds import SINGLE, kind_of
-    from app.ui_batch import preview, summary
+    from app.ui.batch import preview, summary
 
     scored = pd.DataFrame({"text": ["x" * 300, "b", "", "d", "e", "f", "g", "h"],
                            "pred_label": ["a", "a", None, None, None, "b", "b", "a"],
@@ -138,7 +138,7 @@ class _Session:
 
 
 def test_key_hints_follow_the_kind_of_session(monkeypatch):
-    from app import ui_label_view
+    from app.ui import label_view as ui_label_view
 
     monkeypatch.setattr(ui_label_view, "given_label", lambda s, r: "a" if s.meta.get("kind") == "review" else None)
     keys = ui_label_view.keys_help
@@ -152,7 +152,7 @@ def test_key_hints_follow_the_kind_of_session(monkeypatch):
 
 
 def test_a_review_session_names_its_order_by_quality():
-    from app.ui_label_view import _order_update
+    from app.ui.label_view import _order_update
 
     session = _Session(kind="review")
     session.order = "least confident first"
@@ -164,7 +164,7 @@ def test_a_review_session_names_its_order_by_quality():
 
 
 def test_monitor_levels_in_colour_with_a_next_step():
-    from app.ui_monitor import summary
+    from app.ui.monitor import summary
 
     report = {"window": {"size": 1000}, "audit": {"rate": 0.05, "queued": 3}, "versions": {"v1": {
         "n": 400, "total": 900, "drift": {"class_mix": 0.31, "confidence": 0.12, "length": 0.01},
@@ -178,7 +178,7 @@ def test_monitor_levels_in_colour_with_a_next_step():
 
 
 def test_a_person_s_mistake_is_one_log_line_not_a_traceback(caplog):
-    from app.ui import _quiet_user_errors
+    from app.ui.page import _quiet_user_errors
 
     def start(file, column):
         raise gr.Error("Upload a file first.")
@@ -203,8 +203,8 @@ def test_a_person_s_mistake_is_one_log_line_not_a_traceback(caplog):
 
 
 def test_a_train_box_reads_empty_as_the_default_and_words_a_typo():
-    from app.train_params import BY_NAME
-    from app.ui_train import box_value
+    from app.ui.train import box_value
+    from app.versions.train_params import BY_NAME
     from textdata.errors import DataError
 
     folds, lr = BY_NAME["folds"], BY_NAME["lr"]
@@ -217,7 +217,7 @@ def test_a_train_box_reads_empty_as_the_default_and_words_a_typo():
 
 def test_top_k_scores_hold_every_answered_label():
     """Issue 45: with top_k, a multi-label answer's `labels` could name a label missing from its `scores`."""
-    from app.api import _shape
+    from app.http.api import _shape
     from serving.multilabel import MultiLabelPrediction
 
     scores = {"a": 0.9, "b": 0.8, "c": 0.55, "d": 0.1}
@@ -230,8 +230,8 @@ def test_top_k_scores_hold_every_answered_label():
 def test_a_not_sure_answer_can_be_sent_to_the_review_queue(tmp_path):
     """Issue 45: the Classify tab had no way to send a "not sure" text to the review queue."""
     from app.config import Config
-    from app.review_queue import ReviewQueue
-    from app.ui_classify import classify_tab
+    from app.labeling.review_queue import ReviewQueue
+    from app.ui.classify import classify_tab
 
     answer = Prediction("dream", 0.29, {"dream": 0.29, "error": 0.71}, confident=False)
 
@@ -260,8 +260,8 @@ def test_a_not_sure_answer_can_be_sent_to_the_review_queue(tmp_path):
 
 def test_accept_is_plain_under_the_threshold_and_an_audit_hides_the_probabilities(tmp_path):
     """Issue 45: Accept was the big orange button on a 20% guess; an audit showed an empty probabilities box."""
-    from app.labeling import SessionStore
-    from app.ui_label_view import _render_label
+    from app.labeling.sessions import SessionStore
+    from app.ui.label_view import _render_label
 
     store = SessionStore(tmp_path / "label")
     labels = ["dream", "error"]
@@ -282,7 +282,7 @@ def test_accept_is_plain_under_the_threshold_and_an_audit_hides_the_probabilitie
 
 def test_the_drift_chart_has_a_clock_axis_and_says_when_it_has_no_point():
     """Issue 45: the time axis read "seconds since the first check"; with no check it would read 1970."""
-    from app.ui_monitor import figure
+    from app.ui.monitor import figure
 
     base = {"class_mix": {"a": 3, "b": 1}, "confidence_counts": [0] * 9 + [4], "reference": None}
     empty = figure({**base, "history": []})
@@ -296,8 +296,8 @@ def test_the_drift_chart_has_a_clock_axis_and_says_when_it_has_no_point():
 
 def test_two_sessions_of_one_file_read_apart_in_the_menu(tmp_path):
     """Issue 45: re-uploading a file listed two identical "Earlier sessions" with no progress."""
-    from app.labeling import SessionStore
-    from app.ui_label_view import _sessions_update
+    from app.labeling.sessions import SessionStore
+    from app.ui.label_view import _sessions_update
 
     store = SessionStore(tmp_path / "label")
     preds = [Prediction("dream", 0.6, {"dream": 0.6, "error": 0.4})] * 2
@@ -311,7 +311,7 @@ def test_two_sessions_of_one_file_read_apart_in_the_menu(tmp_path):
 def test_classify_states_the_promise_and_says_out_of_domain():
     """The stated confidence (issue 42) under every answer where k-fold stated one; an off-topic text says why
     it is not sure instead of a threshold its score may well clear."""
-    from app.ui_classify import answer_markdown
+    from app.ui.classify import answer_markdown
 
     clf = _clf()
     clf.calibration.spec["statement"] = ("precision >= 0.80 with 90% confidence on texts like the training rows, at "
@@ -330,10 +330,10 @@ def test_classify_states_the_promise_and_says_out_of_domain():
 def test_each_page_load_shows_the_banner_of_the_version_serving_then(engine, tmp_path):
     """Issue 45: "the model adds nothing" was only in the log and /v1/model; the banner over the tabs says it,
     read at each page load, so a switch to a model that learned something clears it without a restart."""
-    from app.api import ServerState
     from app.config import Config
-    from app.swap import ServedVersion
-    from app.ui import build_ui
+    from app.http.api import ServerState
+    from app.ui.page import build_ui
+    from app.versions.swap import ServedVersion
 
     state = ServerState()
     state.served = ServedVersion(engine, "v1", "m", {})
@@ -352,8 +352,8 @@ def test_each_page_load_shows_the_banner_of_the_version_serving_then(engine, tmp
 def test_train_while_a_job_runs_names_the_cancel_button_not_an_api_path():
     """Issue 45: the Train tab said "cancel it (DELETE /v1/jobs/<id>)" beside a Cancel button."""
     from app.config import Config
-    from app.jobs import JobConflict
-    from app.ui_train import train_tab
+    from app.ui.train import train_tab
+    from app.versions.jobs import JobConflict
 
     class Registry:
         def names(self):

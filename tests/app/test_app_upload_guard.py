@@ -1,11 +1,11 @@
-"""Gradio's upload route bounded per request and per address (issue 29, app/upload_guard.py): one request
+"""Gradio's upload route bounded per request and per address (issue 29, app/http/upload_guard.py): one request
 with ten 19 MB files stored 190 MB, and nothing bounded how often."""
 
 from __future__ import annotations
 
 import asyncio
 
-from app.upload_guard import UploadGuard, is_upload
+from app.http.upload_guard import UploadGuard, is_upload
 
 MB = 1 << 20
 

@@ -1,5 +1,5 @@
-"""A version that cannot serve never becomes what a start serves (issue 29, app/version_check.py): `python -m
-app.models activate` on a truncated v2 with no server running made every later start exit 2."""
+"""A version that cannot serve never becomes what a start serves (issue 29, app/versions/version_check.py): `python -m
+app.versions.models activate` on a truncated v2 with no server running made every later start exit 2."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ import shutil
 import pytest
 
 import app.__main__ as app_main
-from app.models import main as models_cli
-from app.registry import Registry
+from app.versions.models import main as models_cli
+from app.versions.registry import Registry
 
 
 @pytest.fixture
@@ -40,7 +40,7 @@ def test_a_start_on_a_broken_active_version_falls_back_with_a_warning(broken_v2,
     def run(server):  # instead of serving: note what would be served
         served["version"] = server.config.app.state.server.served.version
 
-    monkeypatch.setattr("app.draining.DrainingServer.run", run)  # app/__main__.py imports it when it serves
+    monkeypatch.setattr("app.http.draining.DrainingServer.run", run)  # app/__main__.py imports it when it serves
     assert app_main.main(["--models-dir", str(broken_v2.root), "--no-ui"]) == 0
     assert served["version"] == "v1" and broken_v2.active() == "v1"
     assert "the active version v2 cannot serve" in capsys.readouterr().err  # the server's JSON log

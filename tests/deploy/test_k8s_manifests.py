@@ -131,7 +131,7 @@ def test_container_arguments_are_what_the_app_accepts(objects):
 
 
 def test_the_trainer_migrates_the_schema_before_it_starts_and_replicas_never_do(objects):
-    """Replicas refuse an older schema (app/db_cli.py); the single trainer's init container migrates it."""
+    """Replicas refuse an older schema (app/fleet/db_cli.py); the single trainer's init container migrates it."""
     init = find(objects, "Deployment", "electra-trainer")["spec"]["template"]["spec"]["initContainers"]
     assert [c["command"] for c in init] == [["python", "-m", "app", "db", "upgrade"]]
     assert init[0]["env"][0]["name"] == "DATABASE_URL" and init[0]["image"] == _container(

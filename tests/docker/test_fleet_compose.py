@@ -77,7 +77,7 @@ def test_nginx_balances_over_exactly_the_replicas_at_their_fixed_addresses(servi
 
 
 def test_the_schema_is_migrated_once_before_any_replica_starts(services):
-    """Replicas never migrate (app/db_cli.py): the one-shot `migrate` service does, and replica1 (which the
+    """Replicas never migrate (app/fleet/db_cli.py): the one-shot `migrate` service does, and replica1 (which the
     others wait for) starts only once it exited 0."""
     from dockerfile_argv import app_argv
 

@@ -23,7 +23,7 @@ from fastapi.testclient import TestClient
 from app.config import parse_args
 from app.server import create_app
 from app.__main__ import main
-from app.registry import Registry
+from app.versions.registry import Registry
 from serving.engine import Classifier
 
 cfg = parse_args(["--model", sys.argv[2], "--data-dir", sys.argv[4]])

@@ -24,7 +24,7 @@ def trained_classifier_dir(tiny_classifier_dir, tmp_path_factory, toy_rows) -> P
     enc = tok(rows["text"].tolist(), padding=True, return_tensors="pt")
     y = torch.tensor([label2id[v] for v in rows["label"]])
     torch.manual_seed(0)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)  # 3e-3 left 29 of 45 eval rows at near-ties (macro-F1 0.54)
     model.train()
     for _ in range(40):
         loss = model(**enc, labels=y).loss

@@ -51,7 +51,8 @@ def test_classifier_serves_the_blend_by_default_and_a_flag_turns_it_off(blended_
     plain = Classifier.load(folder, provider="torch", blend=False)
     assert plain.info()["blend"] is None and plain.info()["blend_available"]
     model_only = plain.predict_proba(TEXTS)
-    assert np.abs(model_only - want).max() > 1e-3  # the blend does change the numbers
+    # the blend does change the numbers (in log space: a sharp model's probabilities sit near 0 and 1)
+    assert np.abs(np.log(model_only) - np.log(want)).max() > 1e-2
     np.testing.assert_allclose(clf.predict_logits(TEXTS), plain.predict_logits(TEXTS), atol=1e-6)
 
 

@@ -104,7 +104,7 @@ def test_normalization_and_training_config_travel(trained_classifier_dir, tmp_pa
         (src / p.name).write_bytes(p.read_bytes())
     (src / "normalization.json").write_text('{"kind": "kc", "max_repeats": 2}')
     (src / "training_config.json").write_text('{"max_length": 128}')
-    (src / "reference.json").write_text('{"class_mix": {}}')  # the drift monitor's reference (app/monitor.py)
+    (src / "reference.json").write_text('{"class_mix": {}}')  # the drift monitor's reference (app/monitoring/monitor.py)
     (src / "label_issues.csv").write_text("rank,row,text\n1,3,x\n")  # finetune --final: the suspects travel too
     out = tmp_path / "onnx"
     report = export.run(export.ExportConfig(model=src, output=out))

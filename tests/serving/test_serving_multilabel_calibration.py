@@ -113,7 +113,7 @@ def test_engine_serves_calibrated_sigmoids_same_sets_and_confident(ml_calibrated
 def test_off_topic_texts_are_out_of_domain(ml_calibrated):
     """--final fits the out-of-domain detector for multi-label too (a centroid per label): off-topic texts come
     back not confident with the reason, the API keeps it at any min_confidence; export carries ood/."""
-    from app.api import _shape
+    from app.http.api import _shape
 
     run_dir, out = ml_calibrated
     report = json.loads((run_dir / "report.json").read_text())

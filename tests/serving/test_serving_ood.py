@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from app.api import _shape
+from app.http.api import _shape
 from baseline.ood import OOD_DIR, fit_typicality, save_ood
 from serving.engine import Classifier, Prediction
 

@@ -68,7 +68,7 @@ def _csv(path: Path, cells: list[str]) -> Path:
 def test_a_json_list_cell_is_one_label_set_in_training_scoring_and_retraining(tmp_path):
     """`["a", "b"]` in a CSV cell trained as ONE label named '["a", "b"]' while serving and the retraining check
     read it as {a, b}. Now k-fold's reader, the export's gate targets and the app's table all read {a, b}."""
-    from app.trainset import canonical_set
+    from app.versions.trainset import canonical_set
     from finetune.data import load_labeled
     from serving.export import _targets
 

@@ -1,0 +1,289 @@
+"""The cascade: answers the model is not sure of go to an LLM (`python -m app --fallback-url URL --fallback-model
+NAME --fallback-prompt FILE`).
+
+An answer under the model's served threshold (`confident: false`, calibration.json) is sent to the LLM through
+the openai client (textdata/llm.py), at most --fallback-concurrency at once; the LLM's answer replaces it
+(`source: "llm"`, `confident: true`, `score` the model's probability of that label). Past --fallback-timeout,
+on an error, or when the LLM answers outside the label set, the model's own answer is returned as it was
+(`source: "model"`, `confident: false`): the caller is never kept waiting longer, and other requests never wait
+for the LLM. A multi-label answer the model is not sure of (a label near its threshold) is deferred the same way:
+the LLM's label set (parsed as finetune.teach --multi-label reads one; "none" is the empty set) replaces it.
+The UI's Classify tab asks through `resolve` as the API does; the Batch tab through `resolve_blocking` (from its
+worker thread, on the server's event loop; the timeout there bounds each call, not the wait for a slot: a file's
+'not sure' rows queue behind each other).
+
+Every LLM answer is appended to DATA_DIR/teacher/llm_labels.csv (text, teacher, ...: the table
+`finetune/kfold.py --teacher-column teacher` reads, beside gold labels; the next retrain reads it:
+app/llm/teacher_labels.py) and reused: a text asked once is never paid for again. Label sets go to llm_label_sets.csv
+(names joined by the model's separator), which a single-label retrain never reads. /metrics: app_llm_deferred_total, app_llm_latency_seconds, app_llm_errors_total{kind},
+app_answers_total{source}; /v1/monitor's "cascade": the share deferred, the LLM's measured cost per call and the
+estimated cost saved (the texts the model answered itself, times that cost).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import csv
+import dataclasses
+import io
+import logging
+import os
+import time
+from pathlib import Path
+
+from prometheus_client import Counter, Histogram
+
+from app.label_kinds import SINGLE
+from app.llm.teacher_labels import TEACHER_FILE
+from serving.engine import Prediction
+from serving.multilabel import MultiLabelPrediction
+from textdata.labels import LabelSpace
+from textdata.llm import ask, make_client, parse_answer, read_prompt, render
+
+SETS_FILE = "llm_label_sets.csv"  # multi-label answers: names joined by the model's separator
+log = logging.getLogger("app")
+STORE_COLUMNS = ["text", "teacher", "llm", "model_version", "model_label", "model_score", "at"]
+MAX_REMEMBERED = 100_000  # answers kept in memory for reuse; the file keeps them all
+
+
+@dataclasses.dataclass
+class Answered(Prediction):
+    """A single-label answer in the cascade: the LLM answers one label."""
+
+    source: str = "model"  # "model" | "llm"
+    sets = False  # what the LLM is asked for (textdata/llm.parse_answer)
+
+    def store_of(self, fallback) -> TeacherLabels:
+        return fallback.store
+
+    def known_names(self, known: str, sep: str) -> list[str]:
+        """The names of the LLM's answer kept for this text."""
+        return [known]
+
+    def chosen(self, parsed: list[str], labels: list[str]) -> list[str]:
+        return parsed[:1]
+
+    def cell(self, names: list[str], sep: str) -> str:
+        """The LLM's answer as its file keeps it."""
+        return names[0]
+
+    def from_llm(self, names: list[str]) -> Answered:
+        label = names[0]
+        return dataclasses.replace(self, label=label, score=float(self.probabilities.get(label, 0.0)), confident=True,
+                                   source="llm")
+
+
+@dataclasses.dataclass
+class AnsweredSet(MultiLabelPrediction):
+    """A multi-label answer in the cascade: the LLM answers a label set (maybe empty)."""
+
+    source: str = "model"  # "model" | "llm"
+    sets = True
+
+    def store_of(self, fallback) -> TeacherLabels:
+        return fallback.set_store
+
+    def known_names(self, known: str, sep: str) -> list[str]:
+        return [n for n in known.split(sep) if n]
+
+    def chosen(self, parsed: list[str], labels: list[str]) -> list[str]:
+        return [x for x in labels if x in parsed]
+
+    def cell(self, names: list[str], sep: str) -> str:
+        return sep.join(names)
+
+    def from_llm(self, names: list[str]) -> AnsweredSet:
+        top = max(names, key=lambda x: self.scores.get(x, 0.0)) if names else self.label
+        return dataclasses.replace(self, labels=names, label=top, score=float(self.scores.get(top, self.score)),
+                                   confident=True, source="llm")
+
+
+def by_llm(pred) -> bool:
+    """The LLM gave this answer (an engine prediction the cascade did not see: the model did)."""
+    return isinstance(pred, (Answered, AnsweredSet)) and pred.source == "llm"
+
+
+class TeacherLabels:
+    """DATA_DIR/teacher/llm_labels.csv, one row appended per LLM answer (one write, O_APPEND), and the answers
+    by cache key for reuse."""
+
+    def __init__(self, folder: Path, llm: str, name: str = "llm_labels.csv"):
+        folder.mkdir(parents=True, exist_ok=True)
+        self.path = folder / name
+        self.llm = llm
+        self.known: dict[str, str] = {}
+        if self.path.exists():
+            with open(self.path, encoding="utf-8", newline="") as f:
+                for row in csv.DictReader(f):
+                    if row.get("llm") == llm and len(self.known) < MAX_REMEMBERED:
+                        self.known[row["text"]] = row["teacher"]
+        else:
+            self._write(STORE_COLUMNS)
+        self.rows = len(self.known)
+
+    def _write(self, row: list) -> None:
+        buf = io.StringIO()
+        csv.writer(buf).writerow(row)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            os.write(fd, buf.getvalue().encode("utf-8"))
+        finally:
+            os.close(fd)
+
+    def add(self, text: str, label: str, version: str, pred: Prediction) -> None:
+        if len(self.known) < MAX_REMEMBERED:
+            self.known[text] = label
+        self.rows += 1
+        self._write([text, label, self.llm, version, pred.label, f"{pred.score:.6f}",
+                     time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())])
+
+
+class Fallback:
+    def __init__(self, cfg, registry):
+        self.cfg = cfg
+        self.template = read_prompt(str(cfg.fallback_prompt))
+        self.enabled = True
+        self.client = None
+        self.gate: asyncio.Semaphore | None = None
+        self.store = TeacherLabels((Path(cfg.data_dir) / TEACHER_FILE).parent, cfg.fallback_model)
+        self.set_store = TeacherLabels((Path(cfg.data_dir) / TEACHER_FILE).parent, cfg.fallback_model,
+                                       SETS_FILE)
+        self.loop: asyncio.AbstractEventLoop | None = None  # the server's: resolve_blocking runs there
+        self.error_kinds: dict[str, int] = {}
+        self.counts = {"answers": 0, "deferred": 0, "llm_answered": 0, "from_store": 0, "errors": 0}
+        self.tokens = [0, 0]  # paid: prompt, completion
+        self.calls = 0
+        self.deferred = Counter("app_llm_deferred_total", "'Not sure' answers sent to the LLM (--fallback-url)",
+                                registry=registry)
+        self.latency = Histogram("app_llm_latency_seconds", "LLM answer time, timeouts included", registry=registry,
+                                 buckets=(0.1, 0.25, 0.5, 1, 2, 5, 10, 30))
+        self.errors = Counter("app_llm_errors_total", "Deferred answers the LLM did not give: the model's stands",
+                              ["kind"], registry=registry)
+        self.by_source = Counter("app_answers_total", "Single-label API answers by who gave them", ["source"],
+                                 registry=registry)
+
+    async def check(self) -> None:
+        """At start: an endpoint that cannot be reached is one warning, and the model answers alone."""
+        import openai
+
+        self.loop = asyncio.get_running_loop()
+        client = make_client(self.cfg.fallback_url, min(5.0, self.cfg.fallback_timeout_s), 0)
+        try:
+            await client.models.list()
+        except openai.APIStatusError:
+            pass  # it answered (a gateway without /models): reachable
+        except openai.OpenAIError as e:
+            self.enabled = False
+            log.warning("--fallback-url %s cannot be reached (%s): the model answers alone, 'not sure' answers "
+                        "included", self.cfg.fallback_url, type(e).__name__)
+        finally:
+            await client.close()
+
+    async def close(self) -> None:
+        if self.client is not None:
+            await self.client.close()
+
+    async def resolve(self, texts: list[str], preds: list, version: str, labels: list[str], patient: bool = False,
+                      space: LabelSpace = SINGLE) -> list:
+        """`preds` with each 'not sure' answer replaced by the LLM's where it gave one in time. `patient`: the
+        timeout bounds each LLM call, not the wait for a slot (a batch file's rows). `space`: the served model's
+        (a label set is stored joined by its separator)."""
+        label_sep = LabelSpace.of(multi_label=True, sep=space.sep).sep  # a single-label model's: never used
+        out, jobs = [], []
+        for text, pred in zip(texts, preds):
+            if isinstance(pred, MultiLabelPrediction):
+                answered = AnsweredSet(**{f.name: getattr(pred, f.name) for f in dataclasses.fields(pred)})
+            elif isinstance(pred, Prediction):
+                answered = Answered(**{f.name: getattr(pred, f.name) for f in dataclasses.fields(pred)})
+            else:
+                out.append(pred)
+                continue
+            out.append(answered)
+            self.counts["answers"] += 1
+            if not pred.confident and self.enabled:
+                jobs.append((len(out) - 1, self._defer(text, answered, version, labels, patient, label_sep)))
+        for i, llm in zip([i for i, _ in jobs], await asyncio.gather(*(j for _, j in jobs))):
+            out[i] = llm
+        for p in out:
+            if isinstance(p, (Answered, AnsweredSet)):
+                self.by_source.labels(p.source).inc()
+        return out
+
+    def resolve_blocking(self, texts: list[str], preds: list, version: str, labels: list[str],
+                         space: LabelSpace = SINGLE) -> list:
+        """`resolve` from a worker thread (the Batch tab), on the server's event loop; the model's answers
+        unchanged where there is no loop yet (the check at start has not run)."""
+        if self.loop is None or not self.loop.is_running():
+            return preds
+        return asyncio.run_coroutine_threadsafe(self.resolve(texts, preds, version, labels, True, space),
+                                                self.loop).result()
+
+    async def _defer(self, text: str, pred: Answered | AnsweredSet, version: str, labels: list[str], patient: bool,
+                     sep: str):
+        store = pred.store_of(self)  # the answer's kind: a label, or a label set
+        self.counts["deferred"] += 1
+        self.deferred.inc()
+        known = store.known.get(text)
+        if known is not None:  # asked before: never paid for twice
+            names = pred.known_names(known, sep)
+            if all(n in labels for n in names):
+                self.counts["from_store"] += 1
+                return pred.from_llm(names)
+        if self.client is None:
+            self.client = make_client(self.cfg.fallback_url, self.cfg.fallback_timeout_s, 1)
+            self.gate = asyncio.Semaphore(self.cfg.fallback_concurrency)
+        started = time.perf_counter()
+        prompt = render(self.template, text, labels)
+
+        async def call():
+            async with self.gate:
+                if patient:  # the timeout bounds the call itself
+                    return await asyncio.wait_for(ask(self.client, self.cfg.fallback_model, prompt),
+                                                  self.cfg.fallback_timeout_s)
+                return await ask(self.client, self.cfg.fallback_model, prompt)
+
+        try:  # without `patient`, waiting for a slot counts towards the timeout too
+            answer = await (call() if patient else asyncio.wait_for(call(), self.cfg.fallback_timeout_s))
+        except asyncio.TimeoutError:
+            return self._failed("timeout", pred, started)
+        self.calls += 1
+        self.tokens[0] += answer.input_tokens
+        self.tokens[1] += answer.output_tokens
+        if answer.error:
+            return self._failed("error", pred, started)
+        parsed = parse_answer(answer.text, labels, pred.sets)
+        if not parsed.in_label_set:
+            return self._failed("outside_label_set", pred, started)
+        self.latency.observe(time.perf_counter() - started)
+        self.counts["llm_answered"] += 1
+        chosen = pred.chosen(parsed.labels, labels)
+        store.add(text, pred.cell(chosen, sep), version, pred)
+        return pred.from_llm(chosen)
+
+    def _failed(self, kind: str, pred: Answered, started: float) -> Answered:
+        self.latency.observe(time.perf_counter() - started)
+        self.errors.labels(kind).inc()
+        self.counts["errors"] += 1
+        self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
+        return pred  # the model's answer, still confident: false
+
+    def report(self) -> dict:
+        """/v1/monitor's "cascade"."""
+        c, cfg = self.counts, self.cfg
+        paid = self.tokens[0] / 1000 * cfg.fallback_price_per_1k_input + self.tokens[1] / 1000 * cfg.fallback_price_per_1k_output
+        per_call = paid / self.calls if self.calls else None
+        own = c["answers"] - c["deferred"]
+        return {"llm": cfg.fallback_model, "reachable": self.enabled, "answers": c["answers"],
+                "deferred": c["deferred"], "share_deferred": round(c["deferred"] / c["answers"], 4) if c["answers"] else None,
+                "llm_answered": c["llm_answered"], "from_stored_answers": c["from_store"], "errors": c["errors"],
+                "errors_by_kind": dict(self.error_kinds),
+                "llm_calls": self.calls, "tokens_paid": {"prompt": self.tokens[0], "completion": self.tokens[1]},
+                "cost_paid": round(paid, 6), "cost_per_llm_call": None if per_call is None else round(per_call, 8),
+                "estimated_cost_saved": None if per_call is None else round((own + c["from_store"]) * per_call, 6),
+                "teacher_labels": {"file": str(self.store.path), "rows": self.store.rows},
+                "teacher_label_sets": {"file": str(self.set_store.path), "rows": self.set_store.rows}}
+
+
+def open_fallback(cfg, metrics):
+    """The cascade where --fallback-url is given, else None."""
+    return Fallback(cfg, metrics.registry) if cfg.fallback_url else None

@@ -1,0 +1,1 @@
+"""How the served model is doing: drift against its reference, the class mix, live precision."""

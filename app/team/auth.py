@@ -1,0 +1,78 @@
+"""Who is calling, for the team routes: a user's bearer token, the --api-key holder, or nobody (one-person
+mode: no key and no users). The gate (app/http/gate.py) asks `lookup`; routes ask `caller`."""
+
+from __future__ import annotations
+
+import time
+
+from fastapi import HTTPException, Request
+
+from labelstore import users
+
+API_KEY_CALLER = "api-key"  # what the gate records for a request carrying --api-key
+# The users' tokens are held in memory and read again at most this often (one read of the users table for
+# all requests: it was one of a label save's four transactions): a revocation or a first user added with
+# `python -m app users add` takes effect within it. An unknown token reads again after MISS_TTL_S, so a new
+# user's first request passes at once, and a client sending wrong tokens causes at most a few reads a second.
+TOKEN_TTL_S = 1.0
+MISS_TTL_S = 0.25
+
+
+class Identities:
+    def __init__(self, engine):
+        self.engine = engine
+        self._builtin: dict[str, tuple] = {}
+        self._read_at = -1e9
+        self._tokens: dict[str, tuple] = {}
+        self._ids: dict[int, tuple] = {}
+        self._any = False
+
+    def _refresh(self, older_than: float) -> None:
+        if time.monotonic() - self._read_at > older_than:
+            self._tokens, self._any = users.token_table(self.engine)
+            self._ids = {u[0]: u for u in self._tokens.values()}
+            self._read_at = time.monotonic()
+
+    def active(self) -> bool:
+        """Any user exists: requests must say who they are."""
+        self._refresh(TOKEN_TTL_S)
+        return self._any
+
+    def lookup(self, token: str) -> tuple | None:
+        if not token.startswith(users.TOKEN_PREFIX):
+            return None
+        self._refresh(TOKEN_TTL_S)
+        digest = users.token_hash(token)
+        user = self._tokens.get(digest)
+        if user is None:
+            self._refresh(MISS_TTL_S)
+            user = self._tokens.get(digest)
+        return user
+
+    def by_id(self, user_id: int) -> tuple | None:
+        """(id, name, role) of an active user, for a UI cookie (app/http/gate.py UiSessions); None once revoked."""
+        self._refresh(TOKEN_TTL_S)
+        return self._ids.get(user_id)
+
+    def ui_user(self, cfg, sessions, cookie: str | None) -> tuple[int, str, str] | None:
+        """Who a UI event comes from: the user its session cookie names, else the key holder (or `local` in
+        one-person mode), an admin. None for a cookie naming a user revoked since (the gate refuses it too)."""
+        uid = sessions.user_of(cookie)
+        if uid is not None:
+            return self.by_id(uid)
+        return self.resolve(API_KEY_CALLER if cfg.api_key else None)
+
+    def resolve(self, who) -> tuple[int, str, str]:
+        """(id, name, role) for the gate's record of the request."""
+        if isinstance(who, tuple):
+            return who
+        name = users.API_KEY if who == API_KEY_CALLER else users.LOCAL
+        if name not in self._builtin:
+            self._builtin[name] = users.builtin(self.engine, name)
+        return self._builtin[name]
+
+    def caller(self, request: Request, roles: tuple[str, ...]) -> tuple[int, str, str]:
+        user = self.resolve(request.scope.get("state", {}).get("user"))
+        if user[2] not in roles:
+            raise HTTPException(403, f"{user[1]} is {user[2]}; this needs {' or '.join(roles)}")
+        return user

@@ -1,0 +1,98 @@
+"""The UI's Batch tab: score an uploaded file, every row kept, with predictions, as a CSV to download; a summary
+that counts scored, not scored and "not sure" rows, and a preview a screen can show."""
+
+from __future__ import annotations
+
+import html
+from functools import partial
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+
+from app.label_kinds import kind_of
+from app.ui.uploads import read_upload, spreadsheet_safe
+from serving.scoring import score_frame
+from textdata.tables import write_table
+
+PREVIEW_ROWS = 20
+PREVIEW_CHARS = 80  # a long text would push pred_label and error off the screen
+PREVIEW_DIGITS = 3
+
+
+def rows(n: int) -> str:
+    return f"{n} row" if n == 1 else f"{n} rows"
+
+
+def summary(scored: pd.DataFrame, kind, cut: int, max_chars: int) -> str:
+    """What happened to the file's rows: scored (by answer), not scored (the reason is in `error`), not sure.
+    `kind`: the model's (app/label_kinds.py), which names the answer's column."""
+    got = scored[kind.answer_column].notna()  # unscored rows have none
+    counts = kind.answer_counts(scored.loc[got, kind.answer_column])
+    unscored = int((~got).sum())
+    unsure = int((scored["confident"] == False).sum()) if "confident" in scored else 0  # NA (unscored) counts as neither
+    parts = [f"Scored **{int(got.sum())}** of {rows(len(scored))}: "
+             + ", ".join(f"{html.escape(str(k))} {v}" for k, v in counts.items())]
+    if unscored:
+        parts.append(f"**{unscored}** not scored (the reason is in the `error` column)")
+    by_llm = int((scored["source"] == "llm").sum()) if "source" in scored else 0  # --fallback-url
+    if by_llm:
+        parts.append(f"**{by_llm}** answered by the LLM (the model was not sure: `source` is llm)")
+    if unsure:
+        parts.append(f"**{unsure}** not sure (under the model's threshold: `confident` is false)")
+    if cut:
+        parts.append(f"{rows(cut)} with a text cut to {max_chars:,} characters")
+    return " · ".join(parts)
+
+
+def preview(scored: pd.DataFrame) -> pd.DataFrame:
+    """The first rows as a screen shows them: long texts cut, probabilities to a few digits."""
+    head = scored.head(PREVIEW_ROWS).copy()
+    first = [c for c in ("pred_label", "pred_labels", "pred_score", "confident", "error") if c in head]
+    head = head[first + [c for c in head.columns if c not in first]]  # the answer and error before any long text
+    for col in head.columns:
+        if pd.api.types.is_float_dtype(head[col]):
+            head[col] = head[col].round(PREVIEW_DIGITS)
+        elif pd.api.types.is_string_dtype(head[col]) or head[col].dtype == object:
+            head[col] = head[col].map(lambda v: v[:PREVIEW_CHARS - 1] + "…" if isinstance(v, str) and
+                                      len(v) > PREVIEW_CHARS else v)
+    return head
+
+
+def batch_tab(cfg, state, exports, engine_turn, score_chunks, stop_reason, scoring_limit: int) -> None:
+    """`score_chunks` and `stop_reason`: app/ui/page.py's chunked, cancellable scoring (shared with the Label tab)."""
+
+    def within(by_row: dict[int, str], a: int, b: int) -> dict[int, str]:
+        return {i - a: v for i, v in by_row.items() if a <= i < b}
+
+    def score_file(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
+        df, column, errors, notes = read_upload(cfg, file, text_column, partial(stop_reason, state))
+        clf = state.served.clf  # one version for the whole file
+
+        def score(a, b):  # rows the reader flagged are kept, with the reason in `error`
+            return score_frame(clf, df.iloc[a:b], column, None, within(errors, a, b), within(notes, a, b))
+
+        parts = score_chunks(len(df), score, progress, "Scoring", "rows", engine_turn, state)
+        scored = pd.concat(parts)
+        if getattr(state, "fallback", None) is not None:  # 'not sure' rows to the LLM, after the engine's turns
+            from app.llm.cascade_rows import defer_frame
+
+            scored = defer_frame(state.fallback, clf, scored, column, state.served.version)
+        out = exports.path(f"{Path(file).stem}-scored.csv")
+        write_table(spreadsheet_safe(scored), out)  # a person opens this one: formulas neutralised
+        return str(out), summary(scored, kind_of(clf.space), len(notes), cfg.max_chars), preview(scored)
+
+    with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
+        with gr.Row():
+            b_file = gr.File(label="CSV to score", file_types=[".csv", ".tsv", ".jsonl", ".parquet"],
+                             elem_id="batch-file")
+            with gr.Column():
+                b_column = gr.Textbox(label="Text column", value="text", elem_id="batch-column")
+                b_go = gr.Button("Score", variant="primary", elem_id="batch-go")
+        b_summary = gr.Markdown(elem_id="batch-summary")
+        b_out = gr.File(label="Scored CSV (every input column + pred_label, pred_score or, multi-label, pred_labels; "
+                              "prob_*, confident, error, model_version)", elem_id="batch-download")
+        b_preview = gr.Dataframe(label=f"First rows (texts cut to {PREVIEW_CHARS} characters here, not in the CSV)",
+                                 interactive=False, wrap=False, elem_id="batch-preview")
+        b_go.click(score_file, [b_file, b_column], [b_out, b_summary, b_preview], concurrency_id="scoring",
+                   concurrency_limit=scoring_limit)

@@ -1,0 +1,67 @@
+"""The Label tab's multi-label panel: a checkbox per label, the model's suggestions pre-ticked, "none of these".
+
+Shown instead of the one-click label buttons when the session was started on a multi-label model
+(app/labeling/sessions.py). Keys (ui.py's SHORTCUTS_JS): 1-9 toggle the n-th checkbox, Enter saves the ticked set,
+0 or N saves "none of these", S skips, U undoes. Saving an unchanged set accepts the suggestion. A review of
+a multi-label run's suspects (app/labeling/review.py) ticks the row's given set instead: saving it unchanged keeps it.
+"""
+
+from __future__ import annotations
+
+import html
+
+import gradio as gr
+
+# Keys for the checkbox panel, added to ui.py's keydown handler (`multi` is true while the panel is shown).
+MULTI_KEYS_JS = """
+  const checks = document.getElementById('label-checks');
+  const multi = checks && checks.offsetParent !== null;
+  if (multi && /^[1-9]$/.test(e.key)) {
+    const box = checks.querySelectorAll('input[type=checkbox]')[Number(e.key) - 1];
+    if (box) { e.preventDefault(); box.click(); }
+    return;
+  }
+  if (multi && (e.key === '0' || e.key === 'n')) { const b = document.getElementById('none-btn'); if (b) { e.preventDefault(); b.click(); } return; }
+  if (multi && (e.key === 'Enter' || e.key === 'a')) { const b = document.getElementById('save-btn'); if (b) { e.preventDefault(); b.click(); } return; }
+"""
+HELP = "Keys: 1–9 tick or untick a label · Enter save the ticked labels · 0 none of these · S skip · U undo"
+
+
+def build_panel() -> list:
+    """The checkbox group and its two buttons (hidden until a multi-label session is shown)."""
+    checks = gr.CheckboxGroup(choices=[], label="Labels (tick every one that applies)", info=HELP,
+                              visible="hidden",
+                              elem_id="label-checks")
+    with gr.Row():
+        save = gr.Button("✓ Save ticked labels  [Enter]", variant="primary", visible="hidden", elem_id="save-btn")
+        none = gr.Button("None of these  [0]", visible="hidden", elem_id="none-btn")
+    return [checks, save, none]
+
+
+def hidden() -> list:
+    return [gr.update(visible="hidden")] * 3
+
+
+def render(session, row, ticked: list[str] | None = None, hint: str | None = None) -> tuple[str, dict | None, list]:
+    """(hint, probabilities, the panel's updates) for the row a multi-label session shows. `ticked` and
+    `hint`: what a review session (app/ui/review.py) shows instead of the suggestion pre-ticked."""
+    if row is None:
+        return "", None, hidden()
+    suggested = session.suggested_set(row)
+    shown = ", ".join(f"**{html.escape(x)}**" for x in suggested) or "**none of the labels**"
+    hint = hint or f"Model suggests {shown} (pre-ticked); its least certain label is {session.confidence[row]:.0%} of " \
+                   "the way from its threshold to certainty"
+    choices = [(f"[{i + 1}] {lab}" if i < 9 else lab, lab) for i, lab in enumerate(session.labels)]
+    panel = [gr.update(choices=choices, value=suggested if ticked is None else ticked, visible=True),
+             gr.update(visible=True), gr.update(visible=True)]
+    return hint, session.probs[row], panel
+
+
+def save(session, row, ticked) -> None:
+    if row is not None:
+        session.decide(int(row), list(ticked or []))
+
+
+def none_of_these(session, row) -> None:
+    if row is not None:
+        session.decide(int(row), [])

@@ -1,0 +1,388 @@
+"""The Gradio UI at /ui: Classify (one text), Label (active-learning labeling), Batch (score a file).
+
+Deliberate limits: uploads are capped by --max-upload-mb (Gradio answers 413) and --max-upload-rows;
+scoring jobs (a Label upload, a Batch file) share --ui-concurrency slots, quick actions run up to 16 at
+once, and at most 64 events wait. Files the UI hands out are copies in a private temp folder; nothing
+else on the server is reachable through it. The Classify tab goes through the API's micro-batcher and
+queue, so the UI and API share one set of limits.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import shutil
+import tempfile
+import threading
+import time
+import weakref
+from functools import partial
+from pathlib import Path
+
+import gradio as gr
+import pandas as pd
+from gradio.context import LocalContext
+from starlette.responses import RedirectResponse
+
+from app.config import open_to_anyone
+from app.label_kinds import kind_of
+from app.labeling.kept_texts import VisitorStore
+from app.labeling.review_queue import start_session
+from app.labeling.sessions import ORDERS, SessionStore
+from app.ui import multilabel as ui_multilabel
+from app.ui.batch import batch_tab
+from app.ui.classify import QUICK, classify_tab, header, health_banner
+from app.ui.label_view import MAX_LABEL_BUTTONS, _render_label, folds, keys_help, review_button
+from app.ui.review import ReviewPanel
+from app.ui.team_label import TeamSessions
+from app.ui.uploads import read_texts, spreadsheet_safe, uploaded_only
+from textdata.tables import write_table
+
+log = logging.getLogger("app")
+
+HEADING_EVERY_S = 5.0  # how soon every open page names a version promoted elsewhere (the API, another replica)
+SCORE_CHUNK = 256  # rows per engine call in scoring jobs: the progress bar moves at this step
+
+SHORTCUTS_JS = """
+<script>
+document.addEventListener('keydown', (e) => {
+  const t = e.target;
+  if (e.ctrlKey || e.metaKey || e.altKey || e.repeat) return;
+  if (t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.tagName === 'SELECT' || t.isContentEditable)) return;
+  const panel = document.getElementById('label-panel');
+  if (!panel || panel.offsetParent === null) return;  // only while the Label tab is shown
+""" + ui_multilabel.MULTI_KEYS_JS + """
+  let id = null;
+  if (e.key === 'Enter' || e.key === 'a') id = 'accept-btn';
+  else if (e.key === 's') id = 'skip-btn';
+  else if (e.key === 'k') id = 'keep-btn';
+  else if (e.key === 't') id = 'accept-btn';  // a review's "take the suggestion"
+  else if (e.key === 'u' || e.key === 'z') id = 'undo-btn';
+  else if (/^[1-9]$/.test(e.key)) id = 'label-btn-' + e.key;
+  const b = id && document.getElementById(id);
+  if (b && b.offsetParent !== null && !b.disabled) { e.preventDefault(); b.click(); }
+});
+</script>
+"""
+
+CSS = """
+#label-text textarea { font-size: 1.15rem; line-height: 1.5; }
+.shortcut-help { opacity: .7; font-size: .9rem; }
+"""
+
+
+class Exports:
+    """Copies of files handed to the browser, in a private temp folder; old ones are removed."""
+
+    def __init__(self, max_age_s: float = 3600):
+        self.root = Path(tempfile.mkdtemp(prefix="electra-app-"))
+        self.max_age_s = max_age_s
+        # Removed when the server exits (SIGTERM included): otherwise every start leaves a folder behind.
+        self.close = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
+
+    def path(self, name: str) -> Path:
+        now = time.time()
+        for old in self.root.glob("*/*"):
+            if now - old.stat().st_mtime > self.max_age_s:
+                shutil.rmtree(old.parent, ignore_errors=True)
+        folder = Path(tempfile.mkdtemp(dir=self.root))  # a folder per export keeps the nice file name
+        return folder / name
+
+
+UNREAD_GONE = 25  # messages waiting unread on an event's stream (about one per chunk): nobody is listening
+
+
+def _client_gone() -> bool:
+    """True once nobody waits for the running event: Gradio marked it dead (its tab closed or its stream
+    dropped), or its messages pile up unread (a client that queued work and never opened the stream)."""
+    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
+    queue = getattr(blocks, "_queue", None)
+    for job in getattr(queue, "active_jobs", None) or ():
+        for event in job or ():
+            if event._id == event_id:
+                unread = queue.pending_messages_per_session.get(event.session_hash)
+                return not event.alive or (unread is not None and unread.qsize() > UNREAD_GONE)
+    return False
+
+
+def _stop_reason(state) -> str | None:
+    """Why a UI job reading a file should stop now, or None (the shared reader asks every few hundred rows)."""
+    if state.draining:
+        return "the server is shutting down"
+    return "the page was closed" if _client_gone() else None
+
+
+def _score_chunks(n: int, score, progress, desc: str, unit: str, engine_turn: threading.Lock, state=None) -> list:
+    """`score(start, stop)` over SCORE_CHUNK-row chunks, stopping when the client is gone (or the server
+    drains). One UI chunk computes at a time (`engine_turn`), so API batches interleave with UI jobs."""
+    parts = []
+    for i in range(0, n, SCORE_CHUNK):
+        why = _stop_reason(state) if state is not None else ("the page was closed" if _client_gone() else None)
+        if why:
+            log.info("UI job cancelled: %s", why, extra={"fields": {"event": "ui_cancelled", "done": i}})
+            raise gr.Error(f"Cancelled: {why}.")
+        progress((i, n), desc=desc, unit=unit)
+        with engine_turn:
+            parts.append(score(i, min(n, i + SCORE_CHUNK)))
+    return parts
+
+
+def _said(error: gr.Error, fn) -> gr.Error:
+    """A message for the person at the page, logged as one JSON line (app/http/logs.py), not a traceback."""
+    error.print_exception = False
+    name = getattr(fn, "__name__", None) or getattr(getattr(fn, "func", None), "__name__", "ui")
+    log.info("UI refused: %s", error.message, extra={"fields": {"event": "ui_refused", "action": name}})
+    return error
+
+
+def _quiet_user_errors(fn):
+    """`fn` raising gr.Error (a person's mistake: no file, a bad column) logs one line instead of Gradio's
+    18-line traceback on stderr; any other exception keeps its traceback (a defect)."""
+    if fn is None or inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        return fn
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def run_async(*args, **kwargs):
+            try:
+                return await fn(*args, **kwargs)
+            except gr.Error as e:
+                raise _said(e, fn) from None
+        return run_async
+
+    @functools.wraps(fn)
+    def run(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except gr.Error as e:
+            raise _said(e, fn) from None
+    return run
+
+
+def build_ui(cfg, state, jobs=None) -> gr.Blocks:
+    """The tabs, each built by its own function: Classify, Label, Batch, and Train with a model registry.
+    Each action uses the version serving when it starts (`state.served`), so a model switch needs no reload."""
+    store = SessionStore(Path(cfg.data_dir) / "label")
+    if open_to_anyone(cfg):  # sessions of texts other clients sent are not a visitor's (app/labeling/kept_texts.py)
+        store = VisitorStore(store)
+    exports = Exports()
+    labels = list(state.served.clf.labels)
+    engine_turn = threading.Lock()  # one UI scoring chunk at a time, whichever tab asks
+    theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
+    with gr.Blocks(title="ELECTRA text classifier", analytics_enabled=False,
+                   delete_cache=(3600, 24 * 3600)) as demo:
+        sign_out = " · [Sign out](/logout)" if cfg.api_key else ""
+        # The served version (and whether its model adds anything) changes with a promotion made anywhere (the
+        # Train tab, the API, another replica): read at page load, at a promotion here, and every few seconds.
+        top = gr.Markdown(header(state, sign_out), elem_id="page-header")
+        banner = gr.Markdown(health_banner(state), elem_id="health-banner")
+        heading = {"fn": lambda: (header(state, sign_out), health_banner(state)), "inputs": None,
+                   "outputs": [top, banner], "show_progress": "hidden"}
+        demo.load(**heading)
+        gr.Timer(HEADING_EVERY_S).tick(**heading, concurrency_limit=QUICK, concurrency_id="heading")
+        with gr.Tabs():
+            classify_tab(cfg, state)
+            _label_tab(cfg, state, labels, store, exports, engine_turn, jobs)
+            batch_tab(cfg, state, exports, engine_turn, _score_chunks, _stop_reason, cfg.ui_concurrency)
+            if jobs is not None:
+                from app.ui.train import train_tab
+
+                train_tab(cfg, state, jobs).then(**heading)  # a promotion there: the heading at once
+            if state.monitor is not None:
+                from app.ui.monitor import monitor_tab
+
+                monitor_tab(cfg, state, store)
+            if state.store is not None:
+                from app.ui.team import team_tab
+
+                team_tab(cfg, state)
+    # Gradio copies any file reference it finds in any input (a Dropdown's value too) into its cache, whose
+    # files it serves: every input of every event takes uploaded files only.
+    for block in {id(b): b for fn in demo.fns.values() for b in fn.inputs}.values():
+        uploaded_only(block)
+    for block_fn in demo.fns.values():
+        block_fn.fn = _quiet_user_errors(block_fn.fn)
+    demo.queue(max_size=64, default_concurrency_limit=cfg.ui_concurrency)
+    demo.ui_theme = theme
+    return demo
+
+
+def _export_labeled(store: SessionStore, exports: Exports, sid) -> str:
+    """A session's labeled.csv for download; a person opens this one, so formulas are neutralised."""
+    session = store.get(sid)
+    if session is None:
+        raise gr.Error("No labeling session yet.")
+    out = exports.path(f"{Path(session.meta['source']).stem}-labeled.csv")
+    with session.lock:
+        labeled = pd.read_csv(session.labeled_path, dtype=str, keep_default_na=False)
+    write_table(spreadsheet_safe(labeled), out)
+    return str(out)
+
+
+def _label_extras(labels: list[str]) -> tuple:
+    """The Label tab's order, other-label, new-label and download controls."""
+    with gr.Accordion("Order, other labels, download", open=True):
+        with gr.Row():
+            l_order = gr.Dropdown(ORDERS, value=ORDERS[0], label="Queue order", elem_id="label-order")
+            l_other = gr.Dropdown(choices=labels, label="Other label", elem_id="label-other")
+            l_other_btn = gr.Button("Label as selected", size="sm", elem_id="label-other-btn")
+        with gr.Row():
+            l_new = gr.Textbox(label="New label", max_length=60, elem_id="label-new")
+            l_add = gr.Button("Add label", size="sm", elem_id="label-add")
+        with gr.Row():
+            l_export = gr.Button("Download labeled CSV (text,label)", elem_id="label-export")
+            l_file_out = gr.File(label="Labeled CSV", elem_id="label-download")
+    return l_order, l_other, l_other_btn, l_new, l_add, l_export, l_file_out
+
+
+def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Exports, engine_turn, jobs=None) -> None:
+    """Label an uploaded file with the model's suggestions, least confident first; every decision saved as made."""
+
+    view, team = partial(_render_label, store, labels), TeamSessions(cfg, state)  # team: app/ui/team_label.py
+
+    def get(sid):  # a team dataset's session ("ds-N"), else a file session
+        return team.get(sid) if str(sid).startswith("ds-") else store.get(sid)
+
+    def render(session, message: str = "", fold: bool = True) -> list:
+        """The tab for `session`; `fold`: fold the start and suspects panels (a session was just opened)."""
+        return [*team.view(view(session, message), session), *folds(session, fold)]
+
+    def start(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
+        texts, skipped = read_texts(cfg, file, text_column, partial(_stop_reason, state))
+        clf = state.served.clf  # one version for the whole file, whatever is activated meanwhile
+        preds = [p for part in _score_chunks(len(texts), lambda a, b: clf.predict(texts[a:b]), progress,
+                                             "Model suggestions", "texts", engine_turn, state) for p in part]
+        # rows under the served threshold: their Accept is not the obvious click (app/ui/label_view.py); a
+        # multi-label model's session decides label sets, its suggestions the sets over the thresholds
+        unsure = kind_of(clf.space).unsure_rows(preds)
+        session = store.create(Path(file).name, texts, preds, list(clf.labels), clf.thresholds, clf.space,
+                               **({"unsure_rows": unsure} if unsure else {}))
+        note = f" ({skipped} empty rows left out)" if skipped else ""
+        return render(session, f"Loaded {len(texts)} texts{note}. Least confident first; change the order below.")
+
+    def resume(sid):
+        return render(get(sid))
+
+    def review_unsure(current):  # the API's "not sure" answers (--review-queue) as a session, with the model's suggestions
+        clf = state.served.clf  # a multi-label model's answers are label sets: a set session (issue 40, M6)
+        session = start_session(state.review, store, list(clf.labels), clf.thresholds, clf.space)
+        if session is None:  # the open session stays on screen: a labeler must not think the work is gone
+            return (*render(get(current), "The review queue is empty: no 'not sure' answers are waiting.",
+                            fold=False), review_button(state.review))
+        return (*render(session, f"Loaded {len(session.texts)} 'not sure' answers from the review queue."),
+                review_button(state.review))
+
+    def act(action, sid, row, *args):
+        session = get(sid)
+        if session is None:
+            return render(None, "No labeling session: upload a file to start.", fold=False)
+        message = team.acted(action, session, row, *args)  # as the person at the page, who each line names
+        return render(session, message, fold=False)
+
+    def accept(session, row):
+        if session.meta.get("blind"):  # an audit has no suggestion to accept (a stray Enter key must not label)
+            return
+        if row is not None and session.current() == row:
+            session.decide(row, session.suggested_set(row) if session.multi_label else session.suggestion[row])
+
+    def choose(i, session, row):
+        if row is not None and i < len(session.labels):
+            session.decide(int(row), session.labels[i])
+
+    def choose_other(session, row, label):
+        if row is not None and label:
+            session.decide(int(row), label)
+
+    def skip(session, row):
+        if row is not None and not session.skip(int(row)) and session.status[int(row)] == 1:
+            return "Only skipped texts are left: label them, or stop here."
+
+    def undo(session, row):
+        if session.undo() is None:
+            return "Nothing to undo."
+
+    def add_label(session, row, name):
+        added = session.add_label(name)
+        if len(session.labels) > MAX_LABEL_BUTTONS:
+            return f"Added {added!r}: pick it from 'Other label' (buttons stop at {MAX_LABEL_BUTTONS})."
+        return f"Added label {added!r}."
+
+    def set_order(session, row, order):
+        session.set_order(order)
+
+    export = partial(_export_labeled, store, exports)
+
+    with gr.Tab("Label", id="label", elem_id="tab-label") as label_tab:
+        sid = gr.BrowserState("", storage_key="electra-label-session")
+        row = gr.State(None)
+        with gr.Accordion("Start or resume a session", open=True) as l_start_panel, gr.Row():
+            l_file = gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
+                             elem_id="label-file")
+            with gr.Column():
+                l_column = gr.Textbox(label="Text column", value="text", elem_id="label-column")
+                l_start = gr.Button("Start labeling", variant="primary", elem_id="label-start")
+                l_sessions = gr.Dropdown(label="Earlier sessions", choices=[], elem_id="label-sessions")
+                l_dataset = gr.Dropdown(label="Or a team dataset (shared queue)", choices=[], elem_id="label-dataset")
+                l_review = gr.Button(review_button(state.review)["value"], visible=state.review is not None,
+                                     elem_id="label-review")
+        review = ReviewPanel(cfg, store, getattr(jobs, "registry", None), labels, lambda: state.served.clf)
+        with gr.Column(elem_id="label-panel"):
+            l_progress = gr.HTML(elem_id="label-progress")
+            with gr.Row(equal_height=False):  # probabilities beside the text: the buttons fit a 768 px screen
+                with gr.Column(scale=3):
+                    l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
+                    l_hint = gr.Markdown(elem_id="label-hint")
+                l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs", scale=2)
+            l_accept = gr.Button("Accept", variant="primary", visible="hidden", elem_id="accept-btn")
+            review.keep_button()
+            with gr.Row():
+                l_buttons = [gr.Button(visible="hidden", size="sm", elem_id=f"label-btn-{i + 1}", min_width=80)
+                             for i in range(MAX_LABEL_BUTTONS)]
+            with gr.Row():
+                l_skip = gr.Button("Skip  [S]", size="sm", elem_id="skip-btn")
+                l_undo = gr.Button("↶ Undo  [U]", size="sm", elem_id="undo-btn")
+            l_panel = ui_multilabel.build_panel()
+            l_message = gr.Markdown(elem_id="label-message")
+            l_keys = gr.Markdown(keys_help(None, None), elem_classes="shortcut-help", elem_id="label-keys")
+            l_order, l_other, l_other_btn, l_new, l_add, l_export, l_file_out = _label_extras(labels)
+        outputs = [sid, row, l_text, l_hint, l_probs, l_progress, l_accept, *l_buttons, l_other, l_order,
+                   l_message, l_sessions, *l_panel, l_keys, l_start_panel, review.accordion]
+        quick = {"concurrency_limit": QUICK, "concurrency_id": "label", "trigger_mode": "once"}
+        l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
+                      concurrency_limit=cfg.ui_concurrency)
+        l_sessions.input(resume, l_sessions, outputs, **quick)
+        team.wire(label_tab, l_dataset, render, outputs, quick, l_hint, l_accept, l_sessions)
+        l_review.click(review_unsure, sid, [*outputs, l_review], **quick)
+        l_accept.click(partial(act, accept), [sid, row], outputs, **quick)
+        for i, b in enumerate(l_buttons):
+            b.click(partial(act, partial(choose, i)), [sid, row], outputs, **quick)
+        l_other_btn.click(partial(act, choose_other), [sid, row, l_other], outputs, **quick)
+        l_panel[1].click(partial(act, ui_multilabel.save), [sid, row, l_panel[0]], outputs, **quick)
+        l_panel[2].click(partial(act, ui_multilabel.none_of_these), [sid, row], outputs, **quick)
+        l_skip.click(partial(act, skip), [sid, row], outputs, **quick)
+        l_undo.click(partial(act, undo), [sid, row], outputs, **quick)
+        l_order.input(partial(act, set_order), [sid, row, l_order], outputs, **quick)
+        for trigger in (l_add.click, l_new.submit):  # the button, or Enter in the box
+            trigger(partial(act, add_label), [sid, row, l_new], outputs, **quick).then(lambda: "", None, l_new)
+        l_export.click(export, sid, l_file_out, **quick)
+        review.wire(render, act, outputs, sid, row, l_hint)
+        # On opening the tab rather than on page load: Gradio 6 applies page-load updates to a tab
+        # not yet shown and then re-mounts it with its initial props, losing them.
+        label_tab.select(resume, sid, outputs, **quick)
+        if state.review is not None:  # how many wait, each time the tab opens
+            label_tab.select(lambda: review_button(state.review), None, l_review, **quick)
+
+
+
+def mount_ui(app, cfg, state, jobs=None) -> None:
+    demo = build_ui(cfg, state, jobs)
+    gr.mount_gradio_app(app, demo, path="/ui", ssr_mode=False, footer_links=["settings"],
+                        max_file_size=int(cfg.max_upload_mb * 1024 * 1024), theme=demo.ui_theme, css=CSS,
+                        head=SHORTCUTS_JS, show_error=True)
+    # Browsers ask the site's root for its icon on every page: Gradio's is under /ui.
+    app.add_api_route("/favicon.ico", lambda: RedirectResponse("/ui/favicon.ico", 301), include_in_schema=False)
+    # Every open tab holds a heartbeat stream that only ends on Gradio's stop event, which Gradio sets
+    # after uvicorn has waited for open connections: without this, SIGTERM with a tab open would always
+    # wait the full --shutdown-timeout.
+    gradio_app = next(r.app for r in app.routes if getattr(r, "path", None) == "/ui")
+    state.on_drain.append(gradio_app.stop_event.set)
