@@ -11,7 +11,7 @@ import pytest
 from app_testkit import Server, free_port
 from test_app_ui_browser import ARGS, CHROMIUM, pick
 
-from app.registry import Registry
+from app.versions.registry import Registry
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
 
