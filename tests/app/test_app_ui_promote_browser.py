@@ -15,7 +15,7 @@ from app.versions.registry import Registry
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
 
-HEADER = "document.querySelector('#page-header').innerText"
+HEADER = "(document.querySelector('#page-header')?.innerText || '')"
 
 
 @pytest.fixture(scope="module")
