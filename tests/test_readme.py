@@ -1,5 +1,6 @@
 """The README's commands stay true: every entry point it shows exists, and accepts every flag it shows."""
 
+import functools
 import re
 import subprocess
 import sys
@@ -36,14 +37,25 @@ def test_readme_shows_the_whole_tour():
             "-m pytest"} <= shown
 
 
-@pytest.mark.parametrize("command", [c for c in COMMANDS if "pytest" not in c], ids=lambda c: " ".join(c.split()[:3]))
-def test_readme_command_flags_exist(command):
-    target = entry_point(command)
+@functools.cache
+def help_of(target: tuple[str, ...]) -> str:
+    """An entry point's --help (asked once per run: the README and every docs page share the answers)."""
     proc = subprocess.run([sys.executable, *target, "--help"], cwd=ROOT, capture_output=True, text=True, timeout=120,
                           check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+def assert_flags_exist(command: str) -> None:
+    target = tuple(entry_point(command))
+    shown = help_of(target)
     for flag in re.findall(r"(?<=\s)--[a-z][a-z0-9-]*", command):
-        assert flag in proc.stdout, f"{' '.join(target)} has no {flag}"
+        assert flag in shown, f"{' '.join(target)} has no {flag}"
+
+
+@pytest.mark.parametrize("command", [c for c in COMMANDS if "pytest" not in c], ids=lambda c: " ".join(c.split()[:3]))
+def test_readme_command_flags_exist(command):
+    assert_flags_exist(command)
 
 
 def test_ci_runs_the_readme_test_command():
@@ -87,3 +99,36 @@ def test_docs_pages_open_with_what_a_user_comes_for(page):
     opening = (ROOT / page).read_text(encoding="utf-8").split("\n### ")[0]
     assert "What you come for" in opening, f"{page} does not open with the tasks a user comes for"
     assert len(re.findall(r"^- \*\*", opening, flags=re.MULTILINE)) >= 3, f"{page}: fewer than 3 tasks up front"
+
+
+OPENING_LINES = 45  # a docs page's first screen or two: where its tasks and their commands are
+
+
+def opening_commands(page: str) -> list[str]:
+    """The commands a page's opening shows: `python ...` spans in its text, and the lines of a ```bash block that
+    starts there (a line's comment and a trailing backslash's continuation dropped)."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    head = "\n".join(text.splitlines()[:OPENING_LINES])
+    commands = re.findall(r"`((?:python|docker|kubectl) [^`]+)`", re.sub(r"\n\s+", " ", head))
+    for block in re.finditer(r"```bash\n(.*?)```", text, flags=re.DOTALL):
+        if block.start() < len(head):
+            commands += [line.split(" #")[0].strip() for line in block.group(1).replace("\\\n", " ").splitlines()]
+    return [c for c in commands if c and not c.startswith(("#", "export "))]
+
+
+@pytest.mark.parametrize("page", [p for p in DOCS if p != "docs/results.md"])
+def test_docs_openings_show_commands_that_work(page):
+    """Issue 45 (16): the opening shows commands a user copies, a few lines a task, and each is true: its entry
+    point takes every flag shown, and the files it names are in the project."""
+    lines = (ROOT / page).read_text(encoding="utf-8").splitlines()
+    assert any("What you come for" in line for line in lines[:15]), f"{page}: the tasks come after line 15"
+    tasks = "\n".join(lines[:OPENING_LINES]).split("What you come for")[1].split("\n\n")[1]
+    for task in re.split(r"\n(?=- )", tasks):
+        assert len(task.splitlines()) <= 4, f"{page}: a task over 4 lines: {task[:80]!r}"
+    commands = opening_commands(page)
+    assert any(" --" in c or " -f " in c for c in commands), f"{page}: no command with its options up front"
+    for command in commands:
+        if command.startswith("python "):
+            assert_flags_exist(command)
+        for named in re.findall(r"\s-(?:f|k)\s+(\S+)", command):
+            assert (ROOT / named).exists(), f"{page}: {command!r} names {named}, not in the project"

@@ -41,6 +41,7 @@ from textdata.tables import write_table
 
 log = logging.getLogger("app")
 
+HEADING_EVERY_S = 5.0  # how soon every open page names a version promoted elsewhere (the API, another replica)
 SCORE_CHUNK = 256  # rows per engine call in scoring jobs: the progress bar moves at this step
 
 SHORTCUTS_JS = """
@@ -171,11 +172,14 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
     with gr.Blocks(title="ELECTRA text classifier", analytics_enabled=False,
                    delete_cache=(3600, 24 * 3600)) as demo:
         sign_out = " · [Sign out](/logout)" if cfg.api_key else ""
-        # Read at each page load: the served version (and whether its model adds anything) changes with a switch.
+        # The served version (and whether its model adds anything) changes with a promotion made anywhere (the
+        # Train tab, the API, another replica): read at page load, at a promotion here, and every few seconds.
         top = gr.Markdown(header(state, sign_out), elem_id="page-header")
         banner = gr.Markdown(health_banner(state), elem_id="health-banner")
-        demo.load(lambda: (header(state, sign_out), health_banner(state)), None, [top, banner],
-                  show_progress="hidden")
+        heading = {"fn": lambda: (header(state, sign_out), health_banner(state)), "inputs": None,
+                   "outputs": [top, banner], "show_progress": "hidden"}
+        demo.load(**heading)
+        gr.Timer(HEADING_EVERY_S).tick(**heading, concurrency_limit=QUICK, concurrency_id="heading")
         with gr.Tabs():
             classify_tab(cfg, state)
             _label_tab(cfg, state, labels, store, exports, engine_turn, jobs)
@@ -183,7 +187,7 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
             if jobs is not None:
                 from app.ui.train import train_tab
 
-                train_tab(cfg, state, jobs)
+                train_tab(cfg, state, jobs).then(**heading)  # a promotion there: the heading at once
             if state.monitor is not None:
                 from app.ui.monitor import monitor_tab
 

@@ -118,7 +118,8 @@ def number_placeholders(jobs) -> list[str]:
     return [f"empty: {settings[p.name]:g}" if p.name in settings else "empty: k-fold's default" for p in TAB_PARAMS]
 
 
-def train_tab(cfg, state, jobs) -> None:
+def train_tab(cfg, state, jobs):
+    """The tab; returns the Promote event, for the page's heading to follow (app/ui.py)."""
     registry = jobs.registry
 
     def latest():
@@ -203,8 +204,9 @@ def train_tab(cfg, state, jobs) -> None:
         quick = {"concurrency_limit": 16, "concurrency_id": "train"}
         t_start.click(start, inputs, outs, **quick)
         t_cancel.click(cancel, None, outs, **quick)
-        t_activate.click(activate, t_version, outs, **quick)
+        promoted = t_activate.click(activate, t_version, outs, **quick)
         timer = gr.Timer(1.0)
         timer.tick(refresh, None, outs[1:], show_progress="hidden", **quick)
         tab.select(refresh, None, outs[1:], **quick)
         tab.select(lambda: [gr.update(placeholder=h) for h in number_placeholders(jobs)], None, inputs, **quick)
+    return promoted

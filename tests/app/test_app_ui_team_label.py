@@ -233,3 +233,29 @@ def test_a_multi_label_dataset_by_keys_tick_save_undo_skip_and_download(team, br
     print(f"\nmulti-label team dataset, seconds from a key to the next text: median {statistics.median(times):.3f}, "
           f"max {max(times):.3f} over {len(times)} keys")
     bob.context.close()
+
+
+def test_team_tab_on_a_laptop(team, browser):
+    """A reviewer's Team tab at 1366×768: the dataset's progress and agreement in words; its picture is the
+    docs' (SCREENSHOTS=docs/img)."""
+    from test_app_ui_browser import DOCS_IMG
+
+    server, tokens, ds = team
+    context = browser.new_context(viewport={"width": 1366, "height": 768})
+    context.set_default_timeout(60_000)
+    pg = context.new_page()
+    pg.goto(server.url + "/login")
+    pg.fill("input[name=key]", tokens["boss"])
+    pg.click("button[type=submit]")
+    pg.wait_for_selector("#classify-text textarea")
+    pg.get_by_role("tab", name="Team").click()
+    pg.click("#team-dataset input")
+    pg.get_by_role("option").filter(has_text=f"{ds}: diary").click()
+    pg.wait_for_function("() => /Krippendorff's alpha/.test(document.querySelector('#team-summary').innerText)")
+    said = pg.inner_text("#team-summary")
+    assert f"of {len(TEXTS)} texts have their 2 answer(s)" in said and "Fleiss' kappa" in said, said
+    box = pg.locator("#team-summary").bounding_box()
+    assert box is not None and box["y"] < 768, box  # the figures show without scrolling
+    DOCS_IMG.mkdir(parents=True, exist_ok=True)
+    pg.screenshot(path=str(DOCS_IMG / "ui-team.png"))
+    context.close()

@@ -1,0 +1,77 @@
+"""The page's heading follows a promotion without a reload (issue 45): one made through the API (or by
+another replica) shows within the heading's refresh, one made with the Train tab's Promote at once."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import httpx
+import pytest
+from app_testkit import Server, free_port
+from test_app_ui_browser import ARGS, CHROMIUM, pick
+
+from app.versions.registry import Registry
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
+
+HEADER = "(document.querySelector('#page-header')?.innerText || '')"
+
+
+@pytest.fixture(scope="module")
+def two_versions(spread_model_dir, tmp_path_factory):
+    """A loopback server (promoting is allowed there) on a registry of v1 (serving) and v2."""
+    root = tmp_path_factory.mktemp("promote-ui")
+    reg = Registry(root / "models")
+    reg.set_active(reg.register_folder(spread_model_dir)[0])
+    other = root / "src-v2"
+    shutil.copytree(spread_model_dir, other)
+    (other / "note.txt").write_text("v2")
+    assert reg.register_folder(other) == ("v2", True)
+    port = free_port()
+    server = Server([sys.executable, "-m", "app", "--models-dir", str(reg.root), "--port", str(port),
+                     "--no-monitor"], root, port)
+    try:
+        server.wait_ready()
+        yield server
+    finally:
+        server.stop()
+
+
+def test_the_heading_names_the_version_promoted_without_a_reload(two_versions):
+    sync_api = pytest.importorskip("playwright.sync_api")
+    url = two_versions.url
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+        pg = browser.new_page(viewport={"width": 1366, "height": 768})
+        pg.set_default_timeout(60_000)
+        pg.goto(url + "/ui/")
+        pg.wait_for_function(f"() => /model v1\\b/.test({HEADER})")
+        pg.evaluate("() => { window.notReloaded = true; }")  # gone if the page reloads
+
+        # Promoted through the API (as another replica or a script does): the open page follows by itself.
+        r = httpx.post(url + "/v1/models/v2/activate", timeout=120)
+        assert r.status_code == 200, r.text
+        pg.wait_for_function(f"() => /model v2\\b/.test({HEADER})", timeout=30_000)
+
+        # Promoted with the Train tab's button: the heading follows the click.
+        pg.get_by_role("tab", name="Train").click()
+        pick(pg, "#train-version", "v1")
+        pg.click("#train-activate")
+        pg.wait_for_function("() => /v1 is serving/.test(document.querySelector('#train-message').innerText)")
+        pg.wait_for_function(f"() => /model v1\\b/.test({HEADER})", timeout=30_000)
+        assert pg.evaluate("() => window.notReloaded === true")
+        browser.close()
+
+
+def test_promote_returns_the_heading_at_once(two_versions):
+    """The Promote click's event chain updates the heading (no wait for the next refresh): in the page's
+    config, an event that follows the Promote button's writes #page-header."""
+    config = httpx.get(two_versions.url + "/ui/config", timeout=60).json()
+    ids = {c.get("props", {}).get("elem_id"): c["id"] for c in config["components"]}
+    deps = config["dependencies"]
+    (promote,) = [i for i, d in enumerate(deps) if [ids["train-activate"], "click"] in d["targets"]]
+    followers = [d for d in deps if [promote, "then"] in d["targets"] or d.get("trigger_after") == promote]
+    assert any(ids["page-header"] in d["outputs"] for d in followers), followers
+    ticks = [d for d in deps if ids["page-header"] in d["outputs"] and any(t[1] == "tick" for t in d["targets"])]
+    assert ticks, "no timer refreshes the heading"
