@@ -30,14 +30,12 @@ OFF_TOPIC = {"bbc-first-sentences": ("ko-help-grouped", "debtags-implemented-in"
              "ko-help-grouped": ("bbc-first-sentences", "debtags-implemented-in")}
 
 
-def one(name, texts, y, groups, n_classes, others, target, seed, folds) -> dict:
-    import tempfile
-
-    from baseline.blend import Blend, fit_baseline, load_baseline, save_baseline
-    from baseline.ood import fit_typicality
+def served_fit(texts, y, groups, n_classes, target, seed, folds):
+    """One resplit's training side as k-fold builds it: out-of-fold scores, nested calibration and the served
+    threshold (the point estimate where too few rows state the bound). bench/ood_cuts.py reads the same."""
     from finetune.calibration import calibrate
     from finetune.coverage import served_threshold
-    from textdata.calibration import confident, threshold_vector
+    from textdata.calibration import threshold_vector
     from textdata.errors import DataError
 
     tr, un = resplit(y, groups, seed)
@@ -50,6 +48,17 @@ def one(name, texts, y, groups, n_classes, others, target, seed, folds) -> dict:
         served, rule = served_threshold(chosen, final, oof, t_y, fold_of, list(range(n_classes)), target, None), "point"
     th = threshold_vector(served["threshold"] if not isinstance(served["threshold"], dict)
                           else {int(k): v for k, v in served["threshold"].items()}, list(range(n_classes)))
+    return t_texts, t_y, un, oof, fold_of, final, th, rule
+
+
+def one(name, texts, y, groups, n_classes, others, target, seed, folds) -> dict:
+    import tempfile
+
+    from baseline.blend import Blend, fit_baseline, load_baseline, save_baseline
+    from baseline.ood import fit_typicality
+    from textdata.calibration import confident
+
+    t_texts, t_y, un, oof, fold_of, final, th, rule = served_fit(texts, y, groups, n_classes, target, seed, folds)
     typ, meta = fit_typicality(t_texts, t_y, fold_of, n_classes, confident(final(oof), th))
     model = fit_baseline(t_texts, t_y, seed)
     un_texts = [texts[i] for i in un]

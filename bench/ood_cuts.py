@@ -21,34 +21,22 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.ood import OFF_TOPIC
-from bench.resplits import DATASETS, out_of_fold, resplit, started, write_result
+from bench.ood import OFF_TOPIC, served_fit
+from bench.resplits import DATASETS, started, write_result
 
 
 def similarities(name, loaded, seed, folds, off_rows, target) -> dict:
     """One resplit's out-of-fold, unseen and off-topic similarities and confident masks."""
     from baseline.blend import fit_baseline
     from baseline.ood import build_index
-    from finetune.calibration import calibrate
-    from finetune.coverage import served_threshold
-    from textdata.calibration import confident, threshold_vector
-    from textdata.errors import DataError
+    from textdata.calibration import confident
     from textdata.nested import nested
 
     texts, y, groups, labels = loaded[name]
     n_classes = len(labels)
     rng = np.random.default_rng(0)
     others = {o: [loaded[o][0][i] for i in rng.permutation(len(loaded[o][0]))[:off_rows]] for o in OFF_TOPIC[name]}
-    tr, un = resplit(y, groups, seed)
-    t_texts, t_y = [texts[i] for i in tr], y[tr]
-    oof, fold_of, _ = out_of_fold(t_texts, t_y, None if groups is None else groups[tr], n_classes, folds, seed)
-    _, chosen, final = calibrate(oof, t_y, fold_of, "model")
-    try:
-        served, rule = served_threshold(chosen, final, oof, t_y, fold_of, list(range(n_classes)), target), "bound"
-    except DataError:  # too few rows to state it: the point estimate, so that the detector is still measured
-        served, rule = served_threshold(chosen, final, oof, t_y, fold_of, list(range(n_classes)), target, None), "point"
-    th = threshold_vector(served["threshold"] if not isinstance(served["threshold"], dict)
-                          else {int(k): v for k, v in served["threshold"].items()}, list(range(n_classes)))
+    t_texts, t_y, un, oof, fold_of, final, th, rule = served_fit(texts, y, groups, n_classes, target, seed, folds)
     rows = lambda mask: [t_texts[i] for i in np.flatnonzero(mask)]
     both, _ = nested(fold_of, lambda rest: build_index(rows(rest), t_y[rest], n_classes),
                      lambda ix, held: np.stack(ix.similarities(rows(held)), 1), np.zeros((len(t_texts), 2)))
