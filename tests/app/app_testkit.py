@@ -92,6 +92,21 @@ class Server:
         return self.proc.returncode
 
 
+def two_version_registry(model: Path, root: Path):
+    """A registry under root/models: `model` as v1 (active) and a copy with one file more as v2 (not active)."""
+    import shutil
+
+    from app.versions.registry import Registry
+
+    reg = Registry(root / "models")
+    reg.set_active(reg.register_folder(model)[0])
+    other = root / "src-v2"
+    shutil.copytree(model, other)
+    (other / "note.txt").write_text("v2")
+    assert reg.register_folder(other) == ("v2", True)
+    return reg
+
+
 def start_server(model: Path, cwd: Path, *args: str, env: dict | None = None) -> Server:
     port = free_port()
     argv = [sys.executable, "-m", "app", "--model", str(model), "--port", str(port), *args]

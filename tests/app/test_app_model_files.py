@@ -12,6 +12,7 @@ import shutil
 
 import numpy as np
 import pytest
+from app_testkit import two_version_registry
 from multilabel_fixture import ML_LABELS
 from starlette.testclient import TestClient
 from test_app_audit_multilabel import SETS, ml_pred
@@ -87,13 +88,7 @@ def test_a_reference_shows_only_its_checked_fields(tmp_path):
 # ---------------------------------------------------------------- M3: one unreadable version.json
 @pytest.fixture
 def two_versions(spread_model_dir, tmp_path):
-    reg = Registry(tmp_path / "models")
-    reg.set_active(reg.register_folder(spread_model_dir)[0])
-    other = tmp_path / "other"
-    shutil.copytree(spread_model_dir, other)
-    (other / "note.txt").write_text("another version")
-    assert reg.register_folder(other) == ("v2", True)
-    return reg
+    return two_version_registry(spread_model_dir, tmp_path)
 
 
 @pytest.mark.parametrize("broken", ["{not json", "[1, 2]", "null", '"v2"'])

@@ -3,28 +3,20 @@ rebinding, may not retrain or switch a loopback server with no key, nor read it 
 
 from __future__ import annotations
 
-import shutil
-
 import pytest
+from app_testkit import two_version_registry
 from starlette.testclient import TestClient
 
 from app.config import Config, parse_args
 from app.http.origin import SiteRule
 from app.server import create_app, load_classifier
-from app.versions.registry import Registry
 
 EVIL = "http://evil.example"
 
 
 @pytest.fixture
 def two_versions(spread_model_dir, tmp_path):
-    reg = Registry(tmp_path / "models")
-    reg.set_active(reg.register_folder(spread_model_dir)[0])
-    other = tmp_path / "other"
-    shutil.copytree(spread_model_dir, other)
-    (other / "note.txt").write_text("v2")
-    reg.register_folder(other)
-    return reg
+    return two_version_registry(spread_model_dir, tmp_path)
 
 
 def _client(reg, tmp_path, base="http://127.0.0.1:8000", **kw):

@@ -3,15 +3,12 @@ another replica) shows within the heading's refresh, one made with the Train tab
 
 from __future__ import annotations
 
-import shutil
 import sys
 
 import httpx
 import pytest
-from app_testkit import Server, free_port
+from app_testkit import Server, free_port, two_version_registry
 from test_app_ui_browser import ARGS, CHROMIUM, pick
-
-from app.versions.registry import Registry
 
 pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="needs Debian's chromium at /usr/bin/chromium")
 
@@ -22,12 +19,7 @@ HEADER = "(document.querySelector('#page-header')?.innerText || '')"
 def two_versions(spread_model_dir, tmp_path_factory):
     """A loopback server (promoting is allowed there) on a registry of v1 (serving) and v2."""
     root = tmp_path_factory.mktemp("promote-ui")
-    reg = Registry(root / "models")
-    reg.set_active(reg.register_folder(spread_model_dir)[0])
-    other = root / "src-v2"
-    shutil.copytree(spread_model_dir, other)
-    (other / "note.txt").write_text("v2")
-    assert reg.register_folder(other) == ("v2", True)
+    reg = two_version_registry(spread_model_dir, root)
     port = free_port()
     server = Server([sys.executable, "-m", "app", "--models-dir", str(reg.root), "--port", str(port),
                      "--no-monitor"], root, port)
