@@ -3,7 +3,7 @@ BBC News, the other 30% held out, cached in a work folder.
 
     python bench/minilm_bbc.py --work /tmp/minilm-bbc     # -> model/, bbc-train.csv, bbc-eval.csv, train.json
 
-The same recipe as docs/serving.md's INT8 sections (MiniLM-L6 from the `minilm` alias, 64 tokens), trained once
+The same recipe as docs/evidence.md's INT8 sections (MiniLM-L6 from the `minilm` alias, 64 tokens), trained once
 with the k-fold trainer's `fit` instead of `finetune/kfold.py --folds 2 --final` (three trainings): the benchmarks
 need a model whose predictions INT8 can harm, not a cross-validated score.
 """

@@ -54,7 +54,7 @@ _TOLD: set[str] = set()  # k-fold's findings (textdata/learned.py) already logge
 
 PROVIDERS = ("auto", "cpu", "cuda", "tensorrt", "torch")
 TRUNCATIONS = ("head", "head+tail")
-# Default padded tokens per pass (Classifier.load(batch_tokens=None)). Measured (docs/serving.md, "Pass size"): on
+# Default padded tokens per pass (Classifier.load(batch_tokens=None)). Measured (docs/evidence.md, "pass size"): on
 # CPU smaller passes stay in cache, 1,024 tokens scored 15-23% more rows/s than 8,192 on two models; a GPU wants large.
 CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 1024, 8192
 # Blended rows from which the baseline runs beside the model in _BLEND_POOL (a thread hand-off costs more than it
@@ -311,7 +311,8 @@ class Classifier:
         # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
         rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)] if self.blend else []
         texts = [seqs[i].text for i in rows]
-        # The baseline runs in a side thread during the model's pass (GIL released): docs/serving.md "The blend's cost"
+        # The baseline runs in a side thread during the model's pass (GIL released; measured: docs/evidence.md,
+        # "the TF-IDF blend's cost")
         overlap = self.blend_overlap and logits is None and len(rows) >= BLEND_OVERLAP_ROWS
         side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap and not baseline else None
         logits = self._logits(seqs, plan) if logits is None else logits
