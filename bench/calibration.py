@@ -133,6 +133,24 @@ def measure(clf, modes: dict, texts: list[str], repeats: int, multi_label: bool 
     return rows, step, paired
 
 
+def print_table(result: dict, modes: dict, load_before, output: Path) -> None:
+    print(  # ratios: the median of each round's pair (ratio_vs_none in the JSON: of the medians)
+        f"{'calibration':<12} {'predict rows/s':>15} {'ratio':>7} {'predict_proba rows/s':>21} {'ratio':>7} "
+        f"{'step µs/row':>12}"
+    )
+    for m in modes:
+        r = result["rows_per_second"][m]
+        ratio = result["ratio_vs_none_paired"].get(m, {"predict": 1.0, "predict_proba": 1.0})  # per-round pairs
+        print(
+            f"{m:<12} {r['predict']:>15.1f} {ratio['predict']:>7.3f} {r['predict_proba']:>21.1f} "
+            f"{ratio['predict_proba']:>7.3f} {result['calibration_step_us_per_row'][m]:>12.2f}"
+        )
+    print(
+        f"goal >= 0.97x: {'met' if result['met'] else 'NOT met'}; load {load_before} -> {os.getloadavg()}; "
+        f"wrote {output}"
+    )
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", type=Path)
@@ -198,21 +216,7 @@ def main(argv=None) -> int:
     result["met"] = all(v >= 0.97 for r in result["ratio_vs_none_paired"].values() for v in r.values())
     a.output.parent.mkdir(parents=True, exist_ok=True)
     a.output.write_text(json.dumps(result, indent=1) + "\n")
-    print(  # ratios: the median of each round's pair (ratio_vs_none in the JSON: of the medians)
-        f"{'calibration':<12} {'predict rows/s':>15} {'ratio':>7} {'predict_proba rows/s':>21} {'ratio':>7} "
-        f"{'step µs/row':>12}"
-    )
-    for m in modes:
-        r = result["rows_per_second"][m]
-        ratio = result["ratio_vs_none_paired"].get(m, {"predict": 1.0, "predict_proba": 1.0})  # per-round pairs
-        print(
-            f"{m:<12} {r['predict']:>15.1f} {ratio['predict']:>7.3f} {r['predict_proba']:>21.1f} "
-            f"{ratio['predict_proba']:>7.3f} {result['calibration_step_us_per_row'][m]:>12.2f}"
-        )
-    print(
-        f"goal >= 0.97x: {'met' if result['met'] else 'NOT met'}; load {load_before} -> {os.getloadavg()}; "
-        f"wrote {a.output}"
-    )
+    print_table(result, modes, load_before, a.output)
     return 0
 
 
