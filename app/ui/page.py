@@ -352,7 +352,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
                       concurrency_limit=cfg.ui_concurrency)
         l_sessions.input(resume, l_sessions, outputs, **quick)
-        team.wire(label_tab, l_dataset, render, outputs, quick, l_hint, l_accept, l_sessions, l_keys)
+        team.wire(label_tab, l_dataset, render, outputs, quick, l_text, l_hint, l_accept, l_sessions, l_keys)
         l_review.click(review_unsure, sid, [*outputs, l_review], **quick)
         l_accept.click(partial(act, accept), [sid, row], outputs, **quick)
         for i, b in enumerate(l_buttons):
