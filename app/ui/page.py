@@ -348,8 +348,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         sid = gr.BrowserState("", storage_key="electra-label-session")
         row = gr.State(None)
         shown = gr.State("")  # the session this page shows (render's last output)
-        with gr.Accordion("Start or resume a session", open=True, elem_id="label-start-panel") as l_start_panel, \
-                gr.Row():
+        with gr.Accordion("Start or resume a session", elem_id="label-start-panel") as l_start_panel, gr.Row():
             l_file = gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
                              elem_id="label-file")
             with gr.Column():
@@ -380,7 +379,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
             l_keys = gr.Markdown(keys_help(None, None), elem_classes="shortcut-help", elem_id="label-keys")
             l_order, l_other, l_other_btn, l_new, l_add, l_export, l_file_out = _label_extras(labels)
         outputs = [sid, row, l_text, l_hint, l_probs, l_progress, l_accept, *l_buttons, l_other, l_order,
-                   l_message, l_sessions, *l_panel, l_keys, l_start_panel, review.accordion, shown]
+                   l_message, l_sessions, *l_panel, l_keys, *(folded := [l_start_panel, review.accordion]), shown]
         quick = {"concurrency_limit": QUICK, "concurrency_id": "label", "trigger_mode": "once"}
         l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
                       concurrency_limit=cfg.ui_concurrency)
@@ -402,8 +401,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         review.wire(render, act, outputs, sid, row, l_hint)
         # On opening the tab rather than on page load: Gradio 6 applies page-load updates to a tab
         # not yet shown and then re-mounts it with its initial props, losing them.
-        label_tab.select(reopen, [sid, shown], outputs, js=OPENED_JS, **quick).then(
-            None, None, [l_start_panel, review.accordion], js=FOLD_JS)
+        label_tab.select(reopen, [sid, shown], outputs, js=OPENED_JS, **quick).then(None, None, folded, js=FOLD_JS)
         if state.review is not None:  # how many wait, each time the tab opens
             label_tab.select(lambda: review_button(state.review), None, l_review, **quick)
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import html
 import time
-from functools import partial
 
 import gradio as gr
 import pandas as pd
@@ -217,6 +216,9 @@ def train_tab(cfg, state, jobs):
         sent = gr.State(None)  # the version names this page's menu holds (tick)
         timer = gr.Timer(1.0)
         timer.tick(tick, sent, [*outs[1:], sent], show_progress="hidden", **quick)
-        tab.select(partial(tick, always=True), None, [*outs[1:], sent], **quick)
+        def opened():
+            return tick(always=True)
+
+        tab.select(opened, None, [*outs[1:], sent], **quick)
         tab.select(lambda: [gr.update(placeholder=h) for h in number_placeholders(jobs)], None, inputs, **quick)
     return promoted

@@ -417,10 +417,9 @@ def test_the_train_tab_timer_leaves_the_version_menu_alone_while_its_names_stand
 
     with gr.Blocks() as demo:
         train_tab(Config(), SimpleNamespace(), Jobs())
-    ticks = [f for f in demo.fns.values() if getattr(f.fn, "__name__", "") == "tick"
-             or getattr(getattr(f.fn, "func", None), "__name__", "") == "tick"]
-    timer = next(f.fn for f in ticks if any(t[1] == "tick" for t in f.targets))
-    opening = next(f.fn for f in ticks if any(t[1] == "select" for t in f.targets))
+    fns = {f.fn.__name__: f for f in demo.fns.values()}
+    timer, opening = fns["tick"].fn, fns["opened"].fn
+    assert any(t[1] == "tick" for t in fns["tick"].targets) and any(t[1] == "select" for t in fns["opened"].targets)
     *_, menu, sent = timer(None)
     assert menu == {"__type__": "update", "choices": ["v2", "v1"]} and "value" not in menu  # the pick stays
     assert timer(sent)[2] == gr.skip() and timer(sent)[3] == sent  # nothing changed: the menu is left alone
