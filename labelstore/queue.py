@@ -256,14 +256,20 @@ def submit(engine, ds: Dataset, uid: int, record_id: int, value, client_event_id
 
 
 def undo_last(engine, ds: Dataset, uid: int, lease_s: float = LEASE_S) -> dict | None:
-    """Take back the caller's latest answer in the dataset: the text is theirs again (leased), first in
-    their `next`. None when they have no answer left to undo."""
+    """Take back the caller's latest action in the dataset, an answer or a skip: the text is theirs again
+    (leased), first in their `next`. {"record_id", "text", "action": "answer" or "skip", "undone": the answer
+    taken back (None for a skip), "back": False for a skipped text that got its k answers from others since
+    (the skip is taken back all the same, so the next undo reaches the action before it)}. None when they have
+    nothing left to undo."""
     def undo(conn):
-        last = conn.execute(sa.select(answers.c.record_id, answers.c.value, records.c.text, records.c.suggestion,
-                                      records.c.model_version)
+        last = conn.execute(sa.select(answers.c.record_id, answers.c.value, answers.c.event_id, records.c.text,
+                                      records.c.suggestion, records.c.model_version)
                             .join(records, records.c.id == answers.c.record_id)
                             .where(records.c.dataset_id == ds.id, answers.c.annotator_id == uid)
                             .order_by(answers.c.event_id.desc()).limit(1)).first()
+        skipped = conn.execute(_LAST_SKIP, {"ds": ds.id, "uid": uid}).first()
+        if skipped is not None and (last is None or skipped.id > last.event_id):
+            return _undo_skip(conn, ds, uid, skipped, lease_s)
         if last is None:
             return None
         now = time.time()
@@ -272,12 +278,51 @@ def undo_last(engine, ds: Dataset, uid: int, lease_s: float = LEASE_S) -> dict |
                      .values(state="leased", expires_at=now + lease_s))
         conn.execute(records.update().where(records.c.id == last.record_id)
                      .values(n_answers=records.c.n_answers - 1, is_open=True))
-        conn.execute(label_events.insert().values(record_id=last.record_id, annotator_id=uid, status="undone",
-                                                  value=None, suggestion=last.suggestion,
-                                                  model_version=last.model_version, created_at=now))
-        return {"record_id": last.record_id, "text": last.text, "undone": last.value}
+        _hold_only(conn, ds, uid, last.record_id)
+        _log_undone(conn, uid, last, now)
+        return {"record_id": last.record_id, "text": last.text, "action": "answer", "undone": last.value,
+                "back": True}
 
     return tx.run(engine, undo)
+
+
+# The caller's latest skip still in force: no later event of theirs on that text (an answer once it came back,
+# a skip again, or the "undone" that took this skip back).
+_later = label_events.alias("later")
+_LAST_SKIP = (sa.select(label_events.c.id, label_events.c.record_id, records.c.text, records.c.suggestion,
+                        records.c.model_version)
+              .join(records, records.c.id == label_events.c.record_id)
+              .where(records.c.dataset_id == B("ds"), label_events.c.annotator_id == B("uid"),
+                     label_events.c.status == "skipped",
+                     ~sa.exists().where(_later.c.record_id == label_events.c.record_id,
+                                        _later.c.annotator_id == label_events.c.annotator_id,
+                                        _later.c.id > label_events.c.id))
+              .order_by(label_events.c.id.desc()).limit(1))
+
+
+def _hold_only(conn, ds: Dataset, uid: int, record_id: int) -> None:
+    """The text an undo gave back is the one the caller holds: the one `next` had leased them since goes back
+    to the queue (unanswered, no event), so the undone text is the one shown, whatever their priorities."""
+    mine = sa.select(records.c.id).where(records.c.dataset_id == ds.id)
+    conn.execute(slots.delete().where(slots.c.annotator_id == uid, slots.c.state == "leased",
+                                      slots.c.record_id != record_id, slots.c.record_id.in_(mine)))
+
+
+def _log_undone(conn, uid: int, rec, now: float) -> None:
+    conn.execute(label_events.insert().values(record_id=rec.record_id, annotator_id=uid, status="undone", value=None,
+                                              suggestion=rec.suggestion, model_version=rec.model_version,
+                                              created_at=now))
+
+
+def _undo_skip(conn, ds: Dataset, uid: int, skipped, lease_s: float) -> dict:
+    """The skipped text leased to the caller again when a slot is free (it went to the others at once), and an
+    "undone" event: the skip no longer counts as their last action (snapshots read it as no answer)."""
+    now = time.time()
+    back = _claim(conn, skipped.record_id, uid, ds.overlap, now, now + lease_s, "leased")
+    if back:
+        _hold_only(conn, ds, uid, skipped.record_id)
+    _log_undone(conn, uid, skipped, now)
+    return {"record_id": skipped.record_id, "text": skipped.text, "action": "skip", "undone": None, "back": back}
 
 
 def skip(engine, ds: Dataset, uid: int, record_id: int) -> bool:

@@ -4,7 +4,7 @@
     GET  /v1/datasets                     the datasets, with progress
     POST /v1/datasets/{id}/next           -> {"record_id", "text", "suggestion"}, 204 when none is left for you
     POST /v1/datasets/{id}/labels         {"record_id", "label" | "labels", "client_event_id"}
-    POST /v1/datasets/{id}/undo           take back your last answer
+    POST /v1/datasets/{id}/undo           take back your last answer or skip
     POST /v1/datasets/{id}/skip           {"record_id"}: give back the text you hold; it comes back to you last
     POST /v1/datasets/{id}/adjudicate     {"record_id", "label" | "labels"}  (reviewer, admin)
     GET  /v1/datasets/{id}/agreement      alpha, Fleiss' kappa, per label, per annotator (reviewer, admin)
@@ -209,7 +209,7 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
         uid = who.caller(request, ROLES)[0]
         done = queue.undo_last(engine, dataset(dataset_id), uid)
         if done is None:
-            raise HTTPException(404, "you have no answer in this dataset to undo")
+            raise HTTPException(404, "you have no answer or skip in this dataset to undo")
         return done
 
     @app.post("/v1/datasets/{dataset_id}/skip")

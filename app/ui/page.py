@@ -66,6 +66,26 @@ document.addEventListener('keydown', (e) => {
 </script>
 """
 
+# The Label tab's opening (reopen) folds the start and suspects panels in the browser, once its answer is
+# on screen, unless the person touched them after the tab was opened: under load that answer comes late, and
+# a fold from the server would close the panel under someone choosing a file in it.
+TOUCH_JS = """
+<script>
+['pointerdown', 'keydown', 'focusin'].forEach((t) => document.addEventListener(t, (e) => {
+  if (e.target && e.target.closest && e.target.closest('#label-start-panel, #label-suspects'))
+    window.labelTouchedAt = performance.now();
+}, true));
+</script>
+"""
+OPENED_JS = "(sid, shown) => { window.labelOpenedAt = performance.now(); return [sid, shown]; }"
+FOLD_JS = """() => {
+  const touched = (window.labelTouchedAt || 0) > (window.labelOpenedAt || 0);
+  const session = document.querySelector('#label-progress progress') !== null;
+  window.labelReopened = (window.labelReopened || 0) + 1;
+  const u = touched || !session ? {__type__: 'update'} : {__type__: 'update', open: false};
+  return [u, u];
+}"""
+
 CSS = """
 #label-text textarea { font-size: 1.15rem; line-height: 1.5; }
 .shortcut-help { opacity: .7; font-size: .9rem; }
@@ -244,8 +264,10 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         return team.get(sid) if str(sid).startswith("ds-") else store.get(sid)
 
     def render(session, message: str = "", fold: bool = True) -> list:
-        """The tab for `session`; `fold`: fold the start and suspects panels (a session was just opened)."""
-        return [*team.view(view(session, message), session), *folds(session, fold)]
+        """The tab for `session`; `fold`: fold the start and suspects panels (a session was just opened). The
+        last output is the session this page now shows (`shown`, kept on the server: reopen() reads it)."""
+        return [*team.view(view(session, message), session), *folds(session, fold),
+                session.id if session is not None else ""]
 
     def start(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
         texts, skipped = read_texts(cfg, file, text_column, partial(_stop_reason, state))
@@ -262,6 +284,15 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
 
     def resume(sid):
         return render(get(sid))
+
+    def reopen(sid, shown):
+        """The tab's opening: the session this browser had open (`sid`, as the browser sent it). Under load the
+        answer can come after the person did something else: when another session was drawn on this page since
+        (`shown`, read when this runs) the answer is stale and changes nothing. Its folding of the panels is
+        the browser's (FOLD_JS), which knows whether the person touched them since."""
+        if shown and shown != sid:
+            return [gr.skip()] * len(outputs)
+        return render(get(sid), fold=False)
 
     def review_unsure(current):  # the API's "not sure" answers (--review-queue) as a session, with the model's suggestions
         clf = state.served.clf  # a multi-label model's answers are label sets: a set session (issue 40, M6)
@@ -316,7 +347,8 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
     with gr.Tab("Label", id="label", elem_id="tab-label") as label_tab:
         sid = gr.BrowserState("", storage_key="electra-label-session")
         row = gr.State(None)
-        with gr.Accordion("Start or resume a session", open=True) as l_start_panel, gr.Row():
+        shown = gr.State("")  # the session this page shows (render's last output)
+        with gr.Accordion("Start or resume a session", elem_id="label-start-panel") as l_start_panel, gr.Row():
             l_file = gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
                              elem_id="label-file")
             with gr.Column():
@@ -347,12 +379,12 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
             l_keys = gr.Markdown(keys_help(None, None), elem_classes="shortcut-help", elem_id="label-keys")
             l_order, l_other, l_other_btn, l_new, l_add, l_export, l_file_out = _label_extras(labels)
         outputs = [sid, row, l_text, l_hint, l_probs, l_progress, l_accept, *l_buttons, l_other, l_order,
-                   l_message, l_sessions, *l_panel, l_keys, l_start_panel, review.accordion]
+                   l_message, l_sessions, *l_panel, l_keys, *(folded := [l_start_panel, review.accordion]), shown]
         quick = {"concurrency_limit": QUICK, "concurrency_id": "label", "trigger_mode": "once"}
         l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
                       concurrency_limit=cfg.ui_concurrency)
         l_sessions.input(resume, l_sessions, outputs, **quick)
-        team.wire(label_tab, l_dataset, render, outputs, quick, l_hint, l_accept, l_sessions, l_keys)
+        team.wire(label_tab, l_dataset, render, outputs, quick, l_text, l_hint, l_accept, l_sessions, l_keys)
         l_review.click(review_unsure, sid, [*outputs, l_review], **quick)
         l_accept.click(partial(act, accept), [sid, row], outputs, **quick)
         for i, b in enumerate(l_buttons):
@@ -369,7 +401,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         review.wire(render, act, outputs, sid, row, l_hint)
         # On opening the tab rather than on page load: Gradio 6 applies page-load updates to a tab
         # not yet shown and then re-mounts it with its initial props, losing them.
-        label_tab.select(resume, sid, outputs, **quick)
+        label_tab.select(reopen, [sid, shown], outputs, js=OPENED_JS, **quick).then(None, None, folded, js=FOLD_JS)
         if state.review is not None:  # how many wait, each time the tab opens
             label_tab.select(lambda: review_button(state.review), None, l_review, **quick)
 
@@ -379,7 +411,7 @@ def mount_ui(app, cfg, state, jobs=None) -> None:
     demo = build_ui(cfg, state, jobs)
     gr.mount_gradio_app(app, demo, path="/ui", ssr_mode=False, footer_links=["settings"],
                         max_file_size=int(cfg.max_upload_mb * 1024 * 1024), theme=demo.ui_theme, css=CSS,
-                        head=SHORTCUTS_JS, show_error=True)
+                        head=SHORTCUTS_JS + TOUCH_JS, show_error=True)
     # Browsers ask the site's root for its icon on every page: Gradio's is under /ui.
     app.add_api_route("/favicon.ico", lambda: RedirectResponse("/ui/favicon.ico", 301), include_in_schema=False)
     # Every open tab holds a heartbeat stream that only ends on Gradio's stop event, which Gradio sets

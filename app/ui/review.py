@@ -46,7 +46,8 @@ class ReviewPanel:
     def __init__(self, cfg, store, registry=None, labels=(), served=None):
         """`served`: the served classifier now (a multi-label one makes multi-label reviews)."""
         self.cfg, self.store, self.registry, self.labels, self.served = cfg, store, registry, list(labels), served
-        with gr.Accordion("Review suspects (label_issues.csv from finetune/kfold.py)", open=False) as self.accordion:
+        with gr.Accordion("Review suspects (label_issues.csv from finetune/kfold.py)", open=False,
+                          elem_id="label-suspects") as self.accordion:
             gr.Markdown("Rows whose label is likely wrong, least likely correct first: keep the given label, take "
                         "the suggestion or pick another; decisions correct the training table at the next Train.")
             with gr.Row():

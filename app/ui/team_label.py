@@ -57,6 +57,7 @@ class TeamSession:
         self.status = defaultdict(int)  # 1: skipped by this person (the Label tab's "skipped earlier")
         self._sets: dict[int, list] = {}
         self._has: dict[int, bool] = {}  # the record has a suggestion (a dataset of the model's labels)
+        self.shown: dict | None = None  # the progress last read (the bar's), for the text's title
 
     def current(self) -> int | None:
         """The text the queue gives this person now (the one they hold first), leased to them."""
@@ -84,7 +85,14 @@ class TeamSession:
 
     def progress(self) -> dict:
         p = review.my_progress(self.engine, self.ds, self.user[0])
-        return {"total": p["records"], "labeled": p["mine"], "skipped": p["skipped"], "todo": p["todo"]}
+        self.shown = {"total": p["records"], "labeled": p["mine"], "skipped": p["skipped"], "todo": p["todo"]}
+        return self.shown
+
+    def title(self, row: int) -> str:
+        """The text box's title: where this person is in the dataset (its record id means nothing to them)."""
+        p = self.shown or self.progress()
+        again = " (skipped earlier)" if self.status[row] == 1 else ""
+        return f"Text {min(p['labeled'] + 1, p['total'])} of {p['total']} in {self.ds.name}{again}"
 
     def decide(self, row: int, label) -> bool:
         """Answer the text on screen; False (nothing saved) when `row` is no longer the one this person holds
@@ -113,9 +121,16 @@ class TeamSession:
             return self.current() != row
 
     def undo(self) -> int | None:
+        """Take back this person's last answer or skip (labelstore/queue.py undo_last): its text is on screen."""
         with self.lock:
             done = queue.undo_last(self.engine, self.ds, self.user[0])
-            return None if done is None else done["record_id"]
+            if done is None:
+                return None
+            self.status[done["record_id"]] = 0  # an undone skip: no longer "skipped earlier"
+            if not done["back"]:
+                raise SessionError("the text you skipped got its answers from others meanwhile; press Undo again "
+                                   "to take back what you did before it")
+            return done["record_id"]
 
     def add_label(self, name: str) -> str:
         raise SessionError("a team dataset's labels were set when it was made")
@@ -204,13 +219,13 @@ class TeamSessions:
         finally:
             ACTOR.reset(token)
 
-    def wire(self, tab, picker, render, outputs: list, quick: dict, hint, accept, sessions, keys) -> None:
-        """The dataset picker: filled when the tab opens, a pick opens the dataset in the tab. `hint`, `accept`,
-        `sessions`, `keys`: the outputs view() rewrites for a dataset."""
+    def wire(self, tab, picker, render, outputs: list, quick: dict, text, hint, accept, sessions, keys) -> None:
+        """The dataset picker: filled when the tab opens, a pick opens the dataset in the tab. `text`, `hint`,
+        `accept`, `sessions`, `keys`: the outputs view() rewrites for a dataset."""
         import gradio as gr
 
-        self.at.update(hint=outputs.index(hint), accept=outputs.index(accept), sessions=outputs.index(sessions),
-                       keys=outputs.index(keys))
+        self.at.update(text=outputs.index(text), hint=outputs.index(hint), accept=outputs.index(accept),
+                       sessions=outputs.index(sessions), keys=outputs.index(keys))
         picker.input(self.opener(render), picker, outputs, **quick)
         tab.select(lambda: gr.update(choices=self.choices()), None, picker, **quick)
 
@@ -239,6 +254,8 @@ class TeamSessions:
         import gradio as gr
 
         at, row = self.at, out[1]
+        if row is not None:
+            out[at["text"]] = {**out[at["text"]], "label": session.title(row)}
         hint = team_hint(session, row)
         if hint is not None:
             out[at["hint"]] = hint

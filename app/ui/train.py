@@ -130,9 +130,17 @@ def train_tab(cfg, state, jobs):
         why = admin_refusal(cfg)
         if why:  # the registry and the jobs are read under the rule that changes them
             return f"<div>⚠ {html.escape(why)}</div>", versions_frame(None), gr.update(choices=[], value=None)
-        names = list(reversed(registry.names()))
+        names = list(reversed(registry.names()))  # the value stays: the person's pick is kept
         return (progress_html(latest()), versions_frame(registry),
-                gr.update(choices=names, value=None if not names else gr.skip()))
+                gr.update(choices=names) if names else gr.update(choices=[], value=None))
+
+    def tick(sent=None, always=False):
+        """refresh() for the timer: the version menu only when its names changed since this page was last sent
+        them (`sent`), or every second it would redraw under a person picking from it. `always`: the tab's
+        opening (Gradio 6 may draw the tab afresh then, with an empty menu)."""
+        progress, frame, menu = refresh()
+        names = menu.get("choices")
+        return (progress, frame, gr.skip(), sent) if names == sent and not always else (progress, frame, menu, names)
 
     async def start(*values):
         why = admin_refusal(cfg)
@@ -205,8 +213,12 @@ def train_tab(cfg, state, jobs):
         t_start.click(start, inputs, outs, **quick)
         t_cancel.click(cancel, None, outs, **quick)
         promoted = t_activate.click(activate, t_version, outs, **quick)
+        sent = gr.State(None)  # the version names this page's menu holds (tick)
         timer = gr.Timer(1.0)
-        timer.tick(refresh, None, outs[1:], show_progress="hidden", **quick)
-        tab.select(refresh, None, outs[1:], **quick)
+        timer.tick(tick, sent, [*outs[1:], sent], show_progress="hidden", **quick)
+        def opened():
+            return tick(always=True)
+
+        tab.select(opened, None, [*outs[1:], sent], **quick)
         tab.select(lambda: [gr.update(placeholder=h) for h in number_placeholders(jobs)], None, inputs, **quick)
     return promoted

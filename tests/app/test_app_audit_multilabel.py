@@ -183,7 +183,7 @@ def test_monitor_tab_and_api_show_the_multi_label_audit(multilabel_classifier_di
         assert f"{len(texts)} texts" in message and "Tick every label" in message
         (made,) = SessionStore(tmp_path / "app-data" / "label").list()
         sid = made["id"]
-        session_outputs(url, tab, fn[("tab-label", "select")], [None])  # opening the tab lists the sessions
+        session_outputs(url, tab, fn[("tab-label", "select")], [None, None])  # opening the tab lists the sessions
         out = session_outputs(url, tab, fn[("label-sessions", "input")], [sid])
         assert out[31]["visible"] is True and out[31]["value"] == [] and "answer is hidden" in json.dumps(out[3])
         person = {text: ticked for text, _, ticked in CASES}

@@ -94,6 +94,10 @@ def test_skip_gives_the_text_back_to_the_queue_and_to_the_skipper_last(store_url
         r = c.post(f"/v1/datasets/{ds}/skip", json={"record_id": first})
         assert r.status_code == 200 and r.json() == {"record_id": first, "skipped": True}
         assert c.post(f"/v1/datasets/{ds}/skip", json={"record_id": first}).status_code == 409  # not held now
+        undone = c.post(f"/v1/datasets/{ds}/undo").json()  # undo takes the skip back: the text is held again
+        assert (undone["record_id"], undone["action"], undone["back"]) == (first, "skip", True)
+        assert c.post(f"/v1/datasets/{ds}/next").json()["record_id"] == first
+        assert c.post(f"/v1/datasets/{ds}/skip", json={"record_id": first}).status_code == 200
         second = c.post(f"/v1/datasets/{ds}/next").json()["record_id"]
         assert second != first
         assert c.post(f"/v1/datasets/{ds}/labels", json={"record_id": second, "label": "a"}).status_code == 200

@@ -42,6 +42,8 @@ def test_label_train_promote_classify(loop_server, tmp_path):
         pg.wait_for_function("() => /made v2/.test(document.querySelector('#train-status').innerText)")
         pg.wait_for_function("() => /v2\\s+●/.test(document.querySelector('#train-versions').innerText)")
         pg.wait_for_function("() => /v1\\s+imported/.test(document.querySelector('#train-versions').innerText)")
+        # the heading follows the promotion (within its 5 s refresh) before the docs' picture is taken
+        pg.wait_for_function("() => /model v2\\b/.test(document.querySelector('#page-header').innerText)")
         pg.screenshot(path=str(DOCS_IMG / "ui-train.png"))
         pg.get_by_role("tab", name="Classify").click()
         pg.fill("#classify-text textarea", "꿈에서 봤다")

@@ -125,6 +125,71 @@ def test_session_fits_a_laptop_and_an_empty_review_queue_keeps_it(laptop, tmp_pa
     visible(pg, "#accept-btn")
 
 
+def test_a_late_answer_to_the_label_tab_s_opening_undoes_nothing(laptop, tmp_path):
+    """Under load the answer to the Label tab's opening (resume this browser's session, fold the panels) came
+    after the person had acted: it drew the old session over the one just started, or folded the start panel
+    under someone choosing a file. Here that event's request is held in the browser, so it reaches the server
+    late, as behind a long queue; when nothing was touched meanwhile, its answer still folds the panels."""
+    server, pg, _ = laptop
+    config = httpx.get(server.url + "/ui/config", timeout=60).json()
+    ids = {c.get("props", {}).get("elem_id"): c["id"] for c in config["components"]}
+    (opening,) = [i for i, d in enumerate(config["dependencies"])
+                  if [ids["tab-label"], "select"] in d["targets"] and ids["label-text"] in d["outputs"]]
+    first, second = tmp_path / "first.csv", tmp_path / "second.csv"
+    for source in (first, second):
+        pd.DataFrame({"text": TEXTS}).to_csv(source, index=False)
+    context = pg.context.browser.new_context(viewport=LAPTOP)
+    context.set_default_timeout(60_000)
+    page, held, holding = context.new_page(), [], [False]
+
+    def hold(route):
+        if holding[0] and (route.request.post_data_json or {}).get("fn_index") == opening:
+            held.append(route)
+        else:
+            route.continue_()
+
+    def reload_and_open_the_tab(hold_it: bool) -> None:
+        holding[0] = hold_it
+        page.goto(server.url + "/ui/")
+        page.wait_for_selector("#classify-text textarea")
+        with page.expect_request(lambda r: "queue/join" in r.url and (r.post_data_json or {}).get("fn_index")
+                                 == opening):
+            page.get_by_role("tab", name="Label").click()
+        if hold_it:
+            page.wait_for_function("() => window.labelOpenedAt !== undefined")
+            assert len(held) == 1  # sent, and held
+        else:
+            page.wait_for_function("() => window.labelReopened === 1")
+
+    def release() -> None:
+        holding[0] = False
+        held.pop().continue_()
+        page.wait_for_function("() => window.labelReopened === 1")  # its answer is on screen, and FOLD_JS ran
+
+    def start(source: Path) -> None:
+        page.set_input_files("#label-file input[type=file]", str(source))
+        page.wait_for_selector("#label-file a[href*='file=']")
+        page.click("#label-start")
+        page.wait_for_function("n => document.querySelector('#label-progress').innerText.endsWith(' in ' + n)",
+                               arg=source.name)
+
+    page.route("**/queue/join*", hold)
+    reload_and_open_the_tab(False)
+    start(first)  # this browser's session, as on an earlier visit
+    reload_and_open_the_tab(True)
+    start(second)  # a new one, started before the opening's answer came
+    release()
+    assert page.inner_text("#label-progress").endswith(" in second.csv")  # not first.csv drawn over it
+    reload_and_open_the_tab(True)
+    page.click("#label-column")  # the person is in the start panel
+    release()
+    assert page.inner_text("#label-progress").endswith(" in second.csv")
+    assert page.is_visible("#label-file")  # the panel they are in stays open
+    reload_and_open_the_tab(False)  # nothing touched: the opening folds the panels
+    page.wait_for_selector("#label-file", state="hidden")
+    context.close()
+
+
 def test_monitor_tab_says_levels_in_words(laptop):
     server, pg, _ = laptop
     for _ in range(2):  # 112 answers, past 100: one drift check, a point on the chart over time

@@ -1,6 +1,7 @@
 """The Label tab on a team dataset without a browser: the key help names only keys that do something (no
-Enter where there is no suggestion), S skips (the text comes back last, marked), and the tab's download is
-the dataset's export for a reviewer and one's own answers for an annotator (blind)."""
+Enter where there is no suggestion), S skips (the text comes back last, marked) and U takes a skip back, the
+text's title is the person's place in the dataset, and the tab's download is the dataset's export for a
+reviewer and one's own answers for an annotator (blind)."""
 
 from __future__ import annotations
 
@@ -30,21 +31,29 @@ def test_keys_skip_and_the_download_of_a_dataset_with_labels_of_its_own(tmp_path
         team.user = lambda: who[name]  # the person at the page (the cookie's user in the app)
         session = team.get(dataset_sid(ds))
         out = _render_label(store, ["x", "y"], session)
-        team.at.update(hint=3, accept=6, sessions=len(out) - 5, keys=len(out) - 1)  # _render_label's order
+        team.at.update(text=2, hint=3, accept=6, sessions=len(out) - 5, keys=len(out) - 1)  # _render_label's order
         return session, team.view(out, session)
 
     session, out = tab("ann")
     assert out[2]["value"] == "t0" and out[6]["visible"] == "hidden"  # no suggestion: no Accept
     assert "Enter" not in out[-1] and "**S** skip" in out[-1] and "**1–9**" in out[-1]
     assert "no model suggestion" in out[3]
+    # the title says where the person is, not the store's record id ("Row 8" read as a row of some file)
+    assert out[2]["label"] == "Text 1 of 3 in own labels"
     assert session.skip(out[1])  # t0 goes back to the queue: t1 now, t0 after the rest
     session, out = tab("ann")
     assert out[2]["value"] == "t1" and "1</b> skipped" in out[5]
+    assert session.undo() is not None  # U takes the skip back: t0 again, no longer skipped
+    session, out = tab("ann")
+    assert out[2]["value"] == "t0" and "0</b> skipped" in out[5] and "skipped earlier" not in out[2]["label"]
+    assert session.skip(out[1])
+    session, out = tab("ann")
+    assert out[2]["value"] == "t1"
     assert session.decide(out[1], "x")
     session, out = tab("ann")
     assert session.decide(out[1], "y")  # t2
     session, out = tab("ann")
-    assert out[2]["value"] == "t0" and "skipped earlier" in out[2]["label"]
+    assert out[2]["value"] == "t0" and out[2]["label"] == "Text 3 of 3 in own labels (skipped earlier)"
     assert not session.skip(out[1])  # nothing else left: it comes straight back (the tab says so)
     session.decide(session.current(), "x")
     rev, _ = tab("rev")

@@ -388,3 +388,41 @@ def test_train_while_a_job_runs_names_the_cancel_button_not_an_api_path():
     (start,) = [f.fn for f in demo.fns.values() if f.fn.__name__ == "start"]
     said = asyncio.run(start("", ""))[0]
     assert said == "⚠ Job j1 is running: one training job at a time. Wait for it, or press Cancel job."
+
+
+def test_the_train_tab_timer_leaves_the_version_menu_alone_while_its_names_stand():
+    """Issue 45: the Train tab's 1 s timer sent the version menu's choices (and a value) every second, redrawing
+    it under a person picking a version to promote; it now sends them when they change, and on the tab's
+    opening."""
+    from app.config import Config
+    from app.ui.train import train_tab
+
+    names = ["v1", "v2"]
+
+    class Registry:
+        def names(self):
+            return list(names)
+
+        def listing(self):
+            return []
+
+    class Jobs:
+        registry, switcher = Registry(), None
+
+        def settings(self, given):
+            return {}
+
+        def list(self):
+            return []
+
+    with gr.Blocks() as demo:
+        train_tab(Config(), SimpleNamespace(), Jobs())
+    fns = {f.fn.__name__: f for f in demo.fns.values()}
+    timer, opening = fns["tick"].fn, fns["opened"].fn
+    assert any(t[1] == "tick" for t in fns["tick"].targets) and any(t[1] == "select" for t in fns["opened"].targets)
+    *_, menu, sent = timer(None)
+    assert menu == {"__type__": "update", "choices": ["v2", "v1"]} and "value" not in menu  # the pick stays
+    assert timer(sent)[2] == gr.skip() and timer(sent)[3] == sent  # nothing changed: the menu is left alone
+    assert opening()[2]["choices"] == ["v2", "v1"]  # the tab's opening sends them whatever was sent before
+    names.append("v3")
+    assert timer(sent)[2]["choices"] == ["v3", "v2", "v1"]

@@ -177,6 +177,48 @@ def test_a_skipped_text_goes_to_the_others_at_once_and_back_to_the_skipper_last(
     assert [x["label"] for x in labels_as_of(engine, latest_event(engine))] == ["a"]  # a skip is no answer
 
 
+def test_undo_takes_back_the_last_action_a_skip_included(engine):
+    """Undo walks back the caller's actions, a skip as well as an answer: the skipped text is theirs again and
+    shown first; a skipped text others filled meanwhile cannot come back, and the next undo reaches the action
+    before it. Undone skips count as no answer."""
+    from labelstore.snapshot import labels_as_of, latest_event
+
+    a, b = people(engine, 2)
+    ds = make(engine, 4, 1)
+    first = queue.next_record(engine, ds, a)["record_id"]
+    queue.submit(engine, ds, a, first, "a", None)
+    second = queue.next_record(engine, ds, a)["record_id"]
+    assert queue.skip(engine, ds, a, second)
+    third = queue.next_record(engine, ds, a)["record_id"]  # a holds it now
+    undone = queue.undo_last(engine, ds, a)
+    assert (undone["record_id"], undone["action"], undone["undone"], undone["back"]) == (second, "skip", None, True)
+    assert queue.next_record(engine, ds, a)["record_id"] == second  # shown again, before the one held since
+    assert review.my_progress(engine, ds, a)["skipped"] == 0
+    assert queue.next_record(engine, ds, b)["record_id"] == third  # given back to the queue: free for b
+    again = queue.undo_last(engine, ds, a)  # then the answer before the skip
+    assert (again["record_id"], again["action"], again["undone"]) == (first, "answer", "a")
+    assert queue.next_record(engine, ds, a)["record_id"] == first
+    assert queue.undo_last(engine, ds, a) is None  # nothing left: the skip was taken back already
+
+    with engine.connect() as conn:
+        statuses = [r[0] for r in conn.execute(sa.select(label_events.c.status).order_by(label_events.c.id))]
+    assert statuses == ["answered", "skipped", "undone", "undone"]
+
+    ds = make(engine, 3, 1)
+    p = queue.next_record(engine, ds, a)["record_id"]
+    queue.submit(engine, ds, a, p, "a", None)
+    x = queue.next_record(engine, ds, a)["record_id"]
+    assert queue.skip(engine, ds, a, x)
+    z = queue.next_record(engine, ds, a)["record_id"]  # a holds z; x went back to the queue at once
+    assert queue.next_record(engine, ds, b)["record_id"] == x
+    queue.submit(engine, ds, b, x, "b", None)  # k = 1: x is full
+    gone = queue.undo_last(engine, ds, a)
+    assert (gone["record_id"], gone["action"], gone["back"]) == (x, "skip", False)
+    assert queue.next_record(engine, ds, a)["record_id"] == z  # still a's
+    assert queue.undo_last(engine, ds, a)["record_id"] == p  # the skip no longer blocks the undo before it
+    assert [x["label"] for x in labels_as_of(engine, latest_event(engine))] == ["b"]  # undone skips: no answer
+
+
 def test_an_expired_lease_goes_back_to_the_queue(engine):
     a, b = people(engine, 2)
     ds = make(engine, 1, 1)
