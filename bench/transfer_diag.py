@@ -32,7 +32,7 @@ def at(probs, y, t) -> dict:
 
 def diagnose(texts, y, groups, n_classes, folds, seed) -> dict:
     from finetune.calibration import calibrate
-    from finetune.coverage import served_threshold
+    from finetune.coverage import DELTA, bound_threshold, served_threshold
     from textdata.errors import DataError
 
     tr, un = resplit(y, groups, seed)
@@ -46,7 +46,8 @@ def diagnose(texts, y, groups, n_classes, folds, seed) -> dict:
               "final_on_unseen": (final(p_all[len(tr):]), y_un), "final_on_train": (final(p_all[: len(tr)]), t_y)}
     out = {"seed": seed, "method": section["method"],
            "top_quantiles": {k: [round(float(q), 4) for q in np.quantile(p.max(1), QUANTILES)] for k, (p, _) in scores.items()},
-           "accuracy": {k: round(float((p.argmax(1) == yy).mean()), 4) for k, (p, yy) in scores.items()}, "targets": {}}
+           "accuracy": {k: round(float((p.argmax(1) == yy).mean()), 4) for k, (p, yy) in scores.items()},
+           "accuracy_nested_oof": round(float((chosen.calibrated.argmax(1) == t_y).mean()), 4), "targets": {}}
     for target in (0.8, 0.9):
         try:
             s = served_threshold(chosen, final, oof, t_y, fold_of, list(range(n_classes)), target)
@@ -54,9 +55,14 @@ def diagnose(texts, y, groups, n_classes, folds, seed) -> dict:
             out["targets"][str(target)] = {"error": str(e)[:160]}
             continue
         t = s["threshold"] if not isinstance(s["threshold"], dict) else min(s["threshold"].values())
+        # the same bound on the nested-calibrated out-of-fold scores (no row calibrated by a calibrator fitted on it)
+        t_n, _ = bound_threshold(chosen.calibrated.max(1), chosen.calibrated.argmax(1) == t_y, target, DELTA)
         out["targets"][str(target)] = {"threshold": s["threshold"], "scope": s["scope"],
                                        "nested_coverage": round(s["estimated_coverage"], 4),
-                                       **{k: at(p, yy, t) for k, (p, yy) in scores.items() if k != "final_on_train"}}
+                                       **{k: at(p, yy, t) for k, (p, yy) in scores.items() if k != "final_on_train"},
+                                       "nested_threshold": t_n,
+                                       "nested_oof": at(chosen.calibrated, t_y, t_n) if t_n else None,
+                                       "nested_final_on_unseen": at(scores["final_on_unseen"][0], y_un, t_n) if t_n else None}
     return out
 
 

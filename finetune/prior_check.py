@@ -80,6 +80,6 @@ def prior_check(probs: np.ndarray, y: np.ndarray, seed: int = 0) -> dict:
     wins = bool(shifted) and lower >= WIN_SHARE and gain > 0 and same_cost <= SAME_SLACK
     out.update(wins=wins, why=(
         f"shifted windows where the rule fired: corrected log-loss lower in {lower:.0%} (median gain {gain:.4f} nats); "
-        f"at the fold's own mix the rule costs {same_cost:+.4f} nats at the median"
+        f"at the rows' own mix the rule costs {same_cost:+.4f} nats at the median"
         f" -> {'served' if wins else 'not served'} with --prior-correction"))
     return out
