@@ -176,6 +176,8 @@ def main(argv=None) -> int:
         print(f"\n{name} ({result['data'][name]['classes']} classes, medians of {a.resplits} x {a.draws} windows of "
               f"{a.window}):")
         for kind, s in result["data"][name]["summary"].items():
+            if kind not in MIXES:
+                continue
             print(f"  {kind:>9}: mix error {s['tv_training']:.3f} -> {s['tv_estimate']:.3f}; fires "
                   + " ".join(f"{lv}:{s[f'fires_{lv}']:.2f}" for lv in LEVELS)
                   + f"; log-loss {s['plain/log_loss']:.4f} -> {s['corrected/log_loss']:.4f} (wins "

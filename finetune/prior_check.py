@@ -77,7 +77,7 @@ def prior_check(probs: np.ndarray, y: np.ndarray, seed: int = 0) -> dict:
     lower = np.mean([r["lower_where_fired"] for r in shifted]) if shifted else 0.0
     gain = np.median([r["median_gain_where_fired"] for r in shifted]) if shifted else 0.0
     same_cost = out["same"]["median_cost"]
-    wins = bool(shifted) and lower >= WIN_SHARE and gain > 0 and same_cost <= SAME_SLACK
+    wins = bool(shifted and lower >= WIN_SHARE and gain > 0 and same_cost <= SAME_SLACK)  # a JSON bool
     out.update(wins=wins, why=(
         f"shifted windows where the rule fired: corrected log-loss lower in {lower:.0%} (median gain {gain:.4f} nats); "
         f"at the rows' own mix the rule costs {same_cost:+.4f} nats at the median"

@@ -2,6 +2,8 @@
 wins under simulated class-mix shifts and is recorded as served; on under-confident scores (the EM then runs
 the mix away, as on ko-help's unseen pages) it loses and is not; too few rows say so."""
 
+import json
+
 import numpy as np
 
 from finetune.prior_check import prior_check
@@ -24,6 +26,7 @@ def test_wins_on_calibrated_scores_and_loses_on_flattened_ones():
     flat /= flat.sum(1, keepdims=True)
     lost = prior_check(flat, y)
     assert not lost["wins"] and "not served" in lost["why"]
+    json.dumps([got, lost])  # report.json takes it as is (a numpy bool once broke the write)
 
 
 def test_too_few_rows_is_not_a_win():
