@@ -13,6 +13,7 @@ final model (calibrated by the final calibrator) at targets 0.8 and 0.9:
              precision reaches the target
   group_bound  grouped data: what --target-precision serves with --group-column (the bound at the design
              effect of the answered rows' groups, finetune/group_bound.py): 90% confidence over unseen groups
+  bound_975  the same bound at delta 0.025 (97.5% confidence)
   bound      what --target-precision serves without --group-column (finetune/coverage.py served_threshold, called as k-fold calls
              it): Learn-then-Test on the same out-of-fold rows, the lowest threshold whose Clopper-Pearson lower
              bound (fixed-sequence, delta 0.1) reaches the target, per class (delta / classes) where that won
@@ -75,7 +76,8 @@ def grid_bound_threshold(
     return (float(thresholds[ok].min()) if ok.any() else None), info
 
 
-def served_bound(chosen, final, oof, y, fold_of, n_classes, target, p_unseen, y_un, groups=None) -> dict:
+def served_bound(chosen, final, oof, y, fold_of, n_classes, target, p_unseen, y_un, groups=None,
+                 delta: float = DELTA) -> dict:
     """The bound as --target-precision serves it (finetune/coverage.py served_threshold at its DELTA: global, or
     per class at delta / classes where that won nested; `groups`: as with --group-column, over unseen groups),
     scored on the unseen rows."""
@@ -84,7 +86,7 @@ def served_bound(chosen, final, oof, y, fold_of, n_classes, target, p_unseen, y_
     from textdata.errors import DataError
 
     try:
-        served = served_threshold(chosen, final, oof, y, fold_of, list(range(n_classes)), target, groups=groups,
+        served = served_threshold(chosen, final, oof, y, fold_of, list(range(n_classes)), target, delta, groups=groups,
                                   group_column=None if groups is None else "group")
     except DataError as e:  # unreachable or too few rows: nothing is answered confident
         return {"precision": None, "coverage": 0.0, "error": str(e)[:160]}
@@ -145,6 +147,9 @@ def one_resplit(texts, y, groups, n_classes, folds, seed) -> dict:
         except Exception as e:  # noqa: BLE001 - an unreachable target is a result here
             row["point"] = {"error": str(e)[:120]}
         row["bound"] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un)
+        # the same bound at 97.5% confidence: room for the unseen rows' own sampling noise
+        row["bound_975"] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un,
+                                        delta=0.025)
         if t_groups is not None:  # what k-fold serves with --group-column: the bound over unseen groups
             row["group_bound"] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un,
                                               t_groups)
@@ -160,7 +165,7 @@ def summarize(runs: list[dict]) -> dict:
     out = {}
     for target in TARGETS:
         key = str(target)
-        for cand in ("point", "bound", "group_bound", "grid", "quantile", "share", "ensemble"):
+        for cand in ("point", "bound", "bound_975", "group_bound", "grid", "quantile", "share", "ensemble"):
             if cand not in runs[0]["targets"][key]:
                 continue
             got = [r["targets"][key].get(cand, {}) for r in runs]
