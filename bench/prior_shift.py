@@ -18,6 +18,7 @@ likelihood-ratio test fires at each level.
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -27,40 +28,29 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.calibration_unseen import parser, resplits, split
 from bench.resplits import fit_proba, out_of_fold
+from finetune.prior_check import mix_of, sample
 
 LEVELS = (0.05, 0.01, 0.001)
 MIXES = ("same", "dirichlet", "one")
 
 
 def served(oof, y, fold_of, n, target):
+    """(the final calibrator, the served thresholds, k-fold's --prior-correction check on the nested-calibrated
+    out-of-fold rows: finetune/prior_check.py)."""
     from finetune.calibration import calibrate
     from finetune.coverage import served_threshold
+    from finetune.prior_check import prior_check
     from textdata.calibration import threshold_vector
     from textdata.errors import DataError
 
     _, chosen, final = calibrate(oof, y, fold_of, "model")
+    check = prior_check(chosen.calibrated, y)
     try:
         s = served_threshold(chosen, final, oof, y, fold_of, list(range(n)), target)
     except DataError:
         s = served_threshold(chosen, final, oof, y, fold_of, list(range(n)), target, None)
     t = s["threshold"]
-    return final, threshold_vector({int(k): v for k, v in t.items()} if isinstance(t, dict) else t, list(range(n)))
-
-
-def mix_of(kind, train_mix, rng):
-    if kind == "same":
-        return train_mix
-    if kind == "dirichlet":
-        return rng.dirichlet(np.ones(len(train_mix)))
-    one = np.zeros(len(train_mix))
-    one[rng.integers(len(train_mix))] = 1
-    return 0.5 * one + 0.5 * train_mix
-
-
-def sample(y_pool, mix, m, rng):
-    """`m` row indices of the pool drawn at class mix `mix` (with replacement within a class)."""
-    counts = rng.multinomial(m, mix / mix.sum())
-    return np.concatenate([rng.choice(np.flatnonzero(y_pool == c), k) for c, k in enumerate(counts) if k])
+    return final, threshold_vector({int(k): v for k, v in t.items()} if isinstance(t, dict) else t, list(range(n))), check
 
 
 def judged(p, y, th) -> dict:
@@ -80,14 +70,14 @@ def one(texts, y, groups, n, a, seed) -> dict:
     tr, un = split(y, groups, a.train_rows, 10**9, seed)
     t_texts, t_y, y_pool = [texts[i] for i in tr], y[tr], y[un]
     oof, fold_of, _ = out_of_fold(t_texts, t_y, None if groups is None else groups[tr], n, a.folds, seed)
-    final, th = served(oof, t_y, fold_of, n, a.target)
+    final, th, check = served(oof, t_y, fold_of, n, a.target)
     every = [*t_texts, *(texts[i] for i in un)]
     p_pool = final(fit_proba(every, np.r_[t_y, y_pool], np.arange(len(tr)), len(tr) + np.arange(len(un)), n, seed))
     fitted = final(oof).mean(0)
     label_mix = np.bincount(t_y, minlength=n) / len(t_y)
     present = np.bincount(y_pool, minlength=n) > 0
     out = {"seed": seed, "train": len(tr), "pool": len(un), "fitted_mix": fitted.tolist(),
-           "label_mix": label_mix.tolist(), "mixes": {}}
+           "label_mix": label_mix.tolist(), "kfold_check": check, "mixes": {}}
     for kind in MIXES:
         rows = []
         for _ in range(a.draws):
@@ -125,7 +115,45 @@ def summarize(runs) -> dict:
                                                                for p, r in zip(pick, rows)]))
         s["corrected_log_loss_wins"] = float(np.mean([r["corrected"]["log_loss"] < r["plain"]["log_loss"] for r in rows]))
         out[kind] = s
+    out["kfold_check_wins"] = [bool(run["kfold_check"]["wins"]) for run in runs]
     return out
+
+
+def serving_cost(n_classes: int = 5, rows: int = 32, window: int = 1000, rounds: int = 2000) -> dict:
+    """µs a served row of the correction (serving/prior.py, after the calibrator), against the calibrator alone,
+    and of the monitor's EM on a full window, run every 100 answers (amortized per answer); medians of 5."""
+    import time
+
+    from serving.calibration import ServedCalibration
+    from serving.prior import PriorCorrection
+    from textdata.calibration import Calibrator
+    from textdata.prior_shift import estimate
+
+    rng = np.random.default_rng(0)
+    p = rng.dirichlet(np.ones(n_classes), rows).astype(np.float32)
+    cal = ServedCalibration(Calibrator("temperature", temperature=1.3))
+    fitted = np.full(n_classes, 1 / n_classes)
+    on = PriorCorrection(tuple(range(n_classes)), fitted, rng.dirichlet(np.ones(n_classes)), window, 1e-6)
+
+    def per_row(prior) -> float:
+        cal.prior = prior
+        t = time.perf_counter()
+        for _ in range(rounds):
+            cal(p)
+        return (time.perf_counter() - t) / rounds / rows * 1e6
+
+    plain, corrected, em = [], [], []
+    big = rng.dirichlet(np.ones(n_classes), window)
+    for _ in range(5):
+        plain.append(per_row(None))
+        corrected.append(per_row(on))
+        t = time.perf_counter()
+        estimate(big, fitted)
+        em.append((time.perf_counter() - t) / 100 * 1e6)
+    return {"classes": n_classes, "batch_rows": rows, "calibrator_us_per_row": float(np.median(plain)),
+            "with_correction_us_per_row": float(np.median(corrected)),
+            "correction_us_per_row": float(np.median(corrected) - np.median(plain)),
+            "monitor_em_us_per_answer": float(np.median(em)), "em_window": window}
 
 
 def main(argv=None) -> int:
@@ -133,13 +161,23 @@ def main(argv=None) -> int:
     p.add_argument("--window", type=int, default=500, help="rows a served window holds")
     p.add_argument("--draws", type=int, default=30, help="samples per mix and resplit")
     p.add_argument("--target", type=float, default=0.8)
+    p.add_argument("--cost-only", action="store_true", help="only the serving cost (no resplits)")
     a = p.parse_args(argv)
+    if a.cost_only:
+        from bench.resplits import started, write_result
+
+        result = started(sys.argv, cost={c: serving_cost(c) for c in (5, 10, 40)})
+        print(json.dumps(result["cost"], indent=1))
+        write_result(result, a.output)
+        return 0
     for name, runs, result in resplits(a, one, summarize):
         if len(runs) < a.resplits:
             continue
         print(f"\n{name} ({result['data'][name]['classes']} classes, medians of {a.resplits} x {a.draws} windows of "
               f"{a.window}):")
         for kind, s in result["data"][name]["summary"].items():
+            if kind not in MIXES:
+                continue
             print(f"  {kind:>9}: mix error {s['tv_training']:.3f} -> {s['tv_estimate']:.3f}; fires "
                   + " ".join(f"{lv}:{s[f'fires_{lv}']:.2f}" for lv in LEVELS)
                   + f"; log-loss {s['plain/log_loss']:.4f} -> {s['corrected/log_loss']:.4f} (wins "

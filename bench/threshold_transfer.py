@@ -11,7 +11,10 @@ final model (calibrated by the final calibrator) at targets 0.8 and 0.9:
 
   point      today's served threshold (finetune/coverage.py served_threshold): the lowest whose out-of-fold
              precision reaches the target
-  bound      what --target-precision serves today (finetune/coverage.py served_threshold, called as k-fold calls
+  group_bound  grouped data: what --target-precision serves with --group-column (the bound at the design
+             effect of the answered rows' groups, finetune/group_bound.py): 90% confidence over unseen groups
+  bound_975  the same bound at delta 0.025 (97.5% confidence)
+  bound      what --target-precision serves without --group-column (finetune/coverage.py served_threshold, called as k-fold calls
              it): Learn-then-Test on the same out-of-fold rows, the lowest threshold whose Clopper-Pearson lower
              bound (fixed-sequence, delta 0.1) reaches the target, per class (delta / classes) where that won
              nested: precision >= target with 90% confidence
@@ -73,15 +76,18 @@ def grid_bound_threshold(
     return (float(thresholds[ok].min()) if ok.any() else None), info
 
 
-def served_bound(chosen, final, oof, y, fold_of, n_classes, target, p_unseen, y_un) -> dict:
+def served_bound(chosen, final, oof, y, fold_of, n_classes, target, p_unseen, y_un, groups=None,
+                 delta: float = DELTA) -> dict:
     """The bound as --target-precision serves it (finetune/coverage.py served_threshold at its DELTA: global, or
-    per class at delta / classes where that won nested), scored on the unseen rows."""
+    per class at delta / classes where that won nested; `groups`: as with --group-column, over unseen groups),
+    scored on the unseen rows."""
     from finetune.coverage import served_threshold
     from textdata.calibration import confident, threshold_vector
     from textdata.errors import DataError
 
     try:
-        served = served_threshold(chosen, final, oof, y, fold_of, list(range(n_classes)), target)
+        served = served_threshold(chosen, final, oof, y, fold_of, list(range(n_classes)), target, delta, groups=groups,
+                                  group_column=None if groups is None else "group")
     except DataError as e:  # unreachable or too few rows: nothing is answered confident
         return {"precision": None, "coverage": 0.0, "error": str(e)[:160]}
     t = served["threshold"]
@@ -89,7 +95,7 @@ def served_bound(chosen, final, oof, y, fold_of, n_classes, target, p_unseen, y_
                                                 list(range(n_classes))))
     return {"precision": float((p_unseen[sure].argmax(1) == y_un[sure]).mean()) if sure.any() else None,
             "coverage": float(sure.mean()), "estimated": served["estimated_coverage"], "scope": served["scope"],
-            "estimated_precision": served["estimated_precision"]}
+            "estimated_precision": served["estimated_precision"], "grouped": served.get("grouped")}
 
 
 def one_resplit(texts, y, groups, n_classes, folds, seed) -> dict:
@@ -141,6 +147,12 @@ def one_resplit(texts, y, groups, n_classes, folds, seed) -> dict:
         except Exception as e:  # noqa: BLE001 - an unreachable target is a result here
             row["point"] = {"error": str(e)[:120]}
         row["bound"] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un)
+        # the same bound at 97.5% confidence: room for the unseen rows' own sampling noise
+        row["bound_975"] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un,
+                                        delta=0.025)
+        if t_groups is not None:  # what k-fold serves with --group-column: the bound over unseen groups
+            row["group_bound"] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un,
+                                              t_groups)
         t_g, _ = grid_bound_threshold(cal_oof.max(1), cal_oof.argmax(1) == t_y, target, DELTA)
         row["grid"] = dict(zip(("precision", "coverage"), scored(p_unseen, y_un, t_g)))
         t_s, _ = bound_threshold(p_held.max(1), p_held.argmax(1) == t_y[held_rows], target, DELTA)
@@ -153,7 +165,9 @@ def summarize(runs: list[dict]) -> dict:
     out = {}
     for target in TARGETS:
         key = str(target)
-        for cand in ("point", "bound", "grid", "quantile", "share", "ensemble"):
+        for cand in ("point", "bound", "bound_975", "group_bound", "grid", "quantile", "share", "ensemble"):
+            if cand not in runs[0]["targets"][key]:
+                continue
             got = [r["targets"][key].get(cand, {}) for r in runs]
             prec = [g.get("precision") for g in got]
             cov = [g.get("coverage", 0.0) for g in got]
@@ -161,6 +175,7 @@ def summarize(runs: list[dict]) -> dict:
             valid = [p for p in prec if p is not None]
             out[f"{key}/{cand}"] = {
                 "held_share": float(np.mean(held)),
+                "held_of_stated": f"{sum(held)} of {len(valid)}",
                 "precision_median": float(np.median(valid)) if valid else None,
                 "precision_min": float(np.min(valid)) if valid else None,
                 "coverage_median": float(np.median(cov)), "coverage_min": float(np.min(cov)),
@@ -177,6 +192,8 @@ def summarize(runs: list[dict]) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--resplits", type=int, default=10)
+    p.add_argument("--first-seed", type=int, default=0, help="resplit seeds first .. first + resplits - 1 (one "
+                   "process per part on a shared machine)")
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--cap", type=int, default=2500, help="rows per data set (a random sample)")
     p.add_argument("--data", nargs="*", default=list(DATASETS))
@@ -186,7 +203,7 @@ def main(argv=None) -> int:
     for name in a.data:
         texts, y, groups, labels = DATASETS[name](a.cap)
         t0, runs = time.time(), []
-        for seed in range(a.resplits):  # written after each resplit: a slow machine still leaves what it did
+        for seed in range(a.first_seed, a.first_seed + a.resplits):  # written after each resplit: a slow machine still leaves what it did
             runs.append(one_resplit(texts, y, groups, len(labels), a.folds, seed))
             result["data"][name] = {"rows": len(y), "classes": len(labels), "seconds": round(time.time() - t0, 1),
                                     "summary": summarize(runs), "resplits": runs}

@@ -14,6 +14,7 @@ import numpy as np
 
 from finetune.calibration import calibrate
 from finetune.coverage import coverage_table, served_threshold
+from finetune.prior_check import prior_check
 from textdata.calibration import CALIBRATION_FILE, Calibrator, calibrator_from_json
 from textdata.labels import LabelSpace
 from textdata.tables import write_json
@@ -34,17 +35,21 @@ def cv_calibration(
     data,
     fold_of: np.ndarray,
     target: float | None,
+    group_column: str | None = None,
 ) -> tuple[dict, np.ndarray, np.ndarray]:
     """Single-label: (report["calibration"], the served out-of-fold probabilities before, and after nested
-    calibration). Multi-label's is finetune/calibration_multilabel.py's, through its task."""
+    calibration). Multi-label's is finetune/calibration_multilabel.py's, through its task. With
+    --group-column, the served threshold's bound holds over unseen groups (finetune/group_bound.py)."""
     served, fitted_on = served_oof(oof, blend, blend_oof)
     section, chosen, final = calibrate(served, data.y, fold_of, fitted_on)
     if fitted_on == "blend":  # for the record: the model alone, as --blend off would serve it
         alone = calibrate(np.asarray(oof, np.float64), data.y, fold_of, "model")[0]
         section["model_alone"] = {k: alone[k] for k in ("method", "why", "before", "after")}
     section["coverage"] = coverage_table(chosen, served, data.y, fold_of)
+    section["prior_correction"] = prior_check(chosen.calibrated, data.y)  # whether --prior-correction may serve it
     if target is not None:
-        section["served"] = served_threshold(chosen, final, served, data.y, fold_of, data.labels, target)
+        section["served"] = served_threshold(chosen, final, served, data.y, fold_of, data.labels, target,
+                                             groups=data.groups if group_column else None, group_column=group_column)
     return section, served, chosen.calibrated
 
 
@@ -99,6 +104,8 @@ def table_lines(section: dict | None) -> list[str]:
             lines.append(
                 f"{row['target']:>7.2f} {row['coverage_mean']:>8.4f}±{row['coverage_std']:.3f} {prec:>14}"
             )
+    if section.get("prior_correction"):
+        lines.append(f"prior correction: {section['prior_correction']['why']}")
     served = section.get("served")
     if served:
         t = served["threshold"]
@@ -157,6 +164,8 @@ def save_calibration(
         "estimated_precision": served.get("estimated_precision"),
         "confidence": served.get("confidence"),
         "statement": served.get("statement"),
+        "prior_correction": {k: v for k, v in (section.get("prior_correction") or {}).items() if k in ("wins", "why")}
+        or None,
         "nested": {
             "folds": len(section["folds"]),
             "method_why": section["why"],

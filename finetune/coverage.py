@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from finetune.group_bound import correctness_icc, effective_rows, size_weighted_mean
 from textdata.calibration import confident
 from textdata.errors import DataError
 from textdata.nested import fold_masks
@@ -69,7 +70,8 @@ SEQUENCE_STARTS = (1, 4)  # each fixed sequence starts at this many times the fe
 
 
 def bound_threshold(
-    conf: np.ndarray, correct: np.ndarray, target: float, delta: float
+    conf: np.ndarray, correct: np.ndarray, target: float, delta: float, groups: np.ndarray | None = None,
+    rho: float | None = None,
 ) -> tuple[float | None, dict]:
     """(the lowest threshold at which precision >= target holds with probability >= 1 - delta, or None; what
     was reached). Learn-then-Test with fixed-sequence testing (Angelopoulos et al. 2021): thresholds tested
@@ -78,28 +80,44 @@ def bound_threshold(
     each, the lower threshold served: one starts at the fewest answered rows a bound can pass at
     (`needed_rows`: all of them right), one at 4x as many, where one wrong row among the top few no longer
     stops it (synthetic rows, 1,500 out-of-fold: no threshold in 5% of draws from the first alone, 0% from
-    both; tests/finetune/test_threshold_bound.py)."""
+    both; tests/finetune/test_threshold_bound.py). With `groups`: each threshold's bound at its effective
+    sample size (finetune/group_bound.py: the design effect of the answered rows' groups at the intra-group
+    correlation `rho`, estimated on these rows where not given), so that it holds over unseen groups."""
     conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
     half = delta / len(SEQUENCE_STARTS)
     need = needed_rows(target, half)
     info = {"needed_rows": need, "rows": len(conf), "best_bound": None, "best_bound_coverage": None}
+    if groups is not None:
+        rho = correctness_icc(correct, groups) if rho is None else rho
+        info["icc"] = round(float(rho), 6)
     if len(conf) < need:
         return None, info
     thresholds, precision = precision_curve(conf, correct)
     n = _counts(conf, thresholds)
-    lower = lower_bounds(np.rint(precision * n), n, half)
+    if groups is None:
+        lower, eff = lower_bounds(np.rint(precision * n), n, half), n
+    else:  # fewer effective rows: the same precision on them, a wider bound
+        eff = effective_rows(n, size_weighted_mean(np.argsort(-conf, kind="stable"), groups, n), rho)
+        lower = lower_bounds(precision * eff, eff, half)
     found, firsts = [], []
     for start in SEQUENCE_STARTS:
-        tested = n >= need * start
+        tested = eff >= need * start
         failed = np.flatnonzero(tested & (lower < target))
         passed = np.flatnonzero(tested & (lower >= target))
         last = passed[passed < failed[0]] if len(failed) else passed
-        found += [float(thresholds[last[-1]])] if len(last) else []
+        found += [int(last[-1])] if len(last) else []
         firsts += list(np.flatnonzero(tested)[:1])
+    if not firsts:  # grouped: too few effective rows for either sequence to start
+        return None, info
     # the highest target this rule reaches: a sequence passes anything only if its first threshold passes
     best = max(firsts, key=lambda i: lower[i])
     info.update(best_bound=float(lower[best]), best_bound_coverage=float(n[best] / len(conf)))
-    return (min(found) if found else None), info
+    if not found:
+        return None, info
+    at = max(found)  # the lower threshold: more rows answered
+    if groups is not None:
+        info.update(effective_rows=round(float(eff[at]), 1), design_effect=round(float(n[at] / eff[at]), 4))
+    return float(thresholds[at]), info
 
 
 def label_bound_thresholds(P: np.ndarray, Y: np.ndarray, target: float, delta: float = DELTA
@@ -125,19 +143,23 @@ def _counts(conf: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
 
 
 def pick_per_class(
-    probs: np.ndarray, y: np.ndarray, target: float, fallback: float | None, delta: float | None = None
+    probs: np.ndarray, y: np.ndarray, target: float, fallback: float | None, delta: float | None = None,
+    groups: np.ndarray | None = None,
 ) -> np.ndarray:
     """One threshold per class, chosen on the rows predicted as that class; a class with fewer than
     MIN_ANSWERED such rows takes `fallback` (the global threshold), one whose rows never reach the target
     gets 1.0 (never confident). With `delta`: each class's bound at delta / classes (so that every class
-    holds the target together with probability 1 - delta, and so does their mix), no fallback."""
+    holds the target together with probability 1 - delta, and so does their mix), no fallback; with `groups`,
+    at the correlation of every row's correctness (a class's own rows are too few to estimate it)."""
     best = probs.argmax(1)
     conf = probs.max(1)
+    rho = None if groups is None else correctness_icc(best == y, groups)
     out = np.empty(probs.shape[1])
     for c in range(probs.shape[1]):
         rows = best == c
         if delta is not None:
-            t, _ = bound_threshold(conf[rows], y[rows] == c, target, delta / probs.shape[1])
+            t, _ = bound_threshold(conf[rows], y[rows] == c, target, delta / probs.shape[1],
+                                   None if groups is None else groups[rows], rho)
             out[c] = 1.0 if t is None else t
             continue
         if rows.sum() < MIN_ANSWERED:
@@ -158,16 +180,20 @@ def answered(probs: np.ndarray, y: np.ndarray, thresholds: np.ndarray | None) ->
     return {"coverage": float(keep.mean()), "precision": precision, "answered": n}
 
 
-def choose(conf: np.ndarray, correct: np.ndarray, target: float, delta: float | None) -> float | None:
-    """The served rule: the bound at `delta`, or (None) the point estimate."""
-    return (pick_threshold if delta is None else bound_threshold)(conf, correct, target, *(() if delta is None else (delta,)))[0]
+def choose(conf: np.ndarray, correct: np.ndarray, target: float, delta: float | None,
+           groups: np.ndarray | None = None) -> float | None:
+    """The served rule: the bound at `delta` (over unseen groups where `groups` are given), or (None) the
+    point estimate."""
+    if delta is None:
+        return pick_threshold(conf, correct, target)[0]
+    return bound_threshold(conf, correct, target, delta, groups)[0]
 
 
-def _thresholds(probs, y, target: float, scope: str, delta: float | None = None) -> np.ndarray | None:
-    t = choose(probs.max(1), probs.argmax(1) == y, target, delta)
+def _thresholds(probs, y, target: float, scope: str, delta: float | None = None, groups=None) -> np.ndarray | None:
+    t = choose(probs.max(1), probs.argmax(1) == y, target, delta, groups)
     if scope == "global":
         return None if t is None else np.full(probs.shape[1], t)
-    return pick_per_class(probs, y, target, t, delta)
+    return pick_per_class(probs, y, target, t, delta, groups)
 
 
 def nested_coverage(
@@ -178,11 +204,12 @@ def nested_coverage(
     target: float,
     scope: str,
     delta: float | None = None,
+    groups: np.ndarray | None = None,
 ) -> dict:
     """Per fold: the threshold chosen on the other folds' rows (as calibrated by that fold's calibrator),
     scored on the fold's own rows (nested-calibrated); mean ± std over folds."""
     def chosen(rest, rest_probs) -> np.ndarray | None:
-        return _thresholds(rest_probs, y[rest], target, scope, delta)
+        return _thresholds(rest_probs, y[rest], target, scope, delta, None if groups is None else groups[rest])
 
     def scored(th, held, _) -> dict:
         row = answered(probs_held[held], y[held], th)
@@ -230,33 +257,39 @@ def rows_needed(precision: float, target: float, delta: float) -> int | None:
     return None
 
 
-def best_reachable(conf: np.ndarray, correct: np.ndarray, delta: float) -> tuple[float | None, float]:
+def best_reachable(conf: np.ndarray, correct: np.ndarray, delta: float, groups=None) -> tuple[float | None, float]:
     """(the highest target bound_threshold reaches on these rows, to 4 decimals, or None; its coverage), by
     bisection: the rows a bound needs grow with the target, so a closed form would miss that."""
     lo, hi, found = 0.0, 1.0, None
     for _ in range(17):
         mid = (lo + hi) / 2
-        t, _ = bound_threshold(conf, correct, mid, delta)
+        t, _ = bound_threshold(conf, correct, mid, delta, groups)
         lo, hi, found = (mid, hi, (mid, t)) if t is not None else (lo, mid, found)
     if found is None:
         return None, 0.0
     return float(np.floor(found[0] * 1e4) / 1e4), float((np.asarray(conf) >= found[1]).mean())
 
 
-def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarray) -> str:
-    """The one line for a target the bound does not reach: too few rows (how many are needed), or a target
-    above what these rows reach (the best reachable with the stated confidence)."""
+def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarray, groups=None) -> str:
+    """The one line for a target the bound does not reach: too few rows (how many are needed; grouped rows
+    count at their design effect), or a target above what these rows reach (the best reachable with the
+    stated confidence)."""
     n = len(conf)
-    _, info = bound_threshold(conf, correct, target, delta)
+    _, info = bound_threshold(conf, correct, target, delta, groups)
     t, best = pick_threshold(conf, correct, target)
     head = f"--target-precision {target:g}: "
     if t is not None:  # the point estimate reaches it: the rows are too few to state it with confidence
         answered_rows = int((conf >= t).sum())
         need = rows_needed(float(correct[conf >= t].mean()), target, delta)
+        if need is not None and groups is not None:  # as many effective rows: n / deff at today's groups
+            order = np.argsort(-conf, kind="stable")
+            deff = answered_rows / float(effective_rows([answered_rows], size_weighted_mean(order, groups, [answered_rows]),
+                                                        info["icc"])[0])
+            need = int(np.ceil(need * deff))
         more = "" if need is None else f"; at the precision they reach, about {int(np.ceil(need * n / answered_rows))} rows are needed"
         return (head + f"the {n} out-of-fold rows are too few to state it with {1 - delta:.0%} confidence (at least "
                 f"{info['needed_rows']} answered rows, all right{more}); label more rows or lower the target")
-    best_target, coverage = best_reachable(conf, correct, delta)
+    best_target, coverage = best_reachable(conf, correct, delta, groups)
     reach = ("" if best_target is None else f"the best reachable with {1 - delta:.0%} confidence is "
              f"{best_target:.4f}, at coverage {coverage:.3f}; ")
     return (head + f"no threshold reaches it on the {n} out-of-fold rows ({reach}the best precision reached is "
@@ -264,24 +297,37 @@ def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarr
             "keep the folds")
 
 
-def statement(target: float, confidence: float | None, coverage: float) -> str:
-    """What a team is told the served threshold promises."""
+def statement(target: float, confidence: float | None, coverage: float, group: str | None = None) -> str:
+    """What a team is told the served threshold promises (grouped: over unseen groups, not rows)."""
     held = f"with {confidence:.0%} confidence " if confidence else "(a point estimate, no stated confidence) "
-    return (f"precision >= {target:.2f} {held}on texts like the training rows, at an estimated coverage of "
-            f"{coverage:.2f}")
+    like = f"over unseen {group!r} groups like the training ones" if group and confidence else "on texts like the training rows"
+    return f"precision >= {target:.2f} {held}{like}, at an estimated coverage of {coverage:.2f}"
+
+
+def _rule(delta: float | None, per_class: bool, grouped: dict | None) -> str:
+    if delta is None:
+        return "point estimate: the lowest threshold whose out-of-fold precision reaches the target"
+    rule = (f"Learn-then-Test: the lowest threshold whose Clopper-Pearson lower bound (fixed-sequence, delta "
+            f"{delta:g}{' per class / classes' if per_class else ''}) reaches the target on the out-of-fold rows")
+    if grouped:
+        rule += (f", at their effective sample size over groups of {grouped['column']!r} (design effect 1 + (m - 1) "
+                 f"* rho, intra-group correlation of correctness rho {grouped['icc']:.4f})")
+    return rule
 
 
 def served_threshold(
     chosen, final, probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, labels: list[str], target: float,
-    delta: float | None = DELTA,
+    delta: float | None = DELTA, groups: np.ndarray | None = None, group_column: str | None = None,
 ) -> dict:
     """What --target-precision serves: the threshold chosen on every row (as the final calibrator scores
     them): the lowest whose precision >= target holds with probability 1 - delta (bound_threshold; delta
-    None: the point estimate), global or per class where that won nested, with the nested estimates.
-    DataError (one line: the best reachable, or how many rows are needed) where the target is not reached."""
+    None: the point estimate; `groups`: over unseen groups, finetune/group_bound.py), global or per class
+    where that won nested, with the nested estimates. DataError (one line: the best reachable, or how many
+    rows are needed) where the target is not reached."""
     calibrated = final(np.asarray(probs, np.float64))
     conf, correct = calibrated.max(1), calibrated.argmax(1) == y
-    t = choose(conf, correct, target, delta)
+    groups = None if groups is None or delta is None else np.asarray(groups)
+    t = choose(conf, correct, target, delta, groups)
     if t is None:
         if delta is None:
             _, best = pick_threshold(conf, correct, target)
@@ -290,11 +336,10 @@ def served_threshold(
                 f"(the best precision reached is {best:.4f}, answering at least "
                 f"{min(MIN_ANSWERED, len(y))} rows); use a lower target, e.g. with --resume to keep the folds"
             )
-        raise DataError(unreachable(target, delta, conf, correct))
+        raise DataError(unreachable(target, delta, conf, correct, groups))
     rest = _rest_probs(chosen, probs, fold_of)
-    nested = {
-        s: nested_coverage(rest, chosen.calibrated, y, fold_of, target, s, delta) for s in ("global", "per_class")
-    }
+    nested = {s: nested_coverage(rest, chosen.calibrated, y, fold_of, target, s, delta, groups)
+              for s in ("global", "per_class")}
     g, pc = nested["global"], nested["per_class"]
     floor = min(target, g["precision_mean"] if g["precision_mean"] is not None else target)
     wins = (
@@ -304,7 +349,7 @@ def served_threshold(
     )
     scope = "per_class" if wins else "global"
     threshold = (
-        dict(zip(labels, (round(float(v), 6) for v in pick_per_class(calibrated, y, target, t, delta))))
+        dict(zip(labels, (round(float(v), 6) for v in pick_per_class(calibrated, y, target, t, delta, groups))))
         if wins
         else round(t, 6)
     )
@@ -316,14 +361,16 @@ def served_threshold(
         f"{g['coverage_mean']:.3f} (needs +{PER_CLASS_MARGIN} at no lower precision)"
     )
     confidence = None if delta is None else round(1 - delta, 6)
-    rule = ("point estimate: the lowest threshold whose out-of-fold precision reaches the target" if delta is None
-            else f"Learn-then-Test: the lowest threshold whose Clopper-Pearson lower bound (fixed-sequence, delta "
-            f"{delta:g}{' per class / classes' if wins else ''}) reaches the target on the out-of-fold rows")
-    return {
+    grouped = None
+    if groups is not None:
+        info = bound_threshold(conf, correct, target, delta, groups)[1]
+        grouped = {"column": group_column or "group", "groups": len(np.unique(groups)), "icc": info["icc"],
+                   **{k: info.get(k) for k in ("design_effect", "effective_rows")}}
+    out = {
         "target_precision": target,
         "confidence": confidence,
-        "rule": rule,
-        "statement": statement(target, confidence, est["coverage_mean"]),
+        "rule": _rule(delta, wins, grouped),
+        "statement": statement(target, confidence, est["coverage_mean"], grouped and grouped["column"]),
         "scope": scope,
         "threshold": threshold,
         "why": why,
@@ -333,3 +380,4 @@ def served_threshold(
         "estimated_precision_std": est["precision_std"],
         "nested": nested,
     }
+    return {**out, "grouped": grouped} if grouped else out

@@ -96,7 +96,8 @@ class SingleLabelTask:
         return report, blend_oof
 
     def calibration(self, got, report: dict, blend_oof, data, target) -> tuple[dict, np.ndarray, np.ndarray]:
-        return cv_calibration(got.oof, report["blend"], blend_oof, data, got.fold_of, target)
+        return cv_calibration(got.oof, report["blend"], blend_oof, data, got.fold_of, target,
+                              (report.get("config") or {}).get("group_column"))
 
     def out_of_domain(self, report: dict, data, fold_of: np.ndarray, calibrated: np.ndarray):
         """report["out_of_domain"] and the detector --final carries in model/ood/ (baseline/ood.py): off-topic

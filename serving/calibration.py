@@ -164,9 +164,11 @@ class ServedCalibration:
             "statement",
             "nested",
         )
+        check = self.spec.get("prior_correction")
         out = {"calibrated": self.applied, **{k: self.spec[k] for k in keep if k in self.spec},
                "out_of_domain": None if self.ood is None else self.ood.info(),
-               "prior_correction": {"applied": False} if self.prior is None else self.prior.info()}
+               "prior_correction": ({"applied": False} if self.prior is None else self.prior.info())
+               | ({"kfold_check": check} if check else {})}
         if not self.applied:
             out["why"] = self.why
             out["threshold"] = None

@@ -14,14 +14,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from textdata.prior_shift import SHIFT_LEVEL, adjust
-
-MIN_ROWS = 200  # answers in the window before a correction is put in force (bench/prior_shift.py)
-
-
-def should_correct(estimate: dict | None) -> bool:
-    """The measured rule: a window of at least MIN_ROWS answers whose mix moved (p < SHIFT_LEVEL)."""
-    return bool(estimate) and estimate["rows"] >= MIN_ROWS and estimate["p_value"] < SHIFT_LEVEL
+# the rule lives with the EM, where k-fold's check (finetune/prior_check.py) reads it too
+from textdata.prior_shift import MIN_ROWS, SHIFT_LEVEL, adjust, should_correct  # noqa: F401
 
 
 @dataclass(frozen=True)

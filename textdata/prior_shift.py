@@ -20,6 +20,7 @@ import numpy as np
 EM_ROUNDS = 50
 TOLERANCE = 1e-6  # a mix that moves less than this in a round has converged
 SHIFT_LEVEL = 0.001  # the test's level: the mix moved where p < this (bench/prior_shift.py: 0 of 40 unmoved BBC windows)
+MIN_ROWS = 200  # answers in the window before a correction is put in force (bench/prior_shift.py)
 _FLOOR = 1e-6  # a class the training rows never show still gets a prior the ratio can divide by
 
 
@@ -82,3 +83,8 @@ def estimate(probs: np.ndarray, fitted_prior) -> dict:
     lr = max(0.0, likelihood_ratio(p, base, prior))
     return {"prior": prior, "lr": lr, "p_value": chi2_sf(lr, p.shape[1] - 1), "rows": len(p),
             "total_variation": float(0.5 * np.abs(prior - base).sum())}
+
+
+def should_correct(estimate: dict | None) -> bool:
+    """The served rule (serving/prior.py): a window of at least MIN_ROWS answers whose mix moved (p < SHIFT_LEVEL)."""
+    return bool(estimate) and estimate["rows"] >= MIN_ROWS and estimate["p_value"] < SHIFT_LEVEL

@@ -57,6 +57,13 @@ def mix_estimate(w) -> dict | None:
     return {**estimate(np.array(probs, np.float64), base / base.sum()), "fitted": base / base.sum()}
 
 
+def wins(spec: dict) -> bool:
+    """k-fold's check (finetune/prior_check.py, calibration.json's "prior_correction"): False where it measured
+    that the correction loses for this model; a folder from before the check keeps the flag's word."""
+    check = (spec or {}).get("prior_correction")
+    return True if not check else bool(check.get("wins"))
+
+
 def correct(engine, w) -> None:
     """--prior-correction: put the window's class mix in force on the engine where the rule says it wins
     (serving/prior.py), take it away where it does not."""
@@ -66,7 +73,7 @@ def correct(engine, w) -> None:
     got = mix_estimate(w)
     before = calibration.prior
     calibration.prior = (PriorCorrection(tuple(w.labels), got["fitted"], got["prior"], got["rows"], got["p_value"])
-                         if should_correct(got) else None)
+                         if should_correct(got) and wins(calibration.spec) else None)
     if (before is None) != (calibration.prior is None):
         log.warning("prior correction %s on version %s (%s)", "on" if before is None else "off", w.version,
                     "no estimate" if got is None else f"p = {got['p_value']:.3g} over {got['rows']} answers")

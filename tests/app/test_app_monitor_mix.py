@@ -133,3 +133,24 @@ def test_prior_correction_is_served_while_the_mix_moved_and_taken_away_after(fol
     assert loss(clf.calibration(p)) < loss(p) - 0.05
     serve(TRAINED, 1500)
     assert clf.calibration.prior is None
+
+
+def test_prior_correction_stays_off_where_kfold_measured_that_it_loses(folder):
+    """calibration.json's "prior_correction" (finetune/prior_check.py): a model whose k-fold check found the
+    correction losing is never corrected, however far the mix moves; /v1/model says why."""
+    from serving.calibration import ServedCalibration
+
+    clf = FakeClf(folder, LABELS)
+    check = {"wins": False, "why": "corrected log-loss lower in 20% -> not served with --prior-correction"}
+    clf.calibration = ServedCalibration(spec={"prior_correction": check})
+    engine = FakeServed(clf, "v1")
+    monitor = Monitor(None, size=1000)
+    monitor.correct_priors = True
+    rng = np.random.default_rng(6)
+    for _ in range(20):
+        p, _ = labeled(rng, np.array([0.1, 0.2, 0.7]), 100)
+        monitor.observe(engine, answers(clf.calibration(p)), ["text"] * 100, [[1]] * 100, 32)
+        monitor.flush()
+    assert monitor.snapshot()["versions"]["v1"]["estimated_mix"]["moved"]
+    assert clf.calibration.prior is None
+    assert clf.calibration.info()["prior_correction"] == {"applied": False, "kfold_check": check}

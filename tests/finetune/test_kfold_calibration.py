@@ -103,3 +103,25 @@ def test_target_precision_on_resume_and_bad_targets(run, capsys):
         e.value.code == 2
         and "--target-precision 1.5: must be a precision in (0, 1)" in capsys.readouterr().err
     )
+
+
+def test_grouped_run_states_the_bound_over_unseen_groups(tmp_path, tiny_electra_dir, toy_rows):
+    """--group-column: the served threshold's bound counts a page's texts as correlated (finetune/group_bound.py),
+    and report.json, calibration.json and the printed line say so."""
+    data = tmp_path / "notes.csv"
+    toy_rows(n_per_class=12, seed=6).to_csv(data, index=False)
+    out = tmp_path / "run"
+    assert main(["--model", str(tiny_electra_dir), "--data", str(data), "--folds", "3", "--epochs", "1",
+                 "--batch-size", "8", "--group-column", "page", "--target-precision", "0.1", "--output", str(out),
+                 "--final"]) == 0
+    served = json.loads((out / "report.json").read_text())["calibration"]["served"]
+    grouped = served["grouped"]
+    assert grouped["column"] == "page" and grouped["groups"] == 15 and 0 <= grouped["icc"] <= 1
+    assert "design effect" in served["rule"] and "over groups of 'page'" in served["rule"]
+    assert "with 90% confidence over unseen 'page' groups" in served["statement"]
+    spec = json.loads((out / "model" / "calibration.json").read_text())
+    assert spec["statement"] == served["statement"] and "design effect" in spec["nested"]["threshold_rule"]
+    # --prior-correction's k-fold check (finetune/prior_check.py): 36 rows are too few, so the server never turns it on
+    check = json.loads((out / "report.json").read_text())["calibration"]["prior_correction"]
+    assert check["wins"] is False and "needs 200" in check["why"]
+    assert spec["prior_correction"] == {"wins": False, "why": check["why"]}

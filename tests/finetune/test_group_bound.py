@@ -1,0 +1,83 @@
+"""The served threshold's bound over unseen groups (finetune/group_bound.py through coverage.bound_threshold and
+served_threshold): texts of one group right or wrong together widen the bound, independent groups leave it as
+it was, and over unseen groups the grouped bound holds at its stated rate where the row-level one does not."""
+
+import numpy as np
+
+from finetune.calibration import calibrate
+from finetune.coverage import bound_threshold, served_threshold
+from finetune.group_bound import correctness_icc, size_weighted_mean
+
+
+def pages(n_pages, size, rng, spread, base=1.0):
+    """Scores uniform; a row is right with probability sigmoid(base + 3 * score + its page's offset)."""
+    conf = rng.random(n_pages * size)
+    g = np.repeat(np.arange(n_pages), size)
+    off = rng.normal(0, spread, n_pages)[g] if spread else 0.0
+    return conf, rng.random(len(conf)) < 1 / (1 + np.exp(-(base + 3 * conf + off))), g
+
+
+def test_icc_of_correctness_and_the_size_weighted_mean():
+    rng = np.random.default_rng(0)
+    g = np.repeat(np.arange(50), 10)
+    assert correctness_icc(np.repeat(rng.random(50) < 0.5, 10), g) > 0.95  # a page all right or all wrong
+    assert correctness_icc(rng.random(500) < 0.5, g) < 0.05  # independent rows
+    assert correctness_icc(np.ones(10, bool), np.arange(10)) == 0.0  # one row a group: not estimable
+    # rows a, a, b, a: sum(m^2) / n after 1..4 rows = 1, 2, 5/3, 10/4
+    np.testing.assert_allclose(size_weighted_mean(np.arange(4), np.array(["a", "a", "b", "a"]), np.array([1, 2, 3, 4])),
+                               [1, 2, 5 / 3, 10 / 4])
+
+
+def test_correlated_groups_widen_the_bound_and_independent_ones_do_not():
+    rng = np.random.default_rng(1)
+    conf = np.sort(rng.random(600))[::-1]
+    g = np.repeat(np.arange(60), 10)  # pages of 10 rows, neighbours in score
+    page_right = rng.random(60) < 0.93
+    ok = np.repeat(page_right, 10)  # a page is right or wrong as a whole
+    t_row, _ = bound_threshold(conf, ok, 0.85, 0.1)
+    t_grp, info = bound_threshold(conf, ok, 0.85, 0.1, g)
+    assert t_row is not None and info["icc"] > 0.9
+    assert t_grp is None or t_grp > t_row  # fewer rows answered, or none: ~60 effective rows, not 600
+    if t_grp is not None:
+        assert info["design_effect"] > 5
+    shuffled = rng.permutation(g)  # the same labels, groups that say nothing about correctness
+    ok_ind = rng.random(600) < 0.93
+    t_a, _ = bound_threshold(conf, ok_ind, 0.8, 0.1)
+    t_b, info_b = bound_threshold(conf, ok_ind, 0.8, 0.1, shuffled)
+    assert t_a is not None and t_b is not None and info_b["icc"] < 0.05 and abs(t_a - t_b) <= 0.02
+
+
+def test_over_unseen_groups_the_grouped_bound_holds_where_the_row_level_one_does_not():
+    rng = np.random.default_rng(2)
+    big_conf, big_ok, _ = pages(40000, 1, rng, 2.5)  # fresh pages: the precision above t a new page sees
+
+    def truth(t):
+        return big_ok[big_conf >= t].mean()
+
+    fails = {"row": 0, "group": 0}
+    draws = 120
+    for _ in range(draws):
+        conf, ok, g = pages(30, 24, rng, 2.5)
+        for key, groups in (("row", None), ("group", g)):
+            t, _ = bound_threshold(conf, ok, 0.85, 0.1, groups)
+            fails[key] += t is not None and truth(t) < 0.85
+    assert fails["group"] / draws <= 0.10 < fails["row"] / draws, fails  # stated: 90% confidence
+
+
+def test_served_threshold_records_the_grouped_rule_and_says_unseen_groups():
+    rng = np.random.default_rng(4)
+    n, c = 900, 3
+    y = rng.integers(0, c, n)
+    right = rng.random(n) < 0.9
+    top = np.where(right, y, (y + 1) % c)
+    probs = np.full((n, c), 0.2)
+    probs[np.arange(n), top] = 0.5 + 0.5 * rng.random(n)
+    probs /= probs.sum(1, keepdims=True)
+    groups = np.array([f"p{i // 9}" for i in range(n)])
+    fold_of = np.array([int(p[1:]) % 3 for p in groups])
+    _, chosen, final = calibrate(probs, y, fold_of, "model")
+    plain = served_threshold(chosen, final, probs, y, fold_of, ["a", "b", "c"], 0.8)
+    got = served_threshold(chosen, final, probs, y, fold_of, ["a", "b", "c"], 0.8, groups=groups, group_column="page")
+    assert "grouped" not in plain and got["grouped"]["column"] == "page" and got["grouped"]["groups"] == 100
+    assert "icc" in got["grouped"] and "design effect" in got["rule"]
+    assert "with 90% confidence over unseen 'page' groups" in got["statement"]
