@@ -31,6 +31,7 @@ from __future__ import annotations
 import dataclasses
 import glob
 import logging
+import os
 import re
 import sys
 import time
@@ -64,6 +65,10 @@ _IO_CPUS = 1
 # to preemption or the OOM killer is retried, while a batch that kills every worker it meets (a poison
 # input, a batch too big for the memory) stops the run instead of looping; --resume continues it.
 TASK_RETRIES = 3
+# An actor serving ONNX on CPU reads the tokenizer through transformers, which imports torch (and scikit-learn)
+# whenever torch is installed: most of an actor's start (29 s against 7 s on the loaded 2-core VM, 2026-11-26).
+# Told torch is absent, transformers loads the same fast tokenizer without it. Set in the actor's own process only.
+TORCH_FREE = {"USE_TORCH": "0"}
 # How a DataError (or a subclass: textdata.table_limits.TableLimitError) raised in a Ray Data map reads in the
 # driver's traceback text: "textdata.errors.DataError: <the message>".
 _OUR_ERROR = re.compile(r"^textdata\.[\w.]+: (.+)$", re.MULTILINE)
@@ -265,6 +270,8 @@ class _Scorer:
     """One per Ray actor: the model loads once, here, and then scores every batch the actor is given."""
 
     def __init__(self, cfg: scoring.ScoreConfig, top_k: int | None, threads: int | None, flags: tuple[str, str]):
+        if cfg.provider == "cpu":  # ONNX on CPU (_worker_config): the tokenizer needs no torch (see TORCH_FREE)
+            os.environ.update(TORCH_FREE)
         self.clf = scoring.load_model(cfg, threads)
         self.text_column, self.top_k, self.flags = cfg.text_column, top_k, list(flags)
 
@@ -290,6 +297,14 @@ def _ray_session(ray, cfg: RayScoreConfig):
         yield
     finally:
         ray.shutdown()
+
+
+def _worker_config(cfg: RayScoreConfig, model_file: str | None, resources: dict) -> RayScoreConfig:
+    """What the actors load: on CPU workers an ONNX model runs on ONNX Runtime's CPU provider, said outright, so
+    that loading it asks no GPU question of torch (a CPU worker was given no GPU) and `_Scorer` can keep torch out."""
+    if cfg.provider == "auto" and model_file and "num_gpus" not in resources:
+        return dataclasses.replace(cfg, provider="cpu")
+    return cfg
 
 
 def _worker_resources(ray, cfg: RayScoreConfig) -> tuple[int, dict]:
@@ -384,7 +399,7 @@ def _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt, model_file
     bar = tqdm(total=rows_in, initial=offset, unit="rows", disable=not cfg.progress, desc="scoring (ray)",
                file=sys.stderr)
     if offset < rows_in:
-        scored = _scored_dataset(ray, cfg, files[first:], fmt, columns_in, top_k, workers, resources)
+        scored = _scored_dataset(ray, cfg, files[first:], fmt, columns_in, top_k, workers, resources, model_file)
         log.info("ray: %d files, %d rows to score, %d workers with %s each", len(files) - first, rows_in - offset,
                  workers, resources)
         batches = scored.iter_batches(batch_size=None, batch_format="pandas")
@@ -399,7 +414,7 @@ def _score(ray, cfg, files, fmt, columns_in, columns, top_k, out_fmt, model_file
     return rows_in, scored_now, elapsed, tally
 
 
-def _scored_dataset(ray, cfg, files, fmt, columns_in, top_k, workers, resources):
+def _scored_dataset(ray, cfg, files, fmt, columns_in, top_k, workers, resources, model_file):
     ctx = ray.data.DataContext.get_current()
     saved = ctx.execution_options.preserve_order, ctx.enable_progress_bars
     # Datasets copy the context when created, so the settings hold for these only and are restored after.
@@ -409,7 +424,8 @@ def _scored_dataset(ray, cfg, files, fmt, columns_in, top_k, workers, resources)
         flags = _flag_columns(columns_in)
         ds = read_dataset(ray, files, fmt, cfg, flags)
         scored = ds.map_batches(
-            _Scorer, fn_constructor_args=(cfg, top_k, resources.get("num_cpus"), flags), batch_size=cfg.batch_rows,
+            _Scorer, fn_constructor_args=(_worker_config(cfg, model_file, resources), top_k, resources.get("num_cpus"),
+                                          flags), batch_size=cfg.batch_rows,
             batch_format="pandas", compute=ray.data.ActorPoolStrategy(size=workers),
             max_task_retries=TASK_RETRIES, **resources)
     finally:

@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
 
 from serving import score, score_ray, scoring
+
+ROOT = Path(__file__).resolve().parents[2]
 
 EDGE_TEXTS = ["꿈에서 봤다", "", "   \t ", "오류 " * 3000, "naïve café ✓ 日本語", 'memo, "quoted", comma',
               "첫 줄\n둘째 줄", "에러 발생했다", "NA", "null", "메모 기록", "회의 약속"]
@@ -70,18 +74,41 @@ def _assert_same_output(got: pd.DataFrame, want: pd.DataFrame) -> None:
     np.testing.assert_allclose(as_float(got), as_float(want), atol=1e-5)
 
 
-def test_csv_through_the_cli_equals_local_mode(ray_session, exported_dir, tmp_path, capsys):
+def _killed_once(monkeypatch, marker):
+    """The Ray scorer with a worker that dies (SIGKILL, as the OOM killer would) in its first batch, once."""
+
+    class KilledOnce(score_ray._Scorer):  # a local class: Ray ships it by value to the workers
+        def __call__(self, batch):
+            if not marker.exists():
+                marker.write_text(str(os.getpid()))
+                os.kill(os.getpid(), signal.SIGKILL)
+            return super().__call__(batch)
+
+    monkeypatch.setattr(score_ray, "_Scorer", KilledOnce)
+
+
+def test_csv_through_the_cli_equals_local_mode_with_a_worker_killed(ray_session, exported_dir, tmp_path, capsys,
+                                                                    monkeypatch):
+    # One Ray run (each costs two worker starts) holds three things: the CLI's output equals local mode's; a worker
+    # killed mid-batch is retried with no row lost or doubled; an earlier run's parts go when --resume is not given.
+    marker = tmp_path / "killed-once"
+    _killed_once(monkeypatch, marker)
     inp = tmp_path / "in.csv"
     _frame(2).to_csv(inp, index=False)
     _run(exported_dir, inp, tmp_path / "local.csv", id_column="id", threads=1, quantized=False)
+    stale = tmp_path / "ray.csv.parts"  # as an interrupted run leaves it
+    stale.mkdir()
+    (stale / scoring.MANIFEST).write_text("{}")
+    (stale / "part-000000.n3.csv").write_text("stale,row,x\n" * 3)
     args = ["--model", str(exported_dir), "--input", str(inp), "--output", str(tmp_path / "ray.csv"), "--fp32",
             "--engine", "ray", "--num-workers", "2", "--batch-rows", "5", "--id-column", "id", "--no-progress"]
     assert score.main(args) == 0
     out = capsys.readouterr().out
+    assert marker.exists()  # a worker really died
     assert f"scored {2 * len(EDGE_TEXTS)} rows" in out and "errors: 4 {'empty text': 4}" in out
-    _assert_same_output(_read(tmp_path / "ray.csv"), _read(tmp_path / "local.csv"))
+    _assert_same_output(_read(tmp_path / "ray.csv"), _read(tmp_path / "local.csv"))  # each row once, in order
     assert _read(tmp_path / "ray.csv")["text"].tolist() == EDGE_TEXTS * 2  # "NA", quotes, newlines intact
-    assert not (tmp_path / "ray.csv.parts").exists()
+    assert not stale.exists()
 
 
 def test_parquet_folder_keeps_file_then_row_order(ray_session, exported_dir, tmp_path):
@@ -98,27 +125,6 @@ def test_parquet_folder_keeps_file_then_row_order(ray_session, exported_dir, tmp
     got = _read(tmp_path / "ray.parquet")
     assert summary["rows"] == len(df) and got["n"].tolist() == list(range(len(df)))
     _assert_same_output(got, _read(tmp_path / "local.parquet"))
-
-
-def test_killed_worker_is_retried_and_no_row_lost_or_doubled(ray_session, exported_dir, tmp_path, monkeypatch):
-    marker = tmp_path / "killed-once"
-
-    class KilledOnce(score_ray._Scorer):  # a local class: Ray ships it by value to the workers
-        def __call__(self, batch):
-            if not marker.exists():
-                marker.write_text(str(os.getpid()))
-                os.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer would, mid-batch
-            return super().__call__(batch)
-
-    monkeypatch.setattr(score_ray, "_Scorer", KilledOnce)
-    inp = tmp_path / "in.csv"
-    _frame(3).to_csv(inp, index=False)
-    summary = _run(exported_dir, inp, tmp_path / "ray.csv", engine="ray", num_workers=2, batch_rows=4)
-    assert marker.exists()  # a worker really died
-    got = _read(tmp_path / "ray.csv")
-    assert summary["rows"] == len(got) == 3 * len(EDGE_TEXTS)
-    assert got["id"].tolist() == _frame(3)["id"].tolist()  # each row once, in order
-    assert (got["error"] != "").sum() == 6 and (got.loc[got["error"] == "", "pred_label"] != "").all()
 
 
 def _kill_driver_after(monkeypatch, rows: int, run) -> list[int]:
@@ -138,37 +144,56 @@ def _kill_driver_after(monkeypatch, rows: int, run) -> list[int]:
     return written
 
 
-def test_killed_driver_resumes_at_the_file_in_progress(ray_session, exported_dir, tmp_path, monkeypatch, caplog):
-    df = _frame(3).assign(n=[str(i) for i in range(3 * len(EDGE_TEXTS))])  # 36 rows
-    folder = tmp_path / "in"
+def _odd_rows_folder(folder: Path) -> None:
+    """a.csv, b.csv, c.csv (15, 13 and 12 rows; batches of 4 straddle them) with rows pyarrow would refuse the whole
+    file for and local mode's reader keeps, flagged: a field too many (a shifted row), a short row, no text."""
     folder.mkdir()
-    for name, rows in (("a.csv", slice(0, 13)), ("b.csv", slice(13, 24)), ("c.csv", slice(24, 36))):
-        df.iloc[rows].to_csv(folder / name, index=False)  # 13, 11, 12 rows: batches of 5 straddle files
-    df.to_csv(tmp_path / "all.csv", index=False)
-    _run(exported_dir, tmp_path / "all.csv", tmp_path / "local.csv", threads=1, quantized=False)
-    out = tmp_path / "ray.csv"
-    opts = {"engine": "ray", "num_workers": 2, "batch_rows": 5, "quantized": False}
+    odd = ("r_shift,hello, world,x1\n"  # an unquoted comma: 4 fields under 3
+           "r_short,짧은 행\n"  # no 'extra': filled with "", scored
+           "r_bare\n")  # no 'text': flagged
+    (folder / "a.csv").write_text(_frame().to_csv(index=False) + odd, encoding="utf-8")
+    b = _frame().iloc[:6].assign(id=lambda d: "b" + d["id"]).to_csv(index=False)
+    (folder / "b.csv").write_text(b + 'b_shift,"quoted, fine",x,extra field\n' + b.split("\n", 1)[1], encoding="utf-8")
+    _frame().assign(id=lambda d: "c" + d["id"]).to_csv(folder / "c.csv", index=False)
 
-    # The driver dies with a.csv written and part of b.csv.
-    written = _kill_driver_after(monkeypatch, 13, lambda: _run(exported_dir, folder, out, **opts))
-    assert 13 < sum(written) < 24 and not out.exists()
-    assert 13 in np.cumsum(written)  # a part ends where a.csv ends: no part spans two files
 
+def test_killed_driver_resumes_at_the_file_in_progress_with_odd_rows_flagged_as_in_local_mode(
+        ray_session, exported_dir, tmp_path, monkeypatch, caplog):
+    # Two Ray runs (a killed one, its resume) over files with shifted and short rows: pyarrow refused a whole file
+    # for one row with a field too many, while local mode's reader keeps it, flagged.
+    folder = tmp_path / "in"
+    _odd_rows_folder(folder)
+    opts = {"id_column": "id", "batch_rows": 4, "quantized": False}
+    want = pd.concat([_read(_run(exported_dir, folder / f, tmp_path / f"local-{f}", threads=1, **opts)["output"])
+                      for f in ("a.csv", "b.csv", "c.csv")], ignore_index=True)
+    assert want["error"].str.contains("fields, the header has 3").sum() == 2  # the local reference flags them
+    assert want["error"].str.contains(r"1 field, the header has 3: no 'text'").sum() == 1
+    assert want["error"][12].startswith("row 13 (line 15): 4 fields")  # line 15: a text above spans two lines
+
+    caplog.clear()  # the local runs' warnings
     caplog.set_level("INFO", logger="serving.score")
-    summary = _run(exported_dir, folder, out, resume=True, **opts)
-    assert "resuming: 1 files (13 rows) already scored" in caplog.text
-    assert summary["rows"] == 36 and summary["scored_this_run"] == 23  # b.csv again from its first row, then c.csv
-    got = _read(out)
-    assert got["n"].tolist() == df["n"].tolist()  # every row once, in order
-    _assert_same_output(got, _read(tmp_path / "local.csv"))
-    assert summary["errors"] == 6  # the tally counts the rows of the kept parts too
+    out, ray_opts = tmp_path / "ray.csv", {**opts, "engine": "ray", "num_workers": 2}
+    # The driver dies with a.csv written and part of b.csv.
+    written = _kill_driver_after(monkeypatch, 15, lambda: _run(exported_dir, folder, out, **ray_opts))
+    assert 15 < sum(written) < 28 and not out.exists()
+    assert 15 in np.cumsum(written)  # a part ends where a.csv ends: no part spans two files
+    for path, error in ((folder / "a.csv", want["error"][12]), (folder / "b.csv", want["error"][21])):
+        assert f"{path}: {error}; kept with this in `error`" in caplog.text  # named on stderr, as in local mode
 
-    # A changed input file is refused, naming what changed; without --resume the old parts are dropped.
-    _kill_driver_after(monkeypatch, 13, lambda: _run(exported_dir, folder, out, **opts))
-    df.iloc[24:30].to_csv(folder / "c.csv", index=False)
+    # A changed input file is refused, naming what changed; the same bytes and mtime again are the same file.
+    c, before = folder / "c.csv", (folder / "c.csv").stat()
+    kept = c.read_bytes()
+    c.write_bytes(kept.split(b"\n", 1)[0] + b"\nc_new,a row added later,x\n")
     with pytest.raises(score.DataError, match=r"different input, model or options \(files\)"):
-        _run(exported_dir, folder, out, resume=True, **opts)
-    assert _run(exported_dir, folder, out, **opts)["scored_this_run"] == 30
+        _run(exported_dir, folder, out, resume=True, **ray_opts)
+    c.write_bytes(kept)
+    os.utime(c, ns=(before.st_atime_ns, before.st_mtime_ns))
+
+    summary = _run(exported_dir, folder, out, resume=True, **ray_opts)
+    assert "resuming: 1 files (15 rows) already scored" in caplog.text
+    assert summary["rows"] == len(want) == 40 and summary["scored_this_run"] == 25  # b.csv again from its first row
+    _assert_same_output(_read(out), want)  # every row once, in order, the same error text, no prediction if flagged
+    assert summary["errors"] == (want["error"] != "").sum()  # the tally counts the rows of the kept parts too
 
 
 def test_parts_are_cut_at_file_ends_and_resume_keeps_whole_files(tmp_path):
@@ -211,7 +236,7 @@ def test_a_batch_that_kills_every_worker_stops_the_run(ray_session, exported_dir
     inp = tmp_path / "in.csv"
     pd.DataFrame({"text": ["좋은 날"] * 20 + ["POISON"] + ["좋은 날"] * 20}).to_csv(inp, index=False)
     with pytest.raises(score.DataError, match=r"a batch failed 4 times.*rerun with --resume"):
-        _run(exported_dir, inp, tmp_path / "out.csv", engine="ray", num_workers=2, batch_rows=5)
+        _run(exported_dir, inp, tmp_path / "out.csv", engine="ray", num_workers=1, batch_rows=5)  # 1: restarted each time
     assert not (tmp_path / "out.csv").exists() and (tmp_path / "out.csv.parts").is_dir()
     assert len(list(kills.iterdir())) == score_ray.TASK_RETRIES + 1  # tried, retried, then given up
 
@@ -265,37 +290,23 @@ def test_multi_label_model_writes_the_same_label_sets_as_local_mode(ray_session,
     assert summary["rows"] == 2 * len(EDGE_TEXTS) and got["pred_labels"].str.len().gt(0).any()
 
 
-def test_shifted_and_short_rows_are_kept_and_flagged_as_in_local_mode(ray_session, exported_dir, tmp_path,
-                                                                      monkeypatch, caplog):
-    # pyarrow refused a whole file for one row with a field too many; local mode's reader keeps it, flagged.
-    folder = tmp_path / "in"
-    folder.mkdir()
-    odd = ("r_shift,hello, world,x1\n"  # an unquoted comma: 4 fields under 3
-           "r_short,짧은 행\n"  # no 'extra': filled with "", scored
-           "r_bare\n")  # no 'text': flagged
-    (folder / "a.csv").write_text(_frame().to_csv(index=False) + odd, encoding="utf-8")  # 15 rows
-    b = _frame().iloc[:6].assign(id=lambda d: "b" + d["id"]).to_csv(index=False)
-    (folder / "b.csv").write_text(b + 'b_shift,"quoted, fine",x,extra field\n' + b.split("\n", 1)[1], encoding="utf-8")
-    opts = {"id_column": "id", "batch_rows": 5, "quantized": False}
-    want = pd.concat([_read(_run(exported_dir, folder / f, tmp_path / f"local-{f}", threads=1, **opts)["output"])
-                      for f in ("a.csv", "b.csv")], ignore_index=True)
-    assert want["error"].str.contains("fields, the header has 3").sum() == 2  # the local reference flags them
-    assert want["error"].str.contains(r"1 field, the header has 3: no 'text'").sum() == 1
-
-    caplog.clear()  # the local runs' warnings
-    out, ray_opts = tmp_path / "ray.csv", {**opts, "engine": "ray", "num_workers": 2}
-    summary = _run(exported_dir, folder, out, **ray_opts)
-    got = _read(out)
-    _assert_same_output(got, want)  # every row once, in order, the same error text and no prediction where flagged
-    assert summary["rows"] == len(want) == 28 and summary["errors"] == (want["error"] != "").sum()
-    assert want["error"][12].startswith("row 13 (line 15): 4 fields")  # line 15: a text above spans two lines
-    for path, error in ((folder / "a.csv", want["error"][12]), (folder / "b.csv", want["error"][21])):
-        assert f"{path}: {error}; kept with this in `error`" in caplog.text  # named on stderr, as in local mode
-
-    _kill_driver_after(monkeypatch, 15, lambda: _run(exported_dir, folder, out, **ray_opts))  # a.csv's 15 rows, then b's
-    resumed = _run(exported_dir, folder, out, resume=True, **ray_opts)
-    assert resumed["scored_this_run"] == 13 and resumed["errors"] == summary["errors"]  # b.csv again, counted once
-    _assert_same_output(_read(out), want)
+def test_a_cpu_worker_loads_an_onnx_model_without_torch(exported_dir):
+    # transformers imports torch (and scikit-learn) when it is installed, and the GPU check did too: most of each
+    # worker's start. A CPU worker serving ONNX is told so (provider cpu) and keeps both out, in a fresh process as
+    # a new actor is; GPU workers and PyTorch folders keep the default.
+    cfg = score_ray.RayScoreConfig(model=exported_dir, input=Path("in.csv"), output=Path("out.csv"))
+    assert score_ray._worker_config(cfg, "model.onnx", {"num_cpus": 1}).provider == "cpu"
+    assert score_ray._worker_config(cfg, "model.onnx", {"num_gpus": 1}) == cfg
+    assert score_ray._worker_config(cfg, None, {"num_cpus": 1}) == cfg
+    one_worker = ("import sys; from pathlib import Path; from serving import score_ray as s; "
+                  "cfg = s.RayScoreConfig(model=Path(sys.argv[1]), input=Path('in.csv'), output=Path('out.csv')); "
+                  "s._Scorer(s._worker_config(cfg, 'model.onnx', {'num_cpus': 1}), None, 1, ('_e', '_n')); "
+                  "print([m for m in ('torch', 'sklearn') if m in sys.modules])")
+    env = {k: v for k, v in os.environ.items() if k != "USE_TORCH"} | {"PYTHONPATH": str(ROOT)}
+    done = subprocess.run([sys.executable, "-c", one_worker, str(exported_dir)], capture_output=True, text=True,
+                          env=env, cwd=ROOT, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip().splitlines()[-1] == "[]"
 
 
 def test_a_reader_error_in_a_read_task_is_one_line(ray_session, tmp_path, monkeypatch):
