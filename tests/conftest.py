@@ -163,6 +163,27 @@ def toy_csv(tmp_path) -> Path:
     return path
 
 
+@pytest.fixture
+def put_back(tmp_path):
+    """`put_back(folder)`: the folder is put back as it was after the test. For a test that resumes a module's
+    shared run in place (a resume keeps its --output), so the file's other tests read the run as its fixture
+    wrote it, whichever order they run in."""
+    import shutil
+
+    kept = []
+
+    def keep(folder: Path) -> Path:
+        copy = tmp_path / f"put-back-{len(kept)}"
+        shutil.copytree(folder, copy, symlinks=True)
+        kept.append((folder, copy))
+        return folder
+
+    yield keep
+    for folder, copy in kept:
+        shutil.rmtree(folder)
+        shutil.copytree(copy, folder, symlinks=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _project_root_left_clean():
     """No test leaves the app's default data dir (app-data/, relative) in the project root (issue 45: a
