@@ -50,11 +50,24 @@ def tiny_config(vocab_size: int, **overrides):
 # Test files that share one unit of work under pytest-xdist: each Ray file starts a local Ray cluster sized to
 # the cores, and two at once would oversubscribe them under tests that time out waiting on killed workers.
 XDIST_GROUPS = {"test_serving_score_ray.py": "ray", "test_kfold_ray.py": "ray"}
+# The files that use tests/app/conftest.py's three session servers (`servers`: main, strict, drain, started
+# together): split over both workers, each worker started all three (issue 45 item 17).
+SERVER_FILES = ("test_app_api.py", "test_app_auth_queue.py", "test_app_hf_compat.py", "test_app_lifecycle.py",
+                "test_app_ui_browser.py", "test_app_ui_http.py")
+XDIST_GROUPS.update(dict.fromkeys(SERVER_FILES, "app-servers"))
+# Units started first, in this order: the longest (worker-seconds in the 2-core runs of docs/results.md). xdist
+# queues units by their number of tests, so the slow end-to-end files, which have few, came last and one ran
+# alone at the end while the other worker had nothing left (issue 45 item 17).
+FIRST_UNITS = ("ray", "app-servers", "tests/app/test_app_fleet.py", "tests/finetune/test_kfold_cli.py",
+               "tests/app/test_app_multilabel.py", "tests/app/test_app_review_multilabel.py",
+               "tests/app/test_app_train.py", "tests/app/test_app_ui_team_label.py",
+               "tests/app/test_app_teacher_labels.py", "tests/app/test_app_train_browser.py")
 
 
 def xdist_unit(nodeid: str) -> str:
     """The unit of work a test belongs to under the README's `-n 2 --dist loadgroup`: its file (so a module's
-    fixtures, its server or its k-fold run, are built once, on one worker), both Ray files together."""
+    fixtures, its server or its k-fold run, are built once, on one worker), both Ray files together, the files
+    of the session servers together."""
     path = nodeid.split("::", 1)[0]
     return XDIST_GROUPS.get(path.rsplit("/", 1)[-1], path)
 
@@ -73,9 +86,10 @@ def pytest_xdist_make_scheduler(config, log):
             return xdist_unit(nodeid)
 
         def _assign_work_unit(self, node) -> None:
-            # The Ray unit is the longest (~1/4 of the suite): started first, it never runs alone at the end.
-            if "ray" in self.workqueue:
-                self.workqueue.move_to_end("ray", last=False)
+            # The longest units first (the Ray one ~1/4 of the suite): none runs alone at the end.
+            for unit in reversed(FIRST_UNITS):
+                if unit in self.workqueue:
+                    self.workqueue.move_to_end(unit, last=False)
             super()._assign_work_unit(node)
 
     return FileUnits(config, log)
@@ -147,6 +161,27 @@ def toy_csv(tmp_path) -> Path:
     path = tmp_path / "notes.csv"
     make_toy_rows().to_csv(path, index=False)
     return path
+
+
+@pytest.fixture
+def put_back(tmp_path):
+    """`put_back(folder)`: the folder is put back as it was after the test. For a test that resumes a module's
+    shared run in place (a resume keeps its --output), so the file's other tests read the run as its fixture
+    wrote it, whichever order they run in."""
+    import shutil
+
+    kept = []
+
+    def keep(folder: Path) -> Path:
+        copy = tmp_path / f"put-back-{len(kept)}"
+        shutil.copytree(folder, copy, symlinks=True)
+        kept.append((folder, copy))
+        return folder
+
+    yield keep
+    for folder, copy in kept:
+        shutil.rmtree(folder)
+        shutil.copytree(copy, folder, symlinks=True)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -60,8 +60,11 @@ def test_each_file_is_one_xdist_unit_and_the_ray_files_share_one(request):
     config = SimpleNamespace(getvalue=options.get, option=SimpleNamespace(loadscopereorder=True))
     sched = conftest.pytest_xdist_make_scheduler(config=config, log=None)
     files = ["tests/app/test_a.py", "tests/finetune/test_kfold_ray.py", "tests/app/test_b.py",
-             "tests/serving/test_serving_score_ray.py", "tests/test_c.py"]
+             "tests/serving/test_serving_score_ray.py", "tests/test_c.py", "tests/app/test_app_api.py",
+             "tests/app/test_app_fleet.py", "tests/app/test_app_ui_http.py"]
     collection = [f"{f}::test_{i}" for f in files for i in range(3)] + ["tests/app/test_a.py::test_p[x::y]"]
+    collection += [f"tests/app/test_app_ui_http.py::test_more_{i}" for i in range(9)]  # the most tests: queued first
+    sent_in_order = []
 
     class Worker:
         def __init__(self, name):
@@ -69,6 +72,7 @@ def test_each_file_is_one_xdist_unit_and_the_ray_files_share_one(request):
 
         def send_runtest_some(self, indexes):
             self.sent.extend(indexes)
+            sent_in_order.extend(collection[i].split("::")[0] for i in indexes)
 
         def shutdown(self):
             self.shutting_down = True
@@ -94,4 +98,31 @@ def test_each_file_is_one_xdist_unit_and_the_ray_files_share_one(request):
     assert ran_on["tests/serving/test_serving_score_ray.py"] == ray  # both Ray files on the same one
     first = next(w for w in workers if w.gateway.id in ray).sent[0]
     assert "_ray.py" in collection[first]  # the longest unit starts first
+    # the files of the session servers on one worker, started beside the Ray unit; then the slow files with few
+    # tests (conftest.FIRST_UNITS), before the files xdist would have queued first for their many tests
+    assert ran_on["tests/app/test_app_api.py"] == ran_on["tests/app/test_app_ui_http.py"] != ray
+    other = next(w for w in workers if w.gateway.id not in ray)
+    assert collection[other.sent[0]].split("::")[0] in ("tests/app/test_app_api.py", "tests/app/test_app_ui_http.py")
+    order = list(dict.fromkeys(sent_in_order))
+    assert order.index("tests/app/test_app_fleet.py") < min(order.index(f) for f in files if "test_app" not in f
+                                                            and "_ray" not in f)
     assert conftest.pytest_xdist_make_scheduler(config=SimpleNamespace(getvalue={"dist": "load"}.get), log=None) is None
+
+
+def test_the_files_of_the_session_servers_are_one_xdist_unit(request):
+    """tests/app/conftest.py starts its three servers together, once per worker that asks for one: the files
+    that ask are one unit, so one worker starts them (issue 45 item 17). A file that starts asking is listed."""
+    import ast
+
+    conftest = request.config.pluginmanager.get_plugin(str(Path(__file__).with_name("conftest.py")))
+    asked = {"servers", "server", "strict_server", "drain_server"}
+    using = set()
+    for path in Path(__file__).parent.glob("app/test_*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            is_test_or_fixture = isinstance(node, ast.FunctionDef) and (node.name.startswith("test_")
+                                                                         or bool(node.decorator_list))
+            if is_test_or_fixture and asked & {a.arg for a in node.args.args}:
+                using.add(path.name)
+    assert using == set(conftest.SERVER_FILES)
+    units = {conftest.xdist_unit(f"tests/app/{name}::test_x") for name in using}
+    assert units == {"app-servers"} and conftest.xdist_unit("tests/app/test_app_fleet.py::t") != "app-servers"

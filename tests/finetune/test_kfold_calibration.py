@@ -84,8 +84,9 @@ def test_final_model_serves_the_calibration(run):
     np.testing.assert_allclose(clf.predict_proba(["꿈에서 봤다"]).sum(), 1, atol=1e-5)
 
 
-def test_target_precision_on_resume_and_bad_targets(run, capsys):
+def test_target_precision_on_resume_and_bad_targets(run, capsys, put_back):
     out, args = run
+    put_back(out)  # resumed in place: the other tests read the run without --target-precision
     assert main([*args, "--resume", "--target-precision", "0.999999"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert err[-1].startswith(

@@ -84,8 +84,8 @@ def test_final_model_reloads_with_labels_and_normalisation(finished_run):
     assert logits.shape == (1, 3)
 
 
-def test_resume_reuses_finished_folds(finished_run, tmp_path):
-    _, out, _ = finished_run
+def test_resume_reuses_finished_folds(finished_run, put_back):
+    out = put_back(finished_run[1])  # resumed in place (a resume keeps its --output), put back after
     before = json.loads((out / "report.json").read_text())
     (out / "folds" / "fold_2.json").unlink()  # as if killed during the last fold
     data = out.parent / "notes.csv"

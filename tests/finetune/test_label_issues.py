@@ -207,8 +207,8 @@ def test_kfold_writes_label_issues_from_what_is_served_and_the_model_folder_carr
     assert (out / "model" / li.FILE).read_bytes() == (out / li.FILE).read_bytes()
 
 
-def test_resume_with_label_issues_off_trains_nothing_and_drops_the_list(grouped_run, tiny_electra_dir):
-    _, again, _ = grouped_run  # the last test of this run folder: resumed in place (a resume keeps its --output)
+def test_resume_with_label_issues_off_trains_nothing_and_drops_the_list(grouped_run, tiny_electra_dir, put_back):
+    again = put_back(grouped_run[1])  # resumed in place (a resume keeps its --output), put back after
     args = json.loads((again / "report.json").read_text())["config"]
     proc = kfold("--model", tiny_electra_dir, "--data", args["data"], "--folds", 3, "--epochs", 1, "--batch-size", 8,
                  "--group-column", "page", "--class-weights", "--output", again, "--resume", "--label-issues", "off")
