@@ -68,7 +68,6 @@ class OneLabel:
     review_keys = "**K** keeps the given label, **Enter** takes the suggestion, **1–9** picks another label"
     ticked = ""  # a review's given label is a button, not ticked
     audit_how = ""  # what an audit session asks of the person, besides choosing
-    no_teacher = None  # why a retrain reads no teacher labels (app/llm/teacher_labels.py), None: it does
     blind_hint = "Audit: choose the label you read in the text (the model's answer is hidden)."
     answer_field = "label"  # the API's field of a team dataset's answer (labelstore/queue.py check_value)
     holds_sets = False  # what a record says of its kind (a label store's final label, a review queue's answer)
@@ -192,7 +191,6 @@ class LabelSets(OneLabel):
                    "**T** takes the suggestion, **1–9** tick or untick a label")
     ticked = " (ticked below)"
     audit_how = " Tick every label that applies (or none of these)."
-    no_teacher = "a multi-label retrain reads no teacher labels"
     blind_hint = "Audit: tick every label the text has, or none of these (the model's answer is hidden)."
     answer_field = "labels"
     holds_sets = True

@@ -23,7 +23,7 @@ labels a class, the teacher labels the others. The student: word TF-IDF (fitted 
 - gold only: the 40 gold rows;
 - gold xW + teacher: gold rows repeated W times (1, 5, auto = as much weight as the teacher rows) + raw teacher labels;
 - gold xW + corrected teacher: teacher labels corrected with the teacher's confusion on the gold rows and a gold-only
-  model's p(class | text) (finetune/teacher_data.py `corrected`), the method --teacher-column uses;
+  model's p(class | text) (finetune/teacher_data.py `corrected_answers`), the rule --teacher-column uses;
 - truth (ceiling): every pool row with its true label, no row repeated: what correcting the teacher's labels tends
   to, short of the class balance the repeated gold rows add (a few points of macro-F1 on debtags). Where even it is
   well below the teacher (ko-help) the student, not the labels, is what falls short.
@@ -48,7 +48,15 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from finetune.teacher_data import corrected, gold_repeats, macro_f1, teacher_confusion, tempered, text_weight
+from finetune.teacher_data import (
+    TEXT_WEIGHTS,
+    absorbing,
+    corrected_answers,
+    gold_repeats,
+    macro_f1,
+    teacher_confusion,
+    weight_scores,
+)
 
 NEVER, NEIGHBOUR, NEVER_KEEP = "tech", "business", 120
 GOLD_PER_CLASS = 8
@@ -172,10 +180,12 @@ def fit(X, rows, targets, seed, repeats=None):
 
 def methods(X, y, teacher, gold, rest, seed, n) -> dict:
     """Every student's probabilities on all rows, by method name."""
-    on_gold = fit(X, gold, y[gold], seed)
-    T = teacher_confusion(y[gold], teacher[gold], n)
-    weight = text_weight(gold_oof(X, gold, y, seed, n), y[gold], teacher[gold], T, n, None)
-    fixed, _ = corrected(teacher[rest], tempered(proba(on_gold, X[rest], n), weight), T, strength=len(gold))
+    on_gold, oof = fit(X, gold, y[gold], seed), gold_oof(X, gold, y, seed, n)
+    fixed, weight = corrected_answers(proba(on_gold, X[rest], n), oof, y[gold], teacher[gold], teacher[rest], n, None)
+    full = absorbing(y[gold], teacher[gold], teacher[rest], n)  # the candidates' nested scores, for the record
+    scores = weight_scores(oof, y[gold], teacher[gold], teacher_confusion(y[gold], teacher[gold], n), n, None, full)
+    choice = {"weight": weight, "gold_macro_f1_by_weight": {str(w): round(x, 4) for w, x in zip(TEXT_WEIGHTS, scores)},
+              "absorbing_answers": np.flatnonzero(full).tolist()}
     rows = np.concatenate([gold, rest])
     out = {"gold only": on_gold,
            "today": fit(X, rows, np.concatenate([y[gold], teacher[rest]]), seed),
@@ -186,7 +196,7 @@ def methods(X, y, teacher, gold, rest, seed, n) -> dict:
         name = f"x{'auto' if w == 0 else w}"
         out[f"gold {name} + teacher"] = fit(X, rows, np.concatenate([y[gold], teacher[rest]]), seed, reps)
         out[f"gold {name} + corrected"] = fit(X, rows, np.concatenate([y[gold], fixed]), seed, reps)
-    return {name: proba(m, X, n) for name, m in out.items()}, weight
+    return {name: proba(m, X, n) for name, m in out.items()}, choice
 
 
 def gold_oof(X, gold, y, seed, n) -> np.ndarray:
@@ -250,7 +260,9 @@ def run_setting(X, texts, y, labels, ref, accuracy, systematic, seeds) -> dict:
         row = {"teacher": {"macro_f1": macro_f1(y[test], teacher[test], n),
                            "never_answered_f1": per_class_f1(y[test], teacher[test], n)[never],
                            "accuracy": float((teacher[test] == y[test]).mean())}}
-        got, row["text_weight"] = methods(X, y, teacher, gold, rest, seed, n)
+        got, choice = methods(X, y, teacher, gold, rest, seed, n)
+        row["text_weight"] = choice["weight"]
+        row["text_weight_choice"] = {**choice, "absorbing_answers": [labels[j] for j in choice["absorbing_answers"]]}
         for name, p in got.items():
             pred = p[test].argmax(1)
             row[name] = {"macro_f1": macro_f1(y[test], pred, n),
@@ -259,7 +271,7 @@ def run_setting(X, texts, y, labels, ref, accuracy, systematic, seeds) -> dict:
                          "cascade": cascade(p[test], teacher[test], y[test])}
         rows.append(row)
     return {"teacher_accuracy_all_rows": float((teacher == y).mean()), "systematic": systematic,
-            "per_seed": rows, "median": medians(rows),
+            "per_seed": rows, "median": medians([{k: v for k, v in r.items() if k != "text_weight_choice"} for r in rows]),
             "kfold_training_labels": product_labels(texts, y, labels, teacher, min(seeds, 3)) if systematic else None}
 
 
@@ -320,7 +332,8 @@ def targets_per_split(results: dict) -> dict:
             t, s = r["teacher"], r[PRODUCT]
             row = {"seed": seed, "teacher_macro_f1": round(t["macro_f1"], 4), "student_macro_f1": round(s["macro_f1"], 4),
                    "never_answered_f1": round(s["never_answered_f1"], 4),
-                   "macro_f1_met": s["macro_f1"] >= t["macro_f1"] + margin, "never_answered_met": s["never_answered_f1"] >= 0.5}
+                   "macro_f1_met": s["macro_f1"] >= t["macro_f1"] + margin, "never_answered_met": s["never_answered_f1"] >= 0.5,
+                   "text_weight": r["text_weight"], "gold_macro_f1_by_weight": r["text_weight_choice"]["gold_macro_f1_by_weight"]}
             if margin == 0.0:
                 c = s["cascade"]
                 row.update(cascade_share=round(c["share_answered"], 4), cascade_accuracy=round(c["accuracy"], 4),
@@ -339,7 +352,8 @@ def targets_lines(per_split: dict) -> list[str]:
                        f"{r['teacher_accuracy']:.3f} {'met' if r['cascade_met'] else 'NOT met'}" if "cascade_met" in r else "")
             lines.append(f"{setting} seed {r['seed']}: {r['student_macro_f1']:.3f} vs teacher {r['teacher_macro_f1']:.3f} "
                          f"{'met' if r['macro_f1_met'] else 'NOT met'}; {NEVER} F1 {r['never_answered_f1']:.3f} "
-                         f"{'met' if r['never_answered_met'] else 'NOT met'}{cascade}")
+                         f"{'met' if r['never_answered_met'] else 'NOT met'}{cascade}; text weight {r['text_weight']} "
+                         f"(gold macro-F1 by weight {r['gold_macro_f1_by_weight']})")
     return lines
 
 

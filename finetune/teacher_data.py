@@ -4,9 +4,11 @@ A row with a gold label is gold; a row with only the teacher's answer is teacher
 - the teacher is judged on gold rows only: its confusion T[true, answered] is counted on the gold rows the
   model is allowed to see (a fold's training rows, nested), smoothed towards uniform;
 - a teacher label is corrected where the gold rows say it is unreliable: the row's label becomes the argmax of
-  p(true | text) * T[true, answered] * (the teacher rows' class mix, by EM), p from a model fitted on the gold rows
-  alone (a teacher that never answers a class answers its neighbour instead: T's column for that neighbour then
-  holds both classes, and the text decides between them). Where T's column is clean the teacher's answer stands;
+  p(true | text) ** w * T[true, answered] * (the teacher rows' class mix, by EM), p from a model fitted on the gold
+  rows alone. A class the teacher never answers (gold rows have it, the teacher column never names it) is answered
+  as a neighbour instead: T's column for that neighbour then holds both classes, and there the text decides at full
+  weight (`absorbing`); elsewhere the text's weight w is chosen on the gold rows (`text_weight`; 0: the teacher's
+  answer stands);
 - gold rows weigh more: repeated `gold_repeats` times in training (the measured choice: bench/teacher.py).
 Every score of a teacher run is measured on gold rows only (finetune/teacher_report.py); --holdout holds out gold rows
 only (`gold_holdout`).
@@ -34,7 +36,8 @@ from textdata.tables import missing_text, read_table
 
 SMOOTHING = 1.0  # pseudo-rows per class spread uniformly over the answers: 8 gold rows a class leave room for chance
 EM_ROUNDS = 50
-TEXT_WEIGHTS = (0.0, 0.25, 0.5, 1.0)  # exponents of p(class | text) tried on the gold rows (`text_weight`)
+# exponents of p(class | text) tried on the gold rows (`text_weight`); 0: the teacher's answer stands
+TEXT_WEIGHTS = (0.0, 0.25, 0.5, 1.0)
 
 
 def teacher_confusion(y_gold: np.ndarray, answered: np.ndarray, n_classes: int, alpha: float = SMOOTHING) -> np.ndarray:
@@ -92,24 +95,76 @@ def _fit_proba(V, fit_rows: np.ndarray, y_fit: np.ndarray, rows: np.ndarray, n: 
     return p
 
 
-def tempered(p: np.ndarray, weight: float) -> np.ndarray:
-    """p ** weight, rows renormalised: weight 0 leaves the teacher's confusion to decide alone."""
-    q = np.power(p.clip(min=1e-12), weight)
+def tempered(p: np.ndarray, weight) -> np.ndarray:
+    """p ** weight (one weight, or one a row), rows renormalised."""
+    q = np.power(p.clip(min=1e-12), np.reshape(weight, (-1, 1)))
     return q / q.sum(1, keepdims=True)
 
 
+def absorbing(y_gold: np.ndarray, said_gold: np.ndarray, answered: np.ndarray, n: int) -> np.ndarray:
+    """(n,) bool: the answers that stand for a class the teacher never gives (its gold rows got them), e.g. `business`
+    for `tech`. A class is never given when gold rows have it and no answer names it, neither on the gold rows
+    (`said_gold`) nor on the teacher rows (`answered`); -1 is no answer."""
+    named = np.zeros(n, bool)
+    for a in (said_gold, answered):
+        named[a[a >= 0]] = True
+    never = np.zeros(n, bool)
+    never[y_gold] = True
+    never &= ~named
+    out = np.zeros(n, bool)
+    out[said_gold[(said_gold >= 0) & never[y_gold]]] = True
+    return out
+
+
+def relabelled(answered: np.ndarray, p: np.ndarray, T: np.ndarray, weight: float, full: np.ndarray,
+               fitted_prior: np.ndarray | None, rounds: int = EM_ROUNDS, strength: float = 0.0) -> np.ndarray:
+    """The teacher rows' labels at text weight `weight` (`corrected` on the rows it touches): rows whose answer is in
+    `full` (`absorbing`) take the text at full weight, the others at `weight`; at 0 their answer stands (not T and
+    the class mix alone: with 8 gold rows a class one slip in T outweighs a rare answer, bench/teacher.py debtags)."""
+    w = np.where(full[answered.clip(min=0)], 1.0, weight)
+    out = answered.copy()
+    touched = (w > 0) & (answered >= 0)
+    if touched.any():
+        out[touched] = corrected(answered[touched], tempered(p[touched], w[touched]), T, fitted_prior, rounds,
+                                 strength)[0]
+    return out
+
+
 def text_weight(p_oof: np.ndarray, y: np.ndarray, answered: np.ndarray, T: np.ndarray, n: int,
-                fitted_prior: np.ndarray | None) -> float:
-    """How much the text's p(class | text) counts against the teacher's answer: the weight in TEXT_WEIGHTS whose
-    corrected labels score the best macro-F1 on the gold rows (p out-of-fold there; ties to the smaller weight).
-    Where the gold-only model is weak (short texts, 8 rows a class: ko-help) trusting it relabels rows the teacher
-    had right; bench/teacher.py --data ko-help measured it."""
+                fitted_prior: np.ndarray | None, full: np.ndarray | None = None) -> float:
+    """How much the text's p(class | text) counts against the teacher's answer outside the `full` answers
+    (`absorbing`): the weight in TEXT_WEIGHTS whose labels (`relabelled`) score the best macro-F1 on the gold rows (p
+    out-of-fold there). Ties go to the larger weight: on 8 gold rows a class the weights often tie, and a small one
+    lets the teacher rows' class mix outvote a flattened p (bench/teacher.py: `tech` F1 0 on BBC at 0.25). Where
+    the gold-only model is weak (short texts, 8 rows a class: ko-help) trusting it relabels rows the teacher had
+    right; bench/teacher.py --data ko-help measured it."""
+    scores = weight_scores(p_oof, y, answered, T, n, fitted_prior, full)
+    if not scores:
+        return 1.0
+    return TEXT_WEIGHTS[max(i for i, x in enumerate(scores) if x >= max(scores) - 1e-9)]
+
+
+def weight_scores(p_oof: np.ndarray, y: np.ndarray, answered: np.ndarray, T: np.ndarray, n: int,
+                  fitted_prior: np.ndarray | None, full: np.ndarray | None = None) -> list[float]:
+    """`text_weight`'s nested scores: the gold rows' macro-F1 at each of TEXT_WEIGHTS ([] when no gold row has an
+    answer)."""
     ok = answered >= 0
     if not ok.any():
-        return 1.0
-    scores = [macro_f1(y[ok], corrected(answered[ok], tempered(p_oof[ok], w), T, fitted_prior, rounds=0)[0], n)
-              for w in TEXT_WEIGHTS]
-    return TEXT_WEIGHTS[int(np.argmax(scores))]
+        return []
+    full = np.zeros(n, bool) if full is None else full
+    return [macro_f1(y[ok], relabelled(answered[ok], p_oof[ok], T, w, full, fitted_prior, rounds=0), n)
+            for w in TEXT_WEIGHTS]
+
+
+def corrected_answers(p: np.ndarray, p_fit: np.ndarray, y_fit: np.ndarray, said_fit: np.ndarray,
+                      answered: np.ndarray, n: int, fitted_prior: np.ndarray | None) -> tuple[np.ndarray, float]:
+    """(the corrected labels of teacher rows answered `answered`, the text weight chosen): T counted on the gold rows
+    (true `y_fit`, answered `said_fit`), p(class | text) for the teacher rows (`p`) and out-of-fold for the gold rows
+    (`p_fit`); the rule k-fold runs (`correct_rows`) and bench/teacher.py measures."""
+    T = teacher_confusion(y_fit, said_fit, n)
+    full = absorbing(y_fit, said_fit, answered, n)
+    weight = text_weight(p_fit, y_fit, said_fit, T, n, fitted_prior, full)
+    return relabelled(answered, p, T, weight, full, fitted_prior, strength=len(y_fit)), weight
 
 
 def gold_repeats(n_gold: int, n_teacher: int, gold_weight: float) -> int:
@@ -254,12 +309,10 @@ def _corrected_column(V, fit, rows, y_fit, said_fit, answered, n: int, seed: int
     """One class problem's corrected teacher answers (`correct_rows`); `weights` gets the text weight chosen."""
     if len(np.unique(y_fit)) < 2:  # a fold's gold rows without one side of a label: nothing to judge it on
         return answered
-    T = teacher_confusion(y_fit, said_fit, n)
     p, p_fit = text_proba(V, fit, y_fit, rows, n, seed)
-    fitted = np.bincount(y_fit, minlength=n) / len(y_fit)
-    weight = text_weight(p_fit, y_fit, said_fit, T, n, fitted)
+    labels, weight = corrected_answers(p, p_fit, y_fit, said_fit, answered, n, np.bincount(y_fit, minlength=n) / len(y_fit))
     weights.append(weight)
-    return corrected(answered, tempered(p, weight), T, fitted, strength=len(y_fit))[0]
+    return labels
 
 
 def fold_training(data: TeacherData, train_idx: np.ndarray, fit_idx: np.ndarray, seed: int,

@@ -64,7 +64,9 @@ def cascade_markdown(c: dict) -> str:
     cost = (f"LLM calls {c['llm_calls']:,} · cost paid {_money(c['cost_paid'])} · per call "
             f"{_money(c['cost_per_llm_call'])} · estimated saved {_money(c['estimated_cost_saved'])} (the answers "
             "the model gave itself, at the LLM's cost per call).")
+    sets = c.get("teacher_label_sets") or {"rows": 0}
     kept = (f"Teacher labels kept for the next retrain: {c['teacher_labels']['rows']:,} "
-            f"(`{html.escape(c['teacher_labels']['file'])}`).")
+            f"(`{html.escape(c['teacher_labels']['file'])}`)"
+            + (f", label sets {sets['rows']:,} (`{html.escape(sets['file'])}`)." if sets["rows"] else "."))
     lines = [head, errors, cost, kept]
     return "\n".join(lines)

@@ -15,7 +15,7 @@ worker thread, on the server's event loop; the timeout there bounds each call, n
 Every LLM answer is appended to DATA_DIR/teacher/llm_labels.csv (text, teacher, ...: the table
 `finetune/kfold.py --teacher-column teacher` reads, beside gold labels; the next retrain reads it:
 app/llm/teacher_labels.py) and reused: a text asked once is never paid for again. Label sets go to llm_label_sets.csv
-(names joined by the model's separator), which a single-label retrain never reads. /metrics: app_llm_deferred_total, app_llm_latency_seconds, app_llm_errors_total{kind},
+(names joined by the model's separator, "" for none), which the next multi-label retrain reads. /metrics: app_llm_deferred_total, app_llm_latency_seconds, app_llm_errors_total{kind},
 app_answers_total{source}; /v1/monitor's "cascade": the share deferred, the LLM's measured cost per call and the
 estimated cost saved (the texts the model answered itself, times that cost).
 """
@@ -34,13 +34,12 @@ from pathlib import Path
 from prometheus_client import Counter, Histogram
 
 from app.label_kinds import SINGLE
-from app.llm.teacher_labels import TEACHER_FILE
+from app.llm.teacher_labels import SETS_FILE, TEACHER_FILE
 from serving.engine import Prediction
 from serving.multilabel import MultiLabelPrediction
 from textdata.labels import LabelSpace
 from textdata.llm import ask, make_client, parse_answer, read_prompt, render
 
-SETS_FILE = "llm_label_sets.csv"  # multi-label answers: names joined by the model's separator
 log = logging.getLogger("app")
 STORE_COLUMNS = ["text", "teacher", "llm", "model_version", "model_label", "model_score", "at"]
 MAX_REMEMBERED = 100_000  # answers kept in memory for reuse; the file keeps them all
@@ -147,7 +146,7 @@ class Fallback:
         self.gate: asyncio.Semaphore | None = None
         self.store = TeacherLabels((Path(cfg.data_dir) / TEACHER_FILE).parent, cfg.fallback_model)
         self.set_store = TeacherLabels((Path(cfg.data_dir) / TEACHER_FILE).parent, cfg.fallback_model,
-                                       SETS_FILE)
+                                       SETS_FILE.name)
         self.loop: asyncio.AbstractEventLoop | None = None  # the server's: resolve_blocking runs there
         self.error_kinds: dict[str, int] = {}
         self.counts = {"answers": 0, "deferred": 0, "llm_answered": 0, "from_store": 0, "errors": 0}

@@ -96,12 +96,15 @@ def test_a_batch_files_not_sure_rows_go_to_the_llm_and_every_row_is_kept(tmp_pat
 
 
 def test_the_monitor_words_say_who_answered_and_what_it_cost():
-    text = cascade_markdown({"llm": "gpt", "reachable": True, "answers": 200, "deferred": 60, "llm_answered": 40,
-                             "from_stored_answers": 10, "errors": 10, "errors_by_kind": {"timeout": 10},
-                             "llm_calls": 50, "cost_paid": 0.5, "cost_per_llm_call": 0.01,
-                             "estimated_cost_saved": 1.6, "teacher_labels": {"file": "t.csv", "rows": 40}})
+    base = {"llm": "gpt", "reachable": True, "answers": 200, "deferred": 60, "llm_answered": 40,
+            "from_stored_answers": 10, "errors": 10, "errors_by_kind": {"timeout": 10},
+            "llm_calls": 50, "cost_paid": 0.5, "cost_per_llm_call": 0.01,
+            "estimated_cost_saved": 1.6, "teacher_labels": {"file": "t.csv", "rows": 40}}
+    text = cascade_markdown(base)
     assert "gave **75.0%** itself, the LLM **25.0%**" in text and "LLM errors: 10 (timeout 10)" in text
-    assert "estimated saved 1.6000" in text and "40" in text
+    assert "estimated saved 1.6000" in text and "40" in text and "label sets" not in text
+    with_sets = cascade_markdown({**base, "teacher_label_sets": {"file": "s.csv", "rows": 7}})
+    assert "Teacher labels kept for the next retrain: 40 (`t.csv`), label sets 7 (`s.csv`)." in with_sets
 
 
 def writes_to(url: str, elem_id: str) -> int:

@@ -4,9 +4,11 @@ with --teacher-column and records what it read in the version's lineage."""
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
 import shutil
+from types import SimpleNamespace
 
 import httpx
 import pandas as pd
@@ -55,12 +57,53 @@ def test_the_train_tab_says_what_was_read_from_the_llm():
     assert "7 texts answered only by the LLM" in said and "3 gold rows" in said
 
 
-def test_no_answers_or_a_multi_label_retrain_leave_the_table_as_it_was(tmp_path):
+def test_no_answers_leave_the_table_as_it_was(tmp_path):
     train = pd.DataFrame({"text": ["t"], "label": ["x"]})
     assert attach(train, 0.2, tmp_path, LabelSpace()) == (train, {})
-    write_answers(tmp_path, [("u", "x")])
-    out, record = attach(train, 0.2, tmp_path, LabelSpace.of(multi_label=True, sep=";"))
-    assert out is train and record["used"] is False and "multi-label" in record["why"]
+    write_answers(tmp_path, [("u", "x")])  # single-label answers: a multi-label retrain reads the label sets' file
+    sets = LabelSpace.of(multi_label=True, sep=";")
+    assert attach(train, 0.2, tmp_path, sets) == (train, {})
+
+
+def test_a_multi_label_retrain_learns_from_the_cascades_label_sets(tmp_path, fake):
+    """The multi-label twin of test_a_retrain_learns_from_the_cascades_answers, without the server and the training:
+    the cascade defers 'not sure' label sets to the local LLM and keeps them; the retrain's table (`attach`, as
+    app/versions/jobs.py calls it) is what k-fold --multi-label --teacher-column reads: gold sets stay gold (a
+    "none of these" too), LLM-only texts become teacher rows (the LLM's "none" an answer of no label), the slice
+    stays gold only."""
+    from test_app_cascade_rows import fallback, ml
+
+    from finetune.teacher_data import load
+    from textdata.normalize import Normalizer
+
+    sets = LabelSpace.of(["bug", "docs", "ui"], multi_label=True, sep=";")
+    share = 0.2
+    slice_text = next(t for t in (f"a ui text {i}" for i in range(200)) if in_eval_slice(t, share))
+    asked = ["a bug in the docs page", "SAY:none", "SAY:docs;ui", "gold bug text 2", slice_text]
+    assert not any(in_eval_slice(t, share) for t in asked[:4])
+    fb = fallback(tmp_path, fake.url)
+    answers = asyncio.run(fb.resolve(asked, [ml(["ui"], False)] * len(asked), "v1", sets.labels, space=sets))
+    assert [a.labels for a in answers] == [["bug"], [], ["docs", "ui"], ["bug"], ["ui"]]
+    gold = pd.DataFrame({"text": ["gold bug text 2", "bug one", "bug two docs", "docs three", "ui four", "ui five",
+                                  "nothing six", "nothing seven"],
+                         "label": ["bug;ui", "bug", "bug;docs", "docs", "ui", "ui", "", ""]})
+    out, record = attach(gold, share, tmp_path / "data", sets)
+    assert record["used"] and record["teacher_rows"] == 3 and record["gold_rows_with_answer"] == 1
+    assert record["in_eval_slice"] == 1 and record["file"].endswith("llm_label_sets.csv")
+    got = dict(zip(out["text"], zip(out["label"], out["teacher"])))
+    assert got == {"gold bug text 2": ("bug;ui", "bug"), "bug one": ("bug", ""), "bug two docs": ("bug;docs", ""),
+                   "docs three": ("docs", ""), "ui four": ("ui", ""), "ui five": ("ui", ""),
+                   "nothing six": ("[]", ""), "nothing seven": ("[]", ""),  # gold "none of these": still gold
+                   "a bug in the docs page": ("", "bug"), "SAY:none": ("", "[]"), "SAY:docs;ui": ("", "docs;ui")}
+    path = tmp_path / "train.csv"
+    out.to_csv(path, index=False)
+    cfg = SimpleNamespace(text_column="text", label_column="label", teacher_column="teacher", encoding="utf-8",
+                          group_column=None, seed=0, multi_label=True, label_sep=";")
+    data = load(path, cfg, Normalizer("none"))
+    assert data.labels == ["bug", "docs", "ui"] and data.gold.sum() == 8 and (~data.gold).sum() == 3
+    said = dict(zip(data.texts, data.answered.tolist()))
+    assert said["SAY:none"] == [0, 0, 0] and said["SAY:docs;ui"] == [0, 1, 1] and said["gold bug text 2"] == [1, 0, 0]
+    assert data.Y[data.texts.index("nothing six")].tolist() == [0, 0, 0] and not data.outside
 
 
 def test_a_retrain_learns_from_the_cascades_answers(calibrated, spread_model_dir, tiny_electra_dir,  # noqa: F811
