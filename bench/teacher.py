@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 nice -n 10 python bench/teacher.py                # ~1-3 min on 2 shared cores
     python bench/teacher.py --data ko-help --seeds 3                     # Korean help paragraphs, `sdraw` never answered
+    python bench/teacher.py --data ko-help --groups --student baseline   # whole pages unseen; k-fold's baseline learns
     python bench/teacher.py --data debtags --seeds 3                     # package synopses' role, `role::data` never
     python bench/teacher.py --seeds 5 --output bench/results/teacher.json
 
@@ -70,12 +71,16 @@ DEBTAGS = KO_HELP.parents[1] / "debtags" / "train.csv"
 DATASETS = {"bbcnews": ("tech", "business", "word"), "ko-help": ("sdraw", "simpress", "char"),
             "debtags": ("role::data", "role::app-data", "char")}
 ANALYZER = "word"
+STUDENT = "sgd"  # sgd: the TF-IDF of `features` + SGD; baseline: k-fold's own baseline (char_wb 1-4, LR C=10)
+GROUPS = None  # --groups: each row's group (ko-help's `page`): the unseen gold rows are whole groups
+GOLD_WEIGHTS = (1, 5, 0)  # gold rows repeated W times (0: auto); --gold-weights 0 fits the product's only
 
 
-def use(name: str) -> None:
-    """Point the module's settings at data set `name` (DATASETS)."""
-    global NEVER, NEIGHBOUR, ANALYZER
+def use(name: str, student: str = "sgd", groups=None, gold_weights=(1, 5, 0)) -> None:
+    """Point the module's settings at data set `name` (DATASETS), the student, the split's groups, the gold weights."""
+    global NEVER, NEIGHBOUR, ANALYZER, STUDENT, GROUPS, GOLD_WEIGHTS
     NEVER, NEIGHBOUR, ANALYZER = DATASETS[name]
+    STUDENT, GROUPS, GOLD_WEIGHTS = student, groups, tuple(gold_weights)
 
 
 def load_ko_help():
@@ -84,6 +89,12 @@ def load_ko_help():
     df = pd.read_csv(KO_HELP)
     labels = sorted(df.label.unique())
     return df.text.tolist(), df.label.map({x: i for i, x in enumerate(labels)}).to_numpy(), labels
+
+
+def ko_help_pages() -> np.ndarray:
+    import pandas as pd
+
+    return pd.read_csv(KO_HELP, usecols=["page"])["page"].astype(str).to_numpy()
 
 
 def load_debtags():
@@ -117,10 +128,28 @@ def features(texts):
     return TfidfVectorizer(sublinear_tf=True, min_df=2, max_features=30000).fit_transform(texts)
 
 
-def model(seed: int):
+def sgd(seed: int):
     from sklearn.linear_model import SGDClassifier
 
     return SGDClassifier(loss="log_loss", alpha=1e-5, max_iter=30, tol=None, random_state=seed)
+
+
+def model(seed: int):
+    """The student's classifier; the simulated teacher's reference model stays `sgd` whatever the student."""
+    if STUDENT == "baseline":
+        from baseline.blend import tfidf_logreg
+
+        return tfidf_logreg(seed).steps[1][1]
+    return sgd(seed)
+
+
+def student_features(texts, X_reference):
+    """--student baseline: k-fold's baseline vectorizer, fitted on every text (no label read), as `features` is."""
+    if STUDENT != "baseline":
+        return X_reference
+    from baseline.blend import TEXT_CAP, tfidf_logreg
+
+    return tfidf_logreg(0).steps[0][1].fit_transform([t[:TEXT_CAP] for t in texts])
 
 
 def proba(m, X, n: int) -> np.ndarray:
@@ -135,7 +164,7 @@ def reference_margins(X, y, n: int) -> tuple[np.ndarray, np.ndarray]:
 
     oof = np.zeros((len(y), n))
     for tr, va in StratifiedKFold(5, shuffle=True, random_state=0).split(X, y):
-        oof[va] = proba(model(0).fit(X[tr], y[tr]), X[va], n)
+        oof[va] = proba(sgd(0).fit(X[tr], y[tr]), X[va], n)
     wrong = oof.copy()
     wrong[np.arange(len(y)), y] = -1
     return oof[np.arange(len(y)), y] - wrong.max(1), wrong.argmax(1)
@@ -164,9 +193,14 @@ def simulated_teacher(texts, y, labels, margin, confusable, accuracy: float, sys
 
 
 def split(y, seed: int):
-    from sklearn.model_selection import train_test_split
+    from sklearn.model_selection import StratifiedGroupKFold, train_test_split
 
-    pool, test = train_test_split(np.arange(len(y)), test_size=0.4, stratify=y, random_state=seed)
+    if GROUPS is None:
+        pool, test = train_test_split(np.arange(len(y)), test_size=0.4, stratify=y, random_state=seed)
+    else:  # two of 5 stratified group folds: ~40% of rows, whole pages, none of them in the pool
+        folds = [va for _, va in StratifiedGroupKFold(5, shuffle=True, random_state=seed).split(y, y, GROUPS)]
+        test = np.sort(np.concatenate(folds[:2]))
+        pool = np.setdiff1d(np.arange(len(y)), test)
     rng = np.random.default_rng(seed)
     gold = np.concatenate([rng.choice(pool[y[pool] == c], GOLD_PER_CLASS, replace=False) for c in np.unique(y)])
     return gold, np.setdiff1d(pool, gold), test
@@ -190,7 +224,7 @@ def methods(X, y, teacher, gold, rest, seed, n) -> dict:
     out = {"gold only": on_gold,
            "today": fit(X, rows, np.concatenate([y[gold], teacher[rest]]), seed),
            "truth (ceiling)": fit(X, rows, y[rows], seed)}
-    for w in (1, 5, 0):
+    for w in GOLD_WEIGHTS:
         k = gold_repeats(len(gold), len(rest), w)
         reps = np.concatenate([np.full(len(gold), k), np.ones(len(rest), int)])
         name = f"x{'auto' if w == 0 else w}"
@@ -329,9 +363,11 @@ def targets_per_split(results: dict) -> dict:
     for setting, margin in (("systematic 70%", 0.05), ("systematic 85%", 0.0)):
         rows = []
         for seed, r in enumerate(results["settings"][setting]["per_seed"]):
-            t, s = r["teacher"], r[PRODUCT]
+            t, s, truth = r["teacher"], r[PRODUCT], r["truth (ceiling)"]
             row = {"seed": seed, "teacher_macro_f1": round(t["macro_f1"], 4), "student_macro_f1": round(s["macro_f1"], 4),
                    "never_answered_f1": round(s["never_answered_f1"], 4),
+                   "truth_ceiling_macro_f1": round(truth["macro_f1"], 4),
+                   "truth_ceiling_never_answered_f1": round(truth["never_answered_f1"], 4),
                    "macro_f1_met": s["macro_f1"] >= t["macro_f1"] + margin, "never_answered_met": s["never_answered_f1"] >= 0.5,
                    "text_weight": r["text_weight"], "gold_macro_f1_by_weight": r["text_weight_choice"]["gold_macro_f1_by_weight"]}
             if margin == 0.0:
@@ -352,7 +388,8 @@ def targets_lines(per_split: dict) -> list[str]:
                        f"{r['teacher_accuracy']:.3f} {'met' if r['cascade_met'] else 'NOT met'}" if "cascade_met" in r else "")
             lines.append(f"{setting} seed {r['seed']}: {r['student_macro_f1']:.3f} vs teacher {r['teacher_macro_f1']:.3f} "
                          f"{'met' if r['macro_f1_met'] else 'NOT met'}; {NEVER} F1 {r['never_answered_f1']:.3f} "
-                         f"{'met' if r['never_answered_met'] else 'NOT met'}{cascade}; text weight {r['text_weight']} "
+                         f"{'met' if r['never_answered_met'] else 'NOT met'}{cascade}; truth (ceiling) "
+                         f"{r['truth_ceiling_macro_f1']:.3f}; text weight {r['text_weight']} "
                          f"(gold macro-F1 by weight {r['gold_macro_f1_by_weight']})")
     return lines
 
@@ -364,19 +401,35 @@ def main(argv=None) -> int:
                    help=f"ko-help: {KO_HELP}; debtags: {DEBTAGS}, its role facet (set SHARED_DATA to their folder "
                         "elsewhere)")
     p.add_argument("--output", default=None, help="default: bench/results/teacher.json (teacher-ko-help.json)")
+    p.add_argument("--student", choices=("sgd", "baseline"), default="sgd",
+                   help="baseline: k-fold's baseline (char_wb 1-4 TF-IDF + logistic regression C=10) as the student; "
+                        "the simulated teacher is the same either way")
+    p.add_argument("--groups", action="store_true", help="ko-help: whole help pages unseen (the `page` column)")
+    p.add_argument("--no-random", action="store_true", help="skip the random-error teacher (the contrast)")
+    p.add_argument("--gold-weights", type=int, nargs="+", default=[1, 5, 0],
+                   help="gold rows repeated W times (0: auto, the product's); `0` alone for a slow student")
     a = p.parse_args(argv)
-    use(a.data)
+    if a.groups and a.data != "ko-help":
+        p.error("--groups: only ko-help has a group column here (`page`)")
+    if 0 not in a.gold_weights:
+        p.error("--gold-weights: 0 (auto, what --teacher-column does) must be among them")
+    use(a.data, a.student, ko_help_pages() if a.groups else None, a.gold_weights)
     a.output = a.output or str(ROOT / "bench" / "results" / ("teacher.json" if a.data == "bbcnews"
                                                               else f"teacher-{a.data}.json"))
     started, load = time.time(), os.getloadavg()[0]
     texts, y, labels = {"bbcnews": load_bbc, "ko-help": load_ko_help, "debtags": load_debtags}[a.data]()
-    X = features(texts)
-    ref = reference_margins(X, y, len(labels))
+    X_reference = features(texts)
+    ref = reference_margins(X_reference, y, len(labels))
+    X = student_features(texts, X_reference)
     settings = {"systematic 70%": (0.70, True), "systematic 85%": (0.85, True), "random 70%": (0.70, False)}
+    if a.no_random:
+        del settings["random 70%"]
     name = f"BBC News, {NEVER} cut to {NEVER_KEEP}" if a.data == "bbcnews" else f"{a.data}, {NEVER} never answered"
-    results = {"data": f"{name}: {len(y)} rows, {len(labels)} classes",
-               "student": f"{ANALYZER} TF-IDF + SGD logistic regression", "gold_per_class": GOLD_PER_CLASS,
-               "seeds": a.seeds, "settings": {}}
+    student = (f"{ANALYZER} TF-IDF + SGD logistic regression" if a.student == "sgd"
+               else "k-fold's baseline: char_wb 1-4 TF-IDF + logistic regression C=10")
+    results = {"data": f"{name}: {len(y)} rows, {len(labels)} classes"
+                       + (", unseen rows whole pages (StratifiedGroupKFold)" if a.groups else ""),
+               "student": student, "gold_per_class": GOLD_PER_CLASS, "seeds": a.seeds, "settings": {}}
     for name, (acc, systematic) in settings.items():
         results["settings"][name] = run_setting(X, texts, y, labels, ref, acc, systematic, a.seeds)
     results["targets_per_split"] = targets_per_split(results)
