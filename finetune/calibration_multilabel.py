@@ -8,8 +8,8 @@ on these rows already). Scored nested like the single-label calibrator. Calibrat
 here is the labels' mean binary ECE (15 bins on each label's probability against its 0/1 target).
 
 For a target precision, each label gets its own threshold: the lowest at which the rows asserting that
-label are right at least `target` of the time with 90% confidence (finetune/coverage.py's Learn-then-Test
-bound, per label: label_bound_thresholds), 1.0 where none is. A row is confident
+label are right at least `target` of the time with 90% confidence, or k-fold's --confidence (finetune/coverage.py's
+Learn-then-Test bound, per label: label_bound_thresholds), 1.0 where none is. A row is confident
 when every label it asserts (over its decision threshold, thresholds.json) clears its precision threshold.
 The decision thresholds are tuned on uncalibrated scores; the engine moves them through the calibrator
 (each label's map is increasing, so the label sets do not change), and the nested estimate does the same
@@ -25,6 +25,7 @@ from finetune.coverage import (
     DELTA,
     MIN_ANSWERED,
     label_bound_thresholds,
+    percent,
     pick_threshold,
     statement,
     unreachable,
@@ -95,11 +96,12 @@ def nested(P: np.ndarray, Y: np.ndarray, fold_of: np.ndarray, method: str) -> tu
     return out, cals, folds
 
 
-def label_thresholds(P: np.ndarray, Y: np.ndarray, target: float) -> tuple[np.ndarray, list[float]]:
-    """(per label: the lowest threshold at which that label's precision >= `target` holds with 90% confidence
+def label_thresholds(P: np.ndarray, Y: np.ndarray, target: float, delta: float = DELTA
+                     ) -> tuple[np.ndarray, list[float]]:
+    """(per label: the lowest threshold at which that label's precision >= `target` holds with 1 - delta confidence
     (finetune/coverage.py label_bound_thresholds), 1.0 where none does; per label the best precision reached)."""
     best = [pick_threshold(P[:, j], Y[:, j] == 1, target)[1] for j in range(P.shape[1])]
-    return label_bound_thresholds(P, Y, target)[0], best
+    return label_bound_thresholds(P, Y, target, delta)[0], best
 
 
 def answered(P: np.ndarray, Y: np.ndarray, thresholds: np.ndarray, decision: np.ndarray) -> dict:
@@ -124,11 +126,12 @@ def calibrate_labels(
     fitted_on: str,
     target: float | None = None,
     decision: np.ndarray | float = 0.5,
+    delta: float = DELTA,
 ) -> tuple[dict, Calibrator, np.ndarray]:
     """(report["calibration"] for a multi-label run, the calibrator fitted on every row, the nested-calibrated
     out-of-fold probabilities). With `target`, the served per-label thresholds and their nested coverage;
     DataError when no label reaches it. `decision`: the uncalibrated decision thresholds, one per label or
-    one row per fold (each fold's nested tuned thresholds)."""
+    one row per fold (each fold's nested tuned thresholds); `delta`: 1 - the stated confidence."""
     P, Y = np.asarray(P, np.float64), np.asarray(Y)
     n_folds = len(np.unique(fold_of))
     decision = np.asarray(decision, np.float64)
@@ -170,23 +173,23 @@ def calibrate_labels(
         "ece_floor": ece_floor(calibrated, fold_of, drawn_ece=label_drawn_ece),  # of the served (after) scores
     }
     if target is not None:
-        section["served"] = _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision)
+        section["served"] = _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision, delta)
     return section, final, calibrated
 
 
-def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision) -> dict:
+def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision, delta) -> dict:
     served = final(P)
-    thresholds, best = label_thresholds(served, Y, target)
+    thresholds, best = label_thresholds(served, Y, target, delta)
     if np.all(thresholds >= 1.0):  # one line: the nearest label's best reachable target, or the rows it needs
         j = int(np.nanargmax(np.where(np.isnan(best), -1.0, best)))
-        nearest = unreachable(target, DELTA, served[:, j], Y[:, j] == 1).split(": ", 1)[1]
+        nearest = unreachable(target, delta, served[:, j], Y[:, j] == 1).split(": ", 1)[1]
         raise DataError(
             f"--target-precision {target:g}: no label reaches it on the {len(Y)} out-of-fold rows with "
-            f"{1 - DELTA:.0%} confidence (the best precision reached is {np.nanmax(best):.4f}, asserting at least "
+            f"{percent(1 - delta)} confidence (the best precision reached is {np.nanmax(best):.4f}, asserting at least "
             f"{MIN_ANSWERED} rows); the nearest label, {labels[j]!r}: {nearest}"
         )
     def chosen(rest, fold) -> np.ndarray:  # fold: its calibrator and decision thresholds, fitted on `rest` too
-        return label_thresholds(fold[0](P[rest]), Y[rest], target)[0]
+        return label_thresholds(fold[0](P[rest]), Y[rest], target, delta)[0]
 
     def scored(th, held, fold) -> dict:
         return answered(calibrated[held], Y[held], th, fold[0](fold[1][None, :])[0])
@@ -197,10 +200,10 @@ def _served(P, Y, fold_of, labels, target, final, cals, calibrated, decision) ->
     prec = [f["precision"] for f in folds if f["precision"] is not None]
     return {
         "target_precision": target,
-        "confidence": round(1 - DELTA, 6),
+        "confidence": round(1 - delta, 6),
         "rule": f"Learn-then-Test per label: the lowest threshold whose Clopper-Pearson lower bound (fixed-sequence, "
-                f"delta {DELTA:g} per label) reaches the target on the out-of-fold rows",
-        "statement": "each label's " + statement(target, 1 - DELTA, float(np.mean(cov))),
+                f"delta {delta:g} per label) reaches the target on the out-of-fold rows",
+        "statement": "each label's " + statement(target, 1 - delta, float(np.mean(cov))),
         "scope": "per_label",
         "threshold": dict(zip(labels, (round(float(t), 6) for t in thresholds))),
         # threshold 1.0: the label's rows never reach the target, so an answer asserting it is never confident

@@ -13,7 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from finetune.calibration import calibrate
-from finetune.coverage import coverage_table, served_threshold
+from finetune.coverage import DELTA, coverage_table, served_threshold
 from finetune.prior_check import prior_check
 from textdata.calibration import CALIBRATION_FILE, Calibrator, calibrator_from_json
 from textdata.labels import LabelSpace
@@ -36,6 +36,7 @@ def cv_calibration(
     fold_of: np.ndarray,
     target: float | None,
     group_column: str | None = None,
+    delta: float = DELTA,
 ) -> tuple[dict, np.ndarray, np.ndarray]:
     """Single-label: (report["calibration"], the served out-of-fold probabilities before, and after nested
     calibration). Multi-label's is finetune/calibration_multilabel.py's, through its task. With
@@ -49,7 +50,7 @@ def cv_calibration(
     section["prior_correction"] = prior_check(chosen.calibrated, data.y)  # whether --prior-correction may serve it
     if target is not None:
         section["served"] = served_threshold(chosen, final, served, data.y, fold_of, data.labels, target,
-                                             groups=data.groups if group_column else None, group_column=group_column)
+                                             delta, data.groups if group_column else None, group_column)
     return section, served, chosen.calibrated
 
 

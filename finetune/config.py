@@ -53,6 +53,7 @@ class Config:
     resume: bool = False
     blend: str = "auto"  # auto | off | on: blend with the baseline (finetune/blend.py)
     target_precision: float | None = None  # the served "confident" threshold's precision (finetune/coverage.py)
+    confidence: float = 0.9  # the probability with which that precision is stated to hold (1 - delta of the bound)
     label_issues: str = "auto"  # auto | off: rank likely label errors (finetune/label_issues.py)
     engine: str = "local"  # local | ray: where the folds train (finetune/fold_runner.py)
     address: str | None = None  # a Ray cluster to join; none: start Ray on this machine
@@ -65,7 +66,8 @@ class Config:
 # Settings that may change on --resume: they change neither the folds nor their numbers (the fast-path
 # switches give the plain path's losses: tests/finetune/test_fast_path.py).
 # The blend only reads the saved folds; where a fold runs does not change its numbers.
-RESUMABLE = frozenset({"resume", "final", "blend", "label_issues", "target_precision", "train.static_shapes", "train.compile", "engine", "address",
+RESUMABLE = frozenset({"resume", "final", "blend", "label_issues", "target_precision", "confidence",
+                       "train.static_shapes", "train.compile", "engine", "address",
                        "gpus_per_fold", "cpus_per_fold"})
 
 
@@ -135,6 +137,9 @@ FLAGS = {
                              "out-of-fold rows reach this precision (e.g. 0.9); chosen on out-of-fold rows, "
                              "served with the --final model", shown="none: every answer confident",
                              metavar="P"),
+    "confidence": Flag("with --target-precision: the probability with which the served precision is stated to "
+                       "hold on texts like the training rows (a finite-sample bound; higher states more and "
+                       "answers fewer texts confident)", metavar="C"),
     "engine": Flag("where the folds train: here one after another, or as Ray tasks (pip install -e '.[ray]')",
                    choices=("local", "ray")),
     "address": Flag("--engine ray: the Ray cluster to join (e.g. auto)", shown="start Ray on this machine"),
@@ -204,6 +209,8 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
         p.error("--holdout must be a fraction in [0, 1), e.g. 0.2")
     if a.target_precision is not None and not 0 < a.target_precision < 1:
         p.error(f"--target-precision {a.target_precision:g}: must be a precision in (0, 1), e.g. 0.9")
+    if not 0.5 <= a.confidence < 1:
+        p.error(f"--confidence {a.confidence:g}: must be a probability in [0.5, 1), e.g. 0.9 or 0.975")
     if a.cpus_per_fold < 1 or a.gpus_per_fold < 0:
         p.error("--cpus-per-fold must be at least 1 and --gpus-per-fold at least 0")
     if a.adapt_steps < 0 or (a.adapt_steps and a.random_init):

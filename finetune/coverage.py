@@ -244,6 +244,11 @@ def _rest_probs(chosen, probs, fold_of) -> list:
     return [cal(np.asarray(probs[rest], np.float64)) for (_, _, rest), cal in zip(fold_masks(fold_of), chosen.per_fold)]
 
 
+def percent(confidence: float) -> str:
+    """0.9 -> '90%', 0.975 -> '97.5%' (a team's --confidence, said as it was given)."""
+    return f"{confidence * 100:.4g}%"
+
+
 def rows_needed(precision: float, target: float, delta: float) -> int | None:
     """About how many answered rows at this `precision` a Clopper-Pearson bound needs to reach `target` at
     confidence 1 - delta; None where the precision is not above the target."""
@@ -287,10 +292,10 @@ def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarr
                                                         info["icc"])[0])
             need = int(np.ceil(need * deff))
         more = "" if need is None else f"; at the precision they reach, about {int(np.ceil(need * n / answered_rows))} rows are needed"
-        return (head + f"the {n} out-of-fold rows are too few to state it with {1 - delta:.0%} confidence (at least "
+        return (head + f"the {n} out-of-fold rows are too few to state it with {percent(1 - delta)} confidence (at least "
                 f"{info['needed_rows']} answered rows, all right{more}); label more rows or lower the target")
     best_target, coverage = best_reachable(conf, correct, delta, groups)
-    reach = ("" if best_target is None else f"the best reachable with {1 - delta:.0%} confidence is "
+    reach = ("" if best_target is None else f"the best reachable with {percent(1 - delta)} confidence is "
              f"{best_target:.4f}, at coverage {coverage:.3f}; ")
     return (head + f"no threshold reaches it on the {n} out-of-fold rows ({reach}the best precision reached is "
             f"{best:.4f}, answering at least {min(MIN_ANSWERED, n)} rows); use a lower target, e.g. with --resume to "
@@ -299,7 +304,7 @@ def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarr
 
 def statement(target: float, confidence: float | None, coverage: float, group: str | None = None) -> str:
     """What a team is told the served threshold promises (grouped: over unseen groups, not rows)."""
-    held = f"with {confidence:.0%} confidence " if confidence else "(a point estimate, no stated confidence) "
+    held = f"with {percent(confidence)} confidence " if confidence else "(a point estimate, no stated confidence) "
     like = f"over unseen {group!r} groups like the training ones" if group and confidence else "on texts like the training rows"
     return f"precision >= {target:.2f} {held}{like}, at an estimated coverage of {coverage:.2f}"
 

@@ -267,7 +267,7 @@ def run(cfg: Config, on_progress=None) -> dict:
         report["warnings"].append(report["learned"]["message"])
     # Before anything is written: an unreachable --target-precision stops here (the folds are kept for --resume).
     report["calibration"], served_oof, calibrated_oof = task.calibration(got, report, blend_oof, data,
-                                                                         cfg.target_precision)
+                                                                         cfg.target_precision, 1 - cfg.confidence)
     # --final: carried in model/ood/ (baseline/ood.py), off-topic texts are never confident
     ood = task.out_of_domain(report, data, got.fold_of, calibrated_oof) if cfg.final else None
     if held is not None:

@@ -293,12 +293,12 @@ class MultiLabelTask:
                                          report["blend"], cfg.seed)
         return report, blend_oof
 
-    def calibration(self, got, report: dict, blend_oof, data, target) -> tuple[dict, np.ndarray, np.ndarray]:
+    def calibration(self, got, report: dict, blend_oof, data, target, delta) -> tuple[dict, np.ndarray, np.ndarray]:
         """The per-label calibration's nested numbers (finetune/calibration_multilabel.py), its coverage cut at
         each fold's nested decision thresholds."""
         served, fitted_on = served_oof(got.oof, report["blend"], blend_oof)
         section, _, after = calibrate_labels(served, data.Y, got.fold_of, data.labels, fitted_on, target,
-                                             fold_decisions(report))
+                                             fold_decisions(report), delta)
         return section, served, after
 
     def out_of_domain(self, report: dict, data, fold_of: np.ndarray, calibrated: np.ndarray):

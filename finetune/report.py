@@ -95,9 +95,9 @@ class SingleLabelTask:
         report["learned"] = assess(data.y, got.oof, report["blend"], len(data.labels), cfg.seed)  # said plainly
         return report, blend_oof
 
-    def calibration(self, got, report: dict, blend_oof, data, target) -> tuple[dict, np.ndarray, np.ndarray]:
+    def calibration(self, got, report: dict, blend_oof, data, target, delta) -> tuple[dict, np.ndarray, np.ndarray]:
         return cv_calibration(got.oof, report["blend"], blend_oof, data, got.fold_of, target,
-                              (report.get("config") or {}).get("group_column"))
+                              (report.get("config") or {}).get("group_column"), delta)
 
     def out_of_domain(self, report: dict, data, fold_of: np.ndarray, calibrated: np.ndarray):
         """report["out_of_domain"] and the detector --final carries in model/ood/ (baseline/ood.py): off-topic

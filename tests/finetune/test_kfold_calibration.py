@@ -98,6 +98,20 @@ def test_target_precision_on_resume_and_bad_targets(run, capsys, put_back):
     assert main([*args, "--resume", "--target-precision", str(target)]) == 0
     served = json.loads((out / "report.json").read_text())["calibration"]["served"]
     assert served["target_precision"] == target and served["scope"] in ("global", "per_class")
+    # --confidence: the same rows state a lower target at 97.5% (a higher threshold, never a lower one), and say so
+    assert main([*args, "--resume", "--target-precision", "0.3", "--confidence", "0.975"]) == 0
+    report = json.loads((out / "report.json").read_text())
+    high = report["calibration"]["served"]
+    assert report["config"]["confidence"] == 0.975 and high["confidence"] == 0.975
+    assert "with 97.5% confidence" in high["statement"]
+    assert main([*args, "--resume", "--target-precision", "0.3"]) == 0
+    low = json.loads((out / "report.json").read_text())["calibration"]["served"]
+    assert "with 90% confidence" in low["statement"] and low["confidence"] == 0.9
+    if high["scope"] == low["scope"] == "global":
+        assert high["threshold"] >= low["threshold"]
+    with pytest.raises(SystemExit) as e:
+        main([*args, "--resume", "--confidence", "1"])
+    assert e.value.code == 2 and "--confidence 1: must be a probability in [0.5, 1)" in capsys.readouterr().err
     with pytest.raises(SystemExit) as e:
         main([*args, "--resume", "--target-precision", "1.5"])
     assert (

@@ -118,3 +118,34 @@ def test_multi_label_thresholds_hold_per_label_where_the_point_estimate_does_not
     served = calibrate_multi_label(P, Yn, np.arange(n) % 3, ["a", "b"], "model", 0.9, 0.5)[0]["served"]
     assert served["confidence"] == 0.9 and "Learn-then-Test per label" in served["rule"]
     assert served["statement"].startswith("each label's precision >= 0.90 with 90% confidence on texts like")
+
+
+def test_a_higher_stated_confidence_serves_a_higher_threshold_and_says_so():
+    """k-fold's --confidence reaches the bound as delta = 1 - confidence: on the same scores 97.5% asks more
+    rows above the threshold than 90%, so the served threshold is never lower, and the statement names 97.5%."""
+    from finetune.calibration_multilabel import calibrate_labels as calibrate_multi_label
+
+    rng = np.random.default_rng(7)
+    n, c = 1500, 3
+    y = rng.integers(0, c, n)
+    conf = rng.random(n)
+    right = rng.random(n) < 0.5 + 0.5 * conf
+    top = np.where(right, y, (y + 1) % c)
+    probs = np.full((n, c), 0.1)
+    probs[np.arange(n), top] = 0.2 + conf
+    probs /= probs.sum(1, keepdims=True)
+    fold_of = np.arange(n) % 3
+    _, chosen, final = calibrate(probs, y, fold_of, "model")
+    got = {d: served_threshold(chosen, final, probs, y, fold_of, ["a", "b", "c"], 0.85, d) for d in (0.1, 0.025)}
+    assert "with 97.5% confidence" in got[0.025]["statement"] and got[0.025]["confidence"] == 0.975
+    assert "with 90% confidence" in got[0.1]["statement"]
+    th = {d: min(g["threshold"].values()) if isinstance(g["threshold"], dict) else g["threshold"] for d, g in got.items()}
+    assert th[0.025] > th[0.1] - 1e-9 or got[0.025]["scope"] != got[0.1]["scope"], got
+    assert got[0.025]["estimated_coverage"] <= got[0.1]["estimated_coverage"] + 0.02
+
+    Y = rng.random((n, 2)) < 0.5 + 0.5 * rng.random((n, 2))
+    P = np.clip(np.where(Y, 0.65, 0.35) + rng.normal(0, 0.2, (n, 2)), 0.01, 0.99)
+    sec = {d: calibrate_multi_label(P, Y, fold_of, ["p", "q"], "model", 0.8, 0.5, delta=d)[0]["served"]
+           for d in (0.1, 0.025)}
+    assert "97.5% confidence" in sec[0.025]["statement"] and "90% confidence" in sec[0.1]["statement"]
+    assert all(sec[0.025]["threshold"][k] >= sec[0.1]["threshold"][k] for k in ("p", "q")), sec
