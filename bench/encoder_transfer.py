@@ -48,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.resplits import DATASETS, started, write_result
 
-TARGETS = (0.8, 0.9)
+TARGETS = (0.8, 0.9, 0.95)  # 0.95: where BBC's accuracy (~0.95) makes the threshold bite, as 0.9 did in the issue
 RULES = ("bound", "point", "quantile", "matched")
 UNSEEN = 1000
 TRAIN = {"bbc-first-sentences": ("per_class", 150), "debtags-implemented-in": ("stratified", 900)}
@@ -224,7 +224,9 @@ def summarize(runs: list[dict]) -> dict:
     out = {}
     for target in TARGETS:
         for rule in RULES:
-            got = [r["targets"][str(target)][rule] for r in runs]
+            got = [r["targets"][str(target)][rule] for r in runs if str(target) in r["targets"]]
+            if not got:
+                continue
             prec = [g["precision"] for g in got if g["precision"] is not None]
             ok = [passes(g["precision"], target) for g in got]
             out[f"{target}/{rule}"] = {
@@ -249,7 +251,7 @@ def print_table(name: str, runs: list[dict]) -> None:
         cells = []
         for t in TARGETS:
             for rule in ("bound", "point"):
-                g = r["targets"][str(t)][rule]
+                g = r["targets"].get(str(t), {}).get(rule, {"precision": None, "coverage": float("nan")})
                 cells.append("   none      " if g["precision"] is None else f"{g['precision']:.3f}@{g['coverage']:.3f}")
         print(f"  {r['seed']:>4} " + "  ".join(cells))
     for k, v in s.items():
@@ -265,6 +267,8 @@ def main(argv=None) -> int:
     p.add_argument("--first-seed", type=int, default=0)
     p.add_argument("--work", type=Path, default=ROOT / "runs/encoder_transfer", help="run folders (kept: a rerun reuses them)")
     p.add_argument("--output", type=Path, default=None)
+    p.add_argument("--rescore", action="store_true", help="recompute the seeds already in the JSON from their kept run "
+                   "folders (no training): after a change to the rules or targets")
     a = p.parse_args(argv)
     output = a.output or ROOT / f"bench/results/encoder-transfer-{a.data}.json"
     result = json.loads(output.read_text()) if output.exists() else started(sys.argv, kfold=" ".join(KFOLD), data={})
@@ -272,12 +276,18 @@ def main(argv=None) -> int:
     entry = result["data"].setdefault(a.data, {"rows": len(y), "classes": len(names), "resplits": []})
     work = a.work / a.data
     work.mkdir(parents=True, exist_ok=True)
-    for seed in range(a.first_seed, a.first_seed + a.resplits):
-        if any(r["seed"] == seed for r in entry["resplits"]):
+    done = {r["seed"]: r for r in entry["resplits"]}
+    seeds = sorted(done) if a.rescore else range(a.first_seed, a.first_seed + a.resplits)
+    for seed in seeds:
+        if seed in done and not a.rescore:
             continue
         t0 = time.time()
-        entry["resplits"].append(one_resplit(a.data, texts, y, names, seed, work, work / "kfold.log"))
-        entry["resplits"][-1]["seconds"] = round(time.time() - t0, 1)
+        row = one_resplit(a.data, texts, y, names, seed, work, work / "kfold.log")
+        if seed in done:  # rescored: the training's time is the first run's
+            row["kfold_seconds"], row["seconds"] = done[seed].get("kfold_seconds"), done[seed].get("seconds")
+        else:
+            row["seconds"] = round(time.time() - t0, 1)
+        entry["resplits"] = [r for r in entry["resplits"] if r["seed"] != seed] + [row]
         entry["resplits"].sort(key=lambda r: r["seed"])
         entry["summary"] = summarize(entry["resplits"])
         write_result(result, output)
