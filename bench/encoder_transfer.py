@@ -159,6 +159,17 @@ def served_scores(model: Path, texts: list[str], train_texts: list[str]) -> dict
             "calibration": json.loads((model / "calibration.json").read_text())}
 
 
+def cached_scores(run: Path, texts: list[str], train_texts: list[str]) -> dict:
+    """served_scores, kept in the run folder (unseen_scores.npz): a --rescore reads them instead of scoring again."""
+    path = run / "unseen_scores.npz"
+    if path.exists():
+        got = dict(np.load(path))
+        return {**got, "calibration": json.loads((run / "model" / "calibration.json").read_text())}
+    sv = served_scores(run / "model", texts, train_texts)
+    np.savez(path, **{k: v for k, v in sv.items() if k != "calibration"})
+    return sv
+
+
 def rule_rows(th: dict, oof: dict, sv: dict, y: np.ndarray) -> dict:
     """Each rule's precision and coverage on the unseen rows (answered only where the detector lets them through)."""
     from textdata.calibration import confident, threshold_vector
@@ -197,7 +208,7 @@ def one_resplit(name: str, texts: list[str], y: np.ndarray, names: list[str], se
         seconds = round(kfold(train_csv, run, log), 1)
     oof = out_of_fold(run)
     un_texts, y_un = [texts[i] for i in un], np.array([oof["labels"].index(names[y[i]]) for i in un])
-    sv = served_scores(run / "model", un_texts, [texts[i] for i in tr])
+    sv = cached_scores(run, un_texts, [texts[i] for i in tr])
     out = {"seed": seed, "train": len(tr), "unseen": len(un), "kfold_seconds": seconds, "fitted_on": oof["fitted_on"],
            "calibration_method": sv["calibration"].get("method"), "targets": {}}
     for target in TARGETS:
