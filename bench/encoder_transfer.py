@@ -49,7 +49,7 @@ sys.path.insert(0, str(ROOT))
 from bench.resplits import DATASETS, started, write_result
 
 TARGETS = (0.8, 0.9, 0.95)  # 0.95: where BBC's accuracy (~0.95) makes the threshold bite, as 0.9 did in the issue
-RULES = ("bound", "point", "quantile", "matched")
+RULES = ("bound", "point", "quantile", "matched", "alone_bound", "alone_point", "alone_matched")
 UNSEEN = 1000
 TRAIN = {"bbc-first-sentences": ("per_class", 150), "debtags-implemented-in": ("stratified", 900)}
 KFOLD = ["--model", "minilm", "--folds", "3", "--epochs", "3", "--max-length", "64", "--final",
@@ -130,8 +130,8 @@ def thresholds(oof: dict, target: float) -> dict:
     from finetune.coverage import served_threshold
     from textdata.errors import DataError
 
-    _, chosen, final = calibrate(oof["served"], oof["y"], oof["fold_of"], oof["fitted_on"])
-    out = {"calibrated_oof": final(oof["served"])}
+    section, chosen, final = calibrate(oof["served"], oof["y"], oof["fold_of"], oof["fitted_on"])
+    out = {"calibrated_oof": final(oof["served"]), "final": final, "method": section["method"]}
     for rule, delta in (("bound", "default"), ("point", None)):
         kw = {} if delta == "default" else {"delta": None}
         try:
@@ -187,6 +187,8 @@ def rule_rows(th: dict, oof: dict, sv: dict, y: np.ndarray) -> dict:
                       "estimated_precision": th[rule]["estimated_precision"], "scope": th[rule]["scope"]}
     cov = rows["bound"].get("oof_coverage", 0.0)
     for rule, ref in (("quantile", sv["train_top"]), ("matched", probs.max(1))):
+        if ref is None:  # the model alone: its training rows are not scored
+            continue
         t = coverage_quantile(ref, cov)
         rows[rule] = {**precision_coverage(probs, y, (probs.max(1) >= t) & sv["in_domain"]), "threshold": t}
     return rows
@@ -220,12 +222,24 @@ def one_resplit(name: str, texts: list[str], y: np.ndarray, names: list[str], se
         out["targets"][str(target)] = rows
     cal_oof = th["calibrated_oof"]
     probs, alone = sv["probs"], sv["alone"]
+    # What --blend off would serve (the blend is not kept wherever the encoder wins alone): the same final model
+    # (same rows and seed) without the baseline, calibrated and thresholded on the model's own out-of-fold rows
+    alone_oof = {**oof, "served": oof["model"], "fitted_on": "model"}
+    for target in TARGETS:
+        th_a = thresholds(alone_oof, target)
+        sv_a = {**sv, "probs": th_a["final"](np.asarray(alone, np.float64)), "train_top": None}
+        rows = rule_rows(th_a, alone_oof, sv_a, y_un)
+        out["targets"][str(target)].update({f"alone_{k}": v for k, v in rows.items()})
+    out["alone_calibration_method"] = th_a["method"]
     out["sharpness"] = {"served_oof_mean_top": float(cal_oof.max(1).mean()), "served_unseen_mean_top": float(probs.max(1).mean()),
                         "alone_oof_mean_top": float(oof["model"].max(1).mean()), "alone_unseen_mean_top": float(alone.max(1).mean()),
-                        "served_train_mean_top": float(sv["train_top"].mean())}
+                        "served_train_mean_top": float(sv["train_top"].mean()),
+                        "alone_calibrated_oof_mean_top": float(th_a["calibrated_oof"].max(1).mean()),
+                        "alone_calibrated_unseen_mean_top": float(sv_a["probs"].max(1).mean())}
     out["accuracy"] = {"oof": float((cal_oof.argmax(1) == oof["y"]).mean()), "unseen": float((probs.argmax(1) == y_un).mean()),
                        "alone_unseen": float((alone.argmax(1) == y_un).mean())}
     out["ece_unseen"] = {"served": scores(probs, y_un)["ece"], "model_alone": scores(alone, y_un)["ece"],
+                         "alone_calibrated": scores(sv_a["probs"], y_un)["ece"],
                          "served_oof": scores(cal_oof, oof["y"])["ece"]}
     out["in_domain_share"] = float(sv["in_domain"].mean())
     return out
@@ -235,7 +249,7 @@ def summarize(runs: list[dict]) -> dict:
     out = {}
     for target in TARGETS:
         for rule in RULES:
-            got = [r["targets"][str(target)][rule] for r in runs if str(target) in r["targets"]]
+            got = [r["targets"][str(target)][rule] for r in runs if rule in r["targets"].get(str(target), {})]
             if not got:
                 continue
             prec = [g["precision"] for g in got if g["precision"] is not None]
@@ -246,8 +260,8 @@ def summarize(runs: list[dict]) -> dict:
                 "precision_min": float(np.min(prec)) if prec else None,
                 "coverage_median": float(np.median([g["coverage"] for g in got]))}
     for part in ("sharpness", "accuracy", "ece_unseen"):
-        for k in runs[0][part]:
-            out[f"{part}/{k}"] = float(np.median([r[part][k] for r in runs]))
+        for k in dict.fromkeys(k for r in runs for k in r[part]):  # a run from before a key was added lacks it
+            out[f"{part}/{k}"] = float(np.median([r[part][k] for r in runs if k in r[part]]))
     return out
 
 
@@ -257,11 +271,12 @@ def print_table(name: str, runs: list[dict]) -> None:
           f"mean top served oof {s['sharpness/served_oof_mean_top']:.3f} -> unseen {s['sharpness/served_unseen_mean_top']:.3f} "
           f"(model alone {s['sharpness/alone_oof_mean_top']:.3f} -> {s['sharpness/alone_unseen_mean_top']:.3f}); "
           f"ECE unseen served {s['ece_unseen/served']:.4f}, model alone {s['ece_unseen/model_alone']:.4f}")
-    print(f"  {'seed':>4} " + " ".join(f"{t}/{r:<9}" for t in TARGETS for r in ("bound", "point")))
+    shown = ("bound", "point", "alone_bound")
+    print(f"  {'seed':>4} " + " ".join(f"{t}/{r:<9}" for t in TARGETS for r in shown))
     for r in runs:
         cells = []
         for t in TARGETS:
-            for rule in ("bound", "point"):
+            for rule in shown:
                 g = r["targets"].get(str(t), {}).get(rule, {"precision": None, "coverage": float("nan")})
                 cells.append("   none      " if g["precision"] is None else f"{g['precision']:.3f}@{g['coverage']:.3f}")
         print(f"  {r['seed']:>4} " + "  ".join(cells))
