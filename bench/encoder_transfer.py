@@ -26,10 +26,15 @@ answered only where the out-of-domain detector lets the row through, as the API 
   matched    diagnostic, not a rule k-fold can serve: the bound's out-of-fold coverage carried as a quantile of the
              unseen rows' own served scores (what the threshold would be if the final model were no sharper)
 
+  alone_*    what `--blend off` would serve (the blend is kept only where it wins): the same final model (same
+             rows and seed) without the baseline, calibrated and thresholded on the model's own out-of-fold
+             scores with the same code: the encoder's sharpness without the TF-IDF baseline's share
+
 A rule passes a resplit where its precision on the unseen rows is >= target - 0.01. Also per resplit: the final
 model's sharpness against the fold models (mean top score on the unseen rows against out of fold, served scale
 and model alone), accuracy, ECE of the served scores against the model alone's. The JSON is written after every
-resplit; a rerun skips the seeds already in it, and reuses a finished run folder (or its finished folds).
+resplit; a rerun skips the seeds already in it, and reuses a finished run folder (or its finished folds);
+`--rescore` recomputes the seeds in it from the kept run folders and their cached unseen scores.
 """
 
 from __future__ import annotations
