@@ -197,6 +197,15 @@ def _checked_fields(spec: dict, labels: list[str]) -> dict:
     for k in ("target_precision", "estimated_coverage", "estimated_precision"):
         if spec.get(k) is not None:
             out[k] = _number(spec[k], k, 0.0, 1.0)
+    if spec.get("confidence") is not None:  # the bound's level (k-fold's --confidence), shown in the statement
+        out["confidence"] = _number(spec["confidence"], "confidence", 0.5, 1.0)
+    elif "confidence" not in spec and spec.get("target_precision") is not None and spec.get("statement"):
+        out["confidence"] = 0.9  # written before --confidence existed: the bound was then always at 90%
+    said = spec.get("statement")
+    if said is not None:
+        if not isinstance(said, str) or len(said) > MAX_TEXT_CHARS:
+            raise ValueError(f"statement {_shown(said)}: expected a text of at most {MAX_TEXT_CHARS:,} characters")
+        out["statement"] = said
     scope = spec.get("threshold_scope")
     if scope is not None and (not isinstance(scope, str) or len(scope) > 40):
         raise ValueError(f"threshold_scope {_shown(scope)}: expected a short name ('global', 'per_class')")

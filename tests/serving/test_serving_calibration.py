@@ -133,3 +133,19 @@ def test_export_carries_calibration_and_drops_a_stale_one(trained_classifier_dir
     (src / "calibration.json").unlink()
     export.run(export.ExportConfig(model=src, output=out))
     assert not (out / "calibration.json").exists()
+
+
+def test_a_folder_from_before_the_confidence_setting_states_90_percent(exported_dir, tmp_path):
+    """calibration.json written before k-fold's --confidence (a statement, no "confidence" field): its bound was
+    at 90%, and /v1/model says so; a recorded level is shown as recorded; a point estimate claims none."""
+    base = {"method": "temperature", "temperature": 1.0, "threshold": 0.5, "target_precision": 0.9,
+            "threshold_scope": "global"}
+    old = with_calibration(exported_dir, tmp_path / "old", **base,
+                           statement="precision >= 0.90 with 90% confidence on texts like the training rows")
+    assert Classifier.load(old, quantized=False).info()["calibration"]["confidence"] == 0.9
+    new = with_calibration(exported_dir, tmp_path / "new", **base, confidence=0.975,
+                           statement="precision >= 0.90 with 97.5% confidence on texts like the training rows")
+    info = Classifier.load(new, quantized=False).info()["calibration"]
+    assert info["confidence"] == 0.975 and "97.5%" in info["statement"]
+    point = with_calibration(exported_dir, tmp_path / "point", **base, confidence=None)
+    assert Classifier.load(point, quantized=False).info()["calibration"].get("confidence") is None
