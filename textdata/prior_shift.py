@@ -25,15 +25,16 @@ _FLOOR = 1e-6  # a class the training rows never show still gets a prior the rat
 
 
 def em_prior(probs: np.ndarray, fitted_prior=None, like: np.ndarray | None = None, rounds: int = EM_ROUNDS,
-             strength: float = 0.0, tol: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+             strength: float = 0.0, tol: float = 0.0, start=None) -> tuple[np.ndarray, np.ndarray]:
     """(the rows' class mix, each row's posterior under it) by EM from p(c | x) = `probs`, calibrated for the
     mix `fitted_prior` (None: uniform). `like`: (rows, classes) extra evidence per row multiplied in (a
     teacher's P(its answer | true class)); `strength`: pseudo-rows at `fitted_prior` holding the estimate
-    towards it; `tol`: stop once the mix moves less than it in a round (0: run every round)."""
+    towards it; `tol`: stop once the mix moves less than it in a round (0: run every round); `start`: the first
+    mix (None: `fitted_prior`), e.g. the last window's estimate, which a window 100 answers later barely moves."""
     p = np.asarray(probs, np.float64)
     n = p.shape[1]
     base = np.full(n, 1 / n) if fitted_prior is None else np.asarray(fitted_prior, np.float64).clip(min=_FLOOR)
-    prior = base.copy()
+    prior = base.copy() if start is None else np.asarray(start, np.float64).clip(min=_FLOOR) / np.sum(start)
     post = p
     for _ in range(rounds + 1):
         post = p * (prior / base)
@@ -73,13 +74,15 @@ def chi2_sf(x: float, dof: int) -> float:
     return float(1 - NormalDist().cdf(z))
 
 
-def estimate(probs: np.ndarray, fitted_prior) -> dict:
+def estimate(probs: np.ndarray, fitted_prior, start=None) -> dict:
     """The rows' estimated class mix and the test of whether it moved from `fitted_prior`: {"prior", "lr",
-    "p_value", "rows", "total_variation" (half the L1 distance between the mixes)}."""
+    "p_value", "rows", "total_variation" (half the L1 distance between the mixes)}. `start`: where the EM
+    begins (the last estimate: the monitor's warm start); the fixed point is the same, reached in fewer rounds."""
     p = np.asarray(probs, np.float64)
     base = np.asarray(fitted_prior, np.float64).clip(min=_FLOOR)
     base = base / base.sum()
-    prior, _ = em_prior(p, base, rounds=200, tol=TOLERANCE)
+    ok = start is not None and len(start) == len(base) and np.isfinite(start).all() and np.sum(start) > 0
+    prior, _ = em_prior(p, base, rounds=200, tol=TOLERANCE, start=start if ok else None)
     lr = max(0.0, likelihood_ratio(p, base, prior))
     return {"prior": prior, "lr": lr, "p_value": chi2_sf(lr, p.shape[1] - 1), "rows": len(p),
             "total_variation": float(0.5 * np.abs(prior - base).sum())}

@@ -54,7 +54,10 @@ def mix_estimate(w) -> dict | None:
     base = np.array([fitted.get(k, 0.0) for k in w.labels], np.float64)
     if base.sum() <= 0:
         return None
-    return {**estimate(np.array(probs, np.float64), base / base.sum()), "fitted": base / base.sum()}
+    # warm start from this window's last estimate: 100 answers later the mix has barely moved (fewer EM rounds)
+    got = estimate(np.array(probs, np.float64), base / base.sum(), getattr(w, "em_start", None))
+    w.em_start = got["prior"]
+    return {**got, "fitted": base / base.sum()}
 
 
 def wins(spec: dict) -> bool:

@@ -148,6 +148,7 @@ class Window:
     def __init__(self, version: str, labels: list[str], reference: dict | None, why: str, size: int, span_s: float):
         self.version, self.labels, self.reference, self.why = version, list(labels), reference, why
         self.size, self.span_s = size, span_s
+        self.em_start = None  # the last estimated class mix: where the next EM starts (app/monitoring/mix.py)
         self.seen: deque[Seen] = deque()
         self.mix: Counter = Counter()
         self.confidence = np.zeros(len(CONFIDENCE_EDGES) - 1, dtype=np.int64)
