@@ -181,16 +181,16 @@ def answered(probs: np.ndarray, y: np.ndarray, thresholds: np.ndarray | None) ->
 
 
 def choose(conf: np.ndarray, correct: np.ndarray, target: float, delta: float | None,
-           groups: np.ndarray | None = None) -> float | None:
+           groups: np.ndarray | None = None) -> tuple[float | None, dict]:
     """The served rule: the bound at `delta` (over unseen groups where `groups` are given), or (None) the
-    point estimate."""
+    point estimate; with what the bound reached (bound_threshold's info; {} for the point estimate)."""
     if delta is None:
-        return pick_threshold(conf, correct, target)[0]
-    return bound_threshold(conf, correct, target, delta, groups)[0]
+        return pick_threshold(conf, correct, target)[0], {}
+    return bound_threshold(conf, correct, target, delta, groups)
 
 
 def _thresholds(probs, y, target: float, scope: str, delta: float | None = None, groups=None) -> np.ndarray | None:
-    t = choose(probs.max(1), probs.argmax(1) == y, target, delta, groups)
+    t, _ = choose(probs.max(1), probs.argmax(1) == y, target, delta, groups)
     if scope == "global":
         return None if t is None else np.full(probs.shape[1], t)
     return pick_per_class(probs, y, target, t, delta, groups)
@@ -332,7 +332,7 @@ def served_threshold(
     calibrated = final(np.asarray(probs, np.float64))
     conf, correct = calibrated.max(1), calibrated.argmax(1) == y
     groups = None if groups is None or delta is None else np.asarray(groups)
-    t = choose(conf, correct, target, delta, groups)
+    t, info = choose(conf, correct, target, delta, groups)
     if t is None:
         if delta is None:
             _, best = pick_threshold(conf, correct, target)
@@ -367,8 +367,7 @@ def served_threshold(
     )
     confidence = None if delta is None else round(1 - delta, 6)
     grouped = None
-    if groups is not None:
-        info = bound_threshold(conf, correct, target, delta, groups)[1]
+    if groups is not None:  # the served bound's own info: its rho, design effect and effective rows
         grouped = {"column": group_column or "group", "groups": len(np.unique(groups)), "icc": info["icc"],
                    **{k: info.get(k) for k in ("design_effect", "effective_rows")}}
     out = {
