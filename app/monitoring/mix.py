@@ -55,7 +55,7 @@ def mix_estimate(w) -> dict | None:
     if base.sum() <= 0:
         return None
     # warm start from this window's last estimate: 100 answers later the mix has barely moved (fewer EM rounds)
-    got = estimate(np.array(probs, np.float64), base / base.sum(), getattr(w, "em_start", None))
+    got = estimate(np.array(probs, np.float64), base / base.sum(), w.em_start)
     w.em_start = got["prior"]
     return {**got, "fitted": base / base.sum()}
 
