@@ -1,8 +1,8 @@
 """Served probabilities moved to the class mix the texts have now (Saerens et al. 2002; the EM and the test are
 textdata/prior_shift.py). The server's monitor estimates the mix over its window of answers and, with
-`--prior-correction`, puts a correction in force only where the measured rule says it wins (`should_correct`:
-enough answers and a mix that moved by the likelihood-ratio test; bench/prior_shift.py); it takes it away when
-the mix comes back. Single-label only: a multi-label model's labels are not one distribution.
+`--prior-correction`, puts a correction in force only where the measured rule says it wins (textdata/prior_shift.py
+`should_correct`: enough answers and a mix that moved by the likelihood-ratio test; bench/prior_shift.py); it takes
+it away when the mix comes back. Single-label only: a multi-label model's labels are not one distribution.
 
 The correction is applied after the calibrator, so thresholds and "confident" read corrected scores; the monitor
 undoes it on the answers it counts, so the next estimate is made on the calibrated scores, not on its own output.
@@ -14,8 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-# the rule lives with the EM, where k-fold's check (finetune/prior_check.py) reads it too
-from textdata.prior_shift import MIN_ROWS, SHIFT_LEVEL, adjust, should_correct  # noqa: F401
+from textdata.prior_shift import SHIFT_LEVEL, adjust
 
 
 @dataclass(frozen=True)

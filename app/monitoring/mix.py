@@ -10,8 +10,8 @@ import numpy as np
 
 from app.label_kinds import space_from
 from serving.multilabel import MultiLabelPrediction
-from serving.prior import PriorCorrection, should_correct
-from textdata.prior_shift import SHIFT_LEVEL, estimate
+from serving.prior import PriorCorrection
+from textdata.prior_shift import SHIFT_LEVEL, estimate, should_correct
 
 log = logging.getLogger("app")
 
