@@ -30,6 +30,11 @@ answered only where the out-of-domain detector lets the row through, as the API 
              rows and seed) without the baseline, calibrated and thresholded on the model's own out-of-fold
              scores with the same code: the encoder's sharpness without the TF-IDF baseline's share
 
+  uncooled_*   the same served final model with the folds' calibrator as it was before --calibration-share
+             (k-fold's default 0.1) cooled it (report.json calibration.share.final_before): what was served before
+  alone_cooled_*  the --blend off model cooled the same way, its factor fitted on the same held-out rows (the
+             bench recomputes them with finetune/sharpness.py; `check` says its served factor equals k-fold's)
+
 A rule passes a resplit where its precision on the unseen rows is >= target - 0.01. Also per resplit: the final
 model's sharpness against the fold models (mean top score on the unseen rows against out of fold, served scale
 and model alone), accuracy, ECE of the served scores against the model alone's. The JSON is written after every
@@ -54,7 +59,8 @@ sys.path.insert(0, str(ROOT))
 from bench.resplits import DATASETS, started, write_result
 
 TARGETS = (0.8, 0.9, 0.95)  # 0.95: where BBC's accuracy (~0.95) makes the threshold bite, as 0.9 did in the issue
-RULES = ("bound", "point", "quantile", "matched", "alone_bound", "alone_point", "alone_matched")
+RULES = ("bound", "point", "quantile", "matched", "uncooled_bound", "uncooled_point", "alone_bound", "alone_point",
+         "alone_matched", "alone_cooled_bound", "alone_cooled_point")
 UNSEEN = 1000
 TRAIN = {"bbc-first-sentences": ("per_class", 150), "debtags-implemented-in": ("stratified", 900)}
 KFOLD = ["--model", "minilm", "--folds", "3", "--epochs", "3", "--max-length", "64", "--final",
@@ -161,18 +167,22 @@ def served_scores(model: Path, texts: list[str], train_texts: list[str]) -> dict
     clf = Classifier.load(model)
     preds = clf.predict(texts)
     probs = clf.predict_proba(texts)
+    raw = Classifier.load(model)  # the served blend (or model), uncalibrated
+    raw.calibration = ServedCalibration()
     alone = Classifier.load(model, blend=False)
     alone.calibration = ServedCalibration()
     return {"probs": probs, "api_confident": np.array([p.confident for p in preds]),
             "in_domain": np.array([p.reason != "out of domain" for p in preds]),
-            "alone": alone.predict_proba(texts), "train_top": clf.predict_proba(train_texts).max(1),
+            "alone": alone.predict_proba(texts), "raw": raw.predict_proba(texts),
+            "alone_train": alone.predict_proba(train_texts), "raw_train": raw.predict_proba(train_texts),
+            "train_top": clf.predict_proba(train_texts).max(1),
             "calibration": json.loads((model / "calibration.json").read_text())}
 
 
 def cached_scores(run: Path, texts: list[str], train_texts: list[str]) -> dict:
     """served_scores, kept in the run folder (unseen_scores.npz): a --rescore reads them instead of scoring again."""
     path = run / "unseen_scores.npz"
-    if path.exists():
+    if path.exists() and "raw" in np.load(path):  # a cache from before the calibration share lacks the raw scores
         got = dict(np.load(path))
         return {**got, "calibration": json.loads((run / "model" / "calibration.json").read_text())}
     sv = served_scores(run / "model", texts, train_texts)
@@ -252,7 +262,42 @@ def one_resplit(name: str, texts: list[str], y: np.ndarray, names: list[str], se
                          "alone_calibrated": scores(sv_a["probs"], y_un)["ece"],
                          "served_oof": scores(cal_oof, oof["y"])["ece"]}
     out["in_domain_share"] = float(sv["in_domain"].mean())
+    y_tr = np.array([oof["labels"].index(names[y[i]]) for i in tr])
+    cooled_rows(out, oof, sv, y_tr, y_un, th_a["final"], alone_oof)
     return out
+
+
+def cooled_rows(out: dict, oof: dict, sv: dict, y_tr: np.ndarray, y_un: np.ndarray, alone_cal, alone_oof) -> None:
+    """--calibration-share (finetune/sharpness.py): the served scores as they were before it cooled them
+    (`uncooled_*`), and the --blend off model cooled the same way (`alone_cooled_*`), on the rows k-fold held out
+    from the final model (recomputed here: `check` compares the served factor with k-fold's)."""
+    from types import SimpleNamespace
+
+    from finetune.calibration import scores
+    from finetune.sharpness import cooled, fit_tau, share_positions
+    from textdata.calibration import calibrator_from_json
+
+    share = oof["report"]["calibration"].get("share")
+    if not share:  # a run from before the share, or one too small to hold rows out
+        return
+    config = oof["report"]["config"]
+    _, pos = share_positions(SimpleNamespace(texts=list(y_tr), targets=y_tr, groups=None),
+                             config["calibration_share"], config["seed"])
+    before = calibrator_from_json({**share["final_before"], "problem_type": "single_label"}, len(oof["labels"]))
+    tau_alone = fit_tau(alone_cal, np.asarray(sv["alone_train"][pos], np.float64), y_tr[pos])
+    uncooled = before(np.asarray(sv["raw"], np.float64))
+    alone_cooled = cooled(alone_cal, tau_alone)(np.asarray(sv["alone"], np.float64))
+    for target in TARGETS:
+        for prefix, probs, source in (("uncooled_", uncooled, oof), ("alone_cooled_", alone_cooled, alone_oof)):
+            th = thresholds(source, target)
+            rows = rule_rows(th, source, {**sv, "probs": probs, "train_top": None}, y_un)
+            out["targets"][str(target)].update({prefix + k: rows[k] for k in ("bound", "point")})
+    out["share"] = {"rows": len(pos), "tau": share["tau"], "tau_alone": tau_alone,
+                    "tau_recomputed": fit_tau(before, np.asarray(sv["raw_train"][pos], np.float64), y_tr[pos])}
+    out["share"]["check"] = abs(out["share"]["tau_recomputed"] - share["tau"]) < 1e-3 and len(pos) == share["rows"]
+    out["ece_unseen"].update({"uncooled": scores(uncooled, y_un)["ece"], "alone_cooled": scores(alone_cooled, y_un)["ece"]})
+    out["sharpness"].update({"uncooled_unseen_mean_top": float(uncooled.max(1).mean()),
+                             "alone_cooled_unseen_mean_top": float(alone_cooled.max(1).mean())})
 
 
 def summarize(runs: list[dict]) -> dict:
@@ -281,8 +326,10 @@ def print_table(name: str, runs: list[dict]) -> None:
     print(f"\n{name}: {len(runs)} resplits; accuracy oof {s['accuracy/oof']:.3f}, unseen {s['accuracy/unseen']:.3f}; "
           f"mean top served oof {s['sharpness/served_oof_mean_top']:.3f} -> unseen {s['sharpness/served_unseen_mean_top']:.3f} "
           f"(model alone {s['sharpness/alone_oof_mean_top']:.3f} -> {s['sharpness/alone_unseen_mean_top']:.3f}); "
-          f"ECE unseen served {s['ece_unseen/served']:.4f}, model alone {s['ece_unseen/model_alone']:.4f}")
-    shown = ("bound", "point", "alone_bound")
+          f"ECE unseen served {s['ece_unseen/served']:.4f}, model alone {s['ece_unseen/model_alone']:.4f}, uncooled "
+          f"{s.get('ece_unseen/uncooled', float('nan')):.4f}, alone calibrated {s['ece_unseen/alone_calibrated']:.4f}, "
+          f"alone cooled {s.get('ece_unseen/alone_cooled', float('nan')):.4f}")
+    shown = ("bound", "uncooled_bound", "alone_bound", "alone_cooled_bound")
     print(f"  {'seed':>4} " + " ".join(f"{t}/{r:<9}" for t in TARGETS for r in shown))
     for r in runs:
         cells = []

@@ -15,6 +15,7 @@ import numpy as np
 from finetune.calibration import calibrate
 from finetune.coverage import DELTA, coverage_table, served_threshold
 from finetune.prior_check import prior_check
+from finetune.sharpness import line as sharpness_line
 from textdata.calibration import CALIBRATION_FILE, Calibrator, calibrator_from_json
 from textdata.labels import LabelSpace
 from textdata.tables import write_json
@@ -105,6 +106,8 @@ def table_lines(section: dict | None) -> list[str]:
             lines.append(
                 f"{row['target']:>7.2f} {row['coverage_mean']:>8.4f}±{row['coverage_std']:.3f} {prec:>14}"
             )
+    if section.get("share"):
+        lines.append(sharpness_line(section["share"]))
     if section.get("prior_correction"):
         lines.append(f"prior correction: {section['prior_correction']['why']}")
     served = section.get("served")

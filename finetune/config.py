@@ -47,6 +47,7 @@ class Config:
     dropout: float | None = None
     inner_val: float = 0.1
     holdout: float = 0.0  # share of rows kept from the folds and the final model, to score the final model on
+    calibration_share: float = 0.1  # --final: share of rows kept from the final model to cool its calibration
     random_init: bool = False  # same architecture, random weights: what pretraining is worth
     device: str = "auto"
     final: bool = False
@@ -66,7 +67,7 @@ class Config:
 # Settings that may change on --resume: they change neither the folds nor their numbers (the fast-path
 # switches give the plain path's losses: tests/finetune/test_fast_path.py).
 # The blend only reads the saved folds; where a fold runs does not change its numbers.
-RESUMABLE = frozenset({"resume", "final", "blend", "label_issues", "target_precision", "confidence",
+RESUMABLE = frozenset({"resume", "final", "calibration_share", "blend", "label_issues", "target_precision", "confidence",
                        "train.static_shapes", "train.compile", "engine", "address",
                        "gpus_per_fold", "cpus_per_fold"})
 
@@ -124,6 +125,11 @@ FLAGS = {
                     "seen by the folds or the final model, which is scored on them in report.json; written as "
                     "OUTPUT/holdout.csv for serving.export --eval-csv (0: off); with --teacher-column, gold rows only",
                     metavar="FRACTION"),
+    "calibration_share": Flag("--final, single-label: keep this share of rows (stratified; whole groups with "
+                              "--group-column) from the final model, which is sharper than the fold models the "
+                              "calibration was fitted on, and cool its calibration on them (one factor; "
+                              "finetune/sharpness.py); skipped under 50 rows; 0: the final model trains on every row",
+                              metavar="FRACTION"),
     "random_init": Flag("same architecture with random weights (ablation)"),
     "device": Flag("where training runs", choices=("auto", "cpu", "cuda")),
     "final": Flag("after CV, train on all rows and save OUTPUT/model"),
@@ -205,6 +211,8 @@ def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Confi
         p.error(f"--label-sep {a.label_sep[:20]!r} {sep_problem(a.label_sep)}")
     if a.teacher_column and a.gold_weight < 0:
         p.error("--gold-weight must be 0 (auto) or more")
+    if not 0 <= a.calibration_share < 0.5:
+        p.error("--calibration-share must be a fraction in [0, 0.5), e.g. 0.1")
     if not 0 <= a.holdout < 1:
         p.error("--holdout must be a fraction in [0, 1), e.g. 0.2")
     if a.target_precision is not None and not 0 < a.target_precision < 1:

@@ -231,6 +231,15 @@ def inner_split(y: np.ndarray, groups: np.ndarray | None, fraction: float, seed:
     return np.sort(np.concatenate([idx[tr], np.flatnonzero(~splittable)])), idx[va]
 
 
+def rows_at(data: LabeledData, pos: np.ndarray) -> LabeledData:
+    """The rows at positions `pos` (sorted), every per-row field cut alike (a teacher run's too)."""
+    pos = np.sort(pos)
+    part = lambda a: None if a is None else a[pos]
+    extra = {k: getattr(data, k)[pos] for k in ("gold", "answered") if hasattr(data, k)}  # TeacherData
+    return dataclasses.replace(data, keep=data.keep[pos], texts=[data.texts[i] for i in pos], y=part(data.y),
+                               Y=part(data.Y), groups=part(data.groups), **extra)
+
+
 def split_holdout(data: LabeledData, fraction: float, folds: int, seed: int, path) -> tuple[LabeledData, LabeledData]:
     """(rows for the folds and the final model, held-out rows): stratified, whole groups when grouped.
 
@@ -240,14 +249,7 @@ def split_holdout(data: LabeledData, fraction: float, folds: int, seed: int, pat
     if len(held_pos) == 0:
         raise DataError(f"{path}: --holdout {fraction}: too few rows per class to hold any out")
 
-    def part(pos: np.ndarray) -> LabeledData:
-        pos = np.sort(pos)
-        return dataclasses.replace(data, keep=data.keep[pos], texts=[data.texts[i] for i in pos],
-                                   y=None if data.y is None else data.y[pos],
-                                   Y=None if data.Y is None else data.Y[pos],
-                                   groups=None if data.groups is None else data.groups[pos])
-
-    cv, held = part(cv_pos), part(held_pos)
+    cv, held = rows_at(data, cv_pos), rows_at(data, held_pos)
     data.space.pick(_check_holdout_classes, _check_holdout_labels)(cv, data.labels, folds, path, fraction)
     return cv, held
 

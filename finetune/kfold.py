@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from baseline.ood import save_ood
-from finetune import label_issues, teacher_data, teacher_report
+from finetune import label_issues, sharpness, teacher_data, teacher_report
 from finetune.adapt import adapt
 from finetune.confidence import save_calibration
 from finetune.config import (  # noqa: F401
@@ -55,7 +55,15 @@ from finetune.config import (  # noqa: F401
     parse_args,
     resume_differences,
 )
-from finetune.data import FOLD_IDS, bbcnews_csv, fixed_folds, inner_split, load_labeled, split_holdout
+from finetune.data import (
+    FOLD_IDS,
+    bbcnews_csv,
+    fixed_folds,
+    inner_split,
+    load_labeled,
+    rows_at,
+    split_holdout,
+)
 from finetune.fold_runner import open_runner, pick_accelerator, save_fold
 from finetune.models import list_models, load_classifier, load_tokenizer, resolve_model  # noqa: F401
 from finetune.tasks import Task, task_for
@@ -314,8 +322,11 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
         resolved = str(adapt(resolved, data.texts, Path(cfg.output) / "adapt_final", cfg.adapt, cfg.seed))
     torch.manual_seed(cfg.seed)
     model = load_classifier(cfg.model, resolved, data.space, cfg.dropout, cfg.random_init)
-    rows = (teacher_data.repeated(data, np.arange(len(data.texts)), cfg.gold_weight) if cfg.teacher_column
-            else np.arange(len(data.texts)))  # gold rows repeated as in the folds
+    # --calibration-share: rows the final model never sees, to cool its calibration (finetune/sharpness.py)
+    train_pos, share_pos = sharpness.share_positions(
+        data, cfg.calibration_share if prep.task.cools_final and report.get("calibration") else 0, cfg.seed)
+    rows = (teacher_data.repeated(data, train_pos, cfg.gold_weight) if cfg.teacher_column
+            else train_pos)  # gold rows repeated as in the folds
     fit(model, tokenizer, [prep.ids[i] for i in rows], data.targets[rows], [], data.targets[:0], train_cfg, cfg.seed,
         accelerator, desc="final", on_step=step_reporter(on_progress, stage="final"))
     proba = None
@@ -332,7 +343,13 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
     prep.normalizer.save(folder)
     label_issues.carry(Path(cfg.output), folder)
     # baseline/ with a kept blend (multi-label: and thresholds.json), the held-out rows scored as served
-    blend = prep.task.final_extras(folder, Path(cfg.output), data, held, proba, cfg, report)
+    trained = rows_at(data, train_pos) if len(share_pos) else data  # the baseline trains on the same rows
+    blend = prep.task.final_extras(folder, Path(cfg.output), trained, held, proba, cfg, report)
+    if len(share_pos):
+        share_proba = predict_proba(model, [prep.ids[i] for i in share_pos], tokenizer.pad_token_id or 0,
+                                    accelerator.device, cfg.train.precision)
+        sharpness.cool_final(report, folder, share_proba, [data.texts[i] for i in share_pos],
+                             data.targets[share_pos], len(data.labels), blend is not None, len(train_pos))
     calibration = save_calibration(folder, report.get("calibration"), data.labels, blend is not None,
                                    report["warnings"])
     save_ood(folder, ood)  # None: a stale ood/ from an earlier run into this folder goes
@@ -342,7 +359,7 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
         "calibration": calibration,
         "learned": report.get("learned"),  # serving.export and the engine say it too
     })
-    report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(data.texts),
+    report["final_model"] = {"path": str(folder), "epochs": train_cfg.epochs, "n_train": len(train_pos),
                              "blend": blend is not None}
 
 

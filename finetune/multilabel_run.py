@@ -273,6 +273,7 @@ class MultiLabelTask:
     nested; the blend and the calibration are per label; no out-of-domain detector yet."""
 
     pictures = "per_label_f1.png, label_cooccurrence.png"
+    cools_final = False  # per-label calibrators: --calibration-share is not measured for them, the final model trains on every row
 
     def __init__(self, space):
         self.space = space

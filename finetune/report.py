@@ -65,6 +65,7 @@ class SingleLabelTask:
     calibration, the coverage table and the out-of-domain detector are top-label ones."""
 
     pictures = "confusion_matrix.png, calibration.png, coverage.png"
+    cools_final = True  # --calibration-share cools its one calibrator (finetune/sharpness.py)
 
     def __init__(self, space):
         self.space = space

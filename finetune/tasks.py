@@ -24,6 +24,7 @@ class Task(Protocol):
 
     pictures: str  # the kind's picture files, as the end of a run names them
     issues: object  # its label-issue finder (finetune/label_issues.py)
+    cools_final: bool  # whether --calibration-share cools its calibration (finetune/sharpness.py)
 
     def fold_scores(self, data, targets, train_idx, val_idx, proba, seed) -> tuple[np.ndarray, dict, dict]: ...
     def fold_line(self, k: int, saved: dict) -> str: ...

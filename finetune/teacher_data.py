@@ -27,7 +27,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from finetune.data import LabeledData, inner_split
+from finetune.data import LabeledData, inner_split, rows_at
 from textdata.errors import DataError
 from textdata.labels import DEFAULT_SEP, LabelSpace, label_order
 from textdata.normalize import Normalizer
@@ -332,12 +332,7 @@ def repeated(data: TeacherData, rows: np.ndarray, gold_weight: float) -> np.ndar
     return np.sort(np.concatenate([rows, np.repeat(rows[is_gold], k - 1)]))
 
 
-def subset(data: TeacherData, pos: np.ndarray) -> TeacherData:
-    pos = np.sort(pos)
-    part = lambda a: None if a is None else a[pos]
-    return dataclasses.replace(data, keep=data.keep[pos], texts=[data.texts[i] for i in pos], y=part(data.y),
-                               Y=part(data.Y), groups=part(data.groups), gold=data.gold[pos],
-                               answered=data.answered[pos])
+subset = rows_at  # finetune/data.py cuts a TeacherData's gold / answered arrays too
 
 
 def gold_holdout(data: TeacherData, fraction: float, folds: int, seed: int, path) -> tuple[TeacherData, TeacherData]:
