@@ -170,6 +170,9 @@ def save_calibration(
         "statement": served.get("statement"),
         "prior_correction": {k: v for k, v in (section.get("prior_correction") or {}).items() if k in ("wins", "why")}
         or None,
+        # --calibration-share: the factor already in the parameters above, and the held-out rows it was fitted on
+        "cooled": {k: (section.get("share") or {}).get(k) for k in ("tau", "rows", "final_trained_on")}
+        if section.get("share") else None,
         "nested": {
             "folds": len(section["folds"]),
             "method_why": section["why"],

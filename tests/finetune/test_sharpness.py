@@ -99,6 +99,7 @@ def test_final_model_is_cooled_on_its_held_out_rows(tmp_path, tiny_electra_dir, 
     before = calibrator_from_json({**share["final_before"], "problem_type": "single_label"}, 3)
     want = sharpness.cooled(before, share["tau"])
     assert spec["method"] == want.method and report["calibration"]["final"]["method"] == want.method
+    assert spec["cooled"] == {"tau": 2.0, "rows": share["rows"], "final_trained_on": 108 - share["rows"]}
     # the engine serves exactly the cooled calibrator on the model's own scores
     texts = rows["text"].tolist()[:20]
     served = Classifier.load(out / "model", provider="torch")
