@@ -143,11 +143,12 @@ def serving_cost(n_classes: int = 5, rows: int = 32, window: int = 1000, rounds:
             cal(p)
         return (time.perf_counter() - t) / rounds / rows * 1e6
 
-    plain, corrected, em, warm = [], [], [], []
+    plain, corrected, em, warm, fast, fast_warm = [], [], [], [], [], []
     # the window as the monitor sees it 100 answers apart: warm-started from the last estimate (app/monitoring/mix.py)
     stream = rng.dirichlet(np.ones(n_classes), window + 100) * rng.dirichlet(np.ones(n_classes) * 5)
     stream /= stream.sum(1, keepdims=True)
     big, last = stream[100:], estimate(stream[:window], fitted)["prior"]
+    last_fast = estimate(stream[:window], fitted, accelerated=True)["prior"]
     for _ in range(5):
         plain.append(per_row(None))
         corrected.append(per_row(on))
@@ -157,11 +158,53 @@ def serving_cost(n_classes: int = 5, rows: int = 32, window: int = 1000, rounds:
         t = time.perf_counter()
         estimate(big, fitted, start=last)
         warm.append((time.perf_counter() - t) / 100 * 1e6)
+        t = time.perf_counter()
+        estimate(big, fitted, accelerated=True)
+        fast.append((time.perf_counter() - t) / 100 * 1e6)
+        t = time.perf_counter()
+        estimate(big, fitted, start=last_fast, accelerated=True)
+        fast_warm.append((time.perf_counter() - t) / 100 * 1e6)
     return {"classes": n_classes, "batch_rows": rows, "calibrator_us_per_row": float(np.median(plain)),
             "with_correction_us_per_row": float(np.median(corrected)),
             "correction_us_per_row": float(np.median(corrected) - np.median(plain)),
             "monitor_em_us_per_answer": float(np.median(em)), "monitor_em_warm_us_per_answer": float(np.median(warm)),
-            "em_warm_over_cold": float(np.median(np.array(warm) / np.array(em))), "em_window": window}
+            "em_warm_over_cold": float(np.median(np.array(warm) / np.array(em))), "em_window": window,
+            **accelerated(big, fitted, last, last_fast, em, warm, fast, fast_warm)}
+
+
+def accelerated(big, fitted, last, last_fast, em, warm, fast, fast_warm) -> dict:
+    """The accelerated EM's columns (SQUAREM, textdata/prior_shift.py, as the monitor runs it): µs per answer, ratios
+    against plain EM timed in the same rounds, EM steps against plain EM's rounds (to a 1e-6 move, 200 at most, and
+    to a 1e-13 move), and each estimate's distance (TV) to plain EM's fixed point."""
+    from textdata.prior_shift import TOLERANCE, estimate, squarem_prior
+
+    a = big / fitted
+
+    def plain(start, tol, cap):
+        q = np.asarray(start, np.float64).clip(min=1e-6)
+        q = q / q.sum()
+        for k in range(1, cap + 1):
+            new = q * (a.T @ (1 / (a @ q))) / len(a)
+            if np.abs(new - q).max() < tol:
+                return k, new
+            q = new
+        return cap, q
+
+    fixed_rounds, fixed = plain(fitted, 1e-13, 100000)
+    tv = lambda q: float(0.5 * np.abs(q - fixed).sum())
+    ratio = lambda x, y: float(np.median(np.array(x) / np.array(y)))
+    return {"monitor_em_accelerated_us_per_answer": float(np.median(fast)),
+            "monitor_em_accelerated_warm_us_per_answer": float(np.median(fast_warm)),
+            "accelerated_over_cold": ratio(fast, em), "accelerated_warm_over_warm": ratio(fast_warm, warm),
+            "accelerated_warm_over_cold": ratio(fast_warm, em),
+            "em_rounds_cold": plain(fitted, TOLERANCE, 200)[0], "em_rounds_warm": plain(last, TOLERANCE, 200)[0],
+            "em_rounds_to_1e-13": fixed_rounds,
+            "accelerated_steps_cold": squarem_prior(big, fitted)[1],
+            "accelerated_steps_warm": squarem_prior(big, fitted, last_fast)[1],
+            "tv_to_fixed_point": {"cold": tv(estimate(big, fitted)["prior"]),
+                                  "warm": tv(estimate(big, fitted, last)["prior"]),
+                                  "accelerated": tv(estimate(big, fitted, accelerated=True)["prior"]),
+                                  "accelerated_warm": tv(estimate(big, fitted, last_fast, accelerated=True)["prior"])}}
 
 
 def main(argv=None) -> int:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from textdata.prior_shift import adjust, chi2_sf, em_prior, estimate
+from textdata.prior_shift import adjust, chi2_sf, em_prior, estimate, likelihood_ratio, squarem_prior
 
 TRAINED = np.array([0.5, 0.3, 0.2])
 MEANS = np.array([[0.0, 0.0], [1.5, 0.0], [0.0, 1.5]])  # overlapping classes: posteriors far from one-hot
@@ -89,3 +89,55 @@ def test_a_warm_start_from_the_last_window_reaches_the_cold_estimate_in_fewer_ro
     assert rounds(last) < 0.9 * rounds(None), (rounds(last), rounds(None))
     for bad in (np.array([0.5, 0.5]), np.array([np.nan, 0.5, 0.5]), np.zeros(3)):
         np.testing.assert_allclose(estimate(p[100:], TRAINED, start=bad)["prior"], cold["prior"])
+
+
+def flat_window(classes, seed, rows=1600):
+    """Rows as bench/prior_shift.py's cost section draws them: flat Dirichlet(1) probabilities moved to a
+    Dirichlet(5) mix (at 40 classes the fixed point puts classes at 0, where plain EM crawls)."""
+    rng = np.random.default_rng(seed)
+    p = rng.dirichlet(np.ones(classes), rows) * rng.dirichlet(np.ones(classes) * 5)
+    return p / p.sum(1, keepdims=True)
+
+
+@pytest.mark.parametrize("classes, seed", [(5, 0), (10, 1), (40, 2)])
+def test_the_accelerated_em_reaches_plain_ems_fixed_point_cold_and_warm(classes, seed):
+    """SQUAREM (squarem_prior, the monitor's EM) lands where plain EM run to a 1e-13 move ends, from the
+    training mix and from the last window's estimate, at the training mix and at one nearby (a moderate p-value);
+    plain EM's own 200-round stop is farther off."""
+    p = flat_window(classes, seed)
+    window = p[100:1100]
+    for fitted in (np.full(classes, 1 / classes), p[1100:].mean(0)):
+        fixed, _ = em_prior(window, fitted, rounds=30000, tol=1e-13)
+        p_fixed = chi2_sf(max(0.0, likelihood_ratio(window, fitted, fixed)), classes - 1)
+        last = estimate(p[:1000], fitted, accelerated=True)["prior"]
+        for start in (None, last):
+            got = estimate(window, fitted, start, accelerated=True)
+            assert 0.5 * np.abs(got["prior"] - fixed).sum() < 2e-5
+            assert got["p_value"] == pytest.approx(p_fixed, rel=1e-3, abs=1e-12)
+        plain = estimate(window, fitted)["prior"]
+        assert 0.5 * np.abs(plain - fixed).sum() > 0.5 * np.abs(got["prior"] - fixed).sum()
+
+
+@pytest.mark.parametrize("classes, seed", [(5, 0), (10, 1), (40, 2)])
+def test_the_accelerated_em_takes_a_fraction_of_plain_ems_steps(classes, seed):
+    """Given as many EM steps as SQUAREM took, plain EM is ten times farther from the fixed point."""
+    p = flat_window(classes, seed)[100:1100]
+    fitted = np.full(classes, 1 / classes)
+    fixed, _ = em_prior(p, fitted, rounds=30000, tol=1e-13)
+    got, steps = squarem_prior(p, fitted)
+    plain, _ = em_prior(p, fitted, rounds=steps - 1)  # em_prior takes rounds + 1 steps
+    assert steps < 250
+    assert np.abs(plain - fixed).sum() > 10 * np.abs(got - fixed).sum(), steps
+    assert likelihood_ratio(p, fitted, got) >= likelihood_ratio(p, fitted, plain) - 1e-9
+
+
+def test_the_accelerated_em_takes_back_a_class_the_last_window_dropped():
+    """A warm start where a class sat at ~0 but the new rows want it: the mix barely moves a step, the
+    likelihood bound (rows x (max gradient - 1)) keeps the EM going to the fixed point."""
+    p = flat_window(40, 1)
+    fitted = np.full(40, 1 / 40)
+    window = p[100:1100]
+    fixed, _ = em_prior(window, fitted, rounds=30000, tol=1e-13)
+    last = estimate(p[:1000], fitted, accelerated=True)["prior"]
+    got = estimate(window, fitted, last, accelerated=True)["prior"]
+    assert 0.5 * np.abs(got - fixed).sum() < 2e-5
