@@ -61,7 +61,7 @@ from bench.resplits import DATASETS, started, write_result
 TARGETS = (0.8, 0.9, 0.95)  # 0.95: where BBC's accuracy (~0.95) makes the threshold bite, as 0.9 did in the issue
 RULES = ("bound", "point", "quantile", "matched", "uncooled_bound", "uncooled_point", "alone_bound", "alone_point",
          "alone_matched", "alone_cooled_bound", "alone_cooled_point", "two_sided_bound", "two_sided_point",
-         "alone_two_sided_bound", "alone_two_sided_point")
+         "alone_two_sided_bound", "alone_two_sided_point", "recooled_bound", "recooled_point")
 TWO_SIDED = 0.5  # the lowest factor the two-sided variants may fit (2x sharper)
 UNSEEN = 1000
 TRAIN = {"bbc-first-sentences": ("per_class", 150), "debtags-implemented-in": ("stratified", 900)}
@@ -295,10 +295,14 @@ def cooled_rows(out: dict, oof: dict, sv: dict, y_tr: np.ndarray, y_un: np.ndarr
     tau_two = fit_tau(before, share_raw, y_tr[pos], low=TWO_SIDED)
     tau_alone_two = fit_tau(alone_cal, share_alone, y_tr[pos], low=TWO_SIDED)
     two = cooled(before, tau_two)(np.asarray(sv["raw"], np.float64))
+    # k-fold's cooling as the code is now, from the raw scores: the served folder's own where `check` holds (a
+    # folder cooled before the vector calibrator's biases were scaled too differs there)
+    recooled = cooled(before, fit_tau(before, share_raw, y_tr[pos]))(np.asarray(sv["raw"], np.float64))
     alone_two = cooled(alone_cal, tau_alone_two)(np.asarray(sv["alone"], np.float64))
     for target in TARGETS:
         for prefix, probs, source in (("uncooled_", uncooled, oof), ("alone_cooled_", alone_cooled, alone_oof),
-                                      ("two_sided_", two, oof), ("alone_two_sided_", alone_two, alone_oof)):
+                                      ("two_sided_", two, oof), ("alone_two_sided_", alone_two, alone_oof),
+                                      ("recooled_", recooled, oof)):
             th = thresholds(source, target)
             rows = rule_rows(th, source, {**sv, "probs": probs, "train_top": None}, y_un)
             out["targets"][str(target)].update({prefix + k: rows[k] for k in ("bound", "point")})
@@ -306,7 +310,8 @@ def cooled_rows(out: dict, oof: dict, sv: dict, y_tr: np.ndarray, y_un: np.ndarr
                     "tau_alone_two_sided": tau_alone_two, "tau_recomputed": fit_tau(before, share_raw, y_tr[pos])}
     out["share"]["check"] = abs(out["share"]["tau_recomputed"] - share["tau"]) < 1e-3 and len(pos) == share["rows"]
     out["ece_unseen"].update({"uncooled": scores(uncooled, y_un)["ece"], "alone_cooled": scores(alone_cooled, y_un)["ece"],
-                              "two_sided": scores(two, y_un)["ece"], "alone_two_sided": scores(alone_two, y_un)["ece"]})
+                              "two_sided": scores(two, y_un)["ece"], "alone_two_sided": scores(alone_two, y_un)["ece"],
+                              "recooled": scores(recooled, y_un)["ece"]})
     out["sharpness"].update({"uncooled_unseen_mean_top": float(uncooled.max(1).mean()),
                              "alone_cooled_unseen_mean_top": float(alone_cooled.max(1).mean())})
 

@@ -9,8 +9,8 @@ bench/encoder_transfer.py with --blend off), and more rows clear the threshold t
 
 `--calibration-share S` keeps about S of the rows (stratified; whole groups with --group-column; gold rows with
 --teacher-column) from the final model and its baseline, scores them as served, and fits one factor tau >= 1:
-the served calibrator is the folds' calibrator applied to log p / tau (temperature T -> T * tau; vector w -> w /
-tau; none -> temperature tau). One parameter, so a few dozen rows fit it, while the rich calibrator and the
+the served calibrator is the folds' calibrator followed by a temperature tau (temperature T -> T * tau; vector
+w, b -> w / tau, b / tau; none -> temperature tau). One parameter, so a few dozen rows fit it, while the rich calibrator and the
 threshold keep every out-of-fold row. Cooling only: a final model that is not sharper keeps tau = 1; tau < 1
 would sharpen scores on rows that cannot show a bound on it.
 """
@@ -46,14 +46,17 @@ def share_positions(data, share: float, seed: int) -> tuple[np.ndarray, np.ndarr
 
 
 def cooled(cal: Calibrator, tau: float) -> Calibrator:
-    """The calibrator applied to log p / tau, as one calibrator of the same file format."""
+    """The calibrator followed by a temperature tau on its output, as one calibrator of the same file format."""
     if tau == 1.0:
         return cal
     if cal.method == "none":
         return Calibrator("temperature", temperature=float(tau))
     if cal.method == "temperature":
         return dataclasses.replace(cal, temperature=float(cal.temperature) * tau)
-    return dataclasses.replace(cal, weights=tuple(float(w) / tau for w in cal.weights))
+    # softmax(log softmax(v) / tau) = softmax(v / tau): a temperature on the vector calibrator's output scales its
+    # weights and biases alike (weights alone would leave the biases to decide as tau grows)
+    return dataclasses.replace(cal, weights=tuple(float(w) / tau for w in cal.weights),
+                               bias=tuple(float(b) / tau for b in cal.bias))
 
 
 def fit_tau(cal: Calibrator, probs: np.ndarray, y: np.ndarray, low: float = 1.0) -> float:
