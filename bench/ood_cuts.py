@@ -1,7 +1,8 @@
 """The out-of-domain detector's cut rule over random resplits: how many unseen in-domain confident answers it
 costs and how many off-topic texts it lets through as confident, for the rule before issue 42's resplits ("the
-smaller of the two percentiles", cut on a 0.005 grid) and the one fitted now (baseline/ood.py COMBINE and
-choose_cut), both on the same similarities (only the cut and the combination differ, so one run compares them).
+smaller of the two percentiles", cut on a 0.005 grid), the centroid typicality with the cut up to 0.5
+(`uncapped`, trust51's) and the one fitted now (baseline/ood.py COMBINE and choose_cut, the cut at most MAX_CUT),
+all on the same similarities (only the cut and the combination differ, so one run compares them).
 
     python bench/ood_cuts.py --data bbc-first-sentences --resplits 5 --output bench/results/ood-cuts-bbc.json
 
@@ -23,6 +24,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.ood import OFF_TOPIC, served_fit
 from bench.resplits import DATASETS, started, write_result
+
+RULES = ("before", "uncapped", "now")
 
 
 def similarities(name, loaded, seed, folds, off_rows, target) -> dict:
@@ -107,16 +110,17 @@ def main(argv=None) -> int:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 np.savez(path, **d)
         runs.append({"seed": seed, "threshold_rule": str(d["rule"]), "before": rates(d, "min", before_cut),
+                     "uncapped": rates(d, COMBINE, lambda lv, sure, m: choose_cut(lv, sure, m, 0.5)),
                      "now": rates(d, COMBINE, choose_cut)})
         result["resplits"] = runs
         result["summary"] = {k: {"both_goals": sum(r[k]["both_goals"] for r in runs), "of": len(runs),
                                  "coverage_drop_max": max(r[k]["coverage_drop"] for r in runs),
                                  "off_topic_confident_max": max(r[k]["off_topic_confident_max"] for r in runs)}
-                             for k in ("before", "now")}
+                             for k in RULES}
         write_result(result, a.output)
     for r in runs:
         print(r["seed"], r["threshold_rule"], *(f"{k}: drop {r[k]['coverage_drop']:.3f} off-topic max "
-                                                f"{r[k]['off_topic_confident_max']:.3f}" for k in ("before", "now")))
+                                                f"{r[k]['off_topic_confident_max']:.3f}" for k in RULES))
     print(result["summary"])
     return 0
 
