@@ -86,6 +86,7 @@ def rates(d: dict, combine: str, cut_rule) -> dict:
 
 def main(argv=None) -> int:
     from baseline.ood import COMBINE, choose_cut
+    from textdata.errors import DataError
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--data", required=True, choices=list(OFF_TOPIC))
@@ -97,7 +98,7 @@ def main(argv=None) -> int:
     p.add_argument("--saved", type=Path, default=None, help="folder of per-resplit similarities (npz), reused")
     p.add_argument("--output", type=Path, default=ROOT / "bench/results/ood-cuts.json")
     a = p.parse_args(argv)
-    result, runs = started(sys.argv, target=a.target, data=a.data), []
+    result, runs, done = started(sys.argv, target=a.target, data=a.data), [], []
     loaded = None
     for seed in range(a.resplits):
         path = None if a.saved is None else a.saved / f"ood-{a.data}-{seed}.npz"
@@ -105,20 +106,25 @@ def main(argv=None) -> int:
             d = dict(np.load(path, allow_pickle=True))
         else:
             loaded = loaded or {n: DATASETS[n](a.cap) for n in {a.data, *OFF_TOPIC[a.data]}}
-            d = similarities(a.data, loaded, seed, a.folds, a.off_topic_rows, a.target)
+            try:
+                d = similarities(a.data, loaded, seed, a.folds, a.off_topic_rows, a.target)
+            except DataError as e:  # not even the point estimate reaches --target: nothing is confident
+                runs.append({"seed": seed, "skipped": str(e)})
+                continue
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 np.savez(path, **d)
         runs.append({"seed": seed, "threshold_rule": str(d["rule"]), "before": rates(d, "min", before_cut),
                      "uncapped": rates(d, COMBINE, lambda lv, sure, m: choose_cut(lv, sure, m, 0.5)),
                      "now": rates(d, COMBINE, choose_cut)})
+        done = [r for r in runs if "skipped" not in r]
         result["resplits"] = runs
-        result["summary"] = {k: {"both_goals": sum(r[k]["both_goals"] for r in runs), "of": len(runs),
-                                 "coverage_drop_max": max(r[k]["coverage_drop"] for r in runs),
-                                 "off_topic_confident_max": max(r[k]["off_topic_confident_max"] for r in runs)}
+        result["summary"] = {k: {"both_goals": sum(r[k]["both_goals"] for r in done), "of": len(done),
+                                 "coverage_drop_max": max(r[k]["coverage_drop"] for r in done),
+                                 "off_topic_confident_max": max(r[k]["off_topic_confident_max"] for r in done)}
                              for k in RULES}
         write_result(result, a.output)
-    for r in runs:
+    for r in done:
         print(r["seed"], r["threshold_rule"], *(f"{k}: drop {r[k]['coverage_drop']:.3f} off-topic max "
                                                 f"{r[k]['off_topic_confident_max']:.3f}" for k in RULES))
     print(result["summary"])
