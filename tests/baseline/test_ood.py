@@ -124,7 +124,32 @@ def test_cut_is_a_confident_rows_own_level_not_a_grid_step():
     assert (sure & (level < cut)).sum() == 15 and (sure & (level <= cut)).sum() == 16
     sure[:16] = False  # unconfident tail rows are free to flag: the cut moves up to the 16th confident row
     assert choose_cut(level, sure, 0.015) == pytest.approx(level[16 + 15])
-    assert choose_cut(level, np.zeros(len(level), bool), 0.015) == 0.5  # nothing confident: the highest cut
+    assert choose_cut(level, np.zeros(len(level), bool), 0.015) == 0.05  # nothing confident: the highest cut
+
+
+def test_cut_of_a_model_that_answers_few_rows_stays_in_the_tail(fitted, tmp_path):
+    """Issue 42's resplits (ko-help, debtags: coverage 0.1-0.3): the allowance of 1.5% of all rows is a tenth of
+    such a model's answers, and the cut went up to the 12-29% least typical rows, where unseen pages cost 2.1-3.5
+    points; it now stops at MAX_CUT. A folder fitted with the old rule keeps its own cut."""
+    import json
+
+    from baseline.ood import MAX_CUT, choose_cut
+
+    level = np.linspace(0.0, 1.0, 1000)
+    sure = level > 0.2  # the model is confident only on typical rows...
+    sure[np.flatnonzero(sure)[150:]] = False  # ...and on 150 of 1,000: coverage 0.15
+    assert choose_cut(level, sure, 0.015, max_cut=0.5) == pytest.approx(level[np.flatnonzero(sure)[15]])  # 0.216
+    assert choose_cut(level, sure, 0.015) == MAX_CUT == 0.05
+    typ, meta, fresh = fitted
+    assert typ.cut <= MAX_CUT and meta["max_cut"] == MAX_CUT
+    save_ood(tmp_path, typ)
+    spec_path = tmp_path / "ood" / "ood.json"
+    spec = json.loads(spec_path.read_text())
+    spec["cut"] = 0.216  # as the rule before chose it
+    spec_path.write_text(json.dumps(spec))
+    old = load_ood(tmp_path)
+    assert old.cut == 0.216
+    np.testing.assert_array_equal(old.in_domain(fresh), old.typicality(fresh) >= 0.216)
 
 
 def test_centroid_combine_spends_the_cut_on_the_centroid():
