@@ -13,6 +13,10 @@ final model (calibrated by the final calibrator) at targets 0.8 and 0.9:
              precision reaches the target
   group_bound  grouped data: what --target-precision serves with --group-column (the bound at the design
              effect of the answered rows' groups, finetune/group_bound.py): 90% confidence over unseen groups
+  group_bound_95  the page bound at delta 0.05 (k-fold's --confidence 0.95)
+  page_bootstrap  grouped data: the same fixed sequences, each threshold's bound the page (cluster) bootstrap's
+             lower quantile of its precision (finetune/group_bound.py bootstrap_lower; group_rule "bootstrap");
+             page_bootstrap_95 at delta 0.05
   bound_975  the same bound at delta 0.025 (97.5% confidence)
   bound      what --target-precision serves without --group-column (finetune/coverage.py served_threshold, called as k-fold calls
              it): Learn-then-Test on the same out-of-fold rows, the lowest threshold whose Clopper-Pearson lower
@@ -45,6 +49,9 @@ from bench.resplits import DATASETS, fit_proba, out_of_fold, resplit, started, w
 DELTA = 0.1
 TARGETS = (0.8, 0.9)
 SHARE = 0.2
+# grouped data: (column, delta, rule): the page bound at 90% and 95%, the page bootstrap at 90% and 95%
+GROUPED = (("group_bound", DELTA, "design"), ("group_bound_95", 0.05, "design"),
+           ("page_bootstrap", DELTA, "bootstrap"), ("page_bootstrap_95", 0.05, "bootstrap"))
 
 
 def scored(probs, y, t):
@@ -77,7 +84,7 @@ def grid_bound_threshold(
 
 
 def served_bound(chosen, final, oof, y, fold_of, n_classes, target, p_unseen, y_un, groups=None,
-                 delta: float = DELTA) -> dict:
+                 delta: float = DELTA, group_rule: str = "design") -> dict:
     """The bound as --target-precision serves it (finetune/coverage.py served_threshold at its DELTA: global, or
     per class at delta / classes where that won nested; `groups`: as with --group-column, over unseen groups),
     scored on the unseen rows."""
@@ -87,7 +94,7 @@ def served_bound(chosen, final, oof, y, fold_of, n_classes, target, p_unseen, y_
 
     try:
         served = served_threshold(chosen, final, oof, y, fold_of, list(range(n_classes)), target, delta, groups=groups,
-                                  group_column=None if groups is None else "group")
+                                  group_column=None if groups is None else "group", group_rule=group_rule)
     except DataError as e:  # unreachable or too few rows: nothing is answered confident
         return {"precision": None, "coverage": 0.0, "error": str(e)[:160]}
     t = served["threshold"]
@@ -151,8 +158,9 @@ def one_resplit(texts, y, groups, n_classes, folds, seed) -> dict:
         row["bound_975"] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un,
                                         delta=0.025)
         if t_groups is not None:  # what k-fold serves with --group-column: the bound over unseen groups
-            row["group_bound"] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un,
-                                              t_groups)
+            for name, delta, rule in GROUPED:
+                row[name] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un,
+                                         t_groups, delta, rule)
         t_g, _ = grid_bound_threshold(cal_oof.max(1), cal_oof.argmax(1) == t_y, target, DELTA)
         row["grid"] = dict(zip(("precision", "coverage"), scored(p_unseen, y_un, t_g)))
         t_s, _ = bound_threshold(p_held.max(1), p_held.argmax(1) == t_y[held_rows], target, DELTA)
@@ -165,7 +173,7 @@ def summarize(runs: list[dict]) -> dict:
     out = {}
     for target in TARGETS:
         key = str(target)
-        for cand in ("point", "bound", "bound_975", "group_bound", "grid", "quantile", "share", "ensemble"):
+        for cand in ("point", "bound", "bound_975", *(g[0] for g in GROUPED), "grid", "quantile", "share", "ensemble"):
             if cand not in runs[0]["targets"][key]:
                 continue
             got = [r["targets"][key].get(cand, {}) for r in runs]

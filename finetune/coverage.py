@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from finetune.group_bound import correctness_icc, effective_rows, size_weighted_mean
+from finetune.group_bound import bootstrap_lower, correctness_icc, effective_rows, size_weighted_mean
 from textdata.calibration import confident
 from textdata.errors import DataError
 from textdata.nested import fold_masks
@@ -69,9 +69,23 @@ def lower_bounds(right: np.ndarray, n: np.ndarray, delta: float) -> np.ndarray:
 SEQUENCE_STARTS = (1, 4)  # each fixed sequence starts at this many times the fewest rows a bound can pass at
 
 
+def fixed_sequences(lower: np.ndarray, eff: np.ndarray, need: int, target: float) -> tuple[list[int], list[int]]:
+    """Per sequence of SEQUENCE_STARTS (thresholds highest first, each tested once its effective rows reach
+    `need` x the start): the last index that passes before the first failure, and the first index tested."""
+    found, firsts = [], []
+    for start in SEQUENCE_STARTS:
+        tested = eff >= need * start
+        failed = np.flatnonzero(tested & (lower < target))
+        passed = np.flatnonzero(tested & (lower >= target))
+        last = passed[passed < failed[0]] if len(failed) else passed
+        found += [int(last[-1])] if len(last) else []
+        firsts += list(np.flatnonzero(tested)[:1])
+    return found, firsts
+
+
 def bound_threshold(
     conf: np.ndarray, correct: np.ndarray, target: float, delta: float, groups: np.ndarray | None = None,
-    rho: float | None = None,
+    rho: float | None = None, rule: str = "design",
 ) -> tuple[float | None, dict]:
     """(the lowest threshold at which precision >= target holds with probability >= 1 - delta, or None; what
     was reached). Learn-then-Test with fixed-sequence testing (Angelopoulos et al. 2021): thresholds tested
@@ -82,7 +96,9 @@ def bound_threshold(
     stops it (synthetic rows, 1,500 out-of-fold: no threshold in 5% of draws from the first alone, 0% from
     both; tests/finetune/test_threshold_bound.py). With `groups`: each threshold's bound at its effective
     sample size (finetune/group_bound.py: the design effect of the answered rows' groups at the intra-group
-    correlation `rho`, estimated on these rows where not given), so that it holds over unseen groups."""
+    correlation `rho`, estimated on these rows where not given), so that it holds over unseen groups; `rule`
+    "bootstrap": each bound the page bootstrap's lower quantile instead (group_bound.bootstrap_lower), the
+    sequences still starting at the design effect's effective rows (a bootstrap of a few pages is too narrow)."""
     conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
     half = delta / len(SEQUENCE_STARTS)
     need = needed_rows(target, half)
@@ -99,14 +115,11 @@ def bound_threshold(
     else:  # fewer effective rows: the same precision on them, a wider bound
         eff = effective_rows(n, size_weighted_mean(np.argsort(-conf, kind="stable"), groups, n), rho)
         lower = lower_bounds(precision * eff, eff, half)
-    found, firsts = [], []
-    for start in SEQUENCE_STARTS:
-        tested = eff >= need * start
-        failed = np.flatnonzero(tested & (lower < target))
-        passed = np.flatnonzero(tested & (lower >= target))
-        last = passed[passed < failed[0]] if len(failed) else passed
-        found += [int(last[-1])] if len(last) else []
-        firsts += list(np.flatnonzero(tested)[:1])
+    if groups is not None and rule == "bootstrap":  # the same sequences, each threshold's bound resampled by page
+        order = np.argsort(-conf, kind="stable")
+        lower = bootstrap_lower(correct[order], np.asarray(groups)[order], n, half)
+        info["rule"] = "bootstrap"
+    found, firsts = fixed_sequences(lower, eff, need, target)
     if not firsts:  # grouped: too few effective rows for either sequence to start
         return None, info
     # the highest target this rule reaches: a sequence passes anything only if its first threshold passes
@@ -144,7 +157,7 @@ def _counts(conf: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
 
 def pick_per_class(
     probs: np.ndarray, y: np.ndarray, target: float, fallback: float | None, delta: float | None = None,
-    groups: np.ndarray | None = None,
+    groups: np.ndarray | None = None, rule: str = "design",
 ) -> np.ndarray:
     """One threshold per class, chosen on the rows predicted as that class; a class with fewer than
     MIN_ANSWERED such rows takes `fallback` (the global threshold), one whose rows never reach the target
@@ -159,7 +172,7 @@ def pick_per_class(
         rows = best == c
         if delta is not None:
             t, _ = bound_threshold(conf[rows], y[rows] == c, target, delta / probs.shape[1],
-                                   None if groups is None else groups[rows], rho)
+                                   None if groups is None else groups[rows], rho, rule)
             out[c] = 1.0 if t is None else t
             continue
         if rows.sum() < MIN_ANSWERED:
@@ -181,19 +194,20 @@ def answered(probs: np.ndarray, y: np.ndarray, thresholds: np.ndarray | None) ->
 
 
 def choose(conf: np.ndarray, correct: np.ndarray, target: float, delta: float | None,
-           groups: np.ndarray | None = None) -> tuple[float | None, dict]:
+           groups: np.ndarray | None = None, rule: str = "design") -> tuple[float | None, dict]:
     """The served rule: the bound at `delta` (over unseen groups where `groups` are given), or (None) the
     point estimate; with what the bound reached (bound_threshold's info; {} for the point estimate)."""
     if delta is None:
         return pick_threshold(conf, correct, target)[0], {}
-    return bound_threshold(conf, correct, target, delta, groups)
+    return bound_threshold(conf, correct, target, delta, groups, rule=rule)
 
 
-def _thresholds(probs, y, target: float, scope: str, delta: float | None = None, groups=None) -> np.ndarray | None:
-    t, _ = choose(probs.max(1), probs.argmax(1) == y, target, delta, groups)
+def _thresholds(probs, y, target: float, scope: str, delta: float | None = None, groups=None,
+                rule: str = "design") -> np.ndarray | None:
+    t, _ = choose(probs.max(1), probs.argmax(1) == y, target, delta, groups, rule)
     if scope == "global":
         return None if t is None else np.full(probs.shape[1], t)
-    return pick_per_class(probs, y, target, t, delta, groups)
+    return pick_per_class(probs, y, target, t, delta, groups, rule)
 
 
 def nested_coverage(
@@ -205,11 +219,12 @@ def nested_coverage(
     scope: str,
     delta: float | None = None,
     groups: np.ndarray | None = None,
+    rule: str = "design",
 ) -> dict:
     """Per fold: the threshold chosen on the other folds' rows (as calibrated by that fold's calibrator),
     scored on the fold's own rows (nested-calibrated); mean ± std over folds."""
     def chosen(rest, rest_probs) -> np.ndarray | None:
-        return _thresholds(rest_probs, y[rest], target, scope, delta, None if groups is None else groups[rest])
+        return _thresholds(rest_probs, y[rest], target, scope, delta, None if groups is None else groups[rest], rule)
 
     def scored(th, held, _) -> dict:
         row = answered(probs_held[held], y[held], th)
@@ -323,6 +338,7 @@ def _rule(delta: float | None, per_class: bool, grouped: dict | None) -> str:
 def served_threshold(
     chosen, final, probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, labels: list[str], target: float,
     delta: float | None = DELTA, groups: np.ndarray | None = None, group_column: str | None = None,
+    group_rule: str = "design",
 ) -> dict:
     """What --target-precision serves: the threshold chosen on every row (as the final calibrator scores
     them): the lowest whose precision >= target holds with probability 1 - delta (bound_threshold; delta
@@ -332,7 +348,7 @@ def served_threshold(
     calibrated = final(np.asarray(probs, np.float64))
     conf, correct = calibrated.max(1), calibrated.argmax(1) == y
     groups = None if groups is None or delta is None else np.asarray(groups)
-    t, info = choose(conf, correct, target, delta, groups)
+    t, info = choose(conf, correct, target, delta, groups, group_rule)
     if t is None:
         if delta is None:
             _, best = pick_threshold(conf, correct, target)
@@ -343,7 +359,7 @@ def served_threshold(
             )
         raise DataError(unreachable(target, delta, conf, correct, groups))
     rest = _rest_probs(chosen, probs, fold_of)
-    nested = {s: nested_coverage(rest, chosen.calibrated, y, fold_of, target, s, delta, groups)
+    nested = {s: nested_coverage(rest, chosen.calibrated, y, fold_of, target, s, delta, groups, group_rule)
               for s in ("global", "per_class")}
     g, pc = nested["global"], nested["per_class"]
     floor = min(target, g["precision_mean"] if g["precision_mean"] is not None else target)
@@ -354,7 +370,7 @@ def served_threshold(
     )
     scope = "per_class" if wins else "global"
     threshold = (
-        dict(zip(labels, (round(float(v), 6) for v in pick_per_class(calibrated, y, target, t, delta, groups))))
+        dict(zip(labels, (round(float(v), 6) for v in pick_per_class(calibrated, y, target, t, delta, groups, group_rule))))
         if wins
         else round(t, 6)
     )

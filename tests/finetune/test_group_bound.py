@@ -6,7 +6,7 @@ import numpy as np
 
 from finetune.calibration import calibrate
 from finetune.coverage import bound_threshold, served_threshold
-from finetune.group_bound import correctness_icc, size_weighted_mean
+from finetune.group_bound import bootstrap_lower, correctness_icc, size_weighted_mean
 
 
 def pages(n_pages, size, rng, spread, base=1.0):
@@ -54,14 +54,31 @@ def test_over_unseen_groups_the_grouped_bound_holds_where_the_row_level_one_does
     def truth(t):
         return big_ok[big_conf >= t].mean()
 
-    fails = {"row": 0, "group": 0}
+    fails = {"row": 0, "group": 0, "bootstrap": 0}
     draws = 120
     for _ in range(draws):
         conf, ok, g = pages(30, 24, rng, 2.5)
-        for key, groups in (("row", None), ("group", g)):
-            t, _ = bound_threshold(conf, ok, 0.85, 0.1, groups)
+        for key, groups, rule in (("row", None, "design"), ("group", g, "design"), ("bootstrap", g, "bootstrap")):
+            t, _ = bound_threshold(conf, ok, 0.85, 0.1, groups, rule=rule)
             fails[key] += t is not None and truth(t) < 0.85
     assert fails["group"] / draws <= 0.10 < fails["row"] / draws, fails  # stated: 90% confidence
+    assert fails["bootstrap"] / draws <= 0.10, fails  # the page bootstrap too (9 of 120 here)
+
+
+def test_page_bootstrap_widens_where_pages_are_right_or_wrong_together():
+    rng = np.random.default_rng(5)
+    g = np.repeat(np.arange(40), 10)
+    together = np.repeat(rng.random(40) < 0.85, 10)  # a page all right or all wrong
+    answered = np.array([100, 200, 400])
+    tied = bootstrap_lower(together, g, answered, 0.05)
+    loose = bootstrap_lower(together, rng.permutation(g), answered, 0.05)  # the same rows, groups saying nothing
+    precision = np.cumsum(together)[answered - 1] / answered
+    assert (tied < loose - 0.05).all() and (loose < precision).all(), (tied, loose, precision)
+    np.testing.assert_array_equal(tied, bootstrap_lower(together, g, answered, 0.05))  # seeded: the same bound
+    conf = np.linspace(1, 0, 400)
+    t_row, _ = bound_threshold(conf, together, 0.75, 0.1)
+    t_boot, info = bound_threshold(conf, together, 0.75, 0.1, g, rule="bootstrap")
+    assert info["rule"] == "bootstrap" and t_row is not None and (t_boot is None or t_boot > t_row)
 
 
 def test_served_threshold_records_the_grouped_rule_and_says_unseen_groups():
