@@ -79,11 +79,11 @@ def cool(section: dict, n_labels: int, served_raw: np.ndarray, y: np.ndarray, n_
     record report["calibration"]["share"] keeps: before -> after on those rows, and the uncooled calibrator."""
     cal = calibrator_from_json({**section["final"], "problem_type": "single_label"}, n_labels)
     tau = fit_tau(cal, served_raw, y)
-    before, after = scores(cal(served_raw), y), scores(cooled(cal, tau)(served_raw), y)
-    record = {"rows": len(y), "final_trained_on": int(n_train), "tau": tau, "final_before": section["final"],
-              "before": before, "after": after, "mean_top_before": mean_top(cal(served_raw)),
-              "mean_top_after": mean_top(cooled(cal, tau)(served_raw))}
     c = cooled(cal, tau)
+    p_before, p_after = cal(served_raw), c(served_raw)
+    record = {"rows": len(y), "final_trained_on": int(n_train), "tau": tau, "final_before": section["final"],
+              "before": scores(p_before, y), "after": scores(p_after, y), "mean_top_before": mean_top(p_before),
+              "mean_top_after": mean_top(p_after)}
     section["final"] = {"method": c.method, **c.params()}
     section["share"] = record
     return record
