@@ -332,9 +332,6 @@ def repeated(data: TeacherData, rows: np.ndarray, gold_weight: float) -> np.ndar
     return np.sort(np.concatenate([rows, np.repeat(rows[is_gold], k - 1)]))
 
 
-subset = rows_at  # finetune/data.py cuts a TeacherData's gold / answered arrays too
-
-
 def gold_holdout(data: TeacherData, fraction: float, folds: int, seed: int, path) -> tuple[TeacherData, TeacherData]:
     """--holdout with --teacher-column: (rows for the folds and the final model, held-out rows). The held-out rows
     are gold rows only (every score is on gold rows), about `fraction` of them, stratified (whole groups when
@@ -345,7 +342,7 @@ def gold_holdout(data: TeacherData, fraction: float, folds: int, seed: int, path
     if len(held_pos) == 0:
         raise DataError(f"{path}: --holdout {fraction}: too few gold rows per class to hold any out")
     held_rows = g[held_pos]
-    cv = subset(data, np.setdiff1d(np.arange(len(data.texts)), held_rows))
+    cv = rows_at(data, np.setdiff1d(np.arange(len(data.texts)), held_rows))
     small = short_classes(cv.space, cv.targets[cv.gold])
     if small:
         raise DataError(f"{path}: after --holdout {fraction}, {small} have fewer than 2 gold rows left: the teacher "
@@ -353,4 +350,4 @@ def gold_holdout(data: TeacherData, fraction: float, folds: int, seed: int, path
     teach = ~cv.gold
     cv.text_weights = []  # the correction on every gold row, holdout included, is not used
     cv.targets[teach] = correct_rows(cv, np.flatnonzero(cv.gold), np.flatnonzero(teach), seed)
-    return cv, subset(data, held_rows)
+    return cv, rows_at(data, held_rows)

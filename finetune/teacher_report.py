@@ -17,9 +17,10 @@ from pathlib import Path
 
 import numpy as np
 
+from finetune.data import rows_at
 from finetune.metrics import fold_metrics
 from finetune.multilabel import DEFAULT, multilabel_metrics, nested_thresholds, predict_sets
-from finetune.teacher_data import TeacherData, gold_repeats, has_answer, macro_f1, subset
+from finetune.teacher_data import TeacherData, gold_repeats, has_answer, macro_f1
 from textdata.tables import write_table
 
 ISSUES_FILE = "teacher_label_issues.csv"
@@ -30,7 +31,7 @@ def gold_only(data: TeacherData, got):
     """(the gold rows as LabeledData, the fold results on them): per-fold scores recomputed on gold rows (as the
     kind's fold records score them: argmax, or each label at 0.5)."""
     g = np.flatnonzero(data.gold)
-    view = subset(data, g)
+    view = rows_at(data, g)  # cuts a TeacherData's gold / answered arrays too
     scores = data.space.pick(lambda y, p, labels: fold_metrics(y, p.argmax(1), labels),
                              lambda Y, p, labels: {"threshold": DEFAULT,
                                                    **multilabel_metrics(Y, predict_sets(p, DEFAULT), labels)})
