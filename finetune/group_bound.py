@@ -94,21 +94,29 @@ def _precisions(w: np.ndarray, g: np.ndarray, correct: np.ndarray, at: np.ndarra
     return np.divide(right, total, out=np.full_like(right, np.nan), where=total > 0)
 
 
-def bootstrap_prediction_lower(correct: np.ndarray, groups: np.ndarray, answered: np.ndarray, q: float,
-                               batch: float = 1.0, draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> np.ndarray:
-    """A lower `q` prediction bound on the precision that a future batch of `batch` x as many groups as these
-    will show at each threshold (rows in score order, highest first): the observed precision plus the `q`
-    quantile of (a resample of batch x k groups) - (a resample of all k groups), the two drawn independently,
-    so both the estimate's sampling and the batch's own are in it. A draw with no answered row is left out."""
+def prediction_gaps(correct: np.ndarray, groups: np.ndarray, answered: np.ndarray, batch: float = 1.0,
+                    draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> np.ndarray:
+    """draws x thresholds: (the precision of a resample of `batch` x k groups) - (that of a resample of all k
+    groups), drawn independently (rows in score order, highest first; nan where a draw answers none): how far
+    one future batch's precision falls from the estimate when both are page samples."""
     _, g = np.unique(np.asarray(groups), return_inverse=True)
     k = int(g.max()) + 1 if len(g) else 0
     rng, at, ok = np.random.default_rng(seed), np.asarray(answered) - 1, np.asarray(correct, np.float32)
     here = _precisions(_page_weights(k, k, draws, rng), g, ok, at)
-    future = _precisions(_page_weights(k, max(1, round(batch * k)), draws, rng), g, ok, at)
-    observed = np.cumsum(ok)[at] / np.asarray(answered, float)
+    return _precisions(_page_weights(k, max(1, round(batch * k)), draws, rng), g, ok, at) - here
+
+
+def bootstrap_prediction_lower(correct: np.ndarray, groups: np.ndarray, answered: np.ndarray, q: float,
+                               batch: float = 1.0, draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> np.ndarray:
+    """A lower `q` prediction bound on the precision that a future batch of `batch` x as many groups as these
+    will show at each threshold (rows in score order, highest first): the observed precision plus the `q`
+    quantile of prediction_gaps, so both the estimate's sampling and the batch's own are in it. A draw with no
+    answered row is left out."""
+    gaps = prediction_gaps(correct, groups, answered, batch, draws, seed)
+    observed = np.cumsum(np.asarray(correct, float))[np.asarray(answered) - 1] / np.asarray(answered, float)
     with warnings.catch_warnings():  # the top thresholds' few pages may be in no draw: nan, never tested
         warnings.simplefilter("ignore", RuntimeWarning)
-        return observed + np.nanquantile(future - here, q, axis=0, method="lower")
+        return observed + np.nanquantile(gaps, q, axis=0, method="lower")
 
 
 class GroupRule(Protocol):
