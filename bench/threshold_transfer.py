@@ -241,7 +241,7 @@ def main(argv=None) -> int:
     p.add_argument("--cap", type=int, default=2500, help="rows per data set (a random sample)")
     p.add_argument("--data", nargs="*", default=list(DATASETS))
     p.add_argument("--output", type=Path, default=ROOT / "bench/results/threshold_transfer.json")
-    p.add_argument("--scores", type=Path, default=ROOT / "runs/threshold_transfer", help="folder of each resplit's "
+    p.add_argument("--scores", default=str(ROOT / "runs/threshold_transfer"), help="folder of each resplit's "
                    "fitted scores (npz, read where there: rules compared again without refitting); '' for none")
     p.add_argument("--grouped", nargs="*", choices=[g[0] for g in GROUPED], help="grouped data: only these rules "
                    "(the page bootstraps cost most of a resplit's time)")
@@ -251,7 +251,7 @@ def main(argv=None) -> int:
         texts, y, groups, labels = DATASETS[name](a.cap)
         t0, runs = time.time(), []
         for seed in range(a.first_seed, a.first_seed + a.resplits):  # written after each resplit: a slow machine still leaves what it did
-            cache = a.scores / f"{name}-{a.cap}-{a.folds}-{seed}.npz" if a.scores else None
+            cache = Path(a.scores) / f"{name}-{a.cap}-{a.folds}-{seed}.npz" if a.scores else None
             runs.append(one_resplit(texts, y, groups, len(labels), a.folds, seed, cache, a.grouped))
             result["data"][name] = {"rows": len(y), "classes": len(labels), "seconds": round(time.time() - t0, 1),
                                     "summary": summarize(runs), "resplits": runs}
