@@ -4,6 +4,9 @@ model (the k-fold pipeline's calibration and threshold code on its out-of-fold s
 
     python bench/threshold_transfer.py --resplits 10 --output bench/results/threshold_transfer.json
 
+Each resplit's fitted scores are kept in runs/threshold_transfer/*.npz (--scores) and read back by a later run
+with the same data, cap and folds: rules compared again without refitting (--grouped names a subset).
+
 Per resplit: 60% of the rows train (grouped data: whole groups), 40% are unseen. On the train part, k-fold
 out-of-fold scores (fold models), finetune/calibration.py's nested calibration and its final calibrator; the
 final model is fitted on every train row, as `--final` does. Candidates, each scored on the unseen rows by the
@@ -15,8 +18,12 @@ final model (calibrated by the final calibrator) at targets 0.8 and 0.9:
              effect of the answered rows' groups, finetune/group_bound.py): 90% confidence over unseen groups
   group_bound_95  the page bound at delta 0.05 (k-fold's --confidence 0.95)
   page_bootstrap  grouped data: the same fixed sequences, each threshold's bound the page (cluster) bootstrap's
-             lower quantile of its precision (finetune/group_bound.py bootstrap_lower; group_rule "bootstrap");
+             lower quantile of its precision (finetune/group_bound.py bootstrap_lower; PageBootstrap());
              page_bootstrap_95 at delta 0.05
+  prediction  grouped data: a prediction bound on the precision one future batch of unseen groups will show
+             (group_bound.PredictionBound): Clopper-Pearson at eff x b / (1 + b) effective rows, b the batch's size
+             over the out-of-fold rows' (1: as large; prediction_unseen: this resplit's unseen rows);
+             prediction_bootstrap(_unseen): by two independent page resamples (bootstrap_prediction_lower)
   bound_975  the same bound at delta 0.025 (97.5% confidence)
   bound      what --target-precision serves without --group-column (finetune/coverage.py served_threshold, called as k-fold calls
              it): Learn-then-Test on the same out-of-fold rows, the lowest threshold whose Clopper-Pearson lower
@@ -45,13 +52,19 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench.resplits import DATASETS, fit_proba, out_of_fold, resplit, started, write_result
+from finetune.group_bound import DESIGN, PageBootstrap, PredictionBound
 
 DELTA = 0.1
 TARGETS = (0.8, 0.9)
 SHARE = 0.2
-# grouped data: (column, delta, rule): the page bound at 90% and 95%, the page bootstrap at 90% and 95%
-GROUPED = (("group_bound", DELTA, "design"), ("group_bound_95", 0.05, "design"),
-           ("page_bootstrap", DELTA, "bootstrap"), ("page_bootstrap_95", 0.05, "bootstrap"))
+# grouped data: (column, delta, rule of the unseen / train row ratio): the page bound at 90% and 95%, the page
+# bootstrap at 90% and 95%, the prediction bound (design effect; page bootstrap) for a batch as large as the
+# out-of-fold rows and for one as large as this resplit's unseen rows (r x the out-of-fold rows: what is measured)
+GROUPED = (("group_bound", DELTA, lambda r: DESIGN), ("group_bound_95", 0.05, lambda r: DESIGN),
+           ("page_bootstrap", DELTA, lambda r: PageBootstrap()), ("page_bootstrap_95", 0.05, lambda r: PageBootstrap()),
+           ("prediction", DELTA, lambda r: PredictionBound()), ("prediction_unseen", DELTA, PredictionBound),
+           ("prediction_bootstrap", DELTA, lambda r: PredictionBound(bootstrap=True)),
+           ("prediction_bootstrap_unseen", DELTA, lambda r: PredictionBound(r, bootstrap=True)))
 
 
 def scored(probs, y, t):
@@ -84,7 +97,7 @@ def grid_bound_threshold(
 
 
 def served_bound(chosen, final, oof, y, fold_of, n_classes, target, p_unseen, y_un, groups=None,
-                 delta: float = DELTA, group_rule: str = "design") -> dict:
+                 delta: float = DELTA, group_rule=DESIGN) -> dict:
     """The bound as --target-precision serves it (finetune/coverage.py served_threshold at its DELTA: global, or
     per class at delta / classes where that won nested; `groups`: as with --group-column, over unseen groups),
     scored on the unseen rows."""
@@ -105,30 +118,51 @@ def served_bound(chosen, final, oof, y, fold_of, n_classes, target, p_unseen, y_
             "estimated_precision": served["estimated_precision"], "grouped": served.get("grouped")}
 
 
-def one_resplit(texts, y, groups, n_classes, folds, seed) -> dict:
-    from finetune.calibration import calibrate, scores
-    from finetune.coverage import bound_threshold, served_threshold
-    from textdata.calibration import threshold_vector
-
+def fitted(texts, y, groups, n_classes, folds, seed, cache: Path | None = None) -> dict:
+    """Every model fit a resplit needs (k fold models, the final model, the calibration share's model), as
+    arrays: the train / unseen rows, the out-of-fold scores and folds, the fold models' and the final model's
+    uncalibrated scores of the unseen rows, the share model's. Saved to (and, when there, read from) `cache`,
+    so that rules are compared again on the same scores without refitting (~2 of a resplit's ~7 minutes)."""
+    if cache is not None and cache.exists():
+        with np.load(cache) as f:
+            return {k: f[k] for k in f.files}
     tr, un = resplit(y, groups, seed)
     t_texts, t_y = [texts[i] for i in tr], y[tr]
     t_groups = None if groups is None else groups[tr]
     oof, fold_of, fold_unseen = out_of_fold(t_texts, t_y, t_groups, n_classes, folds, seed, [texts[i] for i in un])
-    section, chosen, final = calibrate(oof, t_y, fold_of, "model")
     every = np.r_[np.arange(len(tr)), len(tr) + np.arange(len(un))]
     p_all = fit_proba(t_texts + [texts[i] for i in un], np.r_[t_y, y[un]], np.arange(len(tr)), every, n_classes, seed)
+    # the calibration share: a final model on 80% of the train rows, its own scores on the other 20%
+    share = np.zeros(len(tr), bool)
+    share[np.random.default_rng(seed).permutation(len(tr))[: int(SHARE * len(tr))]] = True
+    fit_rows, held_rows = np.flatnonzero(~share), np.flatnonzero(share)
+    p_share = fit_proba(t_texts + [texts[i] for i in un], np.r_[t_y, y[un]], fit_rows,
+                        np.r_[held_rows, len(tr) + np.arange(len(un))], n_classes, seed)
+    out = {"train": tr, "unseen": un, "oof": oof, "fold_of": fold_of, "fold_unseen": np.asarray(fold_unseen),
+           "final": p_all, "held_rows": held_rows, "share": p_share}
+    if cache is not None:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        np.savez_compressed(cache.with_suffix(".tmp.npz"), **out)
+        cache.with_suffix(".tmp.npz").replace(cache)  # atomic: a killed run leaves no half file
+    return out
+
+
+def one_resplit(texts, y, groups, n_classes, folds, seed, cache: Path | None = None, grouped=None) -> dict:
+    from finetune.calibration import calibrate, scores
+    from finetune.coverage import bound_threshold, served_threshold
+    from textdata.calibration import threshold_vector
+
+    f = fitted(texts, y, groups, n_classes, folds, seed, cache)
+    tr, un, oof, fold_of, p_all, held_rows = f["train"], f["unseen"], f["oof"], f["fold_of"], f["final"], f["held_rows"]
+    t_y = y[tr]
+    t_groups = None if groups is None else groups[tr]
+    section, chosen, final = calibrate(oof, t_y, fold_of, "model")
     p_train, p_unseen = final(p_all[: len(tr)]), final(p_all[len(tr):])
     y_un = y[un]
     cal_oof = final(oof)
-    # the calibration share: a final model on 80% of the train rows, its own scores on the other 20%
-    rng = np.random.default_rng(seed)
-    share = np.zeros(len(tr), bool)
-    share[rng.permutation(len(tr))[: int(SHARE * len(tr))]] = True
-    fit_rows, held_rows = np.flatnonzero(~share), np.flatnonzero(share)
-    p_share = final(fit_proba(t_texts + [texts[i] for i in un], np.r_[t_y, y[un]], fit_rows,
-                              np.r_[held_rows, len(tr) + np.arange(len(un))], n_classes, seed))
+    p_share = final(f["share"])
     p_held, p_share_unseen = p_share[: len(held_rows)], p_share[len(held_rows):]
-    p_ens = final(np.mean(fold_unseen, axis=0))
+    p_ens = final(np.mean(f["fold_unseen"], axis=0))
     out = {"seed": seed, "train": len(tr), "unseen": len(un),
            "sharpness": {"oof_mean_top": float(cal_oof.max(1).mean()), "final_unseen_mean_top": float(p_unseen.max(1).mean())},
            "accuracy": {"oof": float((oof.argmax(1) == t_y).mean()), "final_unseen": float((p_unseen.argmax(1) == y_un).mean()),
@@ -159,8 +193,9 @@ def one_resplit(texts, y, groups, n_classes, folds, seed) -> dict:
                                         delta=0.025)
         if t_groups is not None:  # what k-fold serves with --group-column: the bound over unseen groups
             for name, delta, rule in GROUPED:
-                row[name] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un,
-                                         t_groups, delta, rule)
+                if grouped is None or name in grouped:
+                    row[name] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un,
+                                             t_groups, delta, rule(len(un) / len(tr)))
         t_g, _ = grid_bound_threshold(cal_oof.max(1), cal_oof.argmax(1) == t_y, target, DELTA)
         row["grid"] = dict(zip(("precision", "coverage"), scored(p_unseen, y_un, t_g)))
         t_s, _ = bound_threshold(p_held.max(1), p_held.argmax(1) == t_y[held_rows], target, DELTA)
@@ -206,13 +241,18 @@ def main(argv=None) -> int:
     p.add_argument("--cap", type=int, default=2500, help="rows per data set (a random sample)")
     p.add_argument("--data", nargs="*", default=list(DATASETS))
     p.add_argument("--output", type=Path, default=ROOT / "bench/results/threshold_transfer.json")
+    p.add_argument("--scores", default=str(ROOT / "runs/threshold_transfer"), help="folder of each resplit's "
+                   "fitted scores (npz, read where there: rules compared again without refitting); '' for none")
+    p.add_argument("--grouped", nargs="*", choices=[g[0] for g in GROUPED], help="grouped data: only these rules "
+                   "(the page bootstraps cost most of a resplit's time)")
     a = p.parse_args(argv)
     result = started(sys.argv, delta=DELTA, share=SHARE, data={})
     for name in a.data:
         texts, y, groups, labels = DATASETS[name](a.cap)
         t0, runs = time.time(), []
         for seed in range(a.first_seed, a.first_seed + a.resplits):  # written after each resplit: a slow machine still leaves what it did
-            runs.append(one_resplit(texts, y, groups, len(labels), a.folds, seed))
+            cache = Path(a.scores) / f"{name}-{a.cap}-{a.folds}-{seed}.npz" if a.scores else None
+            runs.append(one_resplit(texts, y, groups, len(labels), a.folds, seed, cache, a.grouped))
             result["data"][name] = {"rows": len(y), "classes": len(labels), "seconds": round(time.time() - t0, 1),
                                     "summary": summarize(runs), "resplits": runs}
             write_result(result, a.output)

@@ -14,7 +14,14 @@ from __future__ import annotations
 
 import numpy as np
 
-from finetune.group_bound import bootstrap_lower, correctness_icc, effective_rows, size_weighted_mean
+from finetune.group_bound import (
+    DESIGN,
+    GroupRule,
+    correctness_icc,
+    effective_rows,
+    lower_bounds,
+    size_weighted_mean,
+)
 from textdata.calibration import confident
 from textdata.errors import DataError
 from textdata.nested import fold_masks
@@ -58,14 +65,6 @@ def needed_rows(target: float, delta: float) -> int:
     return int(np.ceil(np.log(delta) / np.log(target))) if 0 < target < 1 else 1
 
 
-def lower_bounds(right: np.ndarray, n: np.ndarray, delta: float) -> np.ndarray:
-    """One-sided Clopper-Pearson lower bounds on a precision, k right of n answered, at confidence 1 - delta."""
-    from scipy.stats import beta
-
-    k = np.asarray(right, float)
-    return np.where(k > 0, beta.ppf(delta, np.maximum(k, 1e-12), np.asarray(n, float) - k + 1), 0.0)
-
-
 SEQUENCE_STARTS = (1, 4)  # each fixed sequence starts at this many times the fewest rows a bound can pass at
 
 
@@ -85,7 +84,7 @@ def fixed_sequences(lower: np.ndarray, eff: np.ndarray, need: int, target: float
 
 def bound_threshold(
     conf: np.ndarray, correct: np.ndarray, target: float, delta: float, groups: np.ndarray | None = None,
-    rho: float | None = None, rule: str = "design",
+    rho: float | None = None, rule: GroupRule = DESIGN,
 ) -> tuple[float | None, dict]:
     """(the lowest threshold at which precision >= target holds with probability >= 1 - delta, or None; what
     was reached). Learn-then-Test with fixed-sequence testing (Angelopoulos et al. 2021): thresholds tested
@@ -97,8 +96,9 @@ def bound_threshold(
     both; tests/finetune/test_threshold_bound.py). With `groups`: each threshold's bound at its effective
     sample size (finetune/group_bound.py: the design effect of the answered rows' groups at the intra-group
     correlation `rho`, estimated on these rows where not given), so that it holds over unseen groups; `rule`
-    "bootstrap": each bound the page bootstrap's lower quantile instead (group_bound.bootstrap_lower), the
-    sequences still starting at the design effect's effective rows (a bootstrap of a few pages is too narrow)."""
+    (a group_bound rule value: DESIGN, PageBootstrap(), PredictionBound(batch)) says how each threshold's bound
+    is taken from its rows, the sequences still starting at the design effect's effective rows (a bootstrap of
+    a few pages is too narrow)."""
     conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
     half = delta / len(SEQUENCE_STARTS)
     need = needed_rows(target, half)
@@ -112,14 +112,14 @@ def bound_threshold(
     n = _counts(conf, thresholds)
     if groups is None:
         lower, eff = lower_bounds(np.rint(precision * n), n, half), n
+        starts = eff
     else:  # fewer effective rows: the same precision on them, a wider bound
-        eff = effective_rows(n, size_weighted_mean(np.argsort(-conf, kind="stable"), groups, n), rho)
-        lower = lower_bounds(precision * eff, eff, half)
-    if groups is not None and rule == "bootstrap":  # the same sequences, each threshold's bound resampled by page
         order = np.argsort(-conf, kind="stable")
-        lower = bootstrap_lower(correct[order], np.asarray(groups)[order], n, half)
-        info["rule"] = "bootstrap"
-    found, firsts = fixed_sequences(lower, eff, need, target)
+        eff = effective_rows(n, size_weighted_mean(order, groups, n), rho)
+        lower = rule.lower(correct[order], np.asarray(groups)[order], n, eff, half)
+        starts = rule.starts(eff)
+        info["rule"] = rule.name
+    found, firsts = fixed_sequences(lower, starts, need, target)
     if not firsts:  # grouped: too few effective rows for either sequence to start
         return None, info
     # the highest target this rule reaches: a sequence passes anything only if its first threshold passes
@@ -157,7 +157,7 @@ def _counts(conf: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
 
 def pick_per_class(
     probs: np.ndarray, y: np.ndarray, target: float, fallback: float | None, delta: float | None = None,
-    groups: np.ndarray | None = None, rule: str = "design",
+    groups: np.ndarray | None = None, rule: GroupRule = DESIGN,
 ) -> np.ndarray:
     """One threshold per class, chosen on the rows predicted as that class; a class with fewer than
     MIN_ANSWERED such rows takes `fallback` (the global threshold), one whose rows never reach the target
@@ -194,7 +194,7 @@ def answered(probs: np.ndarray, y: np.ndarray, thresholds: np.ndarray | None) ->
 
 
 def choose(conf: np.ndarray, correct: np.ndarray, target: float, delta: float | None,
-           groups: np.ndarray | None = None, rule: str = "design") -> tuple[float | None, dict]:
+           groups: np.ndarray | None = None, rule: GroupRule = DESIGN) -> tuple[float | None, dict]:
     """The served rule: the bound at `delta` (over unseen groups where `groups` are given), or (None) the
     point estimate; with what the bound reached (bound_threshold's info; {} for the point estimate)."""
     if delta is None:
@@ -203,7 +203,7 @@ def choose(conf: np.ndarray, correct: np.ndarray, target: float, delta: float | 
 
 
 def _thresholds(probs, y, target: float, scope: str, delta: float | None = None, groups=None,
-                rule: str = "design") -> np.ndarray | None:
+                rule: GroupRule = DESIGN) -> np.ndarray | None:
     t, _ = choose(probs.max(1), probs.argmax(1) == y, target, delta, groups, rule)
     if scope == "global":
         return None if t is None else np.full(probs.shape[1], t)
@@ -219,7 +219,7 @@ def nested_coverage(
     scope: str,
     delta: float | None = None,
     groups: np.ndarray | None = None,
-    rule: str = "design",
+    rule: GroupRule = DESIGN,
 ) -> dict:
     """Per fold: the threshold chosen on the other folds' rows (as calibrated by that fold's calibrator),
     scored on the fold's own rows (nested-calibrated); mean ± std over folds."""
@@ -277,25 +277,27 @@ def rows_needed(precision: float, target: float, delta: float) -> int | None:
     return None
 
 
-def best_reachable(conf: np.ndarray, correct: np.ndarray, delta: float, groups=None) -> tuple[float | None, float]:
+def best_reachable(conf: np.ndarray, correct: np.ndarray, delta: float, groups=None, rule: GroupRule = DESIGN
+                   ) -> tuple[float | None, float]:
     """(the highest target bound_threshold reaches on these rows, to 4 decimals, or None; its coverage), by
     bisection: the rows a bound needs grow with the target, so a closed form would miss that."""
     lo, hi, found = 0.0, 1.0, None
     for _ in range(17):
         mid = (lo + hi) / 2
-        t, _ = bound_threshold(conf, correct, mid, delta, groups)
+        t, _ = bound_threshold(conf, correct, mid, delta, groups, rule=rule)
         lo, hi, found = (mid, hi, (mid, t)) if t is not None else (lo, mid, found)
     if found is None:
         return None, 0.0
     return float(np.floor(found[0] * 1e4) / 1e4), float((np.asarray(conf) >= found[1]).mean())
 
 
-def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarray, groups=None) -> str:
+def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarray, groups=None,
+                rule: GroupRule = DESIGN) -> str:
     """The one line for a target the bound does not reach: too few rows (how many are needed; grouped rows
     count at their design effect), or a target above what these rows reach (the best reachable with the
     stated confidence)."""
     n = len(conf)
-    _, info = bound_threshold(conf, correct, target, delta, groups)
+    _, info = bound_threshold(conf, correct, target, delta, groups, rule=rule)
     t, best = pick_threshold(conf, correct, target)
     head = f"--target-precision {target:g}: "
     if t is not None:  # the point estimate reaches it: the rows are too few to state it with confidence
@@ -309,7 +311,7 @@ def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarr
         more = "" if need is None else f"; at the precision they reach, about {int(np.ceil(need * n / answered_rows))} rows are needed"
         return (head + f"the {n} out-of-fold rows are too few to state it with {percent(1 - delta)} confidence (at least "
                 f"{info['needed_rows']} answered rows, all right{more}); label more rows or lower the target")
-    best_target, coverage = best_reachable(conf, correct, delta, groups)
+    best_target, coverage = best_reachable(conf, correct, delta, groups, rule)
     reach = ("" if best_target is None else f"the best reachable with {percent(1 - delta)} confidence is "
              f"{best_target:.4f}, at coverage {coverage:.3f}; ")
     return (head + f"no threshold reaches it on the {n} out-of-fold rows ({reach}the best precision reached is "
@@ -338,7 +340,7 @@ def _rule(delta: float | None, per_class: bool, grouped: dict | None) -> str:
 def served_threshold(
     chosen, final, probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, labels: list[str], target: float,
     delta: float | None = DELTA, groups: np.ndarray | None = None, group_column: str | None = None,
-    group_rule: str = "design",
+    group_rule: GroupRule = DESIGN,
 ) -> dict:
     """What --target-precision serves: the threshold chosen on every row (as the final calibrator scores
     them): the lowest whose precision >= target holds with probability 1 - delta (bound_threshold; delta
@@ -357,7 +359,7 @@ def served_threshold(
                 f"(the best precision reached is {best:.4f}, answering at least "
                 f"{min(MIN_ANSWERED, len(y))} rows); use a lower target, e.g. with --resume to keep the folds"
             )
-        raise DataError(unreachable(target, delta, conf, correct, groups))
+        raise DataError(unreachable(target, delta, conf, correct, groups, group_rule))
     rest = _rest_probs(chosen, probs, fold_of)
     nested = {s: nested_coverage(rest, chosen.calibrated, y, fold_of, target, s, delta, groups, group_rule)
               for s in ("global", "per_class")}

@@ -11,6 +11,10 @@ proportion. rho <= 0 (groups no more alike than chance) leaves the row-level bou
 
 from __future__ import annotations
 
+import warnings
+from dataclasses import dataclass
+from typing import Protocol
+
 import numpy as np
 
 
@@ -44,6 +48,15 @@ def size_weighted_mean(order: np.ndarray, groups: np.ndarray, answered: np.ndarr
     return squares[np.asarray(answered) - 1] / np.asarray(answered, float)
 
 
+def lower_bounds(right: np.ndarray, n: np.ndarray, delta: float) -> np.ndarray:
+    """One-sided Clopper-Pearson lower bounds on a precision, k right of n answered, at confidence 1 - delta
+    (here, not in coverage.py, which imports this module: the rules below take it at effective rows)."""
+    from scipy.stats import beta
+
+    k = np.asarray(right, float)
+    return np.where(k > 0, beta.ppf(delta, np.maximum(k, 1e-12), np.asarray(n, float) - k + 1), 0.0)
+
+
 def effective_rows(n: np.ndarray, m: np.ndarray, rho: float) -> np.ndarray:
     """n / deff, deff = 1 + (m - 1) * rho (never above n)."""
     return np.asarray(n, float) / (1.0 + (np.asarray(m, float) - 1.0) * max(rho, 0.0))
@@ -62,10 +75,114 @@ def bootstrap_lower(correct: np.ndarray, groups: np.ndarray, answered: np.ndarra
     bound."""
     _, g = np.unique(np.asarray(groups), return_inverse=True)
     k = int(g.max()) + 1 if len(g) else 0
-    w = np.random.default_rng(seed).multinomial(k, np.full(k, 1.0 / k), size=draws).astype(np.float32)
-    at = np.asarray(answered) - 1
+    w = _page_weights(k, k, draws, np.random.default_rng(seed))
+    precision = _precisions(w, g, np.asarray(correct, np.float32), np.asarray(answered) - 1)
+    return np.quantile(np.nan_to_num(precision, nan=0.0), q, axis=0, method="lower")
+
+
+def _page_weights(k: int, pages: int, draws: int, rng) -> np.ndarray:
+    """draws x k: how often each of k groups is drawn when `pages` groups are drawn with replacement."""
+    return rng.multinomial(pages, np.full(k, 1.0 / k), size=draws).astype(np.float32)
+
+
+def _precisions(w: np.ndarray, g: np.ndarray, correct: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """draws x thresholds: the precision of the first at + 1 rows under each draw's group weights `w` (nan
+    where a draw answers none); cumulative sums over the rows for every draw at once."""
     rows = w[:, g]  # draws x rows: each row's weight is its group's count in the draw
     total = np.cumsum(rows, axis=1)[:, at]
-    right = np.cumsum(rows * np.asarray(correct, np.float32), axis=1)[:, at]
-    precision = np.divide(right, total, out=np.zeros_like(right), where=total > 0)
-    return np.quantile(precision, q, axis=0, method="lower")
+    right = np.cumsum(rows * correct, axis=1)[:, at]
+    return np.divide(right, total, out=np.full_like(right, np.nan), where=total > 0)
+
+
+def prediction_gaps(correct: np.ndarray, groups: np.ndarray, answered: np.ndarray, batch: float = 1.0,
+                    draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> np.ndarray:
+    """draws x thresholds: (the precision of a resample of `batch` x k groups) - (that of a resample of all k
+    groups), drawn independently (rows in score order, highest first; nan where a draw answers none): how far
+    one future batch's precision falls from the estimate when both are page samples."""
+    _, g = np.unique(np.asarray(groups), return_inverse=True)
+    k = int(g.max()) + 1 if len(g) else 0
+    rng, at, ok = np.random.default_rng(seed), np.asarray(answered) - 1, np.asarray(correct, np.float32)
+    here = _precisions(_page_weights(k, k, draws, rng), g, ok, at)
+    return _precisions(_page_weights(k, max(1, round(batch * k)), draws, rng), g, ok, at) - here
+
+
+def bootstrap_prediction_lower(correct: np.ndarray, groups: np.ndarray, answered: np.ndarray, q: float,
+                               batch: float = 1.0, draws: int = BOOTSTRAP_DRAWS, seed: int = 0) -> np.ndarray:
+    """A lower `q` prediction bound on the precision that a future batch of `batch` x as many groups as these
+    will show at each threshold (rows in score order, highest first): the observed precision plus the `q`
+    quantile of prediction_gaps, so both the estimate's sampling and the batch's own are in it. A draw with no
+    answered row is left out."""
+    gaps = prediction_gaps(correct, groups, answered, batch, draws, seed)
+    observed = np.cumsum(np.asarray(correct, float))[np.asarray(answered) - 1] / np.asarray(answered, float)
+    with warnings.catch_warnings():  # the top thresholds' few pages may be in no draw: nan, never tested
+        warnings.simplefilter("ignore", RuntimeWarning)
+        return observed + np.nanquantile(gaps, q, axis=0, method="lower")
+
+
+class GroupRule(Protocol):
+    """How a grouped threshold's bound is taken from its rows (coverage.bound_threshold's `rule`): `lower`
+    gets the rows in score order (highest first), their groups, the answered rows at each threshold, their
+    effective rows at the design effect, and the one-sided error q; `starts` the effective rows from which
+    the fixed sequences test a threshold (no bound passes with fewer); `name` goes to the report."""
+
+    name: str
+
+    def lower(self, correct, groups, answered, eff, q) -> np.ndarray: ...
+
+    def starts(self, eff: np.ndarray) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class DesignBound:
+    """The confidence bound over unseen groups: each threshold's Clopper-Pearson bound at n / deff effective
+    rows. What it states: the precision of unseen groups like these (their mean, an infinite batch of them)."""
+
+    name = "design"
+
+    def lower(self, correct, groups, answered, eff, q):
+        precision = np.cumsum(correct)[np.asarray(answered) - 1] / np.asarray(answered, float)
+        return lower_bounds(precision * eff, eff, q)
+
+    def starts(self, eff):
+        return eff
+
+
+@dataclass(frozen=True)
+class PageBootstrap:
+    """The confidence bound by the page (cluster) bootstrap's lower quantile (bootstrap_lower)."""
+
+    name = "bootstrap"
+
+    def lower(self, correct, groups, answered, eff, q):
+        return bootstrap_lower(correct, groups, answered, q)
+
+    def starts(self, eff):
+        return eff
+
+
+@dataclass(frozen=True)
+class PredictionBound:
+    """A prediction bound: the precision that one future batch of `batch` x as many rows (and groups) as the
+    out-of-fold ones will show, not the mean over unseen groups: the estimate's variance and the batch's own
+    add, p(1 - p) (deff / n + deff / (batch n)), i.e. Clopper-Pearson at eff x batch / (1 + batch) effective
+    rows (a batch as large as the out-of-fold rows: half of them), where the fixed sequences start too (at the
+    design effect's rows the first thresholds tested would fail and stop them). `bootstrap`: by two independent
+    page resamples instead (bootstrap_prediction_lower), its sequences starting where PageBootstrap's do."""
+
+    batch: float = 1.0
+    bootstrap: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"prediction{'-bootstrap' if self.bootstrap else ''} (batch {self.batch:g}x)"
+
+    def lower(self, correct, groups, answered, eff, q):
+        if self.bootstrap:
+            return bootstrap_prediction_lower(correct, groups, answered, q, self.batch)
+        return DesignBound().lower(correct, groups, answered, np.asarray(eff, float) * self.batch / (1 + self.batch), q)
+
+    def starts(self, eff):  # the bootstrap's sequences start where the page bootstrap's do
+        return np.asarray(eff, float) * (1.0 if self.bootstrap else self.batch / (1 + self.batch))
+
+
+DESIGN = DesignBound()

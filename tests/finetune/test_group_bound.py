@@ -6,7 +6,15 @@ import numpy as np
 
 from finetune.calibration import calibrate
 from finetune.coverage import bound_threshold, served_threshold
-from finetune.group_bound import bootstrap_lower, correctness_icc, size_weighted_mean
+from finetune.group_bound import (
+    DESIGN,
+    PageBootstrap,
+    PredictionBound,
+    bootstrap_lower,
+    bootstrap_prediction_lower,
+    correctness_icc,
+    size_weighted_mean,
+)
 
 
 def pages(n_pages, size, rng, spread, base=1.0):
@@ -58,7 +66,7 @@ def test_over_unseen_groups_the_grouped_bound_holds_where_the_row_level_one_does
     draws = 120
     for _ in range(draws):
         conf, ok, g = pages(30, 24, rng, 2.5)
-        for key, groups, rule in (("row", None, "design"), ("group", g, "design"), ("bootstrap", g, "bootstrap")):
+        for key, groups, rule in (("row", None, DESIGN), ("group", g, DESIGN), ("bootstrap", g, PageBootstrap())):
             t, _ = bound_threshold(conf, ok, 0.85, 0.1, groups, rule=rule)
             fails[key] += t is not None and truth(t) < 0.85
     assert fails["group"] / draws <= 0.10 < fails["row"] / draws, fails  # stated: 90% confidence
@@ -77,8 +85,42 @@ def test_page_bootstrap_widens_where_pages_are_right_or_wrong_together():
     np.testing.assert_array_equal(tied, bootstrap_lower(together, g, answered, 0.05))  # seeded: the same bound
     conf = np.linspace(1, 0, 400)
     t_row, _ = bound_threshold(conf, together, 0.75, 0.1)
-    t_boot, info = bound_threshold(conf, together, 0.75, 0.1, g, rule="bootstrap")
+    t_boot, info = bound_threshold(conf, together, 0.75, 0.1, g, rule=PageBootstrap())
     assert info["rule"] == "bootstrap" and t_row is not None and (t_boot is None or t_boot > t_row)
+
+
+def test_on_one_finite_batch_of_unseen_pages_the_prediction_bound_holds_where_confidence_bounds_do_not():
+    """The statement is about one batch (a quarter as many pages here), not the mean over unseen pages: the
+    batch's own noise makes the confidence bounds miss more often than they state; the prediction bound not."""
+    rng = np.random.default_rng(8)
+    rules = {"design": DESIGN, "bootstrap": PageBootstrap(), "prediction": PredictionBound(0.25, bootstrap=True)}
+    fails, stated, draws = dict.fromkeys(rules, 0), dict.fromkeys(rules, 0), 80
+    for _ in range(draws):
+        conf, ok, g = pages(40, 10, rng, 2.0)
+        batch_conf, batch_ok, _ = pages(10, 10, rng, 2.0)
+        for key, rule in rules.items():
+            t, info = bound_threshold(conf, ok, 0.8, 0.1, g, rule=rule)
+            sure = batch_conf >= t if t is not None else np.zeros(0, bool)
+            stated[key] += bool(sure.any())
+            fails[key] += bool(sure.any()) and batch_ok[sure].mean() < 0.8
+    assert info["rule"] == "prediction-bootstrap (batch 0.25x)"
+    assert fails["prediction"] / draws <= 0.10 < fails["bootstrap"] / draws, (fails, stated)  # 2 vs 17 of 80
+    assert fails["prediction"] < fails["design"] and stated["prediction"] >= draws / 3, (fails, stated)
+
+
+def test_prediction_bounds_are_below_the_confidence_bounds_and_shrink_with_the_batch():
+    rng = np.random.default_rng(6)
+    conf, ok, g = pages(60, 8, rng, 1.5)
+    order = np.argsort(-conf, kind="stable")
+    answered = np.array([120, 240, 480])
+    confidence = bootstrap_lower(ok[order], g[order], answered, 0.05)
+    small, large = (bootstrap_prediction_lower(ok[order], g[order], answered, 0.05, b) for b in (0.25, 4.0))
+    assert (small < large).all() and (large < confidence + 0.01).all(), (small, large, confidence)
+    eff = np.array([40.0, 80.0, 160.0])
+    design = DESIGN.lower(ok[order], g[order], answered, eff, 0.05)
+    as_large = PredictionBound().lower(ok[order], g[order], answered, eff, 0.05)
+    np.testing.assert_allclose(as_large, DESIGN.lower(ok[order], g[order], answered, eff / 2, 0.05))  # half the rows
+    assert (as_large < design).all() and (PredictionBound().starts(eff) == eff / 2).all()
 
 
 def test_served_threshold_records_the_grouped_rule_and_says_unseen_groups():
