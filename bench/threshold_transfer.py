@@ -24,6 +24,8 @@ final model (calibrated by the final calibrator) at targets 0.8 and 0.9:
              (group_bound.PredictionBound): Clopper-Pearson at eff x b / (1 + b) effective rows, b the batch's size
              over the out-of-fold rows' (1: as large; prediction_unseen: this resplit's unseen rows);
              prediction_bootstrap(_unseen): by two independent page resamples (bootstrap_prediction_lower)
+  per_class_bound  grouped data: a threshold per predicted class, each class's page bound (DESIGN) at
+             delta / classes (pick_per_class), forced; per_class_bound_pooled_delta: each class at delta
   bound_975  the same bound at delta 0.025 (97.5% confidence)
   bound      what --target-precision serves without --group-column (finetune/coverage.py served_threshold, called as k-fold calls
              it): Learn-then-Test on the same out-of-fold rows, the lowest threshold whose Clopper-Pearson lower
@@ -65,6 +67,12 @@ GROUPED = (("group_bound", DELTA, lambda r: DESIGN), ("group_bound_95", 0.05, la
            ("prediction", DELTA, lambda r: PredictionBound()), ("prediction_unseen", DELTA, PredictionBound),
            ("prediction_bootstrap", DELTA, lambda r: PredictionBound(bootstrap=True)),
            ("prediction_bootstrap_unseen", DELTA, lambda r: PredictionBound(r, bootstrap=True)))
+# grouped data: a threshold per predicted class, each class's precision bounded by the served page bound's rule
+# (DESIGN), forced (not only where it wins nested): (column, delta, split delta / classes as pick_per_class does).
+# A pooled threshold's precision is the predicted classes' precisions weighted by their mix, which a page split
+# moves; every class held holds any mix of them.
+PER_CLASS = (("per_class_bound", DELTA, True), ("per_class_bound_pooled_delta", DELTA, False),
+             ("per_class_point", None, False))
 
 
 def scored(probs, y, t):
@@ -115,7 +123,44 @@ def served_bound(chosen, final, oof, y, fold_of, n_classes, target, p_unseen, y_
                                                 list(range(n_classes))))
     return {"precision": float((p_unseen[sure].argmax(1) == y_un[sure]).mean()) if sure.any() else None,
             "coverage": float(sure.mean()), "estimated": served["estimated_coverage"], "scope": served["scope"],
+            "threshold": t,
             "estimated_precision": served["estimated_precision"], "grouped": served.get("grouped")}
+
+
+def per_class_bound(final, oof, y, groups, target, p_unseen, y_un, delta: float | None, split: bool) -> dict:
+    """Per-class page bounds forced (finetune/coverage.py pick_per_class with `groups`, DESIGN, no fallback; a
+    class whose bound never reaches the target is never confident), scored on the unseen rows. `delta` None:
+    per-class point thresholds (a class under MIN_ANSWERED rows takes the pooled point threshold): whether
+    holding each class's precision transfers where the pooled point does not, the bound's width aside."""
+    from finetune.coverage import answered, pick_per_class, pick_threshold
+
+    probs = final(np.asarray(oof, np.float64))
+    pooled = None if delta is not None else pick_threshold(probs.max(1), probs.argmax(1) == y, target)[0]
+    th = pick_per_class(probs, y, target, pooled, delta, groups, DESIGN, split)
+    got = answered(p_unseen, y_un, None if (th >= 1.0).all() else th)
+    return {"precision": got["precision"], "coverage": got["coverage"], "scope": "per_class",
+            "stated_classes": int((th < 1.0).sum()), "thresholds": [round(float(v), 6) for v in th]}
+
+
+def mix_split(cal_oof, y, p_unseen, y_un, threshold: float | None) -> dict | None:
+    """A pooled threshold's unseen - out-of-fold precision split in two: the predicted-class mix of the answered
+    rows (sum (w_unseen - w_oof) x p_oof, each class's out-of-fold precision) and the classes' own precisions
+    (sum w_unseen x (p_unseen - p_oof)); classes answered on one side only count in the second."""
+    if threshold is None:
+        return None
+    side = []
+    for p, t in ((cal_oof, y), (p_unseen, y_un)):
+        sure = p.max(1) >= threshold
+        pred, right = p[sure].argmax(1), p[sure].argmax(1) == t[sure]
+        w = np.bincount(pred, minlength=p.shape[1]) / max(sure.sum(), 1)
+        prec = np.array([right[pred == c].mean() if (pred == c).any() else np.nan for c in range(p.shape[1])])
+        side.append((w, prec))
+    (w_o, p_o), (w_u, p_u) = side
+    both = ~np.isnan(p_o) & ~np.isnan(p_u)
+    oof_prec, unseen_prec = float(np.nansum(w_o * p_o)), float(np.nansum(w_u * p_u))
+    mix = float(np.sum((w_u - w_o)[both] * p_o[both]))
+    return {"oof": oof_prec, "unseen": unseen_prec, "mix": mix, "within": unseen_prec - oof_prec - mix,
+            "mix_tv": float(np.abs(w_u - w_o).sum() / 2)}
 
 
 def fitted(texts, y, groups, n_classes, folds, seed, cache: Path | None = None) -> dict:
@@ -124,6 +169,7 @@ def fitted(texts, y, groups, n_classes, folds, seed, cache: Path | None = None) 
     uncalibrated scores of the unseen rows, the share model's. Saved to (and, when there, read from) `cache`,
     so that rules are compared again on the same scores without refitting (~2 of a resplit's ~7 minutes)."""
     if cache is not None and cache.exists():
+        print(f"seed {seed}: fitted scores read from {cache} (no refitting)", flush=True)
         with np.load(cache) as f:
             return {k: f[k] for k in f.files}
     tr, un = resplit(y, groups, seed)
@@ -181,6 +227,8 @@ def one_resplit(texts, y, groups, n_classes, folds, seed, cache: Path | None = N
             row["point"] = {"precision": float((p_unseen[sure].argmax(1) == y_un[sure]).mean()) if sure.any() else None,
                             "coverage": float(sure.mean()), "estimated": served["estimated_coverage"]}
             t_point = float(np.min(tv))
+            if not isinstance(served["threshold"], dict):
+                row["point"]["mix_split"] = mix_split(cal_oof, t_y, p_unseen, y_un, t_point)
             oof_cov = float((cal_oof.max(1) >= t_point).mean())
             t_q = float(np.quantile(p_train.max(1), 1 - oof_cov))
             row["quantile"] = dict(zip(("precision", "coverage"), scored(p_unseen, y_un, t_q)))
@@ -196,6 +244,12 @@ def one_resplit(texts, y, groups, n_classes, folds, seed, cache: Path | None = N
                 if grouped is None or name in grouped:
                     row[name] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un,
                                              t_groups, delta, rule(len(un) / len(tr)))
+            t_g = row["group_bound"].get("threshold") if "group_bound" in row else None
+            if isinstance(t_g, float):  # a pooled page bound: how much of its transfer gap is the class mix
+                row["group_bound"]["mix_split"] = mix_split(cal_oof, t_y, p_unseen, y_un, t_g)
+            for name, delta, split in PER_CLASS:
+                if grouped is None or name in grouped:
+                    row[name] = per_class_bound(final, oof, t_y, t_groups, target, p_unseen, y_un, delta, split)
         t_g, _ = grid_bound_threshold(cal_oof.max(1), cal_oof.argmax(1) == t_y, target, DELTA)
         row["grid"] = dict(zip(("precision", "coverage"), scored(p_unseen, y_un, t_g)))
         t_s, _ = bound_threshold(p_held.max(1), p_held.argmax(1) == t_y[held_rows], target, DELTA)
@@ -208,7 +262,7 @@ def summarize(runs: list[dict]) -> dict:
     out = {}
     for target in TARGETS:
         key = str(target)
-        for cand in ("point", "bound", "bound_975", *(g[0] for g in GROUPED), "grid", "quantile", "share", "ensemble"):
+        for cand in ("point", "bound", "bound_975", *(g[0] for g in GROUPED + PER_CLASS), "grid", "quantile", "share", "ensemble"):
             if cand not in runs[0]["targets"][key]:
                 continue
             got = [r["targets"][key].get(cand, {}) for r in runs]
@@ -243,7 +297,7 @@ def main(argv=None) -> int:
     p.add_argument("--output", type=Path, default=ROOT / "bench/results/threshold_transfer.json")
     p.add_argument("--scores", default=str(ROOT / "runs/threshold_transfer"), help="folder of each resplit's "
                    "fitted scores (npz, read where there: rules compared again without refitting); '' for none")
-    p.add_argument("--grouped", nargs="*", choices=[g[0] for g in GROUPED], help="grouped data: only these rules "
+    p.add_argument("--grouped", nargs="*", choices=[g[0] for g in GROUPED + PER_CLASS], help="grouped data: only these rules "
                    "(the page bootstraps cost most of a resplit's time)")
     a = p.parse_args(argv)
     result = started(sys.argv, delta=DELTA, share=SHARE, data={})

@@ -157,13 +157,14 @@ def _counts(conf: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
 
 def pick_per_class(
     probs: np.ndarray, y: np.ndarray, target: float, fallback: float | None, delta: float | None = None,
-    groups: np.ndarray | None = None, rule: GroupRule = DESIGN,
+    groups: np.ndarray | None = None, rule: GroupRule = DESIGN, split: bool = True,
 ) -> np.ndarray:
     """One threshold per class, chosen on the rows predicted as that class; a class with fewer than
     MIN_ANSWERED such rows takes `fallback` (the global threshold), one whose rows never reach the target
     gets 1.0 (never confident). With `delta`: each class's bound at delta / classes (so that every class
-    holds the target together with probability 1 - delta, and so does their mix), no fallback; with `groups`,
-    at the correlation of every row's correctness (a class's own rows are too few to estimate it)."""
+    holds the target together with probability 1 - delta, and so does their mix; `split` False: at delta
+    each, so each class alone holds with 1 - delta), no fallback; with `groups`, at the correlation of every
+    row's correctness (a class's own rows are too few to estimate it)."""
     best = probs.argmax(1)
     conf = probs.max(1)
     rho = None if groups is None else correctness_icc(best == y, groups)
@@ -171,7 +172,7 @@ def pick_per_class(
     for c in range(probs.shape[1]):
         rows = best == c
         if delta is not None:
-            t, _ = bound_threshold(conf[rows], y[rows] == c, target, delta / probs.shape[1],
+            t, _ = bound_threshold(conf[rows], y[rows] == c, target, delta / (probs.shape[1] if split else 1),
                                    None if groups is None else groups[rows], rho, rule)
             out[c] = 1.0 if t is None else t
             continue

@@ -149,3 +149,17 @@ def test_a_higher_stated_confidence_serves_a_higher_threshold_and_says_so():
            for d in (0.1, 0.025)}
     assert "97.5% confidence" in sec[0.025]["statement"] and "90% confidence" in sec[0.1]["statement"]
     assert all(sec[0.025]["threshold"][k] >= sec[0.1]["threshold"][k] for k in ("p", "q")), sec
+
+
+def test_per_class_bounds_split_delta_over_classes_unless_told_not_to():
+    from finetune.coverage import pick_per_class
+
+    # class 0: 15 rows all right, enough for a bound at delta 0.1 (14 rows at 0.8, each sequence at delta / 2)
+    # but not at delta 0.1 / 2 classes (17 rows); class 1: 60 rows all right, enough either way
+    probs = np.r_[np.tile([[0.9, 0.1]], (15, 1)), np.tile([[0.05, 0.95]], (60, 1))]
+    y = np.r_[np.zeros(15, int), np.ones(60, int)]
+    assert (needed_rows(0.8, 0.05), needed_rows(0.8, 0.025)) == (14, 17)
+    split = pick_per_class(probs, y, 0.8, None, 0.1)
+    each = pick_per_class(probs, y, 0.8, None, 0.1, split=False)
+    assert split[0] == 1.0 and each[0] == pytest.approx(0.9)
+    assert split[1] == each[1] == pytest.approx(0.95)
