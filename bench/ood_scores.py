@@ -44,6 +44,18 @@ def length():
     return lambda texts, y, nc: (lambda t: np.log1p([len(an(x)) for x in t]))
 
 
+def length_both():
+    """`length` two-sided: minus the distance to the training rows' median (too long is as unlike them as too
+    short; one-sided, a long English sentence read typical to a model of short Korean rows)."""
+    one = length()
+
+    def cand(texts, y, nc):
+        f = one(texts, y, nc)
+        mid = float(np.median(f(texts)))
+        return lambda t: -np.abs(f(t) - mid)
+    return cand
+
+
 def style(share=0.05, per_class=False):
     """Cosine to the training rows' mean over the n-grams more than `share` of them hold (those the neighbour
     index leaves out: function words, endings), each row renormalised on them: how the text is written."""
@@ -123,8 +135,8 @@ def words(known: bool):
     return cand
 
 
-CANDIDATES = {"length": length(), "style": style(), "style_class": style(per_class=True), "style10": style(0.10),
-              "style20": style(0.20), "style30": style(0.30),
+CANDIDATES = {"length": length(), "length_both": length_both(), "style": style(), "style_class": style(per_class=True),
+              "style10": style(0.10), "style20": style(0.20), "style30": style(0.30),
               "svd_maha20": svd(20, "maha"), "svd_knn100": svd(100, "knn"), "energy": energy(),
               "word_centroid": words(False), "known_words": words(True)}
 

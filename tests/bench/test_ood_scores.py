@@ -46,3 +46,11 @@ def test_candidate_separates_what_the_centroid_percentile_could_not():
     assert served["both_goals"] is False and joined["both_goals"] is True
     # no cut on the served score separates them, even one read from the unseen rows; on the joined one it does
     assert served["best_cut_off_topic_confident_max"] > 0.8 and joined["best_cut_off_topic_confident_max"] < 0.05
+
+
+def test_length_both_is_two_sided():
+    from bench.ood_scores import CANDIDATES
+
+    rows = ["word " * n for n in (8, 9, 10, 10, 11, 12)]
+    score = CANDIDATES["length_both"](rows, np.zeros(len(rows), int), 1)(["word " * 10, "word", "word " * 40])
+    assert score[0] > score[1] and score[0] > score[2]  # too short and too long are both less typical
