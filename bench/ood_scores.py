@@ -154,14 +154,17 @@ def material(name, seed, loaded):
     return [texts[i] for i in tr], t_y, fold_of, {"un": [texts[i] for i in un], **others}
 
 
-def scores(name, seed, saved: Path, which, loaded, fit: bool = True) -> dict:
+def scores(name, seed, saved: Path, which, loaded, fit: bool = True, rows: int | None = None) -> dict:
     """{candidate/part: score}, parts oof, un, off_NAME; cached in saved/scores-NAME-SEED.npz (`fit` False:
-    only what the cache holds)."""
+    only what the cache holds). `rows`: the saved resplit's training rows, which the rows read here must match."""
     path = saved / f"scores-{name}-{seed}.npz"
     have = dict(np.load(path)) if path.exists() else {}
     todo = [c for c in which if f"{c}/oof" not in have] if fit else []
     if todo:
         t_texts, t_y, fold_of, parts = material(name, seed, loaded())
+        if rows is not None and len(t_texts) != rows:  # another --cap than bench/ood_cuts.py saved it with
+            raise SystemExit(f"{path}: {len(t_texts)} training rows here, {rows} in the saved resplit; pass the "
+                             "--cap bench/ood_cuts.py used")
         nc = int(t_y.max()) + 1
         for c in todo:
             oof = np.zeros(len(t_texts))
@@ -248,7 +251,7 @@ def main(argv=None) -> int:
         per = {}
         for seed in seeds:
             d = dict(np.load(Path(folder) / f"ood-{name}-{seed}.npz", allow_pickle=True))
-            d.update(scores(name, seed, Path(folder), which, loaded, not a.cached_only))
+            d.update(scores(name, seed, Path(folder), which, loaded, not a.cached_only, len(d["oof_sims"])))
             for combo in a.combos.split(","):
                 for m in a.max_drop.split(","):
                     try:
