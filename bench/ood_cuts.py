@@ -1,8 +1,9 @@
 """The out-of-domain detector's cut rule over random resplits: how many unseen in-domain confident answers it
 costs and how many off-topic texts it lets through as confident, for the rule before issue 42's resplits ("the
 smaller of the two percentiles", cut on a 0.005 grid), the centroid typicality with the cut up to 0.5
-(`uncapped`, trust51's) and the one fitted now (baseline/ood.py COMBINE and choose_cut, the cut at most MAX_CUT),
-all on the same similarities (only the cut and the combination differ, so one run compares them).
+(`uncapped`, trust51's) and at most MAX_CUT (`centroid`, served until the length score) and the one fitted now
+(`now`: baseline/ood.py COMBINE, fit_levels and choose_cut; "centroid*length" also reads the texts' n-gram
+counts, recounted from the texts where a saved resplit lacks them), all on the same similarities (only the cut and the combination differ, so one run compares them).
 
     python bench/ood_cuts.py --data bbc-first-sentences --resplits 5 --output bench/results/ood-cuts-bbc.json
 
@@ -25,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from bench.ood import OFF_TOPIC, served_fit
 from bench.resplits import DATASETS, started, write_result
 
-RULES = ("before", "uncapped", "now")
+RULES = ("before", "uncapped", "centroid", "now")
 
 
 def similarities(name, loaded, seed, folds, off_rows, target) -> dict:
@@ -68,20 +69,40 @@ def before_cut(level, sure, max_drop):
 
 
 def rates(d: dict, combine: str, cut_rule) -> dict:
-    from baseline.ood import LEVELS, MAX_DROP, percentile
+    """The rule's cut on the out-of-fold rows and what it costs the unseen and off-topic ones, the typicality as
+    baseline/ood.py serves `combine` (fit_levels; "centroid*length" reads the `*_totals` and `fold_of` that
+    `add_totals` put in `d`)."""
+    from baseline.ood import MAX_DROP, fit_levels, percentile
 
-    nq, cq = np.quantile(d["oof_sims"][:, 0], LEVELS), np.quantile(d["oof_sims"][:, 1], LEVELS)
-    level = lambda s: percentile(s[:, 0], s[:, 1], nq, cq, combine)
-    cut = cut_rule(level(d["oof_sims"]), d["sure_oof"], MAX_DROP)
+    length = combine == "centroid*length"
+    nq, cq, rank, oof = fit_levels(d["oof_sims"][:, 0], d["oof_sims"][:, 1], d.get("oof_totals"), d.get("fold_of"),
+                                   combine)
+    level = lambda p: percentile(d[f"{p}_sims"][:, 0], d[f"{p}_sims"][:, 1], nq, cq, combine,
+                                 rank.score(d[f"{p}_totals"]) if length else None, rank)
+    cut = cut_rule(oof, d["sure_oof"], MAX_DROP)
     sure_un = d["sure_un"]
     out = {"cut": cut, "coverage_without": float(sure_un.mean()),
-           "coverage_drop": float((sure_un & (level(d["un_sims"]) < cut)).mean())}
+           "coverage_drop": float((sure_un & (level("un") < cut)).mean())}
     for k in [k for k in d if k.startswith("off_") and k.endswith("_sims")]:
         sure = d[k.replace("_sims", "_sure")]
-        out[k[4:-5]] = {"confident_without": float(sure.mean()), "confident_with": float((sure & (level(d[k]) >= cut)).mean())}
+        out[k[4:-5]] = {"confident_without": float(sure.mean()), "confident_with": float((sure & (level(k[:-5]) >= cut)).mean())}
     out["off_topic_confident_max"] = max(v["confident_with"] for v in out.values() if isinstance(v, dict))
     out["both_goals"] = out["coverage_drop"] <= 0.02 and out["off_topic_confident_max"] <= 0.05
     return out
+
+
+def add_totals(d: dict, name: str, seed: int, loaded: dict) -> None:
+    """The texts' n-gram counts (what the served read's `totals` holds) and the training rows' folds, for a
+    resplit saved before the length score: the texts rebuilt as bench/ood_scores.py's `material` does."""
+    from baseline.ood import vectorizer_settings
+    from baseline.tfidf import CharTfidf
+    from bench.ood_scores import material
+
+    t_texts, _, fold_of, parts = material(name, seed, loaded)
+    if len(t_texts) != len(d["oof_sims"]):
+        raise SystemExit(f"resplit {seed}: {len(t_texts)} training rows here, {len(d['oof_sims'])} saved; --cap?")
+    count = CharTfidf(vectorizer_settings(), [], np.zeros(0)).ngram_counts
+    d.update({"oof_totals": count(t_texts), "fold_of": fold_of, **{f"{p}_totals": count(v) for p, v in parts.items()}})
 
 
 def main(argv=None) -> int:
@@ -114,9 +135,12 @@ def main(argv=None) -> int:
             if path is not None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 np.savez(path, **d)
+        if COMBINE == "centroid*length" and "oof_totals" not in d:
+            loaded = loaded or {n: DATASETS[n](a.cap) for n in {a.data, *OFF_TOPIC[a.data]}}
+            add_totals(d, a.data, seed, loaded)
         runs.append({"seed": seed, "threshold_rule": str(d["rule"]), "before": rates(d, "min", before_cut),
-                     "uncapped": rates(d, COMBINE, lambda lv, sure, m: choose_cut(lv, sure, m, 0.5)),
-                     "now": rates(d, COMBINE, choose_cut)})
+                     "uncapped": rates(d, "centroid", lambda lv, sure, m: choose_cut(lv, sure, m, 0.5)),
+                     "centroid": rates(d, "centroid", choose_cut), "now": rates(d, COMBINE, choose_cut)})
         done = [r for r in runs if "skipped" not in r]
         result["resplits"] = runs
         result["summary"] = {k: {"both_goals": sum(r[k]["both_goals"] for r in done), "of": len(done),

@@ -169,17 +169,90 @@ def test_folders_keep_the_combine_their_cut_was_chosen_for(fitted, tmp_path):
     import json
 
     typ, _, fresh = fitted
-    assert typ.combine == "centroid" and typ.info()["combine"] == "centroid"
+    assert typ.combine == "centroid*length" and typ.info()["combine"] == "centroid*length"
     save_ood(tmp_path, typ)
-    assert load_ood(tmp_path).combine == "centroid"
+    assert load_ood(tmp_path).combine == "centroid*length"
     spec_path = tmp_path / "ood" / "ood.json"
     spec = json.loads(spec_path.read_text())
     del spec["combine"]  # a folder fitted before the key existed: its cut was chosen for "min"
     spec_path.write_text(json.dumps(spec))
     old = load_ood(tmp_path)
     assert old.combine == "min"
-    np.testing.assert_allclose(old.typicality(fresh), np.minimum.reduce([old.typicality(fresh), typ.typicality(fresh)]))
+    from baseline.ood import percentile
+
+    nb, cen = typ.index.similarities(fresh)
+    np.testing.assert_allclose(old.typicality(fresh), percentile(nb, cen, typ.neighbours_q, typ.centroid_q, "min"))
     spec["combine"] = "max"
     spec_path.write_text(json.dumps(spec))
     with pytest.raises(ValueError, match="unknown combine 'max'"):
+        load_ood(tmp_path)
+
+
+def sentences(rng, n, words, pools):
+    """n texts of `words` (a (low, high) range) words each, each from one class's pool."""
+    y = rng.integers(0, len(pools), n)
+    return [" ".join(rng.choice(pools[c], rng.integers(*words))) for c in y], y
+
+
+@pytest.fixture(scope="module")
+def by_length():
+    """300 rows of 6-12 words, each from one of three classes' word pools; the off-topic texts are 25-35 words
+    drawn from all three pools: near enough to a class's mean vector for the centroid percentile (the more words,
+    the closer), longer than every training row."""
+    rng = np.random.default_rng(0)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    pools = [["".join(rng.choice(letters, rng.integers(3, 8))) for _ in range(40)] for _ in range(3)]
+    texts, y = sentences(rng, 300, (6, 13), pools)
+    typ, _ = fit_typicality(texts, y, np.arange(len(texts)) % 5, 3)
+    return typ, sentences(rng, 100, (6, 13), pools)[0], sentences(rng, 100, (25, 36), [[w for p in pools for w in p]])[0]
+
+
+def test_length_flags_off_topic_texts_of_another_length(by_length, tmp_path):
+    """Issue 42 (ood55's measurement): package synopses, shorter than BBC sentences, passed the centroid-only gate.
+    The served "centroid*length" typicality flags texts unlike the training rows in length that the centroid one
+    lets through, and keeps unseen rows of the training rows' kind."""
+    import dataclasses
+
+    from baseline.ood import MAX_CUT
+
+    typ, fresh, long = by_length
+    assert typ.combine == "centroid*length" and typ.rank is not None
+    assert typ.in_domain(fresh).mean() >= 0.95
+    assert typ.in_domain(long).mean() <= 0.35  # 0.24
+    # the same index under the centroid-only gate, even at the highest cut it could choose (MAX_CUT): most pass
+    old = dataclasses.replace(typ, combine="centroid", rank=None, cut=MAX_CUT)
+    assert old.in_domain(long).mean() >= 0.7 and old.in_domain(fresh).mean() >= 0.95  # 0.83
+    save_ood(tmp_path, typ)
+    back = load_ood(tmp_path)
+    assert back.rank.median == typ.rank.median and back.cut == typ.cut
+    np.testing.assert_array_equal(back.typicality(fresh + long), typ.typicality(fresh + long))
+
+
+def test_a_centroid_folder_loads_and_scores_as_before(by_length, tmp_path):
+    """A folder fitted before the length score (combine "centroid", no length fields) serves its own typicality:
+    the centroid percentile alone, with the cut chosen for it."""
+    import json
+
+    typ, fresh, long = by_length
+    save_ood(tmp_path, typ)
+    spec_path = tmp_path / "ood" / "ood.json"
+    spec = json.loads(spec_path.read_text())
+    assert "length_median" in spec
+    spec["combine"], spec["cut"] = "centroid", 0.05
+    del spec["length_median"]
+    spec_path.write_text(json.dumps(spec))
+    from safetensors.numpy import load_file, save_file
+
+    w = load_file(str(tmp_path / "ood" / "index.safetensors"))
+    save_file({k: v for k, v in w.items() if k not in ("length_q", "product_q")}, str(tmp_path / "ood" / "index.safetensors"))
+    old = load_ood(tmp_path)
+    assert old.combine == "centroid" and old.rank is None and old.cut == 0.05
+    from baseline.ood import percentile
+
+    nb, cen = typ.index.similarities(fresh + long)
+    np.testing.assert_array_equal(old.typicality(fresh + long),
+                                  percentile(nb, cen, typ.neighbours_q, typ.centroid_q, "centroid"))
+    spec["combine"] = "centroid*length"  # the new combine without its fields: refused, not served half
+    spec_path.write_text(json.dumps(spec))
+    with pytest.raises(ValueError, match="length_median"):
         load_ood(tmp_path)

@@ -54,3 +54,33 @@ def test_length_both_is_two_sided():
     rows = ["word " * n for n in (8, 9, 10, 10, 11, 12)]
     score = CANDIDATES["length_both"](rows, np.zeros(len(rows), int), 1)(["word " * 10, "word", "word " * 40])
     assert score[0] > score[1] and score[0] > score[2]  # too short and too long are both less typical
+
+
+def test_served_length_product_is_the_measured_one():
+    """baseline/ood.py's "centroid*length" typicality (what a model folder serves) equals the one measured here
+    as `length_both*` on the same texts, folds and fit: level and cut."""
+    from baseline.ood import build_index, choose_cut, fit_typicality
+    from bench.ood_scores import CANDIDATES
+    from textdata.nested import nested
+
+    rng = np.random.default_rng(3)
+    letters = np.array(list("abcdefghijklmnopqrstuvwxyz"))
+    pools = [["".join(rng.choice(letters, rng.integers(3, 8))) for _ in range(30)] for _ in range(3)]
+    text = lambda c, lo, hi: " ".join(rng.choice(pools[c], rng.integers(lo, hi)))
+    y = rng.integers(0, 3, 150)
+    texts = [text(c, 4, 15) for c in y]
+    un = [text(c, 1, 30) for c in rng.integers(0, 3, 60)] + ["완전히 다른 글", "x"]
+    fold_of = np.arange(len(texts)) % 5
+    typ, _ = fit_typicality(texts, y, fold_of, 3)
+    rows = lambda m: [texts[i] for i in np.flatnonzero(m)]
+    oof, _ = nested(fold_of, lambda rest: build_index(rows(rest), y[rest], 3),
+                    lambda ix, held: np.stack(ix.similarities(rows(held)), 1), np.zeros((len(texts), 2)))
+    length = np.zeros(len(texts))
+    for k in range(5):
+        length[fold_of == k] = CANDIDATES["length_both"](rows(fold_of != k), None, 3)(rows(fold_of == k))
+    d = {"oof_sims": oof, "un_sims": np.stack(typ.index.similarities(un), 1), "length_both/oof": length,
+         "length_both/un": CANDIDATES["length_both"](texts, y, 3)(un)}
+    level = level_of(d, "length_both*")
+    np.testing.assert_allclose(typ.typicality(un), level("un"), atol=1e-12)
+    assert (level("un") < 0).any() and (level("un") > 0.5).any()  # both ends covered
+    assert typ.cut == choose_cut(level("oof"), np.ones(len(texts), bool))

@@ -74,13 +74,15 @@ def test_final_model_serves_the_calibration(run):
     # issue 42: --final carries the out-of-domain detector, measured on the out-of-fold rows
     assert (out / "model" / "ood" / "index.safetensors").exists() and (out / "model" / "ood" / "ood.json").exists()
     assert 0 <= report["out_of_domain"]["out_of_fold_confident_lost"] <= 0.015
-    assert report["out_of_domain"]["combine"] == "centroid"  # what the cut was chosen for (baseline/ood.py)
+    assert report["out_of_domain"]["combine"] == "centroid*length"  # what the cut was chosen for (baseline/ood.py)
     config = json.loads((out / "model" / "training_config.json").read_text())
     assert config["calibration"]["method"] == spec["method"]
     clf = Classifier.load(out / "model", provider="torch")
     info = clf.info()["calibration"]
     assert info["calibrated"] and "every answer counts as confident" in info["why"]
-    assert all(p.confident for p in clf.predict(["꿈에서 봤다", "오류 발생"]))
+    # texts of the training rows' length (3-7 words): the out-of-domain gate's length score flags texts shorter
+    # than every training row ("꿈에서 봤다", 2 words, was flagged here)
+    assert all(p.confident for p in clf.predict(["꿈에서 봤다 오늘 일기", "오류 발생했다 내일 회의"]))
     np.testing.assert_allclose(clf.predict_proba(["꿈에서 봤다"]).sum(), 1, atol=1e-5)
 
 
