@@ -194,7 +194,8 @@ class Typicality:
                 and mine.vocabulary == tfidf.vocabulary and np.array_equal(mine.idf, tfidf.idf))
 
     def info(self) -> dict:
-        return {"method": "TF-IDF typicality (nearest training rows and class centroids)", "cut": self.cut,
+        length = ", times the text's length rank" if self.rank is not None else ""
+        return {"method": f"TF-IDF typicality (nearest training rows and class centroids{length})", "cut": self.cut,
                 "combine": self.combine, **self.meta}
 
 
