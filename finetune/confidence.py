@@ -205,7 +205,8 @@ def fit_out_of_domain(data, fold_of: np.ndarray, targets: np.ndarray, sure: np.n
 def out_of_domain_lines(section: dict | None) -> list[str]:
     if not section or "error" in section:
         return []
-    return [(f"out of domain: a text less typical than all but {section['cut']:.1%} of the training rows (TF-IDF "
-            f"nearest rows and class centroids) is never confident; out of fold that flags "
-            f"{section['out_of_fold_flagged']:.3f} of the rows and costs {section['out_of_fold_confident_lost']:.3f} "
-            f"of the {section['out_of_fold_confident']:.3f} answered confidently")]
+    how = section.get("method", "TF-IDF typicality (nearest training rows and class centroids)")  # older reports
+    return [(f"out of domain: a text less typical than all but {section['cut']:.1%} of the training rows, by "
+             f"{how}, is never confident; out of fold that flags "
+             f"{section['out_of_fold_flagged']:.3f} of the rows and costs {section['out_of_fold_confident_lost']:.3f} "
+             f"of the {section['out_of_fold_confident']:.3f} answered confidently")]

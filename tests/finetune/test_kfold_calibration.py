@@ -75,6 +75,9 @@ def test_final_model_serves_the_calibration(run):
     assert (out / "model" / "ood" / "index.safetensors").exists() and (out / "model" / "ood" / "ood.json").exists()
     assert 0 <= report["out_of_domain"]["out_of_fold_confident_lost"] <= 0.015
     assert report["out_of_domain"]["combine"] == "centroid*length"  # what the cut was chosen for (baseline/ood.py)
+    from finetune.confidence import out_of_domain_lines
+
+    assert "length rank" in out_of_domain_lines(report["out_of_domain"])[0]  # the printed line says what it weighs
     config = json.loads((out / "model" / "training_config.json").read_text())
     assert config["calibration"]["method"] == spec["method"]
     clf = Classifier.load(out / "model", provider="torch")
