@@ -66,7 +66,9 @@ GROUPED = (("group_bound", DELTA, lambda r: DESIGN), ("group_bound_95", 0.05, la
            ("page_bootstrap", DELTA, lambda r: PageBootstrap()), ("page_bootstrap_95", 0.05, lambda r: PageBootstrap()),
            ("prediction", DELTA, lambda r: PredictionBound()), ("prediction_unseen", DELTA, PredictionBound),
            ("prediction_bootstrap", DELTA, lambda r: PredictionBound(bootstrap=True)),
-           ("prediction_bootstrap_unseen", DELTA, lambda r: PredictionBound(r, bootstrap=True)))
+           ("prediction_bootstrap_unseen", DELTA, lambda r: PredictionBound(r, bootstrap=True)),
+           ("prediction_bootstrap_95", 0.05, lambda r: PredictionBound(bootstrap=True)),
+           ("prediction_95", 0.05, lambda r: PredictionBound()))
 # grouped data: a threshold per predicted class, each class's precision bounded by the served page bound's rule
 # (DESIGN), forced (not only where it wins nested): (column, delta, split delta / classes as pick_per_class does).
 # A pooled threshold's precision is the predicted classes' precisions weighted by their mix, which a page split
