@@ -215,13 +215,17 @@ def percentile(nb, cen, neighbours_q, centroid_q, combine: str = COMBINE, length
     served = np.minimum(near, level(cen, centroid_q))
     if combine != "centroid*length":
         return served
-    product = np.clip(served, FLOOR, 1.0) * np.clip(_rank(length, rank.length_q), FLOOR, 1.0)
-    return np.where(served < 0, served, _rank(product, rank.product_q))
+    return np.where(served < 0, served, _rank(_product(served, length, rank.length_q), rank.product_q))
 
 
 def _rank(x, q):
     """The share of the out-of-fold rows under x (under every one: just below 0)."""
     return np.interp(x, q, LEVELS, left=-FLOOR)
+
+
+def _product(served, length, length_q):
+    """"centroid*length" before its re-ranking: the centroid typicality times the length score's percentile."""
+    return np.clip(served, FLOOR, 1.0) * np.clip(_rank(length, length_q), FLOOR, 1.0)
 
 
 def fit_levels(nb, cen, totals, fold_of, combine: str = COMBINE) -> tuple:
@@ -236,8 +240,7 @@ def fit_levels(nb, cen, totals, fold_of, combine: str = COMBINE) -> tuple:
         held = fold_of == k
         length[held] = -np.abs(logn[held] - np.median(logn[~held]))
     length_q = np.quantile(length, LEVELS)
-    served = percentile(nb, cen, nq, cq, "centroid")
-    product = np.clip(served, FLOOR, 1.0) * np.clip(_rank(length, length_q), FLOOR, 1.0)
+    product = _product(percentile(nb, cen, nq, cq, "centroid"), length, length_q)
     rank = LengthRank(float(np.median(logn)), length_q, np.quantile(product, LEVELS))
     return nq, cq, rank, percentile(nb, cen, nq, cq, combine, length, rank)
 

@@ -189,9 +189,10 @@ def fitted(texts, y, groups, n_classes, folds, seed, cache: Path | None = None) 
     out = {"train": tr, "unseen": un, "oof": oof, "fold_of": fold_of, "fold_unseen": np.asarray(fold_unseen),
            "final": p_all, "held_rows": held_rows, "share": p_share}
     if cache is not None:
-        cache.parent.mkdir(parents=True, exist_ok=True)
-        np.savez_compressed(cache.with_suffix(".tmp.npz"), **out)
-        cache.with_suffix(".tmp.npz").replace(cache)  # atomic: a killed run leaves no half file
+        from textdata.tables import atomic_path
+
+        with atomic_path(cache) as tmp, open(tmp, "wb") as fh:  # a killed run leaves no half file
+            np.savez_compressed(fh, **out)
     return out
 
 
