@@ -14,13 +14,14 @@ final model (calibrated by the final calibrator) at targets 0.8 and 0.9:
 
   point      today's served threshold (finetune/coverage.py served_threshold): the lowest whose out-of-fold
              precision reaches the target
-  group_bound  grouped data: what --target-precision serves with --group-column (the bound at the design
-             effect of the answered rows' groups, finetune/group_bound.py): 90% confidence over unseen groups
+  group_bound  grouped data: the confidence bound at the design effect of the answered rows' groups
+             (group_bound.DESIGN): 90% confidence over unseen groups; what --group-column served until 2026-11-27
   group_bound_95  the page bound at delta 0.05 (k-fold's --confidence 0.95)
   page_bootstrap  grouped data: the same fixed sequences, each threshold's bound the page (cluster) bootstrap's
              lower quantile of its precision (finetune/group_bound.py bootstrap_lower; PageBootstrap());
              page_bootstrap_95 at delta 0.05
-  prediction  grouped data: a prediction bound on the precision one future batch of unseen groups will show
+  prediction  grouped data: what --target-precision serves with --group-column now (group_bound.SERVED): a
+             prediction bound on the precision one future batch of unseen groups will show
              (group_bound.PredictionBound): Clopper-Pearson at eff x b / (1 + b) effective rows, b the batch's size
              over the out-of-fold rows' (1: as large; prediction_unseen: this resplit's unseen rows);
              prediction_bootstrap(_unseen): by two independent page resamples (bootstrap_prediction_lower)
@@ -242,7 +243,7 @@ def one_resplit(texts, y, groups, n_classes, folds, seed, cache: Path | None = N
         # the same bound at 97.5% confidence: room for the unseen rows' own sampling noise
         row["bound_975"] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un,
                                         delta=0.025)
-        if t_groups is not None:  # what k-fold serves with --group-column: the bound over unseen groups
+        if t_groups is not None:  # grouped rules; `prediction` is what k-fold serves with --group-column
             for name, delta, rule in GROUPED:
                 if grouped is None or name in grouped:
                     row[name] = served_bound(chosen, final, oof, t_y, fold_of, n_classes, target, p_unseen, y_un,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import numpy as np
 
 from finetune.group_bound import (
-    DESIGN,
+    SERVED,
     GroupRule,
     correctness_icc,
     effective_rows,
@@ -84,7 +84,7 @@ def fixed_sequences(lower: np.ndarray, eff: np.ndarray, need: int, target: float
 
 def bound_threshold(
     conf: np.ndarray, correct: np.ndarray, target: float, delta: float, groups: np.ndarray | None = None,
-    rho: float | None = None, rule: GroupRule = DESIGN,
+    rho: float | None = None, rule: GroupRule = SERVED,
 ) -> tuple[float | None, dict]:
     """(the lowest threshold at which precision >= target holds with probability >= 1 - delta, or None; what
     was reached). Learn-then-Test with fixed-sequence testing (Angelopoulos et al. 2021): thresholds tested
@@ -96,9 +96,9 @@ def bound_threshold(
     both; tests/finetune/test_threshold_bound.py). With `groups`: each threshold's bound at its effective
     sample size (finetune/group_bound.py: the design effect of the answered rows' groups at the intra-group
     correlation `rho`, estimated on these rows where not given), so that it holds over unseen groups; `rule`
-    (a group_bound rule value: DESIGN, PageBootstrap(), PredictionBound(batch)) says how each threshold's bound
-    is taken from its rows, the sequences still starting at the design effect's effective rows (a bootstrap of
-    a few pages is too narrow)."""
+    (a group_bound rule value: SERVED = PredictionBound(), DESIGN, PageBootstrap()) says how each threshold's
+    bound is taken from its rows and from how many effective rows the sequences start (a bootstrap of a few
+    pages is too narrow)."""
     conf, correct = np.asarray(conf, float), np.asarray(correct, bool)
     half = delta / len(SEQUENCE_STARTS)
     need = needed_rows(target, half)
@@ -157,7 +157,7 @@ def _counts(conf: np.ndarray, thresholds: np.ndarray) -> np.ndarray:
 
 def pick_per_class(
     probs: np.ndarray, y: np.ndarray, target: float, fallback: float | None, delta: float | None = None,
-    groups: np.ndarray | None = None, rule: GroupRule = DESIGN, split: bool = True,
+    groups: np.ndarray | None = None, rule: GroupRule = SERVED, split: bool = True,
 ) -> np.ndarray:
     """One threshold per class, chosen on the rows predicted as that class; a class with fewer than
     MIN_ANSWERED such rows takes `fallback` (the global threshold), one whose rows never reach the target
@@ -195,7 +195,7 @@ def answered(probs: np.ndarray, y: np.ndarray, thresholds: np.ndarray | None) ->
 
 
 def choose(conf: np.ndarray, correct: np.ndarray, target: float, delta: float | None,
-           groups: np.ndarray | None = None, rule: GroupRule = DESIGN) -> tuple[float | None, dict]:
+           groups: np.ndarray | None = None, rule: GroupRule = SERVED) -> tuple[float | None, dict]:
     """The served rule: the bound at `delta` (over unseen groups where `groups` are given), or (None) the
     point estimate; with what the bound reached (bound_threshold's info; {} for the point estimate)."""
     if delta is None:
@@ -204,7 +204,7 @@ def choose(conf: np.ndarray, correct: np.ndarray, target: float, delta: float | 
 
 
 def _thresholds(probs, y, target: float, scope: str, delta: float | None = None, groups=None,
-                rule: GroupRule = DESIGN) -> np.ndarray | None:
+                rule: GroupRule = SERVED) -> np.ndarray | None:
     t, _ = choose(probs.max(1), probs.argmax(1) == y, target, delta, groups, rule)
     if scope == "global":
         return None if t is None else np.full(probs.shape[1], t)
@@ -220,7 +220,7 @@ def nested_coverage(
     scope: str,
     delta: float | None = None,
     groups: np.ndarray | None = None,
-    rule: GroupRule = DESIGN,
+    rule: GroupRule = SERVED,
 ) -> dict:
     """Per fold: the threshold chosen on the other folds' rows (as calibrated by that fold's calibrator),
     scored on the fold's own rows (nested-calibrated); mean ± std over folds."""
@@ -278,7 +278,7 @@ def rows_needed(precision: float, target: float, delta: float) -> int | None:
     return None
 
 
-def best_reachable(conf: np.ndarray, correct: np.ndarray, delta: float, groups=None, rule: GroupRule = DESIGN
+def best_reachable(conf: np.ndarray, correct: np.ndarray, delta: float, groups=None, rule: GroupRule = SERVED
                    ) -> tuple[float | None, float]:
     """(the highest target bound_threshold reaches on these rows, to 4 decimals, or None; its coverage), by
     bisection: the rows a bound needs grow with the target, so a closed form would miss that."""
@@ -293,7 +293,7 @@ def best_reachable(conf: np.ndarray, correct: np.ndarray, delta: float, groups=N
 
 
 def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarray, groups=None,
-                rule: GroupRule = DESIGN) -> str:
+                rule: GroupRule = SERVED) -> str:
     """The one line for a target the bound does not reach: too few rows (how many are needed; grouped rows
     count at their design effect), or a target above what these rows reach (the best reachable with the
     stated confidence)."""
@@ -304,11 +304,10 @@ def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarr
     if t is not None:  # the point estimate reaches it: the rows are too few to state it with confidence
         answered_rows = int((conf >= t).sum())
         need = rows_needed(float(correct[conf >= t].mean()), target, delta)
-        if need is not None and groups is not None:  # as many effective rows: n / deff at today's groups
+        if need is not None and groups is not None:  # as many effective rows as the rule counts at today's groups
             order = np.argsort(-conf, kind="stable")
-            deff = answered_rows / float(effective_rows([answered_rows], size_weighted_mean(order, groups, [answered_rows]),
-                                                        info["icc"])[0])
-            need = int(np.ceil(need * deff))
+            eff = effective_rows([answered_rows], size_weighted_mean(order, groups, [answered_rows]), info["icc"])
+            need = int(np.ceil(need * answered_rows / float(rule.starts(eff)[0])))
         more = "" if need is None else f"; at the precision they reach, about {int(np.ceil(need * n / answered_rows))} rows are needed"
         return (head + f"the {n} out-of-fold rows are too few to state it with {percent(1 - delta)} confidence (at least "
                 f"{info['needed_rows']} answered rows, all right{more}); label more rows or lower the target")
@@ -320,10 +319,11 @@ def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarr
             "keep the folds")
 
 
-def statement(target: float, confidence: float | None, coverage: float, group: str | None = None) -> str:
-    """What a team is told the served threshold promises (grouped: over unseen groups, not rows)."""
+def statement(target: float, confidence: float | None, coverage: float, group: str | None = None,
+              rule: GroupRule = SERVED) -> str:
+    """What a team is told the served threshold promises (grouped: about unseen groups, as `rule` states it)."""
     held = f"with {percent(confidence)} confidence " if confidence else "(a point estimate, no stated confidence) "
-    like = f"over unseen {group!r} groups like the training ones" if group and confidence else "on texts like the training rows"
+    like = rule.over(group) if group and confidence else "on texts like the training rows"
     return f"precision >= {target:.2f} {held}{like}, at an estimated coverage of {coverage:.2f}"
 
 
@@ -334,14 +334,14 @@ def _rule(delta: float | None, per_class: bool, grouped: dict | None) -> str:
             f"{delta:g}{' per class / classes' if per_class else ''}) reaches the target on the out-of-fold rows")
     if grouped:
         rule += (f", at their effective sample size over groups of {grouped['column']!r} (design effect 1 + (m - 1) "
-                 f"* rho, intra-group correlation of correctness rho {grouped['icc']:.4f})")
+                 f"* rho, intra-group correlation of correctness rho {grouped['icc']:.4f}; bound: {grouped['bound']})")
     return rule
 
 
 def served_threshold(
     chosen, final, probs: np.ndarray, y: np.ndarray, fold_of: np.ndarray, labels: list[str], target: float,
     delta: float | None = DELTA, groups: np.ndarray | None = None, group_column: str | None = None,
-    group_rule: GroupRule = DESIGN,
+    group_rule: GroupRule = SERVED,
 ) -> dict:
     """What --target-precision serves: the threshold chosen on every row (as the final calibrator scores
     them): the lowest whose precision >= target holds with probability 1 - delta (bound_threshold; delta
@@ -388,12 +388,13 @@ def served_threshold(
     grouped = None
     if groups is not None:  # the served bound's own info: its rho, design effect and effective rows
         grouped = {"column": group_column or "group", "groups": len(np.unique(groups)), "icc": info["icc"],
+                   "bound": group_rule.name,
                    **{k: info.get(k) for k in ("design_effect", "effective_rows")}}
     out = {
         "target_precision": target,
         "confidence": confidence,
         "rule": _rule(delta, wins, grouped),
-        "statement": statement(target, confidence, est["coverage_mean"], grouped and grouped["column"]),
+        "statement": statement(target, confidence, est["coverage_mean"], grouped and grouped["column"], group_rule),
         "scope": scope,
         "threshold": threshold,
         "why": why,

@@ -8,6 +8,7 @@ from finetune.calibration import calibrate
 from finetune.coverage import bound_threshold, served_threshold
 from finetune.group_bound import (
     DESIGN,
+    SERVED,
     PageBootstrap,
     PredictionBound,
     bootstrap_lower,
@@ -123,7 +124,7 @@ def test_prediction_bounds_are_below_the_confidence_bounds_and_shrink_with_the_b
     assert (as_large < design).all() and (PredictionBound().starts(eff) == eff / 2).all()
 
 
-def test_served_threshold_records_the_grouped_rule_and_says_unseen_groups():
+def test_served_threshold_records_the_grouped_rule_and_says_what_it_is_about():
     rng = np.random.default_rng(4)
     n, c = 900, 3
     y = rng.integers(0, c, n)
@@ -139,4 +140,26 @@ def test_served_threshold_records_the_grouped_rule_and_says_unseen_groups():
     got = served_threshold(chosen, final, probs, y, fold_of, ["a", "b", "c"], 0.8, groups=groups, group_column="page")
     assert "grouped" not in plain and got["grouped"]["column"] == "page" and got["grouped"]["groups"] == 100
     assert "icc" in got["grouped"] and "design effect" in got["rule"]
-    assert "with 90% confidence over unseen 'page' groups" in got["statement"]
+    # served: the prediction bound for one unseen batch, said as such; the design bound (served before) is about
+    # the mean over unseen groups and, narrower, answers at a threshold no higher and (nested) more rows
+    assert SERVED == PredictionBound() and got["grouped"]["bound"] == "prediction (batch 1x)"
+    assert "with 90% confidence on one batch of unseen 'page' groups as large as the training rows" in got["statement"]
+    design = served_threshold(chosen, final, probs, y, fold_of, ["a", "b", "c"], 0.8, groups=groups,
+                              group_column="page", group_rule=DESIGN)
+    assert "with 90% confidence over unseen 'page' groups like the training ones" in design["statement"]
+    assert design["grouped"]["bound"] == "design" and got["threshold"] >= design["threshold"]
+    assert got["estimated_coverage"] < design["estimated_coverage"]
+
+
+def test_rows_needed_are_counted_as_the_served_rule_counts_them():
+    """A grouped target the rows reach but cannot state: the one line's "about N rows are needed" is what the
+    served prediction bound needs, twice the design bound's (a batch as large as the rows adds its own variance)."""
+    import re
+
+    from finetune.coverage import unreachable
+
+    rng = np.random.default_rng(0)
+    conf, correct, groups = np.sort(rng.random(120))[::-1], rng.random(120) < 0.93, np.repeat(np.arange(24), 5)
+    need = {r.name: int(re.search(r"about (\d+) rows are needed", unreachable(0.85, 0.1, conf, correct, groups, r))[1])
+            for r in (DESIGN, SERVED)}
+    assert 1.9 <= need[SERVED.name] / need["design"] <= 2.1, need

@@ -138,7 +138,8 @@ def test_grouped_run_states_the_bound_over_unseen_groups(tmp_path, tiny_electra_
     grouped = served["grouped"]
     assert grouped["column"] == "page" and grouped["groups"] == 15 and 0 <= grouped["icc"] <= 1
     assert "design effect" in served["rule"] and "over groups of 'page'" in served["rule"]
-    assert "with 90% confidence over unseen 'page' groups" in served["statement"]
+    assert "with 90% confidence on one batch of unseen 'page' groups" in served["statement"]
+    assert grouped["bound"] == "prediction (batch 1x)"
     spec = json.loads((out / "model" / "calibration.json").read_text())
     assert spec["statement"] == served["statement"] and "design effect" in spec["nested"]["threshold_rule"]
     # --prior-correction's k-fold check (finetune/prior_check.py): 36 rows are too few, so the server never turns it on
