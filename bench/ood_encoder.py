@@ -85,8 +85,63 @@ def embedded(embed, how: str):
     return cand
 
 
+def finetuned(how: str, model: str = "minilm", epochs: int = 3, max_length: int = 64, keep: int = 6):
+    """A candidate in the space of a classifier fine-tuned on the rows it is fitted on (issue 42's served
+    encoder, as encoder_transfer.py's k-fold trains it: 3 epochs, 64 tokens, the trainer's defaults, a tenth of the
+    rows for its inner validation): the pooled output its classification head reads, l2-normalised. Fold k's rows
+    are scored by a model fine-tuned on the other folds', as the detector's index is; the models are shared by
+    the three scores (the last `keep` training sets)."""
+    def cand(texts, y, nc):
+        key = hash((tuple(texts), tuple(np.asarray(y).tolist())))
+        if key not in _TUNED:
+            while len(_TUNED) >= keep:
+                _TUNED.pop(next(iter(_TUNED)))
+            _TUNED[key] = _fine_tune(list(texts), np.asarray(y), nc, model, epochs, max_length)
+        return embedded(_TUNED[key], how)(texts, y, nc)
+    return cand
+
+
+_TUNED: dict = {}
+
+
+def _fine_tune(texts, y, nc, model, epochs, max_length):
+    import time
+
+    import torch
+
+    from finetune.models import load_classifier, load_tokenizer, resolve_model
+    from finetune.train import encode, fit
+    from finetune.train_config import TrainConfig
+
+    t0 = time.time()
+    resolved = resolve_model(model)
+    tok = load_tokenizer(model, resolved, max_length)
+    clf = load_classifier(model, resolved, [str(c) for c in range(nc)])
+    ids = encode(tok, texts, max_length)
+    val = np.random.default_rng(0).random(len(ids)) < 0.1
+    tr, va = np.flatnonzero(~val), np.flatnonzero(val)
+    fit(clf, tok, [ids[i] for i in tr], y[tr], [ids[i] for i in va], y[va], TrainConfig(epochs=epochs), seed=0)
+    clf.eval()
+    print(f"  fine-tuned on {len(texts)} rows in {time.time() - t0:.0f} s", flush=True)
+    cache = {}
+
+    def embed(batch: list[str]) -> np.ndarray:
+        todo = [t for t in dict.fromkeys(batch) if t not in cache]
+        for a in range(0, len(todo), BATCH):
+            part = todo[a:a + BATCH]
+            enc = tok(part, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+            with torch.inference_mode():
+                out = clf.base_model(**enc)
+            v = out.pooler_output if getattr(out, "pooler_output", None) is not None else out.last_hidden_state[:, 0]
+            v = v.numpy()
+            cache.update(zip(part, v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)))
+        return np.stack([cache[t] for t in batch]) if batch else np.zeros((0, 1))
+    return embed
+
+
 _minilm = minilm_embed()
 CANDIDATES.update({f"minilm_{how}": embedded(_minilm, how) for how in ("centroid", "knn", "maha")})
+CANDIDATES.update({f"tuned_{how}": finetuned(how) for how in ("centroid", "knn", "maha")})
 
 if __name__ == "__main__":
     sys.exit(scores_main())
