@@ -35,33 +35,40 @@ MAX_LENGTH = 128  # tokens; BBC first sentences and package synopses fit, long k
 BATCH = 64
 
 
-def minilm_embed(model: str = "minilm"):
-    """texts -> (n, 384) unit rows; each distinct text embedded once per process (the resplits share their texts,
-    so 10 resplits cost one pass over the data set and the off-topic rows)."""
-    cache, held = {}, {}
+def cached(vectors):
+    """texts -> unit rows of `vectors` (a batch of texts -> their raw vectors), each distinct text computed once
+    (the resplits share their texts, so 10 resplits cost one pass over the data set and the off-topic rows)."""
+    cache = {}
 
     def embed(texts: list[str]) -> np.ndarray:
         todo = [t for t in dict.fromkeys(texts) if t not in cache]
-        if todo:
-            import torch
-            from transformers import AutoModel, AutoTokenizer
-
-            from finetune.models import resolve_model
-
-            if not held:
-                path = resolve_model(model)
-                held.update(tok=AutoTokenizer.from_pretrained(path), enc=AutoModel.from_pretrained(path).eval())
-            for a in range(0, len(todo), BATCH):
-                part = todo[a:a + BATCH]
-                batch = held["tok"](part, padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
-                with torch.inference_mode():
-                    h = held["enc"](**batch).last_hidden_state
-                m = batch["attention_mask"].unsqueeze(-1).to(h.dtype)
-                v = ((h * m).sum(1) / m.sum(1).clamp(min=1)).numpy()
-                v /= np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)
-                cache.update(zip(part, v))
+        for a in range(0, len(todo), BATCH):
+            v = vectors(todo[a:a + BATCH])
+            cache.update(zip(todo[a:a + BATCH], v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)))
         return np.stack([cache[t] for t in texts]) if texts else np.zeros((0, 1))
     return embed
+
+
+def minilm_embed(model: str = "minilm"):
+    """texts -> (n, 384) unit rows: the mean of the last hidden state over the tokens (the model loaded on first
+    use, so that importing the candidates costs nothing)."""
+    held = {}
+
+    def vectors(part: list[str]) -> np.ndarray:
+        import torch
+        from transformers import AutoModel, AutoTokenizer
+
+        from finetune.models import resolve_model
+
+        if not held:
+            path = resolve_model(model)
+            held.update(tok=AutoTokenizer.from_pretrained(path), enc=AutoModel.from_pretrained(path).eval())
+        batch = held["tok"](part, padding=True, truncation=True, max_length=MAX_LENGTH, return_tensors="pt")
+        with torch.inference_mode():
+            h = held["enc"](**batch).last_hidden_state
+        m = batch["attention_mask"].unsqueeze(-1).to(h.dtype)
+        return ((h * m).sum(1) / m.sum(1).clamp(min=1)).numpy()
+    return cached(vectors)
 
 
 def embedded(embed, how: str):
@@ -123,20 +130,14 @@ def _fine_tune(texts, y, nc, model, epochs, max_length):
     fit(clf, tok, [ids[i] for i in tr], y[tr], [ids[i] for i in va], y[va], TrainConfig(epochs=epochs), seed=0)
     clf.eval()
     print(f"  fine-tuned on {len(texts)} rows in {time.time() - t0:.0f} s", flush=True)
-    cache = {}
 
-    def embed(batch: list[str]) -> np.ndarray:
-        todo = [t for t in dict.fromkeys(batch) if t not in cache]
-        for a in range(0, len(todo), BATCH):
-            part = todo[a:a + BATCH]
-            enc = tok(part, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
-            with torch.inference_mode():
-                out = clf.base_model(**enc)
-            v = out.pooler_output if getattr(out, "pooler_output", None) is not None else out.last_hidden_state[:, 0]
-            v = v.numpy()
-            cache.update(zip(part, v / np.maximum(np.linalg.norm(v, axis=1, keepdims=True), 1e-12)))
-        return np.stack([cache[t] for t in batch]) if batch else np.zeros((0, 1))
-    return embed
+    def vectors(part: list[str]) -> np.ndarray:
+        enc = tok(part, padding=True, truncation=True, max_length=max_length, return_tensors="pt")
+        with torch.inference_mode():
+            out = clf.base_model(**enc)
+        pooled = getattr(out, "pooler_output", None)  # BERT's head reads the pooler; ELECTRA's the first token
+        return (pooled if pooled is not None else out.last_hidden_state[:, 0]).numpy()
+    return cached(vectors)
 
 
 _minilm = minilm_embed()

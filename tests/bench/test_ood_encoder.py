@@ -57,3 +57,24 @@ def test_embedding_score_separates_what_the_tfidf_like_score_cannot():
         assert served["off_topic_confident_max"] > 0.8 and not served["both_goals"]
         assert alone["both_goals"] and alone["off_topic_confident_max"] < 0.05
         assert joined["off_topic_confident_max"] < 0.05 and joined["coverage_drop"] <= 0.02
+
+
+def test_fine_tuned_scores_share_one_model_per_training_set(monkeypatch):
+    """k-fold's six trainings a resplit are the cost: the centroid, kNN and Mahalanobis scores of one training set
+    must reuse its model, and a new training set must get its own."""
+    import bench.ood_encoder as oe
+
+    trained = []
+    vec = {f"r{i}": np.eye(4)[i % 2] + 0.1 * np.eye(4)[2 + i % 2] for i in range(12)}
+    vec.update(q=np.eye(4)[0])
+
+    def tune(texts, y, nc, *rest):
+        trained.append(tuple(texts))
+        return space(vec)
+    monkeypatch.setattr(oe, "_fine_tune", tune)
+    monkeypatch.setattr(oe, "_TUNED", {})
+    rows, y = [f"r{i}" for i in range(12)], np.arange(12) % 2
+    for how in ("centroid", "knn", "maha"):
+        assert oe.finetuned(how)(rows, y, 2)(["q"]).shape == (1,)
+    oe.finetuned("knn")(rows[:10], y[:10], 2)
+    assert trained == [tuple(rows), tuple(rows[:10])]
