@@ -15,6 +15,8 @@ hidden state over the text's tokens, l2-normalised (how the sentence-transformer
   minilm_knn       the mean cosine to the NEIGHBOURS nearest training rows
   minilm_maha      minus the smallest Mahalanobis distance to a class mean (tied covariance, ridge 1e-3 of its
                    mean variance: 384 dimensions on ~1,000 rows)
+`tuned_centroid` / `tuned_knn` / `tuned_maha`: the same scores on the pooled output of a MiniLM fine-tuned on the
+rows each is fitted on (`finetuned`: six fine-tunings a resplit, about a minute each on a free core).
 The confident masks are bench/ood_cuts.py's (TF-IDF + logistic regression), not a MiniLM classifier's.
 """
 
