@@ -165,16 +165,21 @@ def scores(name, seed, saved: Path, which, loaded, fit: bool = True, rows: int |
         if rows is not None and len(t_texts) != rows:  # another --cap than bench/ood_cuts.py saved it with
             raise SystemExit(f"{path}: {len(t_texts)} training rows here, {rows} in the saved resplit; pass the "
                              "--cap bench/ood_cuts.py used")
-        nc = int(t_y.max()) + 1
         for c in todo:
-            oof = np.zeros(len(t_texts))
-            for k in np.unique(fold_of):
-                rest, held = np.flatnonzero(fold_of != k), np.flatnonzero(fold_of == k)
-                oof[held] = CANDIDATES[c]([t_texts[i] for i in rest], t_y[rest], nc)([t_texts[i] for i in held])
-            f = CANDIDATES[c](t_texts, t_y, nc)
-            have.update({f"{c}/oof": oof, **{f"{c}/{p}": f(v) for p, v in parts.items()}})
+            have.update(fit_scores(CANDIDATES[c], c, t_texts, t_y, fold_of, parts))
         np.savez(path, **have)
     return have
+
+
+def fit_scores(cand, name: str, t_texts, t_y, fold_of, parts: dict) -> dict:
+    """{name/oof: fold k's rows scored by a fit on the other folds' rows (as k-fold fits the detector),
+    name/PART: each part's texts scored by a fit on every training row}."""
+    nc, oof = int(t_y.max()) + 1, np.zeros(len(t_texts))
+    for k in np.unique(fold_of):
+        rest, held = np.flatnonzero(fold_of != k), np.flatnonzero(fold_of == k)
+        oof[held] = cand([t_texts[i] for i in rest], t_y[rest], nc)([t_texts[i] for i in held])
+    f = cand(t_texts, t_y, nc)
+    return {f"{name}/oof": oof, **{f"{name}/{p}": f(v) for p, v in parts.items()}}
 
 
 def _pct(x, ref):
