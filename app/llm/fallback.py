@@ -43,6 +43,7 @@ from textdata.llm import ask, make_client, parse_answer, read_prompt, render
 log = logging.getLogger("app")
 STORE_COLUMNS = ["text", "teacher", "llm", "model_version", "model_label", "model_score", "at"]
 MAX_REMEMBERED = 100_000  # answers kept in memory for reuse; the file keeps them all
+CLIENT_GRACE_S = 1.0  # seconds the HTTP client's timeout exceeds --fallback-timeout (see _defer)
 
 
 @dataclasses.dataclass
@@ -229,7 +230,10 @@ class Fallback:
                 self.counts["from_store"] += 1
                 return pred.from_llm(names)
         if self.client is None:
-            self.client = make_client(self.cfg.fallback_url, self.cfg.fallback_timeout_s, 1)
+            # The client's own timeout sits past the deadline wait_for enforces below: with both equal, a starved
+            # loop can fire both in one pass, httpx's timeout swallows wait_for's cancel, and the client retries
+            # past the deadline and reports an "error" (seen once in CI under load: timeout counted as error).
+            self.client = make_client(self.cfg.fallback_url, self.cfg.fallback_timeout_s + CLIENT_GRACE_S, 1)
             self.gate = asyncio.Semaphore(self.cfg.fallback_concurrency)
         started = time.perf_counter()
         prompt = render(self.template, text, labels)
