@@ -295,7 +295,7 @@ def best_reachable(conf: np.ndarray, correct: np.ndarray, delta: float, groups=N
 def unreachable(target: float, delta: float, conf: np.ndarray, correct: np.ndarray, groups=None,
                 rule: GroupRule = SERVED) -> str:
     """The one line for a target the bound does not reach: too few rows (how many are needed; grouped rows
-    count at their design effect), or a target above what these rows reach (the best reachable with the
+    count as `rule` counts them: rule.starts of their design effect's rows), or a target above what these rows reach (the best reachable with the
     stated confidence)."""
     n = len(conf)
     _, info = bound_threshold(conf, correct, target, delta, groups, rule=rule)
