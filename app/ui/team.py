@@ -10,7 +10,6 @@ import gradio as gr
 from pydantic import ValidationError
 
 from app.config import open_to_anyone
-from app.http.gate import SESSION_COOKIE
 from app.label_kinds import dataset_space, kind_of
 from app.team.routes import NewDataset, new_dataset, open_refusal
 from app.ui.uploads import read_texts, uploaded_only
@@ -45,7 +44,8 @@ def team_tab(cfg, state) -> None:
     engine = state.store
 
     def staff(request) -> tuple[int, str, str] | None:
-        return reviewer_of(cfg, state, _cookie(request))
+        user = state.identities.ui_request_user(cfg, state.sessions, request)
+        return user if user is not None and user[2] in ("reviewer", "admin") else None
 
     def choices(request: gr.Request):
         if staff(request) is None:
@@ -133,7 +133,3 @@ def reviewer_of(cfg, state, cookie: str | None) -> tuple[int, str, str] | None:
     labels blind and sees nobody's answers here."""
     user = state.identities.ui_user(cfg, state.sessions, cookie)
     return user if user is not None and user[2] in ("reviewer", "admin") else None
-
-
-def _cookie(request) -> str | None:
-    return request.cookies.get(SESSION_COOKIE) if request is not None else None
