@@ -28,20 +28,25 @@ def nginx_binary() -> str | None:
 
 
 def local_conf(ports: list[int], listen: int, work: Path, conf: str | None = None) -> str:
-    """`conf` (docker/nginx-fleet.conf's text by default) for three replicas on 127.0.0.1:`ports`, nginx on
-    127.0.0.1:`listen`, its pid, logs and buffers in `work`."""
-    if len(ports) != len(REPLICAS):
+    """`conf` (docker/nginx-fleet.conf's text by default) for up to three replicas on 127.0.0.1:`ports` (the lines
+    of the others dropped, the tries cut to the replicas left), nginx on 127.0.0.1:`listen`, its pid, logs and
+    buffers in `work`."""
+    if not 1 <= len(ports) <= len(REPLICAS):
         raise ValueError(f"the fleet's configuration names {len(REPLICAS)} replicas; got {len(ports)} ports")
     text = FLEET_CONF.read_text(encoding="utf-8") if conf is None else conf
+    for name in REPLICAS[len(ports):]:
+        text = re.sub(rf"^\s*server {name}:8000[^;]*;\n", "", text, flags=re.MULTILINE)
+    text = re.sub(r"proxy_next_upstream_tries (\d+);", lambda m: f"proxy_next_upstream_tries {min(int(m[1]), len(ports))};",
+                  text)
     for name, port in zip(REPLICAS, ports):
         text = text.replace(f"{name}:8000", f"127.0.0.1:{port}")
     temp = " ".join(f"{kind}_temp_path {work}/tmp-{kind};" for kind in ("client_body", "proxy", "fastcgi", "uwsgi",
                                                                          "scgi"))
     text = text.replace("http {", "http {\n    " + temp, 1)
-    text = re.sub(r"^pid .*;$", f"pid {work}/nginx.pid;", text, flags=re.M)
-    text = re.sub(r"^error_log .*;$", f"error_log {work}/error.log warn;", text, flags=re.M)
+    text = re.sub(r"^pid .*;$", f"pid {work}/nginx.pid;", text, flags=re.MULTILINE)
+    text = re.sub(r"^error_log .*;$", f"error_log {work}/error.log warn;", text, flags=re.MULTILINE)
     text = re.sub(r"access_log \S+ fleet;", f"access_log {work}/access.log fleet;", text)
-    text = re.sub(r"^\s*listen \[::\]:8080;\n", "", text, flags=re.M)
+    text = re.sub(r"^\s*listen \[::\]:8080;\n", "", text, flags=re.MULTILINE)
     text = text.replace("listen 8080;", f"listen 127.0.0.1:{listen};")
     if os.geteuid() == 0:  # nginx's workers would run as nobody, who cannot write to `work`
         text = "user root;\n" + text

@@ -171,7 +171,7 @@ def test_concurrent_activations_answer_409_at_once_and_blame_no_replica(fleet):
     promotion is running" at once: the same replica's from its switcher, the other's from the promotions row."""
     from concurrent.futures import ThreadPoolExecutor
 
-    store_url, models, a, b, started, _ = fleet
+    store_url, _, a, _, started, _ = fleet
     b = started[-1]  # the previous test restarted rb
     assert served(a) == served(b) == "v1"
 

@@ -199,12 +199,12 @@ def test_a_second_trainer_exits_0_with_one_line(store_url, tmp_path, capsys):
 
 def test_a_busy_promotion_answers_409_on_the_api(spread_model_dir, tmp_path, monkeypatch):
     """The route's side of L6: ActivationBusy is 409 with its reason, not the 422 of a version that failed."""
+    from app_testkit import two_version_registry
     from fastapi.testclient import TestClient
 
     from app.config import Config
     from app.server import create_app, load_classifier
     from app.versions.swap import ActivationBusy, Switcher
-    from app_testkit import two_version_registry
 
     async def busy(self, version, why):
         raise ActivationBusy(f"{version} was not promoted: a promotion is running (v1); try again when it is done")
