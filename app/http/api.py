@@ -127,13 +127,21 @@ def _hint(error: dict, given, path: str = "") -> dict:
     return error
 
 
-def text_problem(text: str, normalize) -> str | None:
-    """Why `text` cannot be classified, or None. Checked before the engine: an empty text would be a
-    pass of bare special tokens (or of none), and a lone surrogate cannot be encoded at all."""
+def unicode_problem(text: str) -> str | None:
+    """Why `text` is not valid Unicode (a lone surrogate: it passes JSON, then fails every UTF-8 encoding), or None."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         return f"character {e.start + 1} is an unpaired surrogate ({text[e.start]!a}); send valid Unicode"
+    return None
+
+
+def text_problem(text: str, normalize) -> str | None:
+    """Why `text` cannot be classified, or None. Checked before the engine: an empty text would be a
+    pass of bare special tokens (or of none), and a lone surrogate cannot be encoded at all."""
+    problem = unicode_problem(text)
+    if problem:
+        return problem
     if is_blank(text):  # NUL or zero-width characters only are empty too (textdata/blank.py)
         return "empty text"
     if not normalize(text):

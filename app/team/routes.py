@@ -26,11 +26,12 @@ from datetime import datetime, timezone
 import numpy as np
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from app.config import open_to_anyone
 from app.label_kinds import asked_space, dataset_space, kind_of
 from app.team.auth import Identities
+from app.team.inputs import Text, check_labels
 from labelstore import queue, review, tx, users
 from labelstore.agreement import agreement
 from labelstore.schema import ROLES
@@ -43,19 +44,19 @@ SCORE_CHUNK = 64
 
 class NewDataset(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: StrictStr = Field(min_length=1, max_length=200)
-    texts: list[StrictStr] = Field(min_length=1)
+    name: Text = Field(min_length=1, max_length=200)
+    texts: list[Text] = Field(min_length=1)
     overlap: StrictInt = Field(1, ge=1, le=MAX_OVERLAP, description="answers wanted per text, each from a different person")
-    labels: list[StrictStr] | None = Field(None, min_length=1, description="the label set (default: the served model's)")
+    labels: list[Text] | None = Field(None, min_length=1, description="the label set (default: the served model's)")
     multi_label: bool | None = Field(None, description="answers are label sets (default: as the served model)")
 
 
 class Answer(BaseModel):
     model_config = ConfigDict(extra="forbid")
     record_id: StrictInt
-    label: StrictStr | None = None
-    labels: list[StrictStr] | None = None
-    client_event_id: StrictStr | None = Field(None, min_length=1, max_length=100, description=(
+    label: Text | None = None
+    labels: list[Text] | None = None
+    client_event_id: Text | None = Field(None, min_length=1, max_length=100, description=(
         "an id the client makes per answer (a UUID): a retry with the same id returns the first answer"))
 
 
@@ -74,6 +75,7 @@ def new_dataset(state, engine, body: NewDataset, uid: int) -> dict:
     served = state.served
     clf = served.clf
     space = asked_space(body.multi_label, clf.space)
+    check_labels(body.labels or (), space.multi_label)
     labels = list(dict.fromkeys(body.labels or clf.labels))
     model_labels = list(clf.labels) == labels and space.kind == clf.space.kind
     rows = _suggestions(clf, body.texts) if model_labels else [{} for _ in body.texts]

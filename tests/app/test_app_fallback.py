@@ -4,6 +4,8 @@ model's answer kept when the LLM is slow, failing or unreachable."""
 from __future__ import annotations
 
 import csv
+import json
+import math
 import logging
 
 import pytest
@@ -86,3 +88,49 @@ def test_a_fallback_prompt_without_placeholders_is_refused_at_start(tmp_path, ca
         parse_args(["--fallback-url", "http://x/v1", "--fallback-model", "m", "--fallback-prompt",
                     str(tmp_path / "p.txt")])
     assert e.value.code == 2 and "{labels}" in capsys.readouterr().err
+
+
+def _completion(content, usage=None) -> str:
+    return json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                       "choices": [{"index": 0, "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": content}}],
+                       **({"usage": usage} if usage is not None else {})})
+
+
+MALFORMED = {"not json": "{not json", "a list": "[]", "null": "null", "choices a string": '{"choices":"x"}',
+             "message null": '{"choices":[{"message":null}]}', "content a number": _completion(12345),
+             "content a list": _completion(["dream"])}
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_llm_answer_is_that_calls_error_and_the_models_answer_stands(calibrated, tmp_path, fake, body):  # noqa: F811
+    folder, threshold, scaled = calibrated
+    n_unsure = int((scaled.max(1) < threshold).sum())
+    fake.body = body
+    with cascade(folder, tmp_path, fake.url) as c:
+        r = c.post("/v1/classify", json={"texts": TEXTS})
+        metrics = c.get("/metrics").text
+    assert r.status_code == 200
+    preds = r.json()["predictions"]
+    assert all(p["source"] == "model" for p in preds)
+    assert [p["confident"] for p in preds] == (scaled.max(1) >= threshold).tolist()  # confident texts answered too
+    assert f'app_llm_errors_total{{kind="error"}} {n_unsure}.0' in metrics
+    assert not (tmp_path / "data" / "teacher" / "llm_labels.csv").read_text().count("\n") > 1  # nothing kept
+
+
+@pytest.mark.parametrize("usage", [{"prompt_tokens": "10", "completion_tokens": "1"},
+                                   {"prompt_tokens": 1e308, "completion_tokens": 1e308},
+                                   {"prompt_tokens": -5, "completion_tokens": True}], ids=["strings", "1e308", "odd"])
+def test_odd_token_counts_are_ignored_and_the_monitor_stays_finite(calibrated, tmp_path, fake, usage):  # noqa: F811
+    folder, threshold, scaled = calibrated
+    fake.body = _completion("dream", usage)
+    with cascade(folder, tmp_path, fake.url) as c:
+        preds = c.post("/v1/classify", json={"texts": TEXTS}).json()["predictions"]
+        fake.body = None  # the LLM behaves again: the monitor must still answer
+        c.post("/v1/classify", json={"texts": ["another text the model is unsure of"]})
+        monitor = c.get("/v1/monitor")
+    assert any(p["source"] == "llm" for p in preds)  # the answer itself was fine
+    assert monitor.status_code == 200
+    cascade_report = monitor.json()["cascade"]
+    assert cascade_report["tokens_paid"]["completion"] <= 2 * len(TEXTS)
+    assert math.isfinite(cascade_report["cost_paid"])

@@ -221,8 +221,12 @@ def test_agreement_needs_no_scikit_learn(tmp_path, monkeypatch):
 
 def test_the_csv_export_neutralises_spreadsheet_formulas(store_url, tmp_path):
     texts = ['=HYPERLINK("http://evil.example","click")', "+1 call now", "-5", "-2+3", "@SUM(A1)", "\tx", "plain"]
+    from labelstore import queue
+
+    engine = open_store(store_url)  # a formula label: a dataset made before POST /v1/datasets checked its labels
+    ds = queue.create_dataset(engine, "f", ["=cmd", "b"], False, 1, [{"text": t} for t in texts], None)[0]
+    engine.dispose()
     with client(store_url, tmp_path) as c:
-        ds = c.post("/v1/datasets", json={"name": "f", "texts": texts, "labels": ["=cmd", "b"]}).json()["id"]
         while (nxt := c.post(f"/v1/datasets/{ds}/next")).status_code == 200:
             assert c.post(f"/v1/datasets/{ds}/labels", json={"record_id": nxt.json()["record_id"],
                                                              "label": "=cmd"}).status_code == 200

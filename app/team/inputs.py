@@ -1,0 +1,44 @@
+"""What the team routes take (app/team/routes.py, the Team tab): the rules a string or an id must pass before
+anything is kept, each refusal a 422 naming the field, as `/v1/classify` answers bad texts.
+
+- Every string: valid Unicode. A lone surrogate passes JSON and pydantic's StrictStr, is stored (escaped in the
+  JSON column), and then fails every response that holds it in Starlette's UTF-8 encoding: one bad label made
+  `GET /v1/datasets` answer 500 to every user.
+- A dataset's label names: the one label-name rule (textdata/labels.py name_problem), with the separator a
+  dataset's label set is joined by, so the training table and the export read them back as given.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import HTTPException
+from pydantic import AfterValidator, StrictStr
+
+from app.http.api import unicode_problem
+from app.label_kinds import dataset_space
+from labelstore.queue import Dataset
+from textdata.labels import MAX_NAME_CHARS, name_problem
+
+
+def _valid_unicode(text: str) -> str:
+    problem = unicode_problem(text)
+    if problem:
+        raise ValueError(problem)
+    return text
+
+
+Text = Annotated[StrictStr, AfterValidator(_valid_unicode)]
+
+
+def invalid(loc: list, msg: str) -> HTTPException:
+    return HTTPException(422, [{"type": "value_error", "loc": ["body", *loc], "msg": msg}])
+
+
+def check_labels(names, multi_label: bool) -> None:
+    """A new dataset's label names, or 422 naming the first bad one (field `labels`, its index, the name)."""
+    sep = dataset_space(Dataset(0, "", [], multi_label, 1)).sep  # a set's cell joins by the dataset's separator
+    for i, name in enumerate(names):
+        problem = unicode_problem(name) or name_problem(name, sep)
+        if problem:
+            raise invalid(["labels", i], f"label {name[:MAX_NAME_CHARS]!r} {problem}")

@@ -1,0 +1,55 @@
+"""What the team routes refuse (app/team/inputs.py): every bad input is a 422 naming the field, nothing is kept,
+never a 500 (security round 4: M2, M4, L1, L5, L9)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from test_app_team import client
+
+from labelstore import open_store, queue, users
+
+BAD_LABELS = {"formula": '=HYPERLINK("http://evil")', "newline": "a\nb", "empty": "", "none": "(none)",
+              "bidi": "\u202eevil", "surrogate": "\ud800", "long": "x" * 61}
+
+
+def post(c, path: str, body: dict, **kw):
+    """A JSON body sent as escaped ASCII: a lone surrogate travels as `\\ud800`, as any client sends it."""
+    return c.post(path, content=json.dumps(body), headers={"content-type": "application/json", **kw})
+
+
+def _names(c) -> list[str]:
+    return [d["name"] for d in c.get("/v1/datasets").json()["datasets"]]
+
+
+@pytest.mark.parametrize("label", BAD_LABELS.values(), ids=BAD_LABELS.keys())
+def test_a_dataset_label_that_fails_the_label_name_rule_is_refused(store_url, tmp_path, label):
+    with client(store_url, tmp_path) as c:
+        r = post(c, "/v1/datasets", {"name": "d", "texts": ["x1", "x2"], "labels": ["fine", label]})
+        assert r.status_code == 422, r.text
+        assert r.json()["detail"][0]["loc"][:2] == ["body", "labels"]
+        assert _names(c) == []  # nothing kept
+
+
+@pytest.mark.parametrize("label", ["a;b", "a,b", "a|b", "[y]"])
+def test_a_multi_label_dataset_refuses_names_that_read_back_as_other_sets(store_url, tmp_path, label):
+    with client(store_url, tmp_path) as c:
+        body = {"name": "ml", "texts": ["t1"], "multi_label": True, "labels": ["c", label]}
+        r = c.post("/v1/datasets", json=body)
+        assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "labels", 1], r.text
+        assert c.post("/v1/datasets", json={**body, "multi_label": False}).status_code == 201  # one label: a name
+
+
+def test_the_training_table_reads_dataset_labels_through_the_label_name_rule(tmp_path):
+    from app.versions.trainset import TrainingDataError, build
+
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    uid = users.builtin(engine, users.LOCAL)[0]
+    rows = [{"text": f"text {i}"} for i in range(4)]  # made before the route checked labels
+    ds = queue.get_dataset(engine, queue.create_dataset(engine, "old", ["=x", "b"], False, 1, rows, None)[0])
+    while (rec := queue.next_record(engine, ds, uid)) is not None:
+        queue.submit(engine, ds, uid, rec["record_id"], "=x", None)
+    with pytest.raises(TrainingDataError, match=rf"dataset {ds.id} record \d+: label '=x'.*formula"):
+        build(tmp_path / "label", None, 0.01, store=engine)
+    engine.dispose()
