@@ -204,6 +204,8 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
             raise HTTPException(404, str(e)) from None
         except queue.Full as e:
             raise HTTPException(409, str(e)) from None
+        except queue.Reused as e:
+            raise _bad("client_event_id", str(e)) from None
         return JSONResponse(saved, headers={"Idempotent-Replayed": "true"} if replayed else None)
 
     @app.post("/v1/datasets/{dataset_id}/undo")

@@ -120,8 +120,12 @@ def test_a_repeated_client_event_id_returns_the_first_answer_also_at_once(engine
         t.join()
     firsts = [b for b, replayed in bodies if not replayed]
     assert len(firsts) == 1 and all(b == firsts[0] for b, _ in bodies)
-    again, replayed = queue.submit(engine, ds, uid, rec["record_id"], "a", "retry-1")  # a retry: not a new answer
+    again, replayed = queue.submit(engine, ds, uid, rec["record_id"], "b", "retry-1")  # a retry: not a new answer
     assert replayed and again == firsts[0] and again["label"] == "b"
+    other = queue.next_record(engine, ds, uid)["record_id"]
+    for record_id, value in ((rec["record_id"], "a"), (other, "b")):  # the id with another answer: refused, unsaved
+        with pytest.raises(queue.Reused, match="retry-1"):
+            queue.submit(engine, ds, uid, record_id, value, "retry-1")
     with engine.connect() as conn:
         assert conn.execute(sa.select(sa.func.count()).select_from(label_events)).scalar() == 1
 
