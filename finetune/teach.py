@@ -29,6 +29,7 @@ from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
 from textdata.labels import DEFAULT_SEP, LabelSpace
 from textdata.llm import Answer, ask, cache_key, make_client, parse_answer, read_prompt, render
+from textdata.urls import redact
 
 DESCRIPTION = "Label texts with an LLM through an OpenAI-compatible endpoint (the teacher for finetune/kfold.py)."
 
@@ -223,7 +224,7 @@ def summarize(cfg: TeachConfig, out, got: dict[str, Answer], seconds: float) -> 
         "errors": int((~answered).sum()), "outside_label_set": int((answered & ~out["teacher_in_label_set"]).sum()),
         "input_tokens_paid": paid_in, "output_tokens_paid": paid_out, "cost_paid": round(cost(cfg, paid_in, paid_out), 6),
         "cost_per_1000_texts": round(1000 * total / max(1, int(answered.sum())), 6),
-        "wall_seconds": round(seconds, 2), "config": asdict(cfg),
+        "wall_seconds": round(seconds, 2), "config": {**asdict(cfg), "base_url": redact(cfg.base_url)},
     }
 
 

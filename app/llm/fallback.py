@@ -39,6 +39,7 @@ from serving.engine import Prediction
 from serving.multilabel import MultiLabelPrediction
 from textdata.labels import LabelSpace
 from textdata.llm import ask, make_client, parse_answer, read_prompt, render
+from textdata.urls import redact
 
 log = logging.getLogger("app")
 STORE_COLUMNS = ["text", "teacher", "llm", "model_version", "model_label", "model_score", "at"]
@@ -175,7 +176,7 @@ class Fallback:
         except openai.OpenAIError as e:
             self.enabled = False
             log.warning("--fallback-url %s cannot be reached (%s): the model answers alone, 'not sure' answers "
-                        "included", self.cfg.fallback_url, type(e).__name__)
+                        "included", redact(self.cfg.fallback_url), type(e).__name__)
         finally:
             await client.close()
 

@@ -109,3 +109,12 @@ def test_a_prompt_without_a_placeholder_is_refused_before_any_call(tmp_path, fak
     assert teach.main(args(tmp_path, fake)) == 2
     assert missing in capsys.readouterr().err and fake.calls == 0
     assert not (tmp_path / "teacher.csv").exists()
+
+
+def test_credentials_in_the_base_url_stay_out_of_the_summary(tmp_path, fake):
+    """Issue 63 L2: the summary's config wrote --base-url whole, its password included."""
+    files(tmp_path, ["a note on sport"])
+    with_creds = fake.url.replace("http://", "http://llmuser:llmpass@")
+    assert teach.main(args(tmp_path, fake, "--base-url", with_creds)) == 0
+    summary = (tmp_path / "teacher.summary.json").read_text()
+    assert fake.calls == 1 and "llmpass" not in summary and "http://***@" in summary
