@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -42,12 +43,21 @@ def make_engine(url: str, pool_size: int = 10) -> sa.Engine:
     parsed = sa.make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            _private_file(Path(parsed.database))
         engine = sa.create_engine(parsed, pool_size=pool_size, max_overflow=pool_size,
                                   connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False})
         _tune_sqlite(engine)
         return engine
     return sa.create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
+
+
+def _private_file(path: Path) -> None:
+    """The database file made 0600 before SQLite makes it (under umask 022: 0644): its -wal and -shm get the
+    database's mode from SQLite, so they are 0600 too; a folder made here is 0700. The store holds every text,
+    answer, user name and token hash. An existing file keeps the mode its owner gave it."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
 def _tune_sqlite(engine: sa.Engine) -> None:

@@ -109,7 +109,7 @@ class TeacherLabels:
     by cache key for reuse."""
 
     def __init__(self, folder: Path, llm: str, name: str = "llm_labels.csv"):
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = folder / name
         self.llm = llm
         self.known: dict[str, str] = {}
@@ -125,7 +125,8 @@ class TeacherLabels:
     def _write(self, row: list) -> None:
         buf = io.StringIO()
         csv.writer(buf).writerow(row)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # 0600: clients' texts, sent to the LLM (the folder is made 0700)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             os.write(fd, buf.getvalue().encode("utf-8"))
         finally:

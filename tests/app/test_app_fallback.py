@@ -46,6 +46,9 @@ def test_not_sure_answers_come_from_the_llm_once_and_are_kept_as_teacher_labels(
     with open(tmp_path / "data" / "teacher" / "llm_labels.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert sorted(r["text"] for r in rows) == sorted(unsure) and {r["teacher"] for r in rows} == {"dream"}
+    # clients' texts: the owner's only (issue 63 L3: it was 0644)
+    assert (tmp_path / "data" / "teacher" / "llm_labels.csv").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "data" / "teacher").stat().st_mode & 0o777 == 0o700
     assert monitor["share_deferred"] == pytest.approx(len(unsure) / len(TEXTS))
     assert monitor["llm_calls"] == len(unsure) and monitor["from_stored_answers"] == len(unsure)
     assert monitor["cost_per_llm_call"] > 0

@@ -340,3 +340,24 @@ def test_replicas_starting_at_once_on_an_empty_database_create_the_schema_once(s
     with engine.connect() as conn:
         assert conn.execute(sa.text("SELECT count(*) FROM alembic_version")).scalar() == 1
     engine.dispose()
+
+
+def test_the_sqlite_store_and_its_wal_are_private_to_their_owner(tmp_path):
+    """Issue 63 L3: under umask 022 app.db and app.db-wal were 0644: every text, answer and token hash
+    readable by every local user."""
+    import os
+    import stat
+
+    old = os.umask(0o022)
+    try:
+        engine = open_store(f"sqlite:///{tmp_path / 'data' / 'app.db'}")
+        users.add_user(engine, "ann", "annotator")
+        with engine.connect() as conn:  # the WAL and its index are open while a connection is
+            conn.execute(sa.text("SELECT 1"))
+            modes = {p.name: stat.S_IMODE(p.stat().st_mode) for p in (tmp_path / "data").iterdir()
+                     if p.name.startswith("app.db")}
+        engine.dispose()
+    finally:
+        os.umask(old)
+    assert {"app.db", "app.db-wal", "app.db-shm"} <= set(modes) and set(modes.values()) == {0o600}, modes
+    assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
