@@ -20,6 +20,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event
 
+from labelstore.schema_check import lacking
+
 MIGRATIONS = Path(__file__).parent / "migrations"
 BUSY_TIMEOUT_MS = 30_000
 
@@ -102,18 +104,31 @@ def revisions(engine: sa.Engine) -> tuple[str | None, str]:
     """(the database's schema revision, None when it has no tables yet; this code's head). StoreError when
     it cannot be reached or a newer release migrated it (this code does not know its tables)."""
     url = engine.url
-    try:
-        with engine.connect() as conn, _quiet_alembic():
-            current = MigrationContext.configure(conn).get_current_revision()
-    except sa.exc.OperationalError as e:
-        raise StoreError(f"cannot connect to the database at {where(url)}: {_reason(e, url)}") from None
     with _quiet_alembic():
         script = ScriptDirectory.from_config(_alembic(None))
         head = script.get_current_head()
+    try:
+        with engine.connect() as conn, _quiet_alembic():
+            current = MigrationContext.configure(conn).get_current_revision()
+            missing = lacking(conn) if current == head else None  # at head: its tables must be there
+    except sa.exc.OperationalError as e:
+        raise StoreError(f"cannot connect to the database at {where(url)}: {_reason(e, url)}") from None
+    except sa.exc.DatabaseError as e:  # not a database, or damaged ("file is not a database", "malformed")
+        raise StoreError(unreadable(e, url)) from None
     if current is not None and current not in {rev.revision for rev in script.walk_revisions()}:
         raise StoreError(f"the database at {where(url)} has schema {current}, newer than this app knows "
                          f"(head {head}): upgrade the app, or give another --database-url")
+    if missing:
+        raise StoreError(f"the database at {where(url)} has schema {current} but {missing}: it was changed "
+                         f"outside the app; restore it from a backup, or give another --database-url")
     return current, head
+
+
+def unreadable(error: Exception, url: sa.URL) -> str:
+    """One line for a database that answers but cannot be read: what to do, never a traceback."""
+    return (f"the database at {where(url)} cannot be read ({_reason(error, url)}): it is damaged or not this "
+            f"app's database; restore it from a backup, or move it away (a new empty one is made at the next "
+            f"start or by `{UPGRADE_COMMAND}`)")
 
 
 def migrate(engine: sa.Engine, upgrade: bool = True) -> str:
@@ -133,7 +148,12 @@ def migrate(engine: sa.Engine, upgrade: bool = True) -> str:
                              f"{head}, and a fleet's replica never migrates it: run `{UPGRADE_COMMAND}` with the "
                              f"same --database-url once, then start the replicas")
         if current != head:
-            command.upgrade(_alembic(conn), "head")
+            try:
+                command.upgrade(_alembic(conn), "head")
+            except sa.exc.DatabaseError as e:  # a table a migration alters was dropped or is damaged
+                raise StoreError(f"the database at {where(engine.url)} cannot be migrated from schema {current} "
+                                 f"({_reason(e, engine.url)}): it was changed outside the app or is damaged; "
+                                 "restore it from a backup") from None
     return head
 
 

@@ -361,3 +361,16 @@ def test_the_sqlite_store_and_its_wal_are_private_to_their_owner(tmp_path):
         os.umask(old)
     assert {"app.db", "app.db-wal", "app.db-shm"} <= set(modes) and set(modes.values()) == {0o600}, modes
     assert stat.S_IMODE((tmp_path / "data").stat().st_mode) == 0o700
+
+
+def test_a_store_at_head_without_its_tables_is_refused_naming_them(store_url):
+    """Issue 63 L4: the alembic version row alone passed a database whose tables were dropped by hand."""
+    open_store(store_url).dispose()
+    engine = open_store(store_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("DROP TABLE adjudications"))
+        conn.execute(sa.text("DROP TABLE kept_texts"))
+    engine.dispose()
+    with pytest.raises(StoreError, match="but no table kept_texts; no table adjudications|but no table adjudications; "
+                                         "no table kept_texts"):
+        open_store(store_url)
