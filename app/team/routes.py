@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from app.config import open_to_anyone
 from app.label_kinds import asked_space, dataset_space, kind_of
 from app.team.auth import Identities
-from app.team.inputs import Text, check_labels
+from app.team.inputs import Text, check_labels, check_texts, normalizer
 from labelstore import queue, review, tx, users
 from labelstore.agreement import agreement
 from labelstore.schema import ROLES
@@ -171,11 +171,9 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
     @app.post("/v1/datasets", status_code=201)
     def create(body: NewDataset, request: Request):
         uid = who.caller(request, STAFF)[0]
-        for i, t in enumerate(body.texts):
-            if not t.strip():
-                raise HTTPException(422, [{"type": "value_error", "loc": ["body", "texts", i], "msg": "empty text"}])
         if len(body.texts) > cfg.max_upload_rows:
             raise _bad("texts", f"{len(body.texts)} texts; the limit is {cfg.max_upload_rows} (--max-upload-rows)")
+        check_texts(body.texts, cfg.max_chars, normalizer(state))
         return new_dataset(state, engine, body, uid)
 
     @app.get("/v1/datasets")
