@@ -6,6 +6,8 @@ anything is kept, each refusal a 422 naming the field, as `/v1/classify` answers
   `GET /v1/datasets` answer 500 to every user.
 - A dataset's texts: the text rules of `/v1/classify` (app/http/api.py text_refusal: --max-chars, not empty
   nor only NUL / zero-width characters, something left after the model's normalisation).
+- An id (a dataset's in the path, a record's in the body): 1 to 2^63 - 1, the database's integer. A larger one
+  passed `int` and failed in SQLite's integer conversion, a 500 with a traceback.
 - A dataset's label names: the one label-name rule (textdata/labels.py name_problem), with the separator a
   dataset's label set is joined by, so the training table and the export read them back as given.
 """
@@ -14,8 +16,8 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import HTTPException
-from pydantic import AfterValidator, StrictStr
+from fastapi import HTTPException, Path
+from pydantic import AfterValidator, Field, StrictInt, StrictStr
 
 from app.http.api import text_refusal, unicode_problem
 from app.label_kinds import dataset_space
@@ -31,6 +33,9 @@ def _valid_unicode(text: str) -> str:
 
 
 Text = Annotated[StrictStr, AfterValidator(_valid_unicode)]
+MAX_ID = 2**63 - 1  # SQLite's INTEGER and PostgreSQL's bigint
+DatasetId = Annotated[int, Path(ge=1, le=MAX_ID, description="the dataset's id")]
+RecordId = Annotated[StrictInt, Field(ge=1, le=MAX_ID, description="the record's id (from `next`)")]
 
 
 def invalid(loc: list, msg: str) -> HTTPException:

@@ -95,3 +95,25 @@ def test_ordinary_user_names_pass(tmp_path, name):
     engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
     assert users.by_token(engine, users.add_user(engine, name, "annotator"))[1] == name
     engine.dispose()
+
+
+HUGE_IDS = {"2^63": 2**63, "10^20": 10**20, "-2^63-1": -(2**63) - 1}
+
+
+@pytest.mark.parametrize("big", HUGE_IDS.values(), ids=HUGE_IDS.keys())
+def test_ids_beyond_64_bits_are_422_naming_the_field(store_url, tmp_path, big):
+    """Issue 63 L9: such ids passed `int` and failed in the database's integer conversion: 500 with a traceback."""
+    with client(store_url, tmp_path) as c:
+        ds = c.post("/v1/datasets", json={"name": "d", "texts": ["p", "q"]}).json()["id"]
+        rec = c.post(f"/v1/datasets/{ds}/next").json()["record_id"]
+        for path in ("next", "undo"):
+            r = c.post(f"/v1/datasets/{big}/{path}")
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["path", "dataset_id"], r.text
+        for path in ("agreement", "export"):
+            assert c.get(f"/v1/datasets/{big}/{path}").status_code == 422
+        for path, body in (("labels", {"label": "a"}), ("skip", {}), ("adjudicate", {"label": "a"})):
+            r = c.post(f"/v1/datasets/{ds}/{path}", json={"record_id": big, **body})
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "record_id"], (path, r.text)
+            r = c.post(f"/v1/datasets/{big}/{path}", json={"record_id": rec, **body})
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["path", "dataset_id"], (path, r.text)
+        assert c.post(f"/v1/datasets/{ds}/skip", json={"record_id": rec}).status_code == 200  # nothing else changed
