@@ -11,6 +11,8 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import sqlite3
+import time
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -67,13 +69,31 @@ def _tune_sqlite(engine: sa.Engine) -> None:
     def on_connect(dbapi_connection, _record):
         dbapi_connection.isolation_level = None  # transactions are begun below, not by the driver
         cur = dbapi_connection.cursor()
-        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", f"busy_timeout={BUSY_TIMEOUT_MS}", "foreign_keys=ON"):
+        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        _wal(cur)
+        for pragma in ("synchronous=NORMAL", "foreign_keys=ON"):
             cur.execute(f"PRAGMA {pragma}")
         cur.close()
 
     @event.listens_for(engine, "begin")
     def on_begin(conn):
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write") else "BEGIN")
+
+
+def _wal(cur) -> None:
+    """WAL, waiting for the lock its switch needs. Switching a file out of the rollback journal while another
+    connection holds its write lock answers "database is locked" at once: SQLite skips the busy handler where
+    waiting could deadlock (several processes opening a new store together). WAL is kept in the file, so only
+    a new store's first opens meet it."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _alembic(connection) -> AlembicConfig:
