@@ -21,7 +21,7 @@ def latest_event(engine) -> int:
 
 def labels_as_of(engine, event_id: int) -> list[dict]:
     """Per record with a final label as of `event_id`: text, label (a string, or a sorted list for a
-    multi-label dataset), dataset_id, multi_label, ts (its last event's time)."""
+    multi-label dataset), dataset_id, record_id, multi_label, ts (its last event's time)."""
     def q(conn):
         return conn.execute(
             sa.select(label_events.c.record_id, label_events.c.annotator_id, label_events.c.status,
@@ -47,6 +47,6 @@ def labels_as_of(engine, event_id: int) -> list[dict]:
     for rid, ev in info.items():
         label = final_label(list(answers.get(rid, {}).values()), ev.labels, ev.multi_label, judged.get(rid))
         if label is not None:
-            out.append({"text": ev.text, "label": label, "dataset_id": ev.dataset_id, "multi_label": ev.multi_label,
-                        "ts": ev.created_at})
+            out.append({"text": ev.text, "label": label, "dataset_id": ev.dataset_id, "record_id": rid,
+                        "multi_label": ev.multi_label, "ts": ev.created_at})
     return out

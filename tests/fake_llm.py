@@ -5,7 +5,8 @@ the label list; "SAY:xyz" in the text makes it answer xyz (an answer outside the
 a text holding FAIL500 always gets a 500, one holding SLOW sleeps past any short client timeout (`delay`: every
 answer waits that long), and
 `fail_first(n, status)` makes the next n calls fail with that status (429 with a tiny Retry-After, so the
-client's backoff is short). Every request is counted, failed ones too.
+client's backoff is short), and `body` (a string) is sent verbatim as every 200 answer's JSON body (a malformed
+endpoint). Every request is counted, failed ones too.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from contextlib import contextmanager
 
 import pytest
 from fastapi import FastAPI, Request  # at module level: the handler's annotations are resolved here
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 LABELS_IN_PROMPT = re.compile(r"Labels: (.*)\n")
 TEXT_IN_PROMPT = re.compile(r"Text: (.*)", re.DOTALL)
@@ -31,6 +32,7 @@ class FakeLLM:
         self.failures_left = 0
         self.failure_status = 429
         self.delay = 0.0  # seconds every answer takes
+        self.body: str | None = None  # sent as the 200 answer's body instead of a completion
         self.lock = threading.Lock()
         self.url = ""
 
@@ -65,6 +67,8 @@ class FakeLLM:
             if "SLOW" in prompt:
                 await asyncio.sleep(5)
             await asyncio.sleep(self.delay)
+            if self.body is not None:
+                return Response(self.body, media_type="application/json")
             content = self.answer(prompt)
             return {"id": "fake", "object": "chat.completion", "created": int(time.time()), "model": body["model"],
                     "choices": [{"index": 0, "finish_reason": "stop",
@@ -118,5 +122,5 @@ def llm():
 @pytest.fixture
 def fake(llm):
     """The module's fake LLM, its counts and failures reset for this test."""
-    llm.calls, llm.failures_left, llm.delay = 0, 0, 0.0
+    llm.calls, llm.failures_left, llm.delay, llm.body = 0, 0, 0.0, None
     return llm

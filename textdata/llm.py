@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from textdata.errors import UsageError
 from textdata.labels import LabelSpace
+from textdata.urls import redact
 
 TEXT, LABELS = "{text}", "{labels}"
 _STRIP = " \t\r\n\"'`.*"
@@ -103,21 +104,45 @@ def make_client(base_url: str, timeout: float, retries: int, api_key_env: str = 
 
 
 def describe(e: Exception) -> str:
-    """One line for the error column: the status where there is one."""
+    """One line for the error column: the status where there is one; a URL in it without its credentials."""
     status = getattr(e, "status_code", None)
     kind = type(e).__name__
-    return f"{kind} {status}: {str(e)[:200]}" if status else f"{kind}: {str(e)[:200]}"
+    said = redact(str(e))[:200]
+    return f"{kind} {status}: {said}" if status else f"{kind}: {said}"
+
+
+MAX_ANSWER_CHARS = 4000  # a label (or a set of them) is short; a longer answer is cut, never kept whole
+MAX_TOKENS_PER_CALL = 10_000_000  # a count past this is the endpoint's nonsense, not a bill: ignored
+
+
+def _tokens(count) -> int:
+    """A reported token count as a non-negative integer; anything else (a string, a float, 1e308, a negative) is
+    ignored: the counts are summed into /v1/monitor's cost, which must stay finite."""
+    if isinstance(count, int) and not isinstance(count, bool) and 0 <= count <= MAX_TOKENS_PER_CALL:
+        return count
+    return 0
 
 
 async def ask(client, model: str, prompt: str, max_tokens: int = 20, temperature: float = 0.0) -> Answer:
-    """One chat completion; an error left after the client's retries is returned in the Answer, never raised."""
+    """One chat completion; an error left after the client's retries is returned in the Answer, never raised.
+
+    A 200 answer the client cannot read (not JSON, `[]`, `choices` not a list, a message of null, content that is
+    not a string) is that call's error too: the client parses lazily, so its own exceptions (JSONDecodeError,
+    AttributeError, TypeError...) come out of reading the reply as well as out of the call."""
     import openai
 
     try:
         reply = await client.chat.completions.create(model=model, messages=[{"role": "user", "content": prompt}],
                                                      max_tokens=max_tokens, temperature=temperature)
+        content = reply.choices[0].message.content if reply.choices else ""
+        if content is None:
+            content = ""
+        if not isinstance(content, str):
+            raise TypeError(f"the answer's content is {type(content).__name__}, not a string")
+        usage = getattr(reply, "usage", None)
+        tokens = _tokens(getattr(usage, "prompt_tokens", 0)), _tokens(getattr(usage, "completion_tokens", 0))
     except openai.OpenAIError as e:
         return Answer("", error=describe(e))
-    usage = reply.usage
-    content = (reply.choices[0].message.content or "") if reply.choices else ""
-    return Answer(content, getattr(usage, "prompt_tokens", 0) or 0, getattr(usage, "completion_tokens", 0) or 0)
+    except Exception as e:  # noqa: BLE001 - any reply the client cannot read is this call's error, not the caller's
+        return Answer("", error=f"malformed answer: {describe(e)}")
+    return Answer(content[:MAX_ANSWER_CHARS], *tokens)

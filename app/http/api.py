@@ -127,13 +127,21 @@ def _hint(error: dict, given, path: str = "") -> dict:
     return error
 
 
-def text_problem(text: str, normalize) -> str | None:
-    """Why `text` cannot be classified, or None. Checked before the engine: an empty text would be a
-    pass of bare special tokens (or of none), and a lone surrogate cannot be encoded at all."""
+def unicode_problem(text: str) -> str | None:
+    """Why `text` is not valid Unicode (a lone surrogate: it passes JSON, then fails every UTF-8 encoding), or None."""
     try:
         text.encode("utf-8")
     except UnicodeEncodeError as e:
         return f"character {e.start + 1} is an unpaired surrogate ({text[e.start]!a}); send valid Unicode"
+    return None
+
+
+def text_problem(text: str, normalize) -> str | None:
+    """Why `text` cannot be classified, or None. Checked before the engine: an empty text would be a
+    pass of bare special tokens (or of none), and a lone surrogate cannot be encoded at all."""
+    problem = unicode_problem(text)
+    if problem:
+        return problem
     if is_blank(text):  # NUL or zero-width characters only are empty too (textdata/blank.py)
         return "empty text"
     if not normalize(text):
@@ -160,13 +168,18 @@ def check_texts(texts: list[str], cfg: Config, field: str, single: bool, normali
         raise _invalid(["body", field], f"{len(texts)} texts; the limit is {cfg.max_texts} per request "
                        "(--max-texts)", "too_long")
     for i, t in enumerate(texts):
-        if len(t) > cfg.max_chars:
-            loc = ["body", field] if single else ["body", field, i]
-            raise _invalid(loc, f"{len(t)} characters; the limit is {cfg.max_chars} per text (--max-chars)",
-                           "string_too_long")
-        problem = text_problem(t, normalize)
-        if problem:
-            raise _invalid(["body", field] if single else ["body", field, i], problem, "value_error")
+        refused = text_refusal(t, cfg.max_chars, normalize)
+        if refused:
+            raise _invalid(["body", field] if single else ["body", field, i], *refused)
+
+
+def text_refusal(text: str, max_chars: int, normalize=str.strip) -> tuple[str, str] | None:
+    """(why, pydantic-style error type) where one text breaks the text rules, else None: the rules of every
+    route that takes texts (/v1/classify, the team datasets: app/team/inputs.py)."""
+    if len(text) > max_chars:
+        return f"{len(text)} characters; the limit is {max_chars} per text (--max-chars)", "string_too_long"
+    problem = text_problem(text, normalize)
+    return (problem, "value_error") if problem else None
 
 
 def _shape(pred, top_k: int | None, min_confidence: float | None = None) -> dict:

@@ -26,11 +26,12 @@ from datetime import datetime, timezone
 import numpy as np
 from fastapi import FastAPI, HTTPException, Query, Request
 from fastapi.responses import JSONResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, StrictInt, StrictStr
+from pydantic import BaseModel, ConfigDict, Field, StrictInt
 
 from app.config import open_to_anyone
 from app.label_kinds import asked_space, dataset_space, kind_of
 from app.team.auth import Identities
+from app.team.inputs import DatasetId, RecordId, Text, check_labels, check_texts, normalizer
 from labelstore import queue, review, tx, users
 from labelstore.agreement import agreement
 from labelstore.schema import ROLES
@@ -43,25 +44,25 @@ SCORE_CHUNK = 64
 
 class NewDataset(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    name: StrictStr = Field(min_length=1, max_length=200)
-    texts: list[StrictStr] = Field(min_length=1)
+    name: Text = Field(min_length=1, max_length=200)
+    texts: list[Text] = Field(min_length=1)
     overlap: StrictInt = Field(1, ge=1, le=MAX_OVERLAP, description="answers wanted per text, each from a different person")
-    labels: list[StrictStr] | None = Field(None, min_length=1, description="the label set (default: the served model's)")
+    labels: list[Text] | None = Field(None, min_length=1, description="the label set (default: the served model's)")
     multi_label: bool | None = Field(None, description="answers are label sets (default: as the served model)")
 
 
 class Answer(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    record_id: StrictInt
-    label: StrictStr | None = None
-    labels: list[StrictStr] | None = None
-    client_event_id: StrictStr | None = Field(None, min_length=1, max_length=100, description=(
+    record_id: RecordId
+    label: Text | None = None
+    labels: list[Text] | None = None
+    client_event_id: Text | None = Field(None, min_length=1, max_length=100, description=(
         "an id the client makes per answer (a UUID): a retry with the same id returns the first answer"))
 
 
 class Skip(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    record_id: StrictInt
+    record_id: RecordId
 
 
 def _bad(field: str, msg: str) -> HTTPException:
@@ -74,6 +75,7 @@ def new_dataset(state, engine, body: NewDataset, uid: int) -> dict:
     served = state.served
     clf = served.clf
     space = asked_space(body.multi_label, clf.space)
+    check_labels(body.labels or (), space.multi_label)
     labels = list(dict.fromkeys(body.labels or clf.labels))
     model_labels = list(clf.labels) == labels and space.kind == clf.space.kind
     rows = _suggestions(clf, body.texts) if model_labels else [{} for _ in body.texts]
@@ -169,11 +171,9 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
     @app.post("/v1/datasets", status_code=201)
     def create(body: NewDataset, request: Request):
         uid = who.caller(request, STAFF)[0]
-        for i, t in enumerate(body.texts):
-            if not t.strip():
-                raise HTTPException(422, [{"type": "value_error", "loc": ["body", "texts", i], "msg": "empty text"}])
         if len(body.texts) > cfg.max_upload_rows:
             raise _bad("texts", f"{len(body.texts)} texts; the limit is {cfg.max_upload_rows} (--max-upload-rows)")
+        check_texts(body.texts, cfg.max_chars, normalizer(state))
         return new_dataset(state, engine, body, uid)
 
     @app.get("/v1/datasets")
@@ -184,14 +184,14 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
     # The two requests of every label save: async, their store work on the event loop when the writer lock is
     # free, else in the store's thread (labelstore/tx.py call_hot)
     @app.post("/v1/datasets/{dataset_id}/next", responses={204: {"description": "nothing left for you"}})
-    async def next_text(dataset_id: int, request: Request):
+    async def next_text(dataset_id: DatasetId, request: Request):
         uid = who.caller(request, ROLES)[0]
         ds = dataset(dataset_id) if dataset_id in cached else await tx.call(engine, dataset, dataset_id)
         record = await tx.call_hot(engine, queue.next_record, engine, ds, uid)
         return Response(status_code=204) if record is None else JSONResponse(record)
 
     @app.post("/v1/datasets/{dataset_id}/labels")
-    async def label(dataset_id: int, body: Answer, request: Request):
+    async def label(dataset_id: DatasetId, body: Answer, request: Request):
         uid = who.caller(request, ROLES)[0]
         ds = dataset(dataset_id) if dataset_id in cached else await tx.call(engine, dataset, dataset_id)
         value = _value(ds, body)
@@ -202,10 +202,12 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
             raise HTTPException(404, str(e)) from None
         except queue.Full as e:
             raise HTTPException(409, str(e)) from None
+        except queue.Reused as e:
+            raise _bad("client_event_id", str(e)) from None
         return JSONResponse(saved, headers={"Idempotent-Replayed": "true"} if replayed else None)
 
     @app.post("/v1/datasets/{dataset_id}/undo")
-    def undo(dataset_id: int, request: Request):
+    def undo(dataset_id: DatasetId, request: Request):
         uid = who.caller(request, ROLES)[0]
         done = queue.undo_last(engine, dataset(dataset_id), uid)
         if done is None:
@@ -213,7 +215,7 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
         return done
 
     @app.post("/v1/datasets/{dataset_id}/skip")
-    def skip(dataset_id: int, body: Skip, request: Request):
+    def skip(dataset_id: DatasetId, body: Skip, request: Request):
         uid = who.caller(request, ROLES)[0]
         try:
             skipped = queue.skip(engine, dataset(dataset_id), uid, body.record_id)
@@ -232,7 +234,7 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
 
 def _add_review_routes(app: FastAPI, engine, who: Callers, dataset) -> None:
     @app.post("/v1/datasets/{dataset_id}/adjudicate")
-    def adjudicate(dataset_id: int, body: Answer, request: Request):
+    def adjudicate(dataset_id: DatasetId, body: Answer, request: Request):
         uid = who.caller(request, STAFF)[0]
         ds = dataset(dataset_id)
         try:
@@ -241,14 +243,14 @@ def _add_review_routes(app: FastAPI, engine, who: Callers, dataset) -> None:
             raise HTTPException(404, str(e)) from None
 
     @app.get("/v1/datasets/{dataset_id}/agreement")
-    def agree(dataset_id: int, request: Request):
+    def agree(dataset_id: DatasetId, request: Request):
         who.caller(request, STAFF)
         ds = dataset(dataset_id)
         figures = agreement(review.answer_rows(engine, ds), ds.labels, ds.multi_label, ds.overlap)
         return {**figures, "progress": review.progress(engine, ds)}
 
     @app.get("/v1/datasets/{dataset_id}/export")
-    def export(dataset_id: int, request: Request, format: str = Query("csv", pattern="^(csv|jsonl)$")):
+    def export(dataset_id: DatasetId, request: Request, format: str = Query("csv", pattern="^(csv|jsonl)$")):
         who.caller(request, STAFF)
         text = export_text(engine, dataset(dataset_id), format)
         headers = {"Content-Disposition": f'attachment; filename="dataset-{dataset_id}.{format}"'}

@@ -30,7 +30,7 @@ from app.label_kinds import SINGLE, kind_of
 from app.labeling.sessions import decisions, valid_session_id
 from app.versions.lineage import key
 from textdata.errors import DataError, capped
-from textdata.labels import LabelSpace
+from textdata.labels import LabelSpace, check_name
 from textdata.tables import missing_text, read_table, write_json
 
 log = logging.getLogger("app")
@@ -84,6 +84,18 @@ def _canonical(space: LabelSpace, cell, where: str) -> str:
         raise TrainingDataError(str(e)) from None
 
 
+def _store_label(space: LabelSpace, kind, record: dict) -> str:
+    """A dataset's final label as a table cell, each of its names held to the one label-name rule like the other
+    sources' (a dataset made before `POST /v1/datasets` checked its labels stops the retrain here, by name)."""
+    where = f"dataset {record['dataset_id']} record {record['record_id']}"
+    try:
+        names = [check_name(n, where, space.sep) for n in kind.store_names(record["label"])]
+    except DataError as e:
+        raise TrainingDataError(f"{e}; fix or delete the dataset (DELETE /v1/datasets/{record['dataset_id']})") \
+            from None
+    return space.join(names)
+
+
 def _store_rows(store, space: LabelSpace) -> tuple[list[dict], dict]:
     """The label store's final labels (adjudicated, else majority) as of its newest event, whose id goes into
     the version's lineage (`data.store_event`): labelstore.snapshot.labels_as_of rebuilds the same rows."""
@@ -92,7 +104,7 @@ def _store_rows(store, space: LabelSpace) -> tuple[list[dict], dict]:
     event = latest_event(store)
     kind = kind_of(space)
     found = kind.own(labels_as_of(store, event), lambda r: r["multi_label"])  # datasets of its kind
-    rows = [{"text": r["text"], "label": kind.store_cell(r["label"]), "ts": r["ts"],
+    rows = [{"text": r["text"], "label": _store_label(space, kind, r), "ts": r["ts"],
              "source": f"dataset {r['dataset_id']}"} for r in found]
     return rows, {"store_event": event, "store_labels": len(rows)}
 
