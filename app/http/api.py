@@ -302,7 +302,9 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
             raise HTTPException(503, "server is shutting down", headers={"Retry-After": "1"}) from None
         except asyncio.TimeoutError:
             metrics.rejected.labels("timeout").inc()
-            raise HTTPException(504, f"no answer within {cfg.request_timeout_s:g} s (--request-timeout)") from None
+            # a shed like the 429's: a fleet's client (or nginx) waits before it tries again, not at once
+            raise HTTPException(504, f"no answer within {cfg.request_timeout_s:g} s (--request-timeout)",
+                                headers={"Retry-After": "1"}) from None
         except Exception:
             log.exception("inference failed")
             raise HTTPException(500, "inference failed; see the server log") from None
