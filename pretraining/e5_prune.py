@@ -30,6 +30,7 @@ import numpy as np
 from pretraining import e5
 
 WORD = "electra.embeddings.word_embeddings.weight"
+FLOOR = 8000  # the highest-scored pieces kept whatever the corpus holds (--init-from e5-small uses it too)
 
 
 @dataclass(frozen=True)
@@ -37,7 +38,7 @@ class PruneConfig:
     model: str  # a folder written by pretraining/e5.py, or `e5-small`
     corpus: tuple  # text files, one text a line
     output: str
-    floor: int = 8000  # the highest-scored pieces kept whatever the corpus holds
+    floor: int = FLOOR
 
 
 def unigram_vocab(folder: Path) -> tuple[list[str], np.ndarray, list[str]]:
@@ -67,7 +68,7 @@ def kept_ids(folder: Path, texts, floor: int) -> np.ndarray:
     return np.asarray(sorted(keep), dtype=np.int64)
 
 
-def prune(folder: str | Path, texts, output: str | Path, floor: int = 8000) -> Path:
+def prune(folder: str | Path, texts, output: str | Path, floor: int = FLOOR) -> Path:
     from safetensors.numpy import load_file, save_file
 
     folder, output = Path(folder), Path(output)

