@@ -236,11 +236,8 @@ def write_folder(f: E5File, folder: Path, weights: dict, pieces: list[str], scor
 
 
 def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
     with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+        return hashlib.file_digest(fh, "sha256").hexdigest()
 
 
 def convert(source: str | Path, folder: str | Path) -> Path:
