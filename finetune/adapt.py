@@ -39,7 +39,8 @@ def adapt(model_dir: str, texts: list[str], folder: Path, cfg: AdaptConfig, seed
     A finished adaptation is reused and a killed one resumed (pretraining's own checkpoints)."""
     from pretraining.config import TrainConfig as PretrainConfig
     from pretraining.config import UsageError
-    from pretraining.train import init_source, train
+    from pretraining.init_from import init_source
+    from pretraining.train import train
 
     done = folder / "discriminator"
     try:

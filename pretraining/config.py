@@ -50,6 +50,8 @@ class TrainConfig:
     # Continue from a pretrained discriminator (a run folder or a discriminator folder): its weights, vocabulary
     # and shape; the generator beside it when there is one, else a fresh one. Task-adaptive pretraining.
     init_from: str | None = None
+    # with --init-from e5-small: "corpus" prunes its 250k vocabulary to the corpus (pretraining/e5_prune.py), "full"
+    init_vocab: str = "corpus"
     text_column: str = "text"  # for corpus files that are tables (.csv, .tsv, .jsonl, .parquet)
     preset: str = "small"
     # Model (defaults: ELECTRA-Small, Clark et al. 2020, table 6)
@@ -101,6 +103,7 @@ class TrainConfig:
             (0 < self.mask_prob < 1, "mask_prob must be between 0 and 1"),
             (0 < self.generator_ratio <= 1, "generator_ratio must be in (0, 1]"),
             (not (self.init_from and self.tokenizer), "--init-from brings its own vocabulary; leave out --tokenizer"),
+            (self.init_vocab in ("corpus", "full"), f"unknown init_vocab {self.init_vocab!r}; choose corpus or full"),
             (self.vocab_size is None or self.vocab_size > 5, f"vocab_size {self.vocab_size} is too small"),
             (min(self.batch_size, self.max_steps, self.log_every, self.save_every) > 0,
              "batch_size, max_steps, log_every and save_every must be positive"),
@@ -224,7 +227,7 @@ def check_paths(cfg: TrainConfig) -> None:
         if not Path(path).is_file():
             raise UsageError(f"corpus file not found: {path}" + (" (a folder: give its files)" if Path(path).is_dir() else ""))
     for flag, folder in (("--tokenizer", cfg.tokenizer), ("--init-from", cfg.init_from)):
-        if folder and not Path(folder).is_dir():
+        if folder and not Path(folder).is_dir() and not (flag == "--init-from" and folder.lower() == "e5-small"):
             raise UsageError(f"{flag} {folder}: no such folder")
 
 

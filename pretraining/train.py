@@ -51,6 +51,7 @@ from pretraining.config import (
 )
 from pretraining.corpus import Blocks, build_cache, check_corpus, corpus_as_text
 from pretraining.cpu_limits import omp_threads, plan_threads
+from pretraining.init_from import init_source, load_init, resolve_init
 from pretraining.logbook import Logbook, plot_rtd_curve, summarize
 from pretraining.model import ElectraPretrainer
 from pretraining.tokenizer import load_tokenizer, resolve_vocab_size, train_tokenizer
@@ -85,39 +86,6 @@ def build_model(cfg: TrainConfig, tokenizer) -> ElectraPretrainer:
     return ElectraPretrainer(disc_config, generator_ratio=cfg.generator_ratio, objective=cfg.objective,
                              mask_prob=cfg.mask_prob, disc_weight=cfg.disc_weight,
                              mask_token_id=tokenizer.mask_token_id, special_token_ids=special)
-
-
-def init_source(folder: str) -> tuple[Path, Path | None, dict]:
-    """--init-from: the discriminator folder, the generator folder beside it (None if there is none), and the
-    config fields that fix the model's shape, from their config.json."""
-    from transformers import AutoConfig
-
-    root = Path(folder)
-    disc = root / "discriminator" if (root / "discriminator" / "config.json").is_file() else root
-    if not (disc / "config.json").is_file():
-        raise UsageError(f"--init-from {folder}: no config.json there or in {root / 'discriminator'}")
-    d = AutoConfig.from_pretrained(disc, trust_remote_code=False)
-    if d.model_type != "electra":
-        raise UsageError(f"--init-from {disc}: a {d.model_type!r} model; replaced token detection needs an ELECTRA")
-    shape = {k: getattr(d, k) for k in ("embedding_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-                                        "intermediate_size", "max_position_embeddings")}
-    gen = disc.parent / "generator"
-    if (gen / "config.json").is_file() and gen != disc:
-        shape["generator_ratio"] = AutoConfig.from_pretrained(gen).hidden_size / d.hidden_size
-        return disc, gen, shape
-    return disc, None, shape
-
-
-def load_init(model: ElectraPretrainer, disc: Path, gen: Path | None) -> None:
-    from transformers import ElectraForMaskedLM, ElectraForPreTraining
-
-    try:
-        # Generator first: it shares the embedding block, which the discriminator's weights then overwrite.
-        if gen is not None and model.generator is not None:
-            model.generator.load_state_dict(ElectraForMaskedLM.from_pretrained(gen).state_dict())
-        model.discriminator.load_state_dict(ElectraForPreTraining.from_pretrained(disc).state_dict())
-    except RuntimeError as exc:
-        raise UsageError(f"--init-from {disc}: its weights do not fit: {str(exc).splitlines()[0][:300]}") from None
 
 
 def param_groups(model: torch.nn.Module, weight_decay: float) -> list[dict]:
@@ -316,11 +284,11 @@ def check_inputs(cfg: TrainConfig, device, world: int, out: Path, ckpt_path: Pat
     """(cfg with an --init-from folder's shape, that folder, the corpus, the checkpoint to resume or None),
     checked before any slow work."""
     check_compile_device(cfg, device)
-    init = init_source(cfg.init_from) if cfg.init_from else None
-    if init is not None:
-        cfg = dataclasses.replace(cfg, **init[2])  # the folder's shape, recorded in config.json and checkpoints
     corpus = corpus_as_text(cfg.corpus, cfg.text_column, out / "corpus")
     check_corpus(corpus)
+    init = init_source(resolve_init(cfg.init_from, corpus, out, cfg.init_vocab)) if cfg.init_from else None
+    if init is not None:
+        cfg = dataclasses.replace(cfg, **init[2])  # the folder's shape, recorded in config.json and checkpoints
     if cfg.batch_size % world:
         raise UsageError(f"batch size {cfg.batch_size} does not split over {world} processes")
     saved = checkpoint_to_resume(cfg, ckpt_path)
