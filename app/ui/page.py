@@ -33,7 +33,8 @@ from app.labeling.sessions import ORDERS, SessionStore
 from app.ui import multilabel as ui_multilabel
 from app.ui.batch import batch_tab
 from app.ui.classify import QUICK, classify_tab, header, health_banner
-from app.ui.label_view import MAX_LABEL_BUTTONS, _render_label, folds, keys_help, review_button
+from app.ui.label_view import (MAX_LABEL_BUTTONS, _render_label, folds, keys_help, review_button, saved, shown_row,
+                               stale_answer)
 from app.ui.review import ReviewPanel
 from app.ui.team_label import TeamSessions
 from app.ui.uploads import read_texts, spreadsheet_safe, uploaded_only
@@ -324,26 +325,34 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         return (*render(session, f"Loaded {len(session.texts)} 'not sure' answers from the review queue."),
                 review_button(state.review))
 
-    def act(action, sid, row, *args):
+    def act(action, sid, row, *args, answers: bool = True):
+        """`action` on the session, as the person at the page. `row`: the record the browser showed when the
+        key or click happened (label-row, sent with the event); an answer (`answers`) for a record that is not
+        the one on screen now (a second key pressed before the next text was drawn) saves nothing."""
         session = get(sid)
         if session is None:
             return render(None, "No labeling session: upload a file to start.", fold=False)
-        message = team.acted(action, session, row, *args)  # as the person at the page, who each line names
+        row = shown_row(row)
+        stale = stale_answer(session, row) if answers else None
+        # as the person at the page, who each line names
+        message = stale or team.acted(action, session, row, *args)
         return render(session, message, fold=False)
+
+    anywhere = partial(act, answers=False)  # undo, a new label, the order: not an answer to the text shown
 
     def accept(session, row):
         if session.meta.get("blind"):  # an audit has no suggestion to accept (a stray Enter key must not label)
             return
         if row is not None and session.current() == row:
-            session.decide(row, session.kind.accepted(session, row))
+            return saved(session.decide(row, session.kind.accepted(session, row)))
 
     def choose(i, session, row):
         if row is not None and i < len(session.labels):
-            session.decide(int(row), session.labels[i])
+            return saved(session.decide(int(row), session.labels[i]))
 
     def choose_other(session, row, label):
         if row is not None and label:
-            session.decide(int(row), label)
+            return saved(session.decide(int(row), label))
 
     def skip(session, row):
         if row is not None and not session.skip(int(row)) and session.status[int(row)] == 1:
@@ -367,7 +376,9 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
 
     with gr.Tab("Label", id="label", elem_id="tab-label") as label_tab:
         sid = gr.BrowserState("", storage_key="electra-label-session")
-        row = gr.State(None)
+        # the record on screen, in the page (not server state): each key or click sends the one it was
+        # pressed on, so a key pressed before the next text is drawn cannot answer that text unseen
+        row = gr.Number(None, precision=0, visible="hidden", elem_id="label-row")
         shown = gr.State("")  # the session this page shows (render's last output)
         with gr.Accordion("Start or resume a session", elem_id="label-start-panel") as l_start_panel, gr.Row():
             l_file = gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
@@ -414,10 +425,10 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         l_panel[1].click(partial(act, ui_multilabel.save), [sid, row, l_panel[0]], outputs, **quick)
         l_panel[2].click(partial(act, ui_multilabel.none_of_these), [sid, row], outputs, **quick)
         l_skip.click(partial(act, skip), [sid, row], outputs, **quick)
-        l_undo.click(partial(act, undo), [sid, row], outputs, **quick)
-        l_order.input(partial(act, set_order), [sid, row, l_order], outputs, **quick)
+        l_undo.click(partial(anywhere, undo), [sid, row], outputs, **quick)
+        l_order.input(partial(anywhere, set_order), [sid, row, l_order], outputs, **quick)
         for trigger in (l_add.click, l_new.submit):  # the button, or Enter in the box
-            trigger(partial(act, add_label), [sid, row, l_new], outputs, **quick).then(lambda: "", None, l_new)
+            trigger(partial(anywhere, add_label), [sid, row, l_new], outputs, **quick).then(lambda: "", None, l_new)
         l_export.click(export, sid, l_file_out, **quick)
         review.wire(render, act, outputs, sid, row, l_hint)
         # On opening the tab rather than on page load: Gradio 6 applies page-load updates to a tab

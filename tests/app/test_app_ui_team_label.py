@@ -168,6 +168,52 @@ def test_a_file_sessions_journal_names_who_labeled(team, browser, tmp_path):
     ann.context.close()
 
 
+# Every key the page gets, with the text on screen at that moment (captured before the page's own handler).
+KEY_LOG_JS = """() => { window.keyLog = [];
+  document.addEventListener('keydown', (e) => window.keyLog.push(
+    {key: e.key, text: document.querySelector('#label-text textarea').value}), true); }"""
+
+
+def test_a_second_fast_key_never_answers_the_text_not_yet_on_screen(team, browser):
+    """20 fast double keys (1 then 2, 60 ms apart, as a double-tap or a quick typist on a slow laptop): every
+    stored answer is on a text that was on screen when its key was pressed, with that key's label. Before,
+    the second key answered the next text, which the page had not drawn yet (issue 59, D2)."""
+    server, tokens, _ = team
+    texts = [f"빠른 키 {i} 메모 기록" for i in range(48)]
+    made = httpx.post(server.url + "/v1/datasets", headers={"Authorization": f"Bearer {tokens['boss']}"},
+                      json={"name": "fast", "texts": texts, "overlap": 1}, timeout=60)
+    assert made.status_code == 201, made.text
+    ds = made.json()["id"]
+    ann = signed_in(browser, server, tokens["ann"])
+    open_dataset(ann, ds, "fast")
+    names = {str(k): ann.inner_text(f"#label-btn-{k}").split("] ")[-1] for k in (1, 2)}
+    ann.evaluate(KEY_LOG_JS)
+    refused = 0
+    for _ in range(20):
+        before, n = shown_text(ann), labeled(ann)
+        ann.keyboard.press("1")
+        ann.wait_for_timeout(60)
+        ann.keyboard.press("2")
+        ann.wait_for_function("t => document.querySelector('#label-text textarea').value !== t", arg=before)
+        settled = time.monotonic() + 30
+        while time.monotonic() < settled:  # both keys' answers drawn: the count stays put
+            count = labeled(ann)
+            ann.wait_for_timeout(400)
+            if labeled(ann) == count and count > n:
+                break
+        refused += labeled(ann) == n + 1
+    seen: dict[str, set[str]] = {}
+    for press in ann.evaluate("() => window.keyLog"):
+        seen.setdefault(press["text"], set()).add(names[press["key"]])
+    mine = [r for r in export(server, tokens, ds) if r["annotator"] == "ann"]
+    unseen = [r["text"] for r in mine if r["label"] not in seen.get(r["text"], ())]
+    assert not unseen, f"{len(unseen)} of {len(mine)} answers on a text not on screen at their key: {unseen}"
+    assert len(mine) == labeled(ann) >= 20
+    print(f"\n20 double keys 60 ms apart: {refused} second keys refused (pressed before the next text was "
+          f"drawn), {len(mine) - 20} answered a text drawn in time, 0 answered a text not on screen")
+    ann.context.close()
+
+
 TAGS = ["memo", "error", "dream"]
 
 

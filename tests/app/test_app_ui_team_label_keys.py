@@ -69,3 +69,23 @@ def test_keys_skip_and_the_download_of_a_dataset_with_labels_of_its_own(tmp_path
     assert list(mine[0]) == ["record_id", "text", "annotator", "label", "created_at"]
     assert sorted(r["annotator"] for r in download("rev")) == ["ann", "ann", "ann", "rev"]  # a reviewer: all
     engine.dispose()
+
+
+def test_an_answer_for_the_text_before_the_one_on_screen_saves_nothing(tmp_path):
+    """The record id the page sends with a key (label-row) against the one the session shows: the second of two
+    fast keys carries the text just answered, and saves nothing (issue 59, D2)."""
+    from app.ui.label_view import STALE, shown_row, stale_answer
+
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    uid = users.by_token(engine, users.add_user(engine, "ann", "annotator"))[0]
+    ds = queue.create_dataset(engine, "d", ["x", "y"], False, 1, [{"text": f"t{i}", "priority": i} for i in range(3)],
+                              None)[0]
+    team = TeamSessions(Config(model="m"), SimpleNamespace(store=engine))
+    team.user = lambda: (uid, "ann", "annotator")
+    session = team.get(dataset_sid(ds))
+    first = session.current()
+    assert stale_answer(session, first) is None and session.decide(first, "x")
+    assert stale_answer(session, first) == STALE  # the second key, pressed on the text just answered
+    assert stale_answer(session, session.current()) is None and stale_answer(session, None) is None
+    assert [shown_row(v) for v in (3, 3.0, "4", None, "x", True, float("inf"))] == [3, 3, 4, None, None, None, None]
+    engine.dispose()
