@@ -102,7 +102,7 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
     session_labels = session.labels
     if row is None:
         text = gr.update(value="", label="All done")
-        hint = f"All {prog['total']} texts are labeled. Download the labeled CSV below."
+        hint = f"All {prog['total']} texts are labeled. Download them below (Download labels)."
         probs, accept, suggestion = None, gr.update(visible="hidden"), None
     else:
         suggestion = session.suggestion[row]

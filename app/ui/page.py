@@ -231,7 +231,7 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
             if state.store is not None:
                 from app.ui.team import team_tab
 
-                team_tab(cfg, state)
+                team_tab(cfg, state, exports)
                 section("team")
     # Gradio copies any file reference it finds in any input (a Dropdown's value too) into its cache, whose
     # files it serves: every input of every event takes uploaded files only.
@@ -272,8 +272,11 @@ def _label_extras(labels: list[str]) -> tuple:
             l_new = gr.Textbox(label="New label", max_length=60, elem_id="label-new")
             l_add = gr.Button("Add label", size="sm", elem_id="label-add")
         with gr.Row():
-            l_export = gr.Button("Download labeled CSV (text,label)", elem_id="label-export")
-            l_file_out = gr.File(label="Labeled CSV", elem_id="label-download")
+            # a file session's labeled.csv (text,label); a team dataset's answers, one row per answer: the
+            # final labels (one a text) are the Team tab's
+            l_export = gr.Button("Download labels (CSV)", elem_id="label-export")
+            l_file_out = gr.File(label="Labels: a file's text,label; a team dataset's answers, one row each",
+                                 elem_id="label-download")
     return l_order, l_other, l_other_btn, l_new, l_add, l_export, l_file_out
 
 

@@ -269,7 +269,8 @@ def test_a_multi_label_dataset_by_keys_tick_save_undo_skip_and_download(team, br
     assert labeled(bob) == 4
     bob.click("#label-export")
     got = download(bob, "#label-download a", tmp_path)
-    rows = list(csv.DictReader(got.open(encoding="utf-8")))
+    assert got.name.endswith("-answers.csv") and got.read_bytes().startswith(b"\xef\xbb\xbf")  # BOM: Excel
+    rows = list(csv.DictReader(got.open(encoding="utf-8-sig")))
     assert {r["text"]: r["label"] for r in rows} == {t: ";".join(v) for t, v in answers.items()}
     assert {r["annotator"] for r in rows} == {"bob"} and list(rows[0]) == ["record_id", "text", "annotator", "label",
                                                                             "created_at"]
@@ -304,4 +305,45 @@ def test_team_tab_on_a_laptop(team, browser):
     assert box is not None and box["y"] < 768, box  # the figures show without scrolling
     DOCS_IMG.mkdir(parents=True, exist_ok=True)
     pg.screenshot(path=str(DOCS_IMG / "ui-team.png"))
+    context.close()
+
+
+def test_a_reviewer_sees_the_answers_on_a_laptop_clicks_a_row_and_settles_it(team, browser):
+    """At 1366×768 the disagreements show who answered what without scrolling sideways (the text column took the
+    width before); a click on a row fills its record id; Adjudicate says what is settled (issue 59, D3)."""
+    server, tokens, _ = team
+    boss = {"Authorization": f"Bearer {tokens['boss']}"}
+    texts = ["긴 텍스트 " * 40 + str(i) for i in range(2)]  # long texts: they took the answers' room
+    ds = httpx.post(server.url + "/v1/datasets", headers=boss, timeout=60,
+                    json={"name": "split", "texts": texts, "overlap": 2, "labels": ["memo", "error"]}).json()["id"]
+    for name, label in (("ann", "memo"), ("bob", "error")):
+        who = {"Authorization": f"Bearer {tokens[name]}"}
+        for _ in texts:
+            rec = httpx.post(f"{server.url}/v1/datasets/{ds}/next", headers=who, timeout=30).json()
+            assert httpx.post(f"{server.url}/v1/datasets/{ds}/labels", headers=who, timeout=30,
+                              json={"record_id": rec["record_id"], "label": label}).status_code == 200
+    context = browser.new_context(viewport={"width": 1366, "height": 768})
+    context.set_default_timeout(60_000)
+    pg = context.new_page()
+    pg.goto(server.url + "/login")
+    pg.fill("input[name=key]", tokens["boss"])
+    pg.click("button[type=submit]")
+    pg.wait_for_selector("#classify-text textarea")
+    pg.get_by_role("tab", name="Team").click()
+    pg.click("#team-dataset input")
+    pg.get_by_role("option").filter(has_text=f"{ds}: split").click()
+    cell = pg.locator("#team-disagreements [data-testid=cell-0-1]")  # Gradio's cells: row, column
+    cell.filter(has_text="ann: memo · bob: error").wait_for()
+    box = cell.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 1366, box  # no sideways scroll
+    ids = [int(pg.inner_text(f"#team-disagreements [data-testid=cell-{i}-0]")) for i in range(2)]
+    pg.wait_for_function("n => Number(document.querySelector('#team-record input').value) === n", arg=ids[0])
+    pg.click("#team-disagreements [data-testid=cell-1-2]")  # the second text: its record id fills the box
+    pg.wait_for_function("n => Number(document.querySelector('#team-record input').value) === n", arg=ids[1])
+    pg.click("#team-label input")
+    pg.get_by_role("option", name="error", exact=True).click()
+    pg.click("#team-settle")
+    pg.wait_for_function("() => /settled as/.test(document.querySelector('#team-said').innerText)")
+    said = pg.inner_text("#team-said")
+    assert f"Record {ids[1]} settled as error" in said and "1 disagreements left" in said, said
     context.close()

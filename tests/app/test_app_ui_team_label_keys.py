@@ -61,7 +61,9 @@ def test_keys_skip_and_the_download_of_a_dataset_with_labels_of_its_own(tmp_path
 
     def download(name: str) -> list[dict]:
         team.user = lambda: who[name]
-        with open(team.export(dataset_sid(ds), exports), encoding="utf-8") as f:
+        path = team.export(dataset_sid(ds), exports)
+        assert path.endswith("-answers.csv") and open(path, "rb").read(3) == b"\xef\xbb\xbf"  # one row an answer; BOM
+        with open(path, encoding="utf-8-sig") as f:
             return list(csv.DictReader(f))
     mine = download("ann")
     assert [(r["text"], r["annotator"], r["label"]) for r in mine] == [("t0", "ann", "x"), ("t1", "ann", "x"),
