@@ -182,9 +182,10 @@ def _quiet_user_errors(fn):
     return run
 
 
-def build_ui(cfg, state, jobs=None) -> gr.Blocks:
+def build_ui(cfg, state, jobs=None, metrics=None) -> gr.Blocks:
     """The tabs, each built by its own function: Classify, Label, Batch, and Train with a model registry.
-    Each action uses the version serving when it starts (`state.served`), so a model switch needs no reload."""
+    Each action uses the version serving when it starts (`state.served`), so a model switch needs no reload.
+    `metrics`: the server's (app/http/metrics.py): Classify and Batch count their answers there as the API does."""
     store = SessionStore(Path(cfg.data_dir) / "label")
     if open_to_anyone(cfg):  # sessions of texts other clients sent are not a visitor's (app/labeling/kept_texts.py)
         store = VisitorStore(store)
@@ -212,11 +213,11 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
         gr.Timer(HEADING_EVERY_S).tick(**heading, concurrency_limit=QUICK, concurrency_id="heading")
         section("page")
         with gr.Tabs():
-            classify_tab(cfg, state)
+            classify_tab(cfg, state, metrics)
             section("classify")
             _label_tab(cfg, state, labels, store, exports, engine_turn, jobs)
             section("label")
-            batch_tab(cfg, state, exports, engine_turn, _score_chunks, _stop_reason, cfg.ui_concurrency)
+            batch_tab(cfg, state, exports, engine_turn, _score_chunks, _stop_reason, cfg.ui_concurrency, metrics)
             section("batch")
             if jobs is not None:
                 from app.ui.train import train_tab
@@ -443,7 +444,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
 
 
 def mount_ui(app, cfg, state, jobs=None) -> None:
-    demo = build_ui(cfg, state, jobs)
+    demo = build_ui(cfg, state, jobs, getattr(app.state, "metrics", None))
     gr.mount_gradio_app(app, demo, path="/ui", ssr_mode=False, footer_links=["settings"],
                         max_file_size=int(cfg.max_upload_mb * 1024 * 1024), theme=demo.ui_theme, css=CSS,
                         head=SHORTCUTS_JS + TOUCH_JS, show_error=True)
