@@ -317,3 +317,25 @@ def test_the_monitor_counts_the_uis_answers_as_the_apis(spread_model_dir, tmp_pa
         (v,) = c.get("/v1/monitor").json()["versions"].values()
         assert v["n"] == 2 + 1 + 7
         assert "app_not_confident_total 10.0" in c.get("/metrics").text
+
+
+def test_no_alert_before_the_window_has_the_answers_it_needs(reference_folder, tmp_path, caplog):
+    """3 answers of one class read PSI 4.7 to 17: three red ALERTs telling a team to audit and retrain, while the
+    class-mix estimate waited for 50 answers and the drift chart for 100 (issue 59, D6). Under 100 answers every
+    level is "too few" and nothing alerts or logs; the same shift at 100 answers alerts."""
+    from app.monitoring.monitor import DRIFT_MIN_ANSWERS
+    from app.ui.monitor import summary
+
+    caplog.set_level(logging.WARNING, logger="app")
+    engine = FakeServed(FakeClf(reference_folder, LABELS), "v1")
+    monitor = Monitor(None, size=1000, check_every=1)  # a check at every answer: the log would say an alert
+    feed(monitor, engine, np.random.default_rng(6), DRIFT_MIN_ANSWERS - 1, mix=[0.0, 0.0, 1.0], chunk=DRIFT_MIN_ANSWERS - 1)
+    report = monitor.report()
+    v = report["versions"]["v1"]
+    assert v["drift"]["class_mix"] >= 0.25 and set(v["levels"].values()) == {"too few"} and v["alerts"] == []
+    assert "drift alert" not in caplog.text and "ALERT" not in summary(report, "v1")
+    assert f"under {DRIFT_MIN_ANSWERS} answers" in summary(report, "v1")
+    feed(monitor, engine, np.random.default_rng(7), 1, mix=[0.0, 0.0, 1.0], chunk=1)
+    v = monitor.report()["versions"]["v1"]
+    assert v["levels"]["class_mix"] == "alert" and "class_mix" in v["alerts"] and "drift alert: class_mix" in caplog.text
+    monitor.close()
