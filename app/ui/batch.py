@@ -104,7 +104,8 @@ def batch_tab(cfg, state, exports, engine_turn, score_chunks, stop_reason, scori
         parts = score_chunks(len(df), score, progress, "Scoring", "rows", engine_turn, state)
         scored = pd.concat(parts)
         preds, texts = answers(scored, column, clf)  # the engine's answers, as the API's are counted
-        observed(state, metrics, served, preds, texts, clf.encode(texts) if state.monitor is not None else [])
+        seqs = clf.encode(texts) if getattr(state, "monitor", None) is not None else []  # its overlong share
+        observed(state, metrics, served, preds, texts, seqs)
         if getattr(state, "fallback", None) is not None:  # 'not sure' rows to the LLM, after the engine's turns
             from app.llm.cascade_rows import defer_frame
 
