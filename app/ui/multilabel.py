@@ -61,8 +61,23 @@ def render(session, row, ticked: list[str] | None = None, hint: str | None = Non
     return hint, session.probs[row], panel
 
 
+NOTHING_TICKED = ("Nothing ticked, nothing saved: tick the labels that apply (1–9), or press 0 (*None of these*) "
+                  "when none does.")
+
+
+def nothing_suggested(session, row) -> bool:
+    """Nothing was ticked for the person: a live audit (blind) or a team dataset with labels of its own."""
+    return bool(session.meta.get("blind")) or (hasattr(session, "suggested") and not session.suggested(row))
+
+
 def save(session, row, ticked) -> str | None:
-    if row is not None and not session.decide(int(row), list(ticked or [])):
+    """Save the ticked set. Nothing ticked where nothing was suggested is no answer (a stray Enter): "none of
+    these" is its own key (0)."""
+    if row is None:
+        return None
+    if not ticked and nothing_suggested(session, int(row)):
+        return NOTHING_TICKED
+    if not session.decide(int(row), list(ticked)):
         return STALE
 
 

@@ -80,6 +80,16 @@ TOUCH_JS = """
 }, true));
 </script>
 """
+# Gradio opens every Markdown link in a new tab (target=_blank, whatever the HTML says): Sign out must leave
+# this one, so the app goes off screen with the session.
+SIGN_OUT_JS = """
+<script>
+document.addEventListener('click', (e) => {
+  const a = e.target && e.target.closest && e.target.closest('a[href="/logout"]');
+  if (a) { e.preventDefault(); e.stopPropagation(); window.location.assign('/logout'); }
+}, true);
+</script>
+"""
 OPENED_JS = "(sid, shown) => { window.labelOpenedAt = performance.now(); return [sid, shown]; }"
 FOLD_JS = """() => {
   const touched = (window.labelTouchedAt || 0) > (window.labelOpenedAt || 0);
@@ -182,6 +192,15 @@ def _quiet_user_errors(fn):
     return run
 
 
+def sign_out(cfg, state) -> str:
+    """The heading's Sign out, where people sign in (a key, or users: their tokens). It opens in this tab
+    (SIGN_OUT_JS: Gradio's links open a new one), so the app leaves the screen with the session."""
+    identities = getattr(state, "identities", None)
+    if not cfg.api_key and not (identities is not None and identities.active()):
+        return ""
+    return " · [Sign out](/logout)"
+
+
 def build_ui(cfg, state, jobs=None, metrics=None) -> gr.Blocks:
     """The tabs, each built by its own function: Classify, Label, Batch, and Train with a model registry.
     Each action uses the version serving when it starts (`state.served`), so a model switch needs no reload.
@@ -196,12 +215,11 @@ def build_ui(cfg, state, jobs=None, metrics=None) -> gr.Blocks:
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
     with gr.Blocks(title="ELECTRA text classifier", analytics_enabled=False,
                    delete_cache=(3600, 24 * 3600)) as demo:
-        sign_out = " · [Sign out](/logout)" if cfg.api_key else ""
         # The served version (and whether its model adds anything) changes with a promotion made anywhere (the
         # Train tab, the API, another replica): read at page load, at a promotion here, and every few seconds.
-        top = gr.Markdown(header(state, sign_out), elem_id="page-header")
+        top = gr.Markdown(header(state, sign_out(cfg, state)), elem_id="page-header")
         banner = gr.Markdown(health_banner(state), elem_id="health-banner")
-        heading = {"fn": lambda: (header(state, sign_out), health_banner(state)), "inputs": None,
+        heading = {"fn": lambda: (header(state, sign_out(cfg, state)), health_banner(state)), "inputs": None,
                    "outputs": [top, banner], "show_progress": "hidden"}
         sections: dict = {}  # event index -> the section (app/team/roles.py UI_SECTIONS) that registered it
 
@@ -447,7 +465,7 @@ def mount_ui(app, cfg, state, jobs=None) -> None:
     demo = build_ui(cfg, state, jobs, getattr(app.state, "metrics", None))
     gr.mount_gradio_app(app, demo, path="/ui", ssr_mode=False, footer_links=["settings"],
                         max_file_size=int(cfg.max_upload_mb * 1024 * 1024), theme=demo.ui_theme, css=CSS,
-                        head=SHORTCUTS_JS + TOUCH_JS, show_error=True)
+                        head=SHORTCUTS_JS + TOUCH_JS + SIGN_OUT_JS, show_error=True)
     # Browsers ask the site's root for its icon on every page: Gradio's is under /ui.
     app.add_api_route("/favicon.ico", lambda: RedirectResponse("/ui/favicon.ico", 301), include_in_schema=False)
     # Every open tab holds a heartbeat stream that only ends on Gradio's stop event, which Gradio sets

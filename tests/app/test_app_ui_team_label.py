@@ -347,3 +347,17 @@ def test_a_reviewer_sees_the_answers_on_a_laptop_clicks_a_row_and_settles_it(tea
     said = pg.inner_text("#team-said")
     assert f"Record {ids[1]} settled as error" in said and "1 disagreements left" in said, said
     context.close()
+
+
+def test_the_sign_in_page_asks_for_a_token_and_sign_out_takes_the_app_off_screen(team, browser):
+    """People handed a personal token read "API key required" (issue 59), and Sign out (none on a server with
+    users and no key) opened in a new tab and left the app on screen: now the form names the token, and Sign
+    out signs out this tab, which shows the sign-in form again."""
+    server, tokens, _ = team
+    pg = signed_in(browser, server, tokens["ann"])
+    pg.click("#page-header a:text('Sign out')")
+    pg.wait_for_url("**/login")
+    assert len(pg.context.pages) == 1 and not pg.is_visible("#classify-text")
+    said = pg.inner_text("body")
+    assert "personal token" in said and "API key required" not in said
+    pg.context.close()

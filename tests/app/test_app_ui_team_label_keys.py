@@ -91,3 +91,23 @@ def test_an_answer_for_the_text_before_the_one_on_screen_saves_nothing(tmp_path)
     assert stale_answer(session, session.current()) is None and stale_answer(session, None) is None
     assert [shown_row(v) for v in (3, 3.0, "4", None, "x", True, float("inf"))] == [3, 3, 4, None, None, None, None]
     engine.dispose()
+
+
+def test_enter_with_nothing_ticked_saves_nothing_where_nothing_was_suggested(tmp_path):
+    """A multi-label dataset with labels of its own: nothing is ticked, and Enter (Save) with nothing ticked
+    saved "none of these" unasked (issue 59, D4). Now it saves nothing and says so; 0 (None) saves none."""
+    from app.ui import multilabel
+
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    uid = users.by_token(engine, users.add_user(engine, "ann", "annotator"))[0]
+    ds = queue.create_dataset(engine, "tags", ["x", "y"], True, 1, [{"text": f"t{i}", "priority": i} for i in range(2)],
+                              None)[0]
+    team = TeamSessions(Config(model="m"), SimpleNamespace(store=engine))
+    team.user = lambda: (uid, "ann", "annotator")
+    session = team.get(dataset_sid(ds))
+    first = session.current()
+    assert multilabel.save(session, first, []) == multilabel.NOTHING_TICKED
+    assert session.current() == first and session.progress()["labeled"] == 0  # nothing saved
+    assert multilabel.none_of_these(session, first) is None and session.progress()["labeled"] == 1
+    assert multilabel.save(session, session.current(), ["y"]) is None and session.progress()["labeled"] == 2
+    engine.dispose()
