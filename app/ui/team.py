@@ -161,6 +161,10 @@ def team_tab(cfg, state, exports=None) -> None:
             f_file = gr.File(label="Final labels: one row a text, what the next retrain trains on",
                              elem_id="team-final-file")
         f_said = gr.Markdown(elem_id="team-final-said")
+        if getattr(state, "identities", None) is not None:  # people sign in with tokens kept in the store
+            from app.ui.people import people_panel
+
+            people_panel(cfg, state)
         with gr.Accordion("New dataset from a file (reviewers and admins)", open=False):
             with gr.Row():
                 n_file = uploaded_only(gr.File(label="CSV, TSV, JSONL or Parquet", elem_id="team-new-file"))

@@ -207,3 +207,32 @@ def test_a_reviewer_sees_the_answers_picks_a_row_and_is_told_what_is_settled(tmp
     assert f"Record {clicked} settled as **b**" in said and "1 texts adjudicated" in said
     assert "1 disagreements left" in said and [r[2] for r in table2] == ["t0"] and next_id == table[0][0]
     engine.dispose()
+
+
+def test_an_admin_adds_people_gives_a_new_token_and_revokes_in_the_team_tab(tmp_path, caplog):
+    """People were added only on the command line (issue 59): the Team tab's People panel adds a person (their
+    token shown once, and it signs in), gives a new token (the old one stops working) and revokes; each change
+    a log line naming the admin; the rule is admin only (a reviewer is refused by app/ui/guard.py)."""
+    import logging
+
+    from app.team import roles
+
+    caplog.set_level(logging.INFO, logger="app")
+    engine, ids, blocks, rev, _ = _team(tmp_path, ("ann",))
+    add, rotate, revoke, listed = (_tab_fn(blocks, n) for n in ("add_person", "rotate_token", "revoke_person",
+                                                                 "list_people"))
+    said, table = add(" dana ", "reviewer")
+    token = said.split("`")[1]
+    assert users.by_token(engine, token)[1:] == ("dana", "reviewer") and ["dana", "reviewer"] == table[1][:2]
+    assert "Shown once" in said and any(getattr(r, "fields", {}).get("event") == "user_added" for r in caplog.records)
+    with pytest.raises(gr.Error, match="exists"):
+        add("dana", "annotator")
+    said, _ = rotate("dana")
+    assert users.by_token(engine, token) is None and users.by_token(engine, said.split("`")[1])[1] == "dana"
+    _, table = revoke("dana")
+    assert [r[3] for r in table if r[0] == "dana"] != ["active"] and users.by_token(engine, said.split("`")[1]) is None
+    assert [r[0] for r in listed()] == ["ann", "dana", "rev"]
+    for name in ("add_person", "rotate_token", "revoke_person", "list_people"):
+        rule = roles.ui_rule("team", name)
+        assert rule.allows("admin") and not rule.allows("reviewer") and not rule.open
+    engine.dispose()
