@@ -51,15 +51,24 @@ def browser(team):
         b.close()
 
 
-def signed_in(browser, server, token):
+def signed_in(browser, server, token, size=(1280, 900)):
     """A fresh browser context (another person, or the same person's other browser), signed in."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    context = browser.new_context(viewport={"width": size[0], "height": size[1]}, accept_downloads=True)
     context.set_default_timeout(60_000)
     pg = context.new_page()
     pg.goto(server.url + "/login")
     pg.fill("input[name=key]", token)
     pg.click("button[type=submit]")
     pg.wait_for_selector("#classify-text textarea")
+    return pg
+
+
+def open_team_tab(browser, server, token, dataset_id: int, name: str):
+    """A reviewer's Team tab on a laptop screen (1366×768), the dataset picked."""
+    pg = signed_in(browser, server, token, (1366, 768))
+    pg.get_by_role("tab", name="Team").click()
+    pg.click("#team-dataset input")
+    pg.get_by_role("option").filter(has_text=f"{dataset_id}: {name}").click()
     return pg
 
 
@@ -288,16 +297,7 @@ def test_team_tab_on_a_laptop(team, browser):
     from test_app_ui_browser import DOCS_IMG
 
     server, tokens, ds = team
-    context = browser.new_context(viewport={"width": 1366, "height": 768})
-    context.set_default_timeout(60_000)
-    pg = context.new_page()
-    pg.goto(server.url + "/login")
-    pg.fill("input[name=key]", tokens["boss"])
-    pg.click("button[type=submit]")
-    pg.wait_for_selector("#classify-text textarea")
-    pg.get_by_role("tab", name="Team").click()
-    pg.click("#team-dataset input")
-    pg.get_by_role("option").filter(has_text=f"{ds}: diary").click()
+    pg = open_team_tab(browser, server, tokens["boss"], ds, "diary")
     pg.wait_for_function("() => /Krippendorff's alpha/.test(document.querySelector('#team-summary').innerText)")
     said = pg.inner_text("#team-summary")
     assert f"of {len(TEXTS)} texts have their 2 answer(s)" in said and "Fleiss' kappa" in said, said
@@ -305,7 +305,7 @@ def test_team_tab_on_a_laptop(team, browser):
     assert box is not None and box["y"] < 768, box  # the figures show without scrolling
     DOCS_IMG.mkdir(parents=True, exist_ok=True)
     pg.screenshot(path=str(DOCS_IMG / "ui-team.png"))
-    context.close()
+    pg.context.close()
 
 
 def test_a_reviewer_sees_the_answers_on_a_laptop_clicks_a_row_and_settles_it(team, browser):
@@ -322,16 +322,7 @@ def test_a_reviewer_sees_the_answers_on_a_laptop_clicks_a_row_and_settles_it(tea
             rec = httpx.post(f"{server.url}/v1/datasets/{ds}/next", headers=who, timeout=30).json()
             assert httpx.post(f"{server.url}/v1/datasets/{ds}/labels", headers=who, timeout=30,
                               json={"record_id": rec["record_id"], "label": label}).status_code == 200
-    context = browser.new_context(viewport={"width": 1366, "height": 768})
-    context.set_default_timeout(60_000)
-    pg = context.new_page()
-    pg.goto(server.url + "/login")
-    pg.fill("input[name=key]", tokens["boss"])
-    pg.click("button[type=submit]")
-    pg.wait_for_selector("#classify-text textarea")
-    pg.get_by_role("tab", name="Team").click()
-    pg.click("#team-dataset input")
-    pg.get_by_role("option").filter(has_text=f"{ds}: split").click()
+    pg = open_team_tab(browser, server, tokens["boss"], ds, "split")
     cell = pg.locator("#team-disagreements [data-testid=cell-0-1]")  # Gradio's cells: row, column
     cell.filter(has_text="ann: memo · bob: error").wait_for()
     box = cell.bounding_box()
@@ -346,7 +337,7 @@ def test_a_reviewer_sees_the_answers_on_a_laptop_clicks_a_row_and_settles_it(tea
     pg.wait_for_function("() => /settled as/.test(document.querySelector('#team-said').innerText)")
     said = pg.inner_text("#team-said")
     assert f"Record {ids[1]} settled as error" in said and "1 disagreements left" in said, said
-    context.close()
+    pg.context.close()
 
 
 def test_the_sign_in_page_asks_for_a_token_and_sign_out_takes_the_app_off_screen(team, browser):

@@ -73,18 +73,23 @@ def test_keys_skip_and_the_download_of_a_dataset_with_labels_of_its_own(tmp_path
     engine.dispose()
 
 
+def _annotator(tmp_path, multi_label: bool):
+    """(the store, ann's TeamSession) of a 3-text dataset with labels of its own, overlap 1."""
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    uid = users.by_token(engine, users.add_user(engine, "ann", "annotator"))[0]
+    rows = [{"text": f"t{i}", "priority": i} for i in range(3)]
+    ds = queue.create_dataset(engine, "d", ["x", "y"], multi_label, 1, rows, None)[0]
+    team = TeamSessions(Config(model="m"), SimpleNamespace(store=engine))
+    team.user = lambda: (uid, "ann", "annotator")
+    return engine, team.get(dataset_sid(ds))
+
+
 def test_an_answer_for_the_text_before_the_one_on_screen_saves_nothing(tmp_path):
     """The record id the page sends with a key (label-row) against the one the session shows: the second of two
     fast keys carries the text just answered, and saves nothing (issue 59, D2)."""
     from app.ui.label_view import STALE, shown_row, stale_answer
 
-    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
-    uid = users.by_token(engine, users.add_user(engine, "ann", "annotator"))[0]
-    ds = queue.create_dataset(engine, "d", ["x", "y"], False, 1, [{"text": f"t{i}", "priority": i} for i in range(3)],
-                              None)[0]
-    team = TeamSessions(Config(model="m"), SimpleNamespace(store=engine))
-    team.user = lambda: (uid, "ann", "annotator")
-    session = team.get(dataset_sid(ds))
+    engine, session = _annotator(tmp_path, multi_label=False)
     first = session.current()
     assert stale_answer(session, first) is None and session.decide(first, "x")
     assert stale_answer(session, first) == STALE  # the second key, pressed on the text just answered
@@ -98,13 +103,7 @@ def test_enter_with_nothing_ticked_saves_nothing_where_nothing_was_suggested(tmp
     saved "none of these" unasked (issue 59, D4). Now it saves nothing and says so; 0 (None) saves none."""
     from app.ui import multilabel
 
-    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
-    uid = users.by_token(engine, users.add_user(engine, "ann", "annotator"))[0]
-    ds = queue.create_dataset(engine, "tags", ["x", "y"], True, 1, [{"text": f"t{i}", "priority": i} for i in range(2)],
-                              None)[0]
-    team = TeamSessions(Config(model="m"), SimpleNamespace(store=engine))
-    team.user = lambda: (uid, "ann", "annotator")
-    session = team.get(dataset_sid(ds))
+    engine, session = _annotator(tmp_path, multi_label=True)
     first = session.current()
     assert multilabel.save(session, first, []) == multilabel.NOTHING_TICKED
     assert session.current() == first and session.progress()["labeled"] == 0  # nothing saved
