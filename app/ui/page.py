@@ -36,6 +36,7 @@ from app.ui.classify import QUICK, classify_tab, header, health_banner
 from app.ui.label_view import (MAX_LABEL_BUTTONS, _render_label, folds, keys_help, review_button, saved, shown_row,
                                stale_answer)
 from app.ui.review import ReviewPanel
+from app.ui.team import TEAM_KEYS_JS
 from app.ui.team_label import TeamSessions
 from app.ui.uploads import read_texts, spreadsheet_safe, uploaded_only
 from app.ui.guard import person
@@ -465,7 +466,7 @@ def mount_ui(app, cfg, state, jobs=None) -> None:
     demo = build_ui(cfg, state, jobs, getattr(app.state, "metrics", None))
     gr.mount_gradio_app(app, demo, path="/ui", ssr_mode=False, footer_links=["settings"],
                         max_file_size=int(cfg.max_upload_mb * 1024 * 1024), theme=demo.ui_theme, css=CSS,
-                        head=SHORTCUTS_JS + TOUCH_JS + SIGN_OUT_JS, show_error=True)
+                        head=SHORTCUTS_JS + TOUCH_JS + SIGN_OUT_JS + TEAM_KEYS_JS, show_error=True)
     # Browsers ask the site's root for its icon on every page: Gradio's is under /ui.
     app.add_api_route("/favicon.ico", lambda: RedirectResponse("/ui/favicon.ico", 301), include_in_schema=False)
     # Every open tab holds a heartbeat stream that only ends on Gradio's stop event, which Gradio sets

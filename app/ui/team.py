@@ -42,6 +42,27 @@ STAFF_ONLY = ("The Team tab shows every annotator's answers: it is for reviewers
               "blind (docs/app.md, Team labeling).")
 
 
+KEY_BUTTONS = 9
+# Keys 1-9 click the Team tab's label buttons while its disagreements are on screen (not while typing).
+TEAM_KEYS_JS = """
+<script>
+document.addEventListener('keydown', (e) => {
+  const t = e.target;
+  if (e.ctrlKey || e.metaKey || e.altKey || e.repeat || !/^[1-9]$/.test(e.key)) return;
+  if (t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.tagName === 'SELECT' || t.isContentEditable)) return;
+  const table = document.getElementById('team-disagreements');
+  const b = document.getElementById('team-btn-' + e.key);
+  if (table && table.offsetParent !== null && b && b.offsetParent !== null) { e.preventDefault(); b.click(); }
+});
+</script>
+"""
+
+
+def key_buttons(labels) -> list:
+    return [gr.update(value=f"[{i + 1}] {labels[i]}", visible=True) if i < len(labels)
+            else gr.update(visible="hidden") for i in range(KEY_BUTTONS)]
+
+
 def _answer(value) -> str:
     return ";".join(value) or "(none)" if isinstance(value, list) else str(value)
 
@@ -75,15 +96,16 @@ def team_tab(cfg, state, exports=None) -> None:
         """The summary, the disagreements (answers before the text: they are what a reviewer reads), the
         dataset's labels, the first disagreement's record id (the next to settle) and `said`."""
         if staff(request) is None:
-            return STAFF_ONLY, [], gr.update(choices=[]), None, ""
+            return STAFF_ONLY, [], gr.update(choices=[]), None, "", *key_buttons([])
         if dataset_id is None:
-            return "No dataset chosen (create one from a file below).", [], gr.update(choices=[]), None, ""
+            return ("No dataset chosen (create one from a file below).", [], gr.update(choices=[]), None, "",
+                    *key_buttons([]))
         ds = queue.get_dataset(engine, int(dataset_id))
         split = review.disagreements(engine, ds)
         rows = [[r["record_id"], " · ".join(f"{k}: {_answer(v)}" for k, v in r["answers"].items()), r["text"][:200]]
                 for r in split]
         return (summary(engine, ds), rows, gr.update(choices=[str(x) for x in ds.labels], value=None),
-                split[0]["record_id"] if split else None, said)
+                split[0]["record_id"] if split else None, said, *key_buttons([] if ds.multi_label else ds.labels))
 
     def pick(evt: gr.SelectData):
         """A click on a disagreement's row: its record id is the one to settle."""
@@ -106,6 +128,18 @@ def team_tab(cfg, state, exports=None) -> None:
         except queue.NotFound as e:
             raise gr.Error(str(e)) from None
         return show(dataset_id, request, settled(engine, ds, int(record_id), label))
+
+    def key_settler(i: int):
+        """The i-th label's button (key i+1): settle the record in the box with it, then the next is filled in.
+        A function of its own, not a partial: Gradio finds the gr.Request parameter of a plain function only."""
+        def settle_key(dataset_id, record_id, request: gr.Request):
+            if dataset_id is None:
+                raise gr.Error("Choose a dataset first.")
+            labels = queue.get_dataset(engine, int(dataset_id)).labels
+            if i >= len(labels):
+                raise gr.Error("No such label in this dataset.")
+            return settle(dataset_id, record_id, str(labels[i]), request)
+        return settle_key
 
     def final(dataset_id, format: str, request: gr.Request):
         """The dataset's final labels, one row a text, as the next retrain takes them (app/team/final_export.py)."""
@@ -154,6 +188,9 @@ def team_tab(cfg, state, exports=None) -> None:
             t_record = gr.Number(label="record_id", precision=0, elem_id="team-record")
             t_label = gr.Dropdown(label="Final label", choices=[], elem_id="team-label")
             t_settle = gr.Button("Adjudicate", variant="primary", elem_id="team-settle")
+        with gr.Row():  # a single-label dataset's labels, keys 1-9 (TEAM_KEYS_JS): settle the record in the box
+            t_keys = [gr.Button(visible="hidden", size="sm", min_width=80, elem_id=f"team-btn-{i + 1}")
+                      for i in range(KEY_BUTTONS)]
         t_said = gr.Markdown(elem_id="team-said")
         with gr.Row():
             f_csv = gr.Button("Final labels (CSV)", size="sm", elem_id="team-final-csv")
@@ -174,7 +211,7 @@ def team_tab(cfg, state, exports=None) -> None:
                                       elem_id="team-new-overlap")
             n_create = gr.Button("Create dataset", elem_id="team-new-create")
             n_said = gr.Markdown(elem_id="team-new-said")
-    outputs = [t_summary, t_split, t_label, t_record, t_said]
+    outputs = [t_summary, t_split, t_label, t_record, t_said, *t_keys]
     def listing(request: gr.Request):
         return gr.update(choices=choices(request))
 
@@ -183,6 +220,8 @@ def team_tab(cfg, state, exports=None) -> None:
     t_dataset.change(show, t_dataset, outputs)
     t_split.select(pick, None, t_record)
     t_settle.click(settle, [t_dataset, t_record, t_label], outputs)
+    for i, b in enumerate(t_keys):
+        b.click(key_settler(i), [t_dataset, t_record], outputs)
 
     def final_csv(dataset_id, request: gr.Request):
         return final(dataset_id, "csv", request)

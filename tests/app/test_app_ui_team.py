@@ -198,14 +198,18 @@ def test_a_reviewer_sees_the_answers_picks_a_row_and_is_told_what_is_settled(tmp
         for text, vote in zip(("t0", "t1", "t2"), votes):
             _answer(engine, ds, ids[name], text, vote)
     show, settle, pick = (_tab_fn(blocks, n) for n in ("show", "settle", "pick"))
-    summary_md, table, _, first, said = show(ds.id, rev)
+    summary_md, table, _, first, said, *keys = show(ds.id, rev)
     assert [r[1:] for r in table] == [["ann: a · bob: b", "t0"], ["ann: a · bob: b", "t2"]] and said == ""
-    assert first == table[0][0]
+    assert first == table[0][0] and [k.get("value") for k in keys[:3]] == ["[1] a", "[2] b", None]  # keys 1, 2
     clicked = pick(gr.SelectData(None, {"index": [1, 2], "value": "t2", "row_value": table[1]}))
     assert clicked == table[1][0]
-    _, table2, _, next_id, said = settle(ds.id, clicked, "b", rev)
+    _, table2, _, next_id, said, *_ = settle(ds.id, clicked, "b", rev)
     assert f"Record {clicked} settled as **b**" in said and "1 texts adjudicated" in said
     assert "1 disagreements left" in said and [r[2] for r in table2] == ["t0"] and next_id == table[0][0]
+    key_1 = next(f.fn for f in blocks.fns.values() if f.fn.__name__ == "settle_key")  # the first label's (key 1)
+    _, table3, _, next_id, said, *_ = key_1(ds.id, next_id, rev)
+    assert f"Record {table[0][0]} settled as **a**" in said and "0 disagreements left" in said and table3 == []
+    assert next_id is None and review.adjudicated(engine, ds) == {table[0][0]: "a", clicked: "b"}
     engine.dispose()
 
 

@@ -337,6 +337,11 @@ def test_a_reviewer_sees_the_answers_on_a_laptop_clicks_a_row_and_settles_it(tea
     pg.wait_for_function("() => /settled as/.test(document.querySelector('#team-said').innerText)")
     said = pg.inner_text("#team-said")
     assert f"Record {ids[1]} settled as error" in said and "1 disagreements left" in said, said
+    pg.wait_for_function("n => Number(document.querySelector('#team-record input').value) === n", arg=ids[0])
+    pg.click("#team-summary")  # focus off the dropdown: keys 1-9 are the label buttons'
+    pg.keyboard.press("1")  # the next one, filled in: settled by its key
+    pg.wait_for_function("() => /0 disagreements left/.test(document.querySelector('#team-said').innerText)")
+    assert f"Record {ids[0]} settled as memo" in pg.inner_text("#team-said")
     pg.context.close()
 
 
