@@ -13,6 +13,7 @@ from pydantic import ValidationError
 from app.config import open_to_anyone
 from app.label_kinds import dataset_space, kind_of
 from app.team.final_export import final_text
+from app.team.inputs import MAX_ID
 from app.team.routes import NewDataset, new_dataset, open_refusal
 from app.ui.uploads import read_texts, uploaded_only
 from labelstore import queue, review, users
@@ -121,6 +122,8 @@ def team_tab(cfg, state, exports=None) -> None:
             raise gr.Error(STAFF_ONLY)
         if dataset_id is None or record_id is None or not label:
             raise gr.Error("Choose a dataset, a record id from the table (click its row) and a label.")
+        if not 1 <= record_id <= MAX_ID:  # the database's integer (app/team/inputs.py): a larger one fails in it
+            raise gr.Error(f"record_id must be 1 to {MAX_ID} (a record id from the table).")
         ds = queue.get_dataset(engine, int(dataset_id))
         value = kind_of(dataset_space(ds)).store_choice(label)
         try:

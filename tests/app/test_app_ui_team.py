@@ -240,3 +240,22 @@ def test_an_admin_adds_people_gives_a_new_token_and_revokes_in_the_team_tab(tmp_
         rule = roles.ui_rule("team", name)
         assert rule.allows("admin") and not rule.allows("reviewer") and not rule.open
     engine.dispose()
+
+
+def test_adjudicating_a_record_id_beyond_64_bits_is_refused_in_words(tmp_path):
+    """Issue 63 L9 on the Team tab: the record id box took 10^20, which failed in SQLite's integer conversion."""
+    from app.http.gate import UiSessions
+    from app.team.auth import Identities
+
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    rev = users.by_token(engine, users.add_user(engine, "rev", "reviewer"))[0]
+    ds = queue.create_dataset(engine, "d", ["a", "b"], False, 1, [{"text": "t"}], None)[0]
+    state = SimpleNamespace(store=engine, identities=Identities(engine), sessions=UiSessions())
+    with gr.Blocks() as blocks:
+        team_tab(Config(model="m"), state)
+    settle = _tab_fn(blocks, "settle")
+    request = SimpleNamespace(cookies={SESSION_COOKIE: state.sessions.issue(rev)})
+    for big in (10**20, 2**63, 0):
+        with pytest.raises(gr.Error, match="record_id must be 1 to"):
+            settle(ds, big, "a", request)
+    engine.dispose()
