@@ -75,6 +75,7 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         state.fallback = open_fallback(cfg, metrics)
     app = build_api(cfg, state, metrics)
     app.state.server = state
+    app.state.metrics = metrics  # the UI counts its answers there too (app/ui/classify.py observed)
     identities = _add_team(app, cfg, state)
     jobs = add_admin_routes(app, cfg, state, registry, switcher) if registry is not None else None
     if cfg.in_fleet and switcher is not None:

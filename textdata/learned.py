@@ -102,8 +102,9 @@ def message(found: dict | None, blended: bool) -> str | None:
     """The plain sentence for a recorded finding, as the answers are served (with the blend or without)."""
     if not found:
         return None
-    why = (f"macro-F1 {found['macro_f1']:.4f} on all out-of-fold rows; with the labels shuffled its answers "
-           f"score up to {found['chance_macro_f1_p95']:.4f}" if found.get("at_chance") else
+    # "the fine-tuned model alone": next to a served blend the figure read as the answers' score (issue 59, D8)
+    why = (f"the fine-tuned model alone: macro-F1 {found['macro_f1']:.4f} on all out-of-fold rows; with the labels "
+           f"shuffled its answers score up to {found['chance_macro_f1_p95']:.4f}" if found.get("at_chance") else
            f"the blend gives the model {found.get('model_weight_share') or 0:.2%} of the baseline's weight")
     if blended and found.get("adds_nothing"):
         return f"{ADDS_NOTHING} ({why})"

@@ -27,6 +27,7 @@ from app.versions.registry import (
     ChangedFiles,
     Registry,
     RegistryError,
+    by,
     folder_sha256,
     version_number,
 )
@@ -104,7 +105,7 @@ class DbRegistry(Registry):
     # ------------------------------------------------------------ writing
     def log(self, event: str, **fields) -> None:
         version = fields.pop("version", None)
-        fs.log(self.engine, event, version, **fields)
+        fs.log(self.engine, event, version, **by(), **fields)  # who acts (app/versions/registry.py ACTOR)
 
     def next_name(self) -> str:
         return f"v{tx.read(self.engine, fs.next_number)}"

@@ -388,13 +388,13 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
         wait = state.throttle.retry_after(client)
         if wait and not await state.throttle.slowed(client):  # a blocked address: slowed (app/http/gate.py)
             metrics.rejected.labels("auth").inc()
-            page = LOGIN_PAGE.replace("<h2>API key required</h2>", f"<h2>Too many tries: wait {wait} s</h2>")
+            page = LOGIN_PAGE.replace("<h2>Sign in</h2>", f"<h2>Too many tries: wait {wait} s</h2>")
             return HTMLResponse(page, 429, headers={"Retry-After": str(wait)})
         if wait:
             state.throttle.done(client)
         raw = await request.body()
         if len(raw) > LOGIN_BODY_BYTES:  # parsing a 2 MB form of 500,000 fields held the event loop ~0.5 s
-            return HTMLResponse(LOGIN_PAGE.replace("<h2>API key required</h2>", "<h2>Form too large</h2>"), 413)
+            return HTMLResponse(LOGIN_PAGE.replace("<h2>Sign in</h2>", "<h2>Form too large</h2>"), 413)
         form = parse_qs(raw.decode("utf-8", "replace"))
         given = (form.get("key") or [""])[0]
         key_ok = bool(cfg.api_key) and hmac.compare_digest(given.encode(), cfg.api_key.encode())
@@ -404,9 +404,9 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
             metrics.rejected.labels("auth").inc()
             state.throttle.fail(client)
             if wait:
-                page = LOGIN_PAGE.replace("<h2>API key required</h2>", f"<h2>Too many tries: wait {wait} s</h2>")
+                page = LOGIN_PAGE.replace("<h2>Sign in</h2>", f"<h2>Too many tries: wait {wait} s</h2>")
                 return HTMLResponse(page, 429, headers={"Retry-After": str(wait)})
-            return HTMLResponse(LOGIN_PAGE.replace("<h2>API key required</h2>", "<h2>Wrong key</h2>"), 401)
+            return HTMLResponse(LOGIN_PAGE.replace("<h2>Sign in</h2>", "<h2>Wrong token or key</h2>"), 401)
         resp = RedirectResponse("/ui/", 303)
         # the cookie names the user, so the UI's labels and reviews are theirs (app/ui/team.py)
         resp.set_cookie(SESSION_COOKIE, state.sessions.issue(user[0] if user else None), max_age=int(state.sessions.ttl_s), httponly=True,
@@ -416,7 +416,8 @@ def _add_login_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Me
     @app.api_route("/logout", methods=["GET", "POST"], include_in_schema=False)
     async def logout(request: Request):
         state.sessions.revoke(request.cookies.get(SESSION_COOKIE))
-        resp = RedirectResponse("/login" if cfg.api_key else "/ui/", 303)
+        signed = cfg.api_key or (state.identities is not None and state.identities.active())  # a key or users
+        resp = RedirectResponse("/login" if signed else "/ui/", 303)
         resp.delete_cookie(SESSION_COOKIE, httponly=True, samesite="strict", secure=is_https(request.scope))
         return resp
 

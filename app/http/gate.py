@@ -167,8 +167,9 @@ def _cookie(scope, name: str) -> str | None:
 
 LOGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Sign in</title></head>
 <body style="font-family:sans-serif;max-width:24rem;margin:4rem auto">
-<h2>API key required</h2><form method="post" action="/login">
-<input type="password" name="key" placeholder="API key" autofocus style="width:100%;padding:.5rem">
+<h2>Sign in</h2><p>Paste your personal token (an admin makes it: <code>python -m app users add</code>), or the
+server's API key.</p><form method="post" action="/login">
+<input type="password" name="key" placeholder="Your token or the API key" autofocus style="width:100%;padding:.5rem">
 <button type="submit" style="margin-top:.5rem;padding:.5rem 1rem">Sign in</button></form></body></html>"""
 
 

@@ -48,7 +48,7 @@ class Metrics:
         self.model_info = Gauge("app_model_info", "The model version serving now (1)", ["version"], registry=r)
         self.rejected = Counter("app_rejected_total", "Requests turned away before the engine", ["reason"],
                                 registry=r)
-        self.not_confident = Counter("app_not_confident_total", "API answers under the model's threshold "
+        self.not_confident = Counter("app_not_confident_total", "Answers under the model's threshold (API, UI Classify and Batch) "
                                      "('not sure', calibration.json)", registry=r)
         self.review_queue = Gauge("app_review_queue_texts", "'Not sure' texts waiting in the review queue "
                                   "(--review-queue)", registry=r)

@@ -42,6 +42,10 @@ from textdata.tables import write_json
 log = logging.getLogger("app")
 KINDS = ("class_mix", "confidence", "length")
 HISTORY = 500  # drift snapshots kept per version (one every check_every answers)
+# Answers in a window before its PSI gets a level (watch, alert) and may alert: over 10 bins a few answers are
+# noise (3 answers read PSI 4.7 to 17), and the drift chart's first point (check_every) is at 100 too.
+DRIFT_MIN_ANSWERS = 100
+TOO_FEW = "too few"  # the level of every statistic before DRIFT_MIN_ANSWERS
 
 
 
@@ -193,7 +197,8 @@ class Window:
                 log.warning("monitor: drift of %s not computed: %r", self.version, e)
                 self.reference, self.why, drift = None, f"drift not computed ({type(e).__name__}: {e})"[:300], None
         return {"n": n, "drift": drift,
-                "levels": {k: level(v) for k, v in drift.items()} if drift else None,
+                "levels": {k: level(v) if n >= DRIFT_MIN_ANSWERS else TOO_FEW for k, v in drift.items()}
+                if drift else None,
                 "class_mix": {k: self.mix.get(k, 0) for k in names},
                 "confidence_counts": self.confidence.tolist(), "length_counts": self.length.tolist(),
                 "overlong_share": self.overlong / n if n else 0.0, "not_sure_share": self.unsure / n if n else 0.0,
@@ -342,6 +347,8 @@ class Monitor:
         if stats["drift"] is None:
             return
         w.history.append({"t": round(now, 1), "n": stats["n"], **{k: round(v, 4) for k, v in stats["drift"].items()}})
+        if stats["n"] < DRIFT_MIN_ANSWERS:  # an alert waits for the window it needs
+            return
         for k, v in stats["drift"].items():
             if v >= PSI_ALERT and k not in w.alerting:
                 w.alerting.add(k)

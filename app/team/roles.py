@@ -2,8 +2,8 @@
 
     annotator  their own queue and answers (and what any caller may do: classify, the model's labels, the UI)
     reviewer   also datasets: create, agreement, adjudication, export (the Team tab)
-    admin      also models, training, jobs, kept texts (audit, review queue), monitoring; users are the CLI's
-               (`python -m app users ...`, no HTTP route)
+    admin      also models, training, jobs, kept texts (audit, review queue), monitoring, and people: the CLI's
+               `python -m app users ...` or the Team tab's People panel (no HTTP route)
 
 The `--api-key` holder is an admin; one-person mode (no key, no users) is `local`, an admin. A rule's `open`
 says whether the route is served to visitors of a server open to anyone (no key, no users, not loopback, no
@@ -83,6 +83,9 @@ UI_SECTIONS: dict[str, Rule] = {
 UI_EVENTS: dict[tuple[str, str], Rule] = {
     ("label", "review_unsure"): Rule(ADMIN, "the review queue's kept texts as a session"),
     ("label", "from_active"): Rule(ADMIN, "the active version's suspects (training rows)"),
+    # the Team tab's People panel (app/ui/people.py): who may sign in, as `python -m app users` does
+    **{("team", name): Rule(ADMIN, "people: list, add, new token, revoke", open=False, closed="team")
+       for name in ("list_people", "add_person", "rotate_token", "revoke_person")},
 }
 
 

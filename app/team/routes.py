@@ -9,6 +9,7 @@
     POST /v1/datasets/{id}/adjudicate     {"record_id", "label" | "labels"}  (reviewer, admin)
     GET  /v1/datasets/{id}/agreement      alpha, Fleiss' kappa, per label, per annotator (reviewer, admin)
     GET  /v1/datasets/{id}/export?format=csv|jsonl  record_id,text,annotator,label,created_at (reviewer, admin)
+         ...&rows=final                              one row a text: record_id,text,label,decided,answers,agreement
 
 Blind: an annotator is never shown another's answer (agreement and export need a reviewer). The store is
 synchronous, so these routes are plain functions FastAPI runs on its thread pool, except the two of every
@@ -250,10 +251,17 @@ def _add_review_routes(app: FastAPI, engine, who: Callers, dataset) -> None:
         return {**figures, "progress": review.progress(engine, ds)}
 
     @app.get("/v1/datasets/{dataset_id}/export")
-    def export(dataset_id: DatasetId, request: Request, format: str = Query("csv", pattern="^(csv|jsonl)$")):
+    def export(dataset_id: DatasetId, request: Request, format: str = Query("csv", pattern="^(csv|jsonl)$"),
+               rows: str = Query("answers", pattern="^(answers|final)$")):
         who.caller(request, STAFF)
-        text = export_text(engine, dataset(dataset_id), format)
-        headers = {"Content-Disposition": f'attachment; filename="dataset-{dataset_id}.{format}"'}
+        if rows == "final":  # one row a text: the labels the next retrain takes (app/team/final_export.py)
+            from app.team.final_export import final_text
+
+            text = final_text(engine, dataset(dataset_id), format)[0]
+        else:
+            text = export_text(engine, dataset(dataset_id), format)
+        name = f"dataset-{dataset_id}-final" if rows == "final" else f"dataset-{dataset_id}"
+        headers = {"Content-Disposition": f'attachment; filename="{name}.{format}"'}
         return Response(text, media_type="application/x-ndjson" if format == "jsonl" else "text/csv; charset=utf-8",
                         headers=headers)
 

@@ -10,8 +10,13 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
+import numpy as np
+
 from app.label_kinds import kind_of
+from app.ui.classify import observed
 from app.ui.uploads import read_upload, spreadsheet_safe
+from serving.decision import Prediction
+from serving.multilabel import MultiLabelPrediction
 from serving.scoring import score_frame
 from textdata.tables import write_table
 
@@ -59,21 +64,48 @@ def preview(scored: pd.DataFrame) -> pd.DataFrame:
     return head
 
 
-def batch_tab(cfg, state, exports, engine_turn, score_chunks, stop_reason, scoring_limit: int) -> None:
-    """`score_chunks` and `stop_reason`: app/ui/page.py's chunked, cancellable scoring (shared with the Label tab)."""
+def answers(scored: pd.DataFrame, column: str, clf) -> tuple[list, list[str]]:
+    """The engine's answers to a scored file's rows that got one, as the API's predictions (the monitor counts
+    those), and their texts. The frame is what serving/scoring.py wrote: pred_label(s), prob_*, confident."""
+    kind = kind_of(clf.space)
+    got = scored[kind.answer_column].notna()
+    rows = scored[got]
+    labels = list(clf.labels)
+    probs = rows[[f"prob_{lab}" for lab in labels]].to_numpy(np.float64)
+    sure = rows["confident"].fillna(False).astype(bool).tolist()
+    preds = []
+    for i, (p, confident) in enumerate(zip(probs, sure)):
+        scores = {lab: float(v) for lab, v in zip(labels, p)}
+        top = labels[int(np.argmax(p))]
+        if clf.space.multi_label:
+            preds.append(MultiLabelPrediction(kind.names(rows[kind.answer_column].iloc[i]), scores, top, scores[top],
+                                              scores, confident=confident))
+        else:
+            preds.append(Prediction(str(rows["pred_label"].iloc[i]), float(rows["pred_score"].iloc[i]), scores,
+                                    confident=confident))
+    return preds, rows[column].astype(str).tolist()
+
+
+def batch_tab(cfg, state, exports, engine_turn, score_chunks, stop_reason, scoring_limit: int, metrics=None) -> None:
+    """`score_chunks` and `stop_reason`: app/ui/page.py's chunked, cancellable scoring (shared with the Label tab).
+    `metrics`: the server's: its answers are counted as the API's (app/ui/classify.py observed)."""
 
     def within(by_row: dict[int, str], a: int, b: int) -> dict[int, str]:
         return {i - a: v for i, v in by_row.items() if a <= i < b}
 
     def score_file(file, text_column, progress=gr.Progress()):  # noqa: B008 - how Gradio injects progress
         df, column, errors, notes = read_upload(cfg, file, text_column, partial(stop_reason, state))
-        clf = state.served.clf  # one version for the whole file
+        served = state.served
+        clf = served.clf  # one version for the whole file
 
         def score(a, b):  # rows the reader flagged are kept, with the reason in `error`
             return score_frame(clf, df.iloc[a:b], column, None, within(errors, a, b), within(notes, a, b))
 
         parts = score_chunks(len(df), score, progress, "Scoring", "rows", engine_turn, state)
         scored = pd.concat(parts)
+        preds, texts = answers(scored, column, clf)  # the engine's answers, as the API's are counted
+        seqs = clf.encode(texts) if getattr(state, "monitor", None) is not None else []  # its overlong share
+        observed(state, metrics, served, preds, texts, seqs)
         if getattr(state, "fallback", None) is not None:  # 'not sure' rows to the LLM, after the engine's turns
             from app.llm.cascade_rows import defer_frame
 

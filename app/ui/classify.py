@@ -11,6 +11,7 @@ import gradio as gr
 from app.http.api import text_problem
 from app.http.batcher import QueueFull
 from app.monitoring.monitor import answer_scores, label_set
+from textdata.learned import ADDS_NOTHING
 
 QUICK = 16  # concurrent quick events (classify, label clicks): milliseconds each
 
@@ -27,9 +28,13 @@ def health_banner(state) -> str:
     learned = getattr(state.served.clf, "learned", None)
     if not learned:
         return ""
-    return (f"⚠ **{html.escape(learned, quote=False)}.** Its confidences are the baseline's too. Next step: label more texts "
-            "(Label tab) and retrain (Train tab) with more epochs; the Train tab's versions table shows when a "
-            "version scores better.")
+    served = ""
+    if learned.startswith(ADDS_NOTHING):  # the figure is the model's alone, not the answers' (the blend's)
+        served = (" The figure in brackets is the fine-tuned model's own score; what the answers served now score "
+                  "(the blend with the baseline) is the Train tab's versions table.")
+    return (f"⚠ **{html.escape(learned, quote=False)}.** Its confidences are the baseline's too.{served} Next step: "
+            "label more texts (Label tab) and retrain (Train tab) with more epochs; the Train tab's versions table "
+            "shows when a version scores better.")
 
 
 def needed(clf, label: str) -> str:
@@ -69,7 +74,18 @@ def answer_markdown(clf, pred, version: str, cut: str = "") -> str:
     return f"{unsure}{head} · model {html.escape(version)}{cut}{promise(clf)}"
 
 
-def classify_tab(cfg, state) -> None:
+def observed(state, metrics, served, preds: list, texts: list[str], seqs: list) -> None:
+    """Answers the UI gave (Classify, Batch), counted as the API counts its own (app/http/api.py classify_texts):
+    in the monitor's window of `served` and in app_not_confident_total. `metrics`: None on a UI built alone."""
+    if getattr(state, "monitor", None) is not None:  # one queue put: the monitor's thread does the counting
+        state.monitor.observe(served, preds, texts, seqs, getattr(served.clf, "max_length", None))
+    unsure = sum(not p.confident for p in preds)
+    if unsure and metrics is not None:
+        metrics.not_confident.inc(unsure)
+
+
+def classify_tab(cfg, state, metrics=None) -> None:
+    """`metrics`: the server's (app/http/metrics.py), which counts this tab's "not sure" answers."""
     labels = list(state.served.clf.labels)
 
     async def classify(text: str):
@@ -92,6 +108,7 @@ def classify_tab(cfg, state) -> None:
             (pred,) = await asyncio.wait_for(state.batcher.submit(seqs, [len(seqs[0])], served), cfg.request_timeout_s)
         except (QueueFull, asyncio.TimeoutError):
             raise gr.Error("The server is busy; try again in a moment.") from None
+        observed(state, metrics, served, [pred], [text], seqs)
         probs = answer_scores(pred)
         unsure = not pred.confident and state.review is not None
         note = ""

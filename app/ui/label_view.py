@@ -22,6 +22,28 @@ SAVED = " Every decision is saved on the server as you go."
 REVIEW_ORDERS = {ORDERS[0]: "lowest quality first (likely wrong)", ORDERS[1]: "highest quality first"}
 
 
+STALE = ui_multilabel.STALE
+
+
+def shown_row(value) -> int | None:
+    """The record id the browser sent with an event (the page's label-row): an int, or None for anything else."""
+    try:
+        return None if value is None or isinstance(value, bool) else int(value)
+    except (TypeError, ValueError, OverflowError):
+        return None
+
+
+def stale_answer(session, row) -> str | None:
+    """Why an answer for `row` (the record on screen when the key was pressed) saves nothing: it is not the
+    record the session shows now (a second key pressed before the next text was drawn); None when it is."""
+    return STALE if row is not None and row != session.current() else None
+
+
+def saved(done: bool) -> str | None:
+    """The message of a decide() that found its record no longer on screen (False: a race with another key)."""
+    return None if done else STALE
+
+
 def keys_help(session, row) -> str:
     """The keys that work on what is shown now: a review has K and T, an audit no Enter, multi-label ticks."""
     if session is None or row is None:
@@ -80,7 +102,7 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
     session_labels = session.labels
     if row is None:
         text = gr.update(value="", label="All done")
-        hint = f"All {prog['total']} texts are labeled. Download the labeled CSV below."
+        hint = f"All {prog['total']} texts are labeled. Download them below (Download labels)."
         probs, accept, suggestion = None, gr.update(visible="hidden"), None
     else:
         suggestion = session.suggestion[row]

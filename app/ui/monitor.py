@@ -11,6 +11,7 @@ import gradio as gr
 
 from app.label_kinds import space_from
 from app.labeling.audit import start_session
+from app.monitoring.monitor import DRIFT_MIN_ANSWERS, TOO_FEW
 
 COLOURS = {"ok": "#1a7f37", "watch": "#b35900", "alert": "#cf222e"}
 MEANS = {"class_mix": "the mix of labels the model answers", "confidence": "how sure the model is",
@@ -18,7 +19,9 @@ MEANS = {"class_mix": "the mix of labels the model answers", "confidence": "how 
 NEXT = {"ok": "is as in the reference (the texts it was trained on).",
         "watch": "has moved from the reference: keep an eye on it.",
         "alert": "has moved far from the reference: start an audit session below to measure precision on "
-                 "today's texts, and label recent texts and retrain (Train tab) if it fell."}
+                 "today's texts, and label recent texts and retrain (Train tab) if it fell.",
+        TOO_FEW: f"cannot be judged yet: under {DRIFT_MIN_ANSWERS} answers in the window, too few for a level "
+                 "(no alert before)."}
 
 
 def level_line(kind: str, psi: float, level: str) -> str:

@@ -12,6 +12,10 @@ import html
 
 import gradio as gr
 
+# the Label tab's words for an answer whose text is no longer on screen (app/ui/label_view.py imports this module)
+STALE = ("⚠ Nothing saved: that key or click was for the text before this one (already answered or skipped). "
+         "This is the text on screen now.")
+
 # Keys for the checkbox panel, added to ui.py's keydown handler (`multi` is true while the panel is shown).
 MULTI_KEYS_JS = """
   const checks = document.getElementById('label-checks');
@@ -57,11 +61,26 @@ def render(session, row, ticked: list[str] | None = None, hint: str | None = Non
     return hint, session.probs[row], panel
 
 
-def save(session, row, ticked) -> None:
-    if row is not None:
-        session.decide(int(row), list(ticked or []))
+NOTHING_TICKED = ("Nothing ticked, nothing saved: tick the labels that apply (1–9), or press 0 (*None of these*) "
+                  "when none does.")
 
 
-def none_of_these(session, row) -> None:
-    if row is not None:
-        session.decide(int(row), [])
+def nothing_suggested(session, row) -> bool:
+    """Nothing was ticked for the person: a live audit (blind) or a team dataset with labels of its own."""
+    return bool(session.meta.get("blind")) or (hasattr(session, "suggested") and not session.suggested(row))
+
+
+def save(session, row, ticked) -> str | None:
+    """Save the ticked set. Nothing ticked where nothing was suggested is no answer (a stray Enter): "none of
+    these" is its own key (0)."""
+    if row is None:
+        return None
+    if not ticked and nothing_suggested(session, int(row)):
+        return NOTHING_TICKED
+    if not session.decide(int(row), list(ticked)):
+        return STALE
+
+
+def none_of_these(session, row) -> str | None:
+    if row is not None and not session.decide(int(row), []):
+        return STALE

@@ -33,8 +33,10 @@ from app.labeling.sessions import ORDERS, SessionStore
 from app.ui import multilabel as ui_multilabel
 from app.ui.batch import batch_tab
 from app.ui.classify import QUICK, classify_tab, header, health_banner
-from app.ui.label_view import MAX_LABEL_BUTTONS, _render_label, folds, keys_help, review_button
+from app.ui.label_view import (MAX_LABEL_BUTTONS, _render_label, folds, keys_help, review_button, saved, shown_row,
+                               stale_answer)
 from app.ui.review import ReviewPanel
+from app.ui.team import TEAM_KEYS_JS
 from app.ui.team_label import TeamSessions
 from app.ui.uploads import read_texts, spreadsheet_safe, uploaded_only
 from app.ui.guard import person
@@ -77,6 +79,16 @@ TOUCH_JS = """
   if (e.target && e.target.closest && e.target.closest('#label-start-panel, #label-suspects'))
     window.labelTouchedAt = performance.now();
 }, true));
+</script>
+"""
+# Gradio opens every Markdown link in a new tab (target=_blank, whatever the HTML says): Sign out must leave
+# this one, so the app goes off screen with the session.
+SIGN_OUT_JS = """
+<script>
+document.addEventListener('click', (e) => {
+  const a = e.target && e.target.closest && e.target.closest('a[href="/logout"]');
+  if (a) { e.preventDefault(); e.stopPropagation(); window.location.assign('/logout'); }
+}, true);
 </script>
 """
 OPENED_JS = "(sid, shown) => { window.labelOpenedAt = performance.now(); return [sid, shown]; }"
@@ -181,9 +193,19 @@ def _quiet_user_errors(fn):
     return run
 
 
-def build_ui(cfg, state, jobs=None) -> gr.Blocks:
+def sign_out(cfg, state) -> str:
+    """The heading's Sign out, where people sign in (a key, or users: their tokens). It opens in this tab
+    (SIGN_OUT_JS: Gradio's links open a new one), so the app leaves the screen with the session."""
+    identities = getattr(state, "identities", None)
+    if not cfg.api_key and not (identities is not None and identities.active()):
+        return ""
+    return " · [Sign out](/logout)"
+
+
+def build_ui(cfg, state, jobs=None, metrics=None) -> gr.Blocks:
     """The tabs, each built by its own function: Classify, Label, Batch, and Train with a model registry.
-    Each action uses the version serving when it starts (`state.served`), so a model switch needs no reload."""
+    Each action uses the version serving when it starts (`state.served`), so a model switch needs no reload.
+    `metrics`: the server's (app/http/metrics.py): Classify and Batch count their answers there as the API does."""
     store = SessionStore(Path(cfg.data_dir) / "label")
     if open_to_anyone(cfg):  # sessions of texts other clients sent are not a visitor's (app/labeling/kept_texts.py)
         store = VisitorStore(store)
@@ -194,12 +216,11 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
     theme = gr.themes.Default(font=["system-ui", "sans-serif"], font_mono=["ui-monospace", "monospace"])
     with gr.Blocks(title="ELECTRA text classifier", analytics_enabled=False,
                    delete_cache=(3600, 24 * 3600)) as demo:
-        sign_out = " · [Sign out](/logout)" if cfg.api_key else ""
         # The served version (and whether its model adds anything) changes with a promotion made anywhere (the
         # Train tab, the API, another replica): read at page load, at a promotion here, and every few seconds.
-        top = gr.Markdown(header(state, sign_out), elem_id="page-header")
+        top = gr.Markdown(header(state, sign_out(cfg, state)), elem_id="page-header")
         banner = gr.Markdown(health_banner(state), elem_id="health-banner")
-        heading = {"fn": lambda: (header(state, sign_out), health_banner(state)), "inputs": None,
+        heading = {"fn": lambda: (header(state, sign_out(cfg, state)), health_banner(state)), "inputs": None,
                    "outputs": [top, banner], "show_progress": "hidden"}
         sections: dict = {}  # event index -> the section (app/team/roles.py UI_SECTIONS) that registered it
 
@@ -211,11 +232,11 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
         gr.Timer(HEADING_EVERY_S).tick(**heading, concurrency_limit=QUICK, concurrency_id="heading")
         section("page")
         with gr.Tabs():
-            classify_tab(cfg, state)
+            classify_tab(cfg, state, metrics)
             section("classify")
             _label_tab(cfg, state, labels, store, exports, engine_turn, jobs)
             section("label")
-            batch_tab(cfg, state, exports, engine_turn, _score_chunks, _stop_reason, cfg.ui_concurrency)
+            batch_tab(cfg, state, exports, engine_turn, _score_chunks, _stop_reason, cfg.ui_concurrency, metrics)
             section("batch")
             if jobs is not None:
                 from app.ui.train import train_tab
@@ -230,7 +251,7 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
             if state.store is not None:
                 from app.ui.team import team_tab
 
-                team_tab(cfg, state)
+                team_tab(cfg, state, exports)
                 section("team")
     # Gradio copies any file reference it finds in any input (a Dropdown's value too) into its cache, whose
     # files it serves: every input of every event takes uploaded files only.
@@ -271,8 +292,11 @@ def _label_extras(labels: list[str]) -> tuple:
             l_new = gr.Textbox(label="New label", max_length=60, elem_id="label-new")
             l_add = gr.Button("Add label", size="sm", elem_id="label-add")
         with gr.Row():
-            l_export = gr.Button("Download labeled CSV (text,label)", elem_id="label-export")
-            l_file_out = gr.File(label="Labeled CSV", elem_id="label-download")
+            # a file session's labeled.csv (text,label); a team dataset's answers, one row per answer: the
+            # final labels (one a text) are the Team tab's
+            l_export = gr.Button("Download labels (CSV)", elem_id="label-export")
+            l_file_out = gr.File(label="Labels: a file's text,label; a team dataset's answers, one row each",
+                                 elem_id="label-download")
     return l_order, l_other, l_other_btn, l_new, l_add, l_export, l_file_out
 
 
@@ -324,26 +348,34 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         return (*render(session, f"Loaded {len(session.texts)} 'not sure' answers from the review queue."),
                 review_button(state.review))
 
-    def act(action, sid, row, *args):
+    def act(action, sid, row, *args, answers: bool = True):
+        """`action` on the session, as the person at the page. `row`: the record the browser showed when the
+        key or click happened (label-row, sent with the event); an answer (`answers`) for a record that is not
+        the one on screen now (a second key pressed before the next text was drawn) saves nothing."""
         session = get(sid)
         if session is None:
             return render(None, "No labeling session: upload a file to start.", fold=False)
-        message = team.acted(action, session, row, *args)  # as the person at the page, who each line names
+        row = shown_row(row)
+        stale = stale_answer(session, row) if answers else None
+        # as the person at the page, who each line names
+        message = stale or team.acted(action, session, row, *args)
         return render(session, message, fold=False)
+
+    anywhere = partial(act, answers=False)  # undo, a new label, the order: not an answer to the text shown
 
     def accept(session, row):
         if session.meta.get("blind"):  # an audit has no suggestion to accept (a stray Enter key must not label)
             return
         if row is not None and session.current() == row:
-            session.decide(row, session.kind.accepted(session, row))
+            return saved(session.decide(row, session.kind.accepted(session, row)))
 
     def choose(i, session, row):
         if row is not None and i < len(session.labels):
-            session.decide(int(row), session.labels[i])
+            return saved(session.decide(int(row), session.labels[i]))
 
     def choose_other(session, row, label):
         if row is not None and label:
-            session.decide(int(row), label)
+            return saved(session.decide(int(row), label))
 
     def skip(session, row):
         if row is not None and not session.skip(int(row)) and session.status[int(row)] == 1:
@@ -367,7 +399,9 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
 
     with gr.Tab("Label", id="label", elem_id="tab-label") as label_tab:
         sid = gr.BrowserState("", storage_key="electra-label-session")
-        row = gr.State(None)
+        # the record on screen, in the page (not server state): each key or click sends the one it was
+        # pressed on, so a key pressed before the next text is drawn cannot answer that text unseen
+        row = gr.Number(None, precision=0, visible="hidden", elem_id="label-row")
         shown = gr.State("")  # the session this page shows (render's last output)
         with gr.Accordion("Start or resume a session", elem_id="label-start-panel") as l_start_panel, gr.Row():
             l_file = gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
@@ -414,10 +448,10 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         l_panel[1].click(partial(act, ui_multilabel.save), [sid, row, l_panel[0]], outputs, **quick)
         l_panel[2].click(partial(act, ui_multilabel.none_of_these), [sid, row], outputs, **quick)
         l_skip.click(partial(act, skip), [sid, row], outputs, **quick)
-        l_undo.click(partial(act, undo), [sid, row], outputs, **quick)
-        l_order.input(partial(act, set_order), [sid, row, l_order], outputs, **quick)
+        l_undo.click(partial(anywhere, undo), [sid, row], outputs, **quick)
+        l_order.input(partial(anywhere, set_order), [sid, row, l_order], outputs, **quick)
         for trigger in (l_add.click, l_new.submit):  # the button, or Enter in the box
-            trigger(partial(act, add_label), [sid, row, l_new], outputs, **quick).then(lambda: "", None, l_new)
+            trigger(partial(anywhere, add_label), [sid, row, l_new], outputs, **quick).then(lambda: "", None, l_new)
         l_export.click(export, sid, l_file_out, **quick)
         review.wire(render, act, outputs, sid, row, l_hint)
         # On opening the tab rather than on page load: Gradio 6 applies page-load updates to a tab
@@ -429,10 +463,10 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
 
 
 def mount_ui(app, cfg, state, jobs=None) -> None:
-    demo = build_ui(cfg, state, jobs)
+    demo = build_ui(cfg, state, jobs, getattr(app.state, "metrics", None))
     gr.mount_gradio_app(app, demo, path="/ui", ssr_mode=False, footer_links=["settings"],
                         max_file_size=int(cfg.max_upload_mb * 1024 * 1024), theme=demo.ui_theme, css=CSS,
-                        head=SHORTCUTS_JS + TOUCH_JS, show_error=True)
+                        head=SHORTCUTS_JS + TOUCH_JS + SIGN_OUT_JS + TEAM_KEYS_JS, show_error=True)
     # Browsers ask the site's root for its icon on every page: Gradio's is under /ui.
     app.add_api_route("/favicon.ico", lambda: RedirectResponse("/ui/favicon.ico", 301), include_in_schema=False)
     # Every open tab holds a heartbeat stream that only ends on Gradio's stop event, which Gradio sets

@@ -18,6 +18,7 @@ import gradio as gr
 from app.config import open_to_anyone
 from app.label_kinds import SINGLE
 from app.labeling.review import ReviewError, active_issues, given_label, given_set, open_review
+from app.ui.multilabel import STALE
 from app.ui.uploads import read_upload
 from app.versions.trainset import build
 from textdata.errors import DataError
@@ -102,11 +103,12 @@ class ReviewPanel:
             g = given_set(session, r)
             if g is None:
                 return "Keep is for review sessions: label with the buttons."
-            session.decide(int(r), session.kind.choice(g))
+            if not session.decide(int(r), session.kind.choice(g)):
+                return STALE
 
         def keep_view(s, r):
-            session = self.store.get(s)
-            g = given_label(session, r) if session is not None else None
+            session = self.store.get(s)  # the row it shows: the page's record id is only what it sends
+            g = given_label(session, session.current()) if session is not None else None
             if g is None:
                 return gr.update(visible="hidden")
             return gr.update(value=f"Keep: {session.space.shown(g)}  [K]", visible=True)

@@ -274,6 +274,7 @@ class TeamSessions:
             raise gr.Error("No such team dataset here (or it is not yours to open).")
         name, role = session.user[1:]
         mine = None if role in STAFF else name
-        out = exports.path(re.sub(r"[^\w.-]+", "_", f"{session.ds.name}-{name if mine else 'all'}-labels.csv"))
-        out.write_text(export_text(self.state.store, session.ds, "csv", mine), encoding="utf-8")
+        # one row per answer, said in its name; a BOM, so a spreadsheet on Windows reads Korean
+        out = exports.path(re.sub(r"[^\w.-]+", "_", f"{session.ds.name}-{name if mine else 'all'}-answers.csv"))
+        out.write_text(export_text(self.state.store, session.ds, "csv", mine), encoding="utf-8-sig")
         return str(out)

@@ -17,8 +17,9 @@ from app.llm.teacher_labels import described
 from app.versions.admin import admin_refusal
 from app.versions.jobs import JobConflict
 from app.versions.models import served_cv
-from app.versions.registry import RegistryError
+from app.versions.registry import RegistryError, acting_as
 from app.versions.swap import ActivationError
+from app.ui.guard import person
 from app.versions.train_params import RETRAINABLE
 from textdata.errors import DataError
 
@@ -142,13 +143,18 @@ def train_tab(cfg, state, jobs):
         names = menu.get("choices")
         return (progress, frame, gr.skip(), sent) if names == sent and not always else (progress, frame, menu, names)
 
+    def who() -> str | None:
+        person_now = person(cfg, state)
+        return person_now[1] if person_now is not None else None
+
     async def start(*values):
         why = admin_refusal(cfg)
         if why:
             return (f"⚠ {why}", *refresh())
         try:
             # checked there, as the API's are
-            job = await jobs.start({p.name: box_value(p, v) for p, v in zip(TAB_PARAMS, values)})
+            with acting_as(who()):  # the registry's events name the person (the job's later ones too)
+                job = await jobs.start({p.name: box_value(p, v) for p, v in zip(TAB_PARAMS, values)})
             message = (f"Started job {job['id']}: {job['data'].get('train_rows')} training rows, "
                        f"{job['data'].get('eval_rows')} in the evaluation slice, "
                        f"{job['data'].get('corrections', 0)} label corrections from Review suspects."
@@ -167,7 +173,8 @@ def train_tab(cfg, state, jobs):
             return ("No job is running.", *refresh())
         if admin_refusal(cfg):
             return (f"⚠ {admin_refusal(cfg)}", *refresh())
-        await jobs.cancel(job["id"])
+        with acting_as(who()):
+            await jobs.cancel(job["id"])
         return (f"Cancelled job {job['id']}: nothing was made; Train starts again from the start.", *refresh())
 
     async def activate(version):
@@ -177,7 +184,8 @@ def train_tab(cfg, state, jobs):
         if not version:
             return ("Pick a version first.", *refresh())
         try:
-            await jobs.switcher.activate(version, why="Train tab: Promote / activate")
+            with acting_as(who()):
+                await jobs.switcher.activate(version, why="Train tab: Promote / activate")
             message = f"{version} is serving."
         except (RegistryError, ActivationError) as e:
             message = f"⚠ {e}"

@@ -9,13 +9,13 @@ paths (app/http/redact.py).
 
 from __future__ import annotations
 
-from fastapi import FastAPI, HTTPException
+from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import PlainTextResponse
 
 from app.config import open_to_anyone
 from app.http.redact import names_only, names_only_text
 from app.versions.jobs import JobConflict, Jobs
-from app.versions.registry import ChangedFiles, Registry, RegistryError
+from app.versions.registry import ChangedFiles, Registry, RegistryError, acting_as
 from app.versions.swap import ActivationBusy, ActivationError, Switcher
 from app.versions.train_params import request_model
 from app.versions.trainset import TrainingDataError
@@ -49,11 +49,22 @@ def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Swi
                            "promote": cfg.promote, "promote_tolerance": cfg.promote_tolerance,
                            "versions": registry.listing()})
 
+    def caller(request: Request) -> str:
+        """Who sends the request, by name (the gate's record): each registry event it causes says so."""
+        from labelstore.users import API_KEY, LOCAL
+
+        who = request.scope.get("state", {}).get("user")
+        if isinstance(who, tuple):
+            return who[1]
+        identities = getattr(state, "identities", None)
+        return identities.resolve(who)[1] if identities is not None else API_KEY if cfg.api_key else LOCAL
+
     @app.post("/v1/models/{version}/activate")
-    async def activate(version: str):
+    async def activate(version: str, request: Request):
         admin()
         try:
-            engine = await switcher.activate(version, why=f"POST /v1/models/{version}/activate")
+            with acting_as(caller(request)):
+                engine = await switcher.activate(version, why=f"POST /v1/models/{version}/activate")
         except ChangedFiles as e:  # it exists, and is refused: a conflict, not an unknown version
             raise HTTPException(409, names_only_text(str(e))) from None
         except RegistryError as e:
@@ -65,20 +76,22 @@ def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Swi
         return {"active": engine.version, "serving": state.served.version}
 
     @app.delete("/v1/models/{version}")
-    async def delete(version: str):
+    async def delete(version: str, request: Request):
         admin()
         try:
             registry.path(version)
-            registry.delete(version)
+            with acting_as(caller(request)):
+                registry.delete(version)
         except RegistryError as e:
             raise HTTPException(409 if version == registry.active() else 404, names_only_text(str(e))) from None
         return {"deleted": version}
 
     @app.post("/v1/train", status_code=202)
-    async def train(req: TrainRequest | None = None):
+    async def train(request: Request, req: TrainRequest | None = None):
         admin()
         try:
-            return names_only(await jobs.start((req or TrainRequest()).model_dump()))
+            with acting_as(caller(request)):  # the job's task starts in here: its events name the caller too
+                return names_only(await jobs.start((req or TrainRequest()).model_dump()))
         except JobConflict as e:
             raise HTTPException(409, str(e)) from None
         except (TrainingDataError, DataError) as e:
@@ -106,10 +119,11 @@ def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Swi
             raise HTTPException(404, f"no log for job {job_id!r}") from None
 
     @app.delete("/v1/jobs/{job_id}")
-    async def cancel(job_id: str):
+    async def cancel(job_id: str, request: Request):
         admin()
         try:
-            return names_only(await jobs.cancel(job_id))
+            with acting_as(caller(request)):
+                return names_only(await jobs.cancel(job_id))
         except KeyError:
             raise HTTPException(404, f"no job {job_id!r}") from None
         except JobConflict as e:

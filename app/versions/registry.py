@@ -21,6 +21,8 @@ files) is already there; see `Registry.register_folder`.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import os
@@ -37,6 +39,24 @@ from textdata.tables import atomic_path, write_json
 
 ACTIVE_FILE = "active"
 EVENTS_FILE = "events.jsonl"
+# Who acts (the signed-in user, the key holder `api-key`, `local`): set by the route or UI event that trains,
+# activates or deletes, and written as "by" on each event it logs, the training job's later ones too (its task
+# starts inside, with this context). Unset: the server acting on its own (a start, a fallback).
+ACTOR: contextvars.ContextVar[str | None] = contextvars.ContextVar("registry_actor", default=None)
+
+
+@contextlib.contextmanager
+def acting_as(name: str | None):
+    token = ACTOR.set(name)
+    try:
+        yield
+    finally:
+        ACTOR.reset(token)
+
+
+def by() -> dict:
+    """The event's "by" field, where someone acts."""
+    return {"by": ACTOR.get()} if ACTOR.get() else {}
 MAX_META_BYTES = 4 << 20  # version.json is a few KB; one of gigabytes is not read into memory
 _VERSION = re.compile(r"^v([1-9][0-9]{0,8})$")
 
@@ -143,7 +163,7 @@ class Registry:
     # ------------------------------------------------------------ writing
     def log(self, event: str, **fields) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
-        line = json.dumps({"event": event, "time": round(time.time(), 3), **fields}, ensure_ascii=False)
+        line = json.dumps({"event": event, "time": round(time.time(), 3), **by(), **fields}, ensure_ascii=False)
         with open(self.root / EVENTS_FILE, "a", encoding="utf-8") as f:
             f.write(line + "\n")
             f.flush()

@@ -188,7 +188,9 @@ def test_monitor_tab_and_api_show_the_multi_label_audit(multilabel_classifier_di
         assert out[31]["visible"] is True and out[31]["value"] == [] and "answer is hidden" in json.dumps(out[3])
         person = {text: ticked for text, _, ticked in CASES}
         for _ in texts:
-            out = session_outputs(url, tab, fn[("save-btn", "click")], [sid, None, sorted(person[out[2]["value"]])])
+            ticked = sorted(person[out[2]["value"]])  # none: its own key (Save with nothing ticked saves nothing)
+            button = ("save-btn", "click") if ticked else ("none-btn", "click")
+            out = session_outputs(url, tab, fn[button], [sid, out[1], ticked] if ticked else [sid, out[1]])
         report = httpx.get(url + "/v1/monitor").json()
         (version,) = report["versions"]
         live = report["versions"][version]["live_precision"]

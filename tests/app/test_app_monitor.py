@@ -288,3 +288,54 @@ def test_a_switch_then_a_restart_keeps_the_previous_version_s_figures(reference_
     again.attach(v2)
     assert list(again.snapshot()["versions"]) == ["v2"]
     again.close()
+
+
+def test_the_monitor_counts_the_uis_answers_as_the_apis(spread_model_dir, tmp_path):
+    """Classify and Batch in the UI feed the monitor's window and app_not_confident_total as the JSON API does:
+    the window's count is API + Classify + Batch answers (issue 59, D5: the UI's answers were never counted)."""
+    from gradio.utils import get_upload_folder
+
+    from app.server import create_app
+    from serving.engine import Classifier
+
+    clf = Classifier.load(spread_model_dir)
+    # every answer "not sure" (a threshold nothing clears), so the counter moves with each of them
+    clf.calibration.flags = lambda probs, away: (np.zeros(len(probs), bool), [None] * len(probs))
+    clf.calibration.confident = lambda probs: np.zeros(len(probs), bool)
+    cfg = Config(model="m", data_dir=tmp_path / "data")
+    upload = Path(get_upload_folder()) / f"monitor-test-{tmp_path.name}" / "batch.csv"
+    upload.parent.mkdir(parents=True, exist_ok=True)
+    upload.write_text("text\n" + "".join(f"메모 {i} 약속\n" for i in range(7)) + ",\n", encoding="utf-8")
+    with TestClient(create_app(cfg, clf), base_url="http://127.0.0.1") as c:
+        blocks = next(r.app for r in c.app.routes if getattr(r, "path", None) == "/ui").get_blocks()
+        fn = {getattr(f.fn, "__name__", ""): f.fn for f in blocks.fns.values()}
+        assert c.post("/v1/classify", json={"texts": ["에러 발생했다", "좋은 날씨"]}).status_code == 200
+        c.portal.call(fn["classify"], "꿈에서 봤다 오늘")
+        scored = fn["score_file"](str(upload), "text")  # 7 texts and an empty row (not an answer)
+        assert "Scored **7** of 8 rows" in scored[1], scored[1]
+        c.app.state.server.monitor.flush()
+        (v,) = c.get("/v1/monitor").json()["versions"].values()
+        assert v["n"] == 2 + 1 + 7
+        assert "app_not_confident_total 10.0" in c.get("/metrics").text
+
+
+def test_no_alert_before_the_window_has_the_answers_it_needs(reference_folder, tmp_path, caplog):
+    """3 answers of one class read PSI 4.7 to 17: three red ALERTs telling a team to audit and retrain, while the
+    class-mix estimate waited for 50 answers and the drift chart for 100 (issue 59, D6). Under 100 answers every
+    level is "too few" and nothing alerts or logs; the same shift at 100 answers alerts."""
+    from app.monitoring.monitor import DRIFT_MIN_ANSWERS
+    from app.ui.monitor import summary
+
+    caplog.set_level(logging.WARNING, logger="app")
+    engine = FakeServed(FakeClf(reference_folder, LABELS), "v1")
+    monitor = Monitor(None, size=1000, check_every=1)  # a check at every answer: the log would say an alert
+    feed(monitor, engine, np.random.default_rng(6), DRIFT_MIN_ANSWERS - 1, mix=[0.0, 0.0, 1.0], chunk=DRIFT_MIN_ANSWERS - 1)
+    report = monitor.report()
+    v = report["versions"]["v1"]
+    assert v["drift"]["class_mix"] >= 0.25 and set(v["levels"].values()) == {"too few"} and v["alerts"] == []
+    assert "drift alert" not in caplog.text and "ALERT" not in summary(report, "v1")
+    assert f"under {DRIFT_MIN_ANSWERS} answers" in summary(report, "v1")
+    feed(monitor, engine, np.random.default_rng(7), 1, mix=[0.0, 0.0, 1.0], chunk=1)
+    v = monitor.report()["versions"]["v1"]
+    assert v["levels"]["class_mix"] == "alert" and "class_mix" in v["alerts"] and "drift alert: class_mix" in caplog.text
+    monitor.close()

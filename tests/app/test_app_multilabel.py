@@ -122,13 +122,13 @@ def test_label_tab_checkboxes_journal_undo_and_labeled_csv(ml_server, ml_engine)
     assert all(b.get("visible") == "hidden" for b in out[7:27])  # no one-click label buttons
     folder = ml_server.cwd / "app-data" / "label" / sid
     save, _ = _dependency(url, "save-btn")
-    out = _call(url, session, save, [sid, None, ["memo", "dream"]])  # None: the State the server keeps
+    out = _call(url, session, save, [sid, out[1], ["memo", "dream"]])  # out[1]: the record the page shows
     event = [json.loads(x) for x in (folder / "journal.jsonl").read_text().splitlines()][-1]
     assert event["labels"] == ["dream", "memo"] and event["label"] == "dream;memo" and event["row"] == row
     second = TEXTS.index(out[2]["value"])
     assert out[31]["value"] == ml_engine.predict([TEXTS[second]])[0].labels
     none, _ = _dependency(url, "none-btn")
-    _call(url, session, none, [sid, None])
+    _call(url, session, none, [sid, out[1]])
     labeled = pd.read_csv(folder / "labeled.csv", dtype=str, keep_default_na=False)
     assert labeled["label"].tolist() == ["dream;memo", ""]
     undo, _ = _dependency(url, "undo-btn")

@@ -203,3 +203,28 @@ def test_read_routes_show_names_not_server_paths(admin_app, registry, spread_mod
         assert root not in shown and "/srv/" not in shown and "/home/" not in shown, shown
     assert "kc-electra" in record and "model.onnx" in log and "discriminator" in log
     assert missing.startswith("no version v9 in models")
+
+
+def test_every_registry_event_an_admin_causes_names_them(admin_app, registry, spread_model_dir, tmp_path):
+    """The registry's events said "POST /v1/models/v1/activate" but not who (issue 59): an activation and a
+    delete name their caller: a user by their token's name, the key holder `api-key`."""
+    from labelstore import open_store, users
+
+    other = tmp_path / "other"
+    shutil.copytree(spread_model_dir, other)
+    (other / "note.txt").write_text("changed")
+    assert registry.register_folder(other) == ("v2", True)
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    boss = users.add_user(engine, "boss", "admin")
+    engine.dispose()
+    with admin_app(api_key="k") as c:
+        assert c.post("/v1/models/v2/activate", headers={"Authorization": f"Bearer {boss}"}).status_code == 200
+        last = registry.events()[-1]
+        assert (last["event"], last["version"], last["by"]) == ("activated", "v2", "boss")
+        assert c.post("/v1/models/v1/activate", headers={"Authorization": "Bearer k"}).status_code == 200
+        assert registry.events()[-1]["by"] == users.API_KEY
+        assert c.delete("/v1/models/v2", headers={"Authorization": f"Bearer {boss}"}).status_code == 200
+        last = registry.events()[-1]
+        assert (last["event"], last["by"]) == ("deleted", "boss")
+    registry.log("started")  # the server on its own: no one
+    assert "by" not in registry.events()[-1]

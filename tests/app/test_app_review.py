@@ -138,9 +138,9 @@ def test_ui_opens_a_review_from_an_uploaded_file_and_keep_goes_to_the_journal(tm
         meta = json.loads((tmp_path / "app-data" / "label" / sid / "meta.json").read_text())
         assert meta["kind"] == "review"
         keep_view = fn_of[(by_elem["label-hint"], "change")]
-        shown = session_outputs(url, session, keep_view, [sid, None])
+        shown = session_outputs(url, session, keep_view, [sid, out[1]])
         assert "Keep: " in json.dumps(shown, ensure_ascii=False)
-        session_outputs(url, session, fn_of[(by_elem["keep-btn"], "click")], [sid, None])
+        session_outputs(url, session, fn_of[(by_elem["keep-btn"], "click")], [sid, out[1]])
         journal = [json.loads(x) for x in (tmp_path / "app-data" / "label" / sid / "journal.jsonl").read_text().splitlines()]
         first = pd.read_parquet(tmp_path / "app-data" / "label" / sid / "items.parquet").iloc[journal[0]["row"]]
         assert journal[0]["op"] == "label" and journal[0]["label"] == first["given_label"]

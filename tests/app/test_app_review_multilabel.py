@@ -182,11 +182,11 @@ def test_ui_reviews_a_multi_label_file_and_the_active_versions_suspects(tmp_path
         assert "Given" in hint and "suggestion" in hint and all(b.get("visible") == "hidden" for b in out[7:27])
         folder = tmp_path / "app-data" / "label" / sid
         assert json.loads((folder / "meta.json").read_text())["multi_label"] is True
-        shown = session_outputs(url, tab, fn[("label-hint", "change")], [sid, None])
+        shown = session_outputs(url, tab, fn[("label-hint", "change")], [sid, out[1]])
         assert "Keep: " in json.dumps(shown, ensure_ascii=False)
-        session_outputs(url, tab, fn[("keep-btn", "click")], [sid, None])
-        session_outputs(url, tab, fn[("accept-btn", "click")], [sid, None])
-        out = session_outputs(url, tab, fn[("save-btn", "click")], [sid, None, ["memo", "error"]])
+        out = session_outputs(url, tab, fn[("keep-btn", "click")], [sid, out[1]])  # out[1]: the record shown
+        out = session_outputs(url, tab, fn[("accept-btn", "click")], [sid, out[1]])
+        out = session_outputs(url, tab, fn[("save-btn", "click")], [sid, out[1], ["memo", "error"]])
         got = decisions(folder)
         items = pd.read_parquet(folder / "items.parquet")
         assert sets(got[0]["label"]) == sets(by_text.loc[got[0]["text"], "given_label"])  # keep

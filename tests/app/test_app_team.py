@@ -61,6 +61,14 @@ def test_one_person_mode_end_to_end(store_url, tmp_path):
         assert {r["annotator"] for r in rows} == {users.LOCAL} and {r["label"] for r in rows} == {"b"}
         lines = [json.loads(x) for x in c.get(f"/v1/datasets/{ds}/export?format=jsonl").text.splitlines()]
         assert [x["text"] for x in lines] == [r["text"] for r in rows]
+        final = c.get(f"/v1/datasets/{ds}/export?format=jsonl&rows=final")  # one row a text: its final label
+        assert final.headers["content-disposition"].endswith(f'dataset-{ds}-final.jsonl"')
+        got = [json.loads(x) for x in final.text.splitlines()]
+        assert sorted(x["text"] for x in got) == sorted(set(TEXTS)) and {x["label"] for x in got} == {"b"}
+        assert {(x["decided"], x["answers"], x["agreement"]) for x in got} == {("unanimous", 1, 1.0)}
+        final_csv = c.get(f"/v1/datasets/{ds}/export?format=csv&rows=final").content
+        assert final_csv.startswith(b"\xef\xbb\xbfrecord_id,text,label,decided,answers,agreement")
+        assert c.get(f"/v1/datasets/{ds}/export?rows=all").status_code == 422
         agree = c.get(f"/v1/datasets/{ds}/agreement").json()
         assert {"krippendorff_alpha", "fleiss_kappa", "per_label", "per_annotator", "n_records"} <= set(agree)
         assert agree["n_records"] == 0 and agree["progress"]["complete"] == 4  # one person: nothing to compare

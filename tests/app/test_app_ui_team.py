@@ -119,6 +119,129 @@ def test_a_reviewer_creates_a_dataset_from_an_uploaded_file_and_an_annotator_can
     engine.dispose()
 
 
+def _team(tmp_path, names=("ann", "bob", "cy")):
+    from app.http.gate import UiSessions
+    from app.team.auth import Identities
+
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    tokens = {name: users.add_user(engine, name, "annotator") for name in names}
+    tokens["rev"] = users.add_user(engine, "rev", "reviewer")
+    ids = {name: users.by_token(engine, t)[0] for name, t in tokens.items()}
+    state = SimpleNamespace(store=engine, identities=Identities(engine), sessions=UiSessions())
+    with gr.Blocks() as blocks:
+        team_tab(Config(model="m"), state)
+    rev = SimpleNamespace(cookies={SESSION_COOKIE: state.sessions.issue(ids["rev"])})
+    ann = SimpleNamespace(cookies={SESSION_COOKIE: state.sessions.issue(ids["ann"])})
+    return engine, ids, blocks, rev, ann
+
+
+def _answer(engine, ds, uid, text, label):
+    rec = queue.next_record(engine, ds, uid)
+    while rec["text"] != text:  # the queue's order is the dataset's; give back what is not wanted here
+        queue.skip(engine, ds, uid, rec["record_id"])
+        rec = queue.next_record(engine, ds, uid)
+    queue.submit(engine, ds, uid, rec["record_id"], label, None)
+    return rec["record_id"]
+
+
+def test_the_final_labels_export_is_what_the_next_retrain_trains_on(tmp_path):
+    """One row a text: the adjudicated label, else the majority; a tie left out (and counted) as the training
+    table leaves it out; how it was decided and the share of answers agreeing. CSV with a UTF-8 BOM (Korean
+    opens in a spreadsheet on Windows) and no formula cell, JSONL as stored; both equal, text for text, the
+    training table's rows of this dataset (app/versions/trainset.py build, as a retrain reads it)."""
+    import csv
+    import json
+
+    from app.versions.trainset import build
+
+    engine, ids, blocks, rev, ann = _team(tmp_path)
+    texts = ["모두 같은 답 메모", "둘 대 하나 일기", "동점 오류", "동점 판정 회의", "=1+1 약속"]
+    rows = [{"text": t, "priority": i} for i, t in enumerate(texts)]
+    ds = queue.get_dataset(engine, queue.create_dataset(engine, "팀", ["a", "b"], False, 3, rows, None)[0])
+    votes = {texts[0]: "aaa", texts[1]: "abb", texts[2]: "ab", texts[3]: "ab", texts[4]: "bbb"}
+    rid = {}
+    for text, vs in votes.items():
+        for name, v in zip(("ann", "bob", "cy"), vs):
+            rid[text] = _answer(engine, ds, ids[name], text, v)
+    review.adjudicate(engine, ds, ids["rev"], rid[texts[3]], "b")
+    final = {"csv": _tab_fn(blocks, "final_csv"), "jsonl": _tab_fn(blocks, "final_jsonl")}
+    path, said = final["jsonl"](ds.id, rev)
+    got = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines()]
+    assert "4 texts with their final label" in said and "1 texts left out" in said, said
+    by_text = {r["text"]: r for r in got}
+    assert sorted(by_text) == sorted(set(texts) - {texts[2]})  # the tie nobody settled has no final label
+    assert (by_text[texts[0]]["label"], by_text[texts[0]]["decided"], by_text[texts[0]]["agreement"]) == ("a", "unanimous", 1.0)
+    assert (by_text[texts[1]]["label"], by_text[texts[1]]["decided"], by_text[texts[1]]["answers"],
+            by_text[texts[1]]["agreement"]) == ("b", "majority", 3, 0.6667)
+    assert (by_text[texts[3]]["label"], by_text[texts[3]]["decided"]) == ("b", "adjudicated")
+    table = build(tmp_path / "label", None, 0.0, store=engine).train  # share 0: every row trains
+    assert sorted(zip(table["text"], table["label"])) == sorted((r["text"], r["label"]) for r in got)
+    path, _ = final["csv"](ds.id, rev)
+    raw = Path(path).read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbf") and "모두".encode() in raw
+    cells = list(csv.DictReader(raw.decode("utf-8-sig").splitlines()))
+    assert list(cells[0]) == ["record_id", "text", "label", "decided", "answers", "agreement"]
+    assert {r["text"]: r["label"] for r in cells} == {("'" if t.startswith("=") else "") + t: r["label"]
+                                                      for t, r in by_text.items()}
+    with pytest.raises(gr.Error, match="reviewers and admins"):  # blind: an annotator exports nothing
+        final["csv"](ds.id, ann)
+    engine.dispose()
+
+
+def test_a_reviewer_sees_the_answers_picks_a_row_and_is_told_what_is_settled(tmp_path):
+    """The disagreements show each answer and who gave it before the text; a click on a row fills its record id
+    (the first disagreement is already filled in); adjudicating says how many are settled and how many are left."""
+    engine, ids, blocks, rev, _ = _team(tmp_path, ("ann", "bob"))
+    rows = [{"text": f"t{i}", "priority": i} for i in range(3)]
+    ds = queue.get_dataset(engine, queue.create_dataset(engine, "news", ["a", "b"], False, 2, rows, None)[0])
+    for name, votes in (("ann", "aaa"), ("bob", "bab")):
+        for text, vote in zip(("t0", "t1", "t2"), votes):
+            _answer(engine, ds, ids[name], text, vote)
+    show, settle, pick = (_tab_fn(blocks, n) for n in ("show", "settle", "pick"))
+    summary_md, table, _, first, said, *keys = show(ds.id, rev)
+    assert [r[1:] for r in table] == [["ann: a · bob: b", "t0"], ["ann: a · bob: b", "t2"]] and said == ""
+    assert first == table[0][0] and [k.get("value") for k in keys[:3]] == ["[1] a", "[2] b", None]  # keys 1, 2
+    clicked = pick(gr.SelectData(None, {"index": [1, 2], "value": "t2", "row_value": table[1]}))
+    assert clicked == table[1][0]
+    _, table2, _, next_id, said, *_ = settle(ds.id, clicked, "b", rev)
+    assert f"Record {clicked} settled as **b**" in said and "1 texts adjudicated" in said
+    assert "1 disagreements left" in said and [r[2] for r in table2] == ["t0"] and next_id == table[0][0]
+    key_1 = next(f.fn for f in blocks.fns.values() if f.fn.__name__ == "settle_key")  # the first label's (key 1)
+    _, table3, _, next_id, said, *_ = key_1(ds.id, next_id, rev)
+    assert f"Record {table[0][0]} settled as **a**" in said and "0 disagreements left" in said and table3 == []
+    assert next_id is None and review.adjudicated(engine, ds) == {table[0][0]: "a", clicked: "b"}
+    engine.dispose()
+
+
+def test_an_admin_adds_people_gives_a_new_token_and_revokes_in_the_team_tab(tmp_path, caplog):
+    """People were added only on the command line (issue 59): the Team tab's People panel adds a person (their
+    token shown once, and it signs in), gives a new token (the old one stops working) and revokes; each change
+    a log line naming the admin; the rule is admin only (a reviewer is refused by app/ui/guard.py)."""
+    import logging
+
+    from app.team import roles
+
+    caplog.set_level(logging.INFO, logger="app")
+    engine, ids, blocks, rev, _ = _team(tmp_path, ("ann",))
+    add, rotate, revoke, listed = (_tab_fn(blocks, n) for n in ("add_person", "rotate_token", "revoke_person",
+                                                                 "list_people"))
+    said, table = add(" dana ", "reviewer")
+    token = said.split("`")[1]
+    assert users.by_token(engine, token)[1:] == ("dana", "reviewer") and ["dana", "reviewer"] == table[1][:2]
+    assert "Shown once" in said and any(getattr(r, "fields", {}).get("event") == "user_added" for r in caplog.records)
+    with pytest.raises(gr.Error, match="exists"):
+        add("dana", "annotator")
+    said, _ = rotate("dana")
+    assert users.by_token(engine, token) is None and users.by_token(engine, said.split("`")[1])[1] == "dana"
+    _, table = revoke("dana")
+    assert [r[3] for r in table if r[0] == "dana"] != ["active"] and users.by_token(engine, said.split("`")[1]) is None
+    assert [r[0] for r in listed()] == ["ann", "dana", "rev"]
+    for name in ("add_person", "rotate_token", "revoke_person", "list_people"):
+        rule = roles.ui_rule("team", name)
+        assert rule.allows("admin") and not rule.allows("reviewer") and not rule.open
+    engine.dispose()
+
+
 def test_adjudicating_a_record_id_beyond_64_bits_is_refused_in_words(tmp_path):
     """Issue 63 L9 on the Team tab: the record id box took 10^20, which failed in SQLite's integer conversion."""
     from app.http.gate import UiSessions

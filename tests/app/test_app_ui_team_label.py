@@ -51,15 +51,24 @@ def browser(team):
         b.close()
 
 
-def signed_in(browser, server, token):
+def signed_in(browser, server, token, size=(1280, 900)):
     """A fresh browser context (another person, or the same person's other browser), signed in."""
-    context = browser.new_context(viewport={"width": 1280, "height": 900}, accept_downloads=True)
+    context = browser.new_context(viewport={"width": size[0], "height": size[1]}, accept_downloads=True)
     context.set_default_timeout(60_000)
     pg = context.new_page()
     pg.goto(server.url + "/login")
     pg.fill("input[name=key]", token)
     pg.click("button[type=submit]")
     pg.wait_for_selector("#classify-text textarea")
+    return pg
+
+
+def open_team_tab(browser, server, token, dataset_id: int, name: str):
+    """A reviewer's Team tab on a laptop screen (1366×768), the dataset picked."""
+    pg = signed_in(browser, server, token, (1366, 768))
+    pg.get_by_role("tab", name="Team").click()
+    pg.click("#team-dataset input")
+    pg.get_by_role("option").filter(has_text=f"{dataset_id}: {name}").click()
     return pg
 
 
@@ -168,6 +177,52 @@ def test_a_file_sessions_journal_names_who_labeled(team, browser, tmp_path):
     ann.context.close()
 
 
+# Every key the page gets, with the text on screen at that moment (captured before the page's own handler).
+KEY_LOG_JS = """() => { window.keyLog = [];
+  document.addEventListener('keydown', (e) => window.keyLog.push(
+    {key: e.key, text: document.querySelector('#label-text textarea').value}), true); }"""
+
+
+def test_a_second_fast_key_never_answers_the_text_not_yet_on_screen(team, browser):
+    """20 fast double keys (1 then 2, 60 ms apart, as a double-tap or a quick typist on a slow laptop): every
+    stored answer is on a text that was on screen when its key was pressed, with that key's label. Before,
+    the second key answered the next text, which the page had not drawn yet (issue 59, D2)."""
+    server, tokens, _ = team
+    texts = [f"빠른 키 {i} 메모 기록" for i in range(48)]
+    made = httpx.post(server.url + "/v1/datasets", headers={"Authorization": f"Bearer {tokens['boss']}"},
+                      json={"name": "fast", "texts": texts, "overlap": 1}, timeout=60)
+    assert made.status_code == 201, made.text
+    ds = made.json()["id"]
+    ann = signed_in(browser, server, tokens["ann"])
+    open_dataset(ann, ds, "fast")
+    names = {str(k): ann.inner_text(f"#label-btn-{k}").split("] ")[-1] for k in (1, 2)}
+    ann.evaluate(KEY_LOG_JS)
+    refused = 0
+    for _ in range(20):
+        before, n = shown_text(ann), labeled(ann)
+        ann.keyboard.press("1")
+        ann.wait_for_timeout(60)
+        ann.keyboard.press("2")
+        ann.wait_for_function("t => document.querySelector('#label-text textarea').value !== t", arg=before)
+        settled = time.monotonic() + 30
+        while time.monotonic() < settled:  # both keys' answers drawn: the count stays put
+            count = labeled(ann)
+            ann.wait_for_timeout(400)
+            if labeled(ann) == count and count > n:
+                break
+        refused += labeled(ann) == n + 1
+    seen: dict[str, set[str]] = {}
+    for press in ann.evaluate("() => window.keyLog"):
+        seen.setdefault(press["text"], set()).add(names[press["key"]])
+    mine = [r for r in export(server, tokens, ds) if r["annotator"] == "ann"]
+    unseen = [r["text"] for r in mine if r["label"] not in seen.get(r["text"], ())]
+    assert not unseen, f"{len(unseen)} of {len(mine)} answers on a text not on screen at their key: {unseen}"
+    assert len(mine) == labeled(ann) >= 20
+    print(f"\n20 double keys 60 ms apart: {refused} second keys refused (pressed before the next text was "
+          f"drawn), {len(mine) - 20} answered a text drawn in time, 0 answered a text not on screen")
+    ann.context.close()
+
+
 TAGS = ["memo", "error", "dream"]
 
 
@@ -223,7 +278,8 @@ def test_a_multi_label_dataset_by_keys_tick_save_undo_skip_and_download(team, br
     assert labeled(bob) == 4
     bob.click("#label-export")
     got = download(bob, "#label-download a", tmp_path)
-    rows = list(csv.DictReader(got.open(encoding="utf-8")))
+    assert got.name.endswith("-answers.csv") and got.read_bytes().startswith(b"\xef\xbb\xbf")  # BOM: Excel
+    rows = list(csv.DictReader(got.open(encoding="utf-8-sig")))
     assert {r["text"]: r["label"] for r in rows} == {t: ";".join(v) for t, v in answers.items()}
     assert {r["annotator"] for r in rows} == {"bob"} and list(rows[0]) == ["record_id", "text", "annotator", "label",
                                                                             "created_at"]
@@ -241,16 +297,7 @@ def test_team_tab_on_a_laptop(team, browser):
     from test_app_ui_browser import DOCS_IMG
 
     server, tokens, ds = team
-    context = browser.new_context(viewport={"width": 1366, "height": 768})
-    context.set_default_timeout(60_000)
-    pg = context.new_page()
-    pg.goto(server.url + "/login")
-    pg.fill("input[name=key]", tokens["boss"])
-    pg.click("button[type=submit]")
-    pg.wait_for_selector("#classify-text textarea")
-    pg.get_by_role("tab", name="Team").click()
-    pg.click("#team-dataset input")
-    pg.get_by_role("option").filter(has_text=f"{ds}: diary").click()
+    pg = open_team_tab(browser, server, tokens["boss"], ds, "diary")
     pg.wait_for_function("() => /Krippendorff's alpha/.test(document.querySelector('#team-summary').innerText)")
     said = pg.inner_text("#team-summary")
     assert f"of {len(TEXTS)} texts have their 2 answer(s)" in said and "Fleiss' kappa" in said, said
@@ -258,4 +305,55 @@ def test_team_tab_on_a_laptop(team, browser):
     assert box is not None and box["y"] < 768, box  # the figures show without scrolling
     DOCS_IMG.mkdir(parents=True, exist_ok=True)
     pg.screenshot(path=str(DOCS_IMG / "ui-team.png"))
-    context.close()
+    pg.context.close()
+
+
+def test_a_reviewer_sees_the_answers_on_a_laptop_clicks_a_row_and_settles_it(team, browser):
+    """At 1366×768 the disagreements show who answered what without scrolling sideways (the text column took the
+    width before); a click on a row fills its record id; Adjudicate says what is settled (issue 59, D3)."""
+    server, tokens, _ = team
+    boss = {"Authorization": f"Bearer {tokens['boss']}"}
+    texts = ["긴 텍스트 " * 40 + str(i) for i in range(2)]  # long texts: they took the answers' room
+    ds = httpx.post(server.url + "/v1/datasets", headers=boss, timeout=60,
+                    json={"name": "split", "texts": texts, "overlap": 2, "labels": ["memo", "error"]}).json()["id"]
+    for name, label in (("ann", "memo"), ("bob", "error")):
+        who = {"Authorization": f"Bearer {tokens[name]}"}
+        for _ in texts:
+            rec = httpx.post(f"{server.url}/v1/datasets/{ds}/next", headers=who, timeout=30).json()
+            assert httpx.post(f"{server.url}/v1/datasets/{ds}/labels", headers=who, timeout=30,
+                              json={"record_id": rec["record_id"], "label": label}).status_code == 200
+    pg = open_team_tab(browser, server, tokens["boss"], ds, "split")
+    cell = pg.locator("#team-disagreements [data-testid=cell-0-1]")  # Gradio's cells: row, column
+    cell.filter(has_text="ann: memo · bob: error").wait_for()
+    box = cell.bounding_box()
+    assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 1366, box  # no sideways scroll
+    ids = [int(pg.inner_text(f"#team-disagreements [data-testid=cell-{i}-0]")) for i in range(2)]
+    pg.wait_for_function("n => Number(document.querySelector('#team-record input').value) === n", arg=ids[0])
+    pg.click("#team-disagreements [data-testid=cell-1-2]")  # the second text: its record id fills the box
+    pg.wait_for_function("n => Number(document.querySelector('#team-record input').value) === n", arg=ids[1])
+    pg.click("#team-label input")
+    pg.get_by_role("option", name="error", exact=True).click()
+    pg.click("#team-settle")
+    pg.wait_for_function("() => /settled as/.test(document.querySelector('#team-said').innerText)")
+    said = pg.inner_text("#team-said")
+    assert f"Record {ids[1]} settled as error" in said and "1 disagreements left" in said, said
+    pg.wait_for_function("n => Number(document.querySelector('#team-record input').value) === n", arg=ids[0])
+    pg.click("#team-summary")  # focus off the dropdown: keys 1-9 are the label buttons'
+    pg.keyboard.press("1")  # the next one, filled in: settled by its key
+    pg.wait_for_function("() => /0 disagreements left/.test(document.querySelector('#team-said').innerText)")
+    assert f"Record {ids[0]} settled as memo" in pg.inner_text("#team-said")
+    pg.context.close()
+
+
+def test_the_sign_in_page_asks_for_a_token_and_sign_out_takes_the_app_off_screen(team, browser):
+    """People handed a personal token read "API key required" (issue 59), and Sign out (none on a server with
+    users and no key) opened in a new tab and left the app on screen: now the form names the token, and Sign
+    out signs out this tab, which shows the sign-in form again."""
+    server, tokens, _ = team
+    pg = signed_in(browser, server, tokens["ann"])
+    pg.click("#page-header a:text('Sign out')")
+    pg.wait_for_url("**/login")
+    assert len(pg.context.pages) == 1 and not pg.is_visible("#classify-text")
+    said = pg.inner_text("body")
+    assert "personal token" in said and "API key required" not in said
+    pg.context.close()

@@ -61,11 +61,52 @@ def test_keys_skip_and_the_download_of_a_dataset_with_labels_of_its_own(tmp_path
 
     def download(name: str) -> list[dict]:
         team.user = lambda: who[name]
-        with open(team.export(dataset_sid(ds), exports), encoding="utf-8") as f:
+        path = team.export(dataset_sid(ds), exports)
+        assert path.endswith("-answers.csv") and open(path, "rb").read(3) == b"\xef\xbb\xbf"  # one row an answer; BOM
+        with open(path, encoding="utf-8-sig") as f:
             return list(csv.DictReader(f))
     mine = download("ann")
     assert [(r["text"], r["annotator"], r["label"]) for r in mine] == [("t0", "ann", "x"), ("t1", "ann", "x"),
                                                                         ("t2", "ann", "y")]
     assert list(mine[0]) == ["record_id", "text", "annotator", "label", "created_at"]
     assert sorted(r["annotator"] for r in download("rev")) == ["ann", "ann", "ann", "rev"]  # a reviewer: all
+    engine.dispose()
+
+
+def _annotator(tmp_path, multi_label: bool):
+    """(the store, ann's TeamSession) of a 3-text dataset with labels of its own, overlap 1."""
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    uid = users.by_token(engine, users.add_user(engine, "ann", "annotator"))[0]
+    rows = [{"text": f"t{i}", "priority": i} for i in range(3)]
+    ds = queue.create_dataset(engine, "d", ["x", "y"], multi_label, 1, rows, None)[0]
+    team = TeamSessions(Config(model="m"), SimpleNamespace(store=engine))
+    team.user = lambda: (uid, "ann", "annotator")
+    return engine, team.get(dataset_sid(ds))
+
+
+def test_an_answer_for_the_text_before_the_one_on_screen_saves_nothing(tmp_path):
+    """The record id the page sends with a key (label-row) against the one the session shows: the second of two
+    fast keys carries the text just answered, and saves nothing (issue 59, D2)."""
+    from app.ui.label_view import STALE, shown_row, stale_answer
+
+    engine, session = _annotator(tmp_path, multi_label=False)
+    first = session.current()
+    assert stale_answer(session, first) is None and session.decide(first, "x")
+    assert stale_answer(session, first) == STALE  # the second key, pressed on the text just answered
+    assert stale_answer(session, session.current()) is None and stale_answer(session, None) is None
+    assert [shown_row(v) for v in (3, 3.0, "4", None, "x", True, float("inf"))] == [3, 3, 4, None, None, None, None]
+    engine.dispose()
+
+
+def test_enter_with_nothing_ticked_saves_nothing_where_nothing_was_suggested(tmp_path):
+    """A multi-label dataset with labels of its own: nothing is ticked, and Enter (Save) with nothing ticked
+    saved "none of these" unasked (issue 59, D4). Now it saves nothing and says so; 0 (None) saves none."""
+    from app.ui import multilabel
+
+    engine, session = _annotator(tmp_path, multi_label=True)
+    first = session.current()
+    assert multilabel.save(session, first, []) == multilabel.NOTHING_TICKED
+    assert session.current() == first and session.progress()["labeled"] == 0  # nothing saved
+    assert multilabel.none_of_these(session, first) is None and session.progress()["labeled"] == 1
+    assert multilabel.save(session, session.current(), ["y"]) is None and session.progress()["labeled"] == 2
     engine.dispose()

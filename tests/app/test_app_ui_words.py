@@ -111,6 +111,16 @@ def test_the_header_names_the_version_and_the_banner_the_useless_model():
     assert header(state).startswith("## Text classifier · model v4\nLabels: a, b") and health_banner(state) == ""
     served.clf.learned = "the model adds nothing; answers are the TF-IDF baseline's"
     assert "the model adds nothing" in health_banner(state) and "Train tab" in health_banner(state)
+    # issue 59, D8: "(macro-F1 0.0337)" beside a served blend at 0.3951 read as the answers' score
+    from textdata.learned import message
+
+    served.clf.learned = message({"adds_nothing": True, "at_chance": True, "macro_f1": 0.0337,
+                                  "chance_macro_f1_p95": 0.05}, blended=True)
+    said = health_banner(state)
+    assert "the fine-tuned model alone: macro-F1 0.0337" in said
+    assert "fine-tuned model's own score; what the answers served now score (the blend" in said
+    served.clf.learned = message({"at_chance": True, "macro_f1": 0.0337, "chance_macro_f1_p95": 0.05}, blended=False)
+    assert "blend" not in health_banner(state)  # served alone: the figure is the answers' own
 
 
 def test_batch_summary_counts_scored_unscored_and_not_sure_rows():
