@@ -141,6 +141,11 @@ def _value(ds: queue.Dataset, body) -> object:
         raise _bad(kind_of(dataset_space(ds)).answer_field, str(e)) from None
 
 
+def busy_response(exc: tx.Busy) -> JSONResponse:
+    """503 with Retry-After: another process holds the database's write lock (labelstore/tx.py Busy)."""
+    return JSONResponse({"detail": str(exc)}, 503, headers={"Retry-After": str(exc.retry_after)})
+
+
 def open_refusal(cfg) -> str:
     return (f"team datasets are refused: they hold labeled texts, and this server has no --api-key, no users and "
             f"listens on {cfg.host}, so anyone who can reach it could read and change them. Add users (`python -m "
@@ -167,6 +172,10 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
     dataset = _reader(engine)
     cached = dataset.cache
     who = Callers(cfg, identities)
+
+    @app.exception_handler(tx.Busy)
+    async def busy(request: Request, exc: tx.Busy):
+        return busy_response(exc)
 
     @app.post("/v1/datasets", status_code=201)
     def create(body: NewDataset, request: Request):
