@@ -123,7 +123,14 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         log.warning("listening on %s without --allowed-host: requests are answered under any Host name (DNS "
                     "rebinding is not refused); give the names clients use with --allowed-host", cfg.host)
     uploads = UploadGuard(int(cfg.max_upload_mb * MB) + FRAMING_BYTES, int(cfg.upload_mb_per_minute * MB))
-    app.add_middleware(Gate, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes,
+    from app.team.roles import Authorizer, check_routes
+    from app.team.routes import open_refusal
+    from app.versions.admin import admin_refusal
+
+    check_routes(app)  # a route that names no role refuses to start
+    authorizer = Authorizer(identities, open_server=open_to_anyone(cfg),
+                            refusals={"admin": admin_refusal(cfg), "team": open_refusal(cfg)})
+    app.add_middleware(Gate, authorizer=authorizer, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes,
                        sites=sites, uploads=uploads if cfg.ui else None, max_texts=cfg.max_texts,
                        identities=identities, bulk_values={"/v1/datasets": cfg.max_upload_rows + FIELD_VALUES})
     if cfg.cors_origins:

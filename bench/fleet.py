@@ -5,8 +5,8 @@
 
 Starts a PostgreSQL (tests/postgres_fixture.py's `running_postgres`), registers the model (bench/api_load.py's
 random ELECTRA, `--shape mini`) and one copy per promotion as versions, starts the replicas
-(`--database-url`, `--replica-id rK`) and nginx (a generated config: round robin, `proxy_next_upstream` on
-errors and 503, each answer's upstream in `X-Upstream`). --clients closed-loop clients send one text per
+(`--database-url`, `--replica-id rK`) and nginx (docker/nginx-fleet.conf itself, its addresses moved here by
+tests/nginx_fixture.py; up to 3 replicas). --clients closed-loop clients send one text per
 request through nginx and log (time, replica, model_version, status, latency) per answer.
 
 Meanwhile: --promotions + --rollbacks flips, each `python -m app.fleet.promote promote VERSION` as its own
@@ -43,31 +43,13 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
 from api_load import build_model, free_port, load_texts
+from nginx_fixture import local_conf, running_nginx
 from postgres_fixture import running_postgres
 
 from labelstore import fleet_store as fs
 from labelstore import open_store
 
 ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
-NGINX = """worker_processes 1; daemon off; user root; pid {w}/nginx.pid; error_log {w}/nginx-error.log warn;
-events {{ worker_connections 1024; }}
-http {{
-  access_log off;
-  client_body_temp_path {w}/nginx-tmp; proxy_temp_path {w}/nginx-tmp; fastcgi_temp_path {w}/nginx-tmp;
-  uwsgi_temp_path {w}/nginx-tmp; scgi_temp_path {w}/nginx-tmp;
-  upstream fleet {{ {servers} keepalive 64; }}
-  server {{
-    listen 127.0.0.1:{port};
-    location / {{
-      proxy_pass http://fleet; proxy_http_version 1.1; proxy_set_header Connection "";
-      proxy_set_header Host $host;
-      proxy_next_upstream error timeout http_502 http_503 non_idempotent; proxy_next_upstream_tries 3;
-      proxy_read_timeout 60s;
-      add_header X-Upstream $upstream_addr always;
-    }}
-  }}
-}}
-"""
 
 
 class Replica:
@@ -304,17 +286,12 @@ def run(args, url: str, model: Path, run_dir: Path, texts: list[str]) -> dict:
     for r in replicas:
         r.wait_ready()
     lb_port = free_port()
-    (run_dir / "nginx-tmp").mkdir()
-    servers = " ".join(f"server 127.0.0.1:{r.port};" for r in replicas)
-    (run_dir / "nginx.conf").write_text(NGINX.format(w=run_dir, servers=servers, port=lb_port))
-    nginx = subprocess.Popen([shutil.which("nginx") or "/usr/sbin/nginx", "-c", str(run_dir / "nginx.conf"),
-                              "-p", str(run_dir)], stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT)
+    conf = local_conf([r.port for r in replicas], lb_port, run_dir / "nginx")
     try:
-        return asyncio.run(load_and_drive(f"http://127.0.0.1:{lb_port}", url, models, engine, replicas, args, order,
-                                          texts, ports))
+        with running_nginx(conf, run_dir / "nginx", lb_port):
+            return asyncio.run(load_and_drive(f"http://127.0.0.1:{lb_port}", url, models, engine, replicas, args,
+                                              order, texts, ports))
     finally:
-        nginx.send_signal(signal.SIGQUIT)
-        nginx.wait(10)
         for r in replicas:
             if r.proc.poll() is None:
                 r.proc.send_signal(signal.SIGTERM)

@@ -28,7 +28,17 @@ from pathlib import Path
 from textdata.errors import DataError, exits_2_on_user_error
 from textdata.flags import Flag, config_from, parser_for
 from textdata.labels import DEFAULT_SEP, LabelSpace
-from textdata.llm import Answer, ask, cache_key, make_client, parse_answer, read_prompt, render
+from textdata.llm import (
+    MAX_ANSWER_CHARS,
+    Answer,
+    ask,
+    cache_key,
+    make_client,
+    parse_answer,
+    read_prompt,
+    render,
+)
+from textdata.urls import redact
 
 DESCRIPTION = "Label texts with an LLM through an OpenAI-compatible endpoint (the teacher for finetune/kfold.py)."
 
@@ -104,7 +114,10 @@ class AnswerCache:
             for line in path.read_text(encoding="utf-8").splitlines():
                 try:
                     entry = json.loads(line)
-                    self.entries[entry["key"]] = entry
+                    if not isinstance(entry["answer"], str):
+                        continue  # not an answer: asked again
+                    # cut as a fresh answer is (textdata/llm.py): a cache from before the cut kept them whole
+                    self.entries[entry["key"]] = {**entry, "answer": entry["answer"][:MAX_ANSWER_CHARS]}
                 except (ValueError, KeyError, TypeError):
                     continue  # a line cut short by a kill
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -223,7 +236,7 @@ def summarize(cfg: TeachConfig, out, got: dict[str, Answer], seconds: float) -> 
         "errors": int((~answered).sum()), "outside_label_set": int((answered & ~out["teacher_in_label_set"]).sum()),
         "input_tokens_paid": paid_in, "output_tokens_paid": paid_out, "cost_paid": round(cost(cfg, paid_in, paid_out), 6),
         "cost_per_1000_texts": round(1000 * total / max(1, int(answered.sum())), 6),
-        "wall_seconds": round(seconds, 2), "config": asdict(cfg),
+        "wall_seconds": round(seconds, 2), "config": {**asdict(cfg), "base_url": redact(cfg.base_url)},
     }
 
 

@@ -10,6 +10,9 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import sqlite3
+import time
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -18,6 +21,8 @@ from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import event
+
+from labelstore.schema_check import lacking
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 BUSY_TIMEOUT_MS = 30_000  # a command (users add, db upgrade) may wait out another writer
@@ -45,7 +50,7 @@ def make_engine(url: str, pool_size: int = 10, busy_ms: int = BUSY_TIMEOUT_MS) -
     parsed = sa.make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
-            Path(parsed.database).parent.mkdir(parents=True, exist_ok=True)
+            _private_file(Path(parsed.database))
         engine = sa.create_engine(parsed, pool_size=pool_size, max_overflow=pool_size,
                                   connect_args={"timeout": busy_ms / 1000, "check_same_thread": False})
         _tune_sqlite(engine, busy_ms)
@@ -53,18 +58,45 @@ def make_engine(url: str, pool_size: int = 10, busy_ms: int = BUSY_TIMEOUT_MS) -
     return sa.create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
 
 
+def _private_file(path: Path) -> None:
+    """The database file made 0600 before SQLite makes it (under umask 022: 0644): its -wal and -shm get the
+    database's mode from SQLite, so they are 0600 too; a folder made here is 0700. The store holds every text,
+    answer, user name and token hash. An existing file keeps the mode its owner gave it."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    with contextlib.suppress(FileExistsError):
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 def _tune_sqlite(engine: sa.Engine, busy_ms: int) -> None:
     @event.listens_for(engine, "connect")
     def on_connect(dbapi_connection, _record):
         dbapi_connection.isolation_level = None  # transactions are begun below, not by the driver
         cur = dbapi_connection.cursor()
-        for pragma in ("journal_mode=WAL", "synchronous=NORMAL", f"busy_timeout={busy_ms}", "foreign_keys=ON"):
+        cur.execute(f"PRAGMA busy_timeout={busy_ms}")
+        _wal(cur)
+        for pragma in ("synchronous=NORMAL", "foreign_keys=ON"):
             cur.execute(f"PRAGMA {pragma}")
         cur.close()
 
     @event.listens_for(engine, "begin")
     def on_begin(conn):
         conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get("write") else "BEGIN")
+
+
+def _wal(cur) -> None:
+    """WAL, waiting for the lock its switch needs. Switching a file out of the rollback journal while another
+    connection holds its write lock answers "database is locked" at once: SQLite skips the busy handler where
+    waiting could deadlock (several processes opening a new store together). WAL is kept in the file, so only
+    a new store's first opens meet it."""
+    deadline = time.monotonic() + BUSY_TIMEOUT_MS / 1000
+    while True:
+        try:
+            cur.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as e:
+            if "locked" not in str(e) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
 
 
 def _alembic(connection) -> AlembicConfig:
@@ -95,18 +127,31 @@ def revisions(engine: sa.Engine) -> tuple[str | None, str]:
     """(the database's schema revision, None when it has no tables yet; this code's head). StoreError when
     it cannot be reached or a newer release migrated it (this code does not know its tables)."""
     url = engine.url
-    try:
-        with engine.connect() as conn, _quiet_alembic():
-            current = MigrationContext.configure(conn).get_current_revision()
-    except sa.exc.OperationalError as e:
-        raise StoreError(f"cannot connect to the database at {where(url)}: {_reason(e, url)}") from None
     with _quiet_alembic():
         script = ScriptDirectory.from_config(_alembic(None))
         head = script.get_current_head()
+    try:
+        with engine.connect() as conn, _quiet_alembic():
+            current = MigrationContext.configure(conn).get_current_revision()
+            missing = lacking(conn) if current == head else None  # at head: its tables must be there
+    except sa.exc.OperationalError as e:
+        raise StoreError(f"cannot connect to the database at {where(url)}: {_reason(e, url)}") from None
+    except sa.exc.DatabaseError as e:  # not a database, or damaged ("file is not a database", "malformed")
+        raise StoreError(unreadable(e, url)) from None
     if current is not None and current not in {rev.revision for rev in script.walk_revisions()}:
         raise StoreError(f"the database at {where(url)} has schema {current}, newer than this app knows "
                          f"(head {head}): upgrade the app, or give another --database-url")
+    if missing:
+        raise StoreError(f"the database at {where(url)} has schema {current} but {missing}: it was changed "
+                         f"outside the app; restore it from a backup, or give another --database-url")
     return current, head
+
+
+def unreadable(error: Exception, url: sa.URL) -> str:
+    """One line for a database that answers but cannot be read: what to do, never a traceback."""
+    return (f"the database at {where(url)} cannot be read ({_reason(error, url)}): it is damaged or not this "
+            f"app's database; restore it from a backup, or move it away (a new empty one is made at the next "
+            f"start or by `{UPGRADE_COMMAND}`)")
 
 
 def migrate(engine: sa.Engine, upgrade: bool = True) -> str:
@@ -126,7 +171,12 @@ def migrate(engine: sa.Engine, upgrade: bool = True) -> str:
                              f"{head}, and a fleet's replica never migrates it: run `{UPGRADE_COMMAND}` with the "
                              f"same --database-url once, then start the replicas")
         if current != head:
-            command.upgrade(_alembic(conn), "head")
+            try:
+                command.upgrade(_alembic(conn), "head")
+            except sa.exc.DatabaseError as e:  # a table a migration alters was dropped or is damaged
+                raise StoreError(f"the database at {where(engine.url)} cannot be migrated from schema {current} "
+                                 f"({_reason(e, engine.url)}): it was changed outside the app or is damaged; "
+                                 "restore it from a backup") from None
     return head
 
 

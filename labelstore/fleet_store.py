@@ -186,12 +186,23 @@ def leave(engine, rid: str) -> None:
 
 
 # ------------------------------------------------------------------ promotions
+class PromotionRunning(Exception):
+    """Another promotion is preparing and its deadline has not passed: its coordinator may still commit it."""
+
+
 def start_promotion(engine, version: str, previous: str | None, why: str, timeout_s: float) -> int:
     def do(conn):
         now = time.time()
-        # one promotion at a time: an older one still preparing (its coordinator died) is aborted, said so
-        for old in conn.execute(sa.select(promotions.c.id, promotions.c.version)
-                                .where(promotions.c.state == "preparing")).all():
+        # one promotion at a time: one within its deadline refuses this one at once (issue 63, L6: the second
+        # waited out --promote-timeout for replicas busy with the first, then blamed them); an older one still
+        # preparing past its deadline (its coordinator died) is aborted, said so
+        preparing = conn.execute(sa.select(promotions.c.id, promotions.c.version, promotions.c.deadline)
+                                 .where(promotions.c.state == "preparing")).all()
+        for old in preparing:
+            if old.deadline is not None and old.deadline > now:
+                raise PromotionRunning(f"a promotion is running: {old.version} (promotion {old.id}, for up to "
+                                       f"{old.deadline - now:.0f} s more); try again when it is done")
+        for old in preparing:
             conn.execute(promotions.update().where(promotions.c.id == old.id)
                          .values(state="aborted", finished_at=now))
             add_event(conn, "promotion_aborted", old.version, promotion=old.id, why="superseded by a newer promotion")

@@ -34,6 +34,11 @@ class BadLabel(ValueError):
     pass
 
 
+class Reused(ValueError):
+    """A client_event_id the caller sent before with another answer (another record, or another label): a
+    replay would drop this answer unsaved, so it is refused and nothing changes."""
+
+
 @dataclass(frozen=True)
 class Dataset:
     id: int
@@ -222,12 +227,17 @@ def _event_body(ev, multi_label: bool) -> dict:
 
 
 def submit(engine, ds: Dataset, uid: int, record_id: int, value, client_event_id: str | None):
-    """Save the caller's answer; (body, replayed). A client_event_id seen before returns the first answer's
-    body and changes nothing. Answering a text again changes the caller's answer (status "changed")."""
+    """Save the caller's answer; (body, replayed). A client_event_id seen before with the same record and value
+    returns the first answer's body and changes nothing; with another record or value it raises Reused (the
+    id is the caller's, across datasets: a per-session counter reused would otherwise drop answers unsaved).
+    Answering a text again changes the caller's answer (status "changed")."""
     def save(conn):
         if client_event_id is not None:
             prior = _PRIOR.execute(conn, {"uid": uid, "cid": client_event_id}).first()
             if prior is not None:
+                if (prior.record_id, prior.value) != (record_id, value):
+                    raise Reused(f"client_event_id {client_event_id!r} was sent before with another answer (record "
+                                 f"{prior.record_id}); send a new id per answer")
                 return _event_body(prior, ds.multi_label), True
         # one answer at a time per text (FOR UPDATE on PostgreSQL; SQLite has one writer anyway)
         rec = _RECORD.execute(conn, {"rid": record_id, "ds": ds.id}).first()

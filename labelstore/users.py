@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import time
+import unicodedata
 
 import sqlalchemy as sa
 
@@ -31,13 +32,38 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode("utf-8")).hexdigest()
 
 
+# A user name is shown in the UI, the event log, the export's annotator column and log lines: letters and
+# their marks (any script), digits, . _ - @ and single inner spaces, starting with a letter, a digit or _, so no
+# newline or control character splits a row, no quote, invisible or bidirectional character makes it read as
+# another, and no = + - @ start makes a spreadsheet run it.
+MAX_NAME = 100  # the column's length
+_PUNCT = "._-@"
+
+
+def name_problem(name: str) -> str | None:
+    """Why `name` cannot be a user's name, or None."""
+    if name in (LOCAL, API_KEY):
+        return "is reserved (a built-in identity)"
+    if not name or len(name) > MAX_NAME:
+        return f"must be 1 to {MAX_NAME} characters"
+    kinds = [unicodedata.category(c)[0] for c in name]
+    starts = kinds[0] in "LN" or name[0] == "_"
+    fits = all(k in "LMN" or c in _PUNCT or (c == " " and 0 < i < len(name) - 1 and name[i + 1] != " ")
+               for i, (c, k) in enumerate(zip(name, kinds)))
+    if not (starts and fits):
+        return ("may hold only letters, digits, '.', '_', '-', '@' and single inner spaces, and must start with a "
+                "letter, a digit or '_'")
+    return None
+
+
 def add_user(engine: sa.Engine, name: str, role: str) -> str:
     """Create NAME with ROLE; returns its token (shown once, stored hashed)."""
     name = name.strip()
     if role not in ROLES:
         raise UserError(f"role {role!r} is not one of {', '.join(ROLES)}")
-    if not name or name in (LOCAL, API_KEY) or len(name) > 100:
-        raise UserError(f"user name {name!r} is reserved, empty or over 100 characters")
+    problem = name_problem(name)
+    if problem:
+        raise UserError(f"user name {name[:MAX_NAME]!a} {problem}")
     token = TOKEN_PREFIX + secrets.token_urlsafe(32)
 
     def insert(conn):

@@ -36,7 +36,7 @@ from pathlib import Path
 import numpy as np
 
 from baseline.blend import TEXT_CAP, Encoded, ServedBlend
-from serving import passes
+from serving import passes, side_work
 from serving.calibration import ServedCalibration
 from serving.decision import LabelSet, Prediction, TopLabel, decision_for
 from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE, WEIGHT_FILES, ModelFolder
@@ -57,9 +57,10 @@ TRUNCATIONS = ("head", "head+tail")
 # Default padded tokens per pass (Classifier.load(batch_tokens=None)). Measured (docs/evidence.md, "pass size"): on
 # CPU smaller passes stay in cache, 1,024 tokens scored 15-23% more rows/s than 8,192 on two models; a GPU wants large.
 CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 1024, 8192
-# Blended rows from which the baseline runs beside the model in _BLEND_POOL (a thread hand-off costs more than it
-# hides for a text or two); threads start on first use.
-BLEND_OVERLAP_ROWS = 2
+# The pool the blend's baseline and the off-topic detector run in beside the model's pass, from the rows that
+# Classifier.side_rows measured (serving/side_work.py); threads start on first use. SIDE_ROWS, when set, fixes
+# side_rows for every engine (benchmarks: side_work.NEVER runs them after the pass).
+SIDE_ROWS: int | None = None
 _BLEND_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="blend-baseline")
 
 
@@ -106,7 +107,8 @@ class Classifier:
         self._char_cap = max(4096, 32 * max_length)
         self._overhead: float | None = None  # call_overhead_tokens, measured on first need
         self._overhead_lock = threading.Lock()
-        self.blend_overlap = True  # False: the baseline runs after the model (same numbers; bench/serving.py)
+        self._side_rows: int | None = None  # side_rows, measured on first need
+        self._side_lock = threading.Lock()
         try:  # the folder's TF-IDF blend (baseline/, written by finetune --final) when asked and present
             self.blend = ServedBlend(self.folder, len(self.labels)) if blend and model.has_blend else None
         except ValueError as e:
@@ -305,21 +307,20 @@ class Classifier:
         return self._scored(seqs, logits, plan, baseline)[0]
 
     def _scored(self, seqs: Sequence[Sequence[int]], logits: np.ndarray | None = None,
-                plan: list[np.ndarray] | None = None, baseline=None) -> tuple[np.ndarray, np.ndarray]:
+                plan: list[np.ndarray] | None = None, baseline=None, pool=None) -> tuple[np.ndarray, np.ndarray]:
         """(probabilities as served, the model's logits); `baseline`: the blend's baseline probabilities of the
-        rows with text, where the out-of-domain detector's read already made them."""
+        rows with text, where the out-of-domain detector's read already made them; `pool`: where the baseline
+        runs (default: `side_pool(seqs)`)."""
         # Ids that did not come from encode() carry no text: those rows keep the model's probabilities.
         rows = [i for i, s in enumerate(seqs) if isinstance(s, Encoded)] if self.blend else []
         texts = [seqs[i].text for i in rows]
-        # The baseline runs in a side thread during the model's pass (GIL released; measured: docs/evidence.md,
-        # "the TF-IDF blend's cost")
-        overlap = self.blend_overlap and logits is None and len(rows) >= BLEND_OVERLAP_ROWS
-        side = _BLEND_POOL.submit(self.blend.baseline_proba, texts) if overlap and not baseline else None
+        if rows and not baseline:  # beside the pass (GIL released) or after it, as side_rows measured
+            pool = side_work.INLINE if logits is not None else pool or self.side_pool(seqs)
+            baseline = pool.submit(self.blend.baseline_proba, texts).result
         logits = self._logits(seqs, plan) if logits is None else logits
         probs = self.decision.probabilities(logits)
         if rows:
-            base = baseline() if baseline else side.result() if side else self.blend.baseline_proba(texts)
-            probs[rows] = self.blend.combine(probs[rows], base)
+            probs[rows] = self.blend.combine(probs[rows], baseline())
         return self.calibration(probs), logits
 
     def predict_logits(self, texts: Sequence[str], normalized: bool = False) -> np.ndarray:
@@ -338,11 +339,43 @@ class Classifier:
                     text = self._tok.encode("warm up " * 64, add_special_tokens=False).ids[: self._budget]
                     ids = self._prefix + text + self._suffix
                     self._overhead = passes.measure_overhead(lambda seqs: self._logits(seqs, [np.arange(len(seqs))]), ids)
+            self.side_rows  # noqa: B018 -- the other measurement a server makes before it says ready
         return self._overhead
 
     @call_overhead_tokens.setter
     def call_overhead_tokens(self, tokens: float) -> None:
         self._overhead = float(tokens)
+
+    @property
+    def side_rows(self) -> int:
+        """The fewest rows with text from which the blend's baseline and the off-topic detector run beside the
+        model's pass rather than after it (serving/side_work.py; side_work.NEVER: always after): measured here
+        once, on first need, or engine.SIDE_ROWS. A server measures it before it says ready (with the pass's
+        cost). Either way the answers are the same, bit for bit."""
+        if SIDE_ROWS is not None:
+            return SIDE_ROWS
+        if self._side_rows is None:
+            with self._side_lock:
+                if self._side_rows is None:
+                    self._side_rows = self._measure_side_rows()
+        return self._side_rows
+
+    @side_rows.setter
+    def side_rows(self, rows: int) -> None:
+        self._side_rows = max(1, int(rows))
+
+    def _measure_side_rows(self) -> int:
+        if not (self.blend or self.calibration.ood):
+            return side_work.NEVER  # nothing to run beside the pass
+        seqs = self.encode(["warm up the side work of the engine"] * max(side_work.SIZES))
+        pools = {True: _BLEND_POOL, False: side_work.INLINE}
+        return side_work.measure_side_rows(
+            lambda n, beside: self._predictions(seqs[:n], None, [np.arange(n)], pools[beside]))
+
+    def side_pool(self, seqs: Sequence[Sequence[int]]):
+        """Where the blend and the detector run for `seqs`: the side pool or side_work.INLINE."""
+        n = sum(isinstance(s, Encoded) for s in seqs)
+        return _BLEND_POOL if n and n >= self.side_rows else side_work.INLINE
 
     def plan(self, seqs: Sequence[Sequence[int]], overhead: float | None = None) -> list[np.ndarray]:
         """The forward passes for `seqs`: row indices per pass (serving/passes.py), planned once per call, with
@@ -381,9 +414,10 @@ class Classifier:
         it shares). A multi-label model answers `MultiLabelPrediction`s (serving/multilabel.py)."""
         return self._predictions(seqs, top_k, self.plan(seqs))
 
-    def _predictions(self, seqs, top_k: int | None, plan: list[np.ndarray]) -> list[Prediction]:
-        pending = self.calibration.start_out_of_domain(seqs, _BLEND_POOL, self.blend)  # beside the model's pass
-        probs, logits = self._scored(seqs, plan=plan, baseline=pending.baseline)
+    def _predictions(self, seqs, top_k: int | None, plan: list[np.ndarray], pool=None) -> list[Prediction]:
+        pool = pool or self.side_pool(seqs)
+        pending = self.calibration.start_out_of_domain(seqs, pool, self.blend)  # beside the model's pass or after
+        probs, logits = self._scored(seqs, plan=plan, baseline=pending.baseline, pool=pool)
         return self.decision.answers(probs, logits, top_k, pending())
 
     # ---------------------------------------------------------------- the decision, as callers read it

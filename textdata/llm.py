@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from textdata.errors import UsageError
 from textdata.labels import LabelSpace
+from textdata.urls import redact
 
 TEXT, LABELS = "{text}", "{labels}"
 _STRIP = " \t\r\n\"'`.*"
@@ -103,10 +104,11 @@ def make_client(base_url: str, timeout: float, retries: int, api_key_env: str = 
 
 
 def describe(e: Exception) -> str:
-    """One line for the error column: the status where there is one."""
+    """One line for the error column: the status where there is one; a URL in it without its credentials."""
     status = getattr(e, "status_code", None)
     kind = type(e).__name__
-    return f"{kind} {status}: {str(e)[:200]}" if status else f"{kind}: {str(e)[:200]}"
+    said = redact(str(e))[:200]
+    return f"{kind} {status}: {said}" if status else f"{kind}: {said}"
 
 
 MAX_ANSWER_CHARS = 4000  # a label (or a set of them) is short; a longer answer is cut, never kept whole

@@ -20,7 +20,7 @@ import shutil
 import threading
 from pathlib import Path, PurePosixPath
 
-from app.versions.registry import RegistryError, folder_sha256
+from app.versions.registry import ChangedFiles, RegistryError, folder_sha256
 from textdata.errors import UsageError
 from textdata.plain_files import MAX_FILES, check_size, plain_files
 
@@ -73,7 +73,7 @@ class ModelStore:
             self._download(found, base, where, tmp)
             digest = folder_sha256(tmp)
             if digest != sha256:
-                raise RegistryError(f"{where}: its files' sha256 is {digest[:12]}, not the {sha256[:12]} it was "
+                raise ChangedFiles(f"{where}: its files' sha256 is {digest[:12]}, not the {sha256[:12]} it was "
                                     f"registered with (changed in the model store): {folder.split('-')[0]} refused")
             try:
                 os.rename(tmp, cache / folder)

@@ -10,7 +10,8 @@ reason). Replicas whose parity digest differs from the majority's are evicted th
 is ready the promotion is aborted and nothing flips. Rollback is a promotion of the previous version.
 
 A coordinator killed mid-way leaves either the old pointer (before the commit transaction) or the new one
-(after it), never a half: the next promotion aborts the one it left preparing.
+(after it), never a half: the next promotion past its deadline aborts the one it left preparing; one within
+its deadline (its coordinator may be alive) refuses the next at once (PromotionBusy, HTTP 409).
 """
 
 from __future__ import annotations
@@ -31,13 +32,20 @@ class PromotionError(UsageError):
     """The promotion did not flip the pointer; the message says why and which version keeps serving."""
 
 
+class PromotionBusy(PromotionError):
+    """Another promotion is running (HTTP 409): nothing was started."""
+
+
 def promote(registry: DbRegistry, version: str, why: str, timeout_s: float = 30.0, live_s: float = LIVE_S,
             on_prepared=None) -> dict:
     """Prepare on every live replica, then commit; what happened (ready, evicted, generation)."""
     engine = registry.engine
     previous = registry.active()
     registry.verify(version)  # a folder that changed on disk is refused here already, with its name
-    pid = fs.start_promotion(engine, version, previous, why, timeout_s)
+    try:
+        pid = fs.start_promotion(engine, version, previous, why, timeout_s)
+    except fs.PromotionRunning as e:
+        raise PromotionBusy(f"{version} was not promoted: {e}") from None
     deadline = time.time() + timeout_s
     while True:
         live = fs.live_replicas(engine, live_s)

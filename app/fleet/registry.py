@@ -24,6 +24,7 @@ from pathlib import Path
 from app.versions.registry import (
     ACTIVE_FILE,
     EVENTS_FILE,
+    ChangedFiles,
     Registry,
     RegistryError,
     folder_sha256,
@@ -80,7 +81,7 @@ class DbRegistry(Registry):
             raise RegistryError(f"{folder}: the folder of {version} is missing from the model store")
         digest = folder_sha256(folder)
         if digest != row["sha256"]:
-            raise RegistryError(f"{folder}: its files' sha256 is {digest[:12]}, not the {row['sha256'][:12]} it was "
+            raise ChangedFiles(f"{folder}: its files' sha256 is {digest[:12]}, not the {row['sha256'][:12]} it was "
                                 f"registered with (changed on disk): {version} refused")
         return folder
 

@@ -24,7 +24,7 @@ import time
 
 from app.fleet.registry import DbRegistry
 from app.versions.registry import RegistryError
-from app.versions.swap import ActivationError, ServedVersion, Switcher
+from app.versions.swap import ActivationBusy, ActivationError, ServedVersion, Switcher
 from labelstore import fleet_store as fs
 
 log = logging.getLogger("app")
@@ -61,12 +61,17 @@ class FleetSwitcher(Switcher):
         return verified
 
     async def activate(self, version: str, why: str) -> ServedVersion:
-        from app.fleet.promote import PromotionError, promote
+        from app.fleet.promote import PromotionBusy, PromotionError, promote
 
         self.registry.path(version)  # RegistryError for an unknown name
+        if self.busy:  # this replica coordinates one already (other replicas': the store refuses, PromotionBusy)
+            raise ActivationBusy(f"{version} was not promoted: a promotion is running ({self.busy}); try again "
+                                 "when it is done")
         self.busy = version
         try:
             await asyncio.to_thread(promote, self.registry, version, why, self.cfg.promote_timeout_s)
+        except PromotionBusy as e:
+            raise ActivationBusy(str(e)) from None
         except PromotionError as e:
             raise ActivationError(str(e)) from None
         finally:

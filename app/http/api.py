@@ -168,13 +168,18 @@ def check_texts(texts: list[str], cfg: Config, field: str, single: bool, normali
         raise _invalid(["body", field], f"{len(texts)} texts; the limit is {cfg.max_texts} per request "
                        "(--max-texts)", "too_long")
     for i, t in enumerate(texts):
-        if len(t) > cfg.max_chars:
-            loc = ["body", field] if single else ["body", field, i]
-            raise _invalid(loc, f"{len(t)} characters; the limit is {cfg.max_chars} per text (--max-chars)",
-                           "string_too_long")
-        problem = text_problem(t, normalize)
-        if problem:
-            raise _invalid(["body", field] if single else ["body", field, i], problem, "value_error")
+        refused = text_refusal(t, cfg.max_chars, normalize)
+        if refused:
+            raise _invalid(["body", field] if single else ["body", field, i], *refused)
+
+
+def text_refusal(text: str, max_chars: int, normalize=str.strip) -> tuple[str, str] | None:
+    """(why, pydantic-style error type) where one text breaks the text rules, else None: the rules of every
+    route that takes texts (/v1/classify, the team datasets: app/team/inputs.py)."""
+    if len(text) > max_chars:
+        return f"{len(text)} characters; the limit is {max_chars} per text (--max-chars)", "string_too_long"
+    problem = text_problem(text, normalize)
+    return (problem, "value_error") if problem else None
 
 
 def _shape(pred, top_k: int | None, min_confidence: float | None = None) -> dict:
@@ -297,7 +302,9 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
             raise HTTPException(503, "server is shutting down", headers={"Retry-After": "1"}) from None
         except asyncio.TimeoutError:
             metrics.rejected.labels("timeout").inc()
-            raise HTTPException(504, f"no answer within {cfg.request_timeout_s:g} s (--request-timeout)") from None
+            # a shed like the 429's: a fleet's client (or nginx) waits before it tries again, not at once
+            raise HTTPException(504, f"no answer within {cfg.request_timeout_s:g} s (--request-timeout)",
+                                headers={"Retry-After": "1"}) from None
         except Exception:
             log.exception("inference failed")
             raise HTTPException(500, "inference failed; see the server log") from None

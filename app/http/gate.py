@@ -18,14 +18,15 @@ from collections import OrderedDict, deque
 from app.http.body_shape import SCAN_FROM_BYTES, ValueCounter, too_many_values
 from app.http.metrics import Metrics, endpoint_label
 from app.http.upload_guard import is_upload
+from app.team import roles
+from app.team.auth import SESSION_COOKIE
 
 log = logging.getLogger("app.access")
 
 # Reachable without a key: liveness and readiness probes (a kubelet's httpGet or a compose healthcheck sends no
 # secret, and the answer holds none: ok, ready, warming up, draining), the UI's sign-in form.
-OPEN_PATHS = {"/healthz", "/readyz", "/login", "/logout"}
+OPEN_PATHS = roles.OPEN_PATHS  # app/team/roles.py: the routes whose rule is public
 DRAIN_OPEN_PATHS = {"/healthz", "/readyz", "/metrics"}  # still answered while draining (readyz says 503)
-SESSION_COOKIE = "electra_session"
 _REQUEST_ID = re.compile(r"^[A-Za-z0-9._-]{1,64}$")
 SAFE_METHODS = frozenset({"GET", "HEAD", "OPTIONS"})
 # JSON values a request may hold: the API's are --max-texts texts and a few fields (max_values below);
@@ -173,8 +174,10 @@ LOGIN_PAGE = """<!doctype html><html><head><meta charset="utf-8"><title>Sign in<
 
 class Gate:
     def __init__(self, app, *, state, metrics: Metrics, api_key: str | None, max_body_bytes: int, sites=None,
-                 uploads=None, max_texts: int = 64, identities=None, bulk_values: dict | None = None):
+                 uploads=None, max_texts: int = 64, identities=None, bulk_values: dict | None = None,
+                 authorizer=None):
         self.app = app
+        self.authorizer = authorizer  # app/team/roles.py: the caller's role against the route's rule
         # paths whose bodies may hold more values than --max-texts allows: {path: values}, e.g. a new
         # dataset's texts (up to --max-upload-rows, as an upload in the UI)
         self.bulk_values = bulk_values or {}
@@ -319,6 +322,11 @@ class Gate:
             else:
                 await _json(send, 401, {"detail": "missing or invalid API key: send 'Authorization: Bearer KEY'"},
                             [(b"www-authenticate", b"Bearer")])
+            return
+        why = self.authorizer.refusal(scope) if self.authorizer is not None else None
+        if why:
+            self.metrics.rejected.labels("role").inc()
+            await _json(send, 403, {"detail": why})
             return
         if self.state.draining and path not in DRAIN_OPEN_PATHS:
             self.metrics.rejected.labels("draining").inc()

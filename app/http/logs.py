@@ -7,6 +7,7 @@ import logging
 import time
 
 from textdata.log_stream import StderrHandler
+from textdata.urls import redact
 
 
 class JsonFormatter(logging.Formatter):
@@ -16,7 +17,9 @@ class JsonFormatter(logging.Formatter):
         out.update(getattr(record, "fields", {}))
         if record.exc_info:
             out["exc"] = self.formatException(record.exc_info)
-        return json.dumps(out, ensure_ascii=False, default=str)
+        # a URL's credentials (--fallback-url http://user:pass@..., ?api-key=...) never reach the log, whichever
+        # logger names it (the HTTP client logs each request's URL, a warning the endpoint, an error its text)
+        return redact(json.dumps(out, ensure_ascii=False, default=str))
 
 
 def setup(level: str = "info") -> None:
@@ -30,6 +33,8 @@ def setup(level: str = "info") -> None:
         lg = logging.getLogger(name)
         lg.handlers[:] = []
         lg.propagate = True
-    # httpx logs every request Gradio makes to itself at INFO; alembic names each plugin it loads on import.
+    # httpx logs every request Gradio makes to itself at INFO, httpx2 (the openai client's) every LLM call;
+    # alembic names each plugin it loads on import.
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpx2").setLevel(logging.WARNING)
     logging.getLogger("alembic.runtime.plugins").setLevel(logging.WARNING)

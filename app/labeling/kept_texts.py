@@ -48,3 +48,25 @@ class VisitorStore:
 
     def list(self) -> list[dict]:
         return []
+
+
+class AdminsKept:
+    """A SessionStore whose sessions of kept texts (audit, review queue) list and open for admins only (issue 63,
+    H1: an annotator opened an audit session and read what other API clients sent). `is_admin()`: the person
+    whose UI event runs now."""
+
+    def __init__(self, store, is_admin):
+        self._store, self._is_admin = store, is_admin
+
+    def __getattr__(self, name):
+        return getattr(self._store, name)
+
+    def get(self, sid):
+        session = self._store.get(sid)
+        if session is not None and holds_kept_texts(session.meta) and not self._is_admin():
+            return None
+        return session
+
+    def list(self) -> list[dict]:
+        found = self._store.list()
+        return found if self._is_admin() else [m for m in found if not holds_kept_texts(m)]

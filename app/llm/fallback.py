@@ -39,6 +39,7 @@ from serving.engine import Prediction
 from serving.multilabel import MultiLabelPrediction
 from textdata.labels import LabelSpace
 from textdata.llm import ask, make_client, parse_answer, read_prompt, render
+from textdata.urls import redact
 
 log = logging.getLogger("app")
 STORE_COLUMNS = ["text", "teacher", "llm", "model_version", "model_label", "model_score", "at"]
@@ -108,7 +109,7 @@ class TeacherLabels:
     by cache key for reuse."""
 
     def __init__(self, folder: Path, llm: str, name: str = "llm_labels.csv"):
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
         self.path = folder / name
         self.llm = llm
         self.known: dict[str, str] = {}
@@ -124,7 +125,8 @@ class TeacherLabels:
     def _write(self, row: list) -> None:
         buf = io.StringIO()
         csv.writer(buf).writerow(row)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        # 0600: clients' texts, sent to the LLM (the folder is made 0700)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             os.write(fd, buf.getvalue().encode("utf-8"))
         finally:
@@ -175,7 +177,7 @@ class Fallback:
         except openai.OpenAIError as e:
             self.enabled = False
             log.warning("--fallback-url %s cannot be reached (%s): the model answers alone, 'not sure' answers "
-                        "included", self.cfg.fallback_url, type(e).__name__)
+                        "included", redact(self.cfg.fallback_url), type(e).__name__)
         finally:
             await client.close()
 

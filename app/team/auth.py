@@ -10,6 +10,8 @@ from fastapi import HTTPException, Request
 
 from labelstore import users
 
+SESSION_COOKIE = "electra_session"  # the UI's sign-in cookie (app/http/gate.py UiSessions)
+
 API_KEY_CALLER = "api-key"  # what the gate records for a request carrying --api-key
 # The users' tokens are held in memory and read again at most this often (one read of the users table for
 # all requests: it was one of a label save's four transactions): a revocation or a first user added with
@@ -78,13 +80,24 @@ class Identities:
             self._refresh(TOKEN_TTL_S)
         return self._ids.get(user_id)
 
-    def ui_user(self, cfg, sessions, cookie: str | None) -> tuple[int, str, str] | None:
-        """Who a UI event comes from: the user its session cookie names, else the key holder (or `local` in
-        one-person mode), an admin. None for a cookie naming a user revoked since (the gate refuses it too)."""
+    def ui_user(self, cfg, sessions, cookie: str | None, recorded=None) -> tuple[int, str, str] | None:
+        """Who a UI event comes from: the user its session cookie names, else the user whose token the gate
+        recorded for the request (`recorded`: a token sent as `Authorization: Bearer`; issue 63, H2: it once
+        made its holder the key holder here), else the key holder (or `local` in one-person mode), an admin.
+        None for a user revoked since (the gate refuses them too)."""
         uid = sessions.user_of(cookie)
         if uid is not None:
             return self.by_id(uid)
+        if isinstance(recorded, tuple):
+            return self.by_id(recorded[0])
         return self.resolve(API_KEY_CALLER if cfg.api_key else None)
+
+    def ui_request_user(self, cfg, sessions, request) -> tuple[int, str, str] | None:
+        """ui_user for a Gradio event's request (gr.Request, or None outside one)."""
+        http = getattr(request, "request", None) or request  # gr.Request wraps Starlette's
+        cookies = getattr(http, "cookies", None) or {}
+        recorded = (getattr(http, "scope", None) or {}).get("state", {}).get("user")
+        return self.ui_user(cfg, sessions, cookies.get(SESSION_COOKIE), recorded)
 
     def resolve(self, who) -> tuple[int, str, str]:
         """(id, name, role) for the gate's record of the request."""

@@ -82,7 +82,7 @@ class HotRoutes:
         try:
             saved, replayed = await tx.call_hot(self.engine, queue.submit, self.engine, ds, uid, answer.record_id, value,
                                             answer.client_event_id)
-        except (queue.NotFound, queue.Full):  # nothing was written: the route answers 404 / 409 as always
+        except (queue.NotFound, queue.Full, queue.Reused):  # nothing was written: the route answers 404/409/422
             return False
         await _respond(send, 200, orjson.dumps(saved), _REPLAYED if replayed else [])
         self.answered += 1

@@ -4,6 +4,10 @@ anything is kept, each refusal a 422 naming the field, as `/v1/classify` answers
 - Every string: valid Unicode. A lone surrogate passes JSON and pydantic's StrictStr, is stored (escaped in the
   JSON column), and then fails every response that holds it in Starlette's UTF-8 encoding: one bad label made
   `GET /v1/datasets` answer 500 to every user.
+- A dataset's texts: the text rules of `/v1/classify` (app/http/api.py text_refusal: --max-chars, not empty
+  nor only NUL / zero-width characters, something left after the model's normalisation).
+- An id (a dataset's in the path, a record's in the body): 1 to 2^63 - 1, the database's integer. A larger one
+  passed `int` and failed in SQLite's integer conversion, a 500 with a traceback.
 - A dataset's label names: the one label-name rule (textdata/labels.py name_problem), with the separator a
   dataset's label set is joined by, so the training table and the export read them back as given.
 """
@@ -12,10 +16,10 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import HTTPException
-from pydantic import AfterValidator, StrictStr
+from fastapi import HTTPException, Path
+from pydantic import AfterValidator, Field, StrictInt, StrictStr
 
-from app.http.api import unicode_problem
+from app.http.api import text_refusal, unicode_problem
 from app.label_kinds import dataset_space
 from labelstore.queue import Dataset
 from textdata.labels import MAX_NAME_CHARS, name_problem
@@ -29,10 +33,26 @@ def _valid_unicode(text: str) -> str:
 
 
 Text = Annotated[StrictStr, AfterValidator(_valid_unicode)]
+MAX_ID = 2**63 - 1  # SQLite's INTEGER and PostgreSQL's bigint
+DatasetId = Annotated[int, Path(ge=1, le=MAX_ID, description="the dataset's id")]
+RecordId = Annotated[StrictInt, Field(ge=1, le=MAX_ID, description="the record's id (from `next`)")]
 
 
 def invalid(loc: list, msg: str) -> HTTPException:
     return HTTPException(422, [{"type": "value_error", "loc": ["body", *loc], "msg": msg}])
+
+
+def normalizer(state):
+    """The served model's text normalisation, as /v1/classify checks texts with it (test doubles: a strip)."""
+    return getattr(state.served.clf, "normalizer", str.strip)
+
+
+def check_texts(texts, max_chars: int, normalize=str.strip) -> None:
+    """A new dataset's texts, or 422 naming the first bad one (field `texts` and its index), as /v1/classify."""
+    for i, text in enumerate(texts):
+        refused = text_refusal(text, max_chars, normalize)
+        if refused:
+            raise HTTPException(422, [{"type": refused[1], "loc": ["body", "texts", i], "msg": refused[0]}])
 
 
 def check_labels(names, multi_label: bool) -> None:

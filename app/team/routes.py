@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from app.config import open_to_anyone
 from app.label_kinds import asked_space, dataset_space, kind_of
 from app.team.auth import Identities
-from app.team.inputs import Text, check_labels
+from app.team.inputs import DatasetId, RecordId, Text, check_labels, check_texts, normalizer
 from labelstore import queue, review, tx, users
 from labelstore.agreement import agreement
 from labelstore.schema import ROLES
@@ -53,7 +53,7 @@ class NewDataset(BaseModel):
 
 class Answer(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    record_id: StrictInt
+    record_id: RecordId
     label: Text | None = None
     labels: list[Text] | None = None
     client_event_id: Text | None = Field(None, min_length=1, max_length=100, description=(
@@ -62,7 +62,7 @@ class Answer(BaseModel):
 
 class Skip(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    record_id: StrictInt
+    record_id: RecordId
 
 
 def _bad(field: str, msg: str) -> HTTPException:
@@ -180,11 +180,9 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
     @app.post("/v1/datasets", status_code=201)
     def create(body: NewDataset, request: Request):
         uid = who.caller(request, STAFF)[0]
-        for i, t in enumerate(body.texts):
-            if not t.strip():
-                raise HTTPException(422, [{"type": "value_error", "loc": ["body", "texts", i], "msg": "empty text"}])
         if len(body.texts) > cfg.max_upload_rows:
             raise _bad("texts", f"{len(body.texts)} texts; the limit is {cfg.max_upload_rows} (--max-upload-rows)")
+        check_texts(body.texts, cfg.max_chars, normalizer(state))
         return new_dataset(state, engine, body, uid)
 
     @app.get("/v1/datasets")
@@ -195,14 +193,14 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
     # The two requests of every label save: async, their store work on the event loop when the writer lock is
     # free, else in the store's thread (labelstore/tx.py call_hot)
     @app.post("/v1/datasets/{dataset_id}/next", responses={204: {"description": "nothing left for you"}})
-    async def next_text(dataset_id: int, request: Request):
+    async def next_text(dataset_id: DatasetId, request: Request):
         uid = who.caller(request, ROLES)[0]
         ds = dataset(dataset_id) if dataset_id in cached else await tx.call(engine, dataset, dataset_id)
         record = await tx.call_hot(engine, queue.next_record, engine, ds, uid)
         return Response(status_code=204) if record is None else JSONResponse(record)
 
     @app.post("/v1/datasets/{dataset_id}/labels")
-    async def label(dataset_id: int, body: Answer, request: Request):
+    async def label(dataset_id: DatasetId, body: Answer, request: Request):
         uid = who.caller(request, ROLES)[0]
         ds = dataset(dataset_id) if dataset_id in cached else await tx.call(engine, dataset, dataset_id)
         value = _value(ds, body)
@@ -213,10 +211,12 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
             raise HTTPException(404, str(e)) from None
         except queue.Full as e:
             raise HTTPException(409, str(e)) from None
+        except queue.Reused as e:
+            raise _bad("client_event_id", str(e)) from None
         return JSONResponse(saved, headers={"Idempotent-Replayed": "true"} if replayed else None)
 
     @app.post("/v1/datasets/{dataset_id}/undo")
-    def undo(dataset_id: int, request: Request):
+    def undo(dataset_id: DatasetId, request: Request):
         uid = who.caller(request, ROLES)[0]
         done = queue.undo_last(engine, dataset(dataset_id), uid)
         if done is None:
@@ -224,7 +224,7 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
         return done
 
     @app.post("/v1/datasets/{dataset_id}/skip")
-    def skip(dataset_id: int, body: Skip, request: Request):
+    def skip(dataset_id: DatasetId, body: Skip, request: Request):
         uid = who.caller(request, ROLES)[0]
         try:
             skipped = queue.skip(engine, dataset(dataset_id), uid, body.record_id)
@@ -243,7 +243,7 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
 
 def _add_review_routes(app: FastAPI, engine, who: Callers, dataset) -> None:
     @app.post("/v1/datasets/{dataset_id}/adjudicate")
-    def adjudicate(dataset_id: int, body: Answer, request: Request):
+    def adjudicate(dataset_id: DatasetId, body: Answer, request: Request):
         uid = who.caller(request, STAFF)[0]
         ds = dataset(dataset_id)
         try:
@@ -252,14 +252,14 @@ def _add_review_routes(app: FastAPI, engine, who: Callers, dataset) -> None:
             raise HTTPException(404, str(e)) from None
 
     @app.get("/v1/datasets/{dataset_id}/agreement")
-    def agree(dataset_id: int, request: Request):
+    def agree(dataset_id: DatasetId, request: Request):
         who.caller(request, STAFF)
         ds = dataset(dataset_id)
         figures = agreement(review.answer_rows(engine, ds), ds.labels, ds.multi_label, ds.overlap)
         return {**figures, "progress": review.progress(engine, ds)}
 
     @app.get("/v1/datasets/{dataset_id}/export")
-    def export(dataset_id: int, request: Request, format: str = Query("csv", pattern="^(csv|jsonl)$")):
+    def export(dataset_id: DatasetId, request: Request, format: str = Query("csv", pattern="^(csv|jsonl)$")):
         who.caller(request, STAFF)
         text = export_text(engine, dataset(dataset_id), format)
         headers = {"Content-Disposition": f'attachment; filename="dataset-{dataset_id}.{format}"'}

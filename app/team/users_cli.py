@@ -15,8 +15,11 @@ import sys
 from datetime import datetime, timezone
 from pathlib import Path
 
+import sqlalchemy as sa
+
 from app.config import DATABASE_URL_ENV
 from labelstore import StoreError, default_url, open_store, users
+from labelstore.engine import unreadable
 from labelstore.schema import ROLES
 
 
@@ -63,6 +66,9 @@ def main(argv: list[str]) -> int:
                 print(f"{u['name']}\t{u['role']}\t{when}\t{'revoked' if u['revoked_at'] else 'active'}")
     except (StoreError, users.UserError) as e:
         print(f"error: {e}", file=sys.stderr)
+        return 2
+    except sa.exc.DatabaseError as e:  # damaged past what opening it reads (a page of the users table)
+        print(f"error: {unreadable(e, sa.make_url(url))}", file=sys.stderr)
         return 2
     finally:
         if engine is not None:

@@ -27,7 +27,7 @@ from starlette.responses import RedirectResponse
 
 from app.config import open_to_anyone
 from app.label_kinds import kind_of
-from app.labeling.kept_texts import VisitorStore
+from app.labeling.kept_texts import AdminsKept, VisitorStore
 from app.labeling.review_queue import start_session
 from app.labeling.sessions import ORDERS, SessionStore
 from app.ui import multilabel as ui_multilabel
@@ -37,6 +37,8 @@ from app.ui.label_view import MAX_LABEL_BUTTONS, _render_label, folds, keys_help
 from app.ui.review import ReviewPanel
 from app.ui.team_label import TeamSessions
 from app.ui.uploads import read_texts, spreadsheet_safe, uploaded_only
+from app.ui.guard import person
+from app.team.roles import ADMIN
 from textdata.tables import write_table
 
 log = logging.getLogger("app")
@@ -185,6 +187,7 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
     store = SessionStore(Path(cfg.data_dir) / "label")
     if open_to_anyone(cfg):  # sessions of texts other clients sent are not a visitor's (app/labeling/kept_texts.py)
         store = VisitorStore(store)
+    store = AdminsKept(store, lambda: (person(cfg, state) or ("", "", ""))[2] == ADMIN)
     exports = Exports()
     labels = list(state.served.clf.labels)
     engine_turn = threading.Lock()  # one UI scoring chunk at a time, whichever tab asks
@@ -198,28 +201,46 @@ def build_ui(cfg, state, jobs=None) -> gr.Blocks:
         banner = gr.Markdown(health_banner(state), elem_id="health-banner")
         heading = {"fn": lambda: (header(state, sign_out), health_banner(state)), "inputs": None,
                    "outputs": [top, banner], "show_progress": "hidden"}
+        sections: dict = {}  # event index -> the section (app/team/roles.py UI_SECTIONS) that registered it
+
+        def section(name: str) -> None:
+            for index in demo.fns:
+                sections.setdefault(index, name)
+
         demo.load(**heading)
         gr.Timer(HEADING_EVERY_S).tick(**heading, concurrency_limit=QUICK, concurrency_id="heading")
+        section("page")
         with gr.Tabs():
             classify_tab(cfg, state)
+            section("classify")
             _label_tab(cfg, state, labels, store, exports, engine_turn, jobs)
+            section("label")
             batch_tab(cfg, state, exports, engine_turn, _score_chunks, _stop_reason, cfg.ui_concurrency)
+            section("batch")
             if jobs is not None:
                 from app.ui.train import train_tab
 
                 train_tab(cfg, state, jobs).then(**heading)  # a promotion there: the heading at once
+                section("train")
             if state.monitor is not None:
                 from app.ui.monitor import monitor_tab
 
                 monitor_tab(cfg, state, store)
+                section("monitor")
             if state.store is not None:
                 from app.ui.team import team_tab
 
                 team_tab(cfg, state)
+                section("team")
     # Gradio copies any file reference it finds in any input (a Dropdown's value too) into its cache, whose
     # files it serves: every input of every event takes uploaded files only.
     for block in {id(b): b for fn in demo.fns.values() for b in fn.inputs}.values():
         uploaded_only(block)
+    from app.team.routes import open_refusal
+    from app.ui.guard import guard
+    from app.versions.admin import admin_refusal
+
+    demo.rules = guard(demo, sections, cfg, state, {"admin": admin_refusal(cfg) or "", "team": open_refusal(cfg)})
     for block_fn in demo.fns.values():
         block_fn.fn = _quiet_user_errors(block_fn.fn)
     demo.queue(max_size=64, default_concurrency_limit=cfg.ui_concurrency)

@@ -10,8 +10,8 @@ import gradio as gr
 from pydantic import ValidationError
 
 from app.config import open_to_anyone
-from app.http.gate import SESSION_COOKIE
 from app.label_kinds import dataset_space, kind_of
+from app.team.inputs import MAX_ID
 from app.team.routes import NewDataset, new_dataset, open_refusal
 from app.ui.uploads import read_texts, uploaded_only
 from labelstore import queue, review, users
@@ -45,7 +45,8 @@ def team_tab(cfg, state) -> None:
     engine = state.store
 
     def staff(request) -> tuple[int, str, str] | None:
-        return reviewer_of(cfg, state, _cookie(request))
+        user = state.identities.ui_request_user(cfg, state.sessions, request)
+        return user if user is not None and user[2] in ("reviewer", "admin") else None
 
     def choices(request: gr.Request):
         if staff(request) is None:
@@ -70,6 +71,8 @@ def team_tab(cfg, state) -> None:
             raise gr.Error(STAFF_ONLY)
         if dataset_id is None or record_id is None or not label:
             raise gr.Error("Choose a dataset, a record id from the table and a label.")
+        if not 1 <= record_id <= MAX_ID:  # the database's integer (app/team/inputs.py): a larger one fails in it
+            raise gr.Error(f"record_id must be 1 to {MAX_ID} (a record id from the table).")
         ds = queue.get_dataset(engine, int(dataset_id))
         value = kind_of(dataset_space(ds)).store_choice(label)
         try:
@@ -133,7 +136,3 @@ def reviewer_of(cfg, state, cookie: str | None) -> tuple[int, str, str] | None:
     labels blind and sees nobody's answers here."""
     user = state.identities.ui_user(cfg, state.sessions, cookie)
     return user if user is not None and user[2] in ("reviewer", "admin") else None
-
-
-def _cookie(request) -> str | None:
-    return request.cookies.get(SESSION_COOKIE) if request is not None else None

@@ -179,18 +179,14 @@ class TeamSessions:
         self.at: dict[str, int] = {}  # where view() patches the Label tab's outputs (app/ui/page.py fills it)
 
     def user(self) -> tuple[int, str, str] | None:
-        """(id, name, role) of the person at the page: the user of its cookie, else the key holder, else
+        """(id, name, role) of the person at the page: the user of its cookie or of the token the gate recorded, else the key holder, else
         one-person mode's `local`. None without a label store."""
         from gradio.context import LocalContext
-
-        from app.http.gate import SESSION_COOKIE
 
         identities = getattr(self.state, "identities", None)
         if identities is None:
             return None
-        request = LocalContext.request.get(None)
-        cookie = request.cookies.get(SESSION_COOKIE) if request is not None else None
-        return identities.ui_user(self.cfg, self.state.sessions, cookie)
+        return identities.ui_request_user(self.cfg, self.state.sessions, LocalContext.request.get(None))
 
     def get(self, sid) -> TeamSession | None:
         dataset_id, user = dataset_of(sid), self.user()

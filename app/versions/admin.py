@@ -15,8 +15,8 @@ from fastapi.responses import PlainTextResponse
 from app.config import open_to_anyone
 from app.http.redact import names_only, names_only_text
 from app.versions.jobs import JobConflict, Jobs
-from app.versions.registry import Registry, RegistryError
-from app.versions.swap import ActivationError, Switcher
+from app.versions.registry import ChangedFiles, Registry, RegistryError
+from app.versions.swap import ActivationBusy, ActivationError, Switcher
 from app.versions.train_params import request_model
 from app.versions.trainset import TrainingDataError
 from textdata.errors import DataError
@@ -54,8 +54,12 @@ def add_admin_routes(app: FastAPI, cfg, state, registry: Registry, switcher: Swi
         admin()
         try:
             engine = await switcher.activate(version, why=f"POST /v1/models/{version}/activate")
+        except ChangedFiles as e:  # it exists, and is refused: a conflict, not an unknown version
+            raise HTTPException(409, names_only_text(str(e))) from None
         except RegistryError as e:
             raise HTTPException(404, names_only_text(str(e))) from None
+        except ActivationBusy as e:  # another promotion is running: at once, no replica blamed (issue 63, L6)
+            raise HTTPException(409, names_only_text(str(e))) from None
         except ActivationError as e:
             raise HTTPException(422, names_only_text(str(e))) from None
         return {"active": engine.version, "serving": state.served.version}

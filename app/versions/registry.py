@@ -45,6 +45,11 @@ class RegistryError(UsageError):
     """An unknown version, deleting the active one, a folder that is not a model: the message says which."""
 
 
+class ChangedFiles(RegistryError):
+    """A version that exists, whose files are not the ones it was registered with (changed on disk or in the
+    model store): refused, a conflict (409) rather than an unknown version (404)."""
+
+
 def version_number(name: str) -> int | None:
     m = _VERSION.fullmatch(name or "")
     return int(m.group(1)) if m else None

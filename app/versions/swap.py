@@ -38,6 +38,10 @@ class ActivationError(Exception):
     """The version could not be switched to; the message says why and which version keeps serving."""
 
 
+class ActivationBusy(ActivationError):
+    """Another activation (a fleet's promotion) is running: answered 409 at once, nothing started."""
+
+
 def check_engine(clf) -> None:
     """A loaded model that answers nonsense must not serve: every text gets finite probabilities summing to 1
     over the model's own labels (for a multi-label model, each label's in [0, 1])."""
@@ -115,4 +119,4 @@ class Switcher:
         return new
 
 
-__all__ = ["ActivationError", "RegistryError", "ServedVersion", "Switcher", "check_engine"]
+__all__ = ["ActivationBusy", "ActivationError", "RegistryError", "ServedVersion", "Switcher", "check_engine"]

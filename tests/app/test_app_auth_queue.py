@@ -67,6 +67,7 @@ def test_full_queue_gets_429_and_slow_answers_504(strict_server):
     t.join()
     # The forming batch starts at 1 s and answers after its pass; the caller's 1 s timeout comes first.
     assert first["response"].status_code == 504 and "request-timeout" in first["response"].json()["detail"]
+    assert first["response"].headers["retry-after"] == "1"
     assert 0.9 < first["seconds"] < 1.45
     # The queue empties once the batch runs, and the server takes work again.
     deadline = time.monotonic() + 5

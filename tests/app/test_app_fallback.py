@@ -46,6 +46,9 @@ def test_not_sure_answers_come_from_the_llm_once_and_are_kept_as_teacher_labels(
     with open(tmp_path / "data" / "teacher" / "llm_labels.csv", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
     assert sorted(r["text"] for r in rows) == sorted(unsure) and {r["teacher"] for r in rows} == {"dream"}
+    # clients' texts: the owner's only (issue 63 L3: it was 0644)
+    assert (tmp_path / "data" / "teacher" / "llm_labels.csv").stat().st_mode & 0o777 == 0o600
+    assert (tmp_path / "data" / "teacher").stat().st_mode & 0o777 == 0o700
     assert monitor["share_deferred"] == pytest.approx(len(unsure) / len(TEXTS))
     assert monitor["llm_calls"] == len(unsure) and monitor["from_stored_answers"] == len(unsure)
     assert monitor["cost_per_llm_call"] > 0
@@ -134,3 +137,35 @@ def test_odd_token_counts_are_ignored_and_the_monitor_stays_finite(calibrated, t
     cascade_report = monitor.json()["cascade"]
     assert cascade_report["tokens_paid"]["completion"] <= 2 * len(TEXTS)
     assert math.isfinite(cascade_report["cost_paid"])
+
+
+@pytest.fixture
+def json_logs():
+    """The server's log setup (app/http/logs.py, as `python -m app` runs it), undone after the test."""
+    from app.http import logs
+
+    root, saved = logging.getLogger(), {n: logging.getLogger(n).level for n in ("httpx", "httpx2")}
+    handlers, level = root.handlers[:], root.level
+    logs.setup("info")
+    yield
+    root.handlers[:], root.level = handlers, level
+    for name, lvl in saved.items():
+        logging.getLogger(name).setLevel(lvl)
+
+
+def test_credentials_in_the_fallback_url_never_reach_the_log(calibrated, tmp_path, fake, json_logs, capsys):  # noqa: F811
+    """Issue 63 L2: with user:pass@ in --fallback-url, the HTTP client logged every LLM call's URL (at info,
+    logger httpx2) and the start warning printed it too."""
+    from fake_llm import free_port
+
+    folder, _, _ = calibrated
+    with_creds = fake.url.replace("http://", "http://llmuser:llmpass@")
+    with cascade(folder, tmp_path, with_creds) as c:
+        preds = c.post("/v1/classify", json={"texts": TEXTS}).json()["predictions"]
+        logging.getLogger("httpx2").warning("HTTP Request: POST %s/chat/completions", with_creds)  # at any level
+    assert any(p["source"] == "llm" for p in preds)  # the credentials still reach the endpoint
+    with cascade(folder, tmp_path, f"http://llmuser:llmpass@127.0.0.1:{free_port()}/v1?api-key=k3y"):
+        pass
+    err = capsys.readouterr().err
+    assert "cannot be reached" in err and "http://***@127.0.0.1" in err and "api-key=***" in err
+    assert "llmpass" not in err and "k3y" not in err

@@ -163,3 +163,33 @@ def test_replicas_promote_together_refuse_a_changed_folder_and_a_killed_one_come
     events = [e["event"] for e in registry.events()]
     assert events.count("activated") >= 3 and "prepare" in events
     engine.dispose()
+
+
+def test_concurrent_activations_answer_409_at_once_and_blame_no_replica(fleet):
+    """Issue 63, L6: four activations at once (two on each replica) waited out --promote-timeout and answered 422
+    "r1: not ready within ... s" of a healthy replica. Now one promotion runs and the others answer 409 "a
+    promotion is running" at once: the same replica's from its switcher, the other's from the promotions row."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    store_url, _, a, _, started, _ = fleet
+    b = started[-1]  # the previous test restarted rb
+    assert served(a) == served(b) == "v1"
+
+    def activate(target):
+        server, version = target
+        t0 = time.monotonic()
+        r = httpx.post(f"{server.url}/v1/models/{version}/activate", json={}, timeout=60)
+        return r.status_code, r.json().get("detail", ""), time.monotonic() - t0
+
+    with ThreadPoolExecutor(4) as pool:
+        answers = list(pool.map(activate, [(a, "v2"), (a, "v1"), (b, "v2"), (b, "v1")]))
+    codes = sorted(code for code, _, _ in answers)
+    assert set(codes) <= {200, 409} and 200 in codes and 409 in codes, answers
+    for code, detail, took in answers:
+        if code == 409:
+            assert "a promotion is running" in detail and "not ready" not in detail and took < 10, (detail, took)
+    engine = open_store(store_url)
+    active = fs.pointer(engine)[0]
+    assert wait_for(lambda: served(a) == served(b) == active, 20.0)
+    assert {r["id"]: r["evicted_at"] for r in fs.live_replicas(engine, 5)} == {"ra": None, "rb": None}
+    engine.dispose()

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from app.fleet.promote import PromotionError, promote
+from app.fleet.promote import PromotionBusy, PromotionError, promote
 from app.fleet.registry import DbRegistry, import_disk
 from app.versions.registry import Registry, RegistryError, folder_sha256
 from labelstore import fleet_store as fs
@@ -152,10 +152,38 @@ def test_a_coordinator_killed_between_the_phases_leaves_the_old_pointer(fleet):
         raise Killed
 
     with pytest.raises(Killed):
-        promote(registry, "v2", "test", timeout_s=5, on_prepared=die)
+        promote(registry, "v2", "test", timeout_s=2, on_prepared=die)
     assert registry.active() == "v1"
-    assert promote(registry, "v2", "next", timeout_s=5)["version"] == "v2"  # the left promotion is aborted
+    with pytest.raises(PromotionBusy, match="a promotion is running"):  # within its deadline it may still commit
+        promote(registry, "v2", "next", timeout_s=5)
+    time.sleep(2.1)
+    assert promote(registry, "v2", "next", timeout_s=5)["version"] == "v2"  # past it, the left one is aborted
     assert registry.active() == "v2"
+
+
+def test_a_second_promotion_while_one_runs_is_refused_at_once_and_blames_no_replica(fleet):
+    """Issue 63, L6: four activations at once; two waited out --promote-timeout and then said the healthy
+    replica was 'not ready'. The second now gets PromotionBusy (HTTP 409) at once, and the first commits."""
+    registry, start = fleet
+    start("r1", "ready")
+    _wait_registered(registry, 1)
+    between, release, done = threading.Event(), threading.Event(), {}
+
+    def hold(_pid):
+        between.set()
+        release.wait(10)
+
+    first = threading.Thread(target=lambda: done.update(promote(registry, "v2", "first", timeout_s=10,
+                                                                on_prepared=hold)))
+    first.start()
+    assert between.wait(10)
+    t0 = time.monotonic()
+    with pytest.raises(PromotionBusy, match="a promotion is running: v2") as err:
+        promote(registry, "v1", "second", timeout_s=10)
+    assert time.monotonic() - t0 < 2 and "r1" not in str(err.value)
+    release.set()
+    first.join(10)
+    assert done["version"] == "v2" and done["evicted"] == {} and registry.active() == "v2"
 
 
 def test_a_second_trainer_exits_0_with_one_line(store_url, tmp_path, capsys):
@@ -167,3 +195,24 @@ def test_a_second_trainer_exits_0_with_one_line(store_url, tmp_path, capsys):
                      "--data-dir", str(tmp_path)])
     assert rc == 0 and capsys.readouterr().out == "training already running on other-host\n"
     engine.dispose()
+
+
+def test_a_busy_promotion_answers_409_on_the_api(spread_model_dir, tmp_path, monkeypatch):
+    """The route's side of L6: ActivationBusy is 409 with its reason, not the 422 of a version that failed."""
+    from app_testkit import two_version_registry
+    from fastapi.testclient import TestClient
+
+    from app.config import Config
+    from app.server import create_app, load_classifier
+    from app.versions.swap import ActivationBusy, Switcher
+
+    async def busy(self, version, why):
+        raise ActivationBusy(f"{version} was not promoted: a promotion is running (v1); try again when it is done")
+
+    monkeypatch.setattr(Switcher, "activate", busy)
+    reg = two_version_registry(spread_model_dir, tmp_path)
+    cfg = Config(model="m", ui=False, monitor=False, data_dir=tmp_path, models_dir=reg.root)
+    with TestClient(create_app(cfg, load_classifier(cfg, reg.path("v1")), registry=reg, version="v1"),
+                    base_url="http://127.0.0.1") as c:
+        r = c.post("/v1/models/v2/activate", json={})
+    assert r.status_code == 409 and "a promotion is running" in r.json()["detail"]

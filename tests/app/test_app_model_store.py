@@ -142,3 +142,40 @@ def _wait_for_version(server: Server, version: str, timeout_s: float = 20.0) -> 
             return True
         time.sleep(0.1)
     return False
+
+
+def test_activating_a_version_changed_in_the_store_is_a_409_naming_it_not_the_store(store_url, tmp_path,
+                                                                                     spread_model_dir):
+    """Issue 63 L7: `POST /v1/models/v2/activate` answered 404 with `file:///<store path>/v2-...: its files'
+    sha256 is ...`: the store's URL (a bucket, a server path, credentials) to the client, and "not found"
+    for a version that exists."""
+    from fastapi import FastAPI
+    from starlette.testclient import TestClient
+
+    from app.config import Config
+    from app.versions.admin import add_admin_routes
+
+    url = f"file://{tmp_path / 'bucket'}"
+    engine = open_store(store_url)
+    coordinator = DbRegistry(tmp_path / "coordinator", engine, object_store=ModelStore(url))
+    replica = DbRegistry(tmp_path / "replica", engine, object_store=ModelStore(url))  # no copy of its own yet
+    name, _ = coordinator.register_folder(spread_model_dir)
+    folder = coordinator.path(name).name
+    (tmp_path / "bucket" / folder / "config.json").write_text('{"tampered": true}')
+
+    class Switcher:  # the fleet's: activating is a promotion (app/fleet/replica.py)
+        busy = None
+
+        async def activate(self, version, why):
+            return promote(replica, version, why, timeout_s=1.0)
+
+    app = FastAPI()
+    add_admin_routes(app, Config(model="m"), None, replica, Switcher())
+    with TestClient(app) as c:
+        r = c.post(f"/v1/models/{name}/activate")
+        missing = c.post("/v1/models/v9/activate")
+    detail = r.json()["detail"]
+    assert r.status_code == 409 and "sha256" in detail and folder in detail and f"{name} refused" in detail
+    assert "://" not in detail and str(tmp_path) not in detail and "bucket" not in detail
+    assert missing.status_code == 404 and str(tmp_path) not in missing.json()["detail"]
+    engine.dispose()

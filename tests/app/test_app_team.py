@@ -80,10 +80,34 @@ def test_bad_inputs_each_have_their_status(store_url, tmp_path):
         assert c.post("/v1/datasets", json={"name": "z", "texts": ["a"], "overlap": 0}).status_code == 422
         assert c.get(f"/v1/datasets/{ds}/export?format=xml").status_code == 422
         first = c.post(f"/v1/datasets/{ds}/labels", json={"record_id": rec, "label": "a", "client_event_id": "k1"})
-        again = c.post(f"/v1/datasets/{ds}/labels", json={"record_id": rec, "label": "b", "client_event_id": "k1"})
+        again = c.post(f"/v1/datasets/{ds}/labels", json={"record_id": rec, "label": "a", "client_event_id": "k1"})
         assert again.json() == first.json() and again.headers.get("idempotent-replayed") == "true"
+        changed = c.post(f"/v1/datasets/{ds}/labels", json={"record_id": rec, "label": "b", "client_event_id": "k1"})
+        assert changed.status_code == 422 and changed.json()["detail"][0]["loc"] == ["body", "client_event_id"]
         assert c.post(f"/v1/datasets/{ds}/undo").json()["record_id"] == rec
         assert c.post(f"/v1/datasets/{ds}/undo").status_code == 404
+
+
+def test_a_client_event_id_reused_for_another_record_is_refused_not_dropped(store_url, tmp_path):
+    """Issue 63 L1: the id is the caller's across datasets; reused on another record it answered 200 with the
+    first answer's body (Idempotent-Replayed) and saved nothing."""
+    with client(store_url, tmp_path) as c:
+        one = c.post("/v1/datasets", json={"name": "x", "texts": ["p", "q"]}).json()["id"]
+        two = c.post("/v1/datasets", json={"name": "y", "texts": ["r"]}).json()["id"]
+        recs = [c.post(f"/v1/datasets/{one}/next").json()["record_id"]]
+        assert c.post(f"/v1/datasets/{one}/labels", json={"record_id": recs[0], "label": "a",
+                                                          "client_event_id": "e1"}).status_code == 200
+        recs.append(c.post(f"/v1/datasets/{one}/next").json()["record_id"])
+        recs.append(c.post(f"/v1/datasets/{two}/next").json()["record_id"])
+        for ds, rec in ((one, recs[1]), (two, recs[2])):
+            r = c.post(f"/v1/datasets/{ds}/labels", json={"record_id": rec, "label": "a", "client_event_id": "e1"})
+            assert r.status_code == 422 and "idempotent-replayed" not in r.headers
+            assert r.json()["detail"][0]["loc"] == ["body", "client_event_id"] and "e1" in r.json()["message"]
+        exported = [r["record_id"] for ds in (one, two)
+                    for r in csv.DictReader(io.StringIO(c.get(f"/v1/datasets/{ds}/export").text))]
+        assert exported == [str(recs[0])]  # nothing kept from the refused answers
+        fresh = c.post(f"/v1/datasets/{two}/labels", json={"record_id": recs[2], "label": "a", "client_event_id": "e2"})
+        assert fresh.status_code == 200 and fresh.json()["record_id"] == recs[2]
 
 
 def test_skip_gives_the_text_back_to_the_queue_and_to_the_skipper_last(store_url, tmp_path):

@@ -56,7 +56,8 @@ def script(c: TestClient, tokens: dict) -> list:
     keep(c.post(f"/v1/datasets/{ds}/next", headers={"Authorization": "Bearer lbl_wrong"}))  # 401 (the gate)
     first = {"record_id": rec, "label": "a", "client_event_id": "e1"}
     keep(c.post(url, headers=h("ann"), json=first))
-    keep(c.post(url, headers=h("ann"), json={**first, "label": "b"}))  # replayed: the first answer
+    keep(c.post(url, headers=h("ann"), json=first))  # replayed: the first answer
+    keep(c.post(url, headers=h("ann"), json={**first, "label": "b"}))  # 422: the id sent with another label
     keep(c.post(url, headers=h("bob"), json={"record_id": rec, "label": "b"}))  # 409: its one answer is in
     while keep(c.post(f"/v1/datasets/{ds}/next", headers=h("bob"))).status_code == 200:
         keep(c.post(url, headers=h("bob"), json={"record_id": out[-1][1]["record_id"], "label": "b"}))

@@ -53,3 +53,67 @@ def test_the_training_table_reads_dataset_labels_through_the_label_name_rule(tmp
     with pytest.raises(TrainingDataError, match=rf"dataset {ds.id} record \d+: label '=x'.*formula"):
         build(tmp_path / "label", None, 0.01, store=engine)
     engine.dispose()
+
+
+BAD_TEXTS = {"a million characters": ("x" * 1_000_000, "--max-chars"), "NUL only": ("\x00\x00\x00", "empty text"),
+             "zero-width only": ("\u200b\u200c\ufeff", "empty text"), "whitespace": (" \t\n", "empty text"),
+             "surrogate": ("ok \ud800", "unpaired surrogate")}
+
+
+@pytest.mark.parametrize("text,says", BAD_TEXTS.values(), ids=BAD_TEXTS.keys())
+def test_a_dataset_text_is_held_to_the_text_rules_of_classify(store_url, tmp_path, text, says):
+    """Issue 63 L5: a 1,000,000-character text (--max-chars is 5,000) and NUL- or zero-width-only texts were
+    kept (the UI then showed them whole), where /v1/classify answers 422."""
+    with client(store_url, tmp_path, max_chars=5000) as c:
+        r = post(c, "/v1/datasets", {"name": "d", "texts": ["fine", text]})
+        assert r.status_code == 422, r.text[:300]
+        assert r.json()["detail"][0]["loc"] == ["body", "texts", 1] and says in r.json()["message"]
+        classify = post(c, "/v1/classify", {"texts": ["fine", text]})
+        assert classify.status_code == 422 and classify.json()["detail"][0]["loc"] == ["body", "texts", 1]
+        assert _names(c) == []  # nothing kept
+
+
+BAD_USER_NAMES = {"newline": "ann\nbob", "quotes": 'x"y', "formula": "=cmd|' /C calc'!A0", "at start": "@ann",
+                  "bidi": "ann\u202e", "zero-width": "a\u200bnn", "reserved": "api-key", "long": "a" * 101}
+
+
+@pytest.mark.parametrize("name", BAD_USER_NAMES.values(), ids=BAD_USER_NAMES.keys())
+def test_users_add_refuses_a_name_outside_the_user_name_rule(tmp_path, capsys, name):
+    """Issue 63 L5: `users add` took a newline, quotes and a formula start."""
+    from app.__main__ import main
+
+    assert main(["users", "add", name, "--role", "annotator", "--data-dir", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("error: user name")
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    assert users.list_users(engine) == []
+    engine.dispose()
+
+
+@pytest.mark.parametrize("name", ["ann", "김민수", "ann.lee@corp", "Ann Lee", "r2-d2_x", "हिन्दी"])
+def test_ordinary_user_names_pass(tmp_path, name):
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    assert users.by_token(engine, users.add_user(engine, name, "annotator"))[1] == name
+    engine.dispose()
+
+
+HUGE_IDS = {"2^63": 2**63, "10^20": 10**20, "-2^63-1": -(2**63) - 1}
+
+
+@pytest.mark.parametrize("big", HUGE_IDS.values(), ids=HUGE_IDS.keys())
+def test_ids_beyond_64_bits_are_422_naming_the_field(store_url, tmp_path, big):
+    """Issue 63 L9: such ids passed `int` and failed in the database's integer conversion: 500 with a traceback."""
+    with client(store_url, tmp_path) as c:
+        ds = c.post("/v1/datasets", json={"name": "d", "texts": ["p", "q"]}).json()["id"]
+        rec = c.post(f"/v1/datasets/{ds}/next").json()["record_id"]
+        for path in ("next", "undo"):
+            r = c.post(f"/v1/datasets/{big}/{path}")
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["path", "dataset_id"], r.text
+        for path in ("agreement", "export"):
+            assert c.get(f"/v1/datasets/{big}/{path}").status_code == 422
+        for path, body in (("labels", {"label": "a"}), ("skip", {}), ("adjudicate", {"label": "a"})):
+            r = c.post(f"/v1/datasets/{ds}/{path}", json={"record_id": big, **body})
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["body", "record_id"], (path, r.text)
+            r = c.post(f"/v1/datasets/{big}/{path}", json={"record_id": rec, **body})
+            assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["path", "dataset_id"], (path, r.text)
+        assert c.post(f"/v1/datasets/{ds}/skip", json={"record_id": rec}).status_code == 200  # nothing else changed

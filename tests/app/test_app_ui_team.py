@@ -117,3 +117,22 @@ def test_a_reviewer_creates_a_dataset_from_an_uploaded_file_and_an_annotator_can
     with pytest.raises(gr.Error, match="Only files uploaded"):
         create(str(outside), "text", "x", 1, request("rev"))
     engine.dispose()
+
+
+def test_adjudicating_a_record_id_beyond_64_bits_is_refused_in_words(tmp_path):
+    """Issue 63 L9 on the Team tab: the record id box took 10^20, which failed in SQLite's integer conversion."""
+    from app.http.gate import UiSessions
+    from app.team.auth import Identities
+
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    rev = users.by_token(engine, users.add_user(engine, "rev", "reviewer"))[0]
+    ds = queue.create_dataset(engine, "d", ["a", "b"], False, 1, [{"text": "t"}], None)[0]
+    state = SimpleNamespace(store=engine, identities=Identities(engine), sessions=UiSessions())
+    with gr.Blocks() as blocks:
+        team_tab(Config(model="m"), state)
+    settle = _tab_fn(blocks, "settle")
+    request = SimpleNamespace(cookies={SESSION_COOKIE: state.sessions.issue(rev)})
+    for big in (10**20, 2**63, 0):
+        with pytest.raises(gr.Error, match="record_id must be 1 to"):
+            settle(ds, big, "a", request)
+    engine.dispose()

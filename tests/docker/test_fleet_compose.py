@@ -68,8 +68,9 @@ def test_nginx_balances_over_exactly_the_replicas_at_their_fixed_addresses(servi
     conf = (ROOT / "docker" / "nginx-fleet.conf").read_text(encoding="utf-8")
     upstreams = dict(re.findall(r"upstream (\w+) \{(.*?)\}", conf, re.DOTALL))
     assert set(upstreams) == {"replicas", "replicas_ui"}
-    for body in upstreams.values():
-        assert re.findall(r"server (\w+):8000", body) == list(REPLICAS)
+    for body in upstreams.values():  # each once, and again as a backup (tests/docker/test_fleet_nginx.py)
+        assert re.findall(r"server (\w+):8000(?! backup)", body) == list(REPLICAS)
+        assert re.findall(r"server (\w+):8000 backup", body) in ([], list(REPLICAS))
     hosts = dict(h.split(":", 1) for h in services["nginx"]["extra_hosts"])
     assert hosts == {n: services[n]["networks"]["fleet"]["ipv4_address"] for n in REPLICAS}
     assert "hash $remote_addr consistent" in upstreams["replicas_ui"]

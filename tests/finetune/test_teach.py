@@ -109,3 +109,52 @@ def test_a_prompt_without_a_placeholder_is_refused_before_any_call(tmp_path, fak
     assert teach.main(args(tmp_path, fake)) == 2
     assert missing in capsys.readouterr().err and fake.calls == 0
     assert not (tmp_path / "teacher.csv").exists()
+
+
+def test_credentials_in_the_base_url_stay_out_of_the_summary(tmp_path, fake):
+    """Issue 63 L2: the summary's config wrote --base-url whole, its password included."""
+    files(tmp_path, ["a note on sport"])
+    with_creds = fake.url.replace("http://", "http://llmuser:llmpass@")
+    assert teach.main(args(tmp_path, fake, "--base-url", with_creds)) == 0
+    summary = (tmp_path / "teacher.summary.json").read_text()
+    assert fake.calls == 1 and "llmpass" not in summary and "http://***@" in summary
+
+
+def _completion(content) -> str:
+    return json.dumps({"id": "x", "object": "chat.completion", "created": 0, "model": "m",
+                       "choices": [{"index": 0, "finish_reason": "stop",
+                                    "message": {"role": "assistant", "content": content}}]})
+
+
+@pytest.mark.parametrize("body", ["{not json", "[]", '{"choices":"x"}', _completion(12345)],
+                         ids=["not json", "a list", "choices a string", "content a number"])
+def test_a_malformed_answer_is_that_rows_error_and_the_run_goes_on(tmp_path, fake, capsys, body):
+    """Issue 63 L8: a 200 body `{not json` ended the run with a JSONDecodeError traceback and no output."""
+    files(tmp_path, ["a note on sport", "a note on tech"])
+    fake.body = body
+    assert teach.main(args(tmp_path, fake, "--retries", "0")) == 0
+    out = pd.read_csv(tmp_path / "teacher.csv", keep_default_na=False)
+    assert len(out) == 2 and (out["teacher"] == "").all() and out["teacher_error"].str.contains("malformed").all()
+    assert "2 errors" in capsys.readouterr().err
+    fake.body = None  # the endpoint behaves again: the rerun asks the failed rows, nothing else
+    assert teach.main(args(tmp_path, fake)) == 0
+    assert list(pd.read_csv(tmp_path / "teacher.csv", keep_default_na=False)["teacher"]) == ["sport", "tech"]
+
+
+def test_a_huge_answer_is_cut_also_one_cached_whole_by_an_older_run(tmp_path, fake):
+    """Issue 63 L8: a 10 MB answer was kept whole in teacher_answer (and in the cache): 3 rows, a 30 MB file."""
+    from textdata.llm import MAX_ANSWER_CHARS
+
+    files(tmp_path, ["a note on sport", "a note on tech"])
+    fake.body = _completion("sport" + " x" * 5_000_000)
+    assert teach.main(args(tmp_path, fake)) == 0
+    out = pd.read_csv(tmp_path / "teacher.csv", keep_default_na=False)
+    assert out["teacher_answer"].str.len().max() <= MAX_ANSWER_CHARS and not out["teacher_in_label_set"].any()
+    cache = tmp_path / "teacher.cache.jsonl"
+    entries = [json.loads(line) for line in cache.read_text().splitlines()]
+    assert all(len(e["answer"]) <= MAX_ANSWER_CHARS for e in entries)
+    cache.write_text("".join(json.dumps({**e, "answer": "tech " * 2_000_000}) + "\n" for e in entries))  # an older run's
+    fake.calls = 0
+    assert teach.main(args(tmp_path, fake)) == 0 and fake.calls == 0
+    again = pd.read_csv(tmp_path / "teacher.csv", keep_default_na=False)
+    assert again["teacher_answer"].str.len().max() <= MAX_ANSWER_CHARS and again["teacher_cached"].all()

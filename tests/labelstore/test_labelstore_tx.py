@@ -56,7 +56,7 @@ def test_the_queue_through_the_store_thread(tmp_path):
         while (rec := await tx.call(engine, queue.next_record, engine, ds, uid)) is not None:
             seen.append(rec["text"])
             body, replayed = await tx.call(engine, queue.submit, engine, ds, uid, rec["record_id"], "b", rec["text"])
-            again = await tx.call(engine, queue.submit, engine, ds, uid, rec["record_id"], "a", rec["text"])
+            again = await tx.call(engine, queue.submit, engine, ds, uid, rec["record_id"], "b", rec["text"])
             assert not replayed and again == (body, True)  # the same client event id: the first answer
         return seen
 
