@@ -31,7 +31,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from app.config import open_to_anyone
 from app.label_kinds import asked_space, dataset_space, kind_of
 from app.team.auth import Identities
-from app.team.inputs import DatasetId, RecordId, Text, check_labels, check_texts, normalizer
+from app.team.inputs import DatasetId, RecordId, Text, check_labels, check_texts, normalizer, shown
 from labelstore import queue, review, tx, users
 from labelstore.agreement import agreement
 from labelstore.schema import ROLES
@@ -188,7 +188,17 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
     @app.get("/v1/datasets")
     def datasets(request: Request):
         who.caller(request, ROLES)
-        return {"datasets": queue.list_datasets(engine)}
+        return {"datasets": [shown(d) for d in queue.list_datasets(engine)]}
+
+    @app.delete("/v1/datasets/{dataset_id}")
+    def delete_dataset(dataset_id: DatasetId, request: Request):
+        who.caller(request, ("admin",))
+        try:
+            n = queue.delete_dataset(engine, dataset_id)
+        except queue.NotFound as e:
+            raise HTTPException(404, str(e)) from None
+        cached.pop(dataset_id, None)  # the hot path (app/team/hot.py) reads this dict too
+        return {"id": dataset_id, "deleted": True, "records": n}
 
     # The two requests of every label save: async, their store work on the event loop when the writer lock is
     # free, else in the store's thread (labelstore/tx.py call_hot)
