@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     logs.setup(cfg.log_level)
     from app.versions.registry import Registry
     from labelstore import open_store
+    from labelstore.engine import SERVER_BUSY_TIMEOUT_MS
     from textdata.inputs import check_table
 
     registry = Registry(cfg.registry_dir)
@@ -130,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
                         flag="--train-data")
         # before the model loads: a database that cannot be used answers at once. A fleet's replica never
         # migrates (app/fleet/db_cli.py): an older schema is refused in one line naming `python -m app db upgrade`
-        store = open_store(cfg.store_url, upgrade=not cfg.in_fleet)
+        store = open_store(cfg.store_url, upgrade=not cfg.in_fleet, busy_ms=SERVER_BUSY_TIMEOUT_MS)
         if cfg.in_fleet:
             from app.fleet.registry import fleet_start
 

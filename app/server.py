@@ -168,9 +168,10 @@ def _add_team(app: FastAPI, cfg: Config, state: ServerState):
     from app.team.auth import Identities
     from app.team.routes import add_team_routes
     from labelstore import open_store
+    from labelstore.engine import SERVER_BUSY_TIMEOUT_MS
 
     if state.store is None:
-        state.store = open_store(cfg.store_url)
+        state.store = open_store(cfg.store_url, busy_ms=SERVER_BUSY_TIMEOUT_MS)
     if (Path(cfg.data_dir) / "label").is_dir():  # the Label tab's sessions, once: a store with datasets skips it
         from app.team.sessions_import import (
             import_sessions,  # (app/labeling/sessions.py's imports: only where there are sessions)

@@ -25,7 +25,10 @@ from sqlalchemy import event
 from labelstore.schema_check import lacking
 
 MIGRATIONS = Path(__file__).parent / "migrations"
-BUSY_TIMEOUT_MS = 30_000
+BUSY_TIMEOUT_MS = 30_000  # a command (users add, db upgrade) may wait out another writer
+# A server's: past it a write answers 503 with Retry-After (labelstore/tx.py Busy), so a process holding the write
+# lock (the sqlite3 shell, a backup, VACUUM) makes the store's requests wait at most this, never hang them all.
+SERVER_BUSY_TIMEOUT_MS = 2_000
 
 
 class StoreError(ValueError):
@@ -43,14 +46,14 @@ def where(url: sa.URL) -> str:
     return f"{url.host or 'localhost'}:{url.port or 5432}/{url.database or ''}"
 
 
-def make_engine(url: str, pool_size: int = 10) -> sa.Engine:
+def make_engine(url: str, pool_size: int = 10, busy_ms: int = BUSY_TIMEOUT_MS) -> sa.Engine:
     parsed = sa.make_url(url)
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             _private_file(Path(parsed.database))
         engine = sa.create_engine(parsed, pool_size=pool_size, max_overflow=pool_size,
-                                  connect_args={"timeout": BUSY_TIMEOUT_MS / 1000, "check_same_thread": False})
-        _tune_sqlite(engine)
+                                  connect_args={"timeout": busy_ms / 1000, "check_same_thread": False})
+        _tune_sqlite(engine, busy_ms)
         return engine
     return sa.create_engine(parsed, pool_size=pool_size, max_overflow=pool_size, pool_pre_ping=True)
 
@@ -64,12 +67,12 @@ def _private_file(path: Path) -> None:
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
-def _tune_sqlite(engine: sa.Engine) -> None:
+def _tune_sqlite(engine: sa.Engine, busy_ms: int) -> None:
     @event.listens_for(engine, "connect")
     def on_connect(dbapi_connection, _record):
         dbapi_connection.isolation_level = None  # transactions are begun below, not by the driver
         cur = dbapi_connection.cursor()
-        cur.execute(f"PRAGMA busy_timeout={BUSY_TIMEOUT_MS}")
+        cur.execute(f"PRAGMA busy_timeout={busy_ms}")
         _wal(cur)
         for pragma in ("synchronous=NORMAL", "foreign_keys=ON"):
             cur.execute(f"PRAGMA {pragma}")
@@ -182,17 +185,18 @@ def _reason(error: Exception, url: sa.URL) -> str:
     return line.replace(url.password, "***") if url.password else line
 
 
-def engine_for(url: str) -> sa.Engine:
+def engine_for(url: str, busy_ms: int = BUSY_TIMEOUT_MS) -> sa.Engine:
     """The engine, not yet connected; StoreError (one line) for a URL it cannot use."""
     try:
-        return make_engine(url)
+        return make_engine(url, busy_ms=busy_ms)
     except (sa.exc.ArgumentError, ImportError) as e:
         raise StoreError(f"--database-url: {e}") from None
 
 
-def open_store(url: str, upgrade: bool = True) -> sa.Engine:
+def open_store(url: str, upgrade: bool = True, busy_ms: int = BUSY_TIMEOUT_MS) -> sa.Engine:
     """The engine, its schema migrated to this code's head (upgrade=False: created when empty, an older one
-    refused; see `migrate`). StoreError (one line) when it cannot be used."""
-    engine = engine_for(url)
+    refused; see `migrate`). StoreError (one line) when it cannot be used. `busy_ms`: how long a write waits
+    for another process's lock on SQLite (a server's: SERVER_BUSY_TIMEOUT_MS)."""
+    engine = engine_for(url, busy_ms)
     migrate(engine, upgrade)
     return engine

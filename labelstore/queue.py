@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 
 from labelstore import fast, tx
-from labelstore.schema import answers, datasets, label_events, records, slots
+from labelstore.schema import adjudications, answers, datasets, label_events, records, slots
 
 LEASE_S = 600.0  # a text given to someone and not answered goes back to the queue after this
 CANDIDATES = 16
@@ -93,6 +93,22 @@ def list_datasets(engine) -> list[dict]:
                                       datasets.c.labels, n.label("records"), done.label("complete"))
                             .order_by(datasets.c.id)).all()
     return [dict(r._mapping) for r in tx.read(engine, q)]
+
+
+def delete_dataset(engine, dataset_id: int) -> int:
+    """The dataset and everything of it (records, answers, events, slots, adjudications: ON DELETE CASCADE, and
+    deleted here too where a database was made without foreign keys on); its number of records, or NotFound."""
+    def delete(conn):
+        ids = sa.select(records.c.id).where(records.c.dataset_id == dataset_id).scalar_subquery()
+        n = conn.execute(sa.select(sa.func.count()).where(records.c.dataset_id == dataset_id)).scalar_one()
+        for table in (adjudications, answers, slots, label_events):
+            conn.execute(table.delete().where(table.c.record_id.in_(ids)))
+        conn.execute(records.delete().where(records.c.dataset_id == dataset_id))
+        if conn.execute(datasets.delete().where(datasets.c.id == dataset_id)).rowcount == 0:
+            raise NotFound(f"no dataset {dataset_id}")
+        return n
+
+    return tx.run(engine, delete)
 
 
 def check_value(ds: Dataset, label=None, labels=None):

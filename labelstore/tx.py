@@ -24,6 +24,30 @@ RETRIES = 8
 _PG_RETRY = {"40P01", "40001"}  # deadlock detected, serialization failure
 
 
+class Busy(Exception):
+    """SQLite's write lock is held by another process (the sqlite3 shell, a backup, VACUUM) past the engine's busy
+    timeout: the request answers 503 with Retry-After, nothing of it written."""
+
+    retry_after = 2  # seconds
+
+    def __init__(self):
+        super().__init__("the label store is locked by another process (a backup, VACUUM, the sqlite3 shell); "
+                         "nothing was saved: retry")
+
+
+def _locked(error: sa.exc.DBAPIError) -> bool:
+    """SQLITE_BUSY / SQLITE_LOCKED: another connection holds the lock the statement needs."""
+    return getattr(getattr(error, "orig", None), "sqlite_errorcode", None) in (5, 6) or \
+        "database is locked" in str(error)
+
+
+# After a Busy the store thread answers Busy at once for this long, rather than making every queued save wait out
+# the busy timeout in turn (a lock held 15 s would queue them behind each other); the event loop still tries each
+# save first without waiting, so the first one after the lock is gone succeeds.
+_BUSY_FOR_S = 1.0
+_BUSY_UNTIL: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
 def _retryable(error: sa.exc.DBAPIError) -> bool:
     if isinstance(error, sa.exc.IntegrityError):
         return True
@@ -98,6 +122,8 @@ def run(engine: sa.Engine, fn, write: bool = True):
                     engine.connect().execution_options(write=write) as conn, conn.begin():
                 return fn(conn)
         except sa.exc.DBAPIError as e:
+            if _locked(e):
+                raise Busy from None
             if not _retryable(e) or attempt == RETRIES - 1:
                 raise
             time.sleep(0.001 * (attempt + 1))
@@ -130,6 +156,9 @@ class _Kept:
         self.connection, self.commits = self, 0
         if not checkpoints:  # the event loop's: a checkpoint's fsync must not hold every request
             self.dbapi_connection.execute("PRAGMA wal_autocheckpoint=0")
+            # nor another process's write lock: the loop never waits in SQLite's busy handler (call_hot hands
+            # the save to the store thread, which may wait)
+            self.dbapi_connection.execute("PRAGMA busy_timeout=0")
 
 
 def _checkpoint(engine: sa.Engine) -> None:
@@ -151,6 +180,8 @@ def run_hot(engine: sa.Engine, fn):
     if kept is None or kept.engine() is not engine:
         kept = _LOCAL.hot = _Kept(engine, checkpoints=not inline)
     db, lock = kept.dbapi_connection, _writer_lock(engine)
+    if not inline and time.monotonic() < _BUSY_UNTIL.get(engine, 0.0):
+        raise Busy
     for attempt in range(RETRIES):
         if not lock.acquire(not inline):
             raise _Busy
@@ -167,10 +198,13 @@ def run_hot(engine: sa.Engine, fn):
                 later(engine, _checkpoint, engine)
             return out
         except sa.exc.DBAPIError as e:
+            if inline:  # a lost race or another process's lock: the retry may wait, in the store thread
+                raise _Busy from None
+            if _locked(e):
+                _BUSY_UNTIL[engine] = time.monotonic() + _BUSY_FOR_S
+                raise Busy from None
             if not _retryable(e) or attempt == RETRIES - 1:
                 raise
-            if inline:  # the retry may wait: in the store thread
-                raise _Busy from None
         finally:
             lock.release()
         time.sleep(0.001 * (attempt + 1))

@@ -205,7 +205,7 @@ class Gate:
             if self.api_key is not None and hmac.compare_digest(given.strip().encode(), self.api_key.encode()):
                 scope.setdefault("state", {})["user"] = "api-key"
                 return "ok"
-            user = self.identities.lookup(given.strip()) if self.identities is not None else None
+            user = self.identities.lookup(given.strip(), read=False) if self.identities is not None else None
             if user is None:
                 return "wrong"
             scope.setdefault("state", {})["user"] = user
@@ -218,17 +218,26 @@ class Gate:
         uid = self.state.sessions.user_of(cookie)
         if uid is None:
             return "ok"
-        user = self.identities.by_id(uid) if self.identities is not None else None
+        user = self.identities.by_id(uid, read=False) if self.identities is not None else None
         if user is None:
             return "none"  # the user was revoked since signing in
         scope.setdefault("state", {})["user"] = user
         return "ok"
 
     def _auth_on(self) -> bool:
-        return self.api_key is not None or (self.identities is not None and self.identities.active())
+        return self.api_key is not None or (self.identities is not None and self.identities.active(read=False))
+
+    async def _read_users(self, scope) -> None:
+        """The users' tokens, read in a thread where due (app/team/auth.py `read`): `credential` then asks
+        memory only, so the event loop never waits on the database. Open paths (/healthz) never read it."""
+        if self.identities is not None and scope["path"] not in OPEN_PATHS:
+            auth = _header(scope, b"authorization")
+            await self.identities.read(auth.partition(" ")[2].strip() if auth is not None else None)
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
+            if scope["type"] == "websocket":
+                await self._read_users(scope)
             if scope["type"] == "websocket" and (self.credential(scope) != "ok" or self._refused(scope)):
                 await send({"type": "websocket.close", "code": 4401})
                 return
@@ -286,7 +295,8 @@ class Gate:
             await _json(send, refused[0], {"detail": refused[1]})
             return
         client = client_of(scope)
-        guessing = self._auth_on() and path not in OPEN_PATHS and _header(scope, b"authorization") is not None
+        await self._read_users(scope)
+        guessing = path not in OPEN_PATHS and self._auth_on() and _header(scope, b"authorization") is not None
         wait = self.state.throttle.retry_after(client) if guessing else 0
         if wait:
             if not await self.state.throttle.slowed(client):
@@ -324,6 +334,8 @@ class Gate:
             await _json(send, 503, {"detail": "server is shutting down"},
                         [(b"retry-after", b"1"), (b"connection", b"close")])
             return
+        if self.identities is not None and path not in OPEN_PATHS:
+            await self.identities.made(scope["state"].get("user"))  # its first use writes: in a thread
         if _is_ui(path):
             # Gradio enforces its own upload limit (--max-upload-mb) per file; the guard, per request and address.
             if self.uploads is not None and scope["method"] == "POST" and is_upload(path):

@@ -3,6 +3,7 @@ mode: no key and no users). The gate (app/http/gate.py) asks `lookup`; routes as
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 from fastapi import HTTPException, Request
@@ -28,32 +29,55 @@ class Identities:
         self._tokens: dict[str, tuple] = {}
         self._ids: dict[int, tuple] = {}
         self._any = False
+        self._reading: asyncio.Lock | None = None
+
+    def _stale(self, older_than: float) -> bool:
+        return time.monotonic() - self._read_at > older_than
 
     def _refresh(self, older_than: float) -> None:
-        if time.monotonic() - self._read_at > older_than:
+        if self._stale(older_than):
             self._tokens, self._any = users.token_table(self.engine)
             self._ids = {u[0]: u for u in self._tokens.values()}
             self._read_at = time.monotonic()
 
-    def active(self) -> bool:
-        """Any user exists: requests must say who they are."""
-        self._refresh(TOKEN_TTL_S)
+    async def read(self, token: str | None) -> None:
+        """What the gate awaits before it asks `active`, `lookup` or `by_id` with read=False: the users table
+        read again, in a thread, where it is due. The event loop never waits on the database (a process
+        holding SQLite's lock, security round 4 M3); concurrent requests share one read."""
+        missed = token is not None and token.startswith(users.TOKEN_PREFIX) and \
+            users.token_hash(token) not in self._tokens
+        if self._stale(TOKEN_TTL_S) or (missed and self._stale(MISS_TTL_S)):
+            self._reading = self._reading or asyncio.Lock()
+            async with self._reading:
+                await asyncio.to_thread(self._refresh, MISS_TTL_S if missed else TOKEN_TTL_S)
+
+    async def made(self, who) -> None:
+        """The built-in identity a request resolves to (`resolve`), made in a thread on its first use."""
+        if not isinstance(who, tuple) and (users.API_KEY if who == API_KEY_CALLER else users.LOCAL) not in self._builtin:
+            await asyncio.to_thread(self.resolve, who)
+
+    def active(self, read: bool = True) -> bool:
+        """Any user exists: requests must say who they are. read=False: what is in memory (see `read`)."""
+        if read:
+            self._refresh(TOKEN_TTL_S)
         return self._any
 
-    def lookup(self, token: str) -> tuple | None:
+    def lookup(self, token: str, read: bool = True) -> tuple | None:
         if not token.startswith(users.TOKEN_PREFIX):
             return None
-        self._refresh(TOKEN_TTL_S)
+        if read:
+            self._refresh(TOKEN_TTL_S)
         digest = users.token_hash(token)
         user = self._tokens.get(digest)
-        if user is None:
+        if user is None and read:
             self._refresh(MISS_TTL_S)
             user = self._tokens.get(digest)
         return user
 
-    def by_id(self, user_id: int) -> tuple | None:
+    def by_id(self, user_id: int, read: bool = True) -> tuple | None:
         """(id, name, role) of an active user, for a UI cookie (app/http/gate.py UiSessions); None once revoked."""
-        self._refresh(TOKEN_TTL_S)
+        if read:
+            self._refresh(TOKEN_TTL_S)
         return self._ids.get(user_id)
 
     def ui_user(self, cfg, sessions, cookie: str | None, recorded=None) -> tuple[int, str, str] | None:

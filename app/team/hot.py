@@ -18,6 +18,7 @@ import orjson
 from pydantic import ValidationError
 
 from app.http.gate import replaying
+from app.team.routes import busy_response
 from labelstore import queue, tx, users
 from labelstore.schema import ROLES
 
@@ -46,7 +47,13 @@ class HotRoutes:
             body.append(message.get("body", b""))
             more = message.get("more_body", False)
         body = b"".join(body)
-        if not await self._answer(m, scope, body, send):
+        try:
+            answered = await self._answer(m, scope, body, send)
+        except tx.Busy as e:  # outside FastAPI's exception handlers: answered as app/team/routes.py answers it
+            response = busy_response(e)
+            await _respond(send, 503, response.body, [(b"retry-after", str(e.retry_after).encode())])
+            return
+        if not answered:
             await self.app(scope, replaying(body, receive), send)
 
     def _caller(self, scope) -> int | None:

@@ -62,3 +62,21 @@ def check_labels(names, multi_label: bool) -> None:
         problem = unicode_problem(name) or name_problem(name, sep)
         if problem:
             raise invalid(["labels", i], f"label {name[:MAX_NAME_CHARS]!r} {problem}")
+
+
+def shown(row: dict) -> dict:
+    """A stored dataset row as a response can hold it: a string that is not valid Unicode (a lone surrogate
+    kept before the door refused it, or written by another tool) is shown escaped (`\\ud800`) and the row
+    names it in `invalid`, so one bad row never makes the list answer 500 to every user."""
+    bad = []
+
+    def fix(key, value):
+        if isinstance(value, str) and unicode_problem(value):
+            bad.append(key)
+            return value.encode("utf-8", "backslashreplace").decode("utf-8")
+        if isinstance(value, list):
+            return [fix(key, v) for v in value]
+        return value
+
+    out = {k: fix(k, v) for k, v in row.items()}
+    return {**out, "invalid": sorted(set(bad))} if bad else out

@@ -2,8 +2,8 @@
 
     annotator  their own queue and answers (and what any caller may do: classify, the model's labels, the UI)
     reviewer   also datasets: create, agreement, adjudication, export (the Team tab)
-    admin      also models, training, jobs, kept texts (audit, review queue), monitoring, and people: the CLI's
-               `python -m app users ...` or the Team tab's People panel (no HTTP route)
+    admin      also deleting a dataset, models, training, jobs, kept texts (audit, review queue), monitoring,
+               and people: the CLI's `python -m app users ...` or the Team tab's People panel (no HTTP route)
 
 The `--api-key` holder is an admin; one-person mode (no key, no users) is `local`, an admin. A rule's `open`
 says whether the route is served to visitors of a server open to anyone (no key, no users, not loopback, no
@@ -40,6 +40,7 @@ ANY = Rule(ANNOTATOR, "classify and read the served model")
 UI = Rule(ANNOTATOR, "the UI's pages and assets; each event has its own rule (UI_EVENTS)")
 QUEUE = Rule(ANNOTATOR, "their own queue and answers", open=False, closed="team")
 DATASETS = Rule(REVIEWER, "datasets, agreement, adjudication, export", open=False, closed="team")
+DELETE_DATASET = Rule(ADMIN, "delete a dataset and its answers", open=False, closed="team")
 MODELS = Rule(ADMIN, "models, training, jobs", open=False)
 MONITOR = Rule(ADMIN, "monitoring (counts and rates, no texts)")
 
@@ -57,6 +58,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/datasets/{dataset_id}/undo"): QUEUE, ("POST", "/v1/datasets/{dataset_id}/skip"): QUEUE,
     ("POST", "/v1/datasets"): DATASETS, ("POST", "/v1/datasets/{dataset_id}/adjudicate"): DATASETS,
     ("GET", "/v1/datasets/{dataset_id}/agreement"): DATASETS, ("GET", "/v1/datasets/{dataset_id}/export"): DATASETS,
+    ("DELETE", "/v1/datasets/{dataset_id}"): DELETE_DATASET,
     ("GET", "/v1/models"): MODELS, ("POST", "/v1/models/{version}/activate"): MODELS,
     ("DELETE", "/v1/models/{version}"): MODELS, ("POST", "/v1/train"): MODELS,
     ("GET", "/v1/jobs"): MODELS, ("GET", "/v1/jobs/{job_id}"): MODELS, ("GET", "/v1/jobs/{job_id}/log"): MODELS,

@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from app.config import open_to_anyone
 from app.label_kinds import asked_space, dataset_space, kind_of
 from app.team.auth import Identities
-from app.team.inputs import DatasetId, RecordId, Text, check_labels, check_texts, normalizer
+from app.team.inputs import DatasetId, RecordId, Text, check_labels, check_texts, normalizer, shown
 from labelstore import queue, review, tx, users
 from labelstore.agreement import agreement
 from labelstore.schema import ROLES
@@ -142,6 +142,11 @@ def _value(ds: queue.Dataset, body) -> object:
         raise _bad(kind_of(dataset_space(ds)).answer_field, str(e)) from None
 
 
+def busy_response(exc: tx.Busy) -> JSONResponse:
+    """503 with Retry-After: another process holds the database's write lock (labelstore/tx.py Busy)."""
+    return JSONResponse({"detail": str(exc)}, 503, headers={"Retry-After": str(exc.retry_after)})
+
+
 def open_refusal(cfg) -> str:
     return (f"team datasets are refused: they hold labeled texts, and this server has no --api-key, no users and "
             f"listens on {cfg.host}, so anyone who can reach it could read and change them. Add users (`python -m "
@@ -169,6 +174,10 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
     cached = dataset.cache
     who = Callers(cfg, identities)
 
+    @app.exception_handler(tx.Busy)
+    async def busy(request: Request, exc: tx.Busy):
+        return busy_response(exc)
+
     @app.post("/v1/datasets", status_code=201)
     def create(body: NewDataset, request: Request):
         uid = who.caller(request, STAFF)[0]
@@ -180,7 +189,17 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
     @app.get("/v1/datasets")
     def datasets(request: Request):
         who.caller(request, ROLES)
-        return {"datasets": queue.list_datasets(engine)}
+        return {"datasets": [shown(d) for d in queue.list_datasets(engine)]}
+
+    @app.delete("/v1/datasets/{dataset_id}")
+    def delete_dataset(dataset_id: DatasetId, request: Request):
+        who.caller(request, ("admin",))
+        try:
+            n = queue.delete_dataset(engine, dataset_id)
+        except queue.NotFound as e:
+            raise HTTPException(404, str(e)) from None
+        cached.pop(dataset_id, None)  # the hot path (app/team/hot.py) reads this dict too
+        return {"id": dataset_id, "deleted": True, "records": n}
 
     # The two requests of every label save: async, their store work on the event loop when the writer lock is
     # free, else in the store's thread (labelstore/tx.py call_hot)

@@ -117,3 +117,47 @@ def test_ids_beyond_64_bits_are_422_naming_the_field(store_url, tmp_path, big):
             r = c.post(f"/v1/datasets/{big}/{path}", json={"record_id": rec, **body})
             assert r.status_code == 422 and r.json()["detail"][0]["loc"] == ["path", "dataset_id"], (path, r.text)
         assert c.post(f"/v1/datasets/{ds}/skip", json={"record_id": rec}).status_code == 200  # nothing else changed
+
+
+def test_a_stored_row_with_a_lone_surrogate_leaves_the_dataset_list_answering(tmp_path):
+    """M4: a label kept before the door refused it (or written by another tool) made GET /v1/datasets 500 for
+    every user, for good; now that row is shown escaped and names its bad fields."""
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    engine = open_store(url)
+    queue.create_dataset(engine, "good", ["a", "b"], False, 1, [{"text": "t"}], None)
+    queue.create_dataset(engine, "bad", ["\ud800", "b"], False, 1, [{"text": "t"}], None)
+    engine.dispose()
+    with client(url, tmp_path) as c:
+        r = c.get("/v1/datasets")
+        assert r.status_code == 200, r.text
+        good, bad = r.json()["datasets"]
+        assert good["name"] == "good" and "invalid" not in good
+        assert bad["labels"] == ["\\ud800", "b"] and bad["invalid"] == ["labels"]  # (SQLite's text columns refuse it)
+
+
+def test_only_an_admin_deletes_a_dataset_with_its_records_and_answers(tmp_path):
+    url = f"sqlite:///{tmp_path / 'app.db'}"
+    engine = open_store(url)
+    tokens = {role: users.add_user(engine, role, role) for role in ("annotator", "reviewer", "admin")}
+    engine.dispose()
+    auth = {role: {"authorization": f"Bearer {t}"} for role, t in tokens.items()}
+    with client(url, tmp_path) as c:
+        ds = c.post("/v1/datasets", json={"name": "d", "texts": ["x1", "x2"]}, headers=auth["reviewer"]).json()["id"]
+        keep = c.post("/v1/datasets", json={"name": "k", "texts": ["x1"]}, headers=auth["reviewer"]).json()["id"]
+        rec = c.post(f"/v1/datasets/{ds}/next", headers=auth["annotator"]).json()
+        assert c.post(f"/v1/datasets/{ds}/labels", json={"record_id": rec["record_id"], "label": "a"},
+                      headers=auth["annotator"]).status_code == 200
+        for role in ("annotator", "reviewer"):
+            r = c.delete(f"/v1/datasets/{ds}", headers=auth[role])
+            assert r.status_code == 403 and "this needs admin" in r.json()["detail"], (role, r.text)
+        r = c.delete(f"/v1/datasets/{ds}", headers=auth["admin"])
+        assert r.status_code == 200 and r.json() == {"id": ds, "deleted": True, "records": 2}, r.text
+        assert [d["id"] for d in c.get("/v1/datasets", headers=auth["admin"]).json()["datasets"]] == [keep]
+        assert c.delete(f"/v1/datasets/{ds}", headers=auth["admin"]).status_code == 404
+        assert c.post(f"/v1/datasets/{ds}/next", headers=auth["annotator"]).status_code == 404  # not cached on
+        assert c.get(f"/v1/datasets/{ds}/export", headers=auth["admin"]).status_code == 404
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "app.db")
+    assert [db.execute(f"select count(*) from {t}").fetchone()[0] for t in
+            ("records", "answers", "label_events", "slots")] == [1, 0, 0, 0]
