@@ -162,12 +162,12 @@ class OneLabel:
 
     answer_column = "pred_label"  # a scored file's answer (serving/scoring.py), with pred_score
 
-    def row_prediction(self, row, labels: list[str]):
-        """A scored file's row as the engine's answer (not confident: the cascade's LLM is asked)."""
+    def row_prediction(self, row, labels: list[str], confident: bool = False):
+        """A scored file's row as the engine's answer (not confident by default: the cascade's LLM is asked)."""
         from serving.decision import Prediction
 
         probs = {x: float(row[f"prob_{x}"]) for x in labels}
-        return Prediction(str(row["pred_label"]), float(row["pred_score"]), probs, confident=False)
+        return Prediction(str(row["pred_label"]), float(row["pred_score"]), probs, confident=confident)
 
     def write_answer(self, out: pd.DataFrame, index, pred) -> None:
         """An answer into a scored file's row."""
@@ -176,6 +176,10 @@ class OneLabel:
     def answer_counts(self, answers: pd.Series) -> pd.Series:
         """Rows per answer of a scored file."""
         return answers.value_counts()
+
+    def keyed_labels(self, labels: list[str]) -> list[str]:
+        """The labels a reviewer's keys 1-9 settle a disagreement with (a set is settled by ticks, not one key)."""
+        return list(labels)
 
     def unsure_rows(self, predictions: list) -> list[int]:
         """The rows whose answer is under the served threshold: their Accept is not the obvious click (a set's
@@ -270,19 +274,22 @@ class LabelSets(OneLabel):
 
     answer_column = "pred_labels"
 
-    def row_prediction(self, row, labels: list[str]):
+    def row_prediction(self, row, labels: list[str], confident: bool = False):
         from serving.multilabel import MultiLabelPrediction
 
         probs = {x: float(row[f"prob_{x}"]) for x in labels}
         top = max(probs, key=probs.get)
         names = [n for n in str(row["pred_labels"]).split(self.space.sep) if n]
-        return MultiLabelPrediction(names, probs, top, probs[top], probs, confident=False)
+        return MultiLabelPrediction(names, probs, top, probs[top], probs, confident=confident)
 
     def write_answer(self, out: pd.DataFrame, index, pred) -> None:
         out.at[index, "pred_labels"] = self.space.sep.join(pred.labels)
 
     def answer_counts(self, answers: pd.Series) -> pd.Series:
         return answers.replace("", NONE_LABEL).value_counts()  # "" is "none of these"
+
+    def keyed_labels(self, labels: list[str]) -> list[str]:
+        return []
 
     def unsure_rows(self, predictions: list) -> list[int]:
         return []

@@ -218,10 +218,10 @@ def throughput_round(model_dir: Path, onnx_dir: Path, texts: list[str], csv: Pat
     from transformers import AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
     from baseline.blend import BASELINE_DIR
-    from serving import engine, score, side_work
+    from serving import score, side_work
 
     out = {}
-    side_rows = engine.SIDE_ROWS
+    side_rows = side_work.FIXED
     pipe = pipeline("text-classification", model=AutoModelForSequenceClassification.from_pretrained(model_dir),
                     tokenizer=AutoTokenizer.from_pretrained(model_dir), device=-1)
     with torch.inference_mode():
@@ -236,11 +236,11 @@ def throughput_round(model_dir: Path, onnx_dir: Path, texts: list[str], csv: Pat
             key = name if blend == "on" else f"{name}_{'no_blend' if blend == 'off' else 'blend_sequential'}"
             cfg = score.ScoreConfig(model=onnx_dir, input=csv, output=work / f"scored-{key}.csv", progress=False,
                                     quantized=quantized, blend=blend != "off")
-            engine.SIDE_ROWS = side_work.NEVER if blend == "sequential" else side_rows
+            side_work.FIXED = side_work.NEVER if blend == "sequential" else side_rows
             try:
                 s = score.run(cfg)
             finally:
-                engine.SIDE_ROWS = side_rows
+                side_work.FIXED = side_rows
             assert s["rows"] == len(texts)
             out[key] = s["rows_per_second"]
             out[key + "_incl_load"] = s["rows"] / s["seconds"]

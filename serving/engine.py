@@ -29,7 +29,6 @@ import logging
 import os
 import threading
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +38,7 @@ from baseline.blend import TEXT_CAP, Encoded, ServedBlend
 from serving import passes, side_work
 from serving.calibration import ServedCalibration
 from serving.decision import LabelSet, Prediction, TopLabel, decision_for
-from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE, WEIGHT_FILES, ModelFolder
+from serving.model_folder import ONNX_FILE, ONNX_INT8_FILE, WEIGHT_FILES, ModelFolder, special_tokens
 from serving.onnx_runner import ORT_NAMES, OrtRunner
 from serving.quantize import cpu_isa
 from serving.runner import Runner
@@ -57,11 +56,6 @@ TRUNCATIONS = ("head", "head+tail")
 # Default padded tokens per pass (Classifier.load(batch_tokens=None)). Measured (docs/evidence.md, "pass size"): on
 # CPU smaller passes stay in cache, 1,024 tokens scored 15-23% more rows/s than 8,192 on two models; a GPU wants large.
 CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 1024, 8192
-# The pool the blend's baseline and the off-topic detector run in beside the model's pass, from the rows that
-# Classifier.side_rows measured (serving/side_work.py); threads start on first use. SIDE_ROWS, when set, fixes
-# side_rows for every engine (benchmarks: side_work.NEVER runs them after the pass).
-SIDE_ROWS: int | None = None
-_BLEND_POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="blend-baseline")
 
 
 @dataclass(frozen=True)
@@ -99,7 +93,7 @@ class Classifier:
         self._tok = Tokenizer.from_str(model.tokenizer.backend_tokenizer.to_str())
         self._tok.no_truncation()
         self._tok.no_padding()
-        self._prefix, self._suffix = _special_tokens(self._tok)
+        self._prefix, self._suffix = special_tokens(self._tok)
         self._pad_id = model.tokenizer.pad_token_id or 0
         self._budget = max_length - len(self._prefix) - len(self._suffix)
         # Characters beyond this cannot reach the kept tokens after whitespace is collapsed (a token covers at
@@ -107,8 +101,7 @@ class Classifier:
         self._char_cap = max(4096, 32 * max_length)
         self._overhead: float | None = None  # call_overhead_tokens, measured on first need
         self._overhead_lock = threading.Lock()
-        self._side_rows: int | None = None  # side_rows, measured on first need
-        self._side_lock = threading.Lock()
+        self._side = side_work.SidePlan(self._measure_side_rows)  # side_rows, measured on first need
         try:  # the folder's TF-IDF blend (baseline/, written by finetune --final) when asked and present
             self.blend = ServedBlend(self.folder, len(self.labels)) if blend and model.has_blend else None
         except ValueError as e:
@@ -350,32 +343,24 @@ class Classifier:
     def side_rows(self) -> int:
         """The fewest rows with text from which the blend's baseline and the off-topic detector run beside the
         model's pass rather than after it (serving/side_work.py; side_work.NEVER: always after): measured here
-        once, on first need, or engine.SIDE_ROWS. A server measures it before it says ready (with the pass's
+        once, on first need, or side_work.FIXED. A server measures it before it says ready (with the pass's
         cost). Either way the answers are the same, bit for bit."""
-        if SIDE_ROWS is not None:
-            return SIDE_ROWS
-        if self._side_rows is None:
-            with self._side_lock:
-                if self._side_rows is None:
-                    self._side_rows = self._measure_side_rows()
-        return self._side_rows
+        return self._side.rows
 
     @side_rows.setter
     def side_rows(self, rows: int) -> None:
-        self._side_rows = max(1, int(rows))
+        self._side.fix(rows)
 
     def _measure_side_rows(self) -> int:
         if not (self.blend or self.calibration.ood):
             return side_work.NEVER  # nothing to run beside the pass
         seqs = self.encode(["warm up the side work of the engine"] * max(side_work.SIZES))
-        pools = {True: _BLEND_POOL, False: side_work.INLINE}
         return side_work.measure_side_rows(
-            lambda n, beside: self._predictions(seqs[:n], None, [np.arange(n)], pools[beside]))
+            lambda n, beside: self._predictions(seqs[:n], None, [np.arange(n)], side_work.pool_for(beside)))
 
     def side_pool(self, seqs: Sequence[Sequence[int]]):
-        """Where the blend and the detector run for `seqs`: the side pool or side_work.INLINE."""
-        n = sum(isinstance(s, Encoded) for s in seqs)
-        return _BLEND_POOL if n and n >= self.side_rows else side_work.INLINE
+        """Where the blend and the detector run for `seqs`: side_work.POOL or side_work.INLINE."""
+        return self._side.pool(sum(isinstance(s, Encoded) for s in seqs))
 
     def plan(self, seqs: Sequence[Sequence[int]], overhead: float | None = None) -> list[np.ndarray]:
         """The forward passes for `seqs`: row indices per pass (serving/passes.py), planned once per call, with
@@ -447,21 +432,6 @@ def _check_options(provider: str, truncation: str, batch_tokens, precision: str)
         raise ValueError("batch_tokens must be positive")
     check_precision(precision)
     return batch_tokens
-
-
-def _special_tokens(tok) -> tuple[list[int], list[int]]:
-    """The ids the tokenizer's post-processor puts before and after a text: what a fast tokenizer added in
-    training, whatever its class. (`build_inputs_with_special_tokens` is not: a plain
-    PreTrainedTokenizerFast returns the ids unchanged, and served inputs lost [CLS] and [SEP].)"""
-    for probe in ("a", "0", "the", "가", "x y"):
-        plain = tok.encode(probe, add_special_tokens=False).ids
-        full = tok.encode(probe, add_special_tokens=True).ids
-        if not plain:
-            continue
-        for cut in range(len(full) - len(plain) + 1):
-            if full[cut : cut + len(plain)] == plain:
-                return full[:cut], full[cut + len(plain) :]
-    raise ModelError("cannot tell which special tokens the tokenizer adds around a text")
 
 
 def _gpu_without_ort_gpu() -> bool:

@@ -168,3 +168,17 @@ def _config_and_tokenizer(folder: Path):
         raise ModelError(f"{folder}: config.json has no id2label")
     return config, tokenizer
 
+
+def special_tokens(tok) -> tuple[list[int], list[int]]:
+    """The ids the tokenizer's post-processor puts before and after a text: what a fast tokenizer added in
+    training, whatever its class. (`build_inputs_with_special_tokens` is not: a plain
+    PreTrainedTokenizerFast returns the ids unchanged, and served inputs lost [CLS] and [SEP].)"""
+    for probe in ("a", "0", "the", "가", "x y"):
+        plain = tok.encode(probe, add_special_tokens=False).ids
+        full = tok.encode(probe, add_special_tokens=True).ids
+        if not plain:
+            continue
+        for cut in range(len(full) - len(plain) + 1):
+            if full[cut : cut + len(plain)] == plain:
+                return full[:cut], full[cut + len(plain) :]
+    raise ModelError("cannot tell which special tokens the tokenizer adds around a text")

@@ -10,12 +10,18 @@ from __future__ import annotations
 
 import statistics
 import sys
+import threading
 import time
 from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 
 # Batch sizes the engine tries; from the first where beside is faster, beside (a server's batches rarely stop at 16)
 SIZES = (1, 4, 16)
 NEVER = sys.maxsize  # side_rows that keeps everything inline
+# The pool the side work runs in beside the pass (threads start on first use); FIXED, when set, fixes side_rows for
+# every engine (benchmarks: NEVER runs it after the pass).
+POOL = ThreadPoolExecutor(max_workers=4, thread_name_prefix="blend-baseline")
+FIXED: int | None = None
 
 
 class Later:
@@ -55,3 +61,31 @@ def measure_side_rows(run: Callable[[int, bool], object], sizes: Sequence[int] =
         if statistics.median(times[True]) < statistics.median(times[False]):
             return n
     return NEVER
+
+
+def pool_for(beside: bool):
+    return POOL if beside else INLINE
+
+
+class SidePlan:
+    """One engine's side_rows: `measure()` once, on first need (or FIXED, or what `fix` set), and the pool it
+    implies for a call's rows with text."""
+
+    def __init__(self, measure: Callable[[], int]):
+        self._measure, self._rows, self._lock = measure, None, threading.Lock()
+
+    @property
+    def rows(self) -> int:
+        if FIXED is not None:
+            return FIXED
+        if self._rows is None:
+            with self._lock:
+                if self._rows is None:
+                    self._rows = self._measure()
+        return self._rows
+
+    def fix(self, rows: int) -> None:
+        self._rows = max(1, int(rows))
+
+    def pool(self, n: int):
+        return POOL if n and n >= self.rows else INLINE

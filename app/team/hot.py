@@ -15,16 +15,22 @@ from __future__ import annotations
 import re
 
 import orjson
+from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from app.http.gate import replaying
-from app.team.routes import busy_response
 from labelstore import queue, tx, users
 from labelstore.schema import ROLES
 
 HOT = re.compile(r"/v1/datasets/([0-9]{1,18})/(next|labels)")
 _JSON = [(b"content-type", b"application/json")]
 _REPLAYED = [(b"idempotent-replayed", b"true")]
+
+
+def busy_response(exc: tx.Busy) -> JSONResponse:
+    """503 with Retry-After: another process holds the database's write lock (labelstore/tx.py Busy); the
+    routes of app/team/routes.py answer it the same way."""
+    return JSONResponse({"detail": str(exc)}, 503, headers={"Retry-After": str(exc.retry_after)})
 
 
 class HotRoutes:

@@ -55,9 +55,10 @@ def check_texts(texts, max_chars: int, normalize=str.strip) -> None:
             raise HTTPException(422, [{"type": refused[1], "loc": ["body", "texts", i], "msg": refused[0]}])
 
 
-def check_labels(names, multi_label: bool) -> None:
-    """A new dataset's label names, or 422 naming the first bad one (field `labels`, its index, the name)."""
-    sep = dataset_space(Dataset(0, "", [], multi_label, 1)).sep  # a set's cell joins by the dataset's separator
+def check_labels(names, space) -> None:
+    """A new dataset's label names, or 422 naming the first bad one (field `labels`, its index, the name);
+    `space`: the kind asked for (a set's cell joins by the dataset's separator, not the served model's)."""
+    sep = dataset_space(Dataset(0, "", [], space.multi_label, 1)).sep
     for i, name in enumerate(names):
         problem = unicode_problem(name) or name_problem(name, sep)
         if problem:

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, StrictInt
 from app.config import open_to_anyone
 from app.label_kinds import asked_space, dataset_space, kind_of
 from app.team.auth import Identities
+from app.team.hot import HotRoutes, busy_response
 from app.team.inputs import DatasetId, RecordId, Text, check_labels, check_texts, normalizer, shown
 from labelstore import queue, review, tx, users
 from labelstore.agreement import agreement
@@ -76,7 +77,7 @@ def new_dataset(state, engine, body: NewDataset, uid: int) -> dict:
     served = state.served
     clf = served.clf
     space = asked_space(body.multi_label, clf.space)
-    check_labels(body.labels or (), space.multi_label)
+    check_labels(body.labels or (), space)
     labels = list(dict.fromkeys(body.labels or clf.labels))
     model_labels = list(clf.labels) == labels and space.kind == clf.space.kind
     rows = _suggestions(clf, body.texts) if model_labels else [{} for _ in body.texts]
@@ -140,11 +141,6 @@ def _value(ds: queue.Dataset, body) -> object:
         return queue.check_value(ds, body.label, body.labels)
     except queue.BadLabel as e:
         raise _bad(kind_of(dataset_space(ds)).answer_field, str(e)) from None
-
-
-def busy_response(exc: tx.Busy) -> JSONResponse:
-    """503 with Retry-After: another process holds the database's write lock (labelstore/tx.py Busy)."""
-    return JSONResponse({"detail": str(exc)}, 503, headers={"Retry-After": str(exc.retry_after)})
 
 
 def open_refusal(cfg) -> str:
@@ -247,8 +243,6 @@ def add_team_routes(app: FastAPI, cfg, state, engine, identities: Identities) ->
 
     _add_review_routes(app, engine, who, dataset)
     # the plain case of next and labels without FastAPI's per-request work (app/team/hot.py says why)
-    from app.team.hot import HotRoutes
-
     app.add_middleware(HotRoutes, engine=engine, who=who, datasets=cached, answer_model=Answer)
 
 

@@ -10,13 +10,9 @@ from pathlib import Path
 import gradio as gr
 import pandas as pd
 
-import numpy as np
-
 from app.label_kinds import kind_of
 from app.ui.classify import observed
 from app.ui.uploads import read_upload, spreadsheet_safe
-from serving.decision import Prediction
-from serving.multilabel import MultiLabelPrediction
 from serving.scoring import score_frame
 from textdata.tables import write_table
 
@@ -71,18 +67,8 @@ def answers(scored: pd.DataFrame, column: str, clf) -> tuple[list, list[str]]:
     got = scored[kind.answer_column].notna()
     rows = scored[got]
     labels = list(clf.labels)
-    probs = rows[[f"prob_{lab}" for lab in labels]].to_numpy(np.float64)
     sure = rows["confident"].fillna(False).astype(bool).tolist()
-    preds = []
-    for i, (p, confident) in enumerate(zip(probs, sure)):
-        scores = {lab: float(v) for lab, v in zip(labels, p)}
-        top = labels[int(np.argmax(p))]
-        if clf.space.multi_label:
-            preds.append(MultiLabelPrediction(kind.names(rows[kind.answer_column].iloc[i]), scores, top, scores[top],
-                                              scores, confident=confident))
-        else:
-            preds.append(Prediction(str(rows["pred_label"].iloc[i]), float(rows["pred_score"].iloc[i]), scores,
-                                    confident=confident))
+    preds = [kind.row_prediction(row, labels, confident) for (_, row), confident in zip(rows.iterrows(), sure)]
     return preds, rows[column].astype(str).tolist()
 
 

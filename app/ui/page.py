@@ -12,17 +12,12 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
-import shutil
-import tempfile
 import threading
-import time
-import weakref
 from functools import partial
 from pathlib import Path
 
 import gradio as gr
 import pandas as pd
-from gradio.context import LocalContext
 from starlette.responses import RedirectResponse
 
 from app.config import open_to_anyone
@@ -30,23 +25,33 @@ from app.label_kinds import kind_of
 from app.labeling.kept_texts import AdminsKept, VisitorStore
 from app.labeling.review_queue import start_session
 from app.labeling.sessions import ORDERS, SessionStore
+from app.team.roles import ADMIN
 from app.ui import multilabel as ui_multilabel
 from app.ui.batch import batch_tab
 from app.ui.classify import QUICK, classify_tab, header, health_banner
-from app.ui.label_view import (MAX_LABEL_BUTTONS, _render_label, folds, keys_help, review_button, saved, shown_row,
-                               stale_answer)
+from app.ui.guard import person
+from app.ui.handouts import Exports
+from app.ui.handouts import score_chunks as _score_chunks
+from app.ui.handouts import stop_reason as _stop_reason
+from app.ui.label_view import (
+    MAX_LABEL_BUTTONS,
+    _render_label,
+    folds,
+    keys_help,
+    review_button,
+    saved,
+    shown_row,
+    stale_answer,
+)
 from app.ui.review import ReviewPanel
 from app.ui.team import TEAM_KEYS_JS
 from app.ui.team_label import TeamSessions
 from app.ui.uploads import read_texts, spreadsheet_safe, uploaded_only
-from app.ui.guard import person
-from app.team.roles import ADMIN
 from textdata.tables import write_table
 
 log = logging.getLogger("app")
 
 HEADING_EVERY_S = 5.0  # how soon every open page names a version promoted elsewhere (the API, another replica)
-SCORE_CHUNK = 256  # rows per engine call in scoring jobs: the progress bar moves at this step
 
 SHORTCUTS_JS = """
 <script>
@@ -104,62 +109,6 @@ CSS = """
 #label-text textarea { font-size: 1.15rem; line-height: 1.5; }
 .shortcut-help { opacity: .7; font-size: .9rem; }
 """
-
-
-class Exports:
-    """Copies of files handed to the browser, in a private temp folder; old ones are removed."""
-
-    def __init__(self, max_age_s: float = 3600):
-        self.root = Path(tempfile.mkdtemp(prefix="electra-app-"))
-        self.max_age_s = max_age_s
-        # Removed when the server exits (SIGTERM included): otherwise every start leaves a folder behind.
-        self.close = weakref.finalize(self, shutil.rmtree, self.root, ignore_errors=True)
-
-    def path(self, name: str) -> Path:
-        now = time.time()
-        for old in self.root.glob("*/*"):
-            if now - old.stat().st_mtime > self.max_age_s:
-                shutil.rmtree(old.parent, ignore_errors=True)
-        folder = Path(tempfile.mkdtemp(dir=self.root))  # a folder per export keeps the nice file name
-        return folder / name
-
-
-UNREAD_GONE = 25  # messages waiting unread on an event's stream (about one per chunk): nobody is listening
-
-
-def _client_gone() -> bool:
-    """True once nobody waits for the running event: Gradio marked it dead (its tab closed or its stream
-    dropped), or its messages pile up unread (a client that queued work and never opened the stream)."""
-    blocks, event_id = LocalContext.blocks.get(None), LocalContext.event_id.get(None)
-    queue = getattr(blocks, "_queue", None)
-    for job in getattr(queue, "active_jobs", None) or ():
-        for event in job or ():
-            if event._id == event_id:
-                unread = queue.pending_messages_per_session.get(event.session_hash)
-                return not event.alive or (unread is not None and unread.qsize() > UNREAD_GONE)
-    return False
-
-
-def _stop_reason(state) -> str | None:
-    """Why a UI job reading a file should stop now, or None (the shared reader asks every few hundred rows)."""
-    if state.draining:
-        return "the server is shutting down"
-    return "the page was closed" if _client_gone() else None
-
-
-def _score_chunks(n: int, score, progress, desc: str, unit: str, engine_turn: threading.Lock, state=None) -> list:
-    """`score(start, stop)` over SCORE_CHUNK-row chunks, stopping when the client is gone (or the server
-    drains). One UI chunk computes at a time (`engine_turn`), so API batches interleave with UI jobs."""
-    parts = []
-    for i in range(0, n, SCORE_CHUNK):
-        why = _stop_reason(state) if state is not None else ("the page was closed" if _client_gone() else None)
-        if why:
-            log.info("UI job cancelled: %s", why, extra={"fields": {"event": "ui_cancelled", "done": i}})
-            raise gr.Error(f"Cancelled: {why}.")
-        progress((i, n), desc=desc, unit=unit)
-        with engine_turn:
-            parts.append(score(i, min(n, i + SCORE_CHUNK)))
-    return parts
 
 
 def _said(error: gr.Error, fn) -> gr.Error:
@@ -300,6 +249,20 @@ def _label_extras(labels: list[str]) -> tuple:
     return l_order, l_other, l_other_btn, l_new, l_add, l_export, l_file_out
 
 
+def _start_panel(state) -> tuple:
+    """The Label tab's first panel: a file to start from, an earlier session, a team dataset, the review queue."""
+    with gr.Accordion("Start or resume a session", elem_id="label-start-panel") as panel, gr.Row():
+        file = gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"], elem_id="label-file")
+        with gr.Column():
+            column = gr.Textbox(label="Text column", value="text", elem_id="label-column")
+            start = gr.Button("Start labeling", variant="primary", elem_id="label-start")
+            sessions = gr.Dropdown(label="Earlier sessions", choices=[], elem_id="label-sessions")
+            dataset = gr.Dropdown(label="Or a team dataset (shared queue)", choices=[], elem_id="label-dataset")
+            review = gr.Button(review_button(state.review)["value"], visible=state.review is not None,
+                               elem_id="label-review")
+    return panel, file, column, start, sessions, dataset, review
+
+
 def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Exports, engine_turn, jobs=None) -> None:
     """Label an uploaded file with the model's suggestions, least confident first; every decision saved as made."""
 
@@ -319,8 +282,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         clf = state.served.clf  # one version for the whole file, whatever is activated meanwhile
         preds = [p for part in _score_chunks(len(texts), lambda a, b: clf.predict(texts[a:b]), progress,
                                              "Model suggestions", "texts", engine_turn, state) for p in part]
-        # rows under the served threshold: their Accept is not the obvious click (app/ui/label_view.py); a
-        # multi-label model's session decides label sets, its suggestions the sets over the thresholds
+        # rows under the served threshold: their Accept is not the obvious click (app/ui/label_view.py)
         unsure = kind_of(clf.space).unsure_rows(preds)
         session = store.create(Path(file).name, texts, preds, list(clf.labels), clf.thresholds, clf.space,
                                **({"unsure_rows": unsure} if unsure else {}))
@@ -331,10 +293,8 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         return render(get(sid))
 
     def reopen(sid, shown):
-        """The tab's opening: the session this browser had open (`sid`, as the browser sent it). Under load the
-        answer can come after the person did something else: when another session was drawn on this page since
-        (`shown`, read when this runs) the answer is stale and changes nothing. Its folding of the panels is
-        the browser's (FOLD_JS), which knows whether the person touched them since."""
+        """The session this browser had open (`sid`); stale (nothing changed) when another was drawn on this page
+        since (`shown`), as under load; the panels' folding is the browser's (FOLD_JS)."""
         if shown and shown != sid:
             return [gr.skip()] * len(outputs)
         return render(get(sid), fold=False)
@@ -349,16 +309,13 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
                 review_button(state.review))
 
     def act(action, sid, row, *args, answers: bool = True):
-        """`action` on the session, as the person at the page. `row`: the record the browser showed when the
-        key or click happened (label-row, sent with the event); an answer (`answers`) for a record that is not
-        the one on screen now (a second key pressed before the next text was drawn) saves nothing."""
+        """`action` as the person at the page; `row`: the record on screen at the key or click (label-row): an
+        answer for another (a second key before the next text was drawn) saves nothing."""
         session = get(sid)
         if session is None:
             return render(None, "No labeling session: upload a file to start.", fold=False)
         row = shown_row(row)
-        stale = stale_answer(session, row) if answers else None
-        # as the person at the page, who each line names
-        message = stale or team.acted(action, session, row, *args)
+        message = (stale_answer(session, row) if answers else None) or team.acted(action, session, row, *args)
         return render(session, message, fold=False)
 
     anywhere = partial(act, answers=False)  # undo, a new label, the order: not an answer to the text shown
@@ -403,16 +360,7 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         # pressed on, so a key pressed before the next text is drawn cannot answer that text unseen
         row = gr.Number(None, precision=0, visible="hidden", elem_id="label-row")
         shown = gr.State("")  # the session this page shows (render's last output)
-        with gr.Accordion("Start or resume a session", elem_id="label-start-panel") as l_start_panel, gr.Row():
-            l_file = gr.File(label="CSV of unlabeled texts", file_types=[".csv", ".tsv", ".jsonl"],
-                             elem_id="label-file")
-            with gr.Column():
-                l_column = gr.Textbox(label="Text column", value="text", elem_id="label-column")
-                l_start = gr.Button("Start labeling", variant="primary", elem_id="label-start")
-                l_sessions = gr.Dropdown(label="Earlier sessions", choices=[], elem_id="label-sessions")
-                l_dataset = gr.Dropdown(label="Or a team dataset (shared queue)", choices=[], elem_id="label-dataset")
-                l_review = gr.Button(review_button(state.review)["value"], visible=state.review is not None,
-                                     elem_id="label-review")
+        l_start_panel, l_file, l_column, l_start, l_sessions, l_dataset, l_review = _start_panel(state)
         review = ReviewPanel(cfg, store, getattr(jobs, "registry", None), labels, lambda: state.served.clf)
         with gr.Column(elem_id="label-panel"):
             l_progress = gr.HTML(elem_id="label-progress")

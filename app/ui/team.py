@@ -78,7 +78,7 @@ def settled(engine, ds: queue.Dataset, record_id: int, label) -> str:
 def team_tab(cfg, state, exports=None) -> None:
     """`exports`: where downloads go (app/ui/page.py Exports; a fresh one when not given)."""
     if exports is None:
-        from app.ui.page import Exports
+        from app.ui.handouts import Exports
 
         exports = Exports()
     engine = state.store
@@ -106,7 +106,7 @@ def team_tab(cfg, state, exports=None) -> None:
         rows = [[r["record_id"], " · ".join(f"{k}: {_answer(v)}" for k, v in r["answers"].items()), r["text"][:200]]
                 for r in split]
         return (summary(engine, ds), rows, gr.update(choices=[str(x) for x in ds.labels], value=None),
-                split[0]["record_id"] if split else None, said, *key_buttons([] if ds.multi_label else ds.labels))
+                split[0]["record_id"] if split else None, said, *key_buttons(kind_of(dataset_space(ds)).keyed_labels(ds.labels)))
 
     def pick(evt: gr.SelectData):
         """A click on a disagreement's row: its record id is the one to settle."""

@@ -14,12 +14,12 @@ import pandas as pd
 
 from app.http.redact import names_only_text
 from app.llm.teacher_labels import described
+from app.ui.guard import person
 from app.versions.admin import admin_refusal
 from app.versions.jobs import JobConflict
 from app.versions.models import served_cv
 from app.versions.registry import RegistryError, acting_as
 from app.versions.swap import ActivationError
-from app.ui.guard import person
 from app.versions.train_params import RETRAINABLE
 from textdata.errors import DataError
 

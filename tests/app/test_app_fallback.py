@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import csv
 import json
-import math
 import logging
+import math
 
 import pytest
 from fake_llm import PROMPT
@@ -125,7 +125,7 @@ def test_a_malformed_llm_answer_is_that_calls_error_and_the_models_answer_stands
                                    {"prompt_tokens": 1e308, "completion_tokens": 1e308},
                                    {"prompt_tokens": -5, "completion_tokens": True}], ids=["strings", "1e308", "odd"])
 def test_odd_token_counts_are_ignored_and_the_monitor_stays_finite(calibrated, tmp_path, fake, usage):  # noqa: F811
-    folder, threshold, scaled = calibrated
+    folder, _threshold, _scaled = calibrated
     fake.body = _completion("dream", usage)
     with cascade(folder, tmp_path, fake.url) as c:
         preds = c.post("/v1/classify", json={"texts": TEXTS}).json()["predictions"]

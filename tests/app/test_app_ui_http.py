@@ -110,7 +110,7 @@ def test_upload_checks(tmp_path, monkeypatch):
 
 
 def test_export_folder_is_removed_when_the_process_exits(tmp_path):
-    code = ("from app.ui.page import Exports\n"
+    code = ("from app.ui.handouts import Exports\n"
             "e = Exports()\n"
             "e.path('labeled.csv').write_text('text,label\\n')\n"
             "print(e.root)\n")
@@ -236,7 +236,7 @@ def test_an_upload_being_read_stops_when_the_server_shuts_down(tmp_path, monkeyp
     from functools import partial
 
     from app.http.api import ServerState
-    from app.ui.page import _stop_reason
+    from app.ui.handouts import stop_reason as _stop_reason
 
     monkeypatch.setenv("GRADIO_TEMP_DIR", str(tmp_path))
     path = tmp_path / "rows.csv"
@@ -247,7 +247,7 @@ def test_an_upload_being_read_stops_when_the_server_shuts_down(tmp_path, monkeyp
     with pytest.raises(gr.Error, match="rows.csv: reading stopped: the server is shutting down"):
         _read_upload(Config(model="m"), str(path), "text", partial(_stop_reason, state))
     # and a scoring job already past reading stops at its next chunk
-    from app.ui.page import _score_chunks
+    from app.ui.handouts import score_chunks as _score_chunks
 
     with pytest.raises(gr.Error, match="Cancelled: the server is shutting down"):
         _score_chunks(2000, lambda a, b: [], lambda *a, **k: None, "Scoring", "rows", threading.Lock(), state)

@@ -198,7 +198,7 @@ def test_a_reviewer_sees_the_answers_picks_a_row_and_is_told_what_is_settled(tmp
         for text, vote in zip(("t0", "t1", "t2"), votes):
             _answer(engine, ds, ids[name], text, vote)
     show, settle, pick = (_tab_fn(blocks, n) for n in ("show", "settle", "pick"))
-    summary_md, table, _, first, said, *keys = show(ds.id, rev)
+    _summary_md, table, _, first, said, *keys = show(ds.id, rev)
     assert [r[1:] for r in table] == [["ann: a · bob: b", "t0"], ["ann: a · bob: b", "t2"]] and said == ""
     assert first == table[0][0] and [k.get("value") for k in keys[:3]] == ["[1] a", "[2] b", None]  # keys 1, 2
     clicked = pick(gr.SelectData(None, {"index": [1, 2], "value": "t2", "row_value": table[1]}))
@@ -222,7 +222,7 @@ def test_an_admin_adds_people_gives_a_new_token_and_revokes_in_the_team_tab(tmp_
     from app.team import roles
 
     caplog.set_level(logging.INFO, logger="app")
-    engine, ids, blocks, rev, _ = _team(tmp_path, ("ann",))
+    engine, _ids, blocks, _rev, _ = _team(tmp_path, ("ann",))
     add, rotate, revoke, listed = (_tab_fn(blocks, n) for n in ("add_person", "rotate_token", "revoke_person",
                                                                  "list_people"))
     said, table = add(" dana ", "reviewer")

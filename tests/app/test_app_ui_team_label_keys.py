@@ -6,12 +6,13 @@ reviewer and one's own answers for an annotator (blind)."""
 from __future__ import annotations
 
 import csv
+from pathlib import Path
 from types import SimpleNamespace
 
 from app.config import Config
 from app.labeling.sessions import SessionStore
+from app.ui.handouts import Exports
 from app.ui.label_view import _render_label
-from app.ui.page import Exports
 from app.ui.team_label import TeamSessions, dataset_sid
 from labelstore import open_store, queue, users
 
@@ -62,7 +63,7 @@ def test_keys_skip_and_the_download_of_a_dataset_with_labels_of_its_own(tmp_path
     def download(name: str) -> list[dict]:
         team.user = lambda: who[name]
         path = team.export(dataset_sid(ds), exports)
-        assert path.endswith("-answers.csv") and open(path, "rb").read(3) == b"\xef\xbb\xbf"  # one row an answer; BOM
+        assert path.endswith("-answers.csv") and Path(path).read_bytes()[:3] == b"\xef\xbb\xbf"  # one row an answer; BOM
         with open(path, encoding="utf-8-sig") as f:
             return list(csv.DictReader(f))
     mine = download("ann")

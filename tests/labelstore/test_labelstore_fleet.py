@@ -86,9 +86,18 @@ def test_a_commit_flips_and_evicts_in_one_transaction_and_an_abort_flips_nothing
     assert ("promotion_aborted", None) in kinds and ("evicted", "r2") in kinds
 
 
-def test_a_new_promotion_aborts_one_its_coordinator_left_preparing(engine):
+def test_a_new_promotion_is_refused_while_another_is_within_its_deadline(engine):
     add(engine, "v1")
-    first = fs.start_promotion(engine, "v1", None, "coordinator killed", timeout_s=10)
+    first = fs.start_promotion(engine, "v1", None, "running", timeout_s=10)
+    with pytest.raises(fs.PromotionRunning, match=f"promotion {first}"):
+        fs.start_promotion(engine, "v1", None, "next", timeout_s=10)
+    assert fs.current_promotion(engine)["id"] == first
+
+
+def test_a_new_promotion_aborts_one_its_coordinator_left_preparing_past_its_deadline(engine):
+    add(engine, "v1")
+    first = fs.start_promotion(engine, "v1", None, "coordinator killed", timeout_s=0.05)
+    time.sleep(0.1)
     second = fs.start_promotion(engine, "v1", None, "next", timeout_s=10)
     assert fs.current_promotion(engine)["id"] == second
     assert fs.finish_promotion(engine, first, True, "late", {}) is None

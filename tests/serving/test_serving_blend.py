@@ -106,15 +106,15 @@ def test_score_writes_blended_probabilities_and_no_blend_the_model_s(blended_dir
 def test_baseline_beside_the_model_gives_the_sequential_numbers(blended_dir, monkeypatch):
     """The engine runs the baseline in a side thread during the model's pass; the numbers equal the path that runs
     it after the model, exactly, for whole batches and for the API's mixed ids."""
-    from serving import engine, side_work
+    from serving import side_work
     from serving.engine import Classifier
 
     folder, _ = blended_dir
     clf = Classifier.load(folder, provider="torch")
     clf.side_rows = 2  # beside from 2 rows: fixed, not this machine's measurement
     submitted = []
-    submit = engine._BLEND_POOL.submit
-    monkeypatch.setattr(engine._BLEND_POOL, "submit", lambda fn, *a: submitted.append(len(a[0])) or submit(fn, *a))
+    submit = side_work.POOL.submit
+    monkeypatch.setattr(side_work.POOL, "submit", lambda fn, *a: submitted.append(len(a[0])) or submit(fn, *a))
     texts = TEXTS * 7
     seqs = clf.encode(texts)
     mixed = seqs[:10] + [list(s) for s in seqs[10:15]] + seqs[15:]  # plain ids: no text, the model's own numbers

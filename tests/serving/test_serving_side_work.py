@@ -6,7 +6,7 @@ import shutil
 import numpy as np
 import pytest
 
-from serving import engine, side_work
+from serving import side_work
 from serving.engine import Classifier
 
 OFF_TOPIC = ["Shares in the bank fell sharply after the chancellor announced new taxes on profits",
@@ -40,8 +40,8 @@ def test_beside_and_inline_answer_the_same_bit_for_bit(side_folder, monkeypatch)
     assert clf.blend is not None and clf.calibration.ood is not None
     clf.call_overhead_tokens = 4.0  # a fixed plan: the two modes must see the same passes
     submitted = []
-    submit = engine._BLEND_POOL.submit
-    monkeypatch.setattr(engine._BLEND_POOL, "submit", lambda fn, *a: submitted.append(fn) or submit(fn, *a))
+    submit = side_work.POOL.submit
+    monkeypatch.setattr(side_work.POOL, "submit", lambda fn, *a: submitted.append(fn) or submit(fn, *a))
     got = {}
     for rows in (1, side_work.NEVER):
         clf.side_rows = rows
@@ -70,7 +70,7 @@ def test_side_rows_measured_once_and_only_where_there_is_side_work(side_folder, 
     assert first in (*side_work.SIZES, side_work.NEVER) and clf.side_rows == first and len(calls) == 1
     assert Classifier.load(trained_classifier_dir, provider="torch").side_rows == side_work.NEVER
     assert len(calls) == 1  # nothing beside the pass: nothing measured
-    monkeypatch.setattr(engine, "SIDE_ROWS", side_work.NEVER)
+    monkeypatch.setattr(side_work, "FIXED", side_work.NEVER)
     assert clf.side_rows == side_work.NEVER  # a benchmark's fixed choice wins
 
 
