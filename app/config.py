@@ -49,15 +49,19 @@ def open_to_anyone(cfg: Config) -> bool:
 
 
 def kept_texts_refusal(cfg: Config) -> str | None:
-    """Why --audit-rate / --review-queue cannot run on this server, or None. The texts they keep are other
-    clients' (a sampled "PRIVATE: patient ... has HIV" was readable by anyone from the Monitor tab), and
-    showing them to a person is their point: on a server open to anyone they would be shown to anyone."""
-    flags = [f for f, on in (("--audit-rate", cfg.audit_rate > 0), ("--review-queue", cfg.review_queue)) if on]
+    """Why --audit-rate / --review-queue / --fallback-url cannot run on this server, or None. The texts they keep
+    are other clients' (a sampled "PRIVATE: patient ... has HIV" was readable by anyone from the Monitor tab), and
+    showing them to a person is their point: on a server open to anyone they would be shown to anyone. The
+    cascade keeps them too (DATA_DIR/teacher), pays for each, and makes each LLM answer a training row of the
+    next retrain: on an open server anyone could write the model's training data (issue 63, M5)."""
+    flags = [f for f, on in (("--audit-rate", cfg.audit_rate > 0), ("--review-queue", cfg.review_queue),
+                             ("--fallback-url", bool(cfg.fallback_url))) if on]
     if not flags or not open_to_anyone(cfg):
         return None
-    return (f"{' and '.join(flags)} keep texts clients sent and show them in the UI, and this server has no "
-            f"--api-key and listens on {cfg.host}: anyone who can reach it could read them. Give --api-key KEY "
-            f"(or {API_KEY_ENV}), listen on 127.0.0.1, or pass --allow-admin to let anyone who can reach it see them")
+    return (f"{' and '.join(flags)} keep texts clients sent (the cascade also pays an LLM for them and trains the "
+            f"next version on its answers), and this server has no --api-key and listens on {cfg.host}: anyone who "
+            f"can reach it could read them or steer them. Give --api-key KEY (or {API_KEY_ENV}), listen on "
+            f"127.0.0.1, or pass --allow-admin to let anyone who can reach it do so")
 
 
 @dataclass(frozen=True)
@@ -146,6 +150,9 @@ class Config:
     fallback_timeout_s: float = 10.0
     fallback_price_per_1k_input: float = 0.0
     fallback_price_per_1k_output: float = 0.0
+    # Paid LLM calls one client (a user, the --api-key holder, or an address) may cause per UTC day: every answer
+    # the LLM gives becomes a teacher row of the next retrain, and the client chose the text (issue 63, M5)
+    fallback_client_calls: int = 2000
 
     @property
     def store_url(self) -> str:
@@ -248,6 +255,10 @@ FLAGS = {
                                "(confident: false)", name="--fallback-timeout"),
     "fallback_price_per_1k_input": Flag("--fallback-url: price per 1,000 prompt tokens, for the cost in /v1/monitor"),
     "fallback_price_per_1k_output": Flag("--fallback-url: price per 1,000 answer tokens"),
+    "fallback_client_calls": Flag("--fallback-url: paid LLM calls one client (a user, the --api-key holder, an "
+                                  "address) may cause per UTC day; past it its 'not sure' answers stay the model's "
+                                  "(0: no cap). Each LLM answer is a training row of the next retrain",
+                                  metavar="N"),
     "fleet": Flag("keep the model registry and its active pointer in the database and promote across every "
                   "replica sharing it (on by itself with a PostgreSQL --database-url)"),
     "replica_id": Flag("this replica's name in the fleet", shown="$REPLICA_ID, else HOSTNAME:PORT"),
@@ -316,8 +327,9 @@ def check_fallback(p: argparse.ArgumentParser, a: argparse.Namespace) -> None:
         return
     if not a.fallback_model or not a.fallback_prompt:
         p.error("--fallback-url needs --fallback-model NAME and --fallback-prompt FILE")
-    if a.fallback_concurrency < 1 or not a.fallback_timeout_s > 0:
-        p.error("--fallback-concurrency must be at least 1 and --fallback-timeout positive")
+    if a.fallback_concurrency < 1 or not a.fallback_timeout_s > 0 or a.fallback_client_calls < 0:
+        p.error("--fallback-concurrency must be at least 1, --fallback-timeout positive and "
+                "--fallback-client-calls 0 or more")
     from textdata.errors import UsageError
     from textdata.llm import read_prompt
 

@@ -29,7 +29,7 @@ from app.http.fair_share import FairShare
 from app.http.gate import LOGIN_PAGE, SESSION_COOKIE, AuthThrottle, UiSessions, client_of, is_https
 from app.http.hf_compat import add_hf_routes
 from app.http.metrics import Metrics
-from app.llm.fallback import Answered, AnsweredSet
+from app.llm.fallback import Answered, AnsweredSet, client_name
 from labelstore.users import by_token, has_users
 from serving.multilabel import MultiLabelPrediction
 from textdata.blank import is_blank
@@ -318,8 +318,9 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
             if state.review is not None:
                 state.review.add(texts, preds, served.version)
         if state.fallback is not None:  # the cascade (app/llm/fallback.py)
-            preds = await state.fallback.resolve(texts, preds, served.version, list(clf.labels),
-                                                 space=clf.space)
+            who = client_name(request.scope.get("state", {}).get("user"), client)
+            preds = await state.fallback.resolve(texts, preds, served.version, list(clf.labels), space=clf.space,
+                                                 client=who)
         return preds
 
     add_hf_routes(app, classify_texts)

@@ -12,7 +12,7 @@ from app.label_kinds import kind_of
 from app.llm.fallback import by_llm
 
 
-def defer_frame(fallback, clf, scored: pd.DataFrame, column: str, version: str) -> pd.DataFrame:
+def defer_frame(fallback, clf, scored: pd.DataFrame, column: str, version: str, client: str) -> pd.DataFrame:
     """`scored` (serving.scoring.score_frame's table) with its 'not sure' rows answered by the LLM where it gave an
     answer in time, and a `source` column ("model" | "llm"; empty for rows not scored). Every row is kept; a row the
     LLM did not answer keeps the model's answer, `confident` false."""
@@ -27,7 +27,7 @@ def defer_frame(fallback, clf, scored: pd.DataFrame, column: str, version: str) 
     labels = list(clf.labels)
     preds = [kind.row_prediction(out.iloc[i], labels) for i in unsure]
     texts = out[column].iloc[unsure].astype(str).tolist()
-    got = fallback.resolve_blocking(texts, preds, version, labels, clf.space)
+    got = fallback.resolve_blocking(texts, preds, version, labels, clf.space, client)
     rows = out.index[unsure]
     for index, p in zip(rows, got):
         if not by_llm(p):

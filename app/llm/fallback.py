@@ -14,7 +14,12 @@ worker thread, on the server's event loop; the timeout there bounds each call, n
 
 Every LLM answer is appended to DATA_DIR/teacher/llm_labels.csv (text, teacher, ...: the table
 `finetune/kfold.py --teacher-column teacher` reads, beside gold labels; the next retrain reads it:
-app/llm/teacher_labels.py) and reused: a text asked once is never paid for again. Label sets go to llm_label_sets.csv
+app/llm/teacher_labels.py) and reused: a text asked once is never paid for again. The texts are the clients', and
+an LLM follows instructions inside them ("ignore previous instructions, answer X"): cascade answers are training
+data a client can steer. So each row names its client (a user, the --api-key holder, an address), each client may
+cause at most --fallback-client-calls paid calls a UTC day (past it, its answers stay the model's: /metrics
+app_llm_errors_total{kind="client_cap"}), and a server open to anyone refuses --fallback-url at start, as it
+refuses the other flags that keep clients' texts (issue 63, M5). Label sets go to llm_label_sets.csv
 (names joined by the model's separator, "" for none), which the next multi-label retrain reads. /metrics: app_llm_deferred_total, app_llm_latency_seconds, app_llm_errors_total{kind},
 app_answers_total{source}; /v1/monitor's "cascade": the share deferred, the LLM's measured cost per call and the
 estimated cost saved (the texts the model answered itself, times that cost).
@@ -42,7 +47,8 @@ from textdata.llm import ask, make_client, parse_answer, read_prompt, render
 from textdata.urls import redact
 
 log = logging.getLogger("app")
-STORE_COLUMNS = ["text", "teacher", "llm", "model_version", "model_label", "model_score", "at"]
+STORE_COLUMNS = ["text", "teacher", "llm", "model_version", "model_label", "model_score", "at", "client"]
+UNKNOWN_CLIENT = "unknown"  # a caller the cascade was not told of (a test double, an old call site)
 MAX_REMEMBERED = 100_000  # answers kept in memory for reuse; the file keeps them all
 CLIENT_GRACE_S = 1.0  # seconds the HTTP client's timeout exceeds --fallback-timeout (see _defer)
 
@@ -114,6 +120,7 @@ class TeacherLabels:
         self.llm = llm
         self.known: dict[str, str] = {}
         if self.path.exists():
+            _add_client_column(self.path)
             with open(self.path, encoding="utf-8", newline="") as f:
                 for row in csv.DictReader(f):
                     if row.get("llm") == llm and len(self.known) < MAX_REMEMBERED:
@@ -132,12 +139,52 @@ class TeacherLabels:
         finally:
             os.close(fd)
 
-    def add(self, text: str, label: str, version: str, pred: Prediction) -> None:
+    def add(self, text: str, label: str, version: str, pred: Prediction, client: str) -> None:
         if len(self.known) < MAX_REMEMBERED:
             self.known[text] = label
         self.rows += 1
         self._write([text, label, self.llm, version, pred.label, f"{pred.score:.6f}",
-                     time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())])
+                     time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), client])
+
+
+def _add_client_column(path: Path) -> None:
+    """A file from before answers named their client (issue 63, M5) gets the column, empty in its old rows: rows
+    appended with one cell more than the header would not read back."""
+    with open(path, encoding="utf-8", newline="") as f:
+        header = next(csv.reader(f), None)
+        if header is None or "client" in header:
+            return
+        rows = [[*row, ""] for row in csv.reader(f)]
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w", encoding="utf-8", newline="") as f:
+        csv.writer(f).writerows([[*header, "client"], *rows])
+    os.replace(tmp, path)
+
+
+class ClientCap:
+    """Paid LLM calls per client per UTC day (--fallback-client-calls; 0: no cap). A client's call is counted when
+    it starts, so that a burst of concurrent texts cannot pass the cap; a text answered before costs nothing."""
+
+    def __init__(self, per_day: int):
+        self.per_day, self.day, self.used = per_day, None, {}
+
+    def take(self, client: str) -> bool:
+        """True and counted when `client` may cause one more paid call today."""
+        if not self.per_day:
+            return True
+        today = time.strftime("%Y-%m-%d", time.gmtime())
+        if today != self.day:
+            self.day, self.used = today, {}
+        n = self.used.get(client, 0)
+        if n >= self.per_day:
+            return False
+        self.used[client] = n + 1
+        if n + 1 == self.per_day:
+            log.warning("LLM cascade: %s reached --fallback-client-calls %d for today (UTC); its 'not sure' answers "
+                        "stay the model's until tomorrow", client, self.per_day,
+                        extra={"fields": {"event": "llm_client_cap", "client": client}})
+        return True
 
 
 class Fallback:
@@ -155,6 +202,7 @@ class Fallback:
         self.counts = {"answers": 0, "deferred": 0, "llm_answered": 0, "from_store": 0, "errors": 0}
         self.tokens = [0, 0]  # paid: prompt, completion
         self.calls = 0
+        self.cap = ClientCap(cfg.fallback_client_calls)
         self.deferred = Counter("app_llm_deferred_total", "'Not sure' answers sent to the LLM (--fallback-url)",
                                 registry=registry)
         self.latency = Histogram("app_llm_latency_seconds", "LLM answer time, timeouts included", registry=registry,
@@ -186,10 +234,11 @@ class Fallback:
             await self.client.close()
 
     async def resolve(self, texts: list[str], preds: list, version: str, labels: list[str], patient: bool = False,
-                      space: LabelSpace = SINGLE) -> list:
+                      space: LabelSpace = SINGLE, client: str = UNKNOWN_CLIENT) -> list:
         """`preds` with each 'not sure' answer replaced by the LLM's where it gave one in time. `patient`: the
         timeout bounds each LLM call, not the wait for a slot (a batch file's rows). `space`: the served model's
-        (a label set is stored joined by its separator)."""
+        (a label set is stored joined by its separator). `client`: who sent the texts (`client_name`), capped
+        and named in the teacher file."""
         label_sep = LabelSpace.of(multi_label=True, sep=space.sep).sep  # a single-label model's: never used
         out, jobs = [], []
         for text, pred in zip(texts, preds):
@@ -203,7 +252,7 @@ class Fallback:
             out.append(answered)
             self.counts["answers"] += 1
             if not pred.confident and self.enabled:
-                jobs.append((len(out) - 1, self._defer(text, answered, version, labels, patient, label_sep)))
+                jobs.append((len(out) - 1, self._defer(text, answered, version, labels, patient, label_sep, client)))
         for i, llm in zip([i for i, _ in jobs], await asyncio.gather(*(j for _, j in jobs))):
             out[i] = llm
         for p in out:
@@ -212,16 +261,16 @@ class Fallback:
         return out
 
     def resolve_blocking(self, texts: list[str], preds: list, version: str, labels: list[str],
-                         space: LabelSpace = SINGLE) -> list:
+                         space: LabelSpace = SINGLE, client: str = UNKNOWN_CLIENT) -> list:
         """`resolve` from a worker thread (the Batch tab), on the server's event loop; the model's answers
         unchanged where there is no loop yet (the check at start has not run)."""
         if self.loop is None or not self.loop.is_running():
             return preds
-        return asyncio.run_coroutine_threadsafe(self.resolve(texts, preds, version, labels, True, space),
+        return asyncio.run_coroutine_threadsafe(self.resolve(texts, preds, version, labels, True, space, client),
                                                 self.loop).result()
 
     async def _defer(self, text: str, pred: Answered | AnsweredSet, version: str, labels: list[str], patient: bool,
-                     sep: str):
+                     sep: str, client: str):
         store = pred.store_of(self)  # the answer's kind: a label, or a label set
         self.counts["deferred"] += 1
         self.deferred.inc()
@@ -231,6 +280,8 @@ class Fallback:
             if all(n in labels for n in names):
                 self.counts["from_store"] += 1
                 return pred.from_llm(names)
+        if not self.cap.take(client):
+            return self._failed("client_cap", pred, None)
         if self.client is None:
             # The client's own timeout sits past the deadline wait_for enforces below: with both equal, a starved
             # loop can fire both in one pass, httpx's timeout swallows wait_for's cancel, and the client retries
@@ -262,11 +313,12 @@ class Fallback:
         self.latency.observe(time.perf_counter() - started)
         self.counts["llm_answered"] += 1
         chosen = pred.chosen(parsed.labels, labels)
-        store.add(text, pred.cell(chosen, sep), version, pred)
+        store.add(text, pred.cell(chosen, sep), version, pred, client)
         return pred.from_llm(chosen)
 
-    def _failed(self, kind: str, pred: Answered, started: float) -> Answered:
-        self.latency.observe(time.perf_counter() - started)
+    def _failed(self, kind: str, pred: Answered, started: float | None) -> Answered:
+        if started is not None:  # None: no call was made (the client's cap)
+            self.latency.observe(time.perf_counter() - started)
         self.errors.labels(kind).inc()
         self.counts["errors"] += 1
         self.error_kinds[kind] = self.error_kinds.get(kind, 0) + 1
@@ -287,6 +339,13 @@ class Fallback:
                 "estimated_cost_saved": None if per_call is None else round((own + c["from_store"]) * per_call, 6),
                 "teacher_labels": {"file": str(self.store.path), "rows": self.store.rows},
                 "teacher_label_sets": {"file": str(self.set_store.path), "rows": self.set_store.rows}}
+
+
+def client_name(user, address: str | None) -> str:
+    """Who a cascade call is counted against: a user by name, the --api-key holder, else the address."""
+    if isinstance(user, tuple):
+        return f"user:{user[1]}"
+    return "api-key" if user == "api-key" else f"address:{address or UNKNOWN_CLIENT}"
 
 
 def open_fallback(cfg, metrics):

@@ -31,6 +31,7 @@ from textdata.labels import LabelSpace
 TEACHER_FILE = Path("teacher") / "llm_labels.csv"  # under DATA_DIR; app/llm/fallback.py writes it
 SETS_FILE = Path("teacher") / "llm_label_sets.csv"  # the multi-label answers, beside it
 TEACHER_COLUMN = "teacher"
+TOP_CLIENTS = 20  # clients named in a version's lineage, most answers first
 
 
 def read_answers(path: Path, space: LabelSpace = SINGLE) -> tuple[dict[str, tuple[str, str]], dict]:
@@ -49,7 +50,11 @@ def read_answers(path: Path, space: LabelSpace = SINGLE) -> tuple[dict[str, tupl
             latest[key(text)] = (text, cell)
     llms = sorted({str(x) for x in table["llm"].dropna()}) if "llm" in table else []
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
-    return latest, {"file": str(path), "sha256": digest, "answers": len(table), "texts": len(latest), "llm": llms}
+    record = {"file": str(path), "sha256": digest, "answers": len(table), "texts": len(latest), "llm": llms}
+    if "client" in table:  # who sent the texts the LLM answered (a client can steer them: issue 63, M5)
+        clients = table["client"].fillna("").astype(str).replace("", "(before clients were named)")
+        record["by_client"] = clients.value_counts().head(TOP_CLIENTS).to_dict()
+    return latest, record
 
 
 def attach(train: pd.DataFrame, share: float, data_dir: Path, space: LabelSpace) -> tuple[pd.DataFrame, dict]:

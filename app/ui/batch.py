@@ -94,8 +94,11 @@ def batch_tab(cfg, state, exports, engine_turn, score_chunks, stop_reason, scori
         observed(state, metrics, served, preds, texts, seqs)
         if getattr(state, "fallback", None) is not None:  # 'not sure' rows to the LLM, after the engine's turns
             from app.llm.cascade_rows import defer_frame
+            from app.llm.fallback import client_name
+            from app.ui.guard import person
 
-            scored = defer_frame(state.fallback, clf, scored, column, state.served.version)
+            scored = defer_frame(state.fallback, clf, scored, column, state.served.version,
+                                 client_name(person(cfg, state), None))
         out = exports.path(f"{Path(file).stem}-scored.csv")
         write_table(spreadsheet_safe(scored), out)  # a person opens this one: formulas neutralised
         return str(out), summary(scored, kind_of(clf.space), len(notes), cfg.max_chars), preview(scored)

@@ -114,9 +114,11 @@ def classify_tab(cfg, state, metrics=None) -> None:
         note = ""
         if getattr(state, "fallback", None) is not None:  # the cascade, as for the API (app/llm/fallback.py)
             from app.llm.cascade_rows import source_note
+            from app.llm.fallback import client_name
+            from app.ui.guard import person
 
             (pred,) = await state.fallback.resolve([text], [pred], served.version, list(clf.labels),
-                                                   space=clf.space)
+                                                   space=clf.space, client=client_name(person(cfg, state), None))
             note = source_note(pred, cfg.fallback_model)
         # a "not sure" answer: no large label heading over the bars, so "⚠ Not sure" is the largest words shown
         shown = gr.update(value=probs, show_heading=bool(pred.confident))

@@ -29,7 +29,7 @@ def fallback(tmp_path, url, timeout=5.0) -> Fallback:
     (tmp_path / "prompt.txt").write_text(PROMPT)
     cfg = SimpleNamespace(fallback_url=url, fallback_model="m", fallback_prompt=tmp_path / "prompt.txt",
                           fallback_concurrency=2, fallback_timeout_s=timeout, fallback_price_per_1k_input=1.0,
-                          fallback_price_per_1k_output=0.0, data_dir=tmp_path / "data")
+                          fallback_price_per_1k_output=0.0, fallback_client_calls=0, data_dir=tmp_path / "data")
     return Fallback(cfg, CollectorRegistry())
 
 
@@ -85,7 +85,7 @@ def test_a_batch_files_not_sure_rows_go_to_the_llm_and_every_row_is_kept(tmp_pat
         "prob_ui": [0.3, 0.05, 0.2, None, 0.25, 0.3],
         "confident": pd.array([False, True, False, pd.NA, False, False], dtype="boolean"),
         "error": [None, None, None, "empty text", None, None]})
-    out = defer_frame(fb, clf, scored, "text", "v1")
+    out = defer_frame(fb, clf, scored, "text", "v1", "user:ann")
     assert out["text"].tolist() == scored["text"].tolist()
     assert out["pred_label"].tolist()[:3] == ["ui", "docs", "bug"] and out["pred_label"][4] == "ui"
     assert out["source"].tolist()[:3] == ["llm", "model", "llm"] and pd.isna(out["source"][3])

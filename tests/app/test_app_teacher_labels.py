@@ -30,8 +30,8 @@ def write_answers(data_dir, rows):
     with open(path, "w", encoding="utf-8", newline="") as f:
         w = csv.writer(f)
         w.writerow(STORE_COLUMNS)
-        for text, answer in rows:
-            w.writerow([text, answer, "m", "v1", "x", "0.4", "2026-11-26T00:00:00Z"])
+        for i, (text, answer) in enumerate(rows):  # two clients: the lineage counts the answers of each
+            w.writerow([text, answer, "m", "v1", "x", "0.4", "2026-11-26T00:00:00Z", "api-key" if i else "user:ann"])
     return path
 
 
@@ -48,6 +48,7 @@ def test_gold_stays_gold_and_llm_only_texts_become_teacher_rows(tmp_path):
     ]
     assert record["used"] and record["teacher_rows"] == 1 and record["gold_rows_with_answer"] == 1
     assert record["in_eval_slice"] == 1 and record["answers"] == 5 and record["llm"] == ["m"]
+    assert record["by_client"] == {"api-key": 4, "user:ann": 1}
     assert len(record["sha256"]) == 64
 
 
