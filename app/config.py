@@ -143,6 +143,7 @@ class Config:
     audit_rate: float = 0.0
     prior_correction: bool = False  # serve the class mix the monitor estimates where it moved (serving/prior.py)
     # The cascade (app/llm/fallback.py): 'not sure' answers go to an LLM at an OpenAI-compatible endpoint
+    server_timing: bool = False  # a Server-Timing header on each answer (app/http/server_timing.py)
     fallback_url: str | None = None
     fallback_model: str | None = None
     fallback_prompt: Path | None = None
@@ -245,6 +246,9 @@ FLAGS = {
     "train_nice": Flag("niceness of the training process"),
     "review_queue": Flag("keep the texts the API answers 'not sure' (under the model's threshold) in the label store "
                          "for the Label tab; stores users' texts"),
+    "server_timing": Flag("answer each request with a Server-Timing header: milliseconds of tokenizing, queue, "
+                          "engine, model pass and the whole request inside the server (bench/stage_report.py reads "
+                          "it; it tells clients how busy the server is)"),
     "fallback_url": Flag("send answers under the model's threshold ('not sure') to the LLM at this OpenAI-compatible "
                          "endpoint (key: $OPENAI_API_KEY); its answers come back with source 'llm' and are kept "
                          "as teacher labels in DATA_DIR/teacher (pip install -e '.[llm]')", metavar="URL"),

@@ -17,6 +17,7 @@ from app.http.batcher import MicroBatcher
 from app.http.gate import FIELD_VALUES, Gate
 from app.http.metrics import Metrics
 from app.http.origin import SiteRule
+from app.http.server_timing import timed
 from app.http.upload_guard import FRAMING_BYTES, UploadGuard
 from app.versions.admin import add_admin_routes
 from app.versions.registry import Registry
@@ -88,6 +89,9 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
         def predict(seqs, lengths, served: ServedVersion):
             return served.clf.predict_encoded(seqs)  # the engine plans the passes (serving/passes.py)
 
+        if cfg.server_timing:
+            predict = timed(predict)
+
         batcher = MicroBatcher(predict,
                                max_batch_tokens=cfg.max_batch_tokens, max_wait_ms=cfg.max_wait_ms,
                                max_queue=cfg.max_queue, workers=cfg.workers, batching=cfg.batching,
@@ -131,7 +135,8 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     check_routes(app)  # a route that names no role refuses to start
     authorizer = Authorizer(identities, open_server=open_to_anyone(cfg),
                             refusals={"admin": admin_refusal(cfg), "team": open_refusal(cfg)})
-    app.add_middleware(Gate, authorizer=authorizer, state=state, metrics=metrics, api_key=cfg.api_key, max_body_bytes=cfg.max_body_bytes,
+    app.add_middleware(Gate, authorizer=authorizer, state=state, metrics=metrics, api_key=cfg.api_key,
+                       max_body_bytes=cfg.max_body_bytes, server_timing=cfg.server_timing,
                        sites=sites, uploads=uploads if cfg.ui else None, max_texts=cfg.max_texts,
                        identities=identities, bulk_values={"/v1/datasets": cfg.max_upload_rows + FIELD_VALUES})
     if cfg.cors_origins:

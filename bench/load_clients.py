@@ -19,6 +19,7 @@ class Connection:
     def __init__(self, host: str, port: int, timeout: float):
         self.host, self.port, self.timeout = host, port, timeout
         self.reader = self.writer = None
+        self.last_headers = b""  # the last response's head (bench/stage_report.py reads Server-Timing)
 
     async def post_json(self, path: str, body: bytes, headers: str = "") -> int:
         """`headers`: extra header lines, each ending in CRLF."""
@@ -34,7 +35,7 @@ class Connection:
             raise
 
     async def _response(self) -> int:
-        headers = await self.reader.readuntil(b"\r\n\r\n")
+        headers = self.last_headers = await self.reader.readuntil(b"\r\n\r\n")
         status = int(headers[9:12])
         m = re.search(rb"(?i)\r\ncontent-length: *(\d+)", headers)
         await self.reader.readexactly(int(m.group(1)) if m else 0)

@@ -28,6 +28,7 @@ import importlib.util
 import logging
 import os
 import threading
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -381,7 +382,9 @@ class Classifier:
                 s = seqs[i]
                 ids[row, : len(s)] = s
                 mask[row, : len(s)] = 1
+            start = time.perf_counter()
             logits[idx] = self._run({"input_ids": ids, "attention_mask": mask, "token_type_ids": np.zeros_like(ids)})
+            passes.CLOCK.seconds = getattr(passes.CLOCK, "seconds", 0.0) + time.perf_counter() - start
         return logits
 
     def predict(self, texts: Sequence[str], top_k: int | None = None) -> list[Prediction]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import statistics
+import threading
 import time
 from collections.abc import Callable, Sequence
 
@@ -67,3 +68,14 @@ def measure_overhead(run_pass: Callable[[list], object], ids: Sequence[int], rep
     t_short, t_wide = median_time([short]), median_time([wide] * 8)
     per_token = max(t_wide - t_short, 1e-9) / max(1, 8 * len(wide) - len(short))
     return float(min(MAX_OVERHEAD_TOKENS, max(0.0, t_short / per_token - len(short))))
+
+
+# Seconds of model passes run on each thread since `pass_seconds()` last read them (serving/engine.py adds to it):
+# the server's Server-Timing times the pass inside its own request path, at two clock reads a pass.
+CLOCK = threading.local()
+
+
+def pass_seconds() -> float:
+    """Seconds the model's passes took on this thread since the last call (and reset)."""
+    seconds, CLOCK.seconds = getattr(CLOCK, "seconds", 0.0), 0.0
+    return seconds

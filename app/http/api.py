@@ -12,6 +12,7 @@ import asyncio
 import hmac
 import logging
 import os
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import parse_qs
@@ -282,10 +283,14 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
         # Tokenized once, here: the batcher needs lengths, and the engine takes the ids as they are. Big
         # requests go to a thread (64 x 5000 characters would stall the event loop); a short one costs
         # less than the thread hop.
+        timing = request.scope.get("state", {}).get("timing")  # --server-timing (app/http/server_timing.py)
+        start = time.perf_counter()
         if sum(map(len, texts)) > INLINE_TOKENIZE_CHARS:
             seqs = await asyncio.to_thread(clf.encode, texts)
         else:
             seqs = clf.encode(texts)
+        if timing is not None:
+            timing["tok"] = time.perf_counter() - start
         client = client_of(request.scope)
         over = state.shares.admit(client, len(texts))
         if over is not None:
@@ -294,7 +299,8 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
                                      f"({over[0]} texts while {over[1]} addresses use it); retry later",
                                 headers={"Retry-After": "1"})
         try:
-            preds = await asyncio.wait_for(batcher.submit(seqs, [len(s) for s in seqs], served), cfg.request_timeout_s)
+            preds = await asyncio.wait_for(batcher.submit(seqs, [len(s) for s in seqs], served, timing),
+                                           cfg.request_timeout_s)
         except QueueFull as e:
             metrics.rejected.labels("queue_full").inc()
             raise HTTPException(429, f"busy: {e}; retry later", headers={"Retry-After": "1"}) from None

@@ -39,6 +39,7 @@ class _Item:
     future: asyncio.Future
     version: object = None  # passed to predict as its third argument when given
     enqueued: float = field(default_factory=time.monotonic)
+    timing: dict | None = None  # --server-timing: the batch's stages, filled in seconds when it ran
 
     @property
     def tokens(self) -> int:
@@ -78,14 +79,16 @@ class MicroBatcher:
     def start(self) -> None:
         self._loop_task = asyncio.get_running_loop().create_task(self._run(), name="micro-batcher")
 
-    async def submit(self, texts: Sequence[str], lengths: Sequence[int], version=None) -> list:
+    async def submit(self, texts: Sequence[str], lengths: Sequence[int], version=None, timing: dict | None = None) -> list:
         """Predictions for `texts` (`lengths`: tokens per text), in order, computed by `version` when given
-        (`predict(texts, lengths, version)`). Cancelling the caller drops the texts if they have not started."""
+        (`predict(texts, lengths, version)`). Cancelling the caller drops the texts if they have not started.
+        `timing`: filled with the seconds this request waited (`queue`), its batch took (`batch`: the engine thread
+        and the hop to it) and the stages `predict` names on its answer (`stages`, a dict)."""
         if self._closing:
             raise Closed("shutting down")
         if self.queued_texts + len(texts) > self.max_queue:
             raise QueueFull(f"{self.queued_texts} texts are waiting; the queue holds {self.max_queue}")
-        item = _Item(texts, lengths, asyncio.get_running_loop().create_future(), version)
+        item = _Item(texts, lengths, asyncio.get_running_loop().create_future(), version, timing=timing)
         self._pending.append(item)
         self.queued_texts += len(texts)
         self._wakeup.set()
@@ -161,6 +164,7 @@ class MicroBatcher:
     async def _execute(self, batch: list[_Item]) -> None:
         texts = [t for item in batch for t in item.texts]
         lengths = [n for item in batch for n in item.lengths]
+        started = time.monotonic()
         start = time.perf_counter()
         try:
             preds = await self._predict(texts, lengths, batch[0].version)
@@ -169,10 +173,13 @@ class MicroBatcher:
             return
         finally:
             self._slots.release()
+        took = time.perf_counter() - start
         if self.on_batch is not None:
-            self.on_batch(len(texts), sum(item.tokens for item in batch), time.perf_counter() - start)
+            self.on_batch(len(texts), sum(item.tokens for item in batch), took)
         i = 0
         for item in batch:
+            if item.timing is not None:
+                item.timing.update(getattr(preds, "stages", {}), queue=started - item.enqueued, batch=took)
             if not item.future.done():
                 item.future.set_result(preds[i : i + len(item.texts)])
             i += len(item.texts)

@@ -17,6 +17,7 @@ from collections import OrderedDict, deque
 
 from app.http.body_shape import SCAN_FROM_BYTES, ValueCounter, too_many_values
 from app.http.metrics import Metrics, endpoint_label
+from app.http.server_timing import header as timing_header
 from app.http.upload_guard import is_upload
 from app.team import roles
 from app.team.auth import SESSION_COOKIE
@@ -176,8 +177,9 @@ server's API key.</p><form method="post" action="/login">
 class Gate:
     def __init__(self, app, *, state, metrics: Metrics, api_key: str | None, max_body_bytes: int, sites=None,
                  uploads=None, max_texts: int = 64, identities=None, bulk_values: dict | None = None,
-                 authorizer=None):
+                 authorizer=None, server_timing: bool = False):
         self.app = app
+        self.server_timing = server_timing  # --server-timing: a Server-Timing header (app/http/server_timing.py)
         self.authorizer = authorizer  # app/team/roles.py: the caller's role against the route's rule
         # paths whose bodies may hold more values than --max-texts allows: {path: values}, e.g. a new
         # dataset's texts (up to --max-upload-rows, as an upload in the UI)
@@ -248,6 +250,8 @@ class Gate:
         rid = _header(scope, b"x-request-id") or ""
         rid = rid if _REQUEST_ID.match(rid) else uuid.uuid4().hex[:16]
         scope.setdefault("state", {})
+        if self.server_timing:
+            scope["state"]["timing"] = {}  # the classify path fills it (app/http/server_timing.py)
         status_holder = {"status": 500, "started": False}
 
         async def send_wrapped(message):
@@ -259,6 +263,8 @@ class Gate:
                 version = scope["state"].get("model_version") or getattr(self.state.served, "version", None)
                 if version:
                     extra.append((b"x-model-version", version.encode()))
+                if self.server_timing:
+                    extra.append((b"server-timing", timing_header(scope["state"]["timing"], time.perf_counter() - start)))
                 message["headers"] = list(message.get("headers", [])) + extra
             await send(message)
 

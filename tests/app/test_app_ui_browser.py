@@ -88,7 +88,7 @@ def start_session(pg, source: Path) -> None:
     # content (a session's bar, or the hint to upload): while it is pending the box's text is Gradio's timer
     # ("0.6s"), so "not empty" let the file go in before the fold came (the queue-order test's failure).
     pg.wait_for_function("() => document.querySelector('#label-progress progress') !== null || "
-                         "/Upload a CSV/.test(document.querySelector('#label-hint').innerText)")
+                         "/Upload a CSV/.test(document.querySelector('#label-hint')?.innerText || '')")  # not drawn yet: wait
     if not pg.is_visible("#label-file"):
         pg.click("text=Start or resume a session")
         visible(pg, "#label-file")

@@ -1,0 +1,229 @@
+"""One text through our API against a hand-written ONNX Runtime service and a bare ASGI echo, in one run, with our
+stages timed inside the server's own request path (issue 61).
+
+    python bench/stage_report.py --model EXPORTED_FOLDER [--requests 300] [--warmup 30] [--rounds 2]
+                                 [--server-args "--int8"] [--text "..."] [--output bench/results/stage_report.json]
+
+Three ways to answer the same text, alternated --rounds times, medians of --requests after --warmup each:
+- hand-written: the folder's tokenizer.json (`tokenizers`, cut at the model's max length), one
+  `onnxruntime.InferenceSession.run` on the ONNX file our engine serves from that folder, and a softmax, in this
+  process (ONNX Runtime's default threads): what a user writes in twenty lines;
+- echo: a bare ASGI app under uvicorn answering a fixed JSON body: the cost of HTTP and of this client;
+- ours: `python -m app --model M --no-ui --server-timing`, `POST /v1/classify {"text": ...}` with its defaults.
+Echo and ours share one keep-alive client (bench/load_clients.py). The bar: ours - (hand-written + echo), target
+<= 1.0 ms. Our stages come from each answer's Server-Timing header (app/http/server_timing.py), so they are
+timed in the request path under whatever else the server does, not alone: tok, queue, batch, engine, pass, app;
+derived: side work (engine - pass: the blend's baseline, the off-topic detector, calibration, the answers),
+hop (batch - engine: the engine thread and back), framework (app - tok - queue - batch: the gate, routing,
+validation, JSON) and HTTP + client (ours - app). Writes JSON with the CPU's flags, load and commit.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # the project, and its sibling benchmarks as a script sees them
+from api_load import free_port, start_server, stop_server
+from load_clients import Connection
+
+TEXT = "Firefox crashes when opening a PDF attachment from the mail client"
+ECHO_APP = '''
+BODY = b'{"predictions": [{"label": "x", "score": 1.0, "confident": true}]}'
+
+async def app(scope, receive, send):
+    if scope["type"] == "lifespan":
+        while True:
+            message = await receive()
+            await send({"type": message["type"] + ".complete"})
+            if message["type"] == "lifespan.shutdown":
+                return
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]})
+    await send({"type": "http.response.body", "body": BODY})
+'''
+
+
+def machine() -> dict:
+    """What the figures depend on: the CPU (INT8 kernels differ: AVX-512 VNNI or AVX2 only), cores, load."""
+    flags = set()
+    model = platform.processor()
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+            elif line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    isa = "avx512_vnni" if "avx512_vnni" in flags else "avx2" if "avx2" in flags else "other"
+    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=False,
+                            capture_output=True, text=True).stdout.strip()
+    return {"cpu": model, "isa": isa, "cores": os.cpu_count(), "load": list(os.getloadavg()), "commit": commit,
+            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def median_ms(times: list[float]) -> float:
+    return round(statistics.median(times) * 1000, 3)
+
+
+def hand_written(folder: Path, model_file: str, max_length: int, text: str, n: int, warmup: int) -> float:
+    import onnxruntime as ort
+    from tokenizers import Tokenizer
+
+    tok = Tokenizer.from_file(str(folder / "tokenizer.json"))
+    tok.enable_truncation(max_length)
+    tok.no_padding()
+    session = ort.InferenceSession(str(folder / model_file), providers=["CPUExecutionProvider"])
+    names = {i.name for i in session.get_inputs()}
+    times = []
+    for i in range(warmup + n):
+        start = time.perf_counter()
+        enc = tok.encode(text)
+        ids = np.array([enc.ids], np.int64)
+        feed = {"input_ids": ids, "attention_mask": np.ones_like(ids)}
+        if "token_type_ids" in names:
+            feed["token_type_ids"] = np.zeros_like(ids)
+        logits = session.run(None, feed)[0]
+        probs = np.exp(logits - logits.max(1, keepdims=True))
+        probs /= probs.sum(1, keepdims=True)
+        int(probs[0].argmax())
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return median_ms(times)
+
+
+def timing_of(headers: bytes) -> dict[str, float]:
+    for line in headers.decode("latin-1").split("\r\n"):
+        name, _, value = line.partition(":")
+        if name.strip().lower() == "server-timing":
+            parts = (p.strip().partition(";dur=") for p in value.split(","))
+            return {k: float(v) for k, _, v in parts}
+    return {}
+
+
+async def sequential(url: str, body: bytes, n: int, warmup: int) -> tuple[list[float], list[dict]]:
+    host, port = url.removeprefix("http://").split(":")
+    conn = Connection(host, int(port), 60)
+    times, stages = [], []
+    try:
+        for i in range(warmup + n):
+            start = time.perf_counter()
+            status = await conn.post_json("/v1/classify", body)
+            took = time.perf_counter() - start
+            if status != 200:
+                raise SystemExit(f"HTTP {status} from {url}")
+            if i >= warmup:
+                times.append(took)
+                stages.append(timing_of(conn.last_headers))
+    finally:
+        conn.close()
+    return times, stages
+
+
+def echo_server(work: Path) -> tuple[subprocess.Popen, str]:
+    (work / "echo_app.py").write_text(ECHO_APP)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "echo_app:app", "--port", str(port), "--log-level",
+                             "warning", "--no-access-log"], cwd=work, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    for _ in range(300):
+        try:
+            httpx.post(url + "/v1/classify", content=b"{}", timeout=2)
+            return proc, url
+        except httpx.TransportError:
+            time.sleep(0.1)
+    proc.kill()
+    raise SystemExit("the echo server did not start")
+
+
+def split(stages: list[dict], ours_ms: float) -> dict:
+    """Medians of each stage (ms) and the parts they imply."""
+    med = {k: round(statistics.median(s[k] for s in stages), 3) for k in stages[0]}
+    med["side"] = round(med["engine"] - med["pass"], 3)
+    med["hop"] = round(med["batch"] - med["engine"], 3)
+    med["framework"] = round(med["app"] - med["tok"] - med["queue"] - med["batch"], 3)
+    med["http_and_client"] = round(ours_ms - med["app"], 3)
+    return med
+
+
+def run(args) -> dict:
+    from app.config import parse_args, quantized
+    from serving.engine import Classifier
+
+    server_args = args.server_args.split()
+    cfg = parse_args(["--model", str(args.model), *server_args])
+    info = Classifier.load(args.model, quantized=quantized(cfg), blend=cfg.blend).info()
+    body = json.dumps({"text": args.text}, ensure_ascii=False).encode()
+    args.work.mkdir(parents=True, exist_ok=True)
+    rounds = []
+    ours_proc, ours_url = start_server(args.model, ["--server-timing", *server_args], args.work / "server.log")
+    echo_proc, echo_url = echo_server(args.work)
+    try:
+        for _ in range(args.rounds):  # alternated: a change in the machine's load hits all three alike
+            hand = hand_written(args.model, info["model_file"], info["max_length"], args.text, args.requests,
+                                args.warmup)
+            echo, _ = asyncio.run(sequential(echo_url, body, args.requests, args.warmup))
+            ours, stages = asyncio.run(sequential(ours_url, body, args.requests, args.warmup))
+            rounds.append({"hand_written_ms": hand, "echo_ms": median_ms(echo), "ours_ms": median_ms(ours),
+                           "stages_ms": split(stages, median_ms(ours))})
+    finally:
+        stop_server(ours_proc)
+        echo_proc.terminate()
+        echo_proc.wait(30)
+    pick = lambda key: round(statistics.median(r[key] for r in rounds), 3)
+    hand, echo, ours = pick("hand_written_ms"), pick("echo_ms"), pick("ours_ms")
+    bar = round(ours - (hand + echo), 3)
+    return {"model": str(args.model), "model_file": info["model_file"], "max_length": info["max_length"],
+            "blend": info.get("blend"), "text": args.text, "requests": args.requests, "rounds": rounds,
+            "hand_written_ms": hand, "echo_ms": echo, "ours_ms": ours,
+            "ratio_ours_to_hand_plus_echo": round(ours / (hand + echo), 3), "bar_ms": bar,
+            "target": "bar <= 1.0 ms", "target_met": bar <= 1.0}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--model", type=Path, required=True, help="an exported folder (python -m serving.export)")
+    p.add_argument("--requests", type=int, default=300)
+    p.add_argument("--warmup", type=int, default=30)
+    p.add_argument("--rounds", type=int, default=2)
+    p.add_argument("--text", default=TEXT)
+    p.add_argument("--server-args", default="", help="extra flags for python -m app (and the engine's file choice)")
+    p.add_argument("--work", type=Path, default=Path("/tmp/bench-stage-report"))
+    p.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "stage_report.json")
+    args = p.parse_args(argv)
+    before = machine()
+    report = run(args)
+    report["machine"] = {**before, "load_after": list(os.getloadavg())}
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.output.with_suffix(".tmp")
+    tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False))
+    os.replace(tmp, args.output)
+    s = report["rounds"][len(report["rounds"]) // 2]["stages_ms"]
+    print(f"{before['cpu']} ({before['isa']}, {before['cores']} cores, load {before['load'][0]:.2f})")
+    print(f"one text, median ms: hand-written {report['hand_written_ms']}, echo {report['echo_ms']}, ours "
+          f"{report['ours_ms']} = {report['ratio_ours_to_hand_plus_echo']}x hand-written + echo; bar "
+          f"{report['bar_ms']} ms (target <= 1.0: {'met' if report['target_met'] else 'not met'})")
+    print("ours inside the server (ms): " + ", ".join(f"{k} {v}" for k, v in s.items()))
+    print(f"wrote {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
