@@ -182,6 +182,8 @@ def run(args) -> dict:
     args.work.mkdir(parents=True, exist_ok=True)
     rounds = []
     ours_proc, ours_url = start_server(args.model, ["--server-timing", *server_args], args.work / "server.log")
+    # from how many rows the server runs the side work beside the pass (measured at its start): inline below
+    side_rows = httpx.get(ours_url + "/v1/model", timeout=30).json()["batching"].get("side_rows")
     echo_proc, echo_url = echo_server(args.work)
     try:
         for _ in range(args.rounds):  # alternated: a change in the machine's load hits all three alike
@@ -203,7 +205,7 @@ def run(args) -> dict:
     hand, echo, ours = pick("hand_written_ms"), pick("echo_ms"), pick("ours_ms")
     bar = round(ours - (hand + echo), 3)
     return {"model": str(args.model), "model_file": info["model_file"], "max_length": info["max_length"],
-            "cpu_threads": info.get("cpu_threads"), "hand_written_defaults_ms": pick("hand_written_defaults_ms"),
+            "cpu_threads": info.get("cpu_threads"), "server_side_rows": side_rows, "hand_written_defaults_ms": pick("hand_written_defaults_ms"),
             "hand_written_our_threads_ms": pick("hand_written_our_threads_ms"),
             "blend": info.get("blend"), "text": args.text, "requests": args.requests, "rounds": rounds,
             "hand_written_ms": hand, "echo_ms": echo, "ours_ms": ours,

@@ -347,7 +347,7 @@ def _add_status_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: M
                 "batching": {"enabled": cfg.batching, "max_batch_tokens": cfg.max_batch_tokens,
                              "max_wait_ms": cfg.max_wait_ms, "workers": cfg.workers,
                              "engine_batch_tokens": served.clf.batch_tokens,
-                             "call_overhead_tokens": round(overhead, 1)},
+                             "call_overhead_tokens": round(overhead, 1), "side_rows": getattr(served.clf, "side_rows", None)},
                 "limits": {"max_texts": cfg.max_texts, "max_chars": cfg.max_chars,
                            "max_body_bytes": cfg.max_body_bytes, "max_queue": cfg.max_queue,
                            "request_timeout_s": cfg.request_timeout_s}}

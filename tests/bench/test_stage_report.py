@@ -25,6 +25,7 @@ def test_a_short_run_reports_hand_written_echo_ours_and_our_stages(exported, tmp
                               "--text", "꿈에서 봤다", "--work", str(tmp_path / "work"), "--output", str(out)]) == 0
     r = json.loads(out.read_text())
     assert r["model_file"].endswith(".onnx") and r["machine"]["isa"] in ("avx512_vnni", "avx2", "other")
+    assert isinstance(r["server_side_rows"], int) and r["server_side_rows"] >= 1  # the server measured it
     assert 0 < r["hand_written_ms"] and 0 < r["echo_ms"] < r["ours_ms"]
     assert r["bar_ms"] == pytest.approx(r["ours_ms"] - r["hand_written_ms"] - r["echo_ms"], abs=2e-3)
     s = r["rounds"][0]["stages_ms"]
