@@ -116,6 +116,21 @@ def ratio(a, b):
     return round(a / b, 2) if a and b else None
 
 
+def print_table(results: dict, args, threads: int, text: str) -> None:
+    print(f"\n{args.rows} ko-help rows, max length {args.max_length}, batch {args.batch_size}, {threads} torch "
+          f"thread(s), median of {args.repeats} interleaved rounds; one text of {len(text)} characters")
+    print(f"{'model':<10} {'params':>11} {'vocab':>7} {'s/epoch':>8} {'CPU-s/ep':>9} {'<unk>':>7} "
+          f"{'served file':<22} {'served p50':>10} {'fp32 p50':>9} {'INT8 p50':>9}  INT8 gate")
+    for name in MODELS:
+        r, lat = results[name], results[name]["latency"]
+        unk = r["unknown_tokens"]
+        int8 = r["export"]["files"].get("model_quantized.onnx")
+        gate = (f"passed ({int8['recipe']})" if int8 else "no INT8 file") + f"; CPU default: {r['export']['cpu_default']['why']}"
+        print(f"{name:<10} {r['params']:>11,} {r['vocab']:>7,} {r['epoch_seconds']:>8.1f} {r['epoch_cpu_seconds']:>9.1f} "
+              f"{unk['share'] if unk else 0:>7.2%} {lat['served']['file'] or '?':<22} {lat['served']['p50_ms']:>10.2f} "
+              f"{lat['fp32']['p50_ms']:>9.2f} {lat.get('int8', {}).get('p50_ms', float('nan')):>9.2f}  {gate}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--data", default=str(DATA / "ko-help" / "train.csv"))
@@ -187,18 +202,7 @@ def main() -> None:
               "epoch_cpu_seconds": ratio(e5["epoch_cpu_seconds"], mini["epoch_cpu_seconds"]),
               **{f"one_text_p50_{k}": ratio(e5["latency"].get(k, {}).get("p50_ms"), mini["latency"].get(k, {}).get("p50_ms"))
                  for k in ("served", "fp32", "int8")}}
-    print(f"\n{args.rows} ko-help rows, max length {args.max_length}, batch {args.batch_size}, {threads} torch "
-          f"thread(s), median of {args.repeats} interleaved rounds; one text of {len(text)} characters")
-    print(f"{'model':<10} {'params':>11} {'vocab':>7} {'s/epoch':>8} {'CPU-s/ep':>9} {'<unk>':>7} "
-          f"{'served file':<22} {'served p50':>10} {'fp32 p50':>9} {'INT8 p50':>9}  INT8 gate")
-    for name in MODELS:
-        r, lat = results[name], results[name]["latency"]
-        unk = r["unknown_tokens"]
-        int8 = r["export"]["files"].get("model_quantized.onnx")
-        gate = (f"passed ({int8['recipe']})" if int8 else "no INT8 file") + f"; CPU default: {r['export']['cpu_default']['why']}"
-        print(f"{name:<10} {r['params']:>11,} {r['vocab']:>7,} {r['epoch_seconds']:>8.1f} {r['epoch_cpu_seconds']:>9.1f} "
-              f"{unk['share'] if unk else 0:>7.2%} {lat['served']['file'] or '?':<22} {lat['served']['p50_ms']:>10.2f} "
-              f"{lat['fp32']['p50_ms']:>9.2f} {lat.get('int8', {}).get('p50_ms', float('nan')):>9.2f}  {gate}")
+    print_table(results, args, threads, text)
     print("e5/minilm: " + ", ".join(f"{k} {v}x" for k, v in ratios.items() if v is not None))
     write_json(args.output, {"args": vars(args), "started": started, "load_average_before": load0,
                              "load_average_after": os.getloadavg(), "threads": threads, "threads_why": plan.why, "cpu_count": os.cpu_count(),
