@@ -42,7 +42,7 @@ from pathlib import Path
 import numpy as np
 
 from baseline.ood import save_ood
-from finetune import label_issues, sharpness, teacher_data, teacher_report
+from finetune import label_issues, sharpness, teacher_data, teacher_report, unknown_tokens
 from finetune.adapt import adapt
 from finetune.confidence import save_calibration
 from finetune.config import (  # noqa: F401
@@ -101,6 +101,7 @@ class Prepared:
     ids: list
     folds: list
     task: Task  # the kind of labels' task (finetune/tasks.py), picked once from the rows' label space
+    unknown: dict | None = None  # report.json's unknown_tokens (finetune/unknown_tokens.py)
 
 
 def prepare(cfg: Config) -> Prepared:
@@ -122,7 +123,10 @@ def prepare(cfg: Config) -> Prepared:
     tokenizer = load_tokenizer(cfg.model, resolved, cfg.max_length)
     ids = encode(tokenizer, data.texts, cfg.max_length)
     folds = fixed_folds(Path(cfg.output), data, cfg.folds, cfg.seed, reuse=cfg.resume)
-    return Prepared(data_path, normalizer, data, held, resolved, tokenizer, ids, folds, task_for(data.space))
+    # a vocabulary pruned to another corpus says how much of these texts it could not cut into pieces
+    unknown = unknown_tokens.entry(ids, tokenizer, None if held is None else encode(tokenizer, held.texts,
+                                                                                    cfg.max_length))
+    return Prepared(data_path, normalizer, data, held, resolved, tokenizer, ids, folds, task_for(data.space), unknown)
 
 
 def step_reporter(on_progress, **where):
@@ -273,6 +277,9 @@ def run(cfg: Config, on_progress=None) -> dict:
     report, blend_oof = task.cv_report(cfg, got, data, recorded, prep, accelerator.device)
     if report["learned"]["message"]:
         report["warnings"].append(report["learned"]["message"])
+    report["unknown_tokens"] = prep.unknown
+    if unknown_tokens.warning(prep.unknown):
+        report["warnings"].append(unknown_tokens.warning(prep.unknown))
     # Before anything is written: an unreachable --target-precision stops here (the folds are kept for --resume).
     report["calibration"], served_oof, calibrated_oof = task.calibration(got, report, blend_oof, data,
                                                                          cfg.target_precision, 1 - cfg.confidence)
@@ -300,6 +307,7 @@ def run(cfg: Config, on_progress=None) -> dict:
     if main:
         write_json(out / "report.json", report)
         print(task.summary_table(report))
+        print(unknown_tokens.line(report["unknown_tokens"]))
         print("\n".join(teacher_report.table_lines(report.get("teacher"))))
         print(f"\nwrote {out}/report.json, oof_predictions.csv, "
               + task.pictures + ", learning_curves.png, fold_scores.png"

