@@ -1,6 +1,7 @@
 """The README's commands stay true: every entry point it shows exists, and accepts every flag it shows."""
 
 import functools
+import itertools
 import re
 import subprocess
 import sys
@@ -11,8 +12,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def readme_commands() -> list[str]:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
+def bash_commands(page: str) -> list[str]:
+    """The `python ...` lines of a page's ```bash blocks (a trailing backslash's continuation joined, a comment
+    dropped)."""
+    text = (ROOT / page).read_text(encoding="utf-8")
     blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL)
     commands = []
     for block in blocks:
@@ -28,7 +31,7 @@ def entry_point(command: str) -> list[str]:
     return words[1:3] if words[1] == "-m" else words[1:2]
 
 
-COMMANDS = readme_commands()
+COMMANDS = bash_commands("README.md")
 
 
 def test_readme_shows_the_whole_tour():
@@ -46,11 +49,22 @@ def help_of(target: tuple[str, ...]) -> str:
     return proc.stdout
 
 
+def subcommand(command: str) -> list[str]:
+    """The words between the entry point and the first option: `users add ana` in `python -m app users add ana
+    --role annotator`, whose --help is where `--role` is listed."""
+    words = command.split()[1 + len(entry_point(command)):]
+    return list(itertools.takewhile(lambda w: not w.startswith("-"), words))
+
+
 def assert_flags_exist(command: str) -> None:
+    """Every flag shown is in the entry point's --help or, for a subcommand, in the subcommand's (which must exist:
+    its --help exits 0)."""
     target = tuple(entry_point(command))
     shown = help_of(target)
+    if sub := subcommand(command):
+        shown += help_of((*target, *sub))
     for flag in re.findall(r"(?<=\s)--[a-z][a-z0-9-]*", command):
-        assert flag in shown, f"{' '.join(target)} has no {flag}"
+        assert flag in shown, f"{' '.join((*target, *sub))} has no {flag}"
 
 
 @pytest.mark.parametrize("command", [c for c in COMMANDS if "pytest" not in c], ids=lambda c: " ".join(c.split()[:3]))
@@ -74,7 +88,9 @@ def github_anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
 
 
-DOCS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md"))
+# Guides (issue 60): one task a page, read in one sitting; held to the docs pages' rules, and to their own below.
+GUIDES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs" / "guides").glob("*.md"))
+DOCS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")) + GUIDES
 # The measurements themselves, not pages a user comes to with a task: every figure's line, and the runs behind them.
 MEASUREMENTS = {"docs/results.md", "docs/evidence.md"}
 
@@ -134,3 +150,60 @@ def test_docs_openings_show_commands_that_work(page):
             assert_flags_exist(command)
         for named in re.findall(r"\s-(?:f|k)\s+(\S+)", command):
             assert (ROOT / named).exists(), f"{page}: {command!r} names {named}, not in the project"
+
+
+GUIDE_WORDS = 2500  # issue 60: a guide is read in one sitting
+
+
+def test_the_guides_are_there():
+    assert {"docs/guides/label-as-a-team.md", "docs/guides/replace-an-llm-call.md"} <= set(GUIDES)
+
+
+@pytest.mark.parametrize("page", GUIDES)
+def test_a_guide_is_read_in_one_sitting(page):
+    words = len((ROOT / page).read_text(encoding="utf-8").split())
+    assert words <= GUIDE_WORDS, f"{page}: {words} words, over {GUIDE_WORDS}"
+
+
+@pytest.mark.parametrize("command", [(page, c) for page in GUIDES for c in bash_commands(page)],
+                         ids=lambda pc: f"{Path(pc[0]).stem}: {' '.join(pc[1].split()[:4])}")
+def test_guide_commands_exist_with_their_flags(command):
+    """Every `python ...` line of a guide's ```bash blocks, not only its opening: a guide is the commands a person
+    copies, so each entry point (and subcommand) must exist and take every flag shown."""
+    _, line = command
+    assert_flags_exist(line)
+
+
+# The credential each guide's curl lines send, by the role of who holds it (docs/guides/label-as-a-team.md names them)
+TOKEN_ROLES = {"$ANA": "annotator", "$RUI": "reviewer", "$KEY": "admin"}
+
+
+def curl_calls(page: str) -> list[tuple[str, str, str | None]]:
+    """(method, path, the token variable sent or None) of each `curl` line in a page's ```bash blocks."""
+    text = (ROOT / page).read_text(encoding="utf-8")
+    calls = []
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.DOTALL):
+        for line in block.replace("\\\n", " ").splitlines():
+            if not line.strip().startswith("curl "):
+                continue
+            method = re.search(r"-X (\w+)", line)
+            (path,) = re.findall(r"localhost:8000(/[^\s\"'?]*)", line)
+            token = re.search(r"Bearer (\$\w+)", line)
+            calls.append((method.group(1) if method else "POST" if " -d " in line else "GET", path,
+                          token and token.group(1)))
+    return calls
+
+
+@pytest.mark.parametrize("page", GUIDES)
+def test_guide_calls_name_routes_their_caller_may_use(page):
+    """A guide's curl reaches a route the app serves (app/team/roles.py ROUTES: the app refuses to start with a
+    route missing there), with a token whose role that route allows."""
+    from app.team import roles
+
+    table = roles.RouteTable()
+    for method, path, token in curl_calls(page):
+        rule = table.rule(method, path)
+        assert rule is not None, f"{page}: {method} {path}: no such route"
+        if token:
+            assert token in TOKEN_ROLES, f"{page}: {method} {path} sends {token}, whose role the guide does not say"
+            assert rule.allows(TOKEN_ROLES[token]), f"{page}: {method} {path} needs {rule.role}, not {token}"
