@@ -242,6 +242,51 @@ def test_an_admin_adds_people_gives_a_new_token_and_revokes_in_the_team_tab(tmp_
     engine.dispose()
 
 
+def test_an_admin_changes_a_role_named_in_the_log_and_the_last_admin_stays_one(tmp_path, caplog):
+    """Issue 59: the People panel had add, token, revoke but no role. *Set role* changes it (the person's next
+    request has it: the token table is read again), the log line names the admin who did it and both roles, and
+    the last active admin cannot be demoted (nobody would be left to add people in the UI), a revoked one aside."""
+    import logging
+
+    from gradio.context import LocalContext
+
+    from app.team import roles
+
+    caplog.set_level(logging.INFO, logger="app")
+    engine, _ids, blocks, _rev, _ = _team(tmp_path, ("ann",))
+    boss_token = users.add_user(engine, "boss", "admin")
+    boss = users.by_token(engine, boss_token)[0]
+    change, add = _tab_fn(blocks, "change_role"), _tab_fn(blocks, "add_person")
+    # the event's request as the gate leaves it for boss's token (app/team/auth.py ui_request_user)
+    token = LocalContext.request.set(SimpleNamespace(cookies={}, scope={"state": {"user": (boss, "boss", "admin")}}))
+    try:
+        said, table = change(" ann ", "reviewer")
+        assert users.by_token(engine, users.new_token(engine, "ann"))[2] == "reviewer"
+        assert "annotator → reviewer" in said and ["ann", "reviewer"] == table[0][:2]
+        line = next(r.fields for r in caplog.records if getattr(r, "fields", {}).get("event") == "user_role")
+        assert line == {"event": "user_role", "user": "ann", "by": "boss", "role": "reviewer", "was": "annotator"}
+        with pytest.raises(gr.Error, match="last active admin"):
+            change("boss", "annotator")
+        assert {u["name"]: u["role"] for u in users.list_users(engine)}["boss"] == "admin"
+        with pytest.raises(gr.Error, match="no user 'nobody'"):
+            change("nobody", "admin")
+        with pytest.raises(gr.Error, match="is not one of"):
+            change("ann", "owner")
+        add("cleo", "admin")
+        users.revoke(engine, "cleo")  # a revoked admin signs nobody in: boss is still the last active one
+        with pytest.raises(gr.Error, match="last active admin"):
+            change("boss", "reviewer")
+        change("ann", "admin")  # now there are two: boss may step down, and is told who did it
+        said, _ = change("boss", "reviewer")
+        assert "admin → reviewer" in said
+        assert {u["name"]: u["role"] for u in users.list_users(engine)}["boss"] == "reviewer"
+    finally:
+        LocalContext.request.reset(token)
+    rule = roles.ui_rule("team", "change_role")
+    assert rule.allows("admin") and not rule.allows("reviewer") and not rule.open
+    engine.dispose()
+
+
 def test_adjudicating_a_record_id_beyond_64_bits_is_refused_in_words(tmp_path):
     """Issue 63 L9 on the Team tab: the record id box took 10^20, which failed in SQLite's integer conversion."""
     from app.http.gate import UiSessions
