@@ -37,6 +37,16 @@ def health_banner(state) -> str:
             "shows when a version scores better.")
 
 
+def no_threshold(clf) -> str:
+    """Why the served model has no threshold to be sure by ("" where it has one): every answer then counts as
+    `confident` on the API (serving/calibration.py), which the UI must not show as a confident suggestion."""
+    cal = getattr(clf, "calibration", None)
+    if getattr(cal, "applied", False) and getattr(cal, "thresholds", None) is not None:
+        return ""
+    return ("calibrated, no threshold (no --target-precision)" if getattr(cal, "applied", False)
+            else "not calibrated")
+
+
 def needed(clf, label: str) -> str:
     """The probability `label` needs to count as sure, and the precision that threshold was chosen for."""
     cal = getattr(clf, "calibration", None)

@@ -28,7 +28,7 @@ from app.labeling.sessions import ORDERS, SessionStore
 from app.team.roles import ADMIN
 from app.ui import multilabel as ui_multilabel
 from app.ui.batch import batch_tab
-from app.ui.classify import QUICK, classify_tab, header, health_banner
+from app.ui.classify import QUICK, classify_tab, header, health_banner, no_threshold
 from app.ui.guard import person
 from app.ui.handouts import Exports
 from app.ui.handouts import score_chunks as _score_chunks
@@ -284,8 +284,10 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
                                              "Model suggestions", "texts", engine_turn, state) for p in part]
         # rows under the served threshold: their Accept is not the obvious click (app/ui/label_view.py)
         unsure = kind_of(clf.space).unsure_rows(preds)
+        # no threshold at all: every suggestion counts as confident, so none may look it (label_view.py)
+        bare = no_threshold(clf)
         session = store.create(Path(file).name, texts, preds, list(clf.labels), clf.thresholds, clf.space,
-                               **({"unsure_rows": unsure} if unsure else {}))
+                               **({"unsure_rows": unsure} if unsure else {}), **({"no_threshold": bare} if bare else {}))
         note = f" ({skipped} empty rows left out)" if skipped else ""
         return render(session, f"Loaded {len(texts)} texts{note}. Least confident first; change the order below.")
 

@@ -72,6 +72,22 @@ def test_a_cancelled_job_reads_once_with_an_empty_bar_and_conflicts_are_listed()
     assert "and 60 more" in shown and "text 5" not in shown
 
 
+def test_the_train_progress_says_where_its_rows_came_from_and_no_zero_corrections():
+    """Issue 59 (minor): the progress repeated "0 label corrections … went in" at every poll and never said how
+    many rows came from the team's datasets."""
+    from app.ui.train import progress_html
+
+    job = {"id": "j1", "status": "running", "progress": {"percent": 10},
+           "data": {"store_labels": 40, "session_decisions": 0, "base_rows": 300, "corrections": 0, "review_kept": 0}}
+    shown = progress_html(job)
+    assert "read: 40 final labels from team datasets, 300 --train-data rows" in shown
+    assert "corrections" not in shown and "Label-tab" not in shown
+    job["data"].update(store_labels=0, session_decisions=7, corrections=3, review_kept=1)
+    shown = progress_html(job)
+    assert "read: 7 Label-tab decisions, 300 --train-data rows, 3 label corrections from Review suspects went in " \
+        "(1 labels kept)" in shown and "team datasets" not in shown
+
+
 def test_an_empty_number_box_says_its_default():
     from app.ui.train import TAB_PARAMS, number_placeholders
 
