@@ -118,7 +118,7 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
         elif session.meta.get("no_threshold"):  # nothing says how sure: neither big nor orange (issue 59)
             accept = gr.update(value=f"Accept: {suggestion} (no threshold: {session.meta['no_threshold']})  [Enter]",
                                visible=True, variant="secondary")
-            hint += f" · the model has no threshold ({html.escape(session.meta['no_threshold'])}): a guess, not a sure answer"
+            hint += f" · no threshold ({html.escape(session.meta['no_threshold'])}): a guess"
         if session.meta.get("blind"):  # the live audit: the person's label must not lean on the model's
             suggestion, probs, accept = None, None, gr.update(visible="hidden")
             hint = session.kind.blind_hint

@@ -108,6 +108,7 @@ FOLD_JS = """() => {
 CSS = """
 #label-text textarea { font-size: 1.15rem; line-height: 1.5; }
 .shortcut-help { opacity: .7; font-size: .9rem; }
+#skip-btn { margin-left: 1.5rem; }  /* in the labels' row (issue 59, D4): set apart from them */
 """
 
 
@@ -362,24 +363,28 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         # pressed on, so a key pressed before the next text is drawn cannot answer that text unseen
         row = gr.Number(None, precision=0, visible="hidden", elem_id="label-row")
         shown = gr.State("")  # the session this page shows (render's last output)
-        l_start_panel, l_file, l_column, l_start, l_sessions, l_dataset, l_review = _start_panel(state)
-        review = ReviewPanel(cfg, store, getattr(jobs, "registry", None), labels, lambda: state.served.clf)
+        with gr.Row(equal_height=False):  # folded side by side: one line of the screen, not two (issue 59, D4)
+            l_start_panel, l_file, l_column, l_start, l_sessions, l_dataset, l_review = _start_panel(state)
+            review = ReviewPanel(cfg, store, getattr(jobs, "registry", None), labels, lambda: state.served.clf)
         with gr.Column(elem_id="label-panel"):
             l_progress = gr.HTML(elem_id="label-progress")
-            with gr.Row(equal_height=False):  # probabilities beside the text: the buttons fit a 768 px screen
+            # probabilities (a label set's checkboxes) beside the text, and every button in one row under it:
+            # the buttons and the key line fit a 1366x768 screen under the health banner (issue 59, D4)
+            with gr.Row(equal_height=False):
                 with gr.Column(scale=3):
                     l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
                     l_hint = gr.Markdown(elem_id="label-hint")
-                l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs", scale=2)
+                with gr.Column(scale=2, min_width=240):
+                    l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs")
+                    l_checks = ui_multilabel.build_checks()
             l_accept = gr.Button("Accept", variant="primary", visible="hidden", elem_id="accept-btn")
             review.keep_button()
-            with gr.Row():
+            with gr.Row(elem_id="label-actions"):
                 l_buttons = [gr.Button(visible="hidden", size="sm", elem_id=f"label-btn-{i + 1}", min_width=80)
                              for i in range(MAX_LABEL_BUTTONS)]
-            with gr.Row():
-                l_skip = gr.Button("Skip  [S]", size="sm", elem_id="skip-btn")
-                l_undo = gr.Button("↶ Undo  [U]", size="sm", elem_id="undo-btn")
-            l_panel = ui_multilabel.build_panel()
+                l_panel = [l_checks, *ui_multilabel.build_buttons()]
+                l_skip = gr.Button("Skip  [S]", size="sm", elem_id="skip-btn", min_width=80)
+                l_undo = gr.Button("↶ Undo  [U]", size="sm", elem_id="undo-btn", min_width=80)
             l_message = gr.Markdown(elem_id="label-message")
             l_keys = gr.Markdown(keys_help(None, None), elem_classes="shortcut-help", elem_id="label-keys")
             l_order, l_other, l_other_btn, l_new, l_add, l_export, l_file_out = _label_extras(labels)

@@ -134,6 +134,9 @@ def test_the_header_names_the_version_and_the_banner_the_useless_model():
                                   "chance_macro_f1_p95": 0.05}, blended=True)
     said = health_banner(state)
     assert "the fine-tuned model alone: macro-F1 0.0337" in said
+    # one line on screen (issue 59, D4): the sentence as the summary, its figures and the next step under it
+    summary, details = said.split("</summary>")
+    assert "the model adds nothing" in summary and "0.0337" not in summary and "Next step" in details
     assert "fine-tuned model's own score; what the answers served now score (the blend" in said
     served.clf.learned = message({"at_chance": True, "macro_f1": 0.0337, "chance_macro_f1_p95": 0.05}, blended=False)
     assert "blend" not in health_banner(state)  # served alone: the figure is the answers' own
@@ -375,7 +378,7 @@ def test_each_page_load_shows_the_banner_of_the_version_serving_then(engine, tmp
     engine.learned, before = "the model adds nothing; answers are the TF-IDF baseline's", engine.learned
     try:
         head, banner = load.fn()
-        assert banner.startswith("⚠ **the model adds nothing; answers are the TF-IDF baseline's.**")
+        assert "<summary>⚠ <b>the model adds nothing; answers are the TF-IDF baseline's.</b>" in banner
     finally:
         engine.learned = before
 
