@@ -137,6 +137,32 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
             _sessions_update(store, session.id), *panel, keys_help(session, row)]
 
 
+def session_view(review) -> tuple:
+    """The Label tab's session: progress, the text with the model's probabilities (a label set's checkboxes)
+    beside it, Accept, then every button in one row (the labels, Save / None, Skip, Undo), the message and the
+    key line; all of it on a 1366x768 screen under the health banner (issue 59, D4)."""
+    l_progress = gr.HTML(elem_id="label-progress")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
+            l_hint = gr.Markdown(elem_id="label-hint")
+        with gr.Column(scale=2, min_width=240):
+            l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs")
+            l_checks = ui_multilabel.build_checks()
+    l_accept = gr.Button("Accept", variant="primary", visible="hidden", elem_id="accept-btn")
+    review.keep_button()
+    with gr.Row(elem_id="label-actions"):
+        l_buttons = [gr.Button(visible="hidden", size="sm", elem_id=f"label-btn-{i + 1}", min_width=80)
+                     for i in range(MAX_LABEL_BUTTONS)]
+        l_panel = [l_checks, *ui_multilabel.build_buttons()]
+        l_skip = gr.Button("Skip  [S]", size="sm", elem_id="skip-btn", min_width=80)
+        l_undo = gr.Button("↶ Undo  [U]", size="sm", elem_id="undo-btn", min_width=80)
+    l_message = gr.Markdown(elem_id="label-message")
+    l_keys = gr.Markdown(keys_help(None, None), elem_classes="shortcut-help", elem_id="label-keys")
+    return (l_progress, l_text, l_hint, l_probs, l_accept, l_buttons, l_panel, l_skip, l_undo, l_message,
+            l_keys)
+
+
 def _buttons(session, row, hint, probs, accept) -> tuple:
     """A label's buttons: (hint, probs, accept, the hidden multi-label panel, the row the buttons are for)."""
     return hint, probs, accept, ui_multilabel.hidden(), row

@@ -91,8 +91,14 @@ def test_the_banner_leaves_a_session_s_buttons_and_key_help_on_screen(page, tmp_
     assert "macro-F1 0.0337" in pg.inner_text("#health-banner")
 
 
-def test_a_multi_label_dataset_s_save_and_none_fit_a_laptop_under_the_banner(page):
+def test_a_multi_label_dataset_s_save_and_none_fit_a_laptop_under_the_banner(page, tmp_path):
+    """After a file session (the panels folded once), the person opens the start panel again and picks the
+    dataset: it folds again (an update to `open=False` on a panel the server last folded changed nothing)."""
     pg, ds = page
+    source = tmp_path / "first.csv"
+    pd.DataFrame({"text": TEXTS[:2]}).to_csv(source, index=False)
+    start_session(pg, source)
+    pg.wait_for_selector("#label-file", state="hidden")
     open_dataset(pg, ds, "sets")
     visible(pg, "#save-btn")
     pg.wait_for_selector("#label-file", state="hidden")
