@@ -99,6 +99,32 @@ def revoke(engine: sa.Engine, name: str) -> None:
     tx.run(engine, revoke_)
 
 
+def set_role(engine: sa.Engine, name: str, role: str) -> str:
+    """Give NAME the role ROLE; returns the role it had. Refused for the last active admin holding a token: the
+    server would be left with nobody to add people or train in the UI (the CLI's `users add` is then the way back,
+    and an --api-key holder is an admin the store does not know of)."""
+    if role not in ROLES:
+        raise UserError(f"role {role!r} is not one of {', '.join(ROLES)}")
+
+    def change(conn):
+        row = conn.execute(sa.select(users.c.id, users.c.role, users.c.revoked_at)
+                           .where(users.c.name == name, users.c.token_hash.is_not(None))).first()
+        if row is None:
+            raise UserError(f"no user {name!r} (`users list` shows them)")
+        if row.role == "admin" and role != "admin" and row.revoked_at is None:
+            # FOR UPDATE on PostgreSQL: two admins demoting each other at once take turns, and the second sees
+            # the first's change (SQLite's writers take turns already: BEGIN IMMEDIATE)
+            admins = conn.execute(sa.select(users.c.id).where(
+                users.c.role == "admin", users.c.revoked_at.is_(None), users.c.token_hash.is_not(None))
+                .with_for_update()).all()
+            if len(admins) <= 1:
+                raise UserError(f"{name!r} is the last active admin: make another person admin first")
+        conn.execute(users.update().where(users.c.id == row.id).values(role=role))
+        return row.role
+
+    return tx.run(engine, change)
+
+
 def list_users(engine: sa.Engine) -> list[dict]:
     rows = tx.read(engine, lambda conn: conn.execute(
         sa.select(users.c.name, users.c.role, users.c.created_at, users.c.revoked_at)

@@ -86,8 +86,8 @@ UI_EVENTS: dict[tuple[str, str], Rule] = {
     ("label", "review_unsure"): Rule(ADMIN, "the review queue's kept texts as a session"),
     ("label", "from_active"): Rule(ADMIN, "the active version's suspects (training rows)"),
     # the Team tab's People panel (app/ui/people.py): who may sign in, as `python -m app users` does
-    **{("team", name): Rule(ADMIN, "people: list, add, new token, revoke", open=False, closed="team")
-       for name in ("list_people", "add_person", "rotate_token", "revoke_person")},
+    **{("team", name): Rule(ADMIN, "people: list, add, role, new token, revoke", open=False, closed="team")
+       for name in ("list_people", "add_person", "change_role", "rotate_token", "revoke_person")},
 }
 
 

@@ -1,10 +1,11 @@
 """`python -m app users ...`: the people who label, review and administer, in the server's label store.
 
     python -m app users add NAME --role annotator|reviewer|admin [--data-dir DIR | --database-url URL]
-    python -m app users list | revoke NAME | token NAME
+    python -m app users list | revoke NAME | token NAME | role NAME --role annotator|reviewer|admin
 
 `add` and `token` print the token once; only its hash is stored. The first user turns authentication on for
-a running server within seconds (until then, a server on 127.0.0.1 without --api-key is one person's).
+a running server within seconds (until then, a server on 127.0.0.1 without --api-key is one person's); so does
+a role change. The last active admin cannot be made anything else (labelstore/users.py set_role).
 """
 
 from __future__ import annotations
@@ -41,6 +42,9 @@ def build_parser() -> argparse.ArgumentParser:
     add.add_argument("name")
     add.add_argument("--role", choices=ROLES, required=True)
     sub.add_parser("list", help="users, roles, revoked or not", parents=[after])
+    role = sub.add_parser("role", help="change a user's role (never the last active admin's)", parents=[after])
+    role.add_argument("name")
+    role.add_argument("--role", choices=ROLES, required=True)
     for name, text in (("revoke", "revoke a user's token (401 from now on)"), ("token", "issue a new token")):
         sub.add_parser(name, help=text, parents=[after]).add_argument("name")
     return p
@@ -57,6 +61,9 @@ def main(argv: list[str]) -> int:
             print(f"user {a.name!r} ({a.role}) added; token, shown once:\n{token}")
         elif a.command == "token":
             print(f"new token for {a.name!r}, shown once (the old one no longer works):\n{users.new_token(engine, a.name)}")
+        elif a.command == "role":
+            was = users.set_role(engine, a.name, a.role)
+            print(f"user {a.name!r}: {was} -> {a.role}")
         elif a.command == "revoke":
             users.revoke(engine, a.name)
             print(f"user {a.name!r} revoked")

@@ -11,7 +11,7 @@ import gradio as gr
 import pandas as pd
 
 from app.label_kinds import kind_of
-from app.ui.classify import observed
+from app.ui.classify import no_threshold, observed
 from app.ui.uploads import read_upload, spreadsheet_safe
 from serving.scoring import score_frame
 from textdata.tables import write_table
@@ -25,9 +25,24 @@ def rows(n: int) -> str:
     return f"{n} row" if n == 1 else f"{n} rows"
 
 
-def summary(scored: pd.DataFrame, kind, cut: int, max_chars: int) -> str:
+def unjudged(scored: pd.DataFrame, bare: str) -> pd.DataFrame:
+    """The scored file of a model without a threshold (`bare`: why, app/ui/classify.py no_threshold): its
+    `confident` is true for every in-domain answer (serving/calibration.py), which says nothing of how sure it is,
+    so that cell is left empty; false stays (out of domain: a reason of its own), as do the LLM's answers."""
+    if not bare or "confident" not in scored:
+        return scored
+    blank = scored["confident"].fillna(False).astype(bool)
+    if "source" in scored:
+        blank &= scored["source"] != "llm"
+    out = scored.copy()
+    out.loc[blank, "confident"] = pd.NA
+    return out
+
+
+def summary(scored: pd.DataFrame, kind, cut: int, max_chars: int, bare: str = "") -> str:
     """What happened to the file's rows: scored (by answer), not scored (the reason is in `error`), not sure.
-    `kind`: the model's (app/label_kinds.py), which names the answer's column."""
+    `kind`: the model's (app/label_kinds.py), which names the answer's column; `bare`: why the model has no
+    threshold ("" where it has one): a false `confident` is then out of domain, never under a threshold."""
     got = scored[kind.answer_column].notna()  # unscored rows have none
     counts = kind.answer_counts(scored.loc[got, kind.answer_column])
     unscored = int((~got).sum())
@@ -40,7 +55,11 @@ def summary(scored: pd.DataFrame, kind, cut: int, max_chars: int) -> str:
     if by_llm:
         parts.append(f"**{by_llm}** answered by the LLM (the model was not sure: `source` is llm)")
     if unsure:
-        parts.append(f"**{unsure}** not sure (under the model's threshold: `confident` is false)")
+        why = ("out of domain: unlike the training rows" if bare
+               else "under the model's threshold, or out of domain")
+        parts.append(f"**{unsure}** not sure ({why}: `confident` is false)")
+    if bare:
+        parts.append(f"the model has no threshold ({html.escape(bare)}): `confident` is left empty, not true")
     if cut:
         parts.append(f"{rows(cut)} with a text cut to {max_chars:,} characters")
     return " · ".join(parts)
@@ -99,9 +118,11 @@ def batch_tab(cfg, state, exports, engine_turn, score_chunks, stop_reason, scori
 
             scored = defer_frame(state.fallback, clf, scored, column, state.served.version,
                                  client_name(person(cfg, state), None))
+        bare = no_threshold(clf)
+        scored = unjudged(scored, bare)  # after the monitor and the LLM had the engine's own flags
         out = exports.path(f"{Path(file).stem}-scored.csv")
         write_table(spreadsheet_safe(scored), out)  # a person opens this one: formulas neutralised
-        return str(out), summary(scored, kind_of(clf.space), len(notes), cfg.max_chars), preview(scored)
+        return str(out), summary(scored, kind_of(clf.space), len(notes), cfg.max_chars, bare), preview(scored)
 
     with gr.Tab("Batch", id="batch", elem_id="tab-batch"):
         with gr.Row():

@@ -32,9 +32,24 @@ def health_banner(state) -> str:
     if learned.startswith(ADDS_NOTHING):  # the figure is the model's alone, not the answers' (the blend's)
         served = (" The figure in brackets is the fine-tuned model's own score; what the answers served now score "
                   "(the blend with the baseline) is the Train tab's versions table.")
-    return (f"⚠ **{html.escape(learned, quote=False)}.** Its confidences are the baseline's too.{served} Next step: "
+    # one line on screen, the figures and the next step a click away: three lines of it pushed the Label tab's
+    # buttons and key line under a 1366x768 screen (issue 59, D4)
+    head, _, why = learned.partition(" (")
+    why = f"({why}. " if why else ""
+    return (f"<details id='health-details'><summary>⚠ <b>{html.escape(head, quote=False)}.</b> Why, and the next "
+            f"step</summary>{html.escape(why, quote=False)}Its confidences are the baseline's too.{served} Next step: "
             "label more texts (Label tab) and retrain (Train tab) with more epochs; the Train tab's versions table "
-            "shows when a version scores better.")
+            "shows when a version scores better.</details>")
+
+
+def no_threshold(clf) -> str:
+    """Why the served model has no threshold to be sure by ("" where it has one): every answer then counts as
+    `confident` on the API (serving/calibration.py), which the UI must not show as a confident suggestion."""
+    cal = getattr(clf, "calibration", None)
+    if getattr(cal, "applied", False) and getattr(cal, "thresholds", None) is not None:
+        return ""
+    return ("calibrated, no threshold (no --target-precision)" if getattr(cal, "applied", False)
+            else "not calibrated")
 
 
 def needed(clf, label: str) -> str:

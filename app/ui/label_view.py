@@ -115,6 +115,10 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
         if row in unsure_rows(session):  # a guess under the threshold: Accept is not the obvious click
             accept = gr.update(value=f"Accept: {suggestion} (not sure)  [Enter]", visible=True, variant="secondary")
             hint += " · ⚠ **not sure** (under the model's threshold)"
+        elif session.meta.get("no_threshold"):  # nothing says how sure: neither big nor orange (issue 59)
+            accept = gr.update(value=f"Accept: {suggestion} (no threshold: {session.meta['no_threshold']})  [Enter]",
+                               visible=True, variant="secondary")
+            hint += f" · no threshold ({html.escape(session.meta['no_threshold'])}): a guess"
         if session.meta.get("blind"):  # the live audit: the person's label must not lean on the model's
             suggestion, probs, accept = None, None, gr.update(visible="hidden")
             hint = session.kind.blind_hint
@@ -131,6 +135,32 @@ def _render_label(store: SessionStore, labels: list[str], session, message: str 
     return [session.id, row, text, hint, probs, bar, accept, *buttons,
             gr.update(choices=session_labels, value=None), _order_update(session), message,
             _sessions_update(store, session.id), *panel, keys_help(session, row)]
+
+
+def session_view(review) -> tuple:
+    """The Label tab's session: progress, the text with the model's probabilities (a label set's checkboxes)
+    beside it, Accept, then every button in one row (the labels, Save / None, Skip, Undo), the message and the
+    key line; all of it on a 1366x768 screen under the health banner (issue 59, D4)."""
+    l_progress = gr.HTML(elem_id="label-progress")
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=3):
+            l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
+            l_hint = gr.Markdown(elem_id="label-hint")
+        with gr.Column(scale=2, min_width=240):
+            l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs")
+            l_checks = ui_multilabel.build_checks()
+    l_accept = gr.Button("Accept", variant="primary", visible="hidden", elem_id="accept-btn")
+    review.keep_button()
+    with gr.Row(elem_id="label-actions"):
+        l_buttons = [gr.Button(visible="hidden", size="sm", elem_id=f"label-btn-{i + 1}", min_width=80)
+                     for i in range(MAX_LABEL_BUTTONS)]
+        l_panel = [l_checks, *ui_multilabel.build_buttons()]
+        l_skip = gr.Button("Skip  [S]", size="sm", elem_id="skip-btn", min_width=80)
+        l_undo = gr.Button("↶ Undo  [U]", size="sm", elem_id="undo-btn", min_width=80)
+    l_message = gr.Markdown(elem_id="label-message")
+    l_keys = gr.Markdown(keys_help(None, None), elem_classes="shortcut-help", elem_id="label-keys")
+    return (l_progress, l_text, l_hint, l_probs, l_accept, l_buttons, l_panel, l_skip, l_undo, l_message,
+            l_keys)
 
 
 def _buttons(session, row, hint, probs, accept) -> tuple:

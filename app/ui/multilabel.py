@@ -31,15 +31,20 @@ MULTI_KEYS_JS = """
 HELP = "Keys: 1–9 tick or untick a label · Enter save the ticked labels · 0 none of these · S skip · U undo"
 
 
-def build_panel() -> list:
-    """The checkbox group and its two buttons (hidden until a multi-label session is shown)."""
-    checks = gr.CheckboxGroup(choices=[], label="Labels (tick every one that applies)", info=HELP,
-                              visible="hidden",
-                              elem_id="label-checks")
-    with gr.Row():
-        save = gr.Button("✓ Save ticked labels  [Enter]", variant="primary", visible="hidden", elem_id="save-btn")
-        none = gr.Button("None of these  [0]", visible="hidden", elem_id="none-btn")
-    return [checks, save, none]
+def build_checks() -> gr.CheckboxGroup:
+    """The checkbox group (hidden until a multi-label session is shown), beside the text where a label's
+    session has its probabilities: below the text it pushed Save / None under a 768-pixel screen (issue 59, D4).
+    No `info`: the key line under the buttons says the keys already (HELP, label_view.py keys_help)."""
+    return gr.CheckboxGroup(choices=[], label="Labels (tick every one that applies)", visible="hidden",
+                            elem_id="label-checks")
+
+
+def build_buttons() -> list:
+    """Save and None of these, in the row of Skip and Undo (app/ui/page.py), small as those are."""
+    save = gr.Button("✓ Save ticked labels  [Enter]", variant="primary", visible="hidden", size="sm",
+                     elem_id="save-btn")
+    none = gr.Button("None of these  [0]", visible="hidden", size="sm", elem_id="none-btn")
+    return [save, none]
 
 
 def hidden() -> list:

@@ -28,7 +28,7 @@ from app.labeling.sessions import ORDERS, SessionStore
 from app.team.roles import ADMIN
 from app.ui import multilabel as ui_multilabel
 from app.ui.batch import batch_tab
-from app.ui.classify import QUICK, classify_tab, header, health_banner
+from app.ui.classify import QUICK, classify_tab, header, health_banner, no_threshold
 from app.ui.guard import person
 from app.ui.handouts import Exports
 from app.ui.handouts import score_chunks as _score_chunks
@@ -37,9 +37,9 @@ from app.ui.label_view import (
     MAX_LABEL_BUTTONS,
     _render_label,
     folds,
-    keys_help,
     review_button,
     saved,
+    session_view,
     shown_row,
     stale_answer,
 )
@@ -105,9 +105,22 @@ FOLD_JS = """() => {
   return [u, u];
 }"""
 
+# After a session is opened from a panel: fold the panels still open. The server's fold (`open=False`) changes
+# nothing on a panel whose last update from the server was already a fold (Gradio compares it with that, not
+# with the panel the person reopened), so a dataset picked after reopening the start panel left it open over the
+# session's buttons (issue 59, D4). A click on its header folds it as the person's own would.
+REFOLD_JS = """() => {
+  if (document.querySelector('#label-progress progress') === null) return;
+  for (const id of ['label-start-panel', 'label-suspects']) {
+    const header = document.querySelector('#' + id + ' .label-wrap.open');
+    if (header) header.click();
+  }
+}"""
+
 CSS = """
 #label-text textarea { font-size: 1.15rem; line-height: 1.5; }
 .shortcut-help { opacity: .7; font-size: .9rem; }
+#skip-btn { margin-left: 1.5rem; }  /* in the labels' row (issue 59, D4): set apart from them */
 """
 
 
@@ -284,8 +297,10 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
                                              "Model suggestions", "texts", engine_turn, state) for p in part]
         # rows under the served threshold: their Accept is not the obvious click (app/ui/label_view.py)
         unsure = kind_of(clf.space).unsure_rows(preds)
+        # no threshold at all: every suggestion counts as confident, so none may look it (label_view.py)
+        bare = no_threshold(clf)
         session = store.create(Path(file).name, texts, preds, list(clf.labels), clf.thresholds, clf.space,
-                               **({"unsure_rows": unsure} if unsure else {}))
+                               **({"unsure_rows": unsure} if unsure else {}), **({"no_threshold": bare} if bare else {}))
         note = f" ({skipped} empty rows left out)" if skipped else ""
         return render(session, f"Loaded {len(texts)} texts{note}. Least confident first; change the order below.")
 
@@ -360,35 +375,22 @@ def _label_tab(cfg, state, labels: list[str], store: SessionStore, exports: Expo
         # pressed on, so a key pressed before the next text is drawn cannot answer that text unseen
         row = gr.Number(None, precision=0, visible="hidden", elem_id="label-row")
         shown = gr.State("")  # the session this page shows (render's last output)
-        l_start_panel, l_file, l_column, l_start, l_sessions, l_dataset, l_review = _start_panel(state)
-        review = ReviewPanel(cfg, store, getattr(jobs, "registry", None), labels, lambda: state.served.clf)
+        with gr.Row(equal_height=False):  # folded side by side: one line of the screen, not two (issue 59, D4)
+            l_start_panel, l_file, l_column, l_start, l_sessions, l_dataset, l_review = _start_panel(state)
+            review = ReviewPanel(cfg, store, getattr(jobs, "registry", None), labels, lambda: state.served.clf)
         with gr.Column(elem_id="label-panel"):
-            l_progress = gr.HTML(elem_id="label-progress")
-            with gr.Row(equal_height=False):  # probabilities beside the text: the buttons fit a 768 px screen
-                with gr.Column(scale=3):
-                    l_text = gr.Textbox(label="Text", lines=5, interactive=False, elem_id="label-text")
-                    l_hint = gr.Markdown(elem_id="label-hint")
-                l_probs = gr.Label(label="Model probabilities", num_top_classes=5, elem_id="label-probs", scale=2)
-            l_accept = gr.Button("Accept", variant="primary", visible="hidden", elem_id="accept-btn")
-            review.keep_button()
-            with gr.Row():
-                l_buttons = [gr.Button(visible="hidden", size="sm", elem_id=f"label-btn-{i + 1}", min_width=80)
-                             for i in range(MAX_LABEL_BUTTONS)]
-            with gr.Row():
-                l_skip = gr.Button("Skip  [S]", size="sm", elem_id="skip-btn")
-                l_undo = gr.Button("↶ Undo  [U]", size="sm", elem_id="undo-btn")
-            l_panel = ui_multilabel.build_panel()
-            l_message = gr.Markdown(elem_id="label-message")
-            l_keys = gr.Markdown(keys_help(None, None), elem_classes="shortcut-help", elem_id="label-keys")
+            (l_progress, l_text, l_hint, l_probs, l_accept, l_buttons, l_panel, l_skip, l_undo, l_message,
+             l_keys) = session_view(review)
             l_order, l_other, l_other_btn, l_new, l_add, l_export, l_file_out = _label_extras(labels)
         outputs = [sid, row, l_text, l_hint, l_probs, l_progress, l_accept, *l_buttons, l_other, l_order,
                    l_message, l_sessions, *l_panel, l_keys, *(folded := [l_start_panel, review.accordion]), shown]
         quick = {"concurrency_limit": QUICK, "concurrency_id": "label", "trigger_mode": "once"}
         l_start.click(start, [l_file, l_column], outputs, concurrency_id="scoring",
-                      concurrency_limit=cfg.ui_concurrency)
-        l_sessions.input(resume, l_sessions, outputs, **quick)
-        team.wire(label_tab, l_dataset, render, outputs, quick, l_text, l_hint, l_accept, l_sessions, l_keys)
-        l_review.click(review_unsure, sid, [*outputs, l_review], **quick)
+                      concurrency_limit=cfg.ui_concurrency).then(None, js=REFOLD_JS)
+        l_sessions.input(resume, l_sessions, outputs, **quick).then(None, js=REFOLD_JS)
+        team.wire(label_tab, l_dataset, render, outputs, quick, l_text, l_hint, l_accept, l_sessions, l_keys,
+                  then_js=REFOLD_JS)
+        l_review.click(review_unsure, sid, [*outputs, l_review], **quick).then(None, js=REFOLD_JS)
         l_accept.click(partial(act, accept), [sid, row], outputs, **quick)
         for i, b in enumerate(l_buttons):
             b.click(partial(act, partial(choose, i)), [sid, row], outputs, **quick)

@@ -215,14 +215,18 @@ class TeamSessions:
         finally:
             ACTOR.reset(token)
 
-    def wire(self, tab, picker, render, outputs: list, quick: dict, text, hint, accept, sessions, keys) -> None:
+    def wire(self, tab, picker, render, outputs: list, quick: dict, text, hint, accept, sessions, keys,
+             then_js: str | None = None) -> None:
         """The dataset picker: filled when the tab opens, a pick opens the dataset in the tab. `text`, `hint`,
-        `accept`, `sessions`, `keys`: the outputs view() rewrites for a dataset."""
+        `accept`, `sessions`, `keys`: the outputs view() rewrites for a dataset; `then_js` runs in the page after a
+        pick (app/ui/page.py REFOLD_JS)."""
         import gradio as gr
 
         self.at.update(text=outputs.index(text), hint=outputs.index(hint), accept=outputs.index(accept),
                        sessions=outputs.index(sessions), keys=outputs.index(keys))
-        picker.input(self.opener(render), picker, outputs, **quick)
+        picked = picker.input(self.opener(render), picker, outputs, **quick)
+        if then_js:
+            picked.then(None, js=then_js)
         tab.select(lambda: gr.update(choices=self.choices()), None, picker, **quick)
 
     def opener(self, render):

@@ -49,6 +49,19 @@ def versions_frame(registry) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=VERSION_COLUMNS, dtype=str)  # one type per column, also when empty
 
 
+def sources_words(data: dict) -> str:
+    """Where the training rows came from (app/versions/trainset.py sources), in words: team datasets' final
+    labels, Label-tab sessions, --train-data; review corrections only where there were some (issue 59: "0 label
+    corrections" was said at every poll, and nothing said how many came from the team's datasets)."""
+    where = [f"{data[k]} {name}" for k, name in (("store_labels", "final labels from team datasets"),
+                                                 ("session_decisions", "Label-tab decisions"),
+                                                 ("base_rows", "--train-data rows")) if data.get(k)]
+    fixed, kept = data.get("corrections") or 0, data.get("review_kept") or 0
+    if fixed or kept:
+        where.append(f"{fixed} label corrections from Review suspects went in ({kept} labels kept)")
+    return "read: " + ", ".join(where) if where else ""
+
+
 def progress_html(job: dict | None) -> str:
     if job is None:
         return "<div>No training job yet.</div>"
@@ -76,10 +89,9 @@ def progress_html(job: dict | None) -> str:
             parts.append(html.escape(names_only_text(job["error"])))
     elif job.get("error"):
         parts.append(f"<pre>{html.escape(names_only_text(job['error']))}</pre>")
-    fixed = (job.get("data") or {}).get("corrections")
-    if fixed is not None:
-        parts.append(f"{fixed} label corrections from Review suspects went in "
-                     f"({(job.get('data') or {}).get('review_kept', 0)} labels kept)")
+    read = sources_words(job.get("data") or {})
+    if read:
+        parts.append(read)
     if job.get("n_conflicts"):
         parts.append(f"{job['n_conflicts']} texts had conflicting labels (the latest decision was used):"
                      + conflicts_html(job.get("conflicts") or [], job["n_conflicts"]))
@@ -155,10 +167,10 @@ def train_tab(cfg, state, jobs):
             # checked there, as the API's are
             with acting_as(who()):  # the registry's events name the person (the job's later ones too)
                 job = await jobs.start({p.name: box_value(p, v) for p, v in zip(TAB_PARAMS, values)})
+            read = sources_words(job["data"])
             message = (f"Started job {job['id']}: {job['data'].get('train_rows')} training rows, "
-                       f"{job['data'].get('eval_rows')} in the evaluation slice, "
-                       f"{job['data'].get('corrections', 0)} label corrections from Review suspects."
-                       + described(job["data"].get("teacher")))
+                       f"{job['data'].get('eval_rows')} in the evaluation slice" + (f"; {read}" if read else "")
+                       + "." + described(job["data"].get("teacher")))
         except JobConflict:  # the API's text names DELETE /v1/jobs/<id>; here there is a button
             running = jobs.running()
             message = (f"⚠ Job {running['id'] if running else ''} is running: one training job at a time. Wait "

@@ -68,6 +68,9 @@ def test_one_person_mode_end_to_end(store_url, tmp_path):
         assert {(x["decided"], x["answers"], x["agreement"]) for x in got} == {("unanimous", 1, 1.0)}
         final_csv = c.get(f"/v1/datasets/{ds}/export?format=csv&rows=final").content
         assert final_csv.startswith(b"\xef\xbb\xbfrecord_id,text,label,decided,answers,agreement")
+        as_csv = list(csv.DictReader(io.StringIO(final_csv.decode("utf-8-sig"))))  # the JSONL's rows, in order
+        assert [(int(r["record_id"]), r["text"], r["label"], r["decided"], int(r["answers"]), float(r["agreement"]))
+                for r in as_csv] == [tuple(x.values()) for x in got]
         assert c.get(f"/v1/datasets/{ds}/export?rows=all").status_code == 422
         agree = c.get(f"/v1/datasets/{ds}/agreement").json()
         assert {"krippendorff_alpha", "fleiss_kappa", "per_label", "per_annotator", "n_records"} <= set(agree)

@@ -87,8 +87,9 @@ def start_session(pg, source: Path) -> None:
     # folded panel whose upload link never shows. Then unfold the panel, as a person would. The answer is its
     # content (a session's bar, or the hint to upload): while it is pending the box's text is Gradio's timer
     # ("0.6s"), so "not empty" let the file go in before the fold came (the queue-order test's failure).
+    # the tab's blocks may not be drawn yet when it is clicked (a TypeError on a null hint failed a run)
     pg.wait_for_function("() => document.querySelector('#label-progress progress') !== null || "
-                         "/Upload a CSV/.test(document.querySelector('#label-hint')?.innerText || '')")  # not drawn yet: wait
+                         "/Upload a CSV/.test(document.querySelector('#label-hint')?.innerText || '')")
     if not pg.is_visible("#label-file"):
         pg.click("text=Start or resume a session")
         visible(pg, "#label-file")

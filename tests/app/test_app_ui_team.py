@@ -183,8 +183,53 @@ def test_the_final_labels_export_is_what_the_next_retrain_trains_on(tmp_path):
     assert list(cells[0]) == ["record_id", "text", "label", "decided", "answers", "agreement"]
     assert {r["text"]: r["label"] for r in cells} == {("'" if t.startswith("=") else "") + t: r["label"]
                                                       for t, r in by_text.items()}
+    assert _csv_rows(cells, "") == _jsonl_rows(got, "")  # row for row, in the same order: every field
     with pytest.raises(gr.Error, match="reviewers and admins"):  # blind: an annotator exports nothing
         final["csv"](ds.id, ann)
+    engine.dispose()
+
+
+def _csv_rows(cells: list[dict], sep: str) -> list[tuple]:
+    """The final-labels CSV's rows as values: a label set's cell split by the separator."""
+    return [(int(c["record_id"]), c["text"], c["label"].split(sep) if sep and c["label"] else
+             [] if sep else c["label"], c["decided"], int(c["answers"]), float(c["agreement"])) for c in cells]
+
+
+def _jsonl_rows(got: list[dict], sep: str) -> list[tuple]:
+    """The JSONL's, with a formula-like text quoted as the CSV quotes it (no cell runs in a spreadsheet)."""
+    return [(r["record_id"], ("'" if r["text"][:1] in "=+-@" else "") + r["text"], r["label"], r["decided"],
+             r["answers"], r["agreement"]) for r in got]
+
+
+def test_the_final_labels_csv_and_jsonl_are_the_same_rows_for_a_label_set(tmp_path):
+    """D7 asks for both files: on a multi-label dataset the JSONL holds each text's final set as a list (the
+    empty list: "none of these"), the CSV the same set in one cell, row for row; what a retrain takes too."""
+    import csv
+    import json
+
+    from app.label_kinds import dataset_space
+    from app.versions.trainset import build
+
+    engine, ids, blocks, rev, _ = _team(tmp_path)
+    texts = ["둘 다 맞는 글", "아무것도 아님", "@sum 하나만", "반반"]
+    rows = [{"text": t, "priority": i} for i, t in enumerate(texts)]
+    ds = queue.get_dataset(engine, queue.create_dataset(engine, "셋", ["x", "y", "z"], True, 2, rows, None)[0])
+    votes = {texts[0]: (["x", "y"], ["y", "x"]), texts[1]: ([], []), texts[2]: (["z"], ["z", "x"]),
+             texts[3]: (["x"], ["y"])}
+    for text, (first, second) in votes.items():
+        _answer(engine, ds, ids["ann"], text, first)
+        _answer(engine, ds, ids["bob"], text, second)
+    final = {"csv": _tab_fn(blocks, "final_csv"), "jsonl": _tab_fn(blocks, "final_jsonl")}
+    got = [json.loads(line) for line in Path(final["jsonl"](ds.id, rev)[0]).read_text(encoding="utf-8").splitlines()]
+    raw = Path(final["csv"](ds.id, rev)[0]).read_bytes()
+    cells = list(csv.DictReader(raw.decode("utf-8-sig").splitlines()))
+    assert raw.startswith(b"\xef\xbb\xbf") and len(got) == len(cells) >= 3
+    assert {r["text"]: r["label"] for r in got}[texts[1]] == [] and \
+        {r["text"]: r["label"] for r in got}[texts[0]] == ["x", "y"]
+    assert _csv_rows(cells, dataset_space(ds).sep) == _jsonl_rows(got, dataset_space(ds).sep)
+    table = build(tmp_path / "label", None, 0.0, dataset_space(ds), store=engine).train  # a multi-label model's
+    assert sorted(zip(table["text"], table["label"])) == sorted((r["text"], dataset_space(ds).sep.join(r["label"]))
+                                                                for r in got)
     engine.dispose()
 
 
@@ -239,6 +284,51 @@ def test_an_admin_adds_people_gives_a_new_token_and_revokes_in_the_team_tab(tmp_
     for name in ("add_person", "rotate_token", "revoke_person", "list_people"):
         rule = roles.ui_rule("team", name)
         assert rule.allows("admin") and not rule.allows("reviewer") and not rule.open
+    engine.dispose()
+
+
+def test_an_admin_changes_a_role_named_in_the_log_and_the_last_admin_stays_one(tmp_path, caplog):
+    """Issue 59: the People panel had add, token, revoke but no role. *Set role* changes it (the person's next
+    request has it: the token table is read again), the log line names the admin who did it and both roles, and
+    the last active admin cannot be demoted (nobody would be left to add people in the UI), a revoked one aside."""
+    import logging
+
+    from gradio.context import LocalContext
+
+    from app.team import roles
+
+    caplog.set_level(logging.INFO, logger="app")
+    engine, _ids, blocks, _rev, _ = _team(tmp_path, ("ann",))
+    boss_token = users.add_user(engine, "boss", "admin")
+    boss = users.by_token(engine, boss_token)[0]
+    change, add = _tab_fn(blocks, "change_role"), _tab_fn(blocks, "add_person")
+    # the event's request as the gate leaves it for boss's token (app/team/auth.py ui_request_user)
+    token = LocalContext.request.set(SimpleNamespace(cookies={}, scope={"state": {"user": (boss, "boss", "admin")}}))
+    try:
+        said, table = change(" ann ", "reviewer")
+        assert users.by_token(engine, users.new_token(engine, "ann"))[2] == "reviewer"
+        assert "annotator → reviewer" in said and ["ann", "reviewer"] == table[0][:2]
+        line = next(r.fields for r in caplog.records if getattr(r, "fields", {}).get("event") == "user_role")
+        assert line == {"event": "user_role", "user": "ann", "by": "boss", "role": "reviewer", "was": "annotator"}
+        with pytest.raises(gr.Error, match="last active admin"):
+            change("boss", "annotator")
+        assert {u["name"]: u["role"] for u in users.list_users(engine)}["boss"] == "admin"
+        with pytest.raises(gr.Error, match="no user 'nobody'"):
+            change("nobody", "admin")
+        with pytest.raises(gr.Error, match="is not one of"):
+            change("ann", "owner")
+        add("cleo", "admin")
+        users.revoke(engine, "cleo")  # a revoked admin signs nobody in: boss is still the last active one
+        with pytest.raises(gr.Error, match="last active admin"):
+            change("boss", "reviewer")
+        change("ann", "admin")  # now there are two: boss may step down, and is told who did it
+        said, _ = change("boss", "reviewer")
+        assert "admin → reviewer" in said
+        assert {u["name"]: u["role"] for u in users.list_users(engine)}["boss"] == "reviewer"
+    finally:
+        LocalContext.request.reset(token)
+    rule = roles.ui_rule("team", "change_role")
+    assert rule.allows("admin") and not rule.allows("reviewer") and not rule.open
     engine.dispose()
 
 

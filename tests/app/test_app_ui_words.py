@@ -72,6 +72,22 @@ def test_a_cancelled_job_reads_once_with_an_empty_bar_and_conflicts_are_listed()
     assert "and 60 more" in shown and "text 5" not in shown
 
 
+def test_the_train_progress_says_where_its_rows_came_from_and_no_zero_corrections():
+    """Issue 59 (minor): the progress repeated "0 label corrections … went in" at every poll and never said how
+    many rows came from the team's datasets."""
+    from app.ui.train import progress_html
+
+    job = {"id": "j1", "status": "running", "progress": {"percent": 10},
+           "data": {"store_labels": 40, "session_decisions": 0, "base_rows": 300, "corrections": 0, "review_kept": 0}}
+    shown = progress_html(job)
+    assert "read: 40 final labels from team datasets, 300 --train-data rows" in shown
+    assert "corrections" not in shown and "Label-tab" not in shown
+    job["data"].update(store_labels=0, session_decisions=7, corrections=3, review_kept=1)
+    shown = progress_html(job)
+    assert "read: 7 Label-tab decisions, 300 --train-data rows, 3 label corrections from Review suspects went in " \
+        "(1 labels kept)" in shown and "team datasets" not in shown
+
+
 def test_an_empty_number_box_says_its_default():
     from app.ui.train import TAB_PARAMS, number_placeholders
 
@@ -118,6 +134,9 @@ def test_the_header_names_the_version_and_the_banner_the_useless_model():
                                   "chance_macro_f1_p95": 0.05}, blended=True)
     said = health_banner(state)
     assert "the fine-tuned model alone: macro-F1 0.0337" in said
+    # one line on screen (issue 59, D4): the sentence as the summary, its figures and the next step under it
+    summary, details = said.split("</summary>")
+    assert "the model adds nothing" in summary and "0.0337" not in summary and "Next step" in details
     assert "fine-tuned model's own score; what the answers served now score (the blend" in said
     served.clf.learned = message({"at_chance": True, "macro_f1": 0.0337, "chance_macro_f1_p95": 0.05}, blended=False)
     assert "blend" not in health_banner(state)  # served alone: the figure is the answers' own
@@ -359,7 +378,7 @@ def test_each_page_load_shows_the_banner_of_the_version_serving_then(engine, tmp
     engine.learned, before = "the model adds nothing; answers are the TF-IDF baseline's", engine.learned
     try:
         head, banner = load.fn()
-        assert banner.startswith("⚠ **the model adds nothing; answers are the TF-IDF baseline's.**")
+        assert "<summary>⚠ <b>the model adds nothing; answers are the TF-IDF baseline's.</b>" in banner
     finally:
         engine.learned = before
 

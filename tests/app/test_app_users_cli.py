@@ -25,6 +25,21 @@ def test_users_add_list_revoke_token(tmp_path, capsys):
     engine.dispose()
 
 
+def test_users_role_changes_a_role_and_keeps_the_last_admin(tmp_path, capsys):
+    """`users role NAME --role R` as the People panel's *Set role*: the last active admin stays one."""
+    d = ["--data-dir", str(tmp_path)]
+    for name, role in (("ann", "annotator"), ("boss", "admin")):
+        assert main(["users", "add", name, "--role", role, *d]) == 0
+    assert main(["users", "role", "ann", "--role", "admin", *d]) == 0
+    assert "'ann': annotator -> admin" in capsys.readouterr().out
+    assert main(["users", "role", "boss", "--role", "reviewer", *d]) == 0
+    assert main(["users", "role", "ann", "--role", "annotator", *d]) == 2
+    assert "last active admin" in capsys.readouterr().err
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    assert {u["name"]: u["role"] for u in users.list_users(engine)} == {"ann": "admin", "boss": "reviewer"}
+    engine.dispose()
+
+
 def test_an_unreachable_database_stops_the_server_at_start_in_one_line(tmp_path, capsys):
     code = main(["--model", str(tmp_path / "unused"), "--data-dir", str(tmp_path),
                  "--database-url", "postgresql+psycopg://team:s3cr3t-pw@127.0.0.1:1/labels"])
