@@ -181,7 +181,8 @@ def run(args) -> dict:
     body = json.dumps({"text": args.text}, ensure_ascii=False).encode()
     args.work.mkdir(parents=True, exist_ok=True)
     rounds = []
-    ours_proc, ours_url = start_server(args.model, ["--server-timing", *server_args], args.work / "server.log")
+    ours_proc, ours_url = start_server(args.model, ["--server-timing", "--data-dir", str(args.work / "data"), *server_args],
+                                       args.work / "server.log")
     # from how many rows the server runs the side work beside the pass (measured at its start): inline below
     side_rows = httpx.get(ours_url + "/v1/model", timeout=30).json()["batching"].get("side_rows")
     echo_proc, echo_url = echo_server(args.work)

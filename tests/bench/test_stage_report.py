@@ -32,3 +32,4 @@ def test_a_short_run_reports_hand_written_echo_ours_and_our_stages(exported, tmp
     assert 0 < s["pass"] <= s["engine"] <= s["batch"] <= s["app"] <= r["ours_ms"]
     assert s["framework"] == pytest.approx(s["app"] - s["tok"] - s["queue"] - s["batch"], abs=2e-3)
     assert "bar" in capsys.readouterr().out
+    assert (tmp_path / "work" / "data").is_dir()  # the server's data stays in the bench's folder, not the cwd
