@@ -27,6 +27,10 @@ from textdata.numerics import bucket_widths, resolve_dtype
 log = logging.getLogger("serving.engine")
 
 MIN_AGREEMENT = 0.995
+# One load at a time in a process: transformers builds a model on the meta device by patching torch's module
+# constructors process-wide, so two loads in threads (a fleet replica preparing a promotion while its own activation
+# loads the same version) failed with "Cannot copy out of meta tensor" (seen in CI: a promotion answered 422).
+_LOADING = threading.Lock()
 
 
 def cuda_available() -> bool:
@@ -78,7 +82,8 @@ class TorchRunner:
         self.cuda_graphs = self.device == "cuda" if cuda_graphs is None else cuda_graphs
         if threads and self.device == "cpu":
             torch.set_num_threads(getattr(threads, "threads", threads))  # a count, or a ThreadPlan's
-        self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval().to(self.device)
+        with _LOADING:
+            self.model = AutoModelForSequenceClassification.from_pretrained(folder).eval().to(self.device)
         self.provider = self.device
         # Graphs need fixed shapes; `buckets` alone (no capture) exists so CPU tests run the padding logic.
         self.grid = bucket_grid(max_length, batch_tokens) if (self.cuda_graphs if buckets is None else buckets) else None
