@@ -5,29 +5,25 @@ import shutil
 
 import numpy as np
 import pytest
+from test_serving_ood import OFF_TOPIC, ood_folder  # noqa: F401 - the fixture, shared
 
 from serving import side_work
 from serving.engine import Classifier
 
-OFF_TOPIC = ["Shares in the bank fell sharply after the chancellor announced new taxes on profits",
-             "library for parsing XML documents in Perl (development files)"]
-
 
 @pytest.fixture(scope="module")
-def side_folder(trained_classifier_dir, tmp_path_factory, toy_rows):
-    """The fixture model with a blend and an off-topic detector fitted on its rows, as --final writes them."""
+def side_folder(ood_folder, tmp_path_factory, toy_rows):  # noqa: F811
+    """test_serving_ood.py's model with its off-topic detector, and a blend fitted on the same rows, as --final
+    writes both."""
     from baseline.blend import Blend, fit_baseline, save_baseline
-    from baseline.ood import fit_typicality, save_ood
 
     folder = tmp_path_factory.mktemp("side") / "model"
-    shutil.copytree(trained_classifier_dir, folder)
+    shutil.copytree(ood_folder[0], folder)
     rows = toy_rows(n_per_class=30, seed=1)
     labels = sorted(set(rows["label"]))
-    y = rows["label"].map(labels.index).to_numpy()
-    typ, _ = fit_typicality(rows["text"].tolist(), y, np.arange(len(rows)) % 3, len(labels))
-    save_ood(folder, typ)
-    save_baseline(fit_baseline(rows["text"].tolist(), y, 0), folder, len(labels), Blend(1.3, 0.7), {})
-    return folder, toy_rows(n_per_class=4, seed=7)["text"].tolist() + OFF_TOPIC
+    save_baseline(fit_baseline(rows["text"].tolist(), rows["label"].map(labels.index).to_numpy(), 0), folder,
+                  len(labels), Blend(1.3, 0.7), {})
+    return folder, ood_folder[1] + OFF_TOPIC
 
 
 def _answers(preds):
