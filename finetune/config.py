@@ -9,13 +9,15 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import sys
 from dataclasses import asdict, dataclass
 from datetime import datetime
 from pathlib import Path
 
 from finetune.adapt import AdaptConfig
-from finetune.models import list_models, resolve_model
+from finetune.models import list_models, model_recipe, resolve_model
 from finetune.train_config import COMPILE_CHOICES, SWITCHES, TrainConfig
+from textdata.errors import ModelError
 from textdata.flags import DefaultsHelp, Flag, Parser, add_flags, config_from
 from textdata.inputs import check_file, check_table
 from textdata.labels import DEFAULT_SEP, sep_problem
@@ -188,23 +190,62 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--output", help="output folder (default: runs/<timestamp>-<model>)")
     add_flags(p, Config, FLAGS, skip=("model", "data", "output", "train", "adapt"))
     add_flags(p, TrainConfig, TRAIN_FLAGS)
+    p.add_argument("--no-class-weights", dest="class_weights", action="store_false",
+                   help="turn --class-weights off where --model's recipe turns it on (docs/finetune.md)")
     add_flags(p, AdaptConfig, ADAPT_FLAGS, prefix="adapt_")
     return p
 
 
 def parse_args(argv=None) -> Config | None:
     p = build_parser()
+    argv = sys.argv[1:] if argv is None else list(argv)
     a = p.parse_args(argv)
     if a.list_models:
         print(list_models())
         return None
-    return config_from_args(p, a)
+    return config_from_args(p, a, given=given_flags(p, argv))
 
 
-def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace) -> Config:
-    """The Config from parsed flags, checked (p.error on a bad combination); finetune/search.py adds its own."""
+def given_flags(p: argparse.ArgumentParser, argv: list[str]) -> frozenset[str]:
+    """The settings (argparse dests) the command line names, so a model's recipe fills only the others."""
+    named = (arg.split("=", 1)[0] for arg in argv if arg.startswith("--"))
+    return frozenset(p._option_string_actions[n].dest for n in named if n in p._option_string_actions)
+
+
+def apply_recipe(p: argparse.ArgumentParser, a: argparse.Namespace, given: frozenset[str]) -> None:
+    """The settings of --model's recipe (finetune/models.py model_recipe) that no flag set, into `a`, said in
+    one line; a flag given wins. Recorded in config.json like any flag, so --resume and the app's retrain see
+    the values, not the recipe."""
+    try:
+        found = model_recipe(a.model)
+    except ModelError as e:
+        p.error(str(e))
+    if found is None:
+        return
+    path, settings = found
+    used = {}
+    for key, value in settings.items():
+        default = getattr(a, key)
+        if key in given or value == default:
+            continue
+        kind = float if default is None else type(default)  # None: dropout, a float when set
+        if isinstance(value, bool) is not (kind is bool) or not isinstance(value, (int, float)):
+            p.error(f"{path}: {key} = {value!r} is not a {kind.__name__}")
+        used[key] = kind(value)
+    vars(a).update(used)
+    if used:
+        flags = " ".join(f"--{k.replace('_', '-')}" + ("" if v is True else f" {v:g}") for k, v in used.items())
+        print(f"--model {a.model}: its recipe ({path.name}) sets {flags}; a flag given overrides it",
+              file=sys.stderr)
+
+
+def config_from_args(p: argparse.ArgumentParser, a: argparse.Namespace, given: frozenset[str] | None = None) -> Config:
+    """The Config from parsed flags, checked (p.error on a bad combination); finetune/search.py adds its own.
+    `given`: the settings the command line named; with it, --model's recipe fills the rest (`apply_recipe`)."""
     if not a.model or not a.data:
         p.error("--model and --data are required (try --model minilm --data bbcnews offline)")
+    if given is not None:
+        apply_recipe(p, a, given)
     if a.folds < 2:
         p.error("--folds must be at least 2")
     if a.multi_label and sep_problem(a.label_sep):
@@ -262,9 +303,13 @@ def command_line(cfg: Config) -> str:
 
     default = config_json(Config(model="", data="", output=""))
     now = config_json(cfg)
+    try:  # the settings --model's recipe names are written out: the command must not depend on the recipe
+        recipe = {f"train.{k}" if k != "max_length" else k for k in (model_recipe(cfg.model) or ((), {}))[1]}
+    except ModelError:
+        recipe = set()
     parts = ["python", "finetune/kfold.py", "--model", cfg.model, "--data", cfg.data]
     for key, value in flat(now).items():
-        if key in ("model", "data", "output", "resume") or value == flat(default).get(key):
+        if key in ("model", "data", "output", "resume") or (value == flat(default).get(key) and key not in recipe):
             continue
         group, _, name = key.rpartition(".")
         flag = "--" + ("adapt_" if group == "adapt" else "") + name

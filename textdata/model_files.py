@@ -24,6 +24,7 @@ ONNX = "model.onnx"
 ONNX_INT8 = "model_quantized.onnx"
 WEIGHTS = ("model.safetensors", "pytorch_model.bin", "model.safetensors.index.json")
 VERSION = "version.json"  # in an app registry's version folder, around the model folder
+RECIPE = "finetune_recipe.json"  # in an encoder folder to fine-tune from: k-fold settings that suit it
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,9 @@ MANIFEST = (
               "baseline/blend.py (finetune --final --blend)", "baseline/blend.py ServedBlend (the engine)"),
     ModelFile(EXPORT_REPORT, "the export's gate: agreement, F1, timings, the CPU default",
               "serving/export.py", "serving/model_folder.py, app/versions/registry.py"),
+    ModelFile(RECIPE, "in an encoder to start from (not a fine-tuned model): the k-fold settings that suit it, used "
+                      "where no flag sets them", "pretraining/e5.py (carried by e5_prune.py and pretraining/train.py)",
+              "finetune/models.py model_recipe (finetune/config.py)"),
     ModelFile(ONNX, "the model as ONNX", "serving/export.py", "serving/model_folder.py"),
     ModelFile(ONNX_INT8, "the INT8 model, where one passed the gate", "serving/export.py", "serving/model_folder.py"),
 )

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from pretraining import e5
+from textdata.model_files import RECIPE
 
 H, LAYERS, HEADS, FF, MAXP, TVS, EPS = 32, 2, 2, 64, 16, 2, 1e-12
 PIECES = ["<s>", "<pad>", "</s>", "<unk>", "\u2581", "a", "b", "c", "\u2581a", "\u2581ab", "\u2581abc", "\u2581b",
@@ -237,6 +238,8 @@ def test_pruning_keeps_what_the_corpus_uses_and_tokenizes_it_the_same(tmp_path):
     assert after.convert_ids_to_tokens(ids) == ["\u2581", "<unk>"]  # ▁b and b are gone: a smaller piece, <unk>
     record = json.loads((pruned / e5.SOURCE_RECORD).read_text())
     assert record["pruned"]["pieces_after"] == 10 and record["sha256"] == e5.sha256_of(path)
+    for folder in (full, pruned):  # the same network: k-fold's settings for it go along
+        assert json.loads((folder / RECIPE).read_text()) == e5.FINETUNE_RECIPE
 
 
 def test_pretraining_continues_from_e5_small_with_a_pruned_vocabulary(tmp_path, monkeypatch, make_config):
@@ -273,3 +276,5 @@ def test_pretraining_continues_from_e5_small_with_a_pruned_vocabulary(tmp_path, 
                        torch.from_numpy(source["emb.word"][kept]))
     assert torch.equal(gen["electra.embeddings.word_embeddings.weight"], disc["electra.embeddings.word_embeddings.weight"])
     assert gen["electra.encoder.layer.0.attention.self.query.weight"].shape[0] == H // 4
+    assert json.loads((out / "discriminator" / RECIPE).read_text()) == e5.FINETUNE_RECIPE  # further trained, same net
+    assert not (out / "generator" / RECIPE).exists()
