@@ -290,8 +290,13 @@ def check_inputs(cfg: Config) -> None:
 
 def config_from_json(values: dict) -> Config:
     """The Config from a dict shaped as config.json records one (`train` and `adapt` nested), as the app's
-    training child is given it: settings left out keep their defaults, an unknown one is refused."""
-    values = dict(values)
+    training child is given it: settings left out take --model's recipe where it names them, else their defaults;
+    an unknown one is refused."""
+    values, train_values = dict(values), dict(values.get("train", {}))
+    found = model_recipe(values["model"]) if values.get("model") else None
+    for key, value in (found or ((), {}))[1].items():  # --model's recipe fills what is left out, as on the CLI
+        (values if key == "max_length" else train_values).setdefault(key, value)
+    values["train"] = train_values
     train = config_from(TrainConfig, values.pop("train", {}))
     adapt_cfg = config_from(AdaptConfig, values.pop("adapt", {}))
     return config_from(Config, values, train=train, adapt=adapt_cfg)

@@ -67,3 +67,13 @@ def test_the_command_line_of_a_run_reproduces_it_without_depending_on_the_recipe
     assert "--no-class-weights" in line and "--batch-size 32" in line  # at k-fold's defaults, but not the recipe's
     again = parse_args(shlex.split(line)[2:])
     assert again == cfg
+
+
+def test_the_apps_retrain_config_takes_the_recipe_for_what_it_leaves_out(encoder, tmp_path):
+    """app/versions/train_child.py builds its k-fold config from a dict (finetune.config.config_from_json)."""
+    from finetune.config import config_from_json
+
+    cfg = config_from_json({"model": str(encoder), "data": "d.csv", "output": str(tmp_path), "max_length": 128,
+                            "train": {"lr": 1e-4}})
+    assert (cfg.train.lr, cfg.max_length) == (1e-4, 128)  # given, at k-fold's defaults: kept
+    assert (cfg.train.batch_size, cfg.train.class_weights) == (e5.FINETUNE_RECIPE["batch_size"], True)
