@@ -1,0 +1,110 @@
+"""The lean path for POST /v1/classify (app/http/lean.py) against the FastAPI route alone (--no-lean-classify):
+the same good and bad requests get the same status, the same body byte for byte and the same headers. Both
+servers get the same X-Request-Id on each request, so nothing per request needs removing: every header
+(x-request-id and x-model-version included) and the whole body are compared."""
+
+from __future__ import annotations
+
+import pytest
+from starlette.testclient import TestClient
+
+from app.config import parse_args
+from app.http.lean import LeanClassify
+from app.server import create_app
+from serving.engine import Classifier
+
+KEY = "k" * 24
+AUTH = {"Authorization": f"Bearer {KEY}"}
+JSON = {**AUTH, "Content-Type": "application/json"}
+LIMITS = ["--max-texts", "3", "--max-chars", "40", "--max-body-bytes", "1500"]
+
+# (name, body bytes, headers): every kind of answer /v1/classify gives a client, good and bad
+CASES = [
+    ("one text", b'{"text": "memo for tomorrow"}', JSON),
+    ("several texts", '{"texts": ["꿈에서 봤다", "메모 기록 내일", "plain words"]}'.encode(), JSON),
+    ("top_k and min_confidence", b'{"texts": ["a b c"], "top_k": 1, "min_confidence": 0.99}', JSON),
+    ("charset in the type", b'{"text": "x y"}', {**AUTH, "Content-Type": "application/json; charset=utf-8"}),
+    ("empty list", b'{"texts": []}', JSON),
+    ("too many texts", b'{"texts": ["a", "b", "c", "d"]}', JSON),
+    ("too long text", b'{"text": "' + b"x" * 41 + b'"}', JSON),
+    ("blank text", b'{"texts": ["ok", "   "]}', JSON),
+    ("texts as a string", b'{"texts": "abc"}', JSON),
+    ("text as a list", b'{"text": ["abc"]}', JSON),
+    ("text as a number", b'{"text": 5}', JSON),
+    ("numbers in texts", b'{"texts": [1, null]}', JSON),
+    ("top_k zero", b'{"text": "a", "top_k": 0}', JSON),
+    ("min_confidence as a string", b'{"text": "a", "min_confidence": "0.5"}', JSON),
+    ("min_confidence NaN", b'{"text": "a", "min_confidence": NaN}', JSON),
+    ("both text and texts", b'{"text": "a", "texts": ["b"]}', JSON),
+    ("neither", b"{}", JSON),
+    ("unknown field", b'{"text": "a", "txt": "b"}', JSON),
+    ("malformed JSON", b'{"text": ', JSON),
+    ("a list body", b'["a"]', JSON),
+    ("lone surrogate", b'{"text": "\\ud800"}', JSON),
+    ("empty body", b"", JSON),
+    ("missing auth", b'{"text": "a"}', {"Content-Type": "application/json"}),
+    ("wrong key", b'{"text": "a"}', {"Authorization": "Bearer wrong", "Content-Type": "application/json"}),
+    ("no bearer scheme", b'{"text": "a"}', {"Authorization": KEY, "Content-Type": "application/json"}),
+    ("text/plain", b'{"text": "a"}', {**AUTH, "Content-Type": "text/plain"}),
+    ("no content type", b'{"text": "a"}', AUTH),
+    ("form content type", b"text=a", {**AUTH, "Content-Type": "application/x-www-form-urlencoded"}),
+    ("oversized body", b'{"text": "' + b"y" * 2000 + b'"}', JSON),
+]
+
+
+@pytest.fixture(scope="module")
+def clf(spread_model_dir):
+    return Classifier.load(spread_model_dir, provider="torch")
+
+
+def client(folder, clf, data_dir, *flags) -> TestClient:
+    cfg = parse_args(["--model", str(folder), "--no-ui", "--data-dir", str(data_dir), "--api-key", KEY, *LIMITS,
+                      *flags])
+    return TestClient(create_app(cfg, clf), base_url="http://127.0.0.1")
+
+
+def lean_of(app) -> LeanClassify | None:
+    """The lean middleware in the app's built stack, or None where it is off."""
+    layer = app.middleware_stack
+    while layer is not None and not isinstance(layer, LeanClassify):
+        layer = getattr(layer, "app", None)
+    return layer
+
+
+def answers(c: TestClient) -> list:
+    out = []
+    for i, (name, body, headers) in enumerate(CASES):
+        r = c.post("/v1/classify", content=body, headers={**headers, "X-Request-Id": f"case{i:04d}"})
+        out.append((name, r.status_code, r.content, sorted(r.headers.multi_items())))
+    return out
+
+
+def test_the_lean_path_answers_as_the_route_does(spread_model_dir, clf, tmp_path):
+    with client(spread_model_dir, clf, tmp_path / "lean") as c:
+        lean = answers(c)
+        answered = lean_of(c.app).answered
+        schema = c.get("/openapi.json", headers=AUTH).json()
+    with client(spread_model_dir, clf, tmp_path / "route", "--no-lean-classify") as c:
+        route = answers(c)
+        assert lean_of(c.app) is None
+    for (name, *got), (_, *want) in zip(lean, route):
+        assert got == want, name
+    statuses = {s for _, s, _, _ in route}
+    assert {200, 401, 413, 422} <= statuses  # the cases reach every kind of answer
+    # the valid bodies were answered by the lean path itself (the limits' 422s too: classify_texts gives them to
+    # both), the rest were left to the route
+    limits = {"empty list", "too many texts", "too long text", "blank text"}
+    assert answered == sum(1 for name, s, _, _ in lean if s == 200 or name in limits)
+    assert all(s == 422 for name, s, _, _ in lean if name in limits)
+    assert "/v1/classify" in schema["paths"] and "ClassifyRequest" in schema["components"]["schemas"]
+
+
+def test_the_monitor_counts_answers_of_the_lean_path(spread_model_dir, clf, tmp_path):
+    with client(spread_model_dir, clf, tmp_path) as c:
+        monitor = c.app.state.server.monitor
+        for body in (b'{"texts": ["a b", "c d"]}', b'{"text": "e f"}', b'{"texts": ["ok", " "]}'):
+            c.post("/v1/classify", content=body, headers=JSON)
+        monitor.flush()
+        window = monitor.windows[c.app.state.server.served.version]
+        assert lean_of(c.app).answered == 3
+    assert window.total == 3 and window.empty == 1  # two answers and one text of a 422 (blank) counted
