@@ -11,11 +11,13 @@ from starlette.testclient import TestClient
 from app.config import parse_args
 from app.http.lean import LeanClassify
 from app.server import create_app
+from labelstore import open_store, users
 from serving.engine import Classifier
 
 KEY = "k" * 24
 AUTH = {"Authorization": f"Bearer {KEY}"}
-JSON = {**AUTH, "Content-Type": "application/json"}
+JSON_TYPE = {"Content-Type": "application/json"}
+JSON = {**AUTH, **JSON_TYPE}
 LIMITS = ["--max-texts", "3", "--max-chars", "40", "--max-body-bytes", "1500"]
 
 # (name, body bytes, headers): every kind of answer /v1/classify gives a client, good and bad
@@ -57,6 +59,19 @@ def clf(spread_model_dir):
     return Classifier.load(spread_model_dir, provider="torch")
 
 
+@pytest.fixture(scope="module")
+def team(tmp_path_factory):
+    """One label store both servers use in turn: an annotator's token (may classify) and a revoked one."""
+    url = f"sqlite:///{tmp_path_factory.mktemp('lean-store') / 'app.db'}"
+    engine = open_store(url)
+    tokens = {name: users.add_user(engine, name, "annotator") for name in ("ann", "gone")}
+    users.revoke(engine, "gone")
+    engine.dispose()
+    body = b'{"text": "memo"}'
+    return url, [("annotator's token", body, {"Authorization": f"Bearer {tokens['ann']}", **JSON_TYPE}),
+                 ("revoked token", body, {"Authorization": f"Bearer {tokens['gone']}", **JSON_TYPE})]
+
+
 def client(folder, clf, data_dir, *flags) -> TestClient:
     cfg = parse_args(["--model", str(folder), "--no-ui", "--data-dir", str(data_dir), "--api-key", KEY, *LIMITS,
                       *flags])
@@ -71,26 +86,28 @@ def lean_of(app) -> LeanClassify | None:
     return layer
 
 
-def answers(c: TestClient) -> list:
+def answers(c: TestClient, cases=CASES) -> list:
     out = []
-    for i, (name, body, headers) in enumerate(CASES):
+    for i, (name, body, headers) in enumerate(cases):
         r = c.post("/v1/classify", content=body, headers={**headers, "X-Request-Id": f"case{i:04d}"})
         out.append((name, r.status_code, r.content, sorted(r.headers.multi_items())))
     return out
 
 
-def test_the_lean_path_answers_as_the_route_does(spread_model_dir, clf, tmp_path):
-    with client(spread_model_dir, clf, tmp_path / "lean") as c:
-        lean = answers(c)
+def test_the_lean_path_answers_as_the_route_does(spread_model_dir, clf, tmp_path, team):
+    url, user_cases = team
+    with client(spread_model_dir, clf, tmp_path / "lean", "--database-url", url) as c:
+        lean = answers(c, CASES + user_cases)
         answered = lean_of(c.app).answered
         schema = c.get("/openapi.json", headers=AUTH).json()
-    with client(spread_model_dir, clf, tmp_path / "route", "--no-lean-classify") as c:
-        route = answers(c)
+    with client(spread_model_dir, clf, tmp_path / "route", "--no-lean-classify", "--database-url", url) as c:
+        route = answers(c, CASES + user_cases)
         assert lean_of(c.app) is None
     for (name, *got), (_, *want) in zip(lean, route):
         assert got == want, name
     statuses = {s for _, s, _, _ in route}
     assert {200, 401, 413, 422} <= statuses  # the cases reach every kind of answer
+    assert [s for name, s, _, _ in route[-2:]] == [200, 401]  # the annotator classifies; the revoked token may not
     # the valid bodies were answered by the lean path itself (the limits' 422s too: classify_texts gives them to
     # both), the rest were left to the route
     limits = {"empty list", "too many texts", "too long text", "blank text"}
