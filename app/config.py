@@ -144,6 +144,7 @@ class Config:
     prior_correction: bool = False  # serve the class mix the monitor estimates where it moved (serving/prior.py)
     # The cascade (app/llm/fallback.py): 'not sure' answers go to an LLM at an OpenAI-compatible endpoint
     server_timing: bool = False  # a Server-Timing header on each answer (app/http/server_timing.py)
+    lean_classify: bool = True  # POST /v1/classify's plain case answered before FastAPI (app/http/lean.py)
     fallback_url: str | None = None
     fallback_model: str | None = None
     fallback_prompt: Path | None = None
@@ -249,6 +250,8 @@ FLAGS = {
     "server_timing": Flag("answer each request with a Server-Timing header: milliseconds of tokenizing, queue, "
                           "engine, model pass and the whole request inside the server (bench/stage_report.py reads "
                           "it; it tells clients how busy the server is)"),
+    "lean_classify": Flag("send every POST /v1/classify through FastAPI's route and validation, not only the "
+                          "ones the lean path (app/http/lean.py) leaves to it; the same answers, slower"),
     "fallback_url": Flag("send answers under the model's threshold ('not sure') to the LLM at this OpenAI-compatible "
                          "endpoint (key: $OPENAI_API_KEY); its answers come back with source 'llm' and are kept "
                          "as teacher labels in DATA_DIR/teacher (pip install -e '.[llm]')", metavar="URL"),

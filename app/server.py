@@ -135,6 +135,10 @@ def create_app(cfg: Config, clf, state: ServerState | None = None, registry: Reg
     check_routes(app)  # a route that names no role refuses to start
     authorizer = Authorizer(identities, open_server=open_to_anyone(cfg),
                             refusals={"admin": admin_refusal(cfg), "team": open_refusal(cfg)})
+    if cfg.lean_classify:  # inside the gate, as app/team/hot.py's routes
+        from app.http.lean import LeanClassify
+
+        app.add_middleware(LeanClassify, classify_texts=app.state.classify_texts)
     app.add_middleware(Gate, authorizer=authorizer, state=state, metrics=metrics, api_key=cfg.api_key,
                        max_body_bytes=cfg.max_body_bytes, server_timing=cfg.server_timing,
                        sites=sites, uploads=uploads if cfg.ui else None, max_texts=cfg.max_texts,

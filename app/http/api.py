@@ -274,9 +274,7 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
             if state.monitor is not None:
                 state.monitor.rejected_empty(served, sum(1 for t in texts if not t.strip()))
             raise
-        request.state.n_texts = len(texts)
-        request.state.served = served
-        request.state.model_version = served.version
+        request.scope.setdefault("state", {}).update(n_texts=len(texts), served=served, model_version=served.version)
         batcher = state.batcher
         if batcher is None:
             raise HTTPException(503, "model is starting", headers={"Retry-After": "1"})
@@ -330,6 +328,7 @@ def _add_classify_routes(app: FastAPI, cfg: Config, state: ServerState, metrics:
         return preds
 
     add_hf_routes(app, classify_texts)
+    app.state.classify_texts = classify_texts  # the lean path's too (app/http/lean.py)
 
 
 def _add_status_routes(app: FastAPI, cfg: Config, state: ServerState, metrics: Metrics) -> None:
