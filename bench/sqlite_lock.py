@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 from api_load import start_server, stop_server  # as a script sees its siblings
-from stage_report import machine
+from harness import machine
 
 KEY = "bench-sqlite-lock-key-0123456789"
 

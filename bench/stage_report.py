@@ -25,7 +25,6 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -38,6 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # the project, and its sibling benchmarks as a script sees them
 from api_load import free_port, start_server, stop_server
+from harness import machine, median_ms
 from load_clients import Connection
 
 TEXT = "Firefox crashes when opening a PDF attachment from the mail client"
@@ -58,29 +58,6 @@ async def app(scope, receive, send):
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(BODY)).encode())]})
     await send({"type": "http.response.body", "body": BODY})
 '''
-
-
-def machine() -> dict:
-    """What the figures depend on: the CPU (INT8 kernels differ: AVX-512 VNNI or AVX2 only), cores, load."""
-    flags = set()
-    model = platform.processor()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-            elif line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    isa = "avx512_vnni" if "avx512_vnni" in flags else "avx2" if "avx2" in flags else "other"
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=False,
-                            capture_output=True, text=True).stdout.strip()
-    return {"cpu": model, "isa": isa, "cores": os.cpu_count(), "load": list(os.getloadavg()), "commit": commit,
-            "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
-
-
-def median_ms(times: list[float]) -> float:
-    return round(statistics.median(times) * 1000, 3)
 
 
 def hand_written(folder: Path, model_file: str, max_length: int, text: str, n: int, warmup: int,
