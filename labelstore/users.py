@@ -90,13 +90,33 @@ def new_token(engine: sa.Engine, name: str) -> str:
 
 
 def revoke(engine: sa.Engine, name: str) -> None:
+    """Revoke NAME's token (401 from now on); refused for the last active admin, as a demotion is (`set_role`)."""
     def revoke_(conn):
-        done = conn.execute(users.update().where(users.c.name == name, users.c.token_hash.is_not(None))
-                            .values(revoked_at=time.time()))
-        if not done.rowcount:
-            raise UserError(f"no user {name!r} (`users list` shows them)")
+        row = _person(conn, name)
+        if row.role == "admin" and row.revoked_at is None:
+            _keep_an_admin(conn, name)
+        conn.execute(users.update().where(users.c.id == row.id).values(revoked_at=time.time()))
 
     tx.run(engine, revoke_)
+
+
+def _person(conn, name: str):
+    row = conn.execute(sa.select(users.c.id, users.c.role, users.c.revoked_at)
+                       .where(users.c.name == name, users.c.token_hash.is_not(None))).first()
+    if row is None:
+        raise UserError(f"no user {name!r} (`users list` shows them)")
+    return row
+
+
+def _keep_an_admin(conn, name: str) -> None:
+    """Refuse to leave no active admin. FOR UPDATE on PostgreSQL: two admins demoting or revoking each other at
+    once take turns, and the second sees the first's change (SQLite's writers take turns already: BEGIN IMMEDIATE;
+    tests/labelstore/test_labelstore_users.py fails on PostgreSQL without it)."""
+    admins = conn.execute(sa.select(users.c.id).where(
+        users.c.role == "admin", users.c.revoked_at.is_(None), users.c.token_hash.is_not(None))
+        .with_for_update()).all()
+    if len(admins) <= 1:
+        raise UserError(f"{name!r} is the last active admin: make another person admin first")
 
 
 def set_role(engine: sa.Engine, name: str, role: str) -> str:
@@ -107,18 +127,9 @@ def set_role(engine: sa.Engine, name: str, role: str) -> str:
         raise UserError(f"role {role!r} is not one of {', '.join(ROLES)}")
 
     def change(conn):
-        row = conn.execute(sa.select(users.c.id, users.c.role, users.c.revoked_at)
-                           .where(users.c.name == name, users.c.token_hash.is_not(None))).first()
-        if row is None:
-            raise UserError(f"no user {name!r} (`users list` shows them)")
+        row = _person(conn, name)
         if row.role == "admin" and role != "admin" and row.revoked_at is None:
-            # FOR UPDATE on PostgreSQL: two admins demoting each other at once take turns, and the second sees
-            # the first's change (SQLite's writers take turns already: BEGIN IMMEDIATE)
-            admins = conn.execute(sa.select(users.c.id).where(
-                users.c.role == "admin", users.c.revoked_at.is_(None), users.c.token_hash.is_not(None))
-                .with_for_update()).all()
-            if len(admins) <= 1:
-                raise UserError(f"{name!r} is the last active admin: make another person admin first")
+            _keep_an_admin(conn, name)
         conn.execute(users.update().where(users.c.id == row.id).values(role=role))
         return row.role
 
