@@ -146,18 +146,21 @@ class Registry:
         return out
 
     def listing(self) -> list[dict]:
-        """Every version with its scores, the active one marked, newest first."""
-        active, decisions = self.active(), {}
+        """Every version with its scores, the active one marked, newest first; `last_decision` is its evaluation's
+        (promoted or kept, and why), `last_activated` its latest activation: kept apart, because an activation
+        written over the decision hid why a candidate was kept (issue 59)."""
+        active, decisions, activations = self.active(), {}, {}
         for e in self.events():
-            if e.get("event") in ("decision", "activated") and e.get("version"):
-                decisions[e["version"]] = e
+            if e.get("version") and e.get("event") in ("decision", "activated"):
+                (decisions if e["event"] == "decision" else activations)[e["version"]] = e
         out = []
         for name in reversed(self.names()):
             try:
                 m = self.meta(name)
             except RegistryError as e:  # listed as unreadable, named: the others are still shown
                 m = {"unreadable": str(e)}
-            out.append({**m, "version": name, "active": name == active, "last_decision": decisions.get(name)})
+            out.append({**m, "version": name, "active": name == active, "last_decision": decisions.get(name),
+                        "last_activated": activations.get(name)})
         return out
 
     # ------------------------------------------------------------ writing

@@ -156,6 +156,22 @@ def test_one_example_class_is_refused_before_training(admin_app, tmp_path):
         assert json.loads(c.get("/v1/models").text)["versions"][0]["version"] == "v1"
 
 
+def test_activating_a_version_keeps_its_evaluation_decision_in_the_listing(registry, tmp_path):
+    """Issue 59: the listing's last_decision was the last of decision or activation, so a rollback or a manual
+    promotion hid why the version was kept or promoted."""
+    stage = registry.staging("v2")
+    (stage / "config.json").write_text("{}")
+    made = registry.commit(stage, {"source": "trained", "parent": "v1"})
+    registry.log("decision", version=made, promoted=False, why="kept as a candidate: 0.50 < 0.60")
+    registry.set_active(made, why="manual promotion")
+    registry.set_active("v1", why="rollback")
+    registry.set_active(made, why="again")
+    listed = {m["version"]: m for m in registry.listing()}
+    assert listed[made]["last_decision"]["why"] == "kept as a candidate: 0.50 < 0.60"
+    assert listed[made]["last_activated"]["why"] == "again" and listed["v1"]["last_activated"]["why"] == "rollback"
+    assert listed["v1"]["last_decision"] is None
+
+
 def test_candidate_worse_on_the_slice_stays_listed_with_both_scores(registry, tmp_path):
     activated = []
 

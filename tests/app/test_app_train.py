@@ -93,7 +93,9 @@ def test_training_makes_a_scored_version_that_is_promoted_and_rolled_back(train_
     assert r.status_code == 200 and r.json()["model_version"] == "v2"
     listed = httpx.get(url + "/v1/models").json()
     assert listed["active"] == "v2" and [v["version"] for v in listed["versions"]] == ["v2", "v1"]
-    assert listed["versions"][0]["last_decision"]["event"] == "activated"
+    v2 = listed["versions"][0]
+    assert v2["last_decision"]["event"] == "decision" and v2["last_decision"]["why"] == job["decision"]["why"]
+    assert v2["last_activated"]["event"] == "activated"  # beside the decision, not over it
     # rollback
     assert httpx.post(url + "/v1/models/v1/activate", timeout=120).status_code == 200
     assert httpx.post(url + "/v1/classify", json={"text": "꿈에서 봤다"}).json()["model_version"] == "v1"
