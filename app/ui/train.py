@@ -62,6 +62,15 @@ def sources_words(data: dict) -> str:
     return "read: " + ", ".join(where) if where else ""
 
 
+def eta_words(p: dict, now: float) -> str:
+    """The ETA counted down from when the training child wrote it (`updated`), so it moves between its writes:
+    the child writes on training steps only, and a fold's scoring, the baseline and the export write none (the
+    ETA stood still for 24 s, issue 59); a snapshot older than 10 s says so instead of passing for news."""
+    since = max(0.0, now - p.get("updated", now))
+    words = f"ETA {max(0.0, p['eta_s'] - since):.0f} s"
+    return words + (f" (last progress {since:.0f} s ago)" if since > 10 else "")
+
+
 def progress_html(job: dict | None) -> str:
     if job is None:
         return "<div>No training job yet.</div>"
@@ -78,7 +87,7 @@ def progress_html(job: dict | None) -> str:
         if p.get("steps"):
             parts.append(f"step {p['step']}/{p['steps']}")
         if p.get("eta_s") is not None:
-            parts.append(f"ETA {p['eta_s']:.0f} s")
+            parts.append(eta_words(p, time.time()))
     if job.get("version"):
         parts.append(f"made {html.escape(job['version'])}")
     decision = (job.get("decision") or {}).get("why")

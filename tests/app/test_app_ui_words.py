@@ -88,6 +88,19 @@ def test_the_train_progress_says_where_its_rows_came_from_and_no_zero_correction
         "(1 labels kept)" in shown and "team datasets" not in shown
 
 
+def test_the_train_eta_counts_down_between_the_childs_writes():
+    """Issue 59 (minor): the ETA froze for 24 s: the child writes progress on training steps only."""
+    from app.ui.train import eta_words, progress_html
+
+    p = {"eta_s": 120.0, "updated": 1000.0}
+    assert eta_words(p, 1000.0) == "ETA 120 s"
+    assert eta_words(p, 1008.0) == "ETA 112 s"  # moves with the clock, not only with the child's writes
+    assert eta_words(p, 1024.0) == "ETA 96 s (last progress 24 s ago)"
+    assert eta_words(p, 1500.0).startswith("ETA 0 s (last progress 500 s ago)")
+    job = {"id": "j1", "status": "running", "progress": {"percent": 50, "eta_s": 30.0, "updated": 0.0}}
+    assert "last progress" in progress_html(job)  # a snapshot from long ago says so
+
+
 def test_an_empty_number_box_says_its_default():
     from app.ui.train import TAB_PARAMS, number_placeholders
 
