@@ -177,3 +177,12 @@ class ServedCalibration:
                 "calibrated; no --target-precision was given to k-fold, so every answer counts as confident"
             )
         return out
+
+
+def no_threshold_reason(cal) -> str:
+    """Why a served model's calibration (`clf.calibration`, None for none) gives no threshold to be sure by
+    ("" where it gives one): every answer then counts as `confident` on the API, which the UI must not show as a
+    confident suggestion (the Label tab, Batch, team datasets' Accept)."""
+    if getattr(cal, "applied", False) and getattr(cal, "thresholds", None) is not None:
+        return ""
+    return "calibrated, no threshold (no --target-precision)" if getattr(cal, "applied", False) else "not calibrated"

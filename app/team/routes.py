@@ -37,6 +37,7 @@ from app.team.inputs import DatasetId, RecordId, Text, check_labels, check_texts
 from labelstore import queue, review, tx, users
 from labelstore.agreement import agreement
 from labelstore.schema import ROLES
+from serving.calibration import no_threshold_reason
 from textdata.labels import is_formula
 
 STAFF = ("reviewer", "admin")
@@ -99,7 +100,11 @@ def _suggestions(clf, texts: list[str]) -> list[dict]:
 
 
 def _label_suggestions(clf, preds: list) -> list[dict]:
-    return [{"suggestion": {"label": p.label, "score": round(float(p.score), 4)}, "priority": float(p.score)}
+    """With how sure the model was, as the Label tab shows it (issue 59): `confident` where the model has a
+    threshold, else `no_threshold` and why, so no suggestion looks sure that nothing made sure."""
+    bare = no_threshold_reason(getattr(clf, "calibration", None))
+    sure = (lambda p: {"no_threshold": bare}) if bare else (lambda p: {"confident": bool(getattr(p, "confident", True))})
+    return [{"suggestion": {"label": p.label, "score": round(float(p.score), 4), **sure(p)}, "priority": float(p.score)}
             for p in preds]
 
 

@@ -11,6 +11,7 @@ import gradio as gr
 from app.http.api import text_problem
 from app.http.batcher import QueueFull
 from app.monitoring.monitor import answer_scores, label_set
+from serving.calibration import no_threshold_reason
 from textdata.learned import ADDS_NOTHING
 
 QUICK = 16  # concurrent quick events (classify, label clicks): milliseconds each
@@ -43,13 +44,8 @@ def health_banner(state) -> str:
 
 
 def no_threshold(clf) -> str:
-    """Why the served model has no threshold to be sure by ("" where it has one): every answer then counts as
-    `confident` on the API (serving/calibration.py), which the UI must not show as a confident suggestion."""
-    cal = getattr(clf, "calibration", None)
-    if getattr(cal, "applied", False) and getattr(cal, "thresholds", None) is not None:
-        return ""
-    return ("calibrated, no threshold (no --target-precision)" if getattr(cal, "applied", False)
-            else "not calibrated")
+    """Why the served model has no threshold to be sure by ("" where it has one; serving/calibration.py)."""
+    return no_threshold_reason(getattr(clf, "calibration", None))
 
 
 def needed(clf, label: str) -> str:

@@ -58,6 +58,7 @@ class TeamSession:
         self._sets: dict[int, list] = {}
         self._has: dict[int, bool] = {}  # the record has a suggestion (a dataset of the model's labels)
         self.shown: dict | None = None  # the progress last read (the bar's), for the text's title
+        self.unsure: set[int] = set()  # records whose suggestion was under the threshold (label_view.unsure_rows)
 
     def current(self) -> int | None:
         """The text the queue gives this person now (the one they hold first), leased to them."""
@@ -75,6 +76,12 @@ class TeamSession:
             self.probs[rid] = {sugg["label"]: sugg["score"]} if "score" in sugg and "label" in sugg else {}
             self._sets[rid] = list(sugg.get("labels") or [])
             self._has[rid] = bool(sugg)
+            if sugg.get("confident") is False:  # stored with the suggestion (app/team/routes.py)
+                self.unsure.add(rid)
+        if "no_threshold" in sugg:  # the Label tab's words for the record on screen
+            self.meta["no_threshold"] = sugg["no_threshold"]
+        elif "confident" in sugg:
+            self.meta.pop("no_threshold", None)
         return rid
 
     def suggested(self, row: int) -> bool:

@@ -111,7 +111,8 @@ def test_a_reviewer_creates_a_dataset_from_an_uploaded_file_and_an_annotator_can
     assert "2 texts" in said and "1 empty rows skipped" in said and "1 repeated texts kept once" in said
     assert menu["choices"] == [(f"{ds.id}: notes (0/2)", ds.id)]
     first = queue.next_record(engine, ds, ids["ann"])  # least confident first, the model's answer as suggestion
-    assert first["text"] == "small day" and first["suggestion"] == {"label": "a", "score": 0.6}
+    assert first["text"] == "small day"  # the model has no calibration: its suggestion says so (issue 59)
+    assert first["suggestion"] == {"label": "a", "score": 0.6, "no_threshold": "not calibrated"}
     outside = tmp_path / "secret.csv"
     outside.write_text("text\nhello\n", encoding="utf-8")
     with pytest.raises(gr.Error, match="Only files uploaded"):
@@ -348,4 +349,29 @@ def test_adjudicating_a_record_id_beyond_64_bits_is_refused_in_words(tmp_path):
     for big in (10**20, 2**63, 0):
         with pytest.raises(gr.Error, match="record_id must be 1 to"):
             settle(ds, big, "a", request)
+    engine.dispose()
+
+
+@pytest.mark.parametrize("thresholds", [None, [0.8, 0.8]])
+def test_a_team_datasets_suggestion_says_not_sure_or_no_threshold_as_the_label_tab_does(tmp_path, thresholds):
+    """Issue 59 (minor): a 12.8% guess got a big `Accept [Enter]` in a team dataset: the stored suggestion kept no
+    sign of how sure the model was. It now keeps `confident` (or `no_threshold`), and the annotator's session
+    marks the record as the Label tab's view reads it (label_view.unsure_rows, meta "no_threshold")."""
+    from app.team.routes import _label_suggestions
+    from app.ui.label_view import unsure_rows
+    from app.ui.team_label import TeamSession
+
+    clf = SimpleNamespace(calibration=SimpleNamespace(applied=thresholds is not None, thresholds=thresholds))
+    preds = [SimpleNamespace(label="a", score=0.128, confident=False), SimpleNamespace(label="b", score=0.95)]
+    rows = [{**r, "text": t} for r, t in zip(_label_suggestions(clf, preds), ("unsure one", "sure one"))]
+    engine = open_store(f"sqlite:///{tmp_path / 'app.db'}")
+    uid = users.by_token(engine, users.add_user(engine, "ann", "annotator"))[0]
+    ds_id, _, _ = queue.create_dataset(engine, "d", ["a", "b"], False, 1, rows, uid)
+    session = TeamSession(engine, queue.get_dataset(engine, ds_id), (uid, "ann", "annotator"))
+    first = session.current()  # least sure first
+    assert session.texts[first] == "unsure one"
+    if thresholds is None:
+        assert session.meta["no_threshold"] == "not calibrated" and not unsure_rows(session)
+    else:
+        assert first in unsure_rows(session) and "no_threshold" not in session.meta
     engine.dispose()
