@@ -399,6 +399,19 @@ class Gate:
                     [(b"connection", b"close")])
 
 
+async def whole_body(receive) -> bytes | None:
+    """The request body, for a lean path inside the gate (app/http/lean.py, app/team/hot.py): the gate has read
+    it whole already (and bounded it), so this takes its one message; None when the client left."""
+    body, more = [], True
+    while more:
+        message = await receive()
+        if message["type"] != "http.request":
+            return None
+        body.append(message.get("body", b""))
+        more = message.get("more_body", False)
+    return b"".join(body)
+
+
 def replaying(body: bytes, receive):
     """An ASGI receive that gives `body` whole, once, then what `receive` gives (a disconnect)."""
     sent = False

@@ -22,7 +22,7 @@ from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
 from app.http.api import ClassifyRequest, _shape, _validation_response
-from app.http.gate import replaying
+from app.http.gate import replaying, whole_body
 
 PATH = "/v1/classify"
 
@@ -38,14 +38,9 @@ class LeanClassify:
         if scope["type"] != "http" or scope["path"] != PATH or scope["method"] != "POST":
             await self.app(scope, receive, send)
             return
-        body, more = [], True
-        while more:  # the gate has read it whole already (and bounded it): this takes its one message
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client left
-            body.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(body)
+        body = await whole_body(receive)
+        if body is None:
+            return  # the client left
         req = _parsed(scope, body)
         if req is None:
             await self.app(scope, replaying(body, receive), send)

@@ -18,7 +18,7 @@ import orjson
 from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 
-from app.http.gate import replaying
+from app.http.gate import replaying, whole_body
 from labelstore import queue, tx, users
 from labelstore.schema import ROLES
 
@@ -45,14 +45,9 @@ class HotRoutes:
         if m is None:
             await self.app(scope, receive, send)
             return
-        body, more = [], True
-        while more:  # the gate has read it whole already (and bounded it): this takes its one message
-            message = await receive()
-            if message["type"] != "http.request":
-                return  # the client left
-            body.append(message.get("body", b""))
-            more = message.get("more_body", False)
-        body = b"".join(body)
+        body = await whole_body(receive)
+        if body is None:
+            return  # the client left
         try:
             answered = await self._answer(m, scope, body, send)
         except tx.Busy as e:  # outside FastAPI's exception handlers: answered as app/team/routes.py answers it
