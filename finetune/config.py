@@ -191,7 +191,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_flags(p, Config, FLAGS, skip=("model", "data", "output", "train", "adapt"))
     add_flags(p, TrainConfig, TRAIN_FLAGS)
     p.add_argument("--no-class-weights", dest="class_weights", action="store_false",
-                   help="turn --class-weights off where --model's recipe turns it on (docs/finetune.md)")
+                   help="turn --class-weights off where --model's recipe turns it on (default: not given; docs/finetune.md)")
     add_flags(p, AdaptConfig, ADAPT_FLAGS, prefix="adapt_")
     return p
 

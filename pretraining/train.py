@@ -52,11 +52,11 @@ from pretraining.config import (
 )
 from pretraining.corpus import Blocks, build_cache, check_corpus, corpus_as_text
 from pretraining.cpu_limits import omp_threads, plan_threads
+from pretraining.e5 import RECIPE
 from pretraining.init_from import init_source, load_init, resolve_init
 from pretraining.logbook import Logbook, plot_rtd_curve, summarize
 from pretraining.model import ElectraPretrainer
 from pretraining.tokenizer import load_tokenizer, resolve_vocab_size, train_tokenizer
-from textdata.model_files import RECIPE
 
 
 # Twin of textdata.numerics.lr_at (pretraining imports no other package): tests/textdata/test_twins.py

@@ -21,11 +21,13 @@ from pretraining.config import UsageError as PretrainUsageError
 from pretraining.config import flag_hint as pretrain_flag_hint
 from pretraining.cpu_limits import CpuLimits as PretrainCpuLimits
 from pretraining.cpu_limits import plan_threads as pretrain_plan_threads
+from pretraining.e5 import RECIPE as PRETRAIN_RECIPE
 from pretraining.train import autocast_dtype
 from pretraining.train import lr_at as pretrain_lr_at
 from textdata.cpu_limits import CpuLimits, plan_threads
 from textdata.errors import UsageError, UserError, exits_2_on_user_error
 from textdata.flags import Parser, add_flags, flag_hint
+from textdata.model_files import RECIPE
 from textdata.numerics import PRECISIONS, lr_at, resolve_dtype
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -134,6 +136,11 @@ def _marks() -> list[tuple[str, str]]:
 def _resolve(qualified: str):
     module, _, name = qualified.rpartition(".")
     return getattr(importlib.import_module(module), name)
+
+
+def test_the_recipe_file_has_one_name():
+    """pretraining writes the recipe that finetune reads: a rename on one side would drop it silently."""
+    assert PRETRAIN_RECIPE == RECIPE
 
 
 def test_every_marked_twin_is_checked_here():
