@@ -159,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                                           "model": cfg.model, "version": version, "auth": bool(cfg.api_key), "ui": cfg.ui}})
     # What start-up made (torch, transformers, Gradio, the model: millions of objects) lives as long as the
     # process: out of the collector's sight, so that a full collection while serving does not walk it all
-    # again (each one stalled every request for ~0.4 s: the k=1 p99 of bench/team_labels.py, docs/results.md)
+    # again (each one stalled every request for ~0.4 s: the k=1 p99 of bench/team_labels.py, docs/notes/log.md, "Team labeling")
     import gc
 
     gc.freeze()

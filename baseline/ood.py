@@ -20,11 +20,11 @@ percentile of the text's length score (minus the distance of log(1 + its char n-
 `totals`) to the training rows' median) and the product re-ranked on the out-of-fold rows' products; a text
 under every training row stays there. Off-topic texts of another length than the training rows (package
 synopses to a news model) fell from 2 to 6 of 10 resplits meeting both goals at BBC target 0.8, the rest held
-(bench/ood_scores.py, bench/ood_cuts.py, docs/results.md). The cut is the highest typicality, among the out-of-fold
+(docs/notes/log.md, "Better-separating scores"). The cut is the highest typicality, among the out-of-fold
 rows' own, that costs them at most MAX_DROP of their confident answers, and at most MAX_CUT (a text less
 typical than 95% of the training rows; above it the allowance of a model that answers few rows was spent inside
 the in-domain bulk and did not transfer to unseen rows, while no off-topic set sat there). Why the rest (bench/ood_cuts.py, 5 resplits of a
-BBC model, docs/results.md): package synopses sit just under the in-domain rows' 1% centroid percentile, so a
+BBC model, docs/notes/log.md, "A cut that leaked"): package synopses sit just under the in-domain rows' 1% centroid percentile, so a
 cut on a 0.005 grid (0.005 or 0.01) let 7-43% of them through in 3 of 5 resplits; and the neighbours percentile,
 which in "the smaller of the two" (COMBINE "min", older folders) spent half the flagged in-domain rows, caught
 almost none of them (33-44% through on its own).
@@ -253,7 +253,7 @@ def choose_cut(level: np.ndarray, sure: np.ndarray, max_drop: float = MAX_DROP, 
     Why `max_cut` (0.5 before): a model that answers few rows (coverage 0.1-0.3) spent its allowance, 10% of its
     answers, at cuts of 0.12-0.29, inside the in-domain rows' bulk, where unseen pages or a final model that
     answers more cost 2.1-3.5 points in 3 of 8 resplits; no off-topic set sat above 0.05 there (bench/ood_cuts.py,
-    docs/results.md)."""
+    docs/notes/log.md, "MAX_CUT 0.05")."""
     level, sure = np.asarray(level, float), np.asarray(sure, bool)
     allowed = int(np.floor(max_drop * len(level) + 1e-9))
     confident_levels = np.sort(level[sure])

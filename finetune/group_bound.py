@@ -197,7 +197,7 @@ class PredictionBound:
 
 DESIGN = DesignBound()
 # What --group-column serves (since 2026-11-27; DESIGN before): issue 42's target is the precision of one finite
-# unseen batch, and on ko-help by page (10 resplits, TF-IDF + LR, docs/results.md) DESIGN's threshold missed it in
+# unseen batch, and on ko-help by page (10 resplits, TF-IDF + LR, docs/notes/log.md, "ko-help by page") DESIGN's threshold missed it in
 # 2 of 10 at 0.8 (.788, .752) where this one held 8 of 8 it stated (2 refused with the best reachable named) at a
 # coverage of 0.177 instead of 0.270; at 0.9 this one stated nothing, DESIGN once. A refusal that names the best
 # reachable target keeps the promise; a stated 0.8 that comes out 0.75 breaks it. The page bootstrap's prediction

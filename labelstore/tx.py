@@ -214,7 +214,7 @@ def run_hot(engine: sa.Engine, fn):
 # An async server's store calls, on SQLite: all in one thread per engine, in arrival order. SQLite writes one
 # transaction at a time anyway; one thread spares the hand-off of the lock between many pool threads and
 # their fight for the GIL with the event loop (server CPU per label save, bench/team_labels.py: see
-# docs/results.md). PostgreSQL writes in parallel: its calls go to the default thread pool.
+# docs/notes/log.md, "Team labeling"). PostgreSQL writes in parallel: its calls go to the default thread pool.
 _THREADS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
@@ -242,7 +242,7 @@ async def call(engine: sa.Engine, fn, *args):
 async def call_hot(engine: sa.Engine, fn, *args):
     """`call` for a function whose store work is one run_hot (the queue's next and submit). On SQLite it runs
     at once on the event loop's thread when the writer lock is free: no hand-off to the store thread and
-    back, no fight for the GIL between the two (measured: docs/results.md, "Team labeling"); a transaction
+    back, no fight for the GIL between the two (measured: docs/notes/log.md, "Team labeling"); a transaction
     here is a few hundred microseconds, and its checkpoints are left to the store thread. Where the lock is
     taken (another thread or process writes) or a race is lost, in the store thread, which may wait."""
     if engine.dialect.name == "sqlite":

@@ -40,7 +40,7 @@ ROWS = ("electra", "electra-15", "replace-mlm", "all-tokens-mlm", "mlm")
 LABELS = {"electra": "ELECTRA", "electra-15": "ELECTRA 15%", "replace-mlm": "Replace MLM",
           "all-tokens-mlm": "All-Tokens MLM", "mlm": "BERT (MLM)", "random-init": "random init",
           "tfidf": "char TF-IDF + LR"}
-# The recipe docs/evidence.md measured for tiny encoders on ko-help (early stopping picks the epoch).
+# The recipe measured for tiny encoders on ko-help (docs/results.md, "Korean: ko-help grouped by page") (early stopping picks the epoch).
 FINETUNE = "--folds 5 --max-length 64 --epochs 10 --batch-size 32 --lr 1e-3 --class-weights --patience 3"
 CPU_DEFAULTS = ["--preset", "tiny", "--batch-size", "32", "--lr", "1e-3", "--warmup-steps", "60", "--max-steps", "600"]
 

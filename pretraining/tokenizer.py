@@ -6,7 +6,7 @@
 Without --vocab-size (or with `auto`) the size follows the corpus: one entry per 256 bytes of text,
 rounded down to a power of two, between 4,096 and 32,768 (`vocab_size_for`). On the 1.1 MB Korean
 corpus a 32k request gives 22k entries whose median count is 1 (85% seen fewer than 5 times); 4,096
-gives a median count of 18, so each embedding gets trained (docs/evidence.md has the measurement).
+gives a median count of 18, so each embedding gets trained (docs/notes/log.md, "Vocabulary size on ko-text.txt").
 
 Normalisation is NFC + lowercase, *without* BERT's accent stripping: stripping runs NFD and drops
 combining marks, which decomposes every Hangul syllable into jamo (한 -> ㅎㅏㄴ). NFC first so that text

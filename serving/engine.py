@@ -54,7 +54,7 @@ _TOLD: set[str] = set()  # k-fold's findings (textdata/learned.py) already logge
 
 PROVIDERS = ("auto", "cpu", "cuda", "tensorrt", "torch")
 TRUNCATIONS = ("head", "head+tail")
-# Default padded tokens per pass (Classifier.load(batch_tokens=None)). Measured (docs/evidence.md, "pass size"): on
+# Default padded tokens per pass (Classifier.load(batch_tokens=None)). Measured (docs/notes/log.md, "Pass size"): on
 # CPU smaller passes stay in cache, 1,024 tokens scored 15-23% more rows/s than 8,192 on two models; a GPU wants large.
 CPU_BATCH_TOKENS, GPU_BATCH_TOKENS = 1024, 8192
 

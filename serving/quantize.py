@@ -48,12 +48,12 @@ RECIPES = [
     Recipe("static-qdq-u8u8", method="static", per_channel=True, ops=("MatMul",), weight_type="QUInt8"),
 ]
 BY_NAME = {r.name: r for r in RECIPES}
-# Tried in this order by `serving.export --quantize` (measured: docs/evidence.md, "Serving: INT8 on real").
+# Tried in this order by `serving.export --quantize` (measured: docs/notes/log.md, "INT8 recipes on a real model").
 DEFAULT_ORDER = ("dynamic-per-channel", "dynamic-keep-ffn-out", "static-qdq")  # fastest first
 # Without VNNI: U8S8 with 7-bit weights first, the format ONNX Runtime's fast AVX2 kernels take (its U8U8 kernels
 # widen to int16 and run at about fp32's rate), then the u8u8 recipes of DEFAULT_ORDER; the export's speed check decides.
 NO_VNNI_ORDER = ("dynamic-reduce-range-per-channel", "dynamic-reduce-range-ffn-only", *DEFAULT_ORDER)
-# Measured on an AVX2-only EPYC (docs/evidence.md, "INT8 recipes on VNNI and on AVX2"): the dynamic recipes ran at
+# Measured on an AVX2-only EPYC (docs/notes/log.md, "INT8 speed on AVX2"): the dynamic recipes ran at
 # fp32's rate per CPU-second and static QDQ at half of it, so static can never pass the speed check there and is not
 # tried (its calibration is the slowest try). AVX-512 without VNNI is unmeasured and keeps NO_VNNI_ORDER.
 AVX2_ORDER = tuple(name for name in NO_VNNI_ORDER if not name.startswith("static"))

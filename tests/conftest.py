@@ -55,7 +55,7 @@ XDIST_GROUPS = {"test_serving_score_ray.py": "ray", "test_kfold_ray.py": "ray"}
 SERVER_FILES = ("test_app_api.py", "test_app_auth_queue.py", "test_app_hf_compat.py", "test_app_lifecycle.py",
                 "test_app_ui_browser.py", "test_app_ui_http.py")
 XDIST_GROUPS.update(dict.fromkeys(SERVER_FILES, "app-servers"))
-# Units started first, in this order: the longest (worker-seconds in the 2-core runs of docs/results.md). xdist
+# Units started first, in this order: the longest (worker-seconds in the 2-core runs of docs/notes/log.md, "The test suite"). xdist
 # queues units by their number of tests, so the slow end-to-end files, which have few, came last and one ran
 # alone at the end while the other worker had nothing left (issue 45 item 17).
 FIRST_UNITS = ("ray", "app-servers", "tests/app/test_app_fleet.py", "tests/finetune/test_kfold_cli.py",

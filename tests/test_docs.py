@@ -20,7 +20,7 @@ def citations() -> list[tuple[str, str, str]]:
     found = []
     for path in SOURCES:
         text = flat(path.read_text(encoding="utf-8", errors="replace"))
-        for page, words in re.findall(r"docs/([a-z0-9_-]+\.md),? \"([^\"]{3,80})\"", text):
+        for page, words in re.findall(r"docs/([a-z0-9_/-]+\.md),? \"([^\"]{3,80})\"", text):
             found.append((path.relative_to(ROOT).as_posix(), page, words))
     return found
 

@@ -91,11 +91,14 @@ def github_anchor(heading: str) -> str:
 # Guides (issue 60): one task a page, read in one sitting; held to the docs pages' rules, and to their own below.
 GUIDES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs" / "guides").glob("*.md"))
 DOCS = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").glob("*.md")) + GUIDES
-# The measurements themselves, not pages a user comes to with a task: every figure's line, and the runs behind them.
-MEASUREMENTS = {"docs/results.md", "docs/evidence.md"}
+# The measurements themselves, not pages a user comes to with a task: today's figures, one table per claim.
+MEASUREMENTS = {"docs/results.md"}
+# The research log (issue 60): dated findings, superseded designs, negative results; no guide depends on it.
+NOTES = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs" / "notes").glob("*.md"))
+RESULTS_WORDS, NOTES_WORDS = 4000, 6000
 
 
-@pytest.mark.parametrize("page", ["README.md", *DOCS])
+@pytest.mark.parametrize("page", ["README.md", *DOCS, *NOTES])
 def test_links_reach_a_file_and_heading(page):
     source = ROOT / page
     for target in re.findall(r"\]\(([^)\s]+)\)", source.read_text(encoding="utf-8")):
@@ -209,3 +212,40 @@ def test_guide_calls_name_routes_their_caller_may_use(page):
         if token:
             assert token in TOKEN_ROLES, f"{page}: {method} {path} sends {token}, whose role the guide does not say"
             assert rule.allows(TOKEN_ROLES[token]), f"{page}: {method} {path} needs {rule.role}, not {token}"
+
+
+def test_results_and_the_log_stay_short():
+    """Issue 60: results.md holds today's figures only, the log what a reader still needs; git keeps the rest."""
+    words = len((ROOT / "docs" / "results.md").read_text(encoding="utf-8").split())
+    assert words <= RESULTS_WORDS, f"docs/results.md: {words} words, over {RESULTS_WORDS}"
+    assert NOTES, "docs/notes/ holds the research log"
+    for page in NOTES:
+        words = len((ROOT / page).read_text(encoding="utf-8").split())
+        assert words <= NOTES_WORDS, f"{page}: {words} words, over {NOTES_WORDS}"
+
+
+@pytest.mark.parametrize("page", ["README.md", *GUIDES])
+def test_no_guide_depends_on_the_research_log(page):
+    text = (ROOT / page).read_text(encoding="utf-8")
+    assert not re.findall(r"\]\([^)]*notes/[^)]*\)", text), f"{page} links to docs/notes/: cite results.md instead"
+
+
+def test_every_results_section_is_dated():
+    """Each claim's table says when it was measured (a row, or its section's lead, carries the date)."""
+    text = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    for section in text.split("\n### ")[1:]:
+        assert re.search(r"20\d\d-\d\d-\d\d", section), f"results.md: {section.splitlines()[0]!r} has no date"
+
+
+@pytest.mark.parametrize("page", ["README.md", *GUIDES])
+def test_figures_quoted_with_results_have_their_row(page):
+    """A paragraph that cites results.md quotes only figures that results.md holds (decimals and thousands: the
+    numbers a reader would check), so a figure cannot outlive its row."""
+    results = (ROOT / "docs" / "results.md").read_text(encoding="utf-8")
+    text = (ROOT / page).read_text(encoding="utf-8")
+    for paragraph in re.split(r"\n\s*\n", re.sub(r"```.*?```", "", text, flags=re.DOTALL)):
+        if "results.md" not in paragraph:
+            continue
+        prose = re.sub(r"\]\([^)]*\)", "]", paragraph)
+        for figure in re.findall(r"(?<![\w.])(\d[\d,]*\.\d+|\d{1,3}(?:,\d{3})+)(?!\d)", prose):
+            assert figure in results, f"{page} quotes {figure} beside a results.md link; results.md has no such row"

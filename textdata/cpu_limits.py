@@ -10,7 +10,7 @@ One answer for ONNX Runtime (serving/onnx_runner.py), torch in k-fold (finetune/
 - Work already on those cores: the 1-minute load average, scaled to this process's share of the machine, and
   no more than the CPUs /proc/stat shows busy over the last 0.1 s. The load average lags by a minute: right
   after a job of one's own (k-fold, then export, then scoring) an idle machine reads as busy, and a plan of one
-  thread scored 0.53x the rows/s of two there (2026-11-25, docs/results.md); a CPU-bound neighbour shows in
+  thread scored 0.53x the rows/s of two there (2026-11-25, docs/notes/log.md, "Shared cores and spin-waiting"); a CPU-bound neighbour shows in
   both.
   On a shared machine a thread per core means some threads wait for a core while the others spin or block at
   the next barrier: measured here, torch pretraining beside one CPU-bound process ran 4.6-9.9x faster with one

@@ -2,8 +2,8 @@
 
 Why: these two are what 16 annotators send hundreds of times a second, and FastAPI's share of each (routing
 over every route, the Request object, dependency solving, the body's pydantic round trip, the response
-class) was measured against the whole save in bench/team_labels.py (docs/results.md, "Team labeling on the
-label store"). Only the plain case is answered here: a dataset already read, a caller whose role may label,
+class) was measured against the whole save in bench/team_labels.py (docs/notes/log.md, "FastAPI's per-request
+work"). Only the plain case is answered here: a dataset already read, a caller whose role may label,
 a JSON body that validates as app/team/routes.py's `Answer` and a label of the set, and the store saying yes.
 Anything else (a refusal, a bad body, a record of another dataset, a full text) goes on untouched to the
 FastAPI routes of app/team/routes.py, which answer it exactly as before, so statuses and error bodies are theirs.

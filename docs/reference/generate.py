@@ -16,7 +16,7 @@ ROOT = Path(__file__).resolve().parents[2]
 ENTRY_POINTS = [
     ("pretraining/tokenizer.py",), ("pretraining/train.py",), ("pretraining/e5_prune.py",),
     ("finetune/kfold.py",), ("finetune/search.py",), ("-m", "finetune.teach"), ("-m", "serving.export"), ("-m", "serving.score"),
-    ("-m", "app"),
+    ("-m", "app"), ("-m", "app", "users"), ("-m", "app", "db"), ("-m", "app.fleet.promote"), ("-m", "bench"),
 ]
 
 

@@ -13,6 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from app.config import parse_args
+from app.http.batcher import Closed, QueueFull
 from app.http.lean import LeanClassify
 from app.server import create_app
 from labelstore import open_store, users
@@ -149,3 +150,50 @@ def test_the_monitor_counts_answers_of_the_lean_path(spread_model_dir, clf, tmp_
         window = monitor.windows[c.app.state.server.served.version]
         assert lean_of(c.app).answered == 3
     assert window.total == 3 and window.empty == 1  # two answers and one text of a 422 (blank) counted
+
+
+class ShedBatcher:
+    """The server's batcher in a state that sheds: full, closed, too slow, or failing."""
+
+    def __init__(self, how: str):
+        self.how, self.queued_texts = how, 0
+
+    async def submit(self, *_args, **_kwargs):
+        if self.how == "full":
+            raise QueueFull("512 texts queued (--max-queue 512)")
+        if self.how == "closed":
+            raise Closed()
+        if self.how == "slow":
+            import asyncio
+
+            await asyncio.sleep(5)
+        raise RuntimeError("the engine broke")
+
+
+SHEDS = ["starting", "full", "closed", "slow", "failing"]
+
+
+def shed_answers(folder, clf, data_dir, *flags) -> list:
+    """Each shed's answer to one valid text, the batcher swapped in after start-up (None: 'model is starting')."""
+    out = []
+    with client(folder, clf, data_dir, "--request-timeout", "0.2", *flags) as c:
+        state, real = c.app.state.server, c.app.state.server.batcher
+        for how in SHEDS:
+            state.batcher = None if how == "starting" else ShedBatcher(how)
+            r = c.post("/v1/classify", content=b'{"text": "memo"}', headers={**JSON, "X-Request-Id": how})
+            out.append((how, r.status_code, r.content, sorted(r.headers.multi_items())))
+        state.batcher = real  # the lifespan's shutdown closes the real one
+        lean = lean_of(c.app)
+        out.append(("answered here", lean.answered if lean is not None else None))
+    return out
+
+
+def test_sheds_answer_as_the_route_does(spread_model_dir, clf, tmp_path):
+    """503 starting, 429 queue full, 503 shutting down, 504 timeout and 500: status, headers and body byte for
+    byte, whichever path answers."""
+    lean = shed_answers(spread_model_dir, clf, tmp_path / "lean")
+    route = shed_answers(spread_model_dir, clf, tmp_path / "route", "--no-lean-classify")
+    assert lean[:-1] == route[:-1]
+    assert [s for _, s, _, _ in route[:-1]] == [503, 429, 503, 504, 500]
+    assert lean[-1] == ("answered here", len(SHEDS)) and route[-1] == ("answered here", None)
+    assert all(dict(h).get("retry-after") == "1" for _, s, _, h in route[:-1] if s != 500)
