@@ -181,6 +181,11 @@ class OneLabel:
         """The labels a reviewer's keys 1-9 settle a disagreement with (a set is settled by ticks, not one key)."""
         return list(labels)
 
+    def ticked_labels(self, labels: list[str]) -> list[str]:
+        """The labels a reviewer ticks (keys 1-9) before settling a disagreement with Enter: none for one label,
+        whose key settles at once."""
+        return []
+
     def unsure_rows(self, predictions: list) -> list[int]:
         """The rows whose answer is under the served threshold: their Accept is not the obvious click (a set's
         suggestion is ticked boxes, not one button)."""
@@ -209,7 +214,7 @@ class LabelSets(OneLabel):
         return {"labels": [chosen] if isinstance(chosen, str) else list(chosen)}  # one name: that one alone
 
     def store_choice(self, chosen):
-        return sorted(chosen)
+        return sorted([chosen] if isinstance(chosen, str) else chosen)  # the dropdown's one name: that one alone
 
     def accepted(self, session, row):
         """The suggested set, pre-ticked: accepting it records the whole set."""
@@ -290,6 +295,9 @@ class LabelSets(OneLabel):
 
     def keyed_labels(self, labels: list[str]) -> list[str]:
         return []
+
+    def ticked_labels(self, labels: list[str]) -> list[str]:
+        return list(labels)
 
     def unsure_rows(self, predictions: list) -> list[int]:
         return []

@@ -36,6 +36,7 @@ class Rule:
 
 
 PUBLIC = Rule(None, "liveness, readiness, sign-in")
+ICON = Rule(None, "the site's icon (the sign-in page asks for it too)")
 ANY = Rule(ANNOTATOR, "classify and read the served model")
 UI = Rule(ANNOTATOR, "the UI's pages and assets; each event has its own rule (UI_EVENTS)")
 QUEUE = Rule(ANNOTATOR, "their own queue and answers", open=False, closed="team")
@@ -51,7 +52,7 @@ ROUTES: dict[tuple[str, str], Rule] = {
     ("POST", "/v1/classify"): ANY, ("POST", "/"): ANY, ("POST", "/predict"): ANY,
     ("GET", "/v1/labels"): ANY, ("GET", "/v1/model"): ANY,
     ("GET", "/"): ANY, ("GET", "/docs"): ANY, ("GET", "/docs/oauth2-redirect"): ANY, ("GET", "/redoc"): ANY,
-    ("GET", "/openapi.json"): ANY, ("GET", "/favicon.ico"): ANY,
+    ("GET", "/openapi.json"): ANY, ("GET", "/favicon.ico"): ICON,
     ("GET", "/v1/monitor"): MONITOR, ("GET", "/metrics"): MONITOR,
     ("GET", "/v1/datasets"): QUEUE,
     ("POST", "/v1/datasets/{dataset_id}/next"): QUEUE, ("POST", "/v1/datasets/{dataset_id}/labels"): QUEUE,

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import gradio as gr
 import pandas as pd
-from starlette.responses import RedirectResponse
 
 from app.config import open_to_anyone
 from app.label_kinds import kind_of
@@ -417,8 +416,12 @@ def mount_ui(app, cfg, state, jobs=None) -> None:
     gr.mount_gradio_app(app, demo, path="/ui", ssr_mode=False, footer_links=["settings"],
                         max_file_size=int(cfg.max_upload_mb * 1024 * 1024), theme=demo.ui_theme, css=CSS,
                         head=SHORTCUTS_JS + TOUCH_JS + SIGN_OUT_JS + TEAM_KEYS_JS, show_error=True)
-    # Browsers ask the site's root for its icon on every page: Gradio's is under /ui.
-    app.add_api_route("/favicon.ico", lambda: RedirectResponse("/ui/favicon.ico", 301), include_in_schema=False)
+    # Browsers ask the site's root for its icon on every page, the sign-in page too: Gradio's icon served here
+    # to anyone (app/team/roles.py ICON), not a redirect into /ui, which answered 401 before the sign-in (no
+    # cookie yet) and after it (the cookie counts on /ui only): two console errors at each sign-in (issue 59).
+    from gradio.route_utils import favicon
+
+    app.add_api_route("/favicon.ico", lambda: favicon(demo.favicon_path), include_in_schema=False)
     # Every open tab holds a heartbeat stream that only ends on Gradio's stop event, which Gradio sets
     # after uvicorn has waited for open connections: without this, SIGTERM with a tab open would always
     # wait the full --shutdown-timeout.

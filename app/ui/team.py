@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import html
 import re
+import threading
 from pathlib import Path
 
 import gradio as gr
@@ -44,19 +45,38 @@ STAFF_ONLY = ("The Team tab shows every annotator's answers: it is for reviewers
 
 
 KEY_BUTTONS = 9
-# Keys 1-9 click the Team tab's label buttons while its disagreements are on screen (not while typing).
+# The Team tab's keys while its disagreements are on screen (not while typing): 1-9 click a label's button; on a
+# dataset of label sets (its checkboxes shown) 1-9 tick, Enter settles with the ticked labels, 0 with none.
 TEAM_KEYS_JS = """
 <script>
 document.addEventListener('keydown', (e) => {
   const t = e.target;
-  if (e.ctrlKey || e.metaKey || e.altKey || e.repeat || !/^[1-9]$/.test(e.key)) return;
+  if (e.ctrlKey || e.metaKey || e.altKey || e.repeat) return;
   if (t && (t.tagName === 'INPUT' || t.tagName === 'TEXTAREA' || t.tagName === 'SELECT' || t.isContentEditable)) return;
   const table = document.getElementById('team-disagreements');
-  const b = document.getElementById('team-btn-' + e.key);
-  if (table && table.offsetParent !== null && b && b.offsetParent !== null) { e.preventDefault(); b.click(); }
+  if (!table || table.offsetParent === null) return;
+  const checks = document.getElementById('team-checks');
+  let id = null;
+  if (checks && checks.offsetParent !== null) {
+    if (/^[1-9]$/.test(e.key)) {
+      const box = checks.querySelectorAll('input[type=checkbox]')[Number(e.key) - 1];
+      if (box) { e.preventDefault(); box.click(); }
+      return;
+    }
+    if (e.key === 'Enter') id = 'team-save';
+    else if (e.key === '0') id = 'team-none';
+  } else if (/^[1-9]$/.test(e.key)) id = 'team-btn-' + e.key;
+  const b = id && document.getElementById(id);
+  if (b && b.offsetParent !== null) { e.preventDefault(); b.click(); }
 });
 </script>
 """
+# A dataset picked: focus leaves the dropdown, so the next key settles (keys typed in a box are the box's).
+BLUR_JS = "() => { const a = document.activeElement; if (a && a.closest && a.closest('#team-dataset')) a.blur(); }"
+SETTLED_ALREADY = ("⚠ Nothing settled: that key was for record {record}, settled a moment ago (as {label}). This "
+                   "is the next one; Adjudicate changes a settled label.")
+NOTHING_TICKED = ("Nothing ticked, nothing settled: tick the labels that apply (1–9), then Enter, or press 0 "
+                  "(*None of these*) when none does.")
 
 
 def key_buttons(labels) -> list:
@@ -64,14 +84,32 @@ def key_buttons(labels) -> list:
             else gr.update(visible="hidden") for i in range(KEY_BUTTONS)]
 
 
+def check_boxes(labels) -> list:
+    """A dataset of label sets' checkboxes (keys 1-9 tick them), Settle and None; hidden for one label."""
+    shown = bool(labels)
+    return [gr.update(choices=[(f"[{i + 1}] {lab}" if i < KEY_BUTTONS else lab, lab) for i, lab in enumerate(labels)],
+                      value=[], visible=shown or "hidden"),
+            gr.update(visible=shown or "hidden"), gr.update(visible=shown or "hidden")]
+
+
 def _answer(value) -> str:
     return ";".join(value) or "(none)" if isinstance(value, list) else str(value)
+
+
+def current(row: dict | None) -> str:
+    """The disagreement the keys settle now: its record id and every answer with who gave it, each its own
+    element, on one line that wraps inside the screen's width."""
+    if row is None:
+        return ""
+    answers = " · ".join(f'<span class="team-answer">{html.escape(str(who))}: {html.escape(_answer(v))}</span>'
+                         for who, v in row["answers"].items())
+    return f"**Record {row['record_id']}**, the one the keys settle: {answers}"
 
 
 def settled(engine, ds: queue.Dataset, record_id: int, label) -> str:
     """What an adjudication did, and how much of the dataset is settled now."""
     judged, left = len(review.adjudicated(engine, ds)), len(review.disagreements(engine, ds))
-    return (f"Record {record_id} settled as **{html.escape(str(label))}**. {judged} texts adjudicated in "
+    return (f"Record {record_id} settled as **{html.escape(_answer(label))}**. {judged} texts adjudicated in "
             f"{html.escape(ds.name)}; {left} disagreements left to settle.")
 
 
@@ -95,42 +133,63 @@ def team_tab(cfg, state, exports=None) -> None:
 
     def show(dataset_id, request: gr.Request, said: str = ""):
         """The summary, the disagreements (answers before the text: they are what a reviewer reads), the
-        dataset's labels, the first disagreement's record id (the next to settle) and `said`."""
+        dataset's labels, the first disagreement's record id (the next to settle) and its answers, `said`, and
+        the keys' buttons or checkboxes of the dataset's kind."""
         if staff(request) is None:
-            return STAFF_ONLY, [], gr.update(choices=[]), None, "", *key_buttons([])
+            return STAFF_ONLY, [], gr.update(choices=[]), None, "", "", *check_boxes([]), *key_buttons([])
         if dataset_id is None:
-            return ("No dataset chosen (create one from a file below).", [], gr.update(choices=[]), None, "",
-                    *key_buttons([]))
+            return ("No dataset chosen (create one from a file below).", [], gr.update(choices=[]), None, "", "",
+                    *check_boxes([]), *key_buttons([]))
         ds = queue.get_dataset(engine, int(dataset_id))
         split = review.disagreements(engine, ds)
         rows = [[r["record_id"], " · ".join(f"{k}: {_answer(v)}" for k, v in r["answers"].items()), r["text"][:200]]
                 for r in split]
+        kind = kind_of(dataset_space(ds))
         return (summary(engine, ds), rows, gr.update(choices=[str(x) for x in ds.labels], value=None),
-                split[0]["record_id"] if split else None, said, *key_buttons(kind_of(dataset_space(ds)).keyed_labels(ds.labels)))
+                split[0]["record_id"] if split else None, said, current(split[0] if split else None),
+                *check_boxes(kind.ticked_labels(ds.labels)), *key_buttons(kind.keyed_labels(ds.labels)))
 
-    def pick(evt: gr.SelectData):
+    def chosen(dataset_id, record_id):
+        """The record id a reviewer chose (a row clicked, a number typed) and its answers: the keys settle it."""
+        if dataset_id is None or record_id is None:
+            return gr.skip(), gr.skip()
+        split = review.disagreements(engine, queue.get_dataset(engine, int(dataset_id)))
+        row = next((r for r in split if r["record_id"] == int(record_id)), None)
+        return int(record_id), current(row) if row else f"Record {int(record_id)} is not among the disagreements."
+
+    def pick(dataset_id, evt: gr.SelectData):
         """A click on a disagreement's row: its record id is the one to settle."""
         row = evt.row_value or []
         try:
-            return int(row[0])
+            return chosen(dataset_id, int(row[0]))
         except (IndexError, TypeError, ValueError):
-            return gr.skip()
+            return gr.skip(), gr.skip()
 
-    def settle(dataset_id, record_id, label, request: gr.Request):
+    turn = threading.Lock()  # a key's look (not settled yet) and its adjudication, one key at a time
+
+    def settle(dataset_id, record_id, label, request: gr.Request, key: bool = False):
+        """Adjudicate `record_id` with `label`. `key`: a key's (or its button's), for the record on screen when it
+        was pressed (the box's value the page sent with it): a record settled meanwhile (a second key pressed
+        before the next was drawn) is not settled again, as the Label tab refuses an annotator's (issue 59, D2)."""
         reviewer = staff(request)
         if reviewer is None:
             raise gr.Error(STAFF_ONLY)
-        if dataset_id is None or record_id is None or not label:
+        if dataset_id is None or record_id is None or (not label and not key):
             raise gr.Error("Choose a dataset, a record id from the table (click its row) and a label.")
         if not 1 <= record_id <= MAX_ID:  # the database's integer (app/team/inputs.py): a larger one fails in it
             raise gr.Error(f"record_id must be 1 to {MAX_ID} (a record id from the table).")
         ds = queue.get_dataset(engine, int(dataset_id))
         value = kind_of(dataset_space(ds)).store_choice(label)
-        try:
-            review.adjudicate(engine, ds, reviewer[0], int(record_id), value)  # recorded as the signed-in reviewer
-        except queue.NotFound as e:
-            raise gr.Error(str(e)) from None
-        return show(dataset_id, request, settled(engine, ds, int(record_id), label))
+        with turn:
+            before = review.adjudicated(engine, ds).get(int(record_id)) if key else None
+            if before is not None:
+                return show(dataset_id, request, SETTLED_ALREADY.format(record=int(record_id),
+                                                                        label=html.escape(_answer(before))))
+            try:
+                review.adjudicate(engine, ds, reviewer[0], int(record_id), value)  # recorded as the signed-in reviewer
+            except queue.NotFound as e:
+                raise gr.Error(str(e)) from None
+        return show(dataset_id, request, settled(engine, ds, int(record_id), value))
 
     def key_settler(i: int):
         """The i-th label's button (key i+1): settle the record in the box with it, then the next is filled in.
@@ -141,8 +200,18 @@ def team_tab(cfg, state, exports=None) -> None:
             labels = queue.get_dataset(engine, int(dataset_id)).labels
             if i >= len(labels):
                 raise gr.Error("No such label in this dataset.")
-            return settle(dataset_id, record_id, str(labels[i]), request)
+            return settle(dataset_id, record_id, str(labels[i]), request, key=True)
         return settle_key
+
+    def settle_ticked(dataset_id, record_id, ticked, request: gr.Request):
+        """Enter on a dataset of label sets: the ticked labels; nothing ticked is no answer (a stray Enter), "none
+        of these" is its own key (0)."""
+        if not ticked:
+            return show(dataset_id, request, NOTHING_TICKED)
+        return settle(dataset_id, record_id, list(ticked), request, key=True)
+
+    def settle_none(dataset_id, record_id, request: gr.Request):
+        return settle(dataset_id, record_id, [], request, key=True)
 
     def final(dataset_id, format: str, request: gr.Request):
         """The dataset's final labels, one row a text, as the next retrain takes them (app/team/final_export.py)."""
@@ -187,13 +256,12 @@ def team_tab(cfg, state, exports=None) -> None:
         t_split = gr.Dataframe(headers=["record_id", "answers", "text"], label="Disagreements to settle (click a row)",
                                interactive=False, wrap=True, column_widths=["90px", "40%", "60%"], max_height=320,
                                elem_id="team-disagreements")
+        t_current = gr.Markdown(elem_id="team-current")
         with gr.Row():
             t_record = gr.Number(label="record_id", precision=0, elem_id="team-record")
             t_label = gr.Dropdown(label="Final label", choices=[], elem_id="team-label")
             t_settle = gr.Button("Adjudicate", variant="primary", elem_id="team-settle")
-        with gr.Row():  # a single-label dataset's labels, keys 1-9 (TEAM_KEYS_JS): settle the record in the box
-            t_keys = [gr.Button(visible="hidden", size="sm", min_width=80, elem_id=f"team-btn-{i + 1}")
-                      for i in range(KEY_BUTTONS)]
+        t_checks, t_keys = _key_panel()
         t_said = gr.Markdown(elem_id="team-said")
         with gr.Row():
             f_csv = gr.Button("Final labels (CSV)", size="sm", elem_id="team-final-csv")
@@ -214,17 +282,25 @@ def team_tab(cfg, state, exports=None) -> None:
                                       elem_id="team-new-overlap")
             n_create = gr.Button("Create dataset", elem_id="team-new-create")
             n_said = gr.Markdown(elem_id="team-new-said")
-    outputs = [t_summary, t_split, t_label, t_record, t_said, *t_keys]
+    outputs = [t_summary, t_split, t_label, t_record, t_said, t_current, *t_checks, *t_keys]
+
     def listing(request: gr.Request):
         return gr.update(choices=choices(request))
+
+    def adjudicate(dataset_id, record_id, label, request: gr.Request):  # the dropdown's label, Adjudicate
+        return settle(dataset_id, record_id, label, request)
 
     tab.select(listing, None, t_dataset)
     t_refresh.click(listing, None, t_dataset)
     t_dataset.change(show, t_dataset, outputs)
-    t_split.select(pick, None, t_record)
-    t_settle.click(settle, [t_dataset, t_record, t_label], outputs)
+    t_dataset.input(None, js=BLUR_JS)
+    t_split.select(pick, t_dataset, [t_record, t_current])
+    t_record.input(chosen, [t_dataset, t_record], [t_record, t_current])
+    t_settle.click(adjudicate, [t_dataset, t_record, t_label], outputs)
     for i, b in enumerate(t_keys):
         b.click(key_settler(i), [t_dataset, t_record], outputs)
+    t_checks[1].click(settle_ticked, [t_dataset, t_record, t_checks[0]], outputs)
+    t_checks[2].click(settle_none, [t_dataset, t_record], outputs)
 
     def final_csv(dataset_id, request: gr.Request):
         return final(dataset_id, "csv", request)
@@ -235,6 +311,22 @@ def team_tab(cfg, state, exports=None) -> None:
     f_csv.click(final_csv, t_dataset, [f_file, f_said])
     f_jsonl.click(final_jsonl, t_dataset, [f_file, f_said])
     n_create.click(create, [n_file, n_column, n_name, n_overlap], [n_said, t_dataset])
+
+
+def _key_panel() -> tuple[list, list]:
+    """([checkboxes, Settle, None], the label buttons): the keys' (TEAM_KEYS_JS) targets, shown by the dataset's
+    kind: one label's buttons (a key settles the record in the box), or a set's checkboxes (keys tick, Enter
+    settles the ticked labels, 0 none)."""
+    with gr.Row():
+        checks = gr.CheckboxGroup(choices=[], label="Final labels (tick every one that applies)", visible="hidden",
+                                  elem_id="team-checks")
+        save = gr.Button("✓ Settle with the ticked labels  [Enter]", variant="primary", visible="hidden", size="sm",
+                         elem_id="team-save")
+        none = gr.Button("None of these  [0]", visible="hidden", size="sm", elem_id="team-none")
+    with gr.Row():
+        keys = [gr.Button(visible="hidden", size="sm", min_width=80, elem_id=f"team-btn-{i + 1}")
+                for i in range(KEY_BUTTONS)]
+    return [checks, save, none], keys
 
 
 def reviewer_of(cfg, state, cookie: str | None) -> tuple[int, str, str] | None:
