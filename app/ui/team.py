@@ -133,41 +133,41 @@ def team_tab(cfg, state, exports=None) -> None:
 
     def show(dataset_id, request: gr.Request, said: str = ""):
         """The summary, the disagreements (answers before the text: they are what a reviewer reads), the
-        dataset's labels, the first disagreement's record id (the next to settle) and its answers, `said`, and
-        the keys' buttons or checkboxes of the dataset's kind."""
+        dataset's labels, the first disagreement's record id (the next to settle), `said`, the label buttons,
+        that disagreement's answers and the checkboxes (the keys' of the dataset's kind)."""
         if staff(request) is None:
-            return STAFF_ONLY, [], gr.update(choices=[]), None, "", "", *check_boxes([]), *key_buttons([])
+            return STAFF_ONLY, [], gr.update(choices=[]), None, "", *key_buttons([]), "", *check_boxes([])
         if dataset_id is None:
-            return ("No dataset chosen (create one from a file below).", [], gr.update(choices=[]), None, "", "",
-                    *check_boxes([]), *key_buttons([]))
+            return ("No dataset chosen (create one from a file below).", [], gr.update(choices=[]), None, "",
+                    *key_buttons([]), "", *check_boxes([]))
         ds = queue.get_dataset(engine, int(dataset_id))
         split = review.disagreements(engine, ds)
         rows = [[r["record_id"], " · ".join(f"{k}: {_answer(v)}" for k, v in r["answers"].items()), r["text"][:200]]
                 for r in split]
         kind = kind_of(dataset_space(ds))
         return (summary(engine, ds), rows, gr.update(choices=[str(x) for x in ds.labels], value=None),
-                split[0]["record_id"] if split else None, said, current(split[0] if split else None),
-                *check_boxes(kind.ticked_labels(ds.labels)), *key_buttons(kind.keyed_labels(ds.labels)))
+                split[0]["record_id"] if split else None, said, *key_buttons(kind.keyed_labels(ds.labels)),
+                current(split[0] if split else None), *check_boxes(kind.ticked_labels(ds.labels)))
 
-    def chosen(dataset_id, record_id):
-        """The record id a reviewer chose (a row clicked, a number typed) and its answers: the keys settle it."""
+    def described(dataset_id, record_id):
+        """The answers of the record a reviewer chose (a row clicked, a number typed): the keys settle it."""
         if dataset_id is None or record_id is None:
-            return gr.skip(), gr.skip()
+            return gr.skip()
         split = review.disagreements(engine, queue.get_dataset(engine, int(dataset_id)))
         row = next((r for r in split if r["record_id"] == int(record_id)), None)
-        return int(record_id), current(row) if row else f"Record {int(record_id)} is not among the disagreements."
+        return current(row) if row else f"Record {int(record_id)} is not among the disagreements to settle."
 
-    def pick(dataset_id, evt: gr.SelectData):
+    def pick(evt: gr.SelectData):
         """A click on a disagreement's row: its record id is the one to settle."""
         row = evt.row_value or []
         try:
-            return chosen(dataset_id, int(row[0]))
+            return int(row[0])
         except (IndexError, TypeError, ValueError):
-            return gr.skip(), gr.skip()
+            return gr.skip()
 
     turn = threading.Lock()  # a key's look (not settled yet) and its adjudication, one key at a time
 
-    def settle(dataset_id, record_id, label, request: gr.Request, key: bool = False):
+    def settle_record(dataset_id, record_id, label, request: gr.Request, key: bool = False):
         """Adjudicate `record_id` with `label`. `key`: a key's (or its button's), for the record on screen when it
         was pressed (the box's value the page sent with it): a record settled meanwhile (a second key pressed
         before the next was drawn) is not settled again, as the Label tab refuses an annotator's (issue 59, D2)."""
@@ -200,7 +200,7 @@ def team_tab(cfg, state, exports=None) -> None:
             labels = queue.get_dataset(engine, int(dataset_id)).labels
             if i >= len(labels):
                 raise gr.Error("No such label in this dataset.")
-            return settle(dataset_id, record_id, str(labels[i]), request, key=True)
+            return settle_record(dataset_id, record_id, str(labels[i]), request, key=True)
         return settle_key
 
     def settle_ticked(dataset_id, record_id, ticked, request: gr.Request):
@@ -208,10 +208,10 @@ def team_tab(cfg, state, exports=None) -> None:
         of these" is its own key (0)."""
         if not ticked:
             return show(dataset_id, request, NOTHING_TICKED)
-        return settle(dataset_id, record_id, list(ticked), request, key=True)
+        return settle_record(dataset_id, record_id, list(ticked), request, key=True)
 
     def settle_none(dataset_id, record_id, request: gr.Request):
-        return settle(dataset_id, record_id, [], request, key=True)
+        return settle_record(dataset_id, record_id, [], request, key=True)
 
     def final(dataset_id, format: str, request: gr.Request):
         """The dataset's final labels, one row a text, as the next retrain takes them (app/team/final_export.py)."""
@@ -282,21 +282,21 @@ def team_tab(cfg, state, exports=None) -> None:
                                       elem_id="team-new-overlap")
             n_create = gr.Button("Create dataset", elem_id="team-new-create")
             n_said = gr.Markdown(elem_id="team-new-said")
-    outputs = [t_summary, t_split, t_label, t_record, t_said, t_current, *t_checks, *t_keys]
+    outputs = [t_summary, t_split, t_label, t_record, t_said, *t_keys, t_current, *t_checks]
 
     def listing(request: gr.Request):
         return gr.update(choices=choices(request))
 
-    def adjudicate(dataset_id, record_id, label, request: gr.Request):  # the dropdown's label, Adjudicate
-        return settle(dataset_id, record_id, label, request)
+    def settle(dataset_id, record_id, label, request: gr.Request):  # Adjudicate: the dropdown's label
+        return settle_record(dataset_id, record_id, label, request)
 
     tab.select(listing, None, t_dataset)
     t_refresh.click(listing, None, t_dataset)
     t_dataset.change(show, t_dataset, outputs)
     t_dataset.input(None, js=BLUR_JS)
-    t_split.select(pick, t_dataset, [t_record, t_current])
-    t_record.input(chosen, [t_dataset, t_record], [t_record, t_current])
-    t_settle.click(adjudicate, [t_dataset, t_record, t_label], outputs)
+    t_split.select(pick, None, t_record).then(described, [t_dataset, t_record], t_current)
+    t_record.input(described, [t_dataset, t_record], t_current)
+    t_settle.click(settle, [t_dataset, t_record, t_label], outputs)
     for i, b in enumerate(t_keys):
         b.click(key_settler(i), [t_dataset, t_record], outputs)
     t_checks[1].click(settle_ticked, [t_dataset, t_record, t_checks[0]], outputs)

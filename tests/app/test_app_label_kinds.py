@@ -147,6 +147,9 @@ def test_a_team_dataset_and_a_records_kind_are_the_kind_objects():
     assert one.answer("a") == {"label": "a"} and sets.answer("a") == {"labels": ["a"]}
     assert sets.answer(("b", "a")) == {"labels": ["b", "a"]} and (one.answer_field, sets.answer_field) == ("label", "labels")
     assert one.store_choice("b") == "b" and sets.store_choice(["b", "a"]) == ["a", "b"]
+    assert sets.store_choice("ab") == ["ab"]  # the Team tab's dropdown: one name, not its letters
+    assert one.keyed_labels(["a", "b"]) == ["a", "b"] and one.ticked_labels(["a", "b"]) == []
+    assert sets.keyed_labels(["a", "b"]) == [] and sets.ticked_labels(["a", "b"]) == ["a", "b"]
     assert sets.store_cell(["a", "b"]) == "a;b" and one.store_cell("a") == "a"
     session = SimpleNamespace(suggestion={0: "a;b"}, suggested_set=lambda row: ["a", "b"])
     assert one.accepted(session, 0) == "a;b" and sets.accepted(session, 0) == ["a", "b"]

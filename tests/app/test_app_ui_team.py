@@ -252,7 +252,7 @@ def test_a_reviewer_sees_the_answers_picks_a_row_and_is_told_what_is_settled(tmp
     _, table2, _, next_id, said, *_ = settle(ds.id, clicked, "b", rev)
     assert f"Record {clicked} settled as **b**" in said and "1 texts adjudicated" in said
     assert "1 disagreements left" in said and [r[2] for r in table2] == ["t0"] and next_id == table[0][0]
-    key_1 = next(f.fn for f in blocks.fns.values() if f.fn.__name__ == "settle_key")  # the first label's (key 1)
+    key_1 = next(f.fn for f in blocks.fns.values() if getattr(f.fn, "__name__", "") == "settle_key")  # the first label's (key 1)
     _, table3, _, next_id, said, *_ = key_1(ds.id, next_id, rev)
     assert f"Record {table[0][0]} settled as **a**" in said and "0 disagreements left" in said and table3 == []
     assert next_id is None and review.adjudicated(engine, ds) == {table[0][0]: "a", clicked: "b"}
@@ -374,4 +374,62 @@ def test_a_team_datasets_suggestion_says_not_sure_or_no_threshold_as_the_label_t
         assert session.meta["no_threshold"] == "not calibrated" and not unsure_rows(session)
     else:
         assert first in unsure_rows(session) and "no_threshold" not in session.meta
+    engine.dispose()
+
+
+def _key(blocks, i: int):
+    """The i-th label button's function (key i+1): the key_settler closures, in their buttons' order."""
+    return [f.fn for f in blocks.fns.values() if getattr(f.fn, "__name__", "") == "settle_key"][i]
+
+
+def test_a_key_for_a_record_settled_meanwhile_settles_nothing(tmp_path):
+    """Two keys fast: the second comes with the record the first just settled (the page had not drawn the next
+    yet) and changes nothing; the record on screen after it is the next one, its answers said (issue 59, D2)."""
+    from app.ui.team import SETTLED_ALREADY
+
+    engine, ids, blocks, rev, _ = _team(tmp_path, ("ann", "bob"))
+    rows = [{"text": f"t{i}", "priority": i} for i in range(2)]
+    ds = queue.get_dataset(engine, queue.create_dataset(engine, "news", ["a", "b"], False, 2, rows, None)[0])
+    for name, vote in (("ann", "a"), ("bob", "b")):
+        for text in ("t0", "t1"):
+            _answer(engine, ds, ids[name], text, vote)
+    out = _tab_fn(blocks, "show")(ds.id, rev)
+    first, current = out[3], out[14]
+    assert f"Record {first}" in current and "ann: a</span>" in current and "bob: b</span>" in current
+    assert out[15]["visible"] == "hidden" and out[16]["visible"] == "hidden"  # one label: no checkboxes
+    out = _key(blocks, 0)(ds.id, first, rev)
+    second = out[3]
+    assert second != first and f"Record {second}" in out[14]
+    out = _key(blocks, 1)(ds.id, first, rev)  # key 2, sent with the record key 1 settled
+    assert out[4] == SETTLED_ALREADY.format(record=first, label="a") and out[3] == second
+    assert review.adjudicated(engine, ds) == {first: "a"}
+    out = _tab_fn(blocks, "settle")(ds.id, first, "b", rev)  # Adjudicate changes a settled label
+    assert review.adjudicated(engine, ds) == {first: "b"} and out[3] == second
+    engine.dispose()
+
+
+def test_a_multi_label_disagreement_is_settled_by_ticks_and_nothing_ticked_settles_nothing(tmp_path):
+    """A dataset of label sets: checkboxes instead of one-key buttons; Enter (Settle) with nothing ticked is no
+    answer and says so (issue 59, D4's twin for reviewers), the ticked set is stored sorted, None stores the empty
+    set, and the dropdown's one name is that name alone (it was stored as its letters)."""
+    from app.ui.team import NOTHING_TICKED
+
+    engine, ids, blocks, rev, _ = _team(tmp_path, ("ann", "bob"))
+    rows = [{"text": f"t{i}", "priority": i} for i in range(3)]
+    ds = queue.get_dataset(engine, queue.create_dataset(engine, "tags", ["ab", "cd"], True, 2, rows, None)[0])
+    for name, vote in (("ann", ["ab"]), ("bob", ["cd"])):
+        for text in ("t0", "t1", "t2"):
+            _answer(engine, ds, ids[name], text, vote)
+    out = _tab_fn(blocks, "show")(ds.id, rev)
+    assert out[15]["visible"] is True and out[15]["choices"] == [("[1] ab", "ab"), ("[2] cd", "cd")]
+    assert all(k["visible"] == "hidden" for k in out[5:14])  # no one-key buttons
+    first = out[3]
+    out = _tab_fn(blocks, "settle_ticked")(ds.id, first, [], rev)
+    assert out[4] == NOTHING_TICKED and out[3] == first and review.adjudicated(engine, ds) == {}
+    second = _tab_fn(blocks, "settle_ticked")(ds.id, first, ["cd", "ab"], rev)[3]
+    third = _tab_fn(blocks, "settle_none")(ds.id, second, rev)[3]
+    out = _tab_fn(blocks, "settle_none")(ds.id, second, rev)  # a second 0, for the record just settled
+    assert "Nothing settled" in out[4] and out[3] == third
+    _tab_fn(blocks, "settle")(ds.id, third, "ab", rev)
+    assert review.adjudicated(engine, ds) == {first: ["ab", "cd"], second: [], third: ["ab"]}
     engine.dispose()
