@@ -96,14 +96,18 @@ def _answer(value) -> str:
     return ";".join(value) or "(none)" if isinstance(value, list) else str(value)
 
 
+CURRENT_CHARS = 300  # of the text on screen above the keys: three lines at 1366 px (the table has 200 a row)
+
+
 def current(row: dict | None) -> str:
-    """The disagreement the keys settle now: its record id and every answer with who gave it, each its own
-    element, on one line that wraps inside the screen's width."""
+    """The disagreement the keys settle now: its record id, its text's start, and every answer with who gave it,
+    each its own element, on a line that wraps inside the screen's width."""
     if row is None:
         return ""
+    text = row["text"] if len(row["text"]) <= CURRENT_CHARS else row["text"][:CURRENT_CHARS] + "…"
     answers = " · ".join(f'<span class="team-answer">{html.escape(str(who))}: {html.escape(_answer(v))}</span>'
                          for who, v in row["answers"].items())
-    return f"**Record {row['record_id']}**, the one the keys settle: {answers}"
+    return f"**Record {row['record_id']}**, the one the keys settle: {html.escape(text)}\n\n{answers}"
 
 
 def settled(engine, ds: queue.Dataset, record_id: int, label) -> str:
@@ -251,18 +255,19 @@ def team_tab(cfg, state, exports=None) -> None:
         with gr.Row():
             t_dataset = gr.Dropdown(label="Dataset", choices=[], elem_id="team-dataset")
             t_refresh = gr.Button("Refresh", elem_id="team-refresh")
+        # the disagreement to settle and the keys' targets first: at 1366x768 they were under the agreement's tables
+        t_current = gr.Markdown(elem_id="team-current")
+        t_checks, t_keys = _key_panel()
+        t_said = gr.Markdown(elem_id="team-said")
         t_summary = gr.Markdown(elem_id="team-summary")
         # answers first and wrapped: at 1366 px the text column took the width and pushed them off screen
         t_split = gr.Dataframe(headers=["record_id", "answers", "text"], label="Disagreements to settle (click a row)",
                                interactive=False, wrap=True, column_widths=["90px", "40%", "60%"], max_height=320,
                                elem_id="team-disagreements")
-        t_current = gr.Markdown(elem_id="team-current")
         with gr.Row():
             t_record = gr.Number(label="record_id", precision=0, elem_id="team-record")
             t_label = gr.Dropdown(label="Final label", choices=[], elem_id="team-label")
             t_settle = gr.Button("Adjudicate", variant="primary", elem_id="team-settle")
-        t_checks, t_keys = _key_panel()
-        t_said = gr.Markdown(elem_id="team-said")
         with gr.Row():
             f_csv = gr.Button("Final labels (CSV)", size="sm", elem_id="team-final-csv")
             f_jsonl = gr.Button("Final labels (JSONL)", size="sm", elem_id="team-final-jsonl")
