@@ -29,13 +29,19 @@ def adjudicated(engine, ds: Dataset) -> dict[int, object]:
     return {r.record_id: r.value for r in rows}
 
 
-def adjudicate(engine, ds: Dataset, reviewer_id: int, record_id: int, value) -> dict:
-    """The reviewer's final label for a text; training takes it over the annotators' majority."""
+def adjudicate(engine, ds: Dataset, reviewer_id: int, record_id: int, value, first: bool = False) -> dict:
+    """The reviewer's final label for a text; training takes it over the annotators' majority. `first`: only if
+    the text has none yet, else nothing is written and the answer holds `settled`, the label it has (a second
+    key pressed before the next text was drawn, in the same transaction: one replica's or another's)."""
     def save(conn):
         rec = conn.execute(sa.select(records.c.id).where(records.c.id == record_id, records.c.dataset_id == ds.id)
                            .with_for_update()).first()
         if rec is None:
             raise NotFound(f"no record {record_id} in dataset {ds.id}")
+        if first:
+            had = conn.execute(sa.select(adjudications.c.value).where(adjudications.c.record_id == record_id)).first()
+            if had is not None:
+                return {"record_id": record_id, "settled": had.value}
         now = time.time()
         ev = conn.execute(label_events.insert().values(record_id=record_id, annotator_id=reviewer_id,
                                                        status="adjudicated", value=value, created_at=now)

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import re
-import threading
 from pathlib import Path
 
 import gradio as gr
@@ -169,8 +168,6 @@ def team_tab(cfg, state, exports=None) -> None:
         except (IndexError, TypeError, ValueError):
             return gr.skip()
 
-    turn = threading.Lock()  # a key's look (not settled yet) and its adjudication, one key at a time
-
     def settle_record(dataset_id, record_id, label, request: gr.Request, key: bool = False):
         """Adjudicate `record_id` with `label`. `key`: a key's (or its button's), for the record on screen when it
         was pressed (the box's value the page sent with it): a record settled meanwhile (a second key pressed
@@ -184,15 +181,13 @@ def team_tab(cfg, state, exports=None) -> None:
             raise gr.Error(f"record_id must be 1 to {MAX_ID} (a record id from the table).")
         ds = queue.get_dataset(engine, int(dataset_id))
         value = kind_of(dataset_space(ds)).store_choice(label)
-        with turn:
-            before = review.adjudicated(engine, ds).get(int(record_id)) if key else None
-            if before is not None:
-                return show(dataset_id, request, SETTLED_ALREADY.format(record=int(record_id),
-                                                                        label=html.escape(_answer(before))))
-            try:
-                review.adjudicate(engine, ds, reviewer[0], int(record_id), value)  # recorded as the signed-in reviewer
-            except queue.NotFound as e:
-                raise gr.Error(str(e)) from None
+        try:  # recorded as the signed-in reviewer
+            done = review.adjudicate(engine, ds, reviewer[0], int(record_id), value, first=key)
+        except queue.NotFound as e:
+            raise gr.Error(str(e)) from None
+        if "settled" in done:
+            return show(dataset_id, request, SETTLED_ALREADY.format(record=int(record_id),
+                                                                    label=html.escape(_answer(done["settled"]))))
         return show(dataset_id, request, settled(engine, ds, int(record_id), value))
 
     def key_settler(i: int):

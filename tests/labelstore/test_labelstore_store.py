@@ -262,6 +262,11 @@ def test_training_takes_the_adjudicated_label_else_the_majority(engine):
     review.adjudicate(engine, ds, ids[0], second, "a")
     assert review.final_labels(engine, ds) == {first: "a", second: "a"}
     assert review.progress(engine, ds)["complete"] == 2
+    # `first`: a reviewer's key, settling only a text not settled yet (a second key for it writes nothing)
+    assert review.adjudicate(engine, ds, ids[1], second, "b", first=True) == {"record_id": second, "settled": "a"}
+    assert review.final_labels(engine, ds)[second] == "a"
+    assert review.adjudicate(engine, ds, ids[1], first, "b", first=True)["label"] == "b"
+    assert review.adjudicated(engine, ds) == {first: "b", second: "a"}
 
 
 def test_migration_0002_marks_full_texts_closed_and_next_skips_them(store_url):
