@@ -1,36 +1,16 @@
 """Serving benchmark: latency, batch-scoring throughput and the accuracy cost of INT8, on ELECTRA-Small's shape.
 
-    python bench/serving.py [--work /tmp/bench-serving] [--repeats 3] [--epochs 4] [--retrain]
-    python bench/serving.py --shape tiny --epochs 0 --blend --work /tmp/bench-tiny    # the blend's cost
-    python bench/serving.py --finetuned runs/minilm-bbc/model --eval-csv bbc-eval.csv \\
-        --work /tmp/bench-minilm-bbc --output bench/results/serving-minilm-bbc.json     # a real model
+    python -m bench serving [--repeats 3] [--epochs 4] [--retrain] [--rows N]
+    python -m bench serving --shape tiny --epochs 0 --blend --work /tmp/bench-tiny       # the blend's cost
+    python -m bench serving --finetuned runs/minilm-bbc/model --eval-csv bbc-eval.csv     # a real model
 
-What it builds (cached in --work, reused by later runs unless --retrain):
-- a WordPiece tokenizer trained with `tokenizers` on ../shared/data/corpus/ko-text.txt (32k vocab,
-  accents kept: BERT's accent stripping decomposes Hangul into jamo);
-- an ELECTRA-Small-shaped classifier (hidden 256, 12 layers, 4 heads, FFN 1024, embeddings 128),
-  randomly initialised and fine-tuned for a few epochs on ko-help pages 80% / evaluated on the other
-  20% of pages (grouped split). No pretrained Korean ELECTRA is available offline, so its F1 is low;
-  it is a real fine-tuned model for measuring what INT8 changes, not a quality result;
-- its export with `serving.export --quantize` and the held-out pages as --eval-csv.
-
-What it measures, each `--repeats` times, interleaved, medians reported:
-1. one short text, end to end (tokenize -> logits -> probabilities): PyTorch eager vs the engine on
-   ONNX fp32 vs ONNX INT8, p50/p95;
-2. rows/s over all of ko-help/train.csv: `serving.score` with the file the engine serves by default
-   (export_report.json's `cpu_default`: INT8 only where the export measured it faster), fp32 forced,
-   and INT8 forced when it is not the default, vs transformers'
-   `pipeline("text-classification", batch_size=32)` on the same fine-tuned model;
-3. macro-F1 on the held-out pages: PyTorch vs ONNX fp32 vs INT8 (from export_report.json).
-With --finetuned, a real fine-tuned folder (e.g. MiniLM from `finetune/kfold.py --final`) replaces the
-built model: it is exported with the default gate (INT8 kept only if it passes on --eval-csv), and
-the same three measures run on --eval-csv's rows (or --score-csv's).
-With a TF-IDF blend in the exported folder (a --finetuned folder from `kfold.py --final` that kept one, or
---blend: a baseline fitted on the training pages, weights 1/1 since only its cost is measured), the
-rows/s are also measured with the blend turned off (`--no-blend`) and with the baseline run after the model
-instead of beside it (the engine's sequential path), and the ratios are reported.
-Writes bench/results/serving.json. The 2 CPU cores are shared with other work: load average is
-recorded beside the numbers.
+Builds (cached in --work) a WordPiece tokenizer on the Korean corpus and an ELECTRA-Small-shaped classifier,
+random init, fine-tuned a few epochs on 80% of ko-help's pages (a real model to measure what INT8 changes, not a
+quality result), exported with `--quantize` and the held-out pages as --eval-csv. Measured --repeats times,
+interleaved, medians: one short text (PyTorch eager vs the engine on ONNX fp32 and on the default file); rows/s
+of `serving.score` (default file, fp32, INT8 forced) against transformers' `pipeline(batch_size=32)`, the
+baseline of the ratios; held-out macro-F1 per file (export_report.json). With a TF-IDF blend in the folder,
+rows/s also with the blend off and with the baseline run after the model instead of beside it.
 """
 
 from __future__ import annotations
@@ -38,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -49,6 +28,8 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench import harness as h
+
 # ../shared/data beside the checkout; BENCH_DATA names it for a checkout elsewhere (a git worktree)
 DATA = Path(os.environ.get("BENCH_DATA", ROOT.parent / "shared" / "data"))
 SHORT_TEXT = "파일을 저장할 때 오류가 발생합니다"
@@ -188,14 +169,8 @@ def percentiles(times: list[float]) -> tuple[float, float]:
 
 
 def time_calls(fn, n: int, warmup: int = 20) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
+    h.timed(fn, warmup)
+    return h.timed(fn, n)
 
 
 def latency_round(model, tok, fp32, default, n: int) -> dict:
@@ -259,7 +234,7 @@ def main() -> None:
     ap.add_argument("--blend", action="store_true",
                     help="built model: add a TF-IDF blend fitted on the training pages, to time rows/s with and without it")
     ap.add_argument("--rows", type=int, default=None, help="score a seeded sample of this many rows (default: all)")
-    ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "serving.json")
+    ap.add_argument("--output", type=Path, default=h.RESULTS / "serving.json")
     ap.add_argument("--finetuned", type=Path, help="a fine-tuned transformers folder to measure instead")
     ap.add_argument("--eval-csv", type=Path, help="with --finetuned: held-out labeled rows (text, label)")
     ap.add_argument("--score-csv", type=Path, help="with --finetuned: rows to time (default: --eval-csv)")
@@ -273,7 +248,6 @@ def main() -> None:
     from serving.engine import Classifier
 
     args.work.mkdir(parents=True, exist_ok=True)
-    load_before = os.getloadavg()
     onnx_dir = args.work / "onnx"
     if args.finetuned:
         model_dir, tok, info = prepare_finetuned(args, onnx_dir)
@@ -310,13 +284,13 @@ def main() -> None:
         thr.append(throughput_round(model_dir, onnx_dir, texts, scored_csv, args.work, variants))
         print(f"round {r + 1}: latency p50 ms " + ", ".join(f"{k} {v[0]:.2f}" for k, v in lat[-1].items())
               + " | rows/s " + ", ".join(f"{k} {v:.0f}" for k, v in thr[-1].items()), flush=True)
-        result = summarize(lat, thr, report, info, load_before, heldout_rows, csv, len(texts))
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(result, indent=2) + "\n")  # after every round: a kill keeps the rest
+        result = summarize(lat, thr, report, info, heldout_rows, csv, len(texts))
+        h.write_record(args.output, result, quiet=True)  # after every round: a kill keeps the rest
     print_table(result)
+    print(f"wrote {args.output}")
 
 
-def summarize(lat, thr, report, model_info, load_before, heldout_rows, csv, rows) -> dict:
+def summarize(lat, thr, report, model_info, heldout_rows, csv, rows) -> dict:
     med = lambda xs: float(statistics.median(xs))
     latency = {k: {"p50_ms": med([x[k][0] for x in lat]), "p95_ms": med([x[k][1] for x in lat])} for k in lat[0]}
     rows_s = {k: med([x[k] for x in thr]) for k in thr[0]}
@@ -324,9 +298,7 @@ def summarize(lat, thr, report, model_info, load_before, heldout_rows, csv, rows
     int8 = files.get("model_quantized.onnx", {})
     f1 = {"pytorch": report["pytorch"]["macro_f1"], "onnx_fp32": files["model.onnx"]["macro_f1"],
           "onnx_int8": int8.get("macro_f1")}
-    result = {
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+    return {
         "model": model_info,
         "data": {"csv": os.path.relpath(csv.resolve(), ROOT.parent), "rows_scored": rows,
                  "heldout_rows": heldout_rows},
@@ -352,7 +324,6 @@ def summarize(lat, thr, report, model_info, load_before, heldout_rows, csv, rows
         "int8_argmax_agreement": int8.get("argmax_agreement"),
         "rounds": {"latency": lat, "throughput": thr},
     }
-    return result
 
 
 def print_table(result: dict) -> None:
@@ -384,8 +355,6 @@ def print_table(result: dict) -> None:
             print(f"| {k} rows/s, baseline after the model (not beside it) / without | "
                   f"{rows_s[k + '_blend_sequential']:.0f} / {rows_s[k + '_no_blend']:.0f} = "
                   f"{result['blend_sequential_rows_per_second_ratio'][k]:.2f}x | | |")
-    m = result["machine"]
-    print(f"\nload average before/after: {m['loadavg_before']} / {m['loadavg_after']}")
 
 
 if __name__ == "__main__":

@@ -1,45 +1,23 @@
 """Learning from a simulated LLM teacher plus 8 gold labels a class, measured on unseen gold rows (BBC News).
 
-    OMP_NUM_THREADS=1 nice -n 10 python bench/teacher.py                # ~1-3 min on 2 shared cores
-    python bench/teacher.py --data ko-help --seeds 3                     # Korean help paragraphs, `sdraw` never answered
-    python bench/teacher.py --data ko-help --groups --student baseline   # whole pages unseen; k-fold's baseline learns
-    python bench/teacher.py --data debtags --seeds 3                     # package synopses' role, `role::data` never
-    python bench/teacher.py --seeds 5 --output bench/results/teacher.json
+    OMP_NUM_THREADS=1 nice -n 10 python -m bench teacher [--seeds 5]   # ~1-3 min on 2 shared cores
+    python -m bench teacher --data ko-help|debtags --seeds 3 [--groups] [--student baseline]
 
-No LLM is reachable here, so the teacher is simulated, and errs as an LLM does: systematically.
-- Deterministic per text (temperature 0): the same text always gets the same answer.
-- Errors fall on hard texts and confusable classes: a reference model's out-of-fold margin on the true class
-  (TF-IDF + logistic regression, 5 folds over every row) plus a fixed per-text jitter (a hash of the text) ranks
-  the texts; the hardest get the reference model's most likely wrong class.
-- One class is never answered: every `tech` text is answered `business` (an LLM prompted with a coarser label
-  set). BBC's classes are 17-23% each, so a teacher that loses a whole class cannot reach 85%: `tech` is cut to
-  its first 120 texts (6% of 1,944 rows), a minority class, as the first users' fifth label was.
-Teachers at ~70% and ~85% accuracy, and for contrast one at 70% whose errors are random per text.
-
-Per seed: 40% of rows (stratified) are the unseen gold rows every figure is measured on; from the rest, 8 gold
-labels a class, the teacher labels the others. The student: word TF-IDF (fitted once on all texts; no labels)
-+ logistic regression (scikit-learn SGD, log loss), the stand-in for the fine-tuned model on 2 shared cores
-(the char n-gram baseline takes ~47 s a fit here under load). Methods, each trained on the pool:
-- today: every pool row with the teacher's label as if gold (the 40 gold rows with their gold labels);
-- gold only: the 40 gold rows;
-- gold xW + teacher: gold rows repeated W times (1, 5, auto = as much weight as the teacher rows) + raw teacher labels;
-- gold xW + corrected teacher: teacher labels corrected with the teacher's confusion on the gold rows and a gold-only
-  model's p(class | text) (finetune/teacher_data.py `corrected_answers`), the rule --teacher-column uses;
-- truth (ceiling): every pool row with its true label, no row repeated: what correcting the teacher's labels tends
-  to, short of the class balance the repeated gold rows add (a few points of macro-F1 on debtags). Where even it is
-  well below the teacher (ko-help) the student, not the labels, is what falls short.
-The cascade: the student answers where its top probability is above the threshold that keeps 70% of the texts
-(taken on the unlabelled texts served: no gold needed); the rest go to the teacher. Medians over seeds.
-Writes bench/results/teacher.json and prints a table.
+The teacher errs as an LLM does, systematically: deterministic per text; errors on the texts a reference model
+(TF-IDF + LR, out of fold) finds hardest, to its likeliest wrong class; one class never answered (`tech` as
+`business`, cut to 120 texts). Teachers at ~70% and ~85%, and a 70% one erring at random for contrast. Per seed:
+40% unseen gold rows; from the rest 8 gold labels a class, the teacher labels the others. The student (word TF-IDF
++ SGD logistic regression; `--student baseline`: k-fold's baseline) trained on: the teacher's labels as if gold
+(today, the baseline of every ratio), gold only, gold xW + teacher, gold xW + corrected teacher
+(finetune/teacher_data.py, what --teacher-column does), truth (ceiling). The cascade: the student answers its surest
+70%, the teacher the rest. Medians over seeds.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import json
 import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -48,7 +26,7 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
+from bench import harness as h
 from finetune.teacher_data import (
     TEXT_WEIGHTS,
     absorbing,
@@ -178,15 +156,15 @@ def simulated_teacher(texts, y, labels, margin, confusable, accuracy: float, sys
     """The teacher's answer per text (class ids): deterministic per text, `accuracy` overall."""
     never, neighbour = labels.index(NEVER), labels.index(NEIGHBOUR)
     answer = y.copy()
-    h = jitter(texts)
+    jit = jitter(texts)
     if not systematic:  # the contrast: errors at random per text, to a random other class, every class answered
-        wrong = h < 1 - accuracy
-        other = (y + 1 + (h * 1e6).astype(int) % (len(labels) - 1)) % len(labels)
+        wrong = jit < 1 - accuracy
+        other = (y + 1 + (jit * 1e6).astype(int) % (len(labels) - 1)) % len(labels)
         answer[wrong] = other[wrong]
         return answer
     answer[y == never] = neighbour
     n_errors = max(0, round((1 - accuracy) * len(y)) - int((y == never).sum()))
-    hard = np.argsort(margin + 0.5 * h)  # hardest first; the jitter keeps it from being the reference model itself
+    hard = np.argsort(margin + 0.5 * jit)  # hardest first; the jitter keeps it from being the reference model itself
     hard = [i for i in hard if y[i] != never][:n_errors]
     answer[hard] = np.where(confusable[hard] == never, neighbour, confusable[hard])
     return answer
@@ -414,9 +392,8 @@ def main(argv=None) -> int:
     if 0 not in a.gold_weights:
         p.error("--gold-weights: 0 (auto, what --teacher-column does) must be among them")
     use(a.data, a.student, ko_help_pages() if a.groups else None, a.gold_weights)
-    a.output = a.output or str(ROOT / "bench" / "results" / ("teacher.json" if a.data == "bbcnews"
-                                                              else f"teacher-{a.data}.json"))
-    started, load = time.time(), os.getloadavg()[0]
+    a.output = a.output or h.RESULTS / ("teacher.json" if a.data == "bbcnews" else f"teacher-{a.data}.json")
+    started = time.time()
     texts, y, labels = {"bbcnews": load_bbc, "ko-help": load_ko_help, "debtags": load_debtags}[a.data]()
     X_reference = features(texts)
     ref = reference_margins(X_reference, y, len(labels))
@@ -433,15 +410,10 @@ def main(argv=None) -> int:
     for name, (acc, systematic) in settings.items():
         results["settings"][name] = run_setting(X, texts, y, labels, ref, acc, systematic, a.seeds)
     results["targets_per_split"] = targets_per_split(results)
-    results.update(wall_seconds=round(time.time() - started, 1), load_average_at_start=round(load, 2),
-                   load_average_at_end=round(os.getloadavg()[0], 2),
-                   machine=f"{platform.machine()}, {os.cpu_count()} cpus", date=time.strftime("%Y-%m-%d %H:%M UTC",
-                                                                                           time.gmtime()))
-    Path(a.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.output).write_text(json.dumps(results, indent=2) + "\n")
+    results["wall_seconds"] = round(time.time() - started, 1)
     print(table(results))
     print("\n".join(targets_lines(results["targets_per_split"])))
-    print(f"\nwrote {a.output} ({results['wall_seconds']} s, load {load:.1f} at start)")
+    h.write_record(a.output, results)
     return 0
 
 
