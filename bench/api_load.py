@@ -160,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     texts, labels = h.load_texts()
     head = {"clients": args.clients, "duration_s": args.duration, "rounds": args.rounds, "shape": args.shape,
             "model": {**h.SHAPES[args.shape], "weights": "random", "labels": len(labels)},
-            "server_args": args.server_args.split(), "texts": "ko-help paragraphs, one per request"}
+            "server_args": args.server_args.split(), "texts": "ko-help paragraphs" if h.KO_HELP.exists() else "synthetic"}
     if args.swap:
         model = h.build_model(args.work, texts, labels, backends[0], args.shape)
         figures = {**head, "backend": backends[0], "swaps": args.swaps, **swap_run(model, texts, args),

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench import harness as h
 
-DATA = ROOT.parent / "shared" / "data"
+DATA = h.DATA
 PREFIX = "passage: "
 ODD = ["\uff21\uff22\uff23", "\ufb01le", "e\u0301t\u00e9", "\u1100\u1161\u11a8", "\u3131\u314f", "\u00a0nbsp\u00a0",
        "tab\there", "cr\r\nlf", "ctl\x01\x07x", "\U0001F468\u200d\U0001F469\u200d\U0001F467", "\u2764\ufe0f",

@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench import harness as h
 
-DATA = ROOT.parent / "shared" / "data"
+DATA = h.DATA
 MODELS = ("e5-small", "minilm")
 
 

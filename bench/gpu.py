@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench import harness as h
 
-KO_HELP = ROOT.parent / "shared" / "data" / "ko-help" / "train.csv"
+KO_HELP = h.KO_HELP
 SHORT_TEXT = "파일을 저장할 때 오류가 발생합니다"
 
 

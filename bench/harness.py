@@ -20,6 +20,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "bench" / "results"
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", "-C", str(ROOT), *args], check=False, capture_output=True, text=True).stdout.strip()
+    except OSError:  # no git (a lent GPU machine may have none)
+        return ""
+
+
+def _shared_data() -> Path:
+    """../shared/data beside the checkout (or, from a git worktree, beside its main checkout); BENCH_DATA (or
+    SHARED_DATA) names it elsewhere."""
+    named = os.environ.get("BENCH_DATA") or os.environ.get("SHARED_DATA")
+    if named:
+        return Path(named)
+    common = _git("rev-parse", "--path-format=absolute", "--git-common-dir")
+    beside = [ROOT.parent / "shared" / "data", *([Path(common).parent.parent / "shared" / "data"] if common else [])]
+    return next((p for p in beside if p.is_dir()), beside[0])
+
+
+DATA = _shared_data()
 LOAD_BEFORE = os.getloadavg()  # at import: before the benchmark loaded the machine itself
 
 
@@ -36,8 +57,7 @@ def machine() -> dict:
     except OSError:
         pass
     isa = "avx512_vnni" if "avx512_vnni" in flags else "avx2" if "avx2" in flags else "other"
-    commit = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], check=False,
-                            capture_output=True, text=True).stdout.strip()
+    commit = _git("rev-parse", "--short", "HEAD")
     return {"cpu": model, "isa": isa, "cores": os.cpu_count(), "load": list(os.getloadavg()),
             "load_before": [round(x, 2) for x in LOAD_BEFORE], "commit": commit, "python": platform.python_version(),
             "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
@@ -255,7 +275,7 @@ async def load(url: str, texts: list[str], clients: int, duration: float, warmup
             "errors": sum(errors.values()), "error_kinds": errors, "unanswered": sent - answered}
 
 
-KO_HELP = ROOT.parent / "shared" / "data" / "ko-help" / "train.csv"
+KO_HELP = DATA / "ko-help" / "train.csv"
 MAX_LENGTH = 128
 SHAPES = {  # ELECTRA-Small; and a much smaller one where per-call overhead, not arithmetic, dominates
     "small": {"embedding_size": 128, "hidden_size": 256, "num_hidden_layers": 12, "num_attention_heads": 4,

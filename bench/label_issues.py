@@ -32,7 +32,7 @@ from finetune.data import bbcnews_csv, load_labeled, make_folds
 from finetune.metrics import fold_metrics
 from textdata.tables import write_json
 
-KO_HELP = ROOT.parent / "shared" / "data" / "ko-help" / "train.csv"
+KO_HELP = h.KO_HELP
 BBC_ARGS = ["--model", "minilm", "--folds", "3", "--epochs", "1", "--max-length", "64"]
 
 

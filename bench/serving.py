@@ -30,8 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench import harness as h
 
-# ../shared/data beside the checkout; BENCH_DATA names it for a checkout elsewhere (a git worktree)
-DATA = Path(os.environ.get("BENCH_DATA", ROOT.parent / "shared" / "data"))
+DATA = h.DATA
 SHORT_TEXT = "파일을 저장할 때 오류가 발생합니다"
 MAX_LENGTH = 128
 

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import hashlib
-import os
 import sys
 import time
 from pathlib import Path
@@ -39,7 +38,7 @@ from finetune.teacher_data import (
 
 NEVER, NEIGHBOUR, NEVER_KEEP = "tech", "business", 120
 GOLD_PER_CLASS = 8
-KO_HELP = Path(os.environ.get("SHARED_DATA", ROOT.parent / "shared" / "data")) / "ko-help" / "train.csv"  # README
+KO_HELP = h.KO_HELP
 # --data ko-help: the never-answered class is the smallest, Draw (2% of rows), answered as Impress (the same drawing
 # tools: an LLM given a label set without Draw); no cut needed. Char n-grams: Korean words carry particles.
 DEBTAGS = KO_HELP.parents[1] / "debtags" / "train.csv"
@@ -376,7 +375,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=5, help="splits per setting; medians reported (default: 5)")
     p.add_argument("--data", choices=sorted(DATASETS), default="bbcnews",
-                   help=f"ko-help: {KO_HELP}; debtags: {DEBTAGS}, its role facet (set SHARED_DATA to their folder "
+                   help=f"ko-help: {KO_HELP}; debtags: {DEBTAGS}, its role facet (set BENCH_DATA to their folder "
                         "elsewhere)")
     p.add_argument("--output", default=None, help="default: bench/results/teacher.json (teacher-ko-help.json)")
     p.add_argument("--student", choices=("sgd", "baseline"), default="sgd",
