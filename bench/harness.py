@@ -91,7 +91,7 @@ def write_record(path: Path, figures: dict, quiet: bool = False) -> dict:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(record, f, indent=1, ensure_ascii=False, default=str)
+            json.dump(record, f, indent=1, ensure_ascii=False, default=_plain)
         os.replace(tmp, path)
     except BaseException:
         os.unlink(tmp)
@@ -99,6 +99,15 @@ def write_record(path: Path, figures: dict, quiet: bool = False) -> dict:
     if not quiet:
         print(f"wrote {path}")
     return record
+
+
+def _plain(o):
+    """Paths and numpy values as JSON; anything else is refused (no silent str() of an object)."""
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "tolist"):
+        return o.tolist()
+    raise TypeError(f"not JSON: {type(o).__name__}")
 
 
 def free_port() -> int:
