@@ -84,19 +84,8 @@ def pretraining(device, args) -> list[dict]:
             return model, torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fast and cuda)
 
         def step_fn(model, opt, fast, ids=ids, mask=mask):
-            sums = {}
-
-            def step():
-                with torch.autocast(device.type, dtype=dtype, enabled=cuda):
-                    out = model(ids, mask)
-                loss = out if isinstance(out, torch.Tensor) else out.loss
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                for k, v in ({} if isinstance(out, torch.Tensor) else out.stats).items():
-                    sums[k] = sums.get(k, 0.0) + (v.detach().double() if fast else float(v))
-            return step
+            return bp.step_fn(model, opt, ids, mask, lambda: torch.autocast(device.type, dtype=dtype, enabled=cuda),
+                              {}, fast)
 
         contenders = {}
         for name, fast in (("fast", True), ("plain", False)):

@@ -13,6 +13,7 @@ Interleaved repeats, medians; one torch thread by default and the ratio from the
 from __future__ import annotations
 
 import argparse
+import contextlib
 import platform
 import statistics
 import sys
@@ -64,14 +65,19 @@ def make_batch(batch_size: int, seq_len: int, vocab: int, seed: int = 0):
     return ids, torch.ones_like(ids)
 
 
-def step_fn(model, optimizer, ids, attention):
+def step_fn(model, optimizer, ids, attention, autocast=contextlib.nullcontext, sums=None, on_device=False):
+    """One training step as a closure; `sums` (bench/gpu.py) adds up the step's statistics, on the device or read
+    back every step."""
     def step():
-        out = model(ids, attention)
+        with autocast():
+            out = model(ids, attention)
         loss = out if isinstance(out, torch.Tensor) else out.loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        for k, v in ({} if sums is None or isinstance(out, torch.Tensor) else out.stats).items():
+            sums[k] = sums.get(k, 0.0) + (v.detach().double() if on_device else float(v))
 
     return step
 

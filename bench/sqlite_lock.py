@@ -87,13 +87,13 @@ def main(argv: list[str] | None = None) -> int:
               "write_after_the_lock": after_write, "healthz_p99_ratio_locked_to_free": ratio,
               "target": "healthz p99 <= 100 ms while locked; the write 503 + Retry-After, not a hang",
               "target_met": locked["healthz"]["p99_ms"] <= 100 and locked.get("write", {}).get("status") == 503}
+    h.write_record(args.output, report)
     for name in ("healthz", "classify"):
         f, lk = free[name], locked[name]
         print(f"{name}: p50/p99 ms free {f['p50_ms']}/{f['p99_ms']}, locked {lk['p50_ms']}/{lk['p99_ms']} "
               f"(max {lk['max_ms']}); p99 ratio {round(lk['p99_ms'] / f['p99_ms'], 2)}x")
     print(f"write while locked: {locked.get('write')}; after: {after_write}; errors free {free['errors']}, locked "
           f"{locked['errors']}; target {'met' if report['target_met'] else 'not met'}")
-    h.write_record(args.output, report)
     return 0
 
 
