@@ -41,16 +41,15 @@ ENV = h.app_env(OMP_NUM_THREADS="1")
 
 
 class Replica:
-    def __init__(self, rid: str, port: int, argv: list[str], log: Path):
-        self.id, self.port, self.argv, self.log = rid, port, argv, log
+    def __init__(self, rid: str, port: int, extra: list[str], log: Path):
+        self.id, self.port, self.extra, self.log = rid, port, extra, log
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, env=ENV, cwd=self.log.parent, stdout=open(self.log, "ab"),  # noqa: SIM115
-                                     stderr=subprocess.STDOUT)
-
-    def wait_ready(self) -> float:
-        return h.wait_ready(self.proc, f"http://127.0.0.1:{self.port}", self.log)
+    def start(self) -> float:
+        """Seconds until it answers /readyz."""
+        t0 = time.monotonic()
+        self.proc, _ = h.start_server(None, self.extra, self.log, port=self.port, env=ENV)
+        return time.monotonic() - t0
 
     def serving(self) -> str | None:
         try:
@@ -115,9 +114,8 @@ def crash_replica(url, models, engine, victim: Replica, version: str, replicas) 
     killed = time.time()
     victim.proc.wait()
     said = proc.communicate()[0].decode()[-300:]
-    victim.start()
     restart = time.monotonic()
-    ready_s = victim.wait_ready()
+    ready_s = victim.start()
     serving = victim.serving()
     return {"version": version, "killed": killed, "promote_rc": proc.returncode, "said": said.strip(),
             "restart_to_ready_s": round(ready_s, 2), "restart_to_serving_active_s": round(time.monotonic() - restart, 2),
@@ -251,17 +249,12 @@ def run(args, url: str, model: Path, run_dir: Path, texts: list[str]) -> dict:
     registry.set_active(order[0], "bench start")
     replicas, ports = [], {}
     for k in range(args.replicas):
-        port = h.free_port()
-        rid = f"r{k + 1}"
+        port, rid = h.free_port(), f"r{k + 1}"
         ports[str(port)] = rid
-        argv = [sys.executable, "-m", "app", "--models-dir", str(models), "--database-url", url, "--replica-id", rid,
-                "--port", str(port), "--no-ui", "--promote-timeout", "20", "--data-dir", str(run_dir / f"data-{rid}"),
-                "--threads", "1"]
-        replicas.append(Replica(rid, port, argv, run_dir / f"{rid}.log"))
-    for r in replicas:
-        r.start()
-    for r in replicas:
-        r.wait_ready()
+        replicas.append(Replica(rid, port, ["--models-dir", str(models), "--database-url", url, "--replica-id", rid,
+                                            "--promote-timeout", "20", "--data-dir", str(run_dir / f"data-{rid}"),
+                                            "--threads", "1"], run_dir / f"{rid}.log"))
+        replicas[-1].start()
     lb_port = h.free_port()
     conf = local_conf([r.port for r in replicas], lb_port, run_dir / "nginx")
     try:
@@ -270,13 +263,7 @@ def run(args, url: str, model: Path, run_dir: Path, texts: list[str]) -> dict:
                                               order, texts, ports))
     finally:
         for r in replicas:
-            if r.proc.poll() is None:
-                r.proc.send_signal(signal.SIGTERM)
-        for r in replicas:
-            try:
-                r.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                r.proc.kill()
+            h.stop_server(r.proc)
         engine.dispose()
 
 

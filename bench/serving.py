@@ -327,33 +327,20 @@ def summarize(lat, thr, report, model_info, heldout_rows, csv, rows) -> dict:
 
 def print_table(result: dict) -> None:
     latency, rows_s, f1 = result["latency_one_text"], result["rows_per_second"], result["heldout_macro_f1"]
-    served = result["model"]["served_by_default"]["file"]
-    print(f"\nserved by default: {served} ({result['model']['served_by_default']['why']})")
-    print(f"\n| measure | PyTorch | ONNX fp32 | default ({served}) |\n|---|---|---|---|")
-    print("| one text p50 / p95 (ms) | " + " | ".join(
-        f"{latency[k]['p50_ms']:.2f} / {latency[k]['p95_ms']:.2f}" for k in latency) + " |")
-    print("| eager p50 / this p50 | 1.0 | " + " | ".join(
-        f"{v:.1f}x" for v in result["latency_ratio_eager_over"].values()) + " |")
-    print(f"| rows/s (pipeline bs32 / serving.score) | {rows_s['pipeline_bs32']:.0f} | {rows_s['score_fp32']:.0f} "
-          f"| {rows_s['score_default']:.0f} ({result['default_over_fp32_onnx']:.2f}x fp32 ONNX) |")
-    r = result["throughput_ratio_over_pipeline"]
-    print(f"| rows/s ratio over pipeline | 1.0 | {r['score_fp32']:.1f}x | {r['score_default']:.1f}x |")
-    if "score_int8" in rows_s:
-        print(f"| INT8 forced (not the default) rows/s | | | {rows_s['score_int8']:.0f} ({r['score_int8']:.1f}x) |")
-    if result["int8_passed_gate"]:
-        print(f"| held-out macro-F1 ({result['data']['heldout_rows']} rows) | {f1['pytorch']:.4f} | "
-              f"{f1['onnx_fp32']:.4f} | INT8 file: {f1['onnx_int8']:.4f} ({result['int8_macro_f1_change_points']:+.2f} "
-              f"points, argmax agreement {result['int8_argmax_agreement']:.4f}, recipe {result['int8_recipe']}) |")
-    else:
-        print(f"| held-out macro-F1 ({result['data']['heldout_rows']} rows) | {f1['pytorch']:.4f} | "
-              f"{f1['onnx_fp32']:.4f} | INT8 failed the gate (the default is fp32) |")
-    for k, ratio in result["blend_rows_per_second_ratio"].items():
-        print(f"| {k} rows/s with the TF-IDF blend / without | {rows_s[k]:.0f} / {rows_s[k + '_no_blend']:.0f} "
-              f"= {ratio:.2f}x | | |")
-        if k in result["blend_sequential_rows_per_second_ratio"]:
-            print(f"| {k} rows/s, baseline after the model (not beside it) / without | "
-                  f"{rows_s[k + '_blend_sequential']:.0f} / {rows_s[k + '_no_blend']:.0f} = "
-                  f"{result['blend_sequential_rows_per_second_ratio'][k]:.2f}x | | |")
+    served = result["model"]["served_by_default"]
+    print(f"\nserved by default: {served['file']} ({served['why']})")
+    print("one text p50 / p95 ms: " + ", ".join(f"{k} {v['p50_ms']:.2f} / {v['p95_ms']:.2f}" for k, v in latency.items())
+          + "; eager p50 over: " + ", ".join(f"{k} {v:.1f}x" for k, v in result["latency_ratio_eager_over"].items()))
+    print(f"rows/s: pipeline bs32 {rows_s['pipeline_bs32']:.0f} (the baseline); " + ", ".join(
+        f"{k} {rows_s[k]:.0f} ({v:.1f}x)" for k, v in result["throughput_ratio_over_pipeline"].items()))
+    int8 = (f"INT8 file {f1['onnx_int8']:.4f} ({result['int8_macro_f1_change_points']:+.2f} points, agreement "
+            f"{result['int8_argmax_agreement']:.4f}, recipe {result['int8_recipe']})" if result["int8_passed_gate"]
+            else "INT8 failed the gate (the default is fp32)")
+    print(f"held-out macro-F1 ({result['data']['heldout_rows']} rows): PyTorch {f1['pytorch']:.4f}, ONNX fp32 "
+          f"{f1['onnx_fp32']:.4f}, {int8}")
+    for name in ("blend_rows_per_second_ratio", "blend_sequential_rows_per_second_ratio"):
+        for k, ratio in result[name].items():
+            print(f"{k}: {name.removesuffix('_rows_per_second_ratio')} / no blend = {ratio:.2f}x rows/s")
 
 
 if __name__ == "__main__":

@@ -26,15 +26,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from bench import harness as h
-from finetune.teacher_data import (
-    TEXT_WEIGHTS,
-    absorbing,
-    corrected_answers,
-    gold_repeats,
-    macro_f1,
-    teacher_confusion,
-    weight_scores,
-)
+from finetune import teacher_data as td
 
 NEVER, NEIGHBOUR, NEVER_KEEP = "tech", "business", 120
 GOLD_PER_CLASS = 8
@@ -60,40 +52,32 @@ def use(name: str, student: str = "sgd", groups=None, gold_weights=(1, 5, 0)) ->
     STUDENT, GROUPS, GOLD_WEIGHTS = student, groups, tuple(gold_weights)
 
 
-def load_ko_help():
-    import pandas as pd
-
-    df = pd.read_csv(KO_HELP)
+def coded(df):
+    """(texts, class ids, class names) of a table with `text` and `label`."""
     labels = sorted(df.label.unique())
     return df.text.tolist(), df.label.map({x: i for i, x in enumerate(labels)}).to_numpy(), labels
+
+
+def load(name: str):
+    import pandas as pd
+
+    if name == "ko-help":
+        return coded(pd.read_csv(KO_HELP))
+    if name == "debtags":
+        df = pd.read_csv(DEBTAGS)
+        roles = df["labels"].fillna("").map(lambda cell: [t for t in cell.split(";") if t.startswith("role::")])
+        one = roles.map(len) == 1
+        return coded(df[one].assign(label=roles[one].str[0]))
+    from finetune.data import bbcnews_csv
+
+    df = pd.read_csv(bbcnews_csv(Path.home() / ".cache" / "electra-classify"))
+    return coded(pd.concat([df[df.label != NEVER], df[df.label == NEVER].head(NEVER_KEEP)]).reset_index(drop=True))
 
 
 def ko_help_pages() -> np.ndarray:
     import pandas as pd
 
     return pd.read_csv(KO_HELP, usecols=["page"])["page"].astype(str).to_numpy()
-
-
-def load_debtags():
-    import pandas as pd
-
-    df = pd.read_csv(DEBTAGS)
-    roles = df["labels"].fillna("").map(lambda cell: [t for t in cell.split(";") if t.startswith("role::")])
-    one = roles.map(len) == 1
-    df = df[one].assign(label=roles[one].str[0])
-    labels = sorted(df.label.unique())
-    return df.text.tolist(), df.label.map({x: i for i, x in enumerate(labels)}).to_numpy(), labels
-
-
-def load_bbc():
-    import pandas as pd
-
-    from finetune.data import bbcnews_csv
-
-    df = pd.read_csv(bbcnews_csv(Path.home() / ".cache" / "electra-classify"))
-    df = pd.concat([df[df.label != NEVER], df[df.label == NEVER].head(NEVER_KEEP)]).reset_index(drop=True)
-    labels = sorted(df.label.unique())
-    return df.text.tolist(), df.label.map({x: i for i, x in enumerate(labels)}).to_numpy(), labels
 
 
 def features(texts):
@@ -192,17 +176,17 @@ def fit(X, rows, targets, seed, repeats=None):
 def methods(X, y, teacher, gold, rest, seed, n) -> dict:
     """Every student's probabilities on all rows, by method name."""
     on_gold, oof = fit(X, gold, y[gold], seed), gold_oof(X, gold, y, seed, n)
-    fixed, weight = corrected_answers(proba(on_gold, X[rest], n), oof, y[gold], teacher[gold], teacher[rest], n, None)
-    full = absorbing(y[gold], teacher[gold], teacher[rest], n)  # the candidates' nested scores, for the record
-    scores = weight_scores(oof, y[gold], teacher[gold], teacher_confusion(y[gold], teacher[gold], n), n, None, full)
-    choice = {"weight": weight, "gold_macro_f1_by_weight": {str(w): round(x, 4) for w, x in zip(TEXT_WEIGHTS, scores)},
+    fixed, weight = td.corrected_answers(proba(on_gold, X[rest], n), oof, y[gold], teacher[gold], teacher[rest], n, None)
+    full = td.absorbing(y[gold], teacher[gold], teacher[rest], n)  # the candidates' nested scores, for the record
+    scores = td.weight_scores(oof, y[gold], teacher[gold], td.teacher_confusion(y[gold], teacher[gold], n), n, None, full)
+    choice = {"weight": weight, "gold_macro_f1_by_weight": {str(w): round(x, 4) for w, x in zip(td.TEXT_WEIGHTS, scores)},
               "absorbing_answers": np.flatnonzero(full).tolist()}
     rows = np.concatenate([gold, rest])
     out = {"gold only": on_gold,
            "today": fit(X, rows, np.concatenate([y[gold], teacher[rest]]), seed),
            "truth (ceiling)": fit(X, rows, y[rows], seed)}
     for w in GOLD_WEIGHTS:
-        k = gold_repeats(len(gold), len(rest), w)
+        k = td.gold_repeats(len(gold), len(rest), w)
         reps = np.concatenate([np.full(len(gold), k), np.ones(len(rest), int)])
         name = f"x{'auto' if w == 0 else w}"
         out[f"gold {name} + teacher"] = fit(X, rows, np.concatenate([y[gold], teacher[rest]]), seed, reps)
@@ -238,7 +222,6 @@ def product_labels(texts, y, labels, teacher, seeds: int) -> dict:
 
     import pandas as pd
 
-    from finetune.teacher_data import load
     from textdata.normalize import Normalizer
 
     never, got = labels.index(NEVER), []
@@ -252,7 +235,7 @@ def product_labels(texts, y, labels, teacher, seeds: int) -> dict:
             table.to_csv(Path(tmp) / "pool.csv", index=False)
             cfg = SimpleNamespace(text_column="text", label_column="gold", teacher_column="teacher", encoding="utf-8",
                                   group_column=None, seed=seed)
-            data = load(Path(tmp) / "pool.csv", cfg, Normalizer("none"))
+            data = td.load(Path(tmp) / "pool.csv", cfg, Normalizer("none"))
         truth, fixed = y[rows][~data.gold], data.y[~data.gold]
         raw = teacher[rows][~data.gold]
         got.append({"teacher_accuracy": float((raw == truth).mean()), "corrected_accuracy": float((fixed == truth).mean()),
@@ -268,7 +251,7 @@ def run_setting(X, texts, y, labels, ref, accuracy, systematic, seeds) -> dict:
     rows = []
     for seed in range(seeds):
         gold, rest, test = split(y, seed)
-        row = {"teacher": {"macro_f1": macro_f1(y[test], teacher[test], n),
+        row = {"teacher": {"td.macro_f1": td.macro_f1(y[test], teacher[test], n),
                            "never_answered_f1": per_class_f1(y[test], teacher[test], n)[never],
                            "accuracy": float((teacher[test] == y[test]).mean())}}
         got, choice = methods(X, y, teacher, gold, rest, seed, n)
@@ -276,7 +259,7 @@ def run_setting(X, texts, y, labels, ref, accuracy, systematic, seeds) -> dict:
         row["text_weight_choice"] = {**choice, "absorbing_answers": [labels[j] for j in choice["absorbing_answers"]]}
         for name, p in got.items():
             pred = p[test].argmax(1)
-            row[name] = {"macro_f1": macro_f1(y[test], pred, n),
+            row[name] = {"td.macro_f1": td.macro_f1(y[test], pred, n),
                          "never_answered_f1": per_class_f1(y[test], pred, n)[never],
                          "accuracy": float((pred == y[test]).mean()),
                          "cascade": cascade(p[test], teacher[test], y[test])}
@@ -311,12 +294,12 @@ def table(results: dict) -> str:
         lines.append(f"{'method':28} {'macro-F1':>8} {'vs teacher':>10} {NEVER + ' F1':>8} {'accuracy':>8} "
                      f"{'cascade: answered':>18} {'accuracy':>8}")
         t = m["teacher"]
-        lines.append(f"{'teacher alone':28} {t['macro_f1']:8.3f} {'':>10} {t['never_answered_f1']:8.3f} "
+        lines.append(f"{'teacher alone':28} {t['td.macro_f1']:8.3f} {'':>10} {t['never_answered_f1']:8.3f} "
                      f"{t['accuracy']:8.3f}")
         for name, s in m.items():
             if name not in ("teacher", "text_weight"):
                 c = s["cascade"]
-                lines.append(f"{name:28} {s['macro_f1']:8.3f} {s['macro_f1'] - t['macro_f1']:+10.3f} "
+                lines.append(f"{name:28} {s['td.macro_f1']:8.3f} {s['td.macro_f1'] - t['td.macro_f1']:+10.3f} "
                              f"{s['never_answered_f1']:8.3f} {s['accuracy']:8.3f} {c['share_answered']:18.2f} "
                              f"{c['accuracy']:8.3f}")
         k = r["kfold_training_labels"]
@@ -341,11 +324,11 @@ def targets_per_split(results: dict) -> dict:
         rows = []
         for seed, r in enumerate(results["settings"][setting]["per_seed"]):
             t, s, truth = r["teacher"], r[PRODUCT], r["truth (ceiling)"]
-            row = {"seed": seed, "teacher_macro_f1": round(t["macro_f1"], 4), "student_macro_f1": round(s["macro_f1"], 4),
+            row = {"seed": seed, "teacher_macro_f1": round(t["td.macro_f1"], 4), "student_macro_f1": round(s["td.macro_f1"], 4),
                    "never_answered_f1": round(s["never_answered_f1"], 4),
-                   "truth_ceiling_macro_f1": round(truth["macro_f1"], 4),
+                   "truth_ceiling_macro_f1": round(truth["td.macro_f1"], 4),
                    "truth_ceiling_never_answered_f1": round(truth["never_answered_f1"], 4),
-                   "macro_f1_met": s["macro_f1"] >= t["macro_f1"] + margin, "never_answered_met": s["never_answered_f1"] >= 0.5,
+                   "macro_f1_met": s["td.macro_f1"] >= t["td.macro_f1"] + margin, "never_answered_met": s["never_answered_f1"] >= 0.5,
                    "text_weight": r["text_weight"], "gold_macro_f1_by_weight": r["text_weight_choice"]["gold_macro_f1_by_weight"]}
             if margin == 0.0:
                 c = s["cascade"]
@@ -358,16 +341,16 @@ def targets_per_split(results: dict) -> dict:
 
 
 def targets_lines(per_split: dict) -> list[str]:
+    met = lambda ok: "met" if ok else "NOT met"
     lines = [f"\nissue 47's targets per split ({PRODUCT}):"]
     for setting, rows in per_split.items():
         for r in rows:
             cascade = (f"; cascade {r['cascade_share']:.2f} answered, accuracy {r['cascade_accuracy']:.3f} vs teacher "
-                       f"{r['teacher_accuracy']:.3f} {'met' if r['cascade_met'] else 'NOT met'}" if "cascade_met" in r else "")
+                       f"{r['teacher_accuracy']:.3f} {met(r['cascade_met'])}" if "cascade_met" in r else "")
             lines.append(f"{setting} seed {r['seed']}: {r['student_macro_f1']:.3f} vs teacher {r['teacher_macro_f1']:.3f} "
-                         f"{'met' if r['macro_f1_met'] else 'NOT met'}; {NEVER} F1 {r['never_answered_f1']:.3f} "
-                         f"{'met' if r['never_answered_met'] else 'NOT met'}{cascade}; truth (ceiling) "
-                         f"{r['truth_ceiling_macro_f1']:.3f}; text weight {r['text_weight']} "
-                         f"(gold macro-F1 by weight {r['gold_macro_f1_by_weight']})")
+                         f"{met(r['macro_f1_met'])}; {NEVER} F1 {r['never_answered_f1']:.3f} "
+                         f"{met(r['never_answered_met'])}{cascade}; truth (ceiling) {r['truth_ceiling_macro_f1']:.3f}; "
+                         f"text weight {r['text_weight']} (gold macro-F1 by weight {r['gold_macro_f1_by_weight']})")
     return lines
 
 
@@ -393,7 +376,7 @@ def main(argv=None) -> int:
     use(a.data, a.student, ko_help_pages() if a.groups else None, a.gold_weights)
     a.output = a.output or h.RESULTS / ("teacher.json" if a.data == "bbcnews" else f"teacher-{a.data}.json")
     started = time.time()
-    texts, y, labels = {"bbcnews": load_bbc, "ko-help": load_ko_help, "debtags": load_debtags}[a.data]()
+    texts, y, labels = load(a.data)
     X_reference = features(texts)
     ref = reference_margins(X_reference, y, len(labels))
     X = student_features(texts, X_reference)

@@ -110,10 +110,6 @@ def check(url: str, ds: int, k: int, tally: Tally, logs: list[Path]) -> dict:
             "server_errors": sum(n for s, n in tally.statuses.items() if s >= 500)}
 
 
-def _pct(xs, q):
-    return round(float(np.percentile(xs, q)), 1) if xs else None
-
-
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a live process (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -130,9 +126,7 @@ async def run(args, model, data, k, people, kill_after=None) -> dict:
         return await _load(args, model, data, k, people, kill_after, ports, logs, state)
     finally:
         for proc in state["procs"]:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(60)
+            h.stop_server(proc)
 
 
 async def _load(args, model, data, k, people, kill_after, ports, logs, state) -> dict:
@@ -170,8 +164,7 @@ async def _load(args, model, data, k, people, kill_after, ports, logs, state) ->
     n = max(len(tally.acked), 1)
     result = {"k": k, "killed_after_acknowledged": before if kill_after is not None else None, "wall_s": round(wall, 2),
               "label_saves_per_s": round(len(tally.acked) / wall, 1),
-              "label_ms": {"p50": _pct(tally.label_ms, 50), "p99": _pct(tally.label_ms, 99)},
-              "next_ms": {"p50": _pct(tally.next_ms, 50), "p99": _pct(tally.next_ms, 99)},
+              "label_ms": h.percentiles(np.array(tally.label_ms) / 1000), "next_ms": h.percentiles(np.array(tally.next_ms) / 1000),
               # the slowest label requests: [seconds into the run, ms]
               "slowest_label_ms": [[round(at - t0, 2), round(ms, 1)]
                                    for at, ms in sorted(tally.label_at, key=lambda x: -x[1])[:10]],
@@ -254,7 +247,7 @@ def main(argv=None) -> int:
     base = next((r["label_saves_per_s"] for r in runs if r["k"] == 1), None)
     for r in runs:
         print(f"k={r['k']}{' kill' if r['killed_after_acknowledged'] else ''}: {r['label_saves_per_s']} saves/s "
-              f"({h.ratio(r['label_saves_per_s'], base, 2)}x k=1), label p99 {r['label_ms']['p99']} ms, lost "
+              f"({h.ratio(r['label_saves_per_s'], base, 2)}x k=1), label p99 {r['label_ms']['p99_ms']} ms, lost "
               f"{r['lost']}, duplicates {r['duplicates']}, records with exactly k {r['records_with_exactly_k']}")
     cost = report["token_hash_cost"]
     print(f"argon2 verify {cost.get('argon2_verify_ms')} ms vs SHA-256 {cost['sha256_us']} us")
