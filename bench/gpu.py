@@ -139,9 +139,7 @@ def finetuning(device, args, work: Path):
                               random_state=0)
     base = {"embedding_size": 768, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
             "intermediate_size": 3072}
-    small = {"embedding_size": 64, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-             "intermediate_size": 256}
-    shape = base if cuda else small
+    shape = base if cuda else h.SHAPES["mini"]
     labels = data.labels
     config = ElectraConfig(vocab_size=len(tok), max_position_embeddings=512, num_labels=len(labels),
                            id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)}, **shape)
@@ -221,17 +219,9 @@ def serving(device, args, folder: Path) -> list[dict]:
     p50, rows_s = {k: [] for k in contenders}, {k: [] for k in contenders}
     for r in range(args.repeats):
         for name, fn in rotated(contenders, r):
-            for _ in range(10):
-                fn([SHORT_TEXT])
-            ms = []
-            for _ in range(calls):
-                t = time.perf_counter()
-                fn([SHORT_TEXT])
-                ms.append(1000 * (time.perf_counter() - t))
-            p50[name].append(median(ms))
-            t = time.perf_counter()
-            fn(texts)
-            rows_s[name].append(len(texts) / (time.perf_counter() - t))
+            h.timed(lambda fn=fn: fn([SHORT_TEXT]), 10)
+            p50[name].append(h.median_ms(h.timed(lambda fn=fn: fn([SHORT_TEXT]), calls)))
+            rows_s[name].append(len(texts) / h.timed(lambda fn=fn: fn(texts), 1)[0])
     ref, got = plain.predict_logits(texts).argmax(1), fast.predict_logits(texts).argmax(1)
     y = df["label"].map({v: i for i, v in enumerate(plain.labels)}).to_numpy()
     f1 = lambda pred: 100 * float(f1_score(y, pred, average="macro"))

@@ -96,16 +96,10 @@ async def send_hostile(port: int, kind: str, path: str, body: bytes | None, stre
         error = e
     finally:
         transport.close()
-    if answer.data[:5] != b"HTTP/" and error is not None:
-        return {"kind": kind, "status": type(error).__name__, "sent_bytes": sent,
-                "seconds": round(time.perf_counter() - t0, 3)}
-    return _outcome(kind, bytes(answer.data), t0, sent)
-
-
-def _outcome(kind: str, answer: bytes, t0: float, sent: int) -> dict:
-    status = int(answer[9:12]) if answer[:5] == b"HTTP/" else None
-    return {"kind": kind, "status": status, "answer_bytes": len(answer), "sent_bytes": sent,
-            "seconds": round(time.perf_counter() - t0, 3)}
+    got = {"kind": kind, "sent_bytes": sent, "seconds": round(time.perf_counter() - t0, 3)}
+    if answer.data[:5] != b"HTTP/":
+        return {**got, "status": None if error is None else type(error).__name__, "answer_bytes": len(answer.data)}
+    return {**got, "status": int(answer.data[9:12]), "answer_bytes": len(answer.data)}
 
 
 def attack(port: int, senders: int, ui_body_mb: int, start_at: float, stop_at: float, out) -> None:

@@ -39,10 +39,8 @@ def build_model(work: Path) -> Path:
 
     tok = build_tokenizer(work)
     labels = sorted(pd.read_csv(DATA / "ko-help" / "train.csv", usecols=["label"])["label"].unique())
-    cfg = ElectraConfig(vocab_size=len(tok), embedding_size=128, hidden_size=256, num_hidden_layers=12,
-                        num_attention_heads=4, intermediate_size=1024, max_position_embeddings=512,
-                        num_labels=len(labels), id2label=dict(enumerate(labels)),
-                        label2id={k: i for i, k in enumerate(labels)})
+    cfg = ElectraConfig(vocab_size=len(tok), **h.SHAPES["small"], max_position_embeddings=512, num_labels=len(labels),
+                        id2label=dict(enumerate(labels)), label2id={k: i for i, k in enumerate(labels)})
     torch.manual_seed(0)
     model_dir = work / "model"
     ElectraForSequenceClassification(cfg).eval().save_pretrained(model_dir)

@@ -59,8 +59,7 @@ def split_pages(df: pd.DataFrame):
     return df.iloc[train_idx], df.iloc[test_idx]
 
 
-SHAPES = {"small": {"embedding_size": 128, "hidden_size": 256, "num_hidden_layers": 12, "num_attention_heads": 4,
-                        "intermediate_size": 1024},
+SHAPES = {"small": h.SHAPES["small"],
           # pretraining/config.py's tiny preset: the encoder the ko-help recipe trains on 2 CPU cores
           "tiny": {"embedding_size": 64, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
                        "intermediate_size": 256}}
@@ -163,8 +162,8 @@ def prepare_finetuned(args, onnx_dir: Path):
 
 
 def percentiles(times: list[float]) -> tuple[float, float]:
-    ms = np.array(times) * 1000
-    return float(np.percentile(ms, 50)), float(np.percentile(ms, 95))
+    got = h.percentiles(times, (50, 95), 4)
+    return got["p50_ms"], got["p95_ms"]
 
 
 def time_calls(fn, n: int, warmup: int = 20) -> list[float]:
