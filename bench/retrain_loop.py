@@ -86,11 +86,14 @@ def main() -> None:
     jobs_module, jobs = jobs_for(args.work, data)
 
     async def on_loop():  # the steps Jobs.start runs in threads, called on the loop (the code before)
+        from app.label_kinds import SINGLE
         from app.versions.trainset import eval_share
 
-        ts = jobs_module.build(Path(jobs.cfg.data_dir) / "label", data, eval_share(jobs.registry.root, jobs.cfg.eval_share))
-        jobs_module.check(ts, 5)
-        jobs._write_job(f"onloop-{time.time_ns()}", jobs.settings({"folds": 5}), "encoder-alias", ts, None)
+        share = eval_share(jobs.registry.root, jobs.cfg.eval_share)
+        ts = jobs_module.build(Path(jobs.cfg.data_dir) / "label", data, share, SINGLE)
+        jobs_module.check(ts, 5, SINGLE)
+        jobs._write_job(f"onloop-{time.time_ns()}", jobs.settings({"folds": 5}), "encoder-alias", ts,
+                        SINGLE)
 
     before = asyncio.run(probed(on_loop))
     after = asyncio.run(probed(lambda: jobs.start({"folds": 5})))
