@@ -294,7 +294,9 @@ def main(argv=None) -> int:
         for k, v in s.items():
             if "/" in k and k.split("/")[0] in map(str, TARGETS):
                 pm = "n/a" if v["precision_median"] is None else f"{v['precision_median']:.3f} (min {v['precision_min']:.3f})"
-                print(f"  {k:<16} held {v['held_share']:.1f}  precision {pm}  coverage {v['coverage_median']:.3f}")
+                point = s.get(f"{k.split('/')[0]}/point", {}).get("coverage_median")
+                print(f"  {k:<16} held {v['held_share']:.1f}  precision {pm}  coverage {v['coverage_median']:.3f} "
+                      f"({h.ratio(v['coverage_median'], point, 2)}x the point threshold's)")
     return 0
 
 
