@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pandas as pd
@@ -89,7 +91,10 @@ def main() -> None:
     runs = []
     for r in range(args.rounds):
         for name, kw in configs.items():
-            runs.append(one_run(name, model, inp, args.work, **kw) | {"round": r})
+            # a fresh process each, as a CLI run is: a second Ray session in one process is refused (its
+            # worker setup hook is already set by the first)
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                runs.append(pool.submit(one_run, name, model, inp, args.work, **kw).result() | {"round": r})
             print(json.dumps(runs[-1]), flush=True)
 
     def median(name, key):
