@@ -251,7 +251,7 @@ def run_setting(X, texts, y, labels, ref, accuracy, systematic, seeds) -> dict:
     rows = []
     for seed in range(seeds):
         gold, rest, test = split(y, seed)
-        row = {"teacher": {"td.macro_f1": td.macro_f1(y[test], teacher[test], n),
+        row = {"teacher": {"macro_f1": td.macro_f1(y[test], teacher[test], n),
                            "never_answered_f1": per_class_f1(y[test], teacher[test], n)[never],
                            "accuracy": float((teacher[test] == y[test]).mean())}}
         got, choice = methods(X, y, teacher, gold, rest, seed, n)
@@ -259,7 +259,7 @@ def run_setting(X, texts, y, labels, ref, accuracy, systematic, seeds) -> dict:
         row["text_weight_choice"] = {**choice, "absorbing_answers": [labels[j] for j in choice["absorbing_answers"]]}
         for name, p in got.items():
             pred = p[test].argmax(1)
-            row[name] = {"td.macro_f1": td.macro_f1(y[test], pred, n),
+            row[name] = {"macro_f1": td.macro_f1(y[test], pred, n),
                          "never_answered_f1": per_class_f1(y[test], pred, n)[never],
                          "accuracy": float((pred == y[test]).mean()),
                          "cascade": cascade(p[test], teacher[test], y[test])}
@@ -294,12 +294,12 @@ def table(results: dict) -> str:
         lines.append(f"{'method':28} {'macro-F1':>8} {'vs teacher':>10} {NEVER + ' F1':>8} {'accuracy':>8} "
                      f"{'cascade: answered':>18} {'accuracy':>8}")
         t = m["teacher"]
-        lines.append(f"{'teacher alone':28} {t['td.macro_f1']:8.3f} {'':>10} {t['never_answered_f1']:8.3f} "
+        lines.append(f"{'teacher alone':28} {t['macro_f1']:8.3f} {'':>10} {t['never_answered_f1']:8.3f} "
                      f"{t['accuracy']:8.3f}")
         for name, s in m.items():
             if name not in ("teacher", "text_weight"):
                 c = s["cascade"]
-                lines.append(f"{name:28} {s['td.macro_f1']:8.3f} {s['td.macro_f1'] - t['td.macro_f1']:+10.3f} "
+                lines.append(f"{name:28} {s['macro_f1']:8.3f} {s['macro_f1'] - t['macro_f1']:+10.3f} "
                              f"{s['never_answered_f1']:8.3f} {s['accuracy']:8.3f} {c['share_answered']:18.2f} "
                              f"{c['accuracy']:8.3f}")
         k = r["kfold_training_labels"]
@@ -324,11 +324,11 @@ def targets_per_split(results: dict) -> dict:
         rows = []
         for seed, r in enumerate(results["settings"][setting]["per_seed"]):
             t, s, truth = r["teacher"], r[PRODUCT], r["truth (ceiling)"]
-            row = {"seed": seed, "teacher_macro_f1": round(t["td.macro_f1"], 4), "student_macro_f1": round(s["td.macro_f1"], 4),
+            row = {"seed": seed, "teacher_macro_f1": round(t["macro_f1"], 4), "student_macro_f1": round(s["macro_f1"], 4),
                    "never_answered_f1": round(s["never_answered_f1"], 4),
-                   "truth_ceiling_macro_f1": round(truth["td.macro_f1"], 4),
+                   "truth_ceiling_macro_f1": round(truth["macro_f1"], 4),
                    "truth_ceiling_never_answered_f1": round(truth["never_answered_f1"], 4),
-                   "macro_f1_met": s["td.macro_f1"] >= t["td.macro_f1"] + margin, "never_answered_met": s["never_answered_f1"] >= 0.5,
+                   "macro_f1_met": s["macro_f1"] >= t["macro_f1"] + margin, "never_answered_met": s["never_answered_f1"] >= 0.5,
                    "text_weight": r["text_weight"], "gold_macro_f1_by_weight": r["text_weight_choice"]["gold_macro_f1_by_weight"]}
             if margin == 0.0:
                 c = s["cascade"]
