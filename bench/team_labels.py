@@ -246,9 +246,9 @@ def main(argv=None) -> int:
         report["runs"] = kept + runs
     base = next((r["label_saves_per_s"] for r in runs if r["k"] == 1), None)
     for r in runs:
-        print(f"k={r['k']}{' kill' if r['killed_after_acknowledged'] else ''}: {r['label_saves_per_s']} saves/s "
-              f"({h.ratio(r['label_saves_per_s'], base, 2)}x k=1), label p99 {r['label_ms']['p99_ms']} ms, lost "
-              f"{r['lost']}, duplicates {r['duplicates']}, records with exactly k {r['records_with_exactly_k']}")
+        against = f" ({h.ratio(r['label_saves_per_s'], base, 2)}x k=1)" if base else ""
+        print(f"k={r['k']}{' kill' if r['killed_after_acknowledged'] else ''}: {r['label_saves_per_s']} saves/s{against}, "
+              f"label p99 {r['label_ms']['p99_ms']} ms, lost {r['lost']}, duplicates {r['duplicates']}, records with exactly k {r['records_with_exactly_k']}")
     cost = report["token_hash_cost"]
     print(f"argon2 verify {cost.get('argon2_verify_ms')} ms vs SHA-256 {cost['sha256_us']} us")
     h.write_record(args.output, report)
