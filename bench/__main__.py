@@ -3,7 +3,7 @@ bench/NAME.py with those flags, as `python bench/NAME.py [flags]` does (each pri
 from the same run and writes its JSON; `python -m bench NAME --help` says how).
 
 A benchmark is a script here that runs as a program (`if __name__ == "__main__":`); the other modules are what
-benchmarks share (load_clients.py, the short-text data of the transfer benchmarks).
+benchmarks share (harness.py: the record, timers, servers, clients; resplits.py: the short-text resplits).
 """
 
 from __future__ import annotations
@@ -49,8 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     if name not in benchmarks():
         print(f"no benchmark {name!r} in {HERE}\n\n{listing()}", file=sys.stderr)
         return 2
-    # as `python bench/NAME.py` runs it: its folder first on the path (benchmarks import their siblings by name)
-    sys.path[:0] = [str(HERE), str(HERE.parent)]
+    # the checkout first on the path: a benchmark imports bench.harness, and bench/serving.py must not shadow serving
+    sys.path[:0] = [str(HERE.parent)]
     sys.argv = [str(HERE / f"{name}.py"), *flags]
     try:
         runpy.run_path(str(HERE / f"{name}.py"), run_name="__main__")

@@ -1,37 +1,28 @@
 """What serving a calibrator costs: engine rows/s with calibration.json applied against without, same run.
 
-    python bench/calibration.py [--model FOLDER] [--rows 1000] [--repeats 7] [--work /tmp/bench-calibration] \\
-        [--output bench/results/calibration-serving.json]
-    python bench/calibration.py --multi-label      # per-label temperature and Platt scaling, sigmoid scores
-    python bench/calibration.py --model FOLDER --ood   # the folder's own calibration with its out-of-domain
-                                                       # detector (ood/) against the same without it (issue 42)
+    python -m bench calibration [--model FOLDER] [--rows 1000] [--repeats 7]
+    python -m bench calibration --multi-label          # per-label temperature and Platt scaling, sigmoid scores
+    python -m bench calibration --model FOLDER --ood   # the folder's out-of-domain detector against none (issue 42)
 
-One engine is loaded once (--model: an exported or transformers folder; default: MiniLM from the `minilm`
-alias with a 5-label head, exported to ONNX fp32 in --work, which is the served path), then its
-calibration is switched between none, temperature scaling and vector scaling (both with a threshold, so
-`confident` is computed too) between interleaved passes (order reversed every other round: a fixed order
-measured the first mode up to 2x faster under a shifting load) over the same BBC News texts (--rows, cut at
-64 tokens): everything else is the same object. Measured per pass: `predict` (what the API and UI call:
-tokenize, forward, calibrate, one Prediction per text) and `predict_proba` (what serving.score calls);
-medians over --repeats, the ratio against no calibration, and the calibration step alone on those rows.
-Goal (issue 33): rows/s with the calibrator >= 0.97x without. The CPU is shared: load average recorded.
+One engine (--model, or MiniLM with a 5-label head exported to ONNX fp32) whose calibration is switched between
+none (the baseline), temperature and vector scaling (with a threshold, so `confident` is computed) between
+interleaved passes over the same BBC News texts (the order reversed every other round: drifting load hits every
+mode alike). Per pass `predict` and `predict_proba`; medians over --repeats, each round's ratio against none, and
+the calibration step alone. Goal (issue 33): rows/s with the calibrator >= 0.97x without.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
-import platform
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+from bench import harness as h
 
 
 def build_model(work: Path, multi_label: bool = False) -> Path:
@@ -62,33 +53,13 @@ def calibrations(labels: list[str], multi_label: bool = False) -> dict:
     from textdata.calibration import Calibrator, LabelCalibrator
 
     n = len(labels)
-    t = np.full(n, 0.6)
+    t, w, b = np.full(n, 0.6), tuple(np.linspace(0.8, 1.2, n)), tuple(np.linspace(-0.2, 0.2, n))
     if multi_label:  # per label: a temperature, or Platt's slope and intercept (textdata/calibration.py)
-        return {
-            "none": ServedCalibration(),
-            "temperature": ServedCalibration(
-                LabelCalibrator("temperature", temperature=tuple(np.linspace(0.7, 1.3, n))), t,
-                {"method": "temperature"}, ""
-            ),
-            "platt": ServedCalibration(
-                LabelCalibrator("platt", weights=tuple(np.linspace(0.8, 1.2, n)),
-                           bias=tuple(np.linspace(-0.2, 0.2, n))), t, {"method": "platt"}, ""
-            ),
-        }
-    return {
-        "none": ServedCalibration(),
-        "temperature": ServedCalibration(
-            Calibrator("temperature", temperature=0.7), t, {"method": "temperature"}, ""
-        ),
-        "vector": ServedCalibration(
-            Calibrator(
-                "vector", weights=tuple(np.linspace(0.8, 1.2, n)), bias=tuple(np.linspace(-0.2, 0.2, n))
-            ),
-            t,
-            {"method": "vector"},
-            "",
-        ),
-    }
+        cals = {"temperature": LabelCalibrator("temperature", temperature=tuple(np.linspace(0.7, 1.3, n))),
+                "platt": LabelCalibrator("platt", weights=w, bias=b)}
+    else:
+        cals = {"temperature": Calibrator("temperature", temperature=0.7), "vector": Calibrator("vector", weights=w, bias=b)}
+    return {"none": ServedCalibration(), **{k: ServedCalibration(c, t, {"method": k}, "") for k, c in cals.items()}}
 
 
 def ood_modes(clf) -> dict:
@@ -105,50 +76,22 @@ def ood_modes(clf) -> dict:
 
 
 def measure(clf, modes: dict, texts: list[str], repeats: int, multi_label: bool = False) -> tuple[dict, dict, dict]:
-    """(rows/s per mode and call, the calibration step alone in µs per row per mode, the median over rounds of
-    each round's ratio against no calibration: a pair measured seconds apart shares its load, which the medians
-    of whole runs do not when the load drifts)."""
+    """(rows/s per mode and call, the calibration step alone in µs per row, the median of each round's ratio
+    against none: a pair measured seconds apart shares its load, which the medians of whole runs do not)."""
     times = {m: {"predict": [], "predict_proba": []} for m in modes}
-    for r in range(repeats):  # interleaved, the order reversed every other round: drifting load hits
-        for mode in list(modes)[:: 1 if r % 2 == 0 else -1]:  # every mode alike, first and last alike
+    for r in range(repeats):
+        for mode in list(modes)[:: 1 if r % 2 == 0 else -1]:
             clf.calibration = modes[mode]
             for call in ("predict", "predict_proba"):
-                start = time.perf_counter()
-                getattr(clf, call)(texts)
-                times[mode][call].append(time.perf_counter() - start)
+                times[mode][call] += h.timed(lambda call=call: getattr(clf, call)(texts), 1)
     clf.calibration = modes["none"]
     raw = clf.predict_proba(texts)
-    step = {}
-    for mode, cal in modes.items():  # the calibration step alone, on these rows' probabilities
-        runs = []
-        for _ in range(50):
-            start = time.perf_counter()
-            q = cal(raw)
-            cal.confident(q, raw > 0.5 if multi_label else None)
-            runs.append(time.perf_counter() - start)
-        step[mode] = statistics.median(runs) / len(texts) * 1e6
+    step = {mode: statistics.median(h.timed(lambda cal=cal: cal.confident(cal(raw), raw > 0.5 if multi_label else None),
+                                            50)) / len(texts) * 1e6 for mode, cal in modes.items()}
     paired = {m: {c: statistics.median(a / b for a, b in zip(times["none"][c], v)) for c, v in calls.items()}
               for m, calls in times.items() if m != "none"}
     rows = {m: {c: len(texts) / statistics.median(v) for c, v in calls.items()} for m, calls in times.items()}
     return rows, step, paired
-
-
-def print_table(result: dict, modes: dict, load_before, output: Path) -> None:
-    print(  # ratios: the median of each round's pair (ratio_vs_none in the JSON: of the medians)
-        f"{'calibration':<12} {'predict rows/s':>15} {'ratio':>7} {'predict_proba rows/s':>21} {'ratio':>7} "
-        f"{'step µs/row':>12}"
-    )
-    for m in modes:
-        r = result["rows_per_second"][m]
-        ratio = result["ratio_vs_none_paired"].get(m, {"predict": 1.0, "predict_proba": 1.0})  # per-round pairs
-        print(
-            f"{m:<12} {r['predict']:>15.1f} {ratio['predict']:>7.3f} {r['predict_proba']:>21.1f} "
-            f"{ratio['predict_proba']:>7.3f} {result['calibration_step_us_per_row'][m]:>12.2f}"
-        )
-    print(
-        f"goal >= 0.97x: {'met' if result['met'] else 'NOT met'}; load {load_before} -> {os.getloadavg()}; "
-        f"wrote {output}"
-    )
 
 
 def main(argv=None) -> int:
@@ -167,7 +110,7 @@ def main(argv=None) -> int:
         p.error("--ood measures a k-fold --final folder's own detector: give --model FOLDER")
     name = ("calibration-serving-ood.json" if a.ood else
             "calibration-serving-multilabel.json" if a.multi_label else "calibration-serving.json")
-    a.output = a.output or ROOT / "bench" / "results" / name
+    a.output = a.output or h.RESULTS / name
     if a.multi_label and a.work == Path("/tmp/bench-calibration"):
         a.work = Path("/tmp/bench-calibration-multilabel")
     import pandas as pd
@@ -177,46 +120,29 @@ def main(argv=None) -> int:
 
     a.work.mkdir(parents=True, exist_ok=True)
     folder = a.model or build_model(a.work, a.multi_label)
-    texts = (
-        pd.read_csv(bbcnews_csv(Path.home() / ".cache" / "electra-classify"))["text"]
-        .astype(str)
-        .tolist()[: a.rows]
-    )
+    texts = pd.read_csv(bbcnews_csv(Path.home() / ".cache" / "electra-classify"))["text"].astype(str).tolist()[: a.rows]
     clf = Classifier.load(folder, quantized=a.quantized, max_length=64)
     modes = ood_modes(clf) if a.ood else calibrations(list(clf.labels), clf.multi_label)
-    load_before = os.getloadavg()
     rows, step, paired = measure(clf, modes, texts, a.repeats, clf.multi_label)
-    result = {
-        "date": time.strftime("%Y-%m-%d"),
-        "model": str(folder),
-        "backend": clf.info()["backend"],
-        "multi_label": clf.multi_label,
-        "model_file": clf.info()["model_file"],
-        "rows": len(texts),
-        "repeats": a.repeats,
-        "max_length": 64,
-        "rows_per_second": {m: {c: round(v, 1) for c, v in r.items()} for m, r in rows.items()},
-        "ratio_vs_none": {
-            m: {c: round(r[c] / rows["none"][c], 4) for c in r} for m, r in rows.items() if m != "none"
-        },
-        "ratio_vs_none_paired": {m: {c: round(v, 4) for c, v in r.items()} for m, r in paired.items()},
-        "calibration_step_us_per_row": {m: round(v, 3) for m, v in step.items()},
-        "pass_us_per_row": round(1e6 / rows["none"]["predict_proba"], 1),
-        "goal": ("rows/s with the out-of-domain detector >= 0.97x without (issue 42)" if a.ood else
-                 "rows/s with the calibrator >= 0.97x without (issue 33)"),
-        "blend": clf.blend is not None,
-        "machine": {
-            "cpu": platform.processor() or platform.machine(),
-            "cores": os.cpu_count(),
-            "omp_num_threads": os.environ.get("OMP_NUM_THREADS"),
-            "loadavg_before": load_before,
-            "loadavg_after": os.getloadavg(),
-        },
-    }
+    result = {"model": str(folder), "backend": clf.info()["backend"], "multi_label": clf.multi_label,
+              "model_file": clf.info()["model_file"], "rows": len(texts), "repeats": a.repeats, "max_length": 64,
+              "rows_per_second": {m: {c: round(v, 1) for c, v in r.items()} for m, r in rows.items()},
+              "ratio_vs_none": {m: {c: round(r[c] / rows["none"][c], 4) for c in r} for m, r in rows.items()
+                                if m != "none"},
+              "ratio_vs_none_paired": {m: {c: round(v, 4) for c, v in r.items()} for m, r in paired.items()},
+              "calibration_step_us_per_row": {m: round(v, 3) for m, v in step.items()},
+              "pass_us_per_row": round(1e6 / rows["none"]["predict_proba"], 1), "blend": clf.blend is not None,
+              "goal": ("rows/s with the out-of-domain detector >= 0.97x without (issue 42)" if a.ood else
+                       "rows/s with the calibrator >= 0.97x without (issue 33)")}
     result["met"] = all(v >= 0.97 for r in result["ratio_vs_none_paired"].values() for v in r.values())
-    a.output.parent.mkdir(parents=True, exist_ok=True)
-    a.output.write_text(json.dumps(result, indent=1) + "\n")
-    print_table(result, modes, load_before, a.output)
+    print(f"{'calibration':<12} {'predict rows/s':>15} {'ratio':>7} {'predict_proba rows/s':>21} {'ratio':>7} "
+          f"{'step µs/row':>12}")
+    for m in modes:  # ratios: the median of each round's pair
+        r, q = rows[m], result["ratio_vs_none_paired"].get(m, {"predict": 1.0, "predict_proba": 1.0})
+        print(f"{m:<12} {r['predict']:>15.1f} {q['predict']:>7.3f} {r['predict_proba']:>21.1f} "
+              f"{q['predict_proba']:>7.3f} {step[m]:>12.2f}")
+    print(f"goal >= 0.97x: {'met' if result['met'] else 'NOT met'}")
+    h.write_record(a.output, result)
     return 0
 
 

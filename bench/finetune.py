@@ -1,20 +1,16 @@
 """Training throughput of finetune/train.py's loop against transformers' Trainer, same model/data/settings.
 
-    python bench/finetune.py                       # MiniLM (offline package) on ko-help, 1 epoch each
-    python bench/finetune.py --rows 1600 --repeats 3 --model path/to/discriminator
+    python -m bench finetune [--rows 800] [--repeats 2] [--model minilm|path/to/discriminator]
 
-Both runs train the same pretrained weights, on the same rows, with the same batch size, learning
-rate, warmup, weight decay, clipping and epochs, fp32 on CPU. The Trainer gets transformers'
-usual setup: DataCollatorWithPadding (dynamic padding) and random batches. Ours adds
-length-grouped batches (and LLRD is switched off here so the optimiser is identical). Prints a
-table with the ratio and writes bench/results/finetune.json.
+The same pretrained weights, rows, batch size, learning rate, warmup, weight decay, clipping and epochs, fp32 on CPU.
+The Trainer (the baseline) gets DataCollatorWithPadding and random batches; ours adds length-grouped batches (LLRD
+off, so the optimiser is identical). Interleaved rounds, medians; samples/s and per CPU-second, macro-F1.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import platform
 import sys
 import tempfile
 import time
@@ -26,12 +22,12 @@ import torch
 # This file is named like the package it measures: put the repo root ahead of bench/ on the path.
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench import harness as h
 from finetune.data import load_labeled
 from finetune.models import load_classifier, load_tokenizer, resolve_model
 from finetune.train import TrainConfig, encode, fit, predict_proba
-from textdata.tables import write_json
 
-KO_HELP = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "ko-help" / "train.csv"
+KO_HELP = h.KO_HELP
 
 
 def split(y: np.ndarray, rows: int, eval_rows: int, seed: int):
@@ -105,7 +101,7 @@ def main() -> None:
     p.add_argument("--max-length", type=int, default=128)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--repeats", type=int, default=2, help="interleaved rounds per loop; medians are reported")
-    p.add_argument("--output", default="bench/results/finetune.json")
+    p.add_argument("--output", type=Path, default=h.RESULTS / "finetune.json")
     args = p.parse_args()
     torch.set_num_threads(os.cpu_count() or 1)
 
@@ -135,11 +131,9 @@ def main() -> None:
               f"{r['macro_f1']:>9.4f}")
     print(f"ratio ours/Trainer: {ratio:.2f}x samples/s ({cpu_ratio:.2f}x per CPU-second), macro-F1 "
           f"{results['ours']['macro_f1'] - results['trainer']['macro_f1']:+.4f}")
-    write_json(args.output, {"args": vars(args), "results": results, "rounds": runs, "ratio_samples_per_second": ratio,
-                             "ratio_samples_per_cpu_second": cpu_ratio,
-                             "median_tokens_per_row": float(np.median(lengths)), "cpu_count": os.cpu_count(),
-                             "torch": torch.__version__, "machine": platform.machine()})
-    print(f"wrote {args.output}")
+    h.write_record(args.output, {"args": vars(args), "results": results, "rounds": runs,
+                                 "ratio_samples_per_second": ratio, "ratio_samples_per_cpu_second": cpu_ratio,
+                                 "median_tokens_per_row": float(np.median(lengths)), "torch": torch.__version__})
 
 
 if __name__ == "__main__":

@@ -1,27 +1,16 @@
 """A fleet under load: PostgreSQL, replicas as local `python -m app` processes, nginx in front, promotions.
 
-    python bench/fleet.py [--replicas 3] [--clients 32] [--promotions 20] [--rollbacks 5] [--backend torch]
-                          [--work /tmp/bench-fleet] [--output bench/results/fleet.json]
+    python -m bench fleet [--replicas 3] [--clients 32] [--promotions 20] [--rollbacks 5] [--backend torch]
+    python -m bench fleet --throughput [--rounds 2] [--duration 20]   # one replica against one plain process
 
-Starts a PostgreSQL (tests/postgres_fixture.py's `running_postgres`), registers the model (bench/api_load.py's
-random ELECTRA, `--shape mini`) and one copy per promotion as versions, starts the replicas
-(`--database-url`, `--replica-id rK`) and nginx (docker/nginx-fleet.conf itself, its addresses moved here by
-tests/nginx_fixture.py; up to 3 replicas). --clients closed-loop clients send one text per
-request through nginx and log (time, replica, model_version, status, latency) per answer.
-
-Meanwhile: --promotions + --rollbacks flips, each `python -m app.fleet.promote promote VERSION` as its own
-process (every fifth one a rollback to the version before), then two crashes:
-  - `kill -9` of a replica while a promotion prepares; it is restarted (same id and port) once the commit is in;
-  - `kill -9` of the promoting process once every live replica reported ready (between prepare and commit).
-Afterwards: the pointer names one version that the registry lists, and every replica serves it.
-
-`--throughput`: instead, one replica with the database behind it (PostgreSQL, the registry and the replica loop)
-against today's single process (`python -m app --model M`), clients straight to the server, the two alternating
---rounds times (bench/api_load.py's `run_mode`); target: requests/s >= 0.95x. Writes bench/results/fleet_throughput.json.
-
-Figures: failed requests (any non-200 through nginx); per flip, the last answer from the demoted version after
-the commit (target <= 2 s); p99 latency of requests overlapping a promotion (its start to 2 s after its commit)
-against the others (target <= 1.5x). The machine's load average is written beside them.
+A PostgreSQL (tests/postgres_fixture.py), the model (harness.build_model's `mini`) and one copy per promotion
+registered, the replicas, and nginx on docker/nginx-fleet.conf itself (tests/nginx_fixture.py). --clients
+closed-loop clients through nginx while --promotions + --rollbacks flips run (`python -m app.fleet.promote`, every
+fifth a rollback), then two crashes: `kill -9` of a replica while a promotion prepares (restarted), and of the
+promoting process between prepare and commit. Figures: failed requests; per flip, the last answer from the demoted
+version after the commit (target <= 2 s); p99 of requests overlapping a promotion over the others (target <=
+1.5x); afterwards every replica serves the one listed version the pointer names. `--throughput`: one replica with
+the database behind it against `python -m app --model M`, alternated --rounds times; target >= 0.95x.
 """
 
 from __future__ import annotations
@@ -29,7 +18,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -41,38 +29,27 @@ import httpx
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "bench")]
-from api_load import build_model, free_port, load_texts
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from nginx_fixture import local_conf, running_nginx
 from postgres_fixture import running_postgres
 
+from bench import harness as h
 from labelstore import fleet_store as fs
 from labelstore import open_store
 
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
+ENV = h.app_env(OMP_NUM_THREADS="1")
 
 
 class Replica:
-    def __init__(self, rid: str, port: int, argv: list[str], log: Path):
-        self.id, self.port, self.argv, self.log = rid, port, argv, log
+    def __init__(self, rid: str, port: int, extra: list[str], log: Path):
+        self.id, self.port, self.extra, self.log = rid, port, extra, log
         self.proc: subprocess.Popen | None = None
 
-    def start(self) -> None:
-        self.proc = subprocess.Popen(self.argv, env=ENV, cwd=self.log.parent, stdout=open(self.log, "ab"),  # noqa: SIM115
-                                     stderr=subprocess.STDOUT)
-
-    def wait_ready(self, timeout: float = 900) -> float:
+    def start(self) -> float:
+        """Seconds until it answers /readyz."""
         t0 = time.monotonic()
-        while time.monotonic() - t0 < timeout:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"{self.id} exited {self.proc.returncode}: {self.log.read_text()[-2000:]}")
-            try:
-                if httpx.get(f"http://127.0.0.1:{self.port}/readyz", timeout=2).status_code == 200:
-                    return time.monotonic() - t0
-            except httpx.TransportError:
-                pass
-            time.sleep(0.1)
-        raise RuntimeError(f"{self.id} not ready after {timeout} s")
+        self.proc, _ = h.start_server(None, self.extra, self.log, port=self.port, env=ENV)
+        return time.monotonic() - t0
 
     def serving(self) -> str | None:
         try:
@@ -137,9 +114,8 @@ def crash_replica(url, models, engine, victim: Replica, version: str, replicas) 
     killed = time.time()
     victim.proc.wait()
     said = proc.communicate()[0].decode()[-300:]
-    victim.start()
     restart = time.monotonic()
-    ready_s = victim.wait_ready()
+    ready_s = victim.start()
     serving = victim.serving()
     return {"version": version, "killed": killed, "promote_rc": proc.returncode, "said": said.strip(),
             "restart_to_ready_s": round(ready_s, 2), "restart_to_serving_active_s": round(time.monotonic() - restart, 2),
@@ -198,7 +174,7 @@ def analyse(log: list, runs: list[dict], engine, t_start: float) -> dict:
             "last_demoted_answer_after_commit_s": {"max": round(max(late, default=0), 3),
                                                    "median": round(float(np.median(late)), 3) if late else None},
             "p99_ms": {"during_promotion": p99(during), "steady": p99(steady),
-                       "ratio": round(p99(during) / p99(steady), 2) if during and steady else None},
+                       "ratio": h.ratio(p99(during), p99(steady), 2)},
             "n_during": len(during), "n_steady": len(steady),
             "throughput_rps": round(len(ok) / (max(x[1] for x in log) - min(x[0] for x in log)), 1) if log else 0}
 
@@ -212,16 +188,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--gap", type=float, default=1.0, help="seconds between flips")
     p.add_argument("--backend", default="torch", choices=("torch", "onnx"))
     p.add_argument("--work", type=Path, default=Path("/tmp/bench-fleet"))
-    p.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "fleet.json")
+    p.add_argument("--output", type=Path, help="default bench/results/fleet[_throughput].json")
     p.add_argument("--throughput", action="store_true", help="one replica against a single process (see above)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--duration", type=float, default=20.0)
     args = p.parse_args(argv)
-    texts, labels = load_texts()
-    model = build_model(args.work, texts, labels, args.backend, "mini")
+    texts, labels = h.load_texts()
+    model = h.build_model(args.work, texts, labels, args.backend, "mini")
     run_dir = args.work / f"run-{int(time.time())}"
     run_dir.mkdir(parents=True)
-    load_before = os.getloadavg()
     with running_postgres() as pg:
         import sqlalchemy as sa
 
@@ -230,19 +205,19 @@ def main(argv: list[str] | None = None) -> int:
             c.exec_driver_sql("CREATE DATABASE fleet")
         url = pg["url"].format(db="fleet")
         result = throughput(args, url, model, run_dir, texts) if args.throughput else run(args, url, model, run_dir, texts)
-    result.update(load_before=[round(x, 2) for x in load_before], load_after=[round(x, 2) for x in os.getloadavg()],
-                  cpus=os.cpu_count(), backend=args.backend, replicas=args.replicas, clients=args.clients,
-                  command=" ".join(["python bench/fleet.py", *(argv if argv is not None else sys.argv[1:])]))
-    if args.throughput and args.output.name == "fleet.json":
-        args.output = args.output.with_name("fleet_throughput.json")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(result, indent=1, default=str))
+    result.update(backend=args.backend, replicas=args.replicas, clients=args.clients)
     print(json.dumps({k: v for k, v in result.items() if k not in ("runs",)}, indent=1, default=str))
+    if args.throughput:
+        print(f"replica / single process requests/s: {result['ratio']}x (target >= 0.95x)")
+    else:
+        print(f"p99 during a promotion / steady: {result['p99_ms']['ratio']}x (target <= 1.5x); failed "
+              f"{result['failed']}; last demoted answer {result['last_demoted_answer_after_commit_s']['max']} s")
+    h.write_record(args.output or h.RESULTS / f"fleet{'_throughput' if args.throughput else ''}.json", result)
     return 0
 
 
 def throughput(args, url: str, model: Path, run_dir: Path, texts: list[str]) -> dict:
-    from api_load import run_mode
+    from bench.api_load import run_mode
 
     args.work, args.warmup, args.grace, args.timeout = run_dir, 3.0, 10.0, 60.0
     modes = {"single process": ["--data-dir", str(run_dir / "single")],
@@ -253,7 +228,7 @@ def throughput(args, url: str, model: Path, run_dir: Path, texts: list[str]) -> 
         for name, extra in modes.items():
             runs[name].append(run_mode(name, model, extra, texts, args))
     rps = {name: float(np.median([r["rps"] for r in rs])) for name, rs in runs.items()}
-    return {"requests_per_s_median": rps, "ratio": round(rps["replica"] / rps["single process"], 3),
+    return {"requests_per_s_median": rps, "ratio": h.ratio(rps["replica"], rps["single process"]),
             "runs": runs, "duration_s": args.duration, "rounds": args.rounds}
 
 
@@ -274,18 +249,13 @@ def run(args, url: str, model: Path, run_dir: Path, texts: list[str]) -> dict:
     registry.set_active(order[0], "bench start")
     replicas, ports = [], {}
     for k in range(args.replicas):
-        port = free_port()
-        rid = f"r{k + 1}"
+        port, rid = h.free_port(), f"r{k + 1}"
         ports[str(port)] = rid
-        argv = [sys.executable, "-m", "app", "--models-dir", str(models), "--database-url", url, "--replica-id", rid,
-                "--port", str(port), "--no-ui", "--promote-timeout", "20", "--data-dir", str(run_dir / f"data-{rid}"),
-                "--threads", "1"]
-        replicas.append(Replica(rid, port, argv, run_dir / f"{rid}.log"))
-    for r in replicas:
-        r.start()
-    for r in replicas:
-        r.wait_ready()
-    lb_port = free_port()
+        replicas.append(Replica(rid, port, ["--models-dir", str(models), "--database-url", url, "--replica-id", rid,
+                                            "--promote-timeout", "20", "--data-dir", str(run_dir / f"data-{rid}"),
+                                            "--threads", "1"], run_dir / f"{rid}.log"))
+        replicas[-1].start()
+    lb_port = h.free_port()
     conf = local_conf([r.port for r in replicas], lb_port, run_dir / "nginx")
     try:
         with running_nginx(conf, run_dir / "nginx", lb_port):
@@ -293,13 +263,7 @@ def run(args, url: str, model: Path, run_dir: Path, texts: list[str]) -> dict:
                                               order, texts, ports))
     finally:
         for r in replicas:
-            if r.proc.poll() is None:
-                r.proc.send_signal(signal.SIGTERM)
-        for r in replicas:
-            try:
-                r.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                r.proc.kill()
+            h.stop_server(r.proc)
         engine.dispose()
 
 

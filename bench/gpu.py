@@ -1,30 +1,20 @@
 """GPU paths against their plain versions and their peers, all measured in the same run.
 
-    python bench/gpu.py                 # CUDA: full shapes; CPU: small shapes, a smoke run
+    python bench/gpu.py                 # CUDA: full shapes; CPU: small shapes, a smoke run (bench/gpu_wheels.sh)
     python bench/gpu.py --device cpu --repeats 1
 
-Three stages, each: the fast path (what the code does now by default on this device), the plain path
-(the same code with the fast parts off: what it did before on a GPU), and the field's peer:
-- pretraining step, tokens/s: fast = the whole step compiled (--compile auto), statistics summed on the
-  device, fused AdamW, bf16 on CUDA; plain = eager, every statistic read back per step, unfused AdamW;
-  peer = transformers' ElectraForMaskedLM + ElectraForPreTraining composed (bench/pretraining.py).
-  CUDA: ELECTRA-Small at the paper's batch 128 and at 512; CPU: the tiny preset, batch 8.
-- fine-tuning, samples/s and macro-F1 on held-out ko-help rows: fast = finetune.train.fit with
-  static shapes (auto: on CUDA); plain = static shapes off; peer = transformers Trainer (bf16 on CUDA).
-  CUDA: KcELECTRA-base's shape (hidden 768, 12 layers), random init; CPU: hidden 64, 2 layers.
-- serving the fine-tuned model: one short text p50 and rows/s over all ko-help rows. fast =
-  Classifier provider torch defaults (CUDA: bf16 + CUDA graphs); plain = fp32 eager, no graphs; peer =
-  transformers pipeline (batch 64). Parity: argmax agreement and macro-F1 change, fast vs fp32.
-Rounds are interleaved (each starts with a different contender) and medians reported; load average is recorded. Writes bench/results/gpu-<device>.json.
-Without CUDA it says so: the GPU columns are not measured, never filled in.
+Each stage: fast (what the code does now on this device), plain (the fast parts off) and the field's peer.
+Pretraining tokens/s (compiled step, device-side statistics, fused AdamW, bf16; peer: transformers' MLM + ELECTRA
+heads composed, bench/pretraining.py; CUDA ELECTRA-Small at batch 128 and 512). Fine-tuning samples/s and
+macro-F1 on ko-help (static shapes; peer: transformers Trainer; CUDA: KcELECTRA-base's shape). Serving one
+short text p50 and rows/s (torch provider's bf16 + CUDA graphs; plain fp32 eager; peer: pipeline), with parity.
+Rounds interleaved, medians. Without CUDA it says so: the GPU columns are not measured, never filled in.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import os
 import platform
 import re
 import statistics
@@ -39,16 +29,10 @@ import torch
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-KO_HELP = ROOT.parent / "shared" / "data" / "ko-help" / "train.csv"
+from bench import harness as h
+
+KO_HELP = h.KO_HELP
 SHORT_TEXT = "파일을 저장할 때 오류가 발생합니다"
-
-
-def sibling(name: str):
-    """bench/<name>.py as a module (bench/ is not a package, and its files are named like the packages)."""
-    spec = importlib.util.spec_from_file_location(f"bench_{name}", Path(__file__).with_name(f"{name}.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def sync(device):
@@ -70,11 +54,11 @@ def median(xs):
 def pretraining(device, args) -> list[dict]:
     from transformers import ElectraConfig
 
+    from bench import pretraining as bp
     from pretraining.config import PRESETS, TrainConfig
     from pretraining.model import ElectraPretrainer
     from pretraining.train import compile_model
 
-    bp = sibling("pretraining")
     cuda = device.type == "cuda"
     preset = "small" if cuda else "tiny"
     cfg = TrainConfig.from_dict({**PRESETS[preset], "corpus": ["-"], "output": "-", "compile": args.compile})
@@ -100,19 +84,8 @@ def pretraining(device, args) -> list[dict]:
             return model, torch.optim.AdamW(model.parameters(), lr=1e-4, fused=fast and cuda)
 
         def step_fn(model, opt, fast, ids=ids, mask=mask):
-            sums = {}
-
-            def step():
-                with torch.autocast(device.type, dtype=dtype, enabled=cuda):
-                    out = model(ids, mask)
-                loss = out if isinstance(out, torch.Tensor) else out.loss
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                opt.zero_grad(set_to_none=True)
-                for k, v in ({} if isinstance(out, torch.Tensor) else out.stats).items():
-                    sums[k] = sums.get(k, 0.0) + (v.detach().double() if fast else float(v))
-            return step
+            return bp.step_fn(model, opt, ids, mask, lambda: torch.autocast(device.type, dtype=dtype, enabled=cuda),
+                              {}, fast)
 
         contenders = {}
         for name, fast in (("fast", True), ("plain", False)):
@@ -156,7 +129,9 @@ def finetuning(device, args, work: Path):
     from finetune.train import TrainConfig, encode, fit, predict_proba
 
     cuda = device.type == "cuda"
-    tok = sibling("serving").build_tokenizer(work)
+    from bench.serving import build_tokenizer
+
+    tok = build_tokenizer(work)
     data = load_labeled(args.ko_help, folds=1)
     ids = encode(tok, data.texts, 128)
     n_train, n_eval = (4000, 1000) if cuda else (2000, 800)
@@ -164,9 +139,7 @@ def finetuning(device, args, work: Path):
                               random_state=0)
     base = {"embedding_size": 768, "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
             "intermediate_size": 3072}
-    small = {"embedding_size": 64, "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 2,
-             "intermediate_size": 256}
-    shape = base if cuda else small
+    shape = base if cuda else h.SHAPES["mini"]
     labels = data.labels
     config = ElectraConfig(vocab_size=len(tok), max_position_embeddings=512, num_labels=len(labels),
                            id2label=dict(enumerate(labels)), label2id={v: i for i, v in enumerate(labels)}, **shape)
@@ -246,17 +219,9 @@ def serving(device, args, folder: Path) -> list[dict]:
     p50, rows_s = {k: [] for k in contenders}, {k: [] for k in contenders}
     for r in range(args.repeats):
         for name, fn in rotated(contenders, r):
-            for _ in range(10):
-                fn([SHORT_TEXT])
-            ms = []
-            for _ in range(calls):
-                t = time.perf_counter()
-                fn([SHORT_TEXT])
-                ms.append(1000 * (time.perf_counter() - t))
-            p50[name].append(median(ms))
-            t = time.perf_counter()
-            fn(texts)
-            rows_s[name].append(len(texts) / (time.perf_counter() - t))
+            h.timed(lambda fn=fn: fn([SHORT_TEXT]), 10)
+            p50[name].append(h.median_ms(h.timed(lambda fn=fn: fn([SHORT_TEXT]), calls)))
+            rows_s[name].append(len(texts) / h.timed(lambda fn=fn: fn(texts), 1)[0])
     ref, got = plain.predict_logits(texts).argmax(1), fast.predict_logits(texts).argmax(1)
     y = df["label"].map({v: i for i, v in enumerate(plain.labels)}).to_numpy()
     f1 = lambda pred: 100 * float(f1_score(y, pred, average="macro"))
@@ -312,12 +277,11 @@ def main(argv=None) -> int:
     cuda = device.type == "cuda"
     name = torch.cuda.get_device_name() if cuda else (platform.processor() or platform.machine())
     slug = re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-") if cuda else "cpu"
-    output = args.output or ROOT / "bench" / "results" / f"gpu-{slug}.json"
+    output = args.output or h.RESULTS / f"gpu-{slug}.json"
     if not cuda:
         print("no CUDA device: GPU columns not measured; running the CPU smoke at small shapes", flush=True)
     args.work.mkdir(parents=True, exist_ok=True)
     stages = set(args.stages.split(","))
-    load_before = os.getloadavg()
     rows, parity = [], None
     if "pretraining" in stages:
         rows += pretraining(device, args)
@@ -330,15 +294,9 @@ def main(argv=None) -> int:
     print_table(rows, name, cuda)
     if parity:
         print(f"serving parity, fast vs fp32 on all rows: {json.dumps(parity)}")
-    load_after = os.getloadavg()
-    print(f"load average before/after: {load_before[0]:.2f} / {load_after[0]:.2f}")
-    result = {"device": name, "cuda": cuda, "gpu_columns_measured": cuda, "rows": rows, "serving_parity": parity,
-              "args": {k: str(v) for k, v in vars(args).items()},
-              "environment": {"torch": torch.__version__, "cpus": os.cpu_count(), "platform": platform.platform(),
-                              "load_average_before": load_before, "load_average_after": load_after}}
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {output}")
+    h.write_record(output, {"device": name, "cuda": cuda, "gpu_columns_measured": cuda, "rows": rows,
+                            "serving_parity": parity, "args": {k: str(v) for k, v in vars(args).items()},
+                            "environment": {"torch": torch.__version__, "platform": platform.platform()}})
     return 0
 
 

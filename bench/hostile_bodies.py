@@ -1,20 +1,12 @@
 """Other clients during hostile bodies (issue 40, H1 and M1): does a body built to cost the server stall them?
 
-    python bench/hostile_bodies.py [--clients 4] [--duration 20] [--hostile 1] [--code TREE] [--ui-body-mb 200]
-                                   [--work /tmp/bench-hostile] [--output bench/results/hostile_bodies.json]
+    python -m bench hostile_bodies [--clients 4] [--duration 20] [--hostile 1] [--code TREE] [--ui-body-mb 200]
 
-Starts `python -m app` (UI on: Gradio's routes are among the targets) on the tests' tiny random ELECTRA
-classifier (tests/conftest.py, built in --work), from TREE (default: this checkout; give the main checkout
-to measure the code before a change). Two phases of --duration seconds, in one run:
-- baseline: --clients closed-loop clients, each sending one short text to /v1/classify and the next as soon
-  as the answer arrives (bench/load_clients.py), and a probe calling /healthz every 100 ms;
-- hostile: the same, while --hostile senders (in a process of their own) send, back to back, bodies under --max-body-bytes (2 MB) that
-  fail validation in many places: `{"texts": [null]*340000}` on /v1/classify, 150,000 unknown keys,
-  `{"inputs": [null]*340000}` on /predict, 150,000 unknown `parameters` on `POST /`, and --ui-body-mb MB to
-  /ui/gradio_api/queue/join (declared, then chunked).
-Reports the clients' p50/p99 in both phases and their ratio (target: hostile p99 <= 3x baseline), the slowest
-/healthz answer (target: < 1 s), and per hostile kind its status, answer size and time. Writes JSON with the
-load average beside the numbers.
+`python -m app` (UI on) from TREE (default: this checkout) on the tests' tiny random ELECTRA. Two phases of
+--duration s: baseline, --clients closed-loop clients sending one short text each and a /healthz probe every
+100 ms; hostile, the same while --hostile senders (a process of their own) send bodies under the 2 MB limit that
+fail validation in many places (340,000 nulls, 150,000 unknown keys, /predict, `POST /`, --ui-body-mb MB to
+Gradio's queue/join). Targets: hostile p99 <= 3x baseline, slowest /healthz < 1 s.
 """
 
 from __future__ import annotations
@@ -23,19 +15,17 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import os
-import platform
-import socket
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import httpx
 import numpy as np
-from load_clients import load
 
-ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
+from bench import harness as h
+from bench.harness import ROOT
+
 TEXTS = ["오늘 회의 메모", "꿈에서 봤다", "에러 발생했다 오류", "내일 약속 기록", "좋은 날씨 일기"]
 
 
@@ -47,42 +37,6 @@ def tiny_model(work: Path) -> Path:
     from conftest import build_tiny_classifier
 
     return build_tiny_classifier(folder)
-
-
-def start(code: Path, model: Path, work: Path, extra: tuple[str, ...] = ()) -> tuple[subprocess.Popen, int]:
-    """`python -m app` from `code` on `model` (plus `extra` flags), once /readyz answers: (process, port)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    env = {k: v for k, v in os.environ.items() if k != "ELECTRA_API_KEY"}
-    env.update(PYTHONPATH=str(code), GRADIO_ANALYTICS_ENABLED="False")
-    log = open(work / "server.log", "wb")  # noqa: SIM115 - open for the process lifetime
-    proc = subprocess.Popen([sys.executable, "-m", "app", "--model", str(model), "--port", str(port),
-                             "--data-dir", str(work / "data"), "--log-level", "warning", *extra], cwd=work, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 900  # a loaded machine: imports and warm-up took over 5 minutes at load 20
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}; see {work / 'server.log'}")
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=2).status_code == 200:
-                return proc, port
-        except httpx.TransportError:
-            pass
-        time.sleep(0.3)
-    proc.kill()
-    raise SystemExit("server not ready after 900 s")
-
-
-def write_result(output: Path, **figures) -> dict:
-    """`figures` with the command, machine and load average beside them: printed, and written to `output`."""
-    out = {"command": " ".join(sys.argv), "machine": platform.processor() or platform.machine(),
-           "cpus": os.cpu_count(), "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M"),
-           **figures}
-    print(json.dumps(out, indent=1, ensure_ascii=False))
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-    return out
 
 
 def hostile_bodies(ui_body_mb: int) -> list[tuple[str, str, bytes | None, int]]:
@@ -142,16 +96,10 @@ async def send_hostile(port: int, kind: str, path: str, body: bytes | None, stre
         error = e
     finally:
         transport.close()
-    if answer.data[:5] != b"HTTP/" and error is not None:
-        return {"kind": kind, "status": type(error).__name__, "sent_bytes": sent,
-                "seconds": round(time.perf_counter() - t0, 3)}
-    return _outcome(kind, bytes(answer.data), t0, sent)
-
-
-def _outcome(kind: str, answer: bytes, t0: float, sent: int) -> dict:
-    status = int(answer[9:12]) if answer[:5] == b"HTTP/" else None
-    return {"kind": kind, "status": status, "answer_bytes": len(answer), "sent_bytes": sent,
-            "seconds": round(time.perf_counter() - t0, 3)}
+    got = {"kind": kind, "sent_bytes": sent, "seconds": round(time.perf_counter() - t0, 3)}
+    if answer.data[:5] != b"HTTP/":
+        return {**got, "status": None if error is None else type(error).__name__, "answer_bytes": len(answer.data)}
+    return {**got, "status": int(answer.data[9:12]), "answer_bytes": len(answer.data)}
 
 
 def attack(port: int, senders: int, ui_body_mb: int, start_at: float, stop_at: float, out) -> None:
@@ -197,7 +145,7 @@ async def phase(port: int, args, hostile: bool) -> dict:
                 health.append(float("inf"))
             await asyncio.sleep(0.1)
 
-    result = await load(f"http://127.0.0.1:{port}", TEXTS, args.clients, args.duration, 2.0, 30.0, 30.0,
+    result = await h.load(f"http://127.0.0.1:{port}", TEXTS, args.clients, args.duration, 2.0, 30.0, 30.0,
                         beside=beside)
     result["healthz_max_ms"] = round(max(health) * 1000, 1) if health else None
     result["healthz_p99_ms"] = round(float(np.percentile(health, 99)) * 1000, 1) if health else None
@@ -222,21 +170,25 @@ def main() -> None:
     ap.add_argument("--ui-body-mb", type=int, default=200)
     ap.add_argument("--code", type=Path, default=ROOT, help="the tree whose app/ serves")
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-hostile"))
-    ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "hostile_bodies.json")
+    ap.add_argument("--output", type=Path, default=h.RESULTS / "hostile_bodies.json")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
-    # imported here: the attacker's process imports this module, and pandas (api_load's) would slow its start
-    from api_load import stop_server
-
-    proc, port = start(args.code.resolve(), tiny_model(args.work), args.work)
+    proc, url = h.start_server(tiny_model(args.work), ["--ui", "--data-dir", str(args.work / "data")],
+                               args.work / "server.log", code=args.code.resolve())
+    port = int(url.rsplit(":", 1)[1])
     try:
         base = asyncio.run(phase(port, args, False))
         under = asyncio.run(phase(port, args, True))
     finally:
-        stop_server(proc)
-    ratio = under["p99_ms"] / base["p99_ms"] if base["p99_ms"] and under["p99_ms"] else None
-    write_result(args.output, code=str(args.code), baseline=base, hostile=under,
-                 p99_ratio=round(ratio, 2) if ratio else None, target="hostile p99 <= 3x baseline, /healthz < 1 s")
+        h.stop_server(proc)
+    ratio = h.ratio(under["p99_ms"], base["p99_ms"], 2)
+    for name, r in (("baseline", base), ("hostile", under)):
+        print(f"{name}: {r['rps']} req/s, p50 {r['p50_ms']} ms, p99 {r['p99_ms']} ms, /healthz max "
+              f"{r['healthz_max_ms']} ms, errors {r['errors']}")
+    print(f"hostile / baseline p99: {ratio}x (target <= 3x, /healthz < 1 s); hostile kinds: "
+          + json.dumps(under.get("hostile"), ensure_ascii=False))
+    h.write_record(args.output, {"code": str(args.code), "baseline": base, "hostile": under, "p99_ratio": ratio,
+                                 "target": "hostile p99 <= 3x baseline, /healthz < 1 s"})
 
 
 if __name__ == "__main__":

@@ -1,24 +1,13 @@
 """Label-issue detection measured: flip 10% of the labels at random, find them, review them by oracle, retrain.
 
-    OMP_NUM_THREADS=1 nice -n 10 python bench/label_issues.py                  # BBC News and ko-help
-    python bench/label_issues.py --only ko-help                                # the seconds-long part alone
-    python bench/label_issues.py --only bbc --output runs/bench-li             # where the k-fold runs go
+    OMP_NUM_THREADS=1 nice -n 10 python -m bench label_issues [--only bbc|ko-help] [--output runs/bench-li]
 
-Per data set, three k-fold runs on the same settings: clean (as shipped), noisy (10% of labels flipped to
-another class, uniformly, fixed seed), repaired (the noisy file with every row flagged in the noisy run's
-label_issues.csv set back to its true label: a reviewer who is always right). Reports
-- precision and recall of the flagged rows against the flipped ones, and the precision of the top N
-  (N = the number flipped) of the ranked list;
-- macro-F1 of what is served (the nested blend where kept, else the model), out of fold, scored against the
-  TRUE labels, for the three runs; recovery = (repaired - noisy) / (clean - noisy), the share of what the
-  noise cost that the review won back;
-- the step's cost: report.json's label_issues.seconds over the k-fold's wall_seconds.
-
-BBC News: `finetune/kfold.py --model minilm --data <file> --folds 3 --epochs 1 --max-length 64` (README's
-main job), as child processes. ko-help: grouped 5-fold (by `page`) of the TF-IDF baseline alone, in this
-process (the same folds, baseline and label-issue step as k-fold; no Korean encoder ships offline), so its
-"k-fold wall time" is the baseline's. Finished runs in --output are reused (delete them to rerun).
-Writes bench/results/label_issues.json and prints a table.
+Per data set, three k-fold runs: clean, noisy (10% of labels flipped, fixed seed), repaired (every row the noisy
+run's label_issues.csv flagged set back to its true label). Reports precision and recall of the flagged rows
+(and of the top N), macro-F1 of what is served against the TRUE labels for the three, recovery = (repaired -
+noisy) / (clean - noisy), and the step's share of the k-fold's wall time. BBC News: `finetune/kfold.py --model
+minilm --folds 3 --epochs 1 --max-length 64` (the README's main job) as child processes; ko-help: grouped 5-fold
+of the TF-IDF baseline in this process. Finished runs in --output are reused (delete them to rerun).
 """
 
 from __future__ import annotations
@@ -26,7 +15,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import time
@@ -37,14 +25,14 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
 from baseline.folds import baseline_predict
+from bench import harness as h
 from finetune import label_issues
 from finetune.data import bbcnews_csv, load_labeled, make_folds
 from finetune.metrics import fold_metrics
 from textdata.tables import write_json
 
-KO_HELP = ROOT.parent / "shared" / "data" / "ko-help" / "train.csv"
+KO_HELP = h.KO_HELP
 BBC_ARGS = ["--model", "minilm", "--folds", "3", "--epochs", "1", "--max-length", "64"]
 
 
@@ -206,10 +194,9 @@ def main(argv=None) -> int:
     p.add_argument("--ko-help", type=Path, default=KO_HELP, help="ko-help's train.csv")
     p.add_argument("--noise", type=float, default=0.1, help="share of labels flipped")
     p.add_argument("--seed", type=int, default=0, help="which rows are flipped, and to what")
-    p.add_argument("--results", default=str(ROOT / "bench" / "results" / "label_issues.json"))
+    p.add_argument("--results", default=str(h.RESULTS / "label_issues.json"))
     a = p.parse_args(argv)
     out = Path(a.output)
-    load_before = os.getloadavg()
     results = []
     if a.only in (None, "ko-help"):
         results.append(ko_help(out / "ko-help", a.noise, a.seed, a.ko_help))
@@ -219,15 +206,10 @@ def main(argv=None) -> int:
     previous = json.loads(Path(a.results).read_text()) if Path(a.results).exists() else {}
     kept = {r["data"]: r for r in previous.get("results", [])}
     kept.update({r["data"]: r for r in results})
-    write_json(Path(a.results), {
+    h.write_record(Path(a.results), {
         "what": "10% labels flipped at random; cleanlab on out-of-fold probabilities; oracle review; k-fold again",
-        "commands": {"bbc": "python finetune/kfold.py --data {clean,noisy,repaired}.csv " + " ".join(BBC_ARGS),
-                     "bench": "OMP_NUM_THREADS=1 nice -n 10 python bench/label_issues.py" + (f" --only {a.only}" if a.only else "")},
-        "noise": a.noise, "seed": a.seed, "date": time.strftime("%Y-%m-%d %H:%M"),
-        "load_average": {"before": [round(x, 2) for x in load_before], "after": [round(x, 2) for x in os.getloadavg()]},
-        "cpus": os.cpu_count(), "machine": platform.machine(), "results": list(kept.values()),
-    })
-    print(f"wrote {a.results}")
+        "kfold": "python finetune/kfold.py --data {clean,noisy,repaired}.csv " + " ".join(BBC_ARGS),
+        "noise": a.noise, "seed": a.seed, "results": list(kept.values())})
     return 0
 
 

@@ -1,22 +1,14 @@
 """One text through the API, before vs after "no wait when idle" (issue 44), and where its milliseconds go.
 
-    python bench/one_text.py --model onnx/ --texts holdout.csv [--requests 300] [--clients 32] [--duration 20]
-                             [--rounds 2] [--server-args "--int8"] [--output bench/results/one_text.json]
+    python -m bench one_text --model onnx/ --texts holdout.csv [--requests 300] [--clients 32] [--duration 20]
+                             [--rounds 2] [--server-args "--int8"]
 
-Two servers, `python -m app --model M --no-ui`, alternated --rounds times on the same folder:
-- before: `--max-wait-ms 5`, the old default (an idle engine waited 5 ms for company);
-- after: the defaults (an idle engine runs a request at once; batches form while one runs).
-For each: --requests sequential requests of one text (`{"text": ...}`, the same text every time, cut at the
-model's max length by the engine) after --warmup of them, p50/p90/p99 latency; then --clients closed-loop
-clients for --duration seconds over --texts' texts, requests/s and the mean batch the server formed.
-Reported: the medians over rounds, after/before ratios (targets: p50 lower, requests/s >= 1.0x).
-
-Then one request's stages, in this process on the same folder and the same text (median of --stage-repeats
-each, microseconds): tokenization (normalise + encode), the ONNX pass, the TF-IDF baseline and the blend,
-calibration (+ the confident flag), the rest of the engine (Prediction objects), the response's JSON
-encoding (app/http/api.py's shape through Starlette's JSONResponse); "HTTP and the rest" is the measured API p50
-(after) minus those: parsing and validating the request, the event loop, the batcher's hand-off to the engine
-thread and back, the monitor's queue put, the connection. Writes JSON with the load average before and after.
+Two servers alternated --rounds times on the same folder: before, `--max-wait-ms 5` (the old default: an idle
+engine waited 5 ms for company); after, the defaults. Each: --requests sequential requests of one text (p50/p90/p99),
+then --clients closed-loop clients over --texts (requests/s, the mean batch formed). Ratios after/before (targets:
+p50 lower, requests/s >= 1.0x). Then one request's stages in this process (medians, microseconds): tokenization,
+the ONNX pass, baseline and blend, calibration, the rest of the engine, the JSON encoding; "HTTP and the rest" is
+the API p50 (after) minus those.
 """
 
 from __future__ import annotations
@@ -24,8 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
 import statistics
 import sys
 import time
@@ -33,17 +23,15 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from api_load import batch_stats, start_server, stop_server
-from load_clients import Connection, load
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
+from bench import harness as h
+
 MODES = {"before": ["--max-wait-ms", "5"], "after": []}
 
 
 async def sequential(url: str, text: str, n: int, warmup: int) -> dict:
-    host, port = url.removeprefix("http://").split(":")
-    conn = Connection(host, int(port), 60)
+    conn = h.Connection.to(url, timeout=60)
     body = json.dumps({"text": text}, ensure_ascii=False).encode()
     lat = []
     for i in range(warmup + n):
@@ -58,28 +46,21 @@ async def sequential(url: str, text: str, n: int, warmup: int) -> dict:
 
 
 def run_mode(mode: str, args, text: str, texts: list[str]) -> dict:
-    proc, url = start_server(args.model, ["--no-ui", *MODES[mode], *args.server_args.split()],
-                             args.work / f"server-{mode}.log")
+    proc, url = h.start_server(args.model, [*MODES[mode], *args.server_args.split()], args.work / f"server-{mode}.log")
     try:
         one = asyncio.run(sequential(url, text, args.requests, args.warmup))
-        before = batch_stats(url)
-        many = asyncio.run(load(url, texts, args.clients, args.duration, 3, 30, 60))
-        after = batch_stats(url)
-        batches = after[1] - before[1]
+        before = h.batch_stats(url)
+        many = asyncio.run(h.load(url, texts, args.clients, args.duration))
+        after = h.batch_stats(url)
     finally:
-        stop_server(proc)
+        h.stop_server(proc)
     return {**one, "rps": many["rps"], "rps_p50_ms": many["p50_ms"], "errors": many["errors"],
             "error_kinds": many["error_kinds"], "unanswered": many["unanswered"],
-            "mean_batch_texts": round((after[0] - before[0]) / batches, 2) if batches else None}
+            "mean_batch_texts": h.ratio(after[0] - before[0], after[1] - before[1], 2)}
 
 
 def _median_us(fn, repeats: int) -> float:
-    times = []
-    for _ in range(repeats):
-        t = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t)
-    return round(statistics.median(times) * 1e6, 1)
+    return round(h.median_ms(h.timed(fn, repeats)) * 1000, 1)
 
 
 def stages(model: Path, text: str, repeats: int, server_args: list[str]) -> dict:
@@ -131,12 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--stage-repeats", type=int, default=300)
     ap.add_argument("--server-args", default="", help="extra flags for every server, e.g. '--int8'")
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-one-text"))
-    ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "one_text.json")
+    ap.add_argument("--output", type=Path, default=h.RESULTS / "one_text.json")
     args = ap.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     texts = pd.read_csv(args.texts, dtype=str, keep_default_na=False)["text"].tolist()
     text = next((t for t in texts if len(t.split()) >= 64), texts[0])
-    load_before = os.getloadavg()
     runs = {mode: [] for mode in MODES}
     for r in range(args.rounds):
         for mode in MODES:
@@ -148,28 +128,18 @@ def main(argv: list[str] | None = None) -> int:
     stage = stages(args.model, text, args.stage_repeats, args.server_args.split())
     in_process = sum(stage.get(k, 0) for k in ("tokenization", "engine_total", "json_encoding"))
     stage["http_and_the_rest"] = round(med["after"]["p50_ms"] * 1000 - in_process, 1)
-    ratios = {"p50_after_over_before": round(med["after"]["p50_ms"] / med["before"]["p50_ms"], 3),
-              "rps_after_over_before": round(med["after"]["rps"] / med["before"]["rps"], 3)}
-    load_after = os.getloadavg()
-    print(f"\n{args.model}, {os.cpu_count()} CPUs, load avg {load_before[0]:.1f} -> {load_after[0]:.1f}")
+    ratios = {"p50_after_over_before": h.ratio(med["after"]["p50_ms"], med["before"]["p50_ms"]),
+              "rps_after_over_before": h.ratio(med["after"]["rps"], med["before"]["rps"])}
     print(f"{'mode':<8}{'p50 ms':>9}{'p90 ms':>9}{'p99 ms':>9}{'req/s @' + str(args.clients):>12}{'batch':>7}")
     for mode, m in med.items():
         print(f"{mode:<8}{m['p50_ms']:>9.2f}{m['p90_ms']:>9.2f}{m['p99_ms']:>9.2f}{m['rps']:>12.1f}"
               f"{m['mean_batch_texts'] or 0:>7.2f}")
     print(f"after/before: p50 {ratios['p50_after_over_before']}x, req/s {ratios['rps_after_over_before']}x")
     print("stages of one request (us): " + ", ".join(f"{k} {v}" for k, v in stage.items()))
-    report = {"model": str(args.model), "text_words": len(text.split()), "requests": args.requests,
-              "clients": args.clients, "duration_s": args.duration, "rounds": args.rounds,
-              "server_args": args.server_args.split(), "modes": {k: " ".join(v) or "(defaults)" for k, v in MODES.items()},
-              "median": med, "runs": runs, "ratios": ratios, "stages_us": stage,
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                          "avx512_vnni": "avx512_vnni" in Path("/proc/cpuinfo").read_text(),
-                          "load_avg_before": [round(x, 2) for x in load_before],
-                          "load_avg_after": [round(x, 2) for x in load_after]},
-              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-    print(f"wrote {args.output}")
+    h.write_record(args.output, {"model": str(args.model), "text_words": len(text.split()), "requests": args.requests,
+                                 "clients": args.clients, "duration_s": args.duration, "rounds": args.rounds,
+                                 "server_args": args.server_args.split(), "modes": MODES, "median": med, "runs": runs,
+                                 "ratios": ratios, "stages_us": stage})
     return 0
 
 

@@ -1,15 +1,12 @@
 """Off-topic texts must not be answered "confident": the out-of-domain detector (baseline/ood.py) measured on
 texts of other data sets, with the in-domain coverage it costs and its serving cost, over random resplits.
 
-    python bench/ood.py --resplits 3 --output bench/results/ood.json
+    python -m bench ood --resplits 3 [--cap 1200] [--off-topic-rows 300] [--data NAME ...]
 
-The model is the TF-IDF + logistic-regression baseline (2 shared cores; the detector reads only the texts, so
-the same detector serves an encoder). Per resplit: 60% of the rows train (k-fold out-of-fold scores, nested
-calibration, the served threshold at --target as finetune/coverage.py chooses it (the point estimate where
-too few rows state the bound: `threshold_rule`), the detector fitted on the
-out-of-fold rows as finetune/confidence.py does), 40% are unseen. Reported: the share of off-topic rows
-answered confident without and with the detector, the in-domain unseen coverage without and with it, and the
-detector's microseconds a row beside the baseline's own (the blend's cost, measured in the same run).
+The TF-IDF + LR baseline as the model (the detector reads only the texts). Per resplit 60% train (out-of-fold
+scores, nested calibration, the served threshold at --target, the detector fitted as k-fold fits it), 40% unseen.
+Reported: the off-topic rows answered confident without (the baseline) and with the detector, in-domain unseen
+coverage without and with it, and the detector's microseconds a row against the served baseline's own.
 """
 
 from __future__ import annotations
@@ -23,7 +20,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.resplits import DATASETS, out_of_fold, resplit, started, write_result
+from bench import harness as h
+from bench.resplits import DATASETS, out_of_fold, resplit
 
 OFF_TOPIC = {"bbc-first-sentences": ("ko-help-grouped", "debtags-implemented-in"),
              "debtags-implemented-in": ("bbc-first-sentences", "ko-help-grouped"),
@@ -32,7 +30,7 @@ OFF_TOPIC = {"bbc-first-sentences": ("ko-help-grouped", "debtags-implemented-in"
 
 def served_fit(texts, y, groups, n_classes, target, seed, folds):
     """One resplit's training side as k-fold builds it: out-of-fold scores, nested calibration and the served
-    threshold (the point estimate where too few rows state the bound). bench/ood_cuts.py reads the same."""
+    threshold (the point estimate where too few rows state the bound)."""
     from finetune.calibration import calibrate
     from finetune.coverage import served_threshold
     from textdata.calibration import threshold_vector
@@ -89,36 +87,12 @@ def one(name, texts, y, groups, n_classes, others, target, seed, folds) -> dict:
     return row
 
 
-def before_index(index, rev: str):
-    """The detector's index as the code at git `rev` (baseline/ood.py and baseline/tfidf.py) builds it, on the
-    same fitted arrays: the "before" of a change, timed in the same run."""
-    import importlib
-    import subprocess
-    import tempfile
-
-    folder = Path(tempfile.mkdtemp(prefix="ood-before-"))
-    for name in ("tfidf", "ood"):
-        src = subprocess.run(["git", "-C", str(ROOT), "show", f"{rev}:baseline/{name}.py"], check=True,
-                             capture_output=True, text=True).stdout
-        (folder / f"before_{name}.py").write_text(src.replace("from baseline.tfidf import", "from before_tfidf import"))
-    sys.path.insert(0, str(folder))
-    mods = {name: importlib.import_module(f"before_{name}") for name in ("tfidf", "ood")}
-    tf = index.tfidf
-    vocab = sorted(tf.vocabulary, key=tf.vocabulary.get)
-    return mods["ood"].Index(mods["tfidf"].CharTfidf(tf.settings, vocab, tf.idf), index.centroids_t, index.ptr,
-                             index.post_row, index.post_val, index.n_rows)
-
-
-BEFORE = "0d795d3"  # the commit before the detector shared the baseline's read (this session's change)
-
-
 def serving_cost(served_baseline, typ, batch, n_classes, rounds: int = 5) -> dict:
-    """Microseconds a row (medians of interleaved rounds): the served baseline alone; the detector as at BEFORE,
-    as now on its own, and as served now beside the blend (one read for both: the marginal cost over the
-    baseline alone, which is what the engine pays)."""
+    """Microseconds a row (medians of interleaved rounds): the served baseline alone (the baseline of the ratios);
+    the detector on its own, and beside the blend (one read for both: the marginal cost over the baseline alone,
+    which is what the engine pays)."""
     from baseline.blend import baseline_proba
 
-    old = before_index(typ.index, BEFORE)
     shares = typ.reads_like(served_baseline)
 
     def both():
@@ -126,8 +100,8 @@ def serving_cost(served_baseline, typ, batch, n_classes, rounds: int = 5) -> dic
         typ.in_domain(batch, read)
         baseline_proba(served_baseline, batch, n_classes, read.weights)
 
-    jobs = {"baseline": lambda: baseline_proba(served_baseline, batch, n_classes), "detector_before":
-            lambda: old.similarities(batch), "detector_alone": lambda: typ.in_domain(batch), "baseline_and_detector": both}
+    jobs = {"baseline": lambda: baseline_proba(served_baseline, batch, n_classes),
+            "detector_alone": lambda: typ.in_domain(batch), "baseline_and_detector": both}
     times = {k: [] for k in jobs}
     for _ in range(rounds):
         for k, f in jobs.items():
@@ -147,9 +121,9 @@ def main(argv=None) -> int:
     p.add_argument("--off-topic-rows", type=int, default=300)
     p.add_argument("--target", type=float, default=0.9)
     p.add_argument("--data", nargs="*", default=list(OFF_TOPIC))
-    p.add_argument("--output", type=Path, default=ROOT / "bench/results/ood.json")
+    p.add_argument("--output", type=Path, default=h.RESULTS / "ood.json")
     a = p.parse_args(argv)
-    result = started(sys.argv, target=a.target, data={})
+    result = {"target": a.target, "data": {}}
     loaded = {n: DATASETS[n](a.cap) for n in {*a.data, *[o for d in a.data for o in OFF_TOPIC[d]]}}
     for name in a.data:
         texts, y, groups, labels = loaded[name]
@@ -159,12 +133,13 @@ def main(argv=None) -> int:
         runs = []
         for s in range(a.resplits):  # written after each resplit: a slow machine still leaves what it did
             runs.append(one(name, texts, y, groups, len(labels), others, a.target, s, a.folds))
-            write_result({**result, "data": {**result["data"], name: {"rows": len(y), "resplits": runs}}}, a.output)
+            h.write_record(a.output, {**result, "data": {**result["data"], name: {"rows": len(y), "resplits": runs}}},
+                           quiet=True)
         med = lambda key, sub, runs=runs: float(np.median([r[key][sub] for r in runs]))
         summary = {"in_domain_coverage_without": med("in_domain", "coverage_without"),
                    "in_domain_coverage_with": med("in_domain", "coverage_with"),
                    **{f"us_per_row_{k}": med("us_per_row", k) for k in
-                      ("baseline", "detector_before", "detector_alone", "detector_shared")},
+                      ("baseline", "detector_alone", "detector_shared")},
                    "in_domain_flagged": med("in_domain", "flagged"),
                    "threshold_rules": [r["threshold_rule"] for r in runs],
                    **{f"off_topic/{o}/{k}": med(f"off_topic/{o}", k) for o in others
@@ -173,12 +148,13 @@ def main(argv=None) -> int:
         result["data"][name] = {"rows": len(y), "summary": summary, "resplits": runs}
         print(f"\n{name} (target {a.target}): in-domain coverage {summary['in_domain_coverage_without']:.3f} -> "
               f"{summary['in_domain_coverage_with']:.3f}; us/row: baseline {summary['us_per_row_baseline']:.0f}, detector "
-              f"before {summary['us_per_row_detector_before']:.0f}, alone {summary['us_per_row_detector_alone']:.0f}, "
-              f"beside the blend {summary['us_per_row_detector_shared']:.0f}")
+              f"alone {summary['us_per_row_detector_alone']:.0f}, beside the blend "
+              f"{summary['us_per_row_detector_shared']:.0f} ("
+              f"{h.ratio(summary['us_per_row_detector_shared'], summary['us_per_row_baseline'], 2)}x the baseline)")
         for o in others:
             print(f"  off-topic {o}: confident {summary[f'off_topic/{o}/confident_without']:.3f} -> "
                   f"{summary[f'off_topic/{o}/confident_with']:.3f} (flagged {summary[f'off_topic/{o}/flagged']:.3f})")
-        write_result(result, a.output)
+        h.write_record(a.output, result)
     return 0
 
 

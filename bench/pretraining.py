@@ -1,29 +1,19 @@
 """Pretraining step throughput: our ELECTRA step against transformers' models composed the obvious way.
 
-    python bench/pretraining.py [--preset small] [--batch-size 8] [--repeats 5]
+    python -m bench pretraining [--preset small] [--batch-size 8] [--repeats 5]
 
-Both sides have the same sizes (the preset's discriminator, generator at 1/4 hidden, shared embeddings),
-the same batch of random token ids, the same masking, AdamW, fp32, and one full training step each
-(forward, backward, optimizer step). The baseline is what one writes from transformers' classes:
-`ElectraForMaskedLM(labels=...)` computes vocabulary logits at all batch x length positions, samples
-replacements from those logits at the masked positions, then `ElectraForPreTraining(labels=...)`;
-transformers 4.57 runs ELECTRA with eager attention only. Ours projects onto the vocabulary only at the
-masked positions and uses scaled-dot-product attention; a third row, ours with eager attention,
-separates the two effects.
-
-Runs are interleaved (ours, baseline, ours-eager, ours, ...) so that load from other work on the
-machine hits all of them alike; medians are reported, with the load average. The machine is shared,
-so wall-clock times swing with other people's jobs: by default torch runs one thread and the ratio is
-taken from the process's CPU time per step (what the step costs), with wall-clock medians beside it. Vocabulary: 30522 ids (the
-English ELECTRA/BERT vocabulary size; the ids are random, only the sizes matter). Writes
-bench/results/pretraining.json.
+Same sizes both sides (the preset's discriminator, generator at 1/4 hidden, shared embeddings), the same random
+batch, masking, AdamW, fp32, one full step each. The baseline: `ElectraForMaskedLM(labels=...)` (vocabulary logits
+at every position, eager attention) then `ElectraForPreTraining(labels=...)`. Ours projects onto the vocabulary
+only at the masked positions and uses scaled-dot-product attention; ours with eager attention separates the two.
+Interleaved repeats, medians; one torch thread by default and the ratio from the process's CPU time per step
+(the machine is shared), wall-clock medians beside it.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
+import contextlib
 import platform
 import statistics
 import sys
@@ -38,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from transformers import ElectraConfig, ElectraForMaskedLM, ElectraForPreTraining
 
+from bench import harness as h
 from pretraining.config import PRESETS, TrainConfig
 from pretraining.model import ElectraPretrainer, SdpaSelfAttention, generator_config, mask_tokens
 
@@ -74,14 +65,19 @@ def make_batch(batch_size: int, seq_len: int, vocab: int, seed: int = 0):
     return ids, torch.ones_like(ids)
 
 
-def step_fn(model, optimizer, ids, attention):
+def step_fn(model, optimizer, ids, attention, autocast=contextlib.nullcontext, sums=None, on_device=False):
+    """One training step as a closure; `sums` (bench/gpu.py) adds up the step's statistics, on the device or read
+    back every step."""
     def step():
-        out = model(ids, attention)
+        with autocast():
+            out = model(ids, attention)
         loss = out if isinstance(out, torch.Tensor) else out.loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        for k, v in ({} if sums is None or isinstance(out, torch.Tensor) else out.stats).items():
+            sums[k] = sums.get(k, 0.0) + (v.detach().double() if on_device else float(v))
 
     return step
 
@@ -94,7 +90,7 @@ def main(argv=None) -> int:
     parser.add_argument("--vocab-size", type=int, default=30522)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1, help="torch threads (1: CPU time is the step's cost)")
-    parser.add_argument("--output", default=str(Path(__file__).resolve().parent / "results" / "pretraining.json"))
+    parser.add_argument("--output", default=h.RESULTS / "pretraining.json")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -121,14 +117,12 @@ def main(argv=None) -> int:
         steps[name]()  # warm-up: allocator, optimizer state
     cpu: dict[str, list[float]] = {name: [] for name in models}
     wall: dict[str, list[float]] = {name: [] for name in models}
-    load_before = os.getloadavg()
     for _ in range(args.repeats):
         for name, step in steps.items():
             c0, w0 = time.process_time(), time.perf_counter()
             step()
             cpu[name].append(time.process_time() - c0)
             wall[name].append(time.perf_counter() - w0)
-    load_after = os.getloadavg()
 
     tokens = args.batch_size * args.seq_len
     base = statistics.median(cpu["transformers composition"])
@@ -141,24 +135,18 @@ def main(argv=None) -> int:
                      "wall_s": [round(t, 3) for t in wall[name]]})
     print(f"\nELECTRA-{args.preset} pretraining step (forward, backward, AdamW), batch {args.batch_size} x "
           f"{args.seq_len} tokens (REDUCED from the preset's {cfg.batch_size}), vocab {args.vocab_size}, fp32 CPU, "
-          f"{torch.get_num_threads()} thread(s), median of {args.repeats} interleaved repeats, load average "
-          f"{load_before[0]:.1f} -> {load_after[0]:.1f}\n")
+          f"{torch.get_num_threads()} thread(s), median of {args.repeats} interleaved repeats\n")
     print(f"| {'variant':<26} | CPU s/step | tokens per CPU s | vs transformers | wall s/step (shared machine) |")
     print(f"|{'-' * 28}|------------|------------------|-----------------|------------------------------|")
     for r in rows:
         print(f"| {r['variant']:<26} | {r['median_cpu_s']:>10.2f} | {r['tokens_per_cpu_s']:>16.0f} | "
               f"{r['speedup_vs_transformers']:>14.2f}x | {r['median_wall_s']:>28.2f} |")
-    result = {
+    h.write_record(args.output, {
         "preset": args.preset, "batch_size": args.batch_size, "preset_batch_size": cfg.batch_size,
         "seq_len": args.seq_len, "vocab_size": args.vocab_size, "repeats": args.repeats, "precision": "fp32", "ratio_from": "process CPU time",
         "generator_hidden": generator_config(disc_config, cfg.generator_ratio).hidden_size, "rows": rows,
-        "environment": {"torch": torch.__version__, "threads": torch.get_num_threads(), "cpus": os.cpu_count(),
-                        "platform": platform.platform(), "load_average_before": load_before,
-                        "load_average_after": load_after},
-    }
-    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps(result, indent=1))
-    print(f"\nwrote {args.output}")
+        "environment": {"torch": torch.__version__, "threads": torch.get_num_threads(), "platform": platform.platform()},
+    })
     return 0
 
 

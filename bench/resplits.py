@@ -1,15 +1,13 @@
-"""What bench/threshold_transfer.py, bench/ood.py and bench/coverage.py share: the short-text data sets, the
-random train/unseen resplits with k-fold's folds inside the train part, the TF-IDF baseline as the model, and
-the result file (with the load average before and after, as docs/results.md quotes it)."""
+"""What bench/threshold_transfer.py and bench/ood.py share: the short-text data sets, the random train/unseen
+resplits with k-fold's folds inside the train part, and the TF-IDF baseline as the model."""
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from pathlib import Path
 
 import numpy as np
+
+from bench import harness as h
 
 
 def bbc_first_sentences(cap: int) -> tuple[list[str], np.ndarray, None, list[str]]:
@@ -30,7 +28,7 @@ def bbc_first_sentences(cap: int) -> tuple[list[str], np.ndarray, None, list[str
 def ko_help(cap: int):
     import pandas as pd
 
-    df = pd.read_csv("/work/shared/data/ko-help/train.csv", dtype=str, keep_default_na=False)
+    df = pd.read_csv(h.KO_HELP, dtype=str, keep_default_na=False)
     return _cap(df["text"].tolist(), df["label"].tolist(), df["page"].to_numpy(), cap)
 
 
@@ -38,7 +36,7 @@ def debtags_single(cap: int):
     """Debian package synopses with exactly one implemented-in:: tag, that tag as the label (8 classes)."""
     import pandas as pd
 
-    df = pd.read_csv("/work/shared/data/debtags/train.csv", dtype=str, keep_default_na=False)
+    df = pd.read_csv(h.DATA / "debtags" / "train.csv", dtype=str, keep_default_na=False)
     tags = df["labels"].map(lambda s: [t for t in s.split(";") if t.startswith("implemented-in::")])
     one = tags.map(len) == 1
     return _cap(df["text"][one].tolist(), tags[one].map(lambda t: t[0]).tolist(), None, cap)
@@ -90,17 +88,3 @@ def out_of_fold(texts, y, groups, n_classes, folds, seed, extra=()):
         oof[b], fold_of[b] = p[: len(b)], k
         on_extra.append(p[len(b):])
     return oof, fold_of, on_extra
-
-
-def started(command: list[str], **fields) -> dict:
-    """A result's head: date, command, load average before."""
-    return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "command": " ".join(command),
-            "loadavg_before": os.getloadavg(), **fields}
-
-
-def write_result(result: dict, output: Path) -> None:
-    """The load average after, then the JSON written (its folder made)."""
-    result["loadavg_after"] = os.getloadavg()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"wrote {output}")

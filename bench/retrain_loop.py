@@ -1,15 +1,11 @@
 """The event loop while a retrain starts on a large table (issue 40, L): does a request wait for it?
 
-    python bench/retrain_loop.py [--rows 1000000] [--work /tmp/bench-retrain-loop]
-                                 [--output bench/results/retrain_loop.json]
+    python -m bench retrain_loop [--rows 1000000]
 
-Writes a `--train-data` CSV of --rows rows (3 classes, short texts) in --work, then starts a retrain the way
-`POST /v1/train` does (`app.versions.jobs.Jobs.start`: the training table built and checked, train.csv / eval.csv
-written and hashed), with the child process left out (its spawn raises; nothing trains). A probe task on the
-same event loop wakes every 5 ms and records how late it wakes: the longest delay is how long a request
-would have waited. Two phases in one run: the server's code (`Jobs.start`: each step in a thread), and the
-same steps called on the loop, as before the change (the baseline). Prints both and writes JSON with the
-load average beside them.
+Writes a `--train-data` CSV of --rows rows, then starts a retrain as `POST /v1/train` does (`Jobs.start`: the
+table built, checked, written and hashed; the child's spawn raises, nothing trains) beside a probe on the same
+loop waking every 5 ms: its longest delay is how long a request would have waited. Against the baseline of the
+same steps called on the loop (the code before the change), in the same run.
 """
 
 from __future__ import annotations
@@ -21,9 +17,8 @@ import time
 from pathlib import Path
 from types import SimpleNamespace
 
-from hostile_bodies import ROOT, write_result
-
-sys.path.insert(0, str(ROOT))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
+from bench import harness as h
 
 WORDS = {"dream": "꿈에서 봤다", "error": "에러 발생했다", "memo": "메모 기록"}
 
@@ -84,23 +79,28 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rows", type=int, default=1_000_000)
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-retrain-loop"))
-    ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "retrain_loop.json")
+    ap.add_argument("--output", type=Path, default=h.RESULTS / "retrain_loop.json")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     data = table(args.work / "train.csv", args.rows)
     jobs_module, jobs = jobs_for(args.work, data)
 
     async def on_loop():  # the steps Jobs.start runs in threads, called on the loop (the code before)
+        from app.label_kinds import SINGLE
         from app.versions.trainset import eval_share
 
-        ts = jobs_module.build(Path(jobs.cfg.data_dir) / "label", data, eval_share(jobs.registry.root, jobs.cfg.eval_share))
-        jobs_module.check(ts, 5)
-        jobs._write_job(f"onloop-{time.time_ns()}", jobs.settings({"folds": 5}), "encoder-alias", ts, None)
+        share = eval_share(jobs.registry.root, jobs.cfg.eval_share)
+        ts = jobs_module.build(Path(jobs.cfg.data_dir) / "label", data, share, SINGLE)
+        jobs_module.check(ts, 5, SINGLE)
+        jobs._write_job(f"onloop-{time.time_ns()}", jobs.settings({"folds": 5}), "encoder-alias", ts,
+                        SINGLE)
 
     before = asyncio.run(probed(on_loop))
     after = asyncio.run(probed(lambda: jobs.start({"folds": 5})))
-    write_result(args.output, rows=args.rows, on_the_loop=before, off_the_loop=after,
-                 target="the loop's longest delay well under a second while a retrain starts")
+    print(f"loop's longest delay: on the loop {before['loop_max_delay_s']} s, Jobs.start {after['loop_max_delay_s']} s "
+          f"({h.ratio(after['loop_max_delay_s'], before['loop_max_delay_s'])}x; start {after['seconds']} s)")
+    h.write_record(args.output, {"rows": args.rows, "on_the_loop": before, "off_the_loop": after,
+                                 "target": "the loop's longest delay well under a second while a retrain starts"})
 
 
 if __name__ == "__main__":

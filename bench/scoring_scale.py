@@ -1,58 +1,48 @@
 """Batch scoring past one process: `serving.score` local vs `--engine ray` with 1 and 2 workers, same file.
 
-    python bench/scoring_scale.py [--work /tmp/bench-scale] [--rounds 3] [--rows N]
+    python -m bench scoring_scale [--rounds 3] [--rows N]
 
-Model: an ELECTRA-Small-shaped classifier (hidden 256, 12 layers, 8 labels, max_length 128) with the
-WordPiece tokenizer bench/serving.py trains on the Korean corpus, randomly initialised (throughput does
-not depend on the weights) and exported with `serving.export --quantize` (INT8 on CPU, as served).
-Input: ko-help/train.csv texts (6,214 rows; --rows takes a seeded sample).
-
-Per round, interleaved, in this order: local (one process, ONNX Runtime with one thread per core),
-ray with 1 worker x all cores' threads, ray with 2 workers x 1 thread. Each ray run is a fresh CLI run:
-it starts Ray on this machine, loads the model in each worker, scores and stops Ray, as a user would.
-Reported, medians over rounds: end-to-end rows/s (input read to output renamed, Ray start included)
-and scoring-loop rows/s (first batch requested to last batch written), with ratios over local.
-Writes bench/results/scoring_scale.json with the load average beside every run.
+An ELECTRA-Small-shaped classifier, random init, on bench/serving.py's Korean WordPiece tokenizer, exported with
+`--quantize`; ko-help's texts (--rows: a seeded sample). Per round, interleaved: local (the baseline of the
+ratios), ray 1 worker x all cores, ray 2 workers x 1 thread, each a fresh CLI run (Ray started and stopped, as a
+user would). Medians of end-to-end rows/s (Ray's start included) and of the scoring loop's.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
+import multiprocessing
 import os
-import platform
 import statistics
 import sys
 import time
+from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
 import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-DATA = ROOT.parent / "shared" / "data"
+from bench import harness as h
+
+DATA = h.DATA
 
 
 def build_model(work: Path) -> Path:
     onnx_dir = work / "onnx"
     if (onnx_dir / "model_quantized.onnx").exists():
         return onnx_dir
-    # bench/serving.py's tokenizer, imported by path: its module name would shadow the serving package.
-    spec = importlib.util.spec_from_file_location("bench_serving", ROOT / "bench" / "serving.py")
-    bench_serving = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(bench_serving)
     import torch
     from transformers import ElectraConfig, ElectraForSequenceClassification
 
+    from bench.serving import build_tokenizer
     from serving.export import ExportConfig, run
 
-    tok = bench_serving.build_tokenizer(work)
+    tok = build_tokenizer(work)
     labels = sorted(pd.read_csv(DATA / "ko-help" / "train.csv", usecols=["label"])["label"].unique())
-    cfg = ElectraConfig(vocab_size=len(tok), embedding_size=128, hidden_size=256, num_hidden_layers=12,
-                        num_attention_heads=4, intermediate_size=1024, max_position_embeddings=512,
-                        num_labels=len(labels), id2label=dict(enumerate(labels)),
-                        label2id={k: i for i, k in enumerate(labels)})
+    cfg = ElectraConfig(vocab_size=len(tok), **h.SHAPES["small"], max_position_embeddings=512, num_labels=len(labels),
+                        id2label=dict(enumerate(labels)), label2id={k: i for i, k in enumerate(labels)})
     torch.manual_seed(0)
     model_dir = work / "model"
     ElectraForSequenceClassification(cfg).eval().save_pretrained(model_dir)
@@ -81,7 +71,7 @@ def main() -> None:
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-scale"))
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--rows", type=int, default=None, help="a seeded sample of this many rows (default: all)")
-    ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "scoring_scale.json")
+    ap.add_argument("--output", type=Path, default=h.RESULTS / "scoring_scale.json")
     args = ap.parse_args()
     args.work.mkdir(parents=True, exist_ok=True)
     from serving.onnx_runner import usable_cores
@@ -101,7 +91,10 @@ def main() -> None:
     runs = []
     for r in range(args.rounds):
         for name, kw in configs.items():
-            runs.append(one_run(name, model, inp, args.work, **kw) | {"round": r})
+            # a fresh process each, as a CLI run is: a second Ray session in one process is refused (its
+            # worker setup hook is already set by the first)
+            with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+                runs.append(pool.submit(one_run, name, model, inp, args.work, **kw).result() | {"round": r})
             print(json.dumps(runs[-1]), flush=True)
 
     def median(name, key):
@@ -118,14 +111,10 @@ def main() -> None:
     for name, t in table.items():
         print(f"{name:<10} {t['rows_per_s_end_to_end']:>11.1f} {t['ratio_end_to_end_over_local']:>6.2f} "
               f"{t['rows_per_s_scoring_loop']:>12.1f} {t['ratio_scoring_loop_over_local']:>6.2f}")
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    args.output.write_text(json.dumps({
-        "machine": {"platform": platform.platform(), "usable_cores": cores, "python": platform.python_version()},
-        "model": "ELECTRA-Small shape, random init, INT8 ONNX, max_length 128", "rows": len(df),
+    h.write_record(args.output, {
+        "usable_cores": cores, "model": "ELECTRA-Small shape, random init, INT8 ONNX, max_length 128", "rows": len(df),
         "rounds": args.rounds, "baseline": "local", "medians": table, "runs": runs,
-        "note": "2 CPU cores shared with other jobs: compare ratios within this run, see load_avg_1m_before",
-    }, indent=2) + "\n")
-    print(f"wrote {args.output}")
+        "note": "2 CPU cores shared with other jobs: compare ratios within this run, see load_avg_1m_before"})
 
 
 if __name__ == "__main__":

@@ -1,36 +1,16 @@
 """Serving benchmark: latency, batch-scoring throughput and the accuracy cost of INT8, on ELECTRA-Small's shape.
 
-    python bench/serving.py [--work /tmp/bench-serving] [--repeats 3] [--epochs 4] [--retrain]
-    python bench/serving.py --shape tiny --epochs 0 --blend --work /tmp/bench-tiny    # the blend's cost
-    python bench/serving.py --finetuned runs/minilm-bbc/model --eval-csv bbc-eval.csv \\
-        --work /tmp/bench-minilm-bbc --output bench/results/serving-minilm-bbc.json     # a real model
+    python -m bench serving [--repeats 3] [--epochs 4] [--retrain] [--rows N]
+    python -m bench serving --shape tiny --epochs 0 --blend --work /tmp/bench-tiny       # the blend's cost
+    python -m bench serving --finetuned runs/minilm-bbc/model --eval-csv bbc-eval.csv     # a real model
 
-What it builds (cached in --work, reused by later runs unless --retrain):
-- a WordPiece tokenizer trained with `tokenizers` on ../shared/data/corpus/ko-text.txt (32k vocab,
-  accents kept: BERT's accent stripping decomposes Hangul into jamo);
-- an ELECTRA-Small-shaped classifier (hidden 256, 12 layers, 4 heads, FFN 1024, embeddings 128),
-  randomly initialised and fine-tuned for a few epochs on ko-help pages 80% / evaluated on the other
-  20% of pages (grouped split). No pretrained Korean ELECTRA is available offline, so its F1 is low;
-  it is a real fine-tuned model for measuring what INT8 changes, not a quality result;
-- its export with `serving.export --quantize` and the held-out pages as --eval-csv.
-
-What it measures, each `--repeats` times, interleaved, medians reported:
-1. one short text, end to end (tokenize -> logits -> probabilities): PyTorch eager vs the engine on
-   ONNX fp32 vs ONNX INT8, p50/p95;
-2. rows/s over all of ko-help/train.csv: `serving.score` with the file the engine serves by default
-   (export_report.json's `cpu_default`: INT8 only where the export measured it faster), fp32 forced,
-   and INT8 forced when it is not the default, vs transformers'
-   `pipeline("text-classification", batch_size=32)` on the same fine-tuned model;
-3. macro-F1 on the held-out pages: PyTorch vs ONNX fp32 vs INT8 (from export_report.json).
-With --finetuned, a real fine-tuned folder (e.g. MiniLM from `finetune/kfold.py --final`) replaces the
-built model: it is exported with the default gate (INT8 kept only if it passes on --eval-csv), and
-the same three measures run on --eval-csv's rows (or --score-csv's).
-With a TF-IDF blend in the exported folder (a --finetuned folder from `kfold.py --final` that kept one, or
---blend: a baseline fitted on the training pages, weights 1/1 since only its cost is measured), the
-rows/s are also measured with the blend turned off (`--no-blend`) and with the baseline run after the model
-instead of beside it (the engine's sequential path), and the ratios are reported.
-Writes bench/results/serving.json. The 2 CPU cores are shared with other work: load average is
-recorded beside the numbers.
+Builds (cached in --work) a WordPiece tokenizer on the Korean corpus and an ELECTRA-Small-shaped classifier,
+random init, fine-tuned a few epochs on 80% of ko-help's pages (a real model to measure what INT8 changes, not a
+quality result), exported with `--quantize` and the held-out pages as --eval-csv. Measured --repeats times,
+interleaved, medians: one short text (PyTorch eager vs the engine on ONNX fp32 and on the default file); rows/s
+of `serving.score` (default file, fp32, INT8 forced) against transformers' `pipeline(batch_size=32)`, the
+baseline of the ratios; held-out macro-F1 per file (export_report.json). With a TF-IDF blend in the folder,
+rows/s also with the blend off and with the baseline run after the model instead of beside it.
 """
 
 from __future__ import annotations
@@ -38,7 +18,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import sys
 import time
@@ -49,8 +28,9 @@ import pandas as pd
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-# ../shared/data beside the checkout; BENCH_DATA names it for a checkout elsewhere (a git worktree)
-DATA = Path(os.environ.get("BENCH_DATA", ROOT.parent / "shared" / "data"))
+from bench import harness as h
+
+DATA = h.DATA
 SHORT_TEXT = "파일을 저장할 때 오류가 발생합니다"
 MAX_LENGTH = 128
 
@@ -79,8 +59,7 @@ def split_pages(df: pd.DataFrame):
     return df.iloc[train_idx], df.iloc[test_idx]
 
 
-SHAPES = {"small": {"embedding_size": 128, "hidden_size": 256, "num_hidden_layers": 12, "num_attention_heads": 4,
-                        "intermediate_size": 1024},
+SHAPES = {"small": h.SHAPES["small"],
           # pretraining/config.py's tiny preset: the encoder the ko-help recipe trains on 2 CPU cores
           "tiny": {"embedding_size": 64, "hidden_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
                        "intermediate_size": 256}}
@@ -183,19 +162,13 @@ def prepare_finetuned(args, onnx_dir: Path):
 
 
 def percentiles(times: list[float]) -> tuple[float, float]:
-    ms = np.array(times) * 1000
-    return float(np.percentile(ms, 50)), float(np.percentile(ms, 95))
+    got = h.percentiles(times, (50, 95), 4)
+    return got["p50_ms"], got["p95_ms"]
 
 
 def time_calls(fn, n: int, warmup: int = 20) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    out = []
-    for _ in range(n):
-        t = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t)
-    return out
+    h.timed(fn, warmup)
+    return h.timed(fn, n)
 
 
 def latency_round(model, tok, fp32, default, n: int) -> dict:
@@ -259,7 +232,7 @@ def main() -> None:
     ap.add_argument("--blend", action="store_true",
                     help="built model: add a TF-IDF blend fitted on the training pages, to time rows/s with and without it")
     ap.add_argument("--rows", type=int, default=None, help="score a seeded sample of this many rows (default: all)")
-    ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "serving.json")
+    ap.add_argument("--output", type=Path, default=h.RESULTS / "serving.json")
     ap.add_argument("--finetuned", type=Path, help="a fine-tuned transformers folder to measure instead")
     ap.add_argument("--eval-csv", type=Path, help="with --finetuned: held-out labeled rows (text, label)")
     ap.add_argument("--score-csv", type=Path, help="with --finetuned: rows to time (default: --eval-csv)")
@@ -273,7 +246,6 @@ def main() -> None:
     from serving.engine import Classifier
 
     args.work.mkdir(parents=True, exist_ok=True)
-    load_before = os.getloadavg()
     onnx_dir = args.work / "onnx"
     if args.finetuned:
         model_dir, tok, info = prepare_finetuned(args, onnx_dir)
@@ -310,13 +282,13 @@ def main() -> None:
         thr.append(throughput_round(model_dir, onnx_dir, texts, scored_csv, args.work, variants))
         print(f"round {r + 1}: latency p50 ms " + ", ".join(f"{k} {v[0]:.2f}" for k, v in lat[-1].items())
               + " | rows/s " + ", ".join(f"{k} {v:.0f}" for k, v in thr[-1].items()), flush=True)
-        result = summarize(lat, thr, report, info, load_before, heldout_rows, csv, len(texts))
-        args.output.parent.mkdir(parents=True, exist_ok=True)
-        args.output.write_text(json.dumps(result, indent=2) + "\n")  # after every round: a kill keeps the rest
+        result = summarize(lat, thr, report, info, heldout_rows, csv, len(texts))
+        h.write_record(args.output, result, quiet=True)  # after every round: a kill keeps the rest
     print_table(result)
+    print(f"wrote {args.output}")
 
 
-def summarize(lat, thr, report, model_info, load_before, heldout_rows, csv, rows) -> dict:
+def summarize(lat, thr, report, model_info, heldout_rows, csv, rows) -> dict:
     med = lambda xs: float(statistics.median(xs))
     latency = {k: {"p50_ms": med([x[k][0] for x in lat]), "p95_ms": med([x[k][1] for x in lat])} for k in lat[0]}
     rows_s = {k: med([x[k] for x in thr]) for k in thr[0]}
@@ -324,9 +296,7 @@ def summarize(lat, thr, report, model_info, load_before, heldout_rows, csv, rows
     int8 = files.get("model_quantized.onnx", {})
     f1 = {"pytorch": report["pytorch"]["macro_f1"], "onnx_fp32": files["model.onnx"]["macro_f1"],
           "onnx_int8": int8.get("macro_f1")}
-    result = {
-        "machine": {"cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
-                    "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+    return {
         "model": model_info,
         "data": {"csv": os.path.relpath(csv.resolve(), ROOT.parent), "rows_scored": rows,
                  "heldout_rows": heldout_rows},
@@ -352,40 +322,24 @@ def summarize(lat, thr, report, model_info, load_before, heldout_rows, csv, rows
         "int8_argmax_agreement": int8.get("argmax_agreement"),
         "rounds": {"latency": lat, "throughput": thr},
     }
-    return result
 
 
 def print_table(result: dict) -> None:
     latency, rows_s, f1 = result["latency_one_text"], result["rows_per_second"], result["heldout_macro_f1"]
-    served = result["model"]["served_by_default"]["file"]
-    print(f"\nserved by default: {served} ({result['model']['served_by_default']['why']})")
-    print(f"\n| measure | PyTorch | ONNX fp32 | default ({served}) |\n|---|---|---|---|")
-    print("| one text p50 / p95 (ms) | " + " | ".join(
-        f"{latency[k]['p50_ms']:.2f} / {latency[k]['p95_ms']:.2f}" for k in latency) + " |")
-    print("| eager p50 / this p50 | 1.0 | " + " | ".join(
-        f"{v:.1f}x" for v in result["latency_ratio_eager_over"].values()) + " |")
-    print(f"| rows/s (pipeline bs32 / serving.score) | {rows_s['pipeline_bs32']:.0f} | {rows_s['score_fp32']:.0f} "
-          f"| {rows_s['score_default']:.0f} ({result['default_over_fp32_onnx']:.2f}x fp32 ONNX) |")
-    r = result["throughput_ratio_over_pipeline"]
-    print(f"| rows/s ratio over pipeline | 1.0 | {r['score_fp32']:.1f}x | {r['score_default']:.1f}x |")
-    if "score_int8" in rows_s:
-        print(f"| INT8 forced (not the default) rows/s | | | {rows_s['score_int8']:.0f} ({r['score_int8']:.1f}x) |")
-    if result["int8_passed_gate"]:
-        print(f"| held-out macro-F1 ({result['data']['heldout_rows']} rows) | {f1['pytorch']:.4f} | "
-              f"{f1['onnx_fp32']:.4f} | INT8 file: {f1['onnx_int8']:.4f} ({result['int8_macro_f1_change_points']:+.2f} "
-              f"points, argmax agreement {result['int8_argmax_agreement']:.4f}, recipe {result['int8_recipe']}) |")
-    else:
-        print(f"| held-out macro-F1 ({result['data']['heldout_rows']} rows) | {f1['pytorch']:.4f} | "
-              f"{f1['onnx_fp32']:.4f} | INT8 failed the gate (the default is fp32) |")
-    for k, ratio in result["blend_rows_per_second_ratio"].items():
-        print(f"| {k} rows/s with the TF-IDF blend / without | {rows_s[k]:.0f} / {rows_s[k + '_no_blend']:.0f} "
-              f"= {ratio:.2f}x | | |")
-        if k in result["blend_sequential_rows_per_second_ratio"]:
-            print(f"| {k} rows/s, baseline after the model (not beside it) / without | "
-                  f"{rows_s[k + '_blend_sequential']:.0f} / {rows_s[k + '_no_blend']:.0f} = "
-                  f"{result['blend_sequential_rows_per_second_ratio'][k]:.2f}x | | |")
-    m = result["machine"]
-    print(f"\nload average before/after: {m['loadavg_before']} / {m['loadavg_after']}")
+    served = result["model"]["served_by_default"]
+    print(f"\nserved by default: {served['file']} ({served['why']})")
+    print("one text p50 / p95 ms: " + ", ".join(f"{k} {v['p50_ms']:.2f} / {v['p95_ms']:.2f}" for k, v in latency.items())
+          + "; eager p50 over: " + ", ".join(f"{k} {v:.1f}x" for k, v in result["latency_ratio_eager_over"].items()))
+    print(f"rows/s: pipeline bs32 {rows_s['pipeline_bs32']:.0f} (the baseline); " + ", ".join(
+        f"{k} {rows_s[k]:.0f} ({v:.1f}x)" for k, v in result["throughput_ratio_over_pipeline"].items()))
+    int8 = (f"INT8 file {f1['onnx_int8']:.4f} ({result['int8_macro_f1_change_points']:+.2f} points, agreement "
+            f"{result['int8_argmax_agreement']:.4f}, recipe {result['int8_recipe']})" if result["int8_passed_gate"]
+            else "INT8 failed the gate (the default is fp32)")
+    print(f"held-out macro-F1 ({result['data']['heldout_rows']} rows): PyTorch {f1['pytorch']:.4f}, ONNX fp32 "
+          f"{f1['onnx_fp32']:.4f}, {int8}")
+    for name in ("blend_rows_per_second_ratio", "blend_sequential_rows_per_second_ratio"):
+        for k, ratio in result[name].items():
+            print(f"{k}: {name.removesuffix('_rows_per_second_ratio')} / no blend = {ratio:.2f}x rows/s")
 
 
 if __name__ == "__main__":

@@ -1,22 +1,16 @@
 """Another process holding the label store's SQLite write lock (the `sqlite3` shell, a backup, VACUUM): does the
 server stay answering (issue 63, M3)?
 
-    python bench/sqlite_lock.py --model EXPORTED_FOLDER [--lock-s 15] [--work /tmp/bench-sqlite-lock]
-                                [--output bench/results/sqlite_lock.json]
+    python -m bench sqlite_lock --model EXPORTED_FOLDER [--lock-s 15]
 
-One server (`python -m app --model M --no-ui --api-key K`, the default SQLite store in --work). A client asks
-`/healthz` and `/v1/classify` (one text) one after the other for --lock-s seconds twice: first with nothing else
-holding the database (the baseline), then while this process holds `BEGIN EXCLUSIVE` on `app.db` (as the sqlite3
-shell does) for those seconds; in the middle of the locked window one `POST /v1/datasets` write. Reported: p50/p99
-of each route in both windows and their ratio, the write's status, Retry-After and seconds. Targets: `/healthz` p99
-<= 100 ms while locked; the write 503 with Retry-After in about the store's 2 s, never a hang.
+One server on the default SQLite store; `/healthz` and `/v1/classify` one after the other for --lock-s seconds, first
+with the database free (the baseline), then while this process holds `BEGIN EXCLUSIVE` on `app.db`, with one
+`POST /v1/datasets` write in the middle. Targets: `/healthz` p99 <= 100 ms locked; the write 503 + Retry-After.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sqlite3
 import sys
 import threading
@@ -26,10 +20,8 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
-from api_load import start_server, stop_server  # as a script sees its siblings
-from harness import machine
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
+from bench import harness as h
 
 KEY = "bench-sqlite-lock-key-0123456789"
 
@@ -73,12 +65,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model", type=Path, required=True)
     p.add_argument("--lock-s", type=float, default=15.0)
     p.add_argument("--work", type=Path, default=Path("/tmp/bench-sqlite-lock"))
-    p.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "sqlite_lock.json")
+    p.add_argument("--output", type=Path, default=h.RESULTS / "sqlite_lock.json")
     args = p.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     data = args.work / "data"
-    before = machine()
-    proc, url = start_server(args.model, ["--data-dir", str(data), "--api-key", KEY], args.work / "server.log")
+    proc, url = h.start_server(args.model, ["--data-dir", str(data), "--api-key", KEY], args.work / "server.log")
     try:
         free = window(url, args.lock_s)
         db = sqlite3.connect(data / "app.db", timeout=0, isolation_level=None)
@@ -90,24 +81,19 @@ def main(argv: list[str] | None = None) -> int:
             db.close()
         after_write = write(url)
     finally:
-        stop_server(proc)
-    ratio = round(locked["healthz"]["p99_ms"] / free["healthz"]["p99_ms"], 2)
+        h.stop_server(proc)
+    ratio = h.ratio(locked["healthz"]["p99_ms"], free["healthz"]["p99_ms"], 2)
     report = {"model": str(args.model), "lock_s": args.lock_s, "free": free, "locked": locked,
               "write_after_the_lock": after_write, "healthz_p99_ratio_locked_to_free": ratio,
               "target": "healthz p99 <= 100 ms while locked; the write 503 + Retry-After, not a hang",
-              "target_met": locked["healthz"]["p99_ms"] <= 100 and locked.get("write", {}).get("status") == 503,
-              "machine": {**before, "load_after": list(os.getloadavg())}}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.output.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=2))
-    os.replace(tmp, args.output)
+              "target_met": locked["healthz"]["p99_ms"] <= 100 and locked.get("write", {}).get("status") == 503}
+    h.write_record(args.output, report)
     for name in ("healthz", "classify"):
         f, lk = free[name], locked[name]
         print(f"{name}: p50/p99 ms free {f['p50_ms']}/{f['p99_ms']}, locked {lk['p50_ms']}/{lk['p99_ms']} "
               f"(max {lk['max_ms']}); p99 ratio {round(lk['p99_ms'] / f['p99_ms'], 2)}x")
     print(f"write while locked: {locked.get('write')}; after: {after_write}; errors free {free['errors']}, locked "
           f"{locked['errors']}; target {'met' if report['target_met'] else 'not met'}")
-    print(f"wrote {args.output}")
     return 0
 
 

@@ -1,22 +1,14 @@
 """One text through our API against a hand-written ONNX Runtime service and a bare ASGI echo, in one run, with our
 stages timed inside the server's own request path (issue 61).
 
-    python bench/stage_report.py --model EXPORTED_FOLDER [--requests 300] [--warmup 30] [--rounds 2]
-                                 [--server-args "--int8"] [--text "..."] [--output bench/results/stage_report.json]
+    python -m bench stage_report --model EXPORTED_FOLDER [--requests 300] [--warmup 30] [--rounds 2] [--server-args "--int8"]
 
-Three ways to answer the same text, alternated --rounds times, medians of --requests after --warmup each:
-- hand-written: the folder's tokenizer.json (`tokenizers`, cut at the model's max length), one
-  `onnxruntime.InferenceSession.run` on the ONNX file our engine serves from that folder, and a softmax, in this
-  process: what a user writes in twenty lines, once with ONNX Runtime's default threads and once with the threads
-  and spinning our engine chose (`cpu_threads`); the bar takes the faster;
-- echo: a bare ASGI app under uvicorn answering a fixed JSON body: the cost of HTTP and of this client;
-- ours: `python -m app --model M --no-ui --server-timing`, `POST /v1/classify {"text": ...}` with its defaults.
-Echo and ours share one keep-alive client (bench/load_clients.py). The bar: ours - (hand-written + echo), target
-<= 1.0 ms. Our stages come from each answer's Server-Timing header (app/http/server_timing.py), so they are
-timed in the request path under whatever else the server does, not alone: tok, queue, batch, engine, pass, app;
-derived: side work (engine - pass: the blend's baseline, the off-topic detector, calibration, the answers),
-hop (batch - engine: the engine thread and back), framework (app - tok - queue - batch: the gate, routing,
-validation, JSON) and HTTP + client (ours - app). Writes JSON with the CPU's flags, load and commit.
+Alternated --rounds times, medians of --requests after --warmup each: hand-written (the folder's tokenizer.json,
+one `InferenceSession.run` on the file our engine serves, a softmax; with ONNX Runtime's default threads and with
+ours, the faster kept); echo (a bare ASGI app under uvicorn, a fixed body: HTTP and this client); ours (`python -m
+app --server-timing`). The bar: ours - (hand-written + echo), target <= 1.0 ms. Our stages come from each answer's
+Server-Timing header: tok, queue, batch, engine, pass, app; derived: side (engine - pass), hop (batch - engine),
+framework (app - tok - queue - batch), HTTP + client (ours - app).
 """
 
 from __future__ import annotations
@@ -24,7 +16,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import subprocess
 import sys
@@ -34,11 +25,9 @@ from pathlib import Path
 import httpx
 import numpy as np
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "bench")]  # the project, and its sibling benchmarks as a script sees them
-from api_load import free_port, start_server, stop_server
-from harness import machine, median_ms
-from load_clients import Connection
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
+from bench import harness as h
+from bench.harness import median_ms
 
 TEXT = "Firefox crashes when opening a PDF attachment from the mail client"
 ECHO_APP = '''
@@ -103,8 +92,7 @@ def timing_of(headers: bytes) -> dict[str, float]:
 
 
 async def sequential(url: str, body: bytes, n: int, warmup: int) -> tuple[list[float], list[dict]]:
-    host, port = url.removeprefix("http://").split(":")
-    conn = Connection(host, int(port), 60)
+    conn = h.Connection.to(url, timeout=60)
     times, stages = [], []
     try:
         for i in range(warmup + n):
@@ -123,7 +111,7 @@ async def sequential(url: str, body: bytes, n: int, warmup: int) -> tuple[list[f
 
 def echo_server(work: Path) -> tuple[subprocess.Popen, str]:
     (work / "echo_app.py").write_text(ECHO_APP)
-    port = free_port()
+    port = h.free_port()
     proc = subprocess.Popen([sys.executable, "-m", "uvicorn", "echo_app:app", "--port", str(port), "--log-level",
                              "warning", "--no-access-log"], cwd=work, stdout=subprocess.DEVNULL,
                             stderr=subprocess.STDOUT)
@@ -158,8 +146,8 @@ def run(args) -> dict:
     body = json.dumps({"text": args.text}, ensure_ascii=False).encode()
     args.work.mkdir(parents=True, exist_ok=True)
     rounds = []
-    ours_proc, ours_url = start_server(args.model, ["--server-timing", "--data-dir", str(args.work / "data"), *server_args],
-                                       args.work / "server.log")
+    ours_proc, ours_url = h.start_server(args.model, ["--server-timing", "--data-dir", str(args.work / "data"),
+                                                      *server_args], args.work / "server.log")
     # from how many rows the server runs the side work beside the pass (measured at its start): inline below
     side_rows = httpx.get(ours_url + "/v1/model", timeout=30).json()["batching"].get("side_rows")
     echo_proc, echo_url = echo_server(args.work)
@@ -176,7 +164,7 @@ def run(args) -> dict:
                            "hand_written_ms": min(plain, tuned), "echo_ms": median_ms(echo),
                            "ours_ms": median_ms(ours), "stages_ms": split(stages, median_ms(ours))})
     finally:
-        stop_server(ours_proc)
+        h.stop_server(ours_proc)
         echo_proc.terminate()
         echo_proc.wait(30)
     pick = lambda key: round(statistics.median(r[key] for r in rounds), 3)
@@ -200,17 +188,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--text", default=TEXT)
     p.add_argument("--server-args", default="", help="extra flags for python -m app (and the engine's file choice)")
     p.add_argument("--work", type=Path, default=Path("/tmp/bench-stage-report"))
-    p.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "stage_report.json")
+    p.add_argument("--output", type=Path, default=h.RESULTS / "stage_report.json")
     args = p.parse_args(argv)
-    before = machine()
-    report = run(args)
-    report["machine"] = {**before, "load_after": list(os.getloadavg())}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.output.with_suffix(".tmp")
-    tmp.write_text(json.dumps(report, indent=2, ensure_ascii=False))
-    os.replace(tmp, args.output)
-    s = report["rounds"][len(report["rounds"]) // 2]["stages_ms"]
-    print(f"{before['cpu']} ({before['isa']}, {before['cores']} cores, load {before['load'][0]:.2f})")
+    report = h.write_record(args.output, run(args), quiet=True)
+    s, m = report["rounds"][len(report["rounds"]) // 2]["stages_ms"], report["machine"]
+    print(f"{m['cpu']} ({m['isa']}, {m['cores']} cores, load {m['load_before'][0]:.2f})")
     print(f"one text, median ms: hand-written {report['hand_written_ms']} (ONNX Runtime's defaults "
           f"{report['hand_written_defaults_ms']}, our threads {report['hand_written_our_threads_ms']}), echo "
           f"{report['echo_ms']}, ours {report['ours_ms']} = {report['ratio_ours_to_hand_plus_echo']}x hand-written "

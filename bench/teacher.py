@@ -1,45 +1,22 @@
 """Learning from a simulated LLM teacher plus 8 gold labels a class, measured on unseen gold rows (BBC News).
 
-    OMP_NUM_THREADS=1 nice -n 10 python bench/teacher.py                # ~1-3 min on 2 shared cores
-    python bench/teacher.py --data ko-help --seeds 3                     # Korean help paragraphs, `sdraw` never answered
-    python bench/teacher.py --data ko-help --groups --student baseline   # whole pages unseen; k-fold's baseline learns
-    python bench/teacher.py --data debtags --seeds 3                     # package synopses' role, `role::data` never
-    python bench/teacher.py --seeds 5 --output bench/results/teacher.json
+    OMP_NUM_THREADS=1 nice -n 10 python -m bench teacher [--seeds 5]   # ~1-3 min on 2 shared cores
+    python -m bench teacher --data ko-help|debtags --seeds 3 [--groups] [--student baseline]
 
-No LLM is reachable here, so the teacher is simulated, and errs as an LLM does: systematically.
-- Deterministic per text (temperature 0): the same text always gets the same answer.
-- Errors fall on hard texts and confusable classes: a reference model's out-of-fold margin on the true class
-  (TF-IDF + logistic regression, 5 folds over every row) plus a fixed per-text jitter (a hash of the text) ranks
-  the texts; the hardest get the reference model's most likely wrong class.
-- One class is never answered: every `tech` text is answered `business` (an LLM prompted with a coarser label
-  set). BBC's classes are 17-23% each, so a teacher that loses a whole class cannot reach 85%: `tech` is cut to
-  its first 120 texts (6% of 1,944 rows), a minority class, as the first users' fifth label was.
-Teachers at ~70% and ~85% accuracy, and for contrast one at 70% whose errors are random per text.
-
-Per seed: 40% of rows (stratified) are the unseen gold rows every figure is measured on; from the rest, 8 gold
-labels a class, the teacher labels the others. The student: word TF-IDF (fitted once on all texts; no labels)
-+ logistic regression (scikit-learn SGD, log loss), the stand-in for the fine-tuned model on 2 shared cores
-(the char n-gram baseline takes ~47 s a fit here under load). Methods, each trained on the pool:
-- today: every pool row with the teacher's label as if gold (the 40 gold rows with their gold labels);
-- gold only: the 40 gold rows;
-- gold xW + teacher: gold rows repeated W times (1, 5, auto = as much weight as the teacher rows) + raw teacher labels;
-- gold xW + corrected teacher: teacher labels corrected with the teacher's confusion on the gold rows and a gold-only
-  model's p(class | text) (finetune/teacher_data.py `corrected_answers`), the rule --teacher-column uses;
-- truth (ceiling): every pool row with its true label, no row repeated: what correcting the teacher's labels tends
-  to, short of the class balance the repeated gold rows add (a few points of macro-F1 on debtags). Where even it is
-  well below the teacher (ko-help) the student, not the labels, is what falls short.
-The cascade: the student answers where its top probability is above the threshold that keeps 70% of the texts
-(taken on the unlabelled texts served: no gold needed); the rest go to the teacher. Medians over seeds.
-Writes bench/results/teacher.json and prints a table.
+The teacher errs as an LLM does, systematically: deterministic per text; errors on the texts a reference model
+(TF-IDF + LR, out of fold) finds hardest, to its likeliest wrong class; one class never answered (`tech` as
+`business`, cut to 120 texts). Teachers at ~70% and ~85%, and a 70% one erring at random for contrast. Per seed:
+40% unseen gold rows; from the rest 8 gold labels a class, the teacher labels the others. The student (word TF-IDF
++ SGD logistic regression; `--student baseline`: k-fold's baseline) trained on: the teacher's labels as if gold
+(today, the baseline of every ratio), gold only, gold xW + teacher, gold xW + corrected teacher
+(finetune/teacher_data.py, what --teacher-column does), truth (ceiling). The cascade: the student answers its surest
+70%, the teacher the rest. Medians over seeds.
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import json
-import os
-import platform
 import sys
 import time
 from pathlib import Path
@@ -48,20 +25,12 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-
-from finetune.teacher_data import (
-    TEXT_WEIGHTS,
-    absorbing,
-    corrected_answers,
-    gold_repeats,
-    macro_f1,
-    teacher_confusion,
-    weight_scores,
-)
+from bench import harness as h
+from finetune import teacher_data as td
 
 NEVER, NEIGHBOUR, NEVER_KEEP = "tech", "business", 120
 GOLD_PER_CLASS = 8
-KO_HELP = Path(os.environ.get("SHARED_DATA", ROOT.parent / "shared" / "data")) / "ko-help" / "train.csv"  # README
+KO_HELP = h.KO_HELP
 # --data ko-help: the never-answered class is the smallest, Draw (2% of rows), answered as Impress (the same drawing
 # tools: an LLM given a label set without Draw); no cut needed. Char n-grams: Korean words carry particles.
 DEBTAGS = KO_HELP.parents[1] / "debtags" / "train.csv"
@@ -83,40 +52,32 @@ def use(name: str, student: str = "sgd", groups=None, gold_weights=(1, 5, 0)) ->
     STUDENT, GROUPS, GOLD_WEIGHTS = student, groups, tuple(gold_weights)
 
 
-def load_ko_help():
-    import pandas as pd
-
-    df = pd.read_csv(KO_HELP)
+def coded(df):
+    """(texts, class ids, class names) of a table with `text` and `label`."""
     labels = sorted(df.label.unique())
     return df.text.tolist(), df.label.map({x: i for i, x in enumerate(labels)}).to_numpy(), labels
+
+
+def load(name: str):
+    import pandas as pd
+
+    if name == "ko-help":
+        return coded(pd.read_csv(KO_HELP))
+    if name == "debtags":
+        df = pd.read_csv(DEBTAGS)
+        roles = df["labels"].fillna("").map(lambda cell: [t for t in cell.split(";") if t.startswith("role::")])
+        one = roles.map(len) == 1
+        return coded(df[one].assign(label=roles[one].str[0]))
+    from finetune.data import bbcnews_csv
+
+    df = pd.read_csv(bbcnews_csv(Path.home() / ".cache" / "electra-classify"))
+    return coded(pd.concat([df[df.label != NEVER], df[df.label == NEVER].head(NEVER_KEEP)]).reset_index(drop=True))
 
 
 def ko_help_pages() -> np.ndarray:
     import pandas as pd
 
     return pd.read_csv(KO_HELP, usecols=["page"])["page"].astype(str).to_numpy()
-
-
-def load_debtags():
-    import pandas as pd
-
-    df = pd.read_csv(DEBTAGS)
-    roles = df["labels"].fillna("").map(lambda cell: [t for t in cell.split(";") if t.startswith("role::")])
-    one = roles.map(len) == 1
-    df = df[one].assign(label=roles[one].str[0])
-    labels = sorted(df.label.unique())
-    return df.text.tolist(), df.label.map({x: i for i, x in enumerate(labels)}).to_numpy(), labels
-
-
-def load_bbc():
-    import pandas as pd
-
-    from finetune.data import bbcnews_csv
-
-    df = pd.read_csv(bbcnews_csv(Path.home() / ".cache" / "electra-classify"))
-    df = pd.concat([df[df.label != NEVER], df[df.label == NEVER].head(NEVER_KEEP)]).reset_index(drop=True)
-    labels = sorted(df.label.unique())
-    return df.text.tolist(), df.label.map({x: i for i, x in enumerate(labels)}).to_numpy(), labels
 
 
 def features(texts):
@@ -178,15 +139,15 @@ def simulated_teacher(texts, y, labels, margin, confusable, accuracy: float, sys
     """The teacher's answer per text (class ids): deterministic per text, `accuracy` overall."""
     never, neighbour = labels.index(NEVER), labels.index(NEIGHBOUR)
     answer = y.copy()
-    h = jitter(texts)
+    jit = jitter(texts)
     if not systematic:  # the contrast: errors at random per text, to a random other class, every class answered
-        wrong = h < 1 - accuracy
-        other = (y + 1 + (h * 1e6).astype(int) % (len(labels) - 1)) % len(labels)
+        wrong = jit < 1 - accuracy
+        other = (y + 1 + (jit * 1e6).astype(int) % (len(labels) - 1)) % len(labels)
         answer[wrong] = other[wrong]
         return answer
     answer[y == never] = neighbour
     n_errors = max(0, round((1 - accuracy) * len(y)) - int((y == never).sum()))
-    hard = np.argsort(margin + 0.5 * h)  # hardest first; the jitter keeps it from being the reference model itself
+    hard = np.argsort(margin + 0.5 * jit)  # hardest first; the jitter keeps it from being the reference model itself
     hard = [i for i in hard if y[i] != never][:n_errors]
     answer[hard] = np.where(confusable[hard] == never, neighbour, confusable[hard])
     return answer
@@ -215,17 +176,17 @@ def fit(X, rows, targets, seed, repeats=None):
 def methods(X, y, teacher, gold, rest, seed, n) -> dict:
     """Every student's probabilities on all rows, by method name."""
     on_gold, oof = fit(X, gold, y[gold], seed), gold_oof(X, gold, y, seed, n)
-    fixed, weight = corrected_answers(proba(on_gold, X[rest], n), oof, y[gold], teacher[gold], teacher[rest], n, None)
-    full = absorbing(y[gold], teacher[gold], teacher[rest], n)  # the candidates' nested scores, for the record
-    scores = weight_scores(oof, y[gold], teacher[gold], teacher_confusion(y[gold], teacher[gold], n), n, None, full)
-    choice = {"weight": weight, "gold_macro_f1_by_weight": {str(w): round(x, 4) for w, x in zip(TEXT_WEIGHTS, scores)},
+    fixed, weight = td.corrected_answers(proba(on_gold, X[rest], n), oof, y[gold], teacher[gold], teacher[rest], n, None)
+    full = td.absorbing(y[gold], teacher[gold], teacher[rest], n)  # the candidates' nested scores, for the record
+    scores = td.weight_scores(oof, y[gold], teacher[gold], td.teacher_confusion(y[gold], teacher[gold], n), n, None, full)
+    choice = {"weight": weight, "gold_macro_f1_by_weight": {str(w): round(x, 4) for w, x in zip(td.TEXT_WEIGHTS, scores)},
               "absorbing_answers": np.flatnonzero(full).tolist()}
     rows = np.concatenate([gold, rest])
     out = {"gold only": on_gold,
            "today": fit(X, rows, np.concatenate([y[gold], teacher[rest]]), seed),
            "truth (ceiling)": fit(X, rows, y[rows], seed)}
     for w in GOLD_WEIGHTS:
-        k = gold_repeats(len(gold), len(rest), w)
+        k = td.gold_repeats(len(gold), len(rest), w)
         reps = np.concatenate([np.full(len(gold), k), np.ones(len(rest), int)])
         name = f"x{'auto' if w == 0 else w}"
         out[f"gold {name} + teacher"] = fit(X, rows, np.concatenate([y[gold], teacher[rest]]), seed, reps)
@@ -261,7 +222,6 @@ def product_labels(texts, y, labels, teacher, seeds: int) -> dict:
 
     import pandas as pd
 
-    from finetune.teacher_data import load
     from textdata.normalize import Normalizer
 
     never, got = labels.index(NEVER), []
@@ -275,7 +235,7 @@ def product_labels(texts, y, labels, teacher, seeds: int) -> dict:
             table.to_csv(Path(tmp) / "pool.csv", index=False)
             cfg = SimpleNamespace(text_column="text", label_column="gold", teacher_column="teacher", encoding="utf-8",
                                   group_column=None, seed=seed)
-            data = load(Path(tmp) / "pool.csv", cfg, Normalizer("none"))
+            data = td.load(Path(tmp) / "pool.csv", cfg, Normalizer("none"))
         truth, fixed = y[rows][~data.gold], data.y[~data.gold]
         raw = teacher[rows][~data.gold]
         got.append({"teacher_accuracy": float((raw == truth).mean()), "corrected_accuracy": float((fixed == truth).mean()),
@@ -291,7 +251,7 @@ def run_setting(X, texts, y, labels, ref, accuracy, systematic, seeds) -> dict:
     rows = []
     for seed in range(seeds):
         gold, rest, test = split(y, seed)
-        row = {"teacher": {"macro_f1": macro_f1(y[test], teacher[test], n),
+        row = {"teacher": {"macro_f1": td.macro_f1(y[test], teacher[test], n),
                            "never_answered_f1": per_class_f1(y[test], teacher[test], n)[never],
                            "accuracy": float((teacher[test] == y[test]).mean())}}
         got, choice = methods(X, y, teacher, gold, rest, seed, n)
@@ -299,7 +259,7 @@ def run_setting(X, texts, y, labels, ref, accuracy, systematic, seeds) -> dict:
         row["text_weight_choice"] = {**choice, "absorbing_answers": [labels[j] for j in choice["absorbing_answers"]]}
         for name, p in got.items():
             pred = p[test].argmax(1)
-            row[name] = {"macro_f1": macro_f1(y[test], pred, n),
+            row[name] = {"macro_f1": td.macro_f1(y[test], pred, n),
                          "never_answered_f1": per_class_f1(y[test], pred, n)[never],
                          "accuracy": float((pred == y[test]).mean()),
                          "cascade": cascade(p[test], teacher[test], y[test])}
@@ -381,16 +341,16 @@ def targets_per_split(results: dict) -> dict:
 
 
 def targets_lines(per_split: dict) -> list[str]:
+    met = lambda ok: "met" if ok else "NOT met"
     lines = [f"\nissue 47's targets per split ({PRODUCT}):"]
     for setting, rows in per_split.items():
         for r in rows:
             cascade = (f"; cascade {r['cascade_share']:.2f} answered, accuracy {r['cascade_accuracy']:.3f} vs teacher "
-                       f"{r['teacher_accuracy']:.3f} {'met' if r['cascade_met'] else 'NOT met'}" if "cascade_met" in r else "")
+                       f"{r['teacher_accuracy']:.3f} {met(r['cascade_met'])}" if "cascade_met" in r else "")
             lines.append(f"{setting} seed {r['seed']}: {r['student_macro_f1']:.3f} vs teacher {r['teacher_macro_f1']:.3f} "
-                         f"{'met' if r['macro_f1_met'] else 'NOT met'}; {NEVER} F1 {r['never_answered_f1']:.3f} "
-                         f"{'met' if r['never_answered_met'] else 'NOT met'}{cascade}; truth (ceiling) "
-                         f"{r['truth_ceiling_macro_f1']:.3f}; text weight {r['text_weight']} "
-                         f"(gold macro-F1 by weight {r['gold_macro_f1_by_weight']})")
+                         f"{met(r['macro_f1_met'])}; {NEVER} F1 {r['never_answered_f1']:.3f} "
+                         f"{met(r['never_answered_met'])}{cascade}; truth (ceiling) {r['truth_ceiling_macro_f1']:.3f}; "
+                         f"text weight {r['text_weight']} (gold macro-F1 by weight {r['gold_macro_f1_by_weight']})")
     return lines
 
 
@@ -398,7 +358,7 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--seeds", type=int, default=5, help="splits per setting; medians reported (default: 5)")
     p.add_argument("--data", choices=sorted(DATASETS), default="bbcnews",
-                   help=f"ko-help: {KO_HELP}; debtags: {DEBTAGS}, its role facet (set SHARED_DATA to their folder "
+                   help=f"ko-help: {KO_HELP}; debtags: {DEBTAGS}, its role facet (set BENCH_DATA to their folder "
                         "elsewhere)")
     p.add_argument("--output", default=None, help="default: bench/results/teacher.json (teacher-ko-help.json)")
     p.add_argument("--student", choices=("sgd", "baseline"), default="sgd",
@@ -414,10 +374,9 @@ def main(argv=None) -> int:
     if 0 not in a.gold_weights:
         p.error("--gold-weights: 0 (auto, what --teacher-column does) must be among them")
     use(a.data, a.student, ko_help_pages() if a.groups else None, a.gold_weights)
-    a.output = a.output or str(ROOT / "bench" / "results" / ("teacher.json" if a.data == "bbcnews"
-                                                              else f"teacher-{a.data}.json"))
-    started, load = time.time(), os.getloadavg()[0]
-    texts, y, labels = {"bbcnews": load_bbc, "ko-help": load_ko_help, "debtags": load_debtags}[a.data]()
+    a.output = a.output or h.RESULTS / ("teacher.json" if a.data == "bbcnews" else f"teacher-{a.data}.json")
+    started = time.time()
+    texts, y, labels = load(a.data)
     X_reference = features(texts)
     ref = reference_margins(X_reference, y, len(labels))
     X = student_features(texts, X_reference)
@@ -433,15 +392,10 @@ def main(argv=None) -> int:
     for name, (acc, systematic) in settings.items():
         results["settings"][name] = run_setting(X, texts, y, labels, ref, acc, systematic, a.seeds)
     results["targets_per_split"] = targets_per_split(results)
-    results.update(wall_seconds=round(time.time() - started, 1), load_average_at_start=round(load, 2),
-                   load_average_at_end=round(os.getloadavg()[0], 2),
-                   machine=f"{platform.machine()}, {os.cpu_count()} cpus", date=time.strftime("%Y-%m-%d %H:%M UTC",
-                                                                                           time.gmtime()))
-    Path(a.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(a.output).write_text(json.dumps(results, indent=2) + "\n")
+    results["wall_seconds"] = round(time.time() - started, 1)
     print(table(results))
     print("\n".join(targets_lines(results["targets_per_split"])))
-    print(f"\nwrote {a.output} ({results['wall_seconds']} s, load {load:.1f} at start)")
+    h.write_record(a.output, results)
     return 0
 
 

@@ -1,23 +1,16 @@
 """Team labeling through the real HTTP API on the default SQLite store: overlap k, races, a kill -9.
 
-    python bench/team_labels.py [--records 400] [--annotators 8] [--clients-per 2] [--think-ms 0,50]
-                                [--servers 1] [--work /tmp/bench-team] [--output bench/results/team_labels.json]
+    python -m bench team_labels [--records 400] [--annotators 8] [--clients-per 2] [--think-ms 0,50] [--servers 1]
+                                [--runs k1,k3,kill]
 
-Starts `python -m app` (the `mini` random ELECTRA of bench/api_load.py, torch, --no-ui) on a fresh data
-folder, adds --annotators users and one admin (labelstore/users.py), and per run creates a dataset of
---records ko-help texts. Each annotator runs --clients-per clients (two browsers of one person), each a
-loop: POST next -> think (uniform --think-ms) -> POST labels with a fresh client_event_id, retried with the
-same id on a transport error until acknowledged.
-
-Runs: k=1 and k=3 to the end of the queue; then k=3 with `kill -9` of the server once --kill-after labels
-are acknowledged, and a restart on the same folder, the clients retrying through the outage. After each run the database is read
-directly: every record has exactly k answers from k different people, every acknowledged event is in the
-log exactly once (none lost, none twice), and the server log has no "database is locked". Reports label
-saves/s (acknowledged answers / wall time) and p50/p99 of the label and next requests. Also prints one
-argon2 verify (pwdlib's recommended) against one SHA-256, the reason tokens are stored as SHA-256.
-`slowest_label_ms` says when in the run the slowest label requests fell (a stall shows as a cluster).
---servers N starts N processes on the same SQLite file (the fleet's replicas, `--fleet`, each on its own
-port) and spreads the clients over them; the kill run kills the first.
+`python -m app` (harness.build_model's `mini` random ELECTRA, torch) on a fresh data folder, --annotators users and
+an admin; per run a dataset of --records ko-help texts. Each annotator runs --clients-per clients (two browsers of
+one person): next -> think (--think-ms) -> labels with a fresh client_event_id, retried with the same id on a
+transport error. Runs: k=1 and k=3 to the end of the queue; k=3 with `kill -9` of the server after --kill-after
+acknowledged labels and a restart. Then the database is read: every record has k answers from k people, every
+acknowledged event is in the log once, no "database is locked". Reports saves/s (and each run's ratio to k=1),
+p50/p99 of label and next, CPU per save; one argon2 verify against one SHA-256 (why tokens are SHA-256).
+--servers N: N processes on one SQLite file (the fleet's replicas); the kill run kills the first.
 """
 
 from __future__ import annotations
@@ -26,11 +19,9 @@ import argparse
 import asyncio
 import json
 import os
-import platform
 import random
 import shutil
 import signal
-import subprocess
 import sys
 import time
 import uuid
@@ -40,38 +31,16 @@ import httpx
 import numpy as np
 import sqlalchemy as sa
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from api_load import build_model, free_port, load_texts
-from raw_http import RawClient
-
+sys.path[:0] = [str(Path(__file__).resolve().parents[1])]
+from bench import harness as h
 from labelstore import open_store, users
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def start(model: Path, data: Path, port: int, log: Path, token: str, servers: int = 1) -> tuple:
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    env.pop("ELECTRA_API_KEY", None)
-    env.pop("DATABASE_URL", None)
-    with open(log, "ab") as out:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "app", "--model", str(model), "--no-ui", "--no-monitor", "--port", str(port),
-             "--data-dir", str(data), "--log-level", "warning",
-             # several: the fleet's replicas on one SQLite file, each on its own port (--servers)
-             *(["--fleet", "--replica-id", f"r{port}"] if servers > 1 else [])], stdout=out, stderr=out, env=env)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 600  # a loaded machine: torch's import alone can take minutes
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise SystemExit(f"server exited with {proc.returncode}; see {log}")
-        try:
-            if httpx.get(url + "/readyz", headers={"Authorization": f"Bearer {token}"}, timeout=2).status_code == 200:
-                return proc, url
-        except httpx.TransportError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit(f"server not ready; see {log}")
+    # several: the fleet's replicas on one SQLite file, each on its own port (--servers)
+    fleet = ["--fleet", "--replica-id", f"r{port}"] if servers > 1 else []
+    return h.start_server(model, ["--no-monitor", "--data-dir", str(data), *fleet], log, port=port,
+                          headers={"Authorization": f"Bearer {token}"})
 
 
 class Tally:
@@ -84,7 +53,7 @@ class Tally:
         self.transport_errors = 0
 
 
-async def post(client: RawClient, url, body, tally, latencies):
+async def post(client: h.Connection, url, body, tally, latencies):
     """POST until an HTTP answer comes (transport errors: the server is down; same body, same event id)."""
     while True:
         t = time.perf_counter()
@@ -103,10 +72,8 @@ async def post(client: RawClient, url, body, tally, latencies):
 
 
 async def annotator(base, ds, token, labels, think, tally, rng):
-    """One browser of one person (the restarted server keeps its port). A lean client (bench/raw_http.py):
-    httpx's CPU per request would load the 2 cores as much as the server does."""
-    host, port = base().rsplit("//", 1)[1].rsplit(":", 1)
-    client = RawClient(host, int(port), {"Authorization": f"Bearer {token}"})
+    """One browser of one person (the restarted server keeps its port), on the harness's lean client."""
+    client = h.Connection.to(base(), headers={"Authorization": f"Bearer {token}"})
     try:
         while True:
             status, answer = await post(client, f"/v1/datasets/{ds}/next", None, tally, tally.next_ms)
@@ -143,10 +110,6 @@ def check(url: str, ds: int, k: int, tally: Tally, logs: list[Path]) -> dict:
             "server_errors": sum(n for s, n in tally.statuses.items() if s >= 500)}
 
 
-def _pct(xs, q):
-    return round(float(np.percentile(xs, q)), 1) if xs else None
-
-
 def cpu_s(pid: int) -> float:
     """User + system CPU seconds of a live process (Linux /proc)."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -154,7 +117,7 @@ def cpu_s(pid: int) -> float:
 
 
 async def run(args, model, data, k, people, kill_after=None) -> dict:
-    ports = [free_port() for _ in range(args.servers)]
+    ports = [h.free_port() for _ in range(args.servers)]
     logs = [data / f"server{i or ''}.log" for i in range(args.servers)]
     state = {"procs": []}
     try:  # a failed run leaves no server behind on the data folder
@@ -163,9 +126,7 @@ async def run(args, model, data, k, people, kill_after=None) -> dict:
         return await _load(args, model, data, k, people, kill_after, ports, logs, state)
     finally:
         for proc in state["procs"]:
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-                proc.wait(60)
+            h.stop_server(proc)
 
 
 async def _load(args, model, data, k, people, kill_after, ports, logs, state) -> dict:
@@ -203,8 +164,7 @@ async def _load(args, model, data, k, people, kill_after, ports, logs, state) ->
     n = max(len(tally.acked), 1)
     result = {"k": k, "killed_after_acknowledged": before if kill_after is not None else None, "wall_s": round(wall, 2),
               "label_saves_per_s": round(len(tally.acked) / wall, 1),
-              "label_ms": {"p50": _pct(tally.label_ms, 50), "p99": _pct(tally.label_ms, 99)},
-              "next_ms": {"p50": _pct(tally.next_ms, 50), "p99": _pct(tally.next_ms, 99)},
+              "label_ms": h.percentiles(np.array(tally.label_ms) / 1000), "next_ms": h.percentiles(np.array(tally.next_ms) / 1000),
               # the slowest label requests: [seconds into the run, ms]
               "slowest_label_ms": [[round(at - t0, 2), round(ms, 1)]
                                    for at, ms in sorted(tally.label_at, key=lambda x: -x[1])[:10]],
@@ -242,10 +202,10 @@ def token_costs() -> dict:
     except ImportError:
         return out
     ph = PasswordHash.recommended()
-    h = ph.hash("lbl_" + "x" * 43)
+    hashed = ph.hash("lbl_" + "x" * 43)
     t = time.perf_counter()
     for _ in range(3):
-        ph.verify("lbl_" + "x" * 43, h)
+        ph.verify("lbl_" + "x" * 43, hashed)
     out["argon2_verify_ms"] = round((time.perf_counter() - t) / 3 * 1000, 1)
     return out
 
@@ -261,12 +221,11 @@ def main(argv=None) -> int:
                     "SQLite file, each on its own port; the clients spread over them)")
     ap.add_argument("--runs", default="k1,k3,kill", help="which of k1, k3, kill (k=3 with a kill -9) to run")
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-team"))
-    ap.add_argument("--output", type=Path, default=ROOT / "bench" / "results" / "team_labels.json")
+    ap.add_argument("--output", type=Path, default=h.RESULTS / "team_labels.json")
     args = ap.parse_args(argv)
     args.think = tuple(float(x) for x in args.think_ms.split(","))
-    args.texts, args.labels = load_texts()
-    load_before = os.getloadavg()
-    model = build_model(args.work, args.texts, args.labels, "torch", "mini")
+    args.texts, args.labels = h.load_texts()
+    model = h.build_model(args.work, args.texts, args.labels, "torch", "mini")
     runs = []
     plan = {"k1": (1, None), "k3": (3, None), "kill": (3, args.kill_after)}
     for k, kill in (plan[name] for name in args.runs.split(",")):
@@ -279,19 +238,20 @@ def main(argv=None) -> int:
         runs.append(_event_loop_run(run(args, model, data, k, people, kill)))
     report = {"runs": runs, "token_hash_cost": token_costs(), "records": args.records,
               "annotators": args.annotators, "clients": args.annotators * args.clients_per, "think_ms": args.think,
-              "store": "sqlite (WAL, synchronous=NORMAL)", "targets": {"saves_per_s_min": 500, "p99_ms_max": 50},
-              "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
-                          "load_avg_before": [round(x, 2) for x in load_before],
-                          "load_avg_after": [round(x, 2) for x in os.getloadavg()]},
-              "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    args.output.parent.mkdir(parents=True, exist_ok=True)
+              "store": "sqlite (WAL, synchronous=NORMAL)", "targets": {"saves_per_s_min": 500, "p99_ms_max": 50}}
     if args.output.exists() and args.runs != "k1,k3,kill":  # a partial rerun replaces its own runs only
         kept = [r for r in json.loads(args.output.read_text())["runs"]
                 if (r["k"], r.get("killed_after_acknowledged") is not None) not in
                 {(plan[n][0], plan[n][1] is not None) for n in args.runs.split(",")}]
         report["runs"] = kept + runs
-    args.output.write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    print(json.dumps(report["token_hash_cost"]), f"\nwrote {args.output}")
+    base = next((r["label_saves_per_s"] for r in runs if r["k"] == 1), None)
+    for r in runs:
+        against = f" ({h.ratio(r['label_saves_per_s'], base, 2)}x k=1)" if base else ""
+        print(f"k={r['k']}{' kill' if r['killed_after_acknowledged'] else ''}: {r['label_saves_per_s']} saves/s{against}, "
+              f"label p99 {r['label_ms']['p99_ms']} ms, lost {r['lost']}, duplicates {r['duplicates']}, records with exactly k {r['records_with_exactly_k']}")
+    cost = report["token_hash_cost"]
+    print(f"argon2 verify {cost.get('argon2_verify_ms')} ms vs SHA-256 {cost['sha256_us']} us")
+    h.write_record(args.output, report)
     return 0
 
 

@@ -1,46 +1,18 @@
 """Does the served "confident" threshold keep its precision on texts the model never saw? Candidates measured
-against each other over random train/unseen resplits, with the TF-IDF + logistic-regression baseline as the
-model (the k-fold pipeline's calibration and threshold code on its out-of-fold scores; 2 shared cores).
+against each other over random train/unseen resplits, the TF-IDF + LR baseline as the model (the k-fold pipeline's
+calibration and threshold code on its out-of-fold scores).
 
-    python bench/threshold_transfer.py --resplits 10 --output bench/results/threshold_transfer.json
+    python -m bench threshold_transfer --resplits 10 [--cap 2500] [--data NAME ...] [--grouped RULE ...]
 
-Each resplit's fitted scores are kept in runs/threshold_transfer/*.npz (--scores) and read back by a later run
-with the same data, cap and folds: rules compared again without refitting (--grouped names a subset).
-
-Per resplit: 60% of the rows train (grouped data: whole groups), 40% are unseen. On the train part, k-fold
-out-of-fold scores (fold models), finetune/calibration.py's nested calibration and its final calibrator; the
-final model is fitted on every train row, as `--final` does. Candidates, each scored on the unseen rows by the
-final model (calibrated by the final calibrator) at targets 0.8 and 0.9:
-
-  point      today's served threshold (finetune/coverage.py served_threshold): the lowest whose out-of-fold
-             precision reaches the target
-  group_bound  grouped data: the confidence bound at the design effect of the answered rows' groups
-             (group_bound.DESIGN): 90% confidence over unseen groups; what --group-column served until 2026-11-27
-  group_bound_95  the page bound at delta 0.05 (k-fold's --confidence 0.95)
-  page_bootstrap  grouped data: the same fixed sequences, each threshold's bound the page (cluster) bootstrap's
-             lower quantile of its precision (finetune/group_bound.py bootstrap_lower; PageBootstrap());
-             page_bootstrap_95 at delta 0.05
-  prediction  grouped data: what --target-precision serves with --group-column now (group_bound.SERVED): a
-             prediction bound on the precision one future batch of unseen groups will show
-             (group_bound.PredictionBound): Clopper-Pearson at eff x b / (1 + b) effective rows, b the batch's size
-             over the out-of-fold rows' (1: as large; prediction_unseen: this resplit's unseen rows);
-             prediction_bootstrap(_unseen): by two independent page resamples (bootstrap_prediction_lower)
-  per_class_bound  grouped data: a threshold per predicted class, each class's page bound (DESIGN) at
-             delta / classes (pick_per_class), forced; per_class_bound_pooled_delta: each class at delta
-  bound_975  the same bound at delta 0.025 (97.5% confidence)
-  bound      what --target-precision serves without --group-column (finetune/coverage.py served_threshold, called as k-fold calls
-             it): Learn-then-Test on the same out-of-fold rows, the lowest threshold whose Clopper-Pearson lower
-             bound (fixed-sequence, delta 0.1) reaches the target, per class (delta / classes) where that won
-             nested: precision >= target with 90% confidence
-  quantile   the point threshold's out-of-fold coverage carried as a quantile of the final model's scores on
-             its own training rows
-  grid       the same bound, Bonferroni over 20 thresholds at fixed out-of-fold coverages (no early stop)
-  share      a calibration share: the final model fitted on 80% of the train rows, the bound chosen on its
-             scores of the other 20% (the served model's own scores on rows it never saw)
-  ensemble   the fold models averaged as the served model, point threshold (k forward passes a text)
-
-Reported per candidate: precision and coverage on the unseen rows (median, min), and the share of resplits
-whose precision is >= target - 0.01; the final model's sharpness against the fold models'.
+Per resplit 60% of the rows train (grouped data: whole groups), 40% are unseen; k-fold out-of-fold scores, nested
+calibration, the final model on every train row. Candidates, scored on the unseen rows at targets 0.8 and 0.9:
+point (today's served point threshold: the baseline), bound (Learn-then-Test, what --target-precision serves;
+bound_975 at delta 0.025), grouped data's page bounds (group_bound[_95], page_bootstrap[_95], prediction[_unseen,
+_bootstrap, _95]: finetune/group_bound.py) and per-class bounds, grid (Bonferroni over 20 coverages), quantile
+(the point's coverage carried to the final model's own scores), share (a 20% calibration share) and ensemble (the
+fold models averaged). Reported per candidate: unseen precision and coverage (median, min) and the share of
+resplits holding >= target - 0.01. Each resplit's fitted scores are kept in --scores and read back by a later
+run with the same data, cap and folds: rules compared again without refitting.
 """
 
 from __future__ import annotations
@@ -54,7 +26,8 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
-from bench.resplits import DATASETS, fit_proba, out_of_fold, resplit, started, write_result
+from bench import harness as h
+from bench.resplits import DATASETS, fit_proba, out_of_fold, resplit
 from finetune.group_bound import DESIGN, PageBootstrap, PredictionBound
 
 DELTA = 0.1
@@ -298,13 +271,13 @@ def main(argv=None) -> int:
     p.add_argument("--folds", type=int, default=5)
     p.add_argument("--cap", type=int, default=2500, help="rows per data set (a random sample)")
     p.add_argument("--data", nargs="*", default=list(DATASETS))
-    p.add_argument("--output", type=Path, default=ROOT / "bench/results/threshold_transfer.json")
+    p.add_argument("--output", type=Path, default=h.RESULTS / "threshold_transfer.json")
     p.add_argument("--scores", default=str(ROOT / "runs/threshold_transfer"), help="folder of each resplit's "
                    "fitted scores (npz, read where there: rules compared again without refitting); '' for none")
     p.add_argument("--grouped", nargs="*", choices=[g[0] for g in GROUPED + PER_CLASS], help="grouped data: only these rules "
                    "(the page bootstraps cost most of a resplit's time)")
     a = p.parse_args(argv)
-    result = started(sys.argv, delta=DELTA, share=SHARE, data={})
+    result = {"delta": DELTA, "share": SHARE, "data": {}}
     for name in a.data:
         texts, y, groups, labels = DATASETS[name](a.cap)
         t0, runs = time.time(), []
@@ -313,7 +286,7 @@ def main(argv=None) -> int:
             runs.append(one_resplit(texts, y, groups, len(labels), a.folds, seed, cache, a.grouped))
             result["data"][name] = {"rows": len(y), "classes": len(labels), "seconds": round(time.time() - t0, 1),
                                     "summary": summarize(runs), "resplits": runs}
-            write_result(result, a.output)
+            h.write_record(a.output, result)
         s = result["data"][name]["summary"]
         print(f"\n{name}: {len(y)} rows, {len(labels)} classes; accuracy oof {s['accuracy/oof']:.3f}, final on unseen "
               f"{s['accuracy/final_unseen']:.3f}; mean top score oof {s['sharpness/oof_mean_top']:.3f}, final on unseen "
@@ -321,7 +294,9 @@ def main(argv=None) -> int:
         for k, v in s.items():
             if "/" in k and k.split("/")[0] in map(str, TARGETS):
                 pm = "n/a" if v["precision_median"] is None else f"{v['precision_median']:.3f} (min {v['precision_min']:.3f})"
-                print(f"  {k:<16} held {v['held_share']:.1f}  precision {pm}  coverage {v['coverage_median']:.3f}")
+                point = s.get(f"{k.split('/')[0]}/point", {}).get("coverage_median")
+                print(f"  {k:<16} held {v['held_share']:.1f}  precision {pm}  coverage {v['coverage_median']:.3f} "
+                      f"({h.ratio(v['coverage_median'], point, 2)}x the point threshold's)")
     return 0
 
 

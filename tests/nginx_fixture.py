@@ -1,5 +1,5 @@
 """Debian's nginx running docker/nginx-fleet.conf in front of replicas on this host (tests/docker/test_fleet_nginx.py,
-bench/fleet.py, bench/fleet_overload.py): the compose file's configuration itself, with only its addresses and
+bench/fleet.py): the compose file's configuration itself, with only its addresses and
 file paths moved, so what is measured and tested here is what the fleet runs.
 
 Where no nginx binary exists the tests that need it are skipped, saying why (`apt-get install nginx-light`).

@@ -1,5 +1,4 @@
-"""bench/teacher.py's options for ko-help (issue 47): whole pages unseen, k-fold's baseline as the student, and
-bench/teacher_encoder.py's target check."""
+"""bench/teacher.py's options for ko-help (issue 47): whole pages unseen, k-fold's baseline as the student."""
 
 from __future__ import annotations
 
@@ -7,7 +6,6 @@ import numpy as np
 import pytest
 
 from bench import teacher
-from bench.teacher_encoder import targets
 
 
 @pytest.fixture
@@ -52,13 +50,3 @@ def test_the_simulated_teacher_is_the_same_whatever_the_student(restore):
     np.testing.assert_array_equal(sgd[0], baseline[0])
     np.testing.assert_array_equal(sgd[1], baseline[1])
     assert teacher.student_features(texts, X).shape[1] != X.shape[1]  # the baseline's own char 1-4 vocabulary
-
-
-def test_encoder_targets_per_setting():
-    row = {"teacher": {"macro_f1": 0.60, "accuracy": 0.85},
-           "teacher_column": {"macro_f1": 0.64, "never_answered_f1": 0.5,
-                              "cascade": {"share_answered": 0.6992, "accuracy": 0.86}}}
-    assert targets(row, 0.70) == {"macro_f1_met": False, "never_answered_met": True}  # 70%: needs +0.05
-    assert targets(row, 0.85) == {"macro_f1_met": True, "never_answered_met": True, "cascade_met": True}
-    row["teacher_column"]["cascade"]["accuracy"] = 0.84
-    assert targets(row, 0.85)["cascade_met"] is False
