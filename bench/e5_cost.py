@@ -8,6 +8,13 @@ e5-small` trains from); the baseline, same run: `minilm`. Fine-tuning: the same 
 `fit`, one epoch a round, rounds interleaved; median seconds and CPU seconds per epoch, and `<unk>` tokens. Serving:
 each model's last round exported with `--quantize --eval-csv` on --eval-rows other rows, then one text (the eval
 text of median length) --one-text times through `Classifier.predict`, p50/p90 ms per file. Prints e5/minilm ratios.
+
+    nice -n 10 python -m bench e5_cost --fold 0 [--output F] -- --model runs/e5-ko --data ko-help/train.csv ...
+
+`--fold N -- KFOLD_FLAGS`: one fold of finetune/kfold.py instead (all five of e5-small do not fit a session on 2
+cores), its flags read by its own parser, so the fold is the one a full run fixes (OUTPUT/fold_ids.json), trained
+and scored by kfold's own `run_fold` against the char TF-IDF + LR baseline fitted on the same training rows; with
+the rows' `<unk>` count. One fold is not issue 62's target (the mean over five grouped folds, the served blend).
 """
 
 from __future__ import annotations
@@ -112,8 +119,42 @@ def print_table(results: dict, args, threads: int, text: str) -> None:
               f"{lat['fp32']['p50_ms']:>9.2f} {lat.get('int8', {}).get('p50_ms', float('nan')):>9.2f}  {gate}")
 
 
-def main() -> None:
+def one_fold(fold: int, kfold_args: list[str], output: Path | None) -> int:
+    import torch
+    import transformers
+
+    from finetune import kfold, unknown_tokens
+    from finetune.fold_runner import pick_accelerator
+
+    cfg = kfold.parse_args(kfold_args)
+    if cfg is None:  # its --help
+        return 0
+    if not 0 <= fold < cfg.folds:
+        raise SystemExit(f"--fold {fold}: the run has folds 0..{cfg.folds - 1}")
+    transformers.logging.set_verbosity_error()
+    t0, accelerator = time.time(), pick_accelerator(cfg.device)
+    kfold.cpu_threads(accelerator)
+    prep = kfold.prepare(cfg)
+    (Path(cfg.output) / "folds").mkdir(parents=True, exist_ok=True)
+    saved, _, _ = kfold.run_fold(cfg, fold, prep, Path(cfg.output) / "folds", accelerator)
+    history, base = saved.pop("history"), saved["baseline"].get("macro_f1")
+    versus = (f"char TF-IDF + LR {base:.4f} ({saved['macro_f1'] - base:+.4f})" if base is not None
+              else f"no baseline ({saved['baseline'].get('error')})")
+    print(f"fold {fold} of {cfg.folds} ({saved['n_train']} training rows, {saved['n_val']} scored): model macro-F1 "
+          f"{saved['macro_f1']:.4f}, {versus}; best epoch {saved['best_epoch']}, {saved['train_seconds']:.0f} s training")
+    print(unknown_tokens.line(prep.unknown))
+    h.write_record(output or h.RESULTS / "e5_one_fold.json", {
+        "fold": fold, "folds": cfg.folds, "model": prep.resolved, "record": saved, "history": history,
+        "unknown_tokens": prep.unknown, "wall_seconds": round(time.time() - t0, 1),
+        "torch_threads": torch.get_num_threads()})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    argv, kfold_args = (argv[:argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--fold", type=int, help="one fold of finetune/kfold.py on the flags after `--` (see above)")
     p.add_argument("--data", default=str(DATA / "ko-help" / "train.csv"))
     p.add_argument("--corpus", default=str(DATA / "corpus" / "ko-text.txt"), help="what e5's vocabulary is pruned to")
     p.add_argument("--rows", type=int, default=300)
@@ -123,8 +164,10 @@ def main() -> None:
     p.add_argument("--repeats", type=int, default=2, help="interleaved fine-tuning rounds per model")
     p.add_argument("--one-text", type=int, default=100, help="timed one-text calls per served file")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--output", type=Path, default=h.RESULTS / "e5_cost.json")
-    args = p.parse_args()
+    p.add_argument("--output", type=Path, help="default bench/results/e5_cost.json (--fold: e5_one_fold.json)")
+    args = p.parse_args(argv)
+    if args.fold is not None:
+        return one_fold(args.fold, kfold_args, args.output)
 
     import pandas as pd
     import torch
@@ -183,10 +226,11 @@ def main() -> None:
                  for k in ("served", "fp32", "int8")}}
     print_table(results, args, threads, text)
     print("e5/minilm: " + ", ".join(f"{k} {v}x" for k, v in ratios.items() if v is not None))
-    h.write_record(args.output, {"args": vars(args), "threads": threads, "threads_why": plan.why,
+    h.write_record(args.output or h.RESULTS / "e5_cost.json", {"args": vars(args), "threads": threads, "threads_why": plan.why,
                                  "torch": torch.__version__, "prune": prune_info, "one_text": text, "results": results,
                                  "ratios_e5_over_minilm": ratios})
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

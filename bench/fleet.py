@@ -2,6 +2,8 @@
 
     python -m bench fleet [--replicas 3] [--clients 32] [--promotions 20] [--rollbacks 5] [--backend torch]
     python -m bench fleet --throughput [--rounds 2] [--duration 20]   # one replica against one plain process
+    python -m bench fleet --overload --clients 96 [--duration 20] [--rounds 2] [--max-queue 4] [--flip-every 8]
+                                     [--promote-timeout 20] [--hog 8] [--bursty 0.5] [--no-kill]
 
 A PostgreSQL (tests/postgres_fixture.py), the model (harness.build_model's `mini`) and one copy per promotion
 registered, the replicas, and nginx on docker/nginx-fleet.conf itself (tests/nginx_fixture.py). --clients
@@ -11,13 +13,23 @@ promoting process between prepare and commit. Figures: failed requests; per flip
 version after the commit (target <= 2 s); p99 of requests overlapping a promotion over the others (target <=
 1.5x); afterwards every replica serves the one listed version the pointer names. `--throughput`: one replica with
 the database behind it against `python -m app --model M`, alternated --rounds times; target >= 0.95x.
+`--overload`: three replicas on one SQLite store with a small --max-queue (they shed 429s), --hog busy processes at
+nice 19 beside them, a promotion every --flip-every s, a third into each phase `kill -9` of one replica (restarted at
+once), --clients clients (a --bursty share pausing 4-6 s now and then, past the replicas' 5 s keep-alive); the
+fleet's nginx configuration and the one used until issue 63 (BEFORE) alternate --rounds times on the same replicas.
+Figures per configuration: every status, 502s (target: 0 with docker/nginx-fleet.conf), non-200 answers without
+Retry-After (target: 0), p50/p99 of the 200s, nginx's error causes.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import json
+import os
+import random
+import re
 import shutil
 import signal
 import subprocess
@@ -58,9 +70,9 @@ class Replica:
             return None
 
 
-def promote_cmd(url: str, models: Path, version: str) -> list[str]:
+def promote_cmd(url: str, models: Path, version: str, timeout: float = 20) -> list[str]:
     return [sys.executable, "-m", "app.fleet.promote", "promote", version, "--database-url", url,
-            "--models-dir", str(models), "--timeout", "20", "--why", "bench/fleet.py"]
+            "--models-dir", str(models), "--timeout", str(timeout), "--why", "bench/fleet.py"]
 
 
 async def clients(url: str, texts: list[str], n: int, stop: asyncio.Event, log: list, ports: dict) -> None:
@@ -192,11 +204,22 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--throughput", action="store_true", help="one replica against a single process (see above)")
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--duration", type=float, default=20.0)
+    p.add_argument("--overload", action="store_true", help="shedding replicas, two nginx configurations (see above)")
+    p.add_argument("--max-queue", type=int, default=4, help="--overload: each replica's --max-queue; past it, 429")
+    p.add_argument("--flip-every", type=float, default=8.0, help="--overload: seconds between promotions (0: none)")
+    p.add_argument("--promote-timeout", type=float, default=20.0,
+                   help="--overload: the promotions' --timeout; replicas not ready by then are evicted (503)")
+    p.add_argument("--hog", type=int, default=8, help="--overload: busy processes (nice 19) beside the fleet")
+    p.add_argument("--bursty", type=float, default=0.5, help="--overload: share of the clients that pause now and then")
+    p.add_argument("--kill", action=argparse.BooleanOptionalAction, default=True,
+                   help="--overload: kill -9 one replica a third into each phase and restart it")
     args = p.parse_args(argv)
     texts, labels = h.load_texts()
     model = h.build_model(args.work, texts, labels, args.backend, "mini")
     run_dir = args.work / f"run-{int(time.time())}"
     run_dir.mkdir(parents=True)
+    if args.overload:
+        return overload(args, model, run_dir, texts)
     with running_postgres() as pg:
         import sqlalchemy as sa
 
@@ -286,6 +309,141 @@ async def load_and_drive(lb: str, url, models, engine, replicas, args, order, te
     return {**analyse(log, out["runs"], engine, t_start), "crash_replica": out["crash_replica"],
             "crash_coordinator": out["crash_coordinator"], "runs": out["runs"],
             "promote_failures": [r for r in out["runs"] if r["rc"] != 0]}
+
+
+# the nginx configuration of this benchmark until issue 63, the baseline of --overload: one upstream, no backups,
+# nginx's defaults for max_fails (1), fail_timeout (10 s) and the upstream keepalive_timeout (60 s)
+BEFORE = """worker_processes 1; {user} pid {w}/nginx.pid; error_log {w}/error.log warn;
+events {{ worker_connections 1024; }}
+http {{
+  access_log off;
+  client_body_temp_path {w}/tmp; proxy_temp_path {w}/tmp; fastcgi_temp_path {w}/tmp;
+  uwsgi_temp_path {w}/tmp; scgi_temp_path {w}/tmp;
+  upstream fleet {{ {servers} keepalive 64; }}
+  server {{
+    listen 127.0.0.1:{port};
+    location / {{
+      proxy_pass http://fleet; proxy_http_version 1.1; proxy_set_header Connection "";
+      proxy_set_header Host $host;
+      proxy_next_upstream error timeout http_502 http_503 non_idempotent; proxy_next_upstream_tries 3;
+      proxy_read_timeout 60s;
+      add_header X-Upstream $upstream_addr always;
+    }}
+  }}
+}}
+"""
+
+
+async def shed_clients(url: str, texts: list[str], n: int, seconds: float, bursty: float) -> list[tuple]:
+    """(status, has Retry-After, seconds) per answer, a transport error's status its name; a `bursty` share pauses
+    4-6 s after a third of its requests, so nginx's pooled connections age past the replicas' 5 s keep-alive."""
+    out, stop, rng = [], time.monotonic() + seconds, random.Random(0)
+    bodies = [json.dumps({"text": t}, ensure_ascii=False).encode() for t in texts]
+
+    async def one(i: int):
+        conn, k = h.Connection.to(url, timeout=60), i
+        while time.monotonic() < stop:
+            k += n
+            t0 = time.monotonic()
+            try:
+                status = await conn.post_json("/v1/classify", bodies[k % len(bodies)])
+                out.append((status, b"\r\nretry-after:" in conn.last_headers.lower(), time.monotonic() - t0))
+            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError) as e:
+                out.append((type(e).__name__, False, time.monotonic() - t0))
+            if i < bursty * n and rng.random() < 1 / 3:
+                await asyncio.sleep(rng.uniform(4.0, 6.0))
+        conn.close()
+    await asyncio.gather(*(one(i) for i in range(n)))
+    return out
+
+
+def nginx_causes(error_log: Path) -> dict[str, int]:
+    said = (re.sub(r"^\S+ \S+ \[\w+\] \d+#\d+: (\*\d+ )?", "", line).split(",")[0]
+            for line in (error_log.read_text(errors="replace").splitlines() if error_log.exists() else []))
+    return dict(collections.Counter(re.sub(r"\d+", "N", s) for s in said).most_common(8))
+
+
+def overload_phase(args, conf: str, work: Path, port: int, url: str, models: Path, replicas, texts) -> dict:
+    """One configuration for --duration s: clients, promotions (v2, v1, ...) and the crash at once."""
+    flips, crashes, load0 = [], [], os.getloadavg()[0]
+    stop = time.monotonic() + args.duration
+
+    def flipper():
+        k = 0
+        while args.flip_every and time.monotonic() + args.flip_every < stop:
+            time.sleep(args.flip_every)
+            k += 1
+            done = subprocess.run(promote_cmd(url, models, "v2" if k % 2 else "v1", args.promote_timeout), env=ENV,
+                                  capture_output=True, text=True, check=False)
+            flips.append({"rc": done.returncode, "said": (done.stdout + done.stderr).strip()[-200:]})
+
+    def crash():
+        time.sleep(args.duration / 3)
+        replicas[-1].proc.kill()
+        replicas[-1].proc.wait()
+        crashes.append({"replica": replicas[-1].id, "restart_to_ready_s": round(replicas[-1].start(), 1)})
+
+    async def together():
+        movers = [asyncio.to_thread(flipper), *([asyncio.to_thread(crash)] if args.kill else [])]
+        return (await asyncio.gather(shed_clients(f"http://127.0.0.1:{port}", texts, args.clients, args.duration,
+                                                  args.bursty), *movers))[0]
+    with running_nginx(conf, work, port):
+        answers = asyncio.run(together())
+    ok = [s for status, _, s in answers if status == 200]
+    statuses = collections.Counter(str(status) for status, _, _ in answers)
+    return {"requests": len(answers), "statuses": dict(sorted(statuses.items())), "502": statuses.get("502", 0),
+            "non_200_without_retry_after": sum(1 for status, retry, _ in answers if status != 200 and not retry),
+            **{f"{k}_200": v for k, v in h.percentiles(ok, (50, 99)).items()},
+            "nginx_errors": nginx_causes(work / "error.log"), "promotions": len(flips),
+            "promotions_failed": [f for f in flips if f["rc"]], "crashes": crashes,
+            "load_1min": [round(load0, 2), round(os.getloadavg()[0], 2)]}
+
+
+def overload(args, model: Path, run_dir: Path, texts: list[str]) -> int:
+    url, models = f"sqlite:///{run_dir / 'app.db'}", run_dir / "models"
+    from app.fleet.registry import DbRegistry
+
+    engine = open_store(url)
+    registry = DbRegistry(models, engine)
+    for i in range(2):  # two versions to flip between: the same weights, distinct folders
+        (shutil.copytree(model, run_dir / f"src-{i}") / "note.txt").write_text(f"copy {i}")
+        registry.register_folder(run_dir / f"src-{i}")
+    registry.set_active("v1", "bench start")
+    engine.dispose()
+    hog = "import time\nend = time.time() + 540\nwhile time.time() < end:\n    pass\n"  # ends on its own too
+    hogs = [subprocess.Popen(["nice", "-n", "19", sys.executable, "-c", hog]) for _ in range(args.hog)]
+    replicas, runs = [], []
+    try:
+        for k in range(3):
+            port, rid = h.free_port(), f"r{k + 1}"
+            replicas.append(Replica(rid, port, [
+                "--models-dir", str(models), "--database-url", url, "--fleet", "--replica-id", rid, "--threads", "1",
+                "--promote-timeout", "20", "--max-queue", str(args.max_queue), "--data-dir", str(run_dir / f"data-{rid}")],
+                run_dir / f"{rid}.log"))
+            replicas[-1].start()
+        for _ in range(args.rounds):
+            for name in ("before", "docker/nginx-fleet.conf"):
+                work, port = run_dir / f"nginx-{name.split('/')[0]}", h.free_port()
+                conf = (local_conf([r.port for r in replicas], port, work) if name != "before" else BEFORE.format(
+                    w=work, port=port, user="user root;" if os.geteuid() == 0 else "",
+                    servers=" ".join(f"server 127.0.0.1:{r.port};" for r in replicas)))
+                runs.append({"config": name, **overload_phase(args, conf, work, port, url, models, replicas, texts)})
+                print(json.dumps(runs[-1]), flush=True)
+                time.sleep(5)  # the next configuration starts on replicas done with this one's requests
+    finally:
+        for proc in hogs:
+            proc.kill()
+        for r in replicas:
+            if r.proc and r.proc.poll() is None:
+                h.stop_server(r.proc)
+    total = {name: [sum(r[k] for r in runs if r["config"] == name) for k in ("502", "requests")]
+             for name in ("before", "docker/nginx-fleet.conf")}
+    print("502s / answers: " + "; ".join(f"{name} {a} of {b}" for name, (a, b) in total.items())
+          + " (target: 0 with docker/nginx-fleet.conf)")
+    h.write_record(args.output or h.RESULTS / "fleet_overload.json", {
+        "runs": runs, "total_502_of_requests": total, **{k: getattr(args, k) for k in (
+            "clients", "duration", "rounds", "hog", "max_queue", "flip_every", "promote_timeout", "bursty", "kill")}})
+    return 0
 
 
 if __name__ == "__main__":
