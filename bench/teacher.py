@@ -1,16 +1,16 @@
 """Learning from a simulated LLM teacher plus 8 gold labels a class, measured on unseen gold rows (BBC News).
 
     OMP_NUM_THREADS=1 nice -n 10 python -m bench teacher [--seeds 5]   # ~1-3 min on 2 shared cores
-    python -m bench teacher --data ko-help|debtags --seeds 3 [--groups] [--student baseline]
+    python -m bench teacher --data ko-help|debtags --seeds 3
 
 The teacher errs as an LLM does, systematically: deterministic per text; errors on the texts a reference model
 (TF-IDF + LR, out of fold) finds hardest, to its likeliest wrong class; one class never answered (`tech` as
-`business`, cut to 120 texts). Teachers at ~70% and ~85%, and a 70% one erring at random for contrast. Per seed:
-40% unseen gold rows; from the rest 8 gold labels a class, the teacher labels the others. The student (word TF-IDF
-+ SGD logistic regression; `--student baseline`: k-fold's baseline) trained on: the teacher's labels as if gold
-(today, the baseline of every ratio), gold only, gold xW + teacher, gold xW + corrected teacher
+`business`, cut to 120 texts). Teachers at ~70% and ~85%. Per seed: 40% unseen gold rows; from the rest 8 gold
+labels a class, the teacher labels the others. The student (word TF-IDF + SGD logistic regression) trained on: the
+teacher's labels as if gold (today, the baseline of every ratio), gold only, gold + corrected teacher
 (finetune/teacher_data.py, what --teacher-column does), truth (ceiling). The cascade: the student answers its surest
-70%, the teacher the rest. Medians over seeds.
+70%, the teacher the rest. Medians over seeds. (A random-error teacher, fixed gold weights, --student baseline and
+--groups were measured until issue 60: docs/notes/log.md, git history.)
 """
 
 from __future__ import annotations
@@ -30,6 +30,7 @@ from finetune import teacher_data as td
 
 NEVER, NEIGHBOUR, NEVER_KEEP = "tech", "business", 120
 GOLD_PER_CLASS = 8
+PRODUCT = "gold xauto + corrected"  # what --teacher-column does: gold rows repeated (auto), teacher rows corrected
 KO_HELP = h.KO_HELP
 # --data ko-help: the never-answered class is the smallest, Draw (2% of rows), answered as Impress (the same drawing
 # tools: an LLM given a label set without Draw); no cut needed. Char n-grams: Korean words carry particles.
@@ -40,16 +41,12 @@ DEBTAGS = KO_HELP.parents[1] / "debtags" / "train.csv"
 DATASETS = {"bbcnews": ("tech", "business", "word"), "ko-help": ("sdraw", "simpress", "char"),
             "debtags": ("role::data", "role::app-data", "char")}
 ANALYZER = "word"
-STUDENT = "sgd"  # sgd: the TF-IDF of `features` + SGD; baseline: k-fold's own baseline (char_wb 1-4, LR C=10)
-GROUPS = None  # --groups: each row's group (ko-help's `page`): the unseen gold rows are whole groups
-GOLD_WEIGHTS = (1, 5, 0)  # gold rows repeated W times (0: auto); --gold-weights 0 fits the product's only
 
 
-def use(name: str, student: str = "sgd", groups=None, gold_weights=(1, 5, 0)) -> None:
-    """Point the module's settings at data set `name` (DATASETS), the student, the split's groups, the gold weights."""
-    global NEVER, NEIGHBOUR, ANALYZER, STUDENT, GROUPS, GOLD_WEIGHTS
+def use(name: str) -> None:
+    """Point the module's settings at data set `name` (DATASETS)."""
+    global NEVER, NEIGHBOUR, ANALYZER
     NEVER, NEIGHBOUR, ANALYZER = DATASETS[name]
-    STUDENT, GROUPS, GOLD_WEIGHTS = student, groups, tuple(gold_weights)
 
 
 def coded(df):
@@ -74,12 +71,6 @@ def load(name: str):
     return coded(pd.concat([df[df.label != NEVER], df[df.label == NEVER].head(NEVER_KEEP)]).reset_index(drop=True))
 
 
-def ko_help_pages() -> np.ndarray:
-    import pandas as pd
-
-    return pd.read_csv(KO_HELP, usecols=["page"])["page"].astype(str).to_numpy()
-
-
 def features(texts):
     from sklearn.feature_extraction.text import TfidfVectorizer
 
@@ -93,24 +84,6 @@ def sgd(seed: int):
     from sklearn.linear_model import SGDClassifier
 
     return SGDClassifier(loss="log_loss", alpha=1e-5, max_iter=30, tol=None, random_state=seed)
-
-
-def model(seed: int):
-    """The student's classifier; the simulated teacher's reference model stays `sgd` whatever the student."""
-    if STUDENT == "baseline":
-        from baseline.blend import tfidf_logreg
-
-        return tfidf_logreg(seed).steps[1][1]
-    return sgd(seed)
-
-
-def student_features(texts, X_reference):
-    """--student baseline: k-fold's baseline vectorizer, fitted on every text (no label read), as `features` is."""
-    if STUDENT != "baseline":
-        return X_reference
-    from baseline.blend import TEXT_CAP, tfidf_logreg
-
-    return tfidf_logreg(0).steps[0][1].fit_transform([t[:TEXT_CAP] for t in texts])
 
 
 def proba(m, X, n: int) -> np.ndarray:
@@ -135,16 +108,11 @@ def jitter(texts) -> np.ndarray:
     return np.array([int(hashlib.sha256(t.encode()).hexdigest()[:8], 16) / 16**8 for t in texts])
 
 
-def simulated_teacher(texts, y, labels, margin, confusable, accuracy: float, systematic: bool = True) -> np.ndarray:
+def simulated_teacher(texts, y, labels, margin, confusable, accuracy: float) -> np.ndarray:
     """The teacher's answer per text (class ids): deterministic per text, `accuracy` overall."""
     never, neighbour = labels.index(NEVER), labels.index(NEIGHBOUR)
     answer = y.copy()
     jit = jitter(texts)
-    if not systematic:  # the contrast: errors at random per text, to a random other class, every class answered
-        wrong = jit < 1 - accuracy
-        other = (y + 1 + (jit * 1e6).astype(int) % (len(labels) - 1)) % len(labels)
-        answer[wrong] = other[wrong]
-        return answer
     answer[y == never] = neighbour
     n_errors = max(0, round((1 - accuracy) * len(y)) - int((y == never).sum()))
     hard = np.argsort(margin + 0.5 * jit)  # hardest first; the jitter keeps it from being the reference model itself
@@ -154,14 +122,9 @@ def simulated_teacher(texts, y, labels, margin, confusable, accuracy: float, sys
 
 
 def split(y, seed: int):
-    from sklearn.model_selection import StratifiedGroupKFold, train_test_split
+    from sklearn.model_selection import train_test_split
 
-    if GROUPS is None:
-        pool, test = train_test_split(np.arange(len(y)), test_size=0.4, stratify=y, random_state=seed)
-    else:  # two of 5 stratified group folds: ~40% of rows, whole pages, none of them in the pool
-        folds = [va for _, va in StratifiedGroupKFold(5, shuffle=True, random_state=seed).split(y, y, GROUPS)]
-        test = np.sort(np.concatenate(folds[:2]))
-        pool = np.setdiff1d(np.arange(len(y)), test)
+    pool, test = train_test_split(np.arange(len(y)), test_size=0.4, stratify=y, random_state=seed)
     rng = np.random.default_rng(seed)
     gold = np.concatenate([rng.choice(pool[y[pool] == c], GOLD_PER_CLASS, replace=False) for c in np.unique(y)])
     return gold, np.setdiff1d(pool, gold), test
@@ -170,7 +133,7 @@ def split(y, seed: int):
 def fit(X, rows, targets, seed, repeats=None):
     idx = rows if repeats is None else np.concatenate([np.repeat(r, k) for r, k in zip(rows, repeats)])
     tgt = targets if repeats is None else np.repeat(targets, repeats)
-    return model(seed).fit(X[idx], tgt)
+    return sgd(seed).fit(X[idx], tgt)
 
 
 def methods(X, y, teacher, gold, rest, seed, n) -> dict:
@@ -185,12 +148,8 @@ def methods(X, y, teacher, gold, rest, seed, n) -> dict:
     out = {"gold only": on_gold,
            "today": fit(X, rows, np.concatenate([y[gold], teacher[rest]]), seed),
            "truth (ceiling)": fit(X, rows, y[rows], seed)}
-    for w in GOLD_WEIGHTS:
-        k = td.gold_repeats(len(gold), len(rest), w)
-        reps = np.concatenate([np.full(len(gold), k), np.ones(len(rest), int)])
-        name = f"x{'auto' if w == 0 else w}"
-        out[f"gold {name} + teacher"] = fit(X, rows, np.concatenate([y[gold], teacher[rest]]), seed, reps)
-        out[f"gold {name} + corrected"] = fit(X, rows, np.concatenate([y[gold], fixed]), seed, reps)
+    reps = np.concatenate([np.full(len(gold), td.gold_repeats(len(gold), len(rest), 0)), np.ones(len(rest), int)])
+    out[PRODUCT] = fit(X, rows, np.concatenate([y[gold], fixed]), seed, reps)
     return {name: proba(m, X, n) for name, m in out.items()}, choice
 
 
@@ -213,41 +172,9 @@ def cascade(p_test, teacher_test, y_test, keep: float = 0.7) -> dict:
             "student_accuracy_on_its_share": float((p_test.argmax(1)[own] == y_test[own]).mean())}
 
 
-def product_labels(texts, y, labels, teacher, seeds: int) -> dict:
-    """What k-fold --teacher-column trains on: the teacher labels of the pool as finetune/teacher_data.py `load`
-    corrects them (the char TF-IDF baseline fitted on the 40 gold rows), against the truth. Medians over the first
-    3 seeds (the char baseline takes minutes on 1,100 articles here), systematic teachers only."""
-    import tempfile
-    from types import SimpleNamespace
-
-    import pandas as pd
-
-    from textdata.normalize import Normalizer
-
-    never, got = labels.index(NEVER), []
-    for seed in range(seeds):
-        gold, rest, _ = split(y, seed)
-        rows = np.concatenate([gold, rest])
-        table = pd.DataFrame({"text": [texts[i] for i in rows], "gold": [labels[y[i]] if i in set(gold) else ""
-                                                                         for i in rows],
-                              "teacher": [labels[teacher[i]] for i in rows]})
-        with tempfile.TemporaryDirectory() as tmp:
-            table.to_csv(Path(tmp) / "pool.csv", index=False)
-            cfg = SimpleNamespace(text_column="text", label_column="gold", teacher_column="teacher", encoding="utf-8",
-                                  group_column=None, seed=seed)
-            data = td.load(Path(tmp) / "pool.csv", cfg, Normalizer("none"))
-        truth, fixed = y[rows][~data.gold], data.y[~data.gold]
-        raw = teacher[rows][~data.gold]
-        got.append({"teacher_accuracy": float((raw == truth).mean()), "corrected_accuracy": float((fixed == truth).mean()),
-                    f"{NEVER}_recall_before": float((raw[truth == never] == never).mean()),
-                    f"{NEVER}_recall_after": float((fixed[truth == never] == never).mean()),
-                    "relabelled_share": float((fixed != raw).mean()), "text_weight": data.text_weights[0]})
-    return medians(got)
-
-
-def run_setting(X, texts, y, labels, ref, accuracy, systematic, seeds) -> dict:
+def run_setting(X, texts, y, labels, ref, accuracy, seeds) -> dict:
     n, never = len(labels), labels.index(NEVER)
-    teacher = simulated_teacher(texts, y, labels, *ref, accuracy, systematic)
+    teacher = simulated_teacher(texts, y, labels, *ref, accuracy)
     rows = []
     for seed in range(seeds):
         gold, rest, test = split(y, seed)
@@ -264,9 +191,8 @@ def run_setting(X, texts, y, labels, ref, accuracy, systematic, seeds) -> dict:
                          "accuracy": float((pred == y[test]).mean()),
                          "cascade": cascade(p[test], teacher[test], y[test])}
         rows.append(row)
-    return {"teacher_accuracy_all_rows": float((teacher == y).mean()), "systematic": systematic,
-            "per_seed": rows, "median": medians([{k: v for k, v in r.items() if k != "text_weight_choice"} for r in rows]),
-            "kfold_training_labels": product_labels(texts, y, labels, teacher, min(seeds, 3)) if systematic else None}
+    return {"teacher_accuracy_all_rows": float((teacher == y).mean()), "per_seed": rows,
+            "median": medians([{k: v for k, v in r.items() if k != "text_weight_choice"} for r in rows])}
 
 
 def per_class_f1(y, pred, n) -> list[float]:
@@ -302,16 +228,7 @@ def table(results: dict) -> str:
                 lines.append(f"{name:28} {s['macro_f1']:8.3f} {s['macro_f1'] - t['macro_f1']:+10.3f} "
                              f"{s['never_answered_f1']:8.3f} {s['accuracy']:8.3f} {c['share_answered']:18.2f} "
                              f"{c['accuracy']:8.3f}")
-        k = r["kfold_training_labels"]
-        if k is None:
-            continue
-        lines.append(f"k-fold --teacher-column's training labels (char TF-IDF on gold): teacher rows right "
-                     f"{k['teacher_accuracy']:.3f} -> {k['corrected_accuracy']:.3f}, {NEVER} recall "
-                     f"{k[NEVER + '_recall_before']:.3f} -> {k[NEVER + '_recall_after']:.3f}")
     return "\n".join(lines)
-
-
-PRODUCT = "gold xauto + corrected"  # what --teacher-column does
 
 
 def targets_per_split(results: dict) -> dict:
@@ -361,36 +278,19 @@ def main(argv=None) -> int:
                    help=f"ko-help: {KO_HELP}; debtags: {DEBTAGS}, its role facet (set BENCH_DATA to their folder "
                         "elsewhere)")
     p.add_argument("--output", default=None, help="default: bench/results/teacher.json (teacher-ko-help.json)")
-    p.add_argument("--student", choices=("sgd", "baseline"), default="sgd",
-                   help="baseline: k-fold's baseline (char_wb 1-4 TF-IDF + logistic regression C=10) as the student; "
-                        "the simulated teacher is the same either way")
-    p.add_argument("--groups", action="store_true", help="ko-help: whole help pages unseen (the `page` column)")
-    p.add_argument("--no-random", action="store_true", help="skip the random-error teacher (the contrast)")
-    p.add_argument("--gold-weights", type=int, nargs="+", default=[1, 5, 0],
-                   help="gold rows repeated W times (0: auto, the product's); `0` alone for a slow student")
     a = p.parse_args(argv)
-    if a.groups and a.data != "ko-help":
-        p.error("--groups: only ko-help has a group column here (`page`)")
-    if 0 not in a.gold_weights:
-        p.error("--gold-weights: 0 (auto, what --teacher-column does) must be among them")
-    use(a.data, a.student, ko_help_pages() if a.groups else None, a.gold_weights)
+    use(a.data)
     a.output = a.output or h.RESULTS / ("teacher.json" if a.data == "bbcnews" else f"teacher-{a.data}.json")
     started = time.time()
     texts, y, labels = load(a.data)
-    X_reference = features(texts)
-    ref = reference_margins(X_reference, y, len(labels))
-    X = student_features(texts, X_reference)
-    settings = {"systematic 70%": (0.70, True), "systematic 85%": (0.85, True), "random 70%": (0.70, False)}
-    if a.no_random:
-        del settings["random 70%"]
+    X = features(texts)
+    ref = reference_margins(X, y, len(labels))
+    settings = {"systematic 70%": 0.70, "systematic 85%": 0.85}
     name = f"BBC News, {NEVER} cut to {NEVER_KEEP}" if a.data == "bbcnews" else f"{a.data}, {NEVER} never answered"
-    student = (f"{ANALYZER} TF-IDF + SGD logistic regression" if a.student == "sgd"
-               else "k-fold's baseline: char_wb 1-4 TF-IDF + logistic regression C=10")
-    results = {"data": f"{name}: {len(y)} rows, {len(labels)} classes"
-                       + (", unseen rows whole pages (StratifiedGroupKFold)" if a.groups else ""),
-               "student": student, "gold_per_class": GOLD_PER_CLASS, "seeds": a.seeds, "settings": {}}
-    for name, (acc, systematic) in settings.items():
-        results["settings"][name] = run_setting(X, texts, y, labels, ref, acc, systematic, a.seeds)
+    results = {"data": f"{name}: {len(y)} rows, {len(labels)} classes",
+               "student": f"{ANALYZER} TF-IDF + SGD logistic regression", "gold_per_class": GOLD_PER_CLASS, "seeds": a.seeds, "settings": {}}
+    for name, acc in settings.items():
+        results["settings"][name] = run_setting(X, texts, y, labels, ref, acc, a.seeds)
     results["targets_per_split"] = targets_per_split(results)
     results["wall_seconds"] = round(time.time() - started, 1)
     print(table(results))

@@ -1,6 +1,6 @@
 """Team labeling through the real HTTP API on the default SQLite store: overlap k, races, a kill -9.
 
-    python -m bench team_labels [--records 400] [--annotators 8] [--clients-per 2] [--think-ms 0,50] [--servers 1]
+    python -m bench team_labels [--records 400] [--annotators 8] [--clients-per 2] [--think-ms 0,50]
                                 [--runs k1,k3,kill]
 
 `python -m app` (harness.build_model's `mini` random ELECTRA, torch) on a fresh data folder, --annotators users and
@@ -9,8 +9,8 @@ one person): next -> think (--think-ms) -> labels with a fresh client_event_id, 
 transport error. Runs: k=1 and k=3 to the end of the queue; k=3 with `kill -9` of the server after --kill-after
 acknowledged labels and a restart. Then the database is read: every record has k answers from k people, every
 acknowledged event is in the log once, no "database is locked". Reports saves/s (and each run's ratio to k=1),
-p50/p99 of label and next, CPU per save; one argon2 verify against one SHA-256 (why tokens are SHA-256).
---servers N: N processes on one SQLite file (the fleet's replicas); the kill run kills the first.
+p50/p99 of label and next, CPU per save. (The argon2 cost and --servers were measured until issue 60:
+docs/notes/log.md, git history.)
 """
 
 from __future__ import annotations
@@ -36,11 +36,9 @@ from bench import harness as h
 from labelstore import open_store, users
 
 
-def start(model: Path, data: Path, port: int, log: Path, token: str, servers: int = 1) -> tuple:
-    # several: the fleet's replicas on one SQLite file, each on its own port (--servers)
-    fleet = ["--fleet", "--replica-id", f"r{port}"] if servers > 1 else []
-    return h.start_server(model, ["--no-monitor", "--data-dir", str(data), *fleet], log, port=port,
-                          headers={"Authorization": f"Bearer {token}"})
+def start(model: Path, data: Path, port: int, log: Path, token: str):
+    return h.start_server(model, ["--no-monitor", "--data-dir", str(data)], log, port=port,
+                          headers={"Authorization": f"Bearer {token}"})[0]
 
 
 class Tally:
@@ -117,12 +115,9 @@ def cpu_s(pid: int) -> float:
 
 
 async def run(args, model, data, k, people, kill_after=None) -> dict:
-    ports = [h.free_port() for _ in range(args.servers)]
-    logs = [data / f"server{i or ''}.log" for i in range(args.servers)]
-    state = {"procs": []}
+    ports, logs, state = [h.free_port()], [data / "server.log"], {"procs": []}
     try:  # a failed run leaves no server behind on the data folder
-        for port, log in zip(ports, logs):
-            state["procs"].append(start(model, data, port, log, people["admin"], args.servers)[0])
+        state["procs"].append(start(model, data, ports[0], logs[0], people["admin"]))
         return await _load(args, model, data, k, people, kill_after, ports, logs, state)
     finally:
         for proc in state["procs"]:
@@ -154,7 +149,7 @@ async def _load(args, model, data, k, people, kill_after, ports, logs, state) ->
         server_cpu += cpu_s(state["procs"][0].pid)
         state["procs"][0].send_signal(signal.SIGKILL)
         state["procs"][0].wait()
-        state["procs"][0], _ = await asyncio.to_thread(start, model, data, port, log, people["admin"], args.servers)
+        state["procs"][0] = await asyncio.to_thread(start, model, data, port, log, people["admin"])
         server_cpu -= cpu_s(state["procs"][0].pid)
         print(f"  killed -9 after {before} acknowledged labels; restarted", flush=True)
     await asyncio.gather(*tasks)
@@ -174,7 +169,7 @@ async def _load(args, model, data, k, people, kill_after, ports, logs, state) ->
               "client_cpu_ms_per_save": round(client_cpu / n * 1000, 2),
               "statuses": {str(s): n for s, n in sorted(tally.statuses.items())},
               "transport_errors": tally.transport_errors, "load_avg_1m": [round(load, 1), round(os.getloadavg()[0], 1)],
-              "servers": len(ports), **check(f"sqlite:///{data / 'app.db'}", ds, k, tally, logs)}
+              **check(f"sqlite:///{data / 'app.db'}", ds, k, tally, logs)}
     print(json.dumps(result), flush=True)
     return result
 
@@ -189,27 +184,6 @@ def _event_loop_run(coro):
     return uvloop.run(coro)
 
 
-def token_costs() -> dict:
-    import hashlib
-
-    out = {}
-    t = time.perf_counter()
-    for _ in range(1000):
-        hashlib.sha256(b"lbl_" + b"x" * 43).hexdigest()
-    out["sha256_us"] = round((time.perf_counter() - t) * 1000, 2)
-    try:
-        from pwdlib import PasswordHash
-    except ImportError:
-        return out
-    ph = PasswordHash.recommended()
-    hashed = ph.hash("lbl_" + "x" * 43)
-    t = time.perf_counter()
-    for _ in range(3):
-        ph.verify("lbl_" + "x" * 43, hashed)
-    out["argon2_verify_ms"] = round((time.perf_counter() - t) / 3 * 1000, 1)
-    return out
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--records", type=int, default=400)
@@ -217,8 +191,6 @@ def main(argv=None) -> int:
     ap.add_argument("--clients-per", type=int, default=2)
     ap.add_argument("--think-ms", default="0,50")
     ap.add_argument("--kill-after", type=int, default=100, help="acknowledged labels before the kill -9")
-    ap.add_argument("--servers", type=int, default=1, help="server processes (the fleet's replicas on the one "
-                    "SQLite file, each on its own port; the clients spread over them)")
     ap.add_argument("--runs", default="k1,k3,kill", help="which of k1, k3, kill (k=3 with a kill -9) to run")
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-team"))
     ap.add_argument("--output", type=Path, default=h.RESULTS / "team_labels.json")
@@ -236,7 +208,7 @@ def main(argv=None) -> int:
         people["admin"] = users.add_user(engine, "admin", "admin")
         engine.dispose()
         runs.append(_event_loop_run(run(args, model, data, k, people, kill)))
-    report = {"runs": runs, "token_hash_cost": token_costs(), "records": args.records,
+    report = {"runs": runs, "records": args.records,
               "annotators": args.annotators, "clients": args.annotators * args.clients_per, "think_ms": args.think,
               "store": "sqlite (WAL, synchronous=NORMAL)", "targets": {"saves_per_s_min": 500, "p99_ms_max": 50}}
     if args.output.exists() and args.runs != "k1,k3,kill":  # a partial rerun replaces its own runs only
@@ -249,8 +221,6 @@ def main(argv=None) -> int:
         against = f" ({h.ratio(r['label_saves_per_s'], base, 2)}x k=1)" if base else ""
         print(f"k={r['k']}{' kill' if r['killed_after_acknowledged'] else ''}: {r['label_saves_per_s']} saves/s{against}, "
               f"label p99 {r['label_ms']['p99_ms']} ms, lost {r['lost']}, duplicates {r['duplicates']}, records with exactly k {r['records_with_exactly_k']}")
-    cost = report["token_hash_cost"]
-    print(f"argon2 verify {cost.get('argon2_verify_ms')} ms vs SHA-256 {cost['sha256_us']} us")
     h.write_record(args.output, report)
     return 0
 

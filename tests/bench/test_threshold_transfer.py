@@ -37,23 +37,3 @@ def test_fitted_scores_are_saved_once_and_read_back_without_refitting(tmp_path, 
     with pytest.raises(AssertionError, match="refitted"):  # no cache: it fits
         tt.fitted(texts, y, groups, 3, 3, 0, None)
 
-
-def test_mix_split_puts_a_class_mix_shift_in_the_mix_term_and_a_class_getting_worse_in_the_within_term():
-    # out of fold: 50 rows predicted class 0 (all right), 50 class 1 (half right); every row over the threshold
-    oof = np.tile([[0.9, 0.1]], (100, 1))
-    oof[50:] = [0.1, 0.9]
-    y = np.r_[np.zeros(50, int), np.ones(25, int), np.zeros(25, int)]
-    # unseen: 90 rows class 0 (all right), 10 class 1 (half right): only the mix moved
-    un = np.tile([[0.9, 0.1]], (100, 1))
-    un[90:] = [0.1, 0.9]
-    y_un = np.r_[np.zeros(90, int), np.ones(5, int), np.zeros(5, int)]
-    got = tt.mix_split(oof, y, un, y_un, 0.5)
-    assert got["oof"] == pytest.approx(0.75) and got["unseen"] == pytest.approx(0.95)
-    assert got["mix"] == pytest.approx(0.2) and got["within"] == pytest.approx(0.0)
-    assert got["mix_tv"] == pytest.approx(0.4)
-    # the same mix as out of fold, class 0 now 80% right: all of the drop is within the class
-    y_worse = y.copy()
-    y_worse[:10] = 1
-    got = tt.mix_split(oof, y, oof, y_worse, 0.5)
-    assert got["mix"] == pytest.approx(0.0) and got["within"] == pytest.approx(-0.1)
-    assert tt.mix_split(oof, y, un, y_un, None) is None
