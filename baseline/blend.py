@@ -9,7 +9,7 @@ models are calibrated differently: one epoch of fine-tuning leaves the model's p
 ~0.13 of 10 classes), so a plain average of probabilities lets the sharper model win every disagreement.
 The pool is multinomial logistic regression on two features without intercept: convex, two parameters,
 so it cannot overfit a few hundred rows. Measured against a weighted average of probabilities and a
-logistic-regression stacker on the log-probabilities (2K features, K classes) with `bench/blend.py`: see
+logistic-regression stacker on the log-probabilities (2K features, K classes) (docs/notes/log.md, "Blend methods"): see
 docs/finetune.md, "Blend with the baseline".
 
 The baseline is saved without pickle: vocabulary and settings as JSON, idf and coefficients as

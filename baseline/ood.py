@@ -23,7 +23,7 @@ synopses to a news model) fell from 2 to 6 of 10 resplits meeting both goals at 
 (docs/notes/log.md, "Better-separating scores"). The cut is the highest typicality, among the out-of-fold
 rows' own, that costs them at most MAX_DROP of their confident answers, and at most MAX_CUT (a text less
 typical than 95% of the training rows; above it the allowance of a model that answers few rows was spent inside
-the in-domain bulk and did not transfer to unseen rows, while no off-topic set sat there). Why the rest (bench/ood_cuts.py, 5 resplits of a
+the in-domain bulk and did not transfer to unseen rows, while no off-topic set sat there). Why the rest (5 resplits of a
 BBC model, docs/notes/log.md, "A cut that leaked"): package synopses sit just under the in-domain rows' 1% centroid percentile, so a
 cut on a 0.005 grid (0.005 or 0.01) let 7-43% of them through in 3 of 5 resplits; and the neighbours percentile,
 which in "the smaller of the two" (COMBINE "min", older folders) spent half the flagged in-domain rows, caught
@@ -51,7 +51,7 @@ CHUNK = 32  # rows scored at once: the neighbour scores are a (rows, training ro
 REASON = "out of domain"
 COMBINE = "centroid*length"  # how a typicality is made (percentile()); "centroid" / "min" in folders fitted before
 COMBINES = ("min", "centroid", "centroid*length")
-FLOOR = 1e-3  # "centroid*length": each percentile clipped to [FLOOR, 1] before the product (bench/ood_scores.py's)
+FLOOR = 1e-3  # "centroid*length": each percentile clipped to [FLOOR, 1] before the product (docs/notes/log.md, "Better-separating scores")
 
 
 @dataclass
@@ -252,8 +252,8 @@ def choose_cut(level: np.ndarray, sure: np.ndarray, max_drop: float = MAX_DROP, 
     through), 0 at the least (flag only texts under every training row).
     Why `max_cut` (0.5 before): a model that answers few rows (coverage 0.1-0.3) spent its allowance, 10% of its
     answers, at cuts of 0.12-0.29, inside the in-domain rows' bulk, where unseen pages or a final model that
-    answers more cost 2.1-3.5 points in 3 of 8 resplits; no off-topic set sat above 0.05 there (bench/ood_cuts.py,
-    docs/notes/log.md, "MAX_CUT 0.05")."""
+    answers more cost 2.1-3.5 points in 3 of 8 resplits; no off-topic set sat above 0.05 there
+    (docs/notes/log.md, "MAX_CUT 0.05")."""
     level, sure = np.asarray(level, float), np.asarray(sure, bool)
     allowed = int(np.floor(max_drop * len(level) + 1e-9))
     confident_levels = np.sort(level[sure])

@@ -1,7 +1,6 @@
 """What serving a calibrator costs: engine rows/s with calibration.json applied against without, same run.
 
     python -m bench calibration [--model FOLDER] [--rows 1000] [--repeats 7]
-    python -m bench calibration --multi-label          # per-label temperature and Platt scaling, sigmoid scores
     python -m bench calibration --model FOLDER --ood   # the folder's out-of-domain detector against none (issue 42)
 
 One engine (--model, or MiniLM with a 5-label head exported to ONNX fp32) whose calibration is switched between
@@ -25,7 +24,7 @@ sys.path.insert(0, str(ROOT))
 from bench import harness as h
 
 
-def build_model(work: Path, multi_label: bool = False) -> Path:
+def build_model(work: Path) -> Path:
     """MiniLM with a 5-label head (its values do not change the cost), exported to ONNX fp32 once."""
     out = work / "onnx"
     if (out / "model.onnx").exists():
@@ -38,9 +37,7 @@ def build_model(work: Path, multi_label: bool = False) -> Path:
     src = resolve_model("minilm")
     labels = ["business", "entertainment", "politics", "sport", "tech"]
     model = AutoModelForSequenceClassification.from_pretrained(
-        src, num_labels=5, id2label=dict(enumerate(labels)), label2id={k: i for i, k in enumerate(labels)},
-        problem_type="multi_label_classification" if multi_label else "single_label_classification",
-    )
+        src, num_labels=5, id2label=dict(enumerate(labels)), label2id={k: i for i, k in enumerate(labels)})
     tok = AutoTokenizer.from_pretrained(src, model_max_length=64)
     model.save_pretrained(work / "model")
     tok.save_pretrained(work / "model")
@@ -54,7 +51,7 @@ def calibrations(labels: list[str], multi_label: bool = False) -> dict:
 
     n = len(labels)
     t, w, b = np.full(n, 0.6), tuple(np.linspace(0.8, 1.2, n)), tuple(np.linspace(-0.2, 0.2, n))
-    if multi_label:  # per label: a temperature, or Platt's slope and intercept (textdata/calibration.py)
+    if multi_label:  # a multi-label --model: per label, a temperature, or Platt's slope and intercept (textdata/calibration.py)
         cals = {"temperature": LabelCalibrator("temperature", temperature=tuple(np.linspace(0.7, 1.3, n))),
                 "platt": LabelCalibrator("platt", weights=w, bias=b)}
     else:
@@ -100,26 +97,21 @@ def main(argv=None) -> int:
     p.add_argument("--rows", type=int, default=1000)
     p.add_argument("--repeats", type=int, default=7)
     p.add_argument("--work", type=Path, default=Path("/tmp/bench-calibration"))
-    p.add_argument("--output", type=Path, help="default: bench/results/calibration-serving[-multilabel].json")
-    p.add_argument("--multi-label", action="store_true", help="a multi-label head: sigmoid scores, per-label calibrators")
+    p.add_argument("--output", type=Path, help="default: bench/results/calibration-serving[-ood].json")
     p.add_argument("--ood", action="store_true", help="--model's calibration with its out-of-domain detector against "
                    "the same calibration without it (modes 'none' and 'ood'; blend as the folder says)")
     p.add_argument("--quantized", action="store_true", help="the folder's INT8 model (what this CPU serves by default)")
     a = p.parse_args(argv)
     if a.ood and not a.model:
         p.error("--ood measures a k-fold --final folder's own detector: give --model FOLDER")
-    name = ("calibration-serving-ood.json" if a.ood else
-            "calibration-serving-multilabel.json" if a.multi_label else "calibration-serving.json")
-    a.output = a.output or h.RESULTS / name
-    if a.multi_label and a.work == Path("/tmp/bench-calibration"):
-        a.work = Path("/tmp/bench-calibration-multilabel")
+    a.output = a.output or h.RESULTS / f"calibration-serving{'-ood' if a.ood else ''}.json"
     import pandas as pd
 
     from finetune.data import bbcnews_csv
     from serving.engine import Classifier
 
     a.work.mkdir(parents=True, exist_ok=True)
-    folder = a.model or build_model(a.work, a.multi_label)
+    folder = a.model or build_model(a.work)
     texts = pd.read_csv(bbcnews_csv(Path.home() / ".cache" / "electra-classify"))["text"].astype(str).tolist()[: a.rows]
     clf = Classifier.load(folder, quantized=a.quantized, max_length=64)
     modes = ood_modes(clf) if a.ood else calibrations(list(clf.labels), clf.multi_label)

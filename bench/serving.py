@@ -235,7 +235,6 @@ def main() -> None:
     ap.add_argument("--output", type=Path, default=h.RESULTS / "serving.json")
     ap.add_argument("--finetuned", type=Path, help="a fine-tuned transformers folder to measure instead")
     ap.add_argument("--eval-csv", type=Path, help="with --finetuned: held-out labeled rows (text, label)")
-    ap.add_argument("--score-csv", type=Path, help="with --finetuned: rows to time (default: --eval-csv)")
     args = ap.parse_args()
     if args.finetuned and not args.eval_csv:
         ap.error("--finetuned needs --eval-csv (held-out labeled rows for the gate and macro-F1)")
@@ -249,7 +248,7 @@ def main() -> None:
     onnx_dir = args.work / "onnx"
     if args.finetuned:
         model_dir, tok, info = prepare_finetuned(args, onnx_dir)
-        csv = args.score_csv or args.eval_csv
+        csv = args.eval_csv
         df = pd.read_csv(csv, dtype=str, keep_default_na=False)
         heldout_rows = None  # the rows the gate judged, read from the report below
     else:

@@ -165,7 +165,7 @@ def choose(candidates: dict[str, Nested], before: list[dict]) -> tuple[str, str]
     none where temperature scaling's nested log-loss is above the scores' own in every fold (a kept blend is
     fitted by log-loss on these rows already: rescaling it again only adds noise; pick_method says why every fold).
 
-    Judged by nested log-loss, not ECE, by measurement (bench/calibrators.py on the README main job's
+    Judged by nested log-loss, not ECE, by measurement (docs/notes/log.md, "The main job's ECE": the README main job's
     out-of-fold rows, bench/results/calibrators-bbc-main.json): there the served blend's nested ECE is 0.0091,
     which is what perfectly calibrated scores show on as many rows (labels drawn from the scores themselves:
     0.0094 on average, 0.0136 at the 95th percentile), so ECE cannot tell calibrators apart. Temperature
@@ -201,7 +201,7 @@ def pick_method(before: np.ndarray, simple: np.ndarray, rich: np.ndarray, names:
     grouped folds (ko-help's pages) the folds' over-confidence differs, and the temperature fitted on the other folds is pulled away from the
     one a fold wants (1.64 against 0.90 on one fold), so one fold can outweigh two where it wins; that resplit
     served none and read ECE 0.087 on 3,000 unseen rows, where temperature scaling reads 0.034 (and a lower
-    log-loss; bench/calibration_unseen.py). Scores already fitted by log-loss on these rows (a kept blend) lose in
+    log-loss; docs/notes/log.md, "Calibrators on 3,000 unseen rows"). Scores already fitted by log-loss on these rows (a kept blend) lose in
     every fold: a fold's own optimum and the other folds' sit on opposite sides of the one for all rows."""
     gain = float((simple - rich).mean())
     wins = bool(np.all(rich < simple)) and gain >= VECTOR_MARGIN

@@ -10,7 +10,7 @@ half the rows from one class; the training mix the correction divides by is thei
 should_correct) decides; where it fires the corrected log-loss is compared with the plain one. It wins where,
 over the shifted windows where it fires, the corrected log-loss is lower in at least WIN_SHARE of them and
 lower at the median, and where the mix did not move it costs at most SAME_SLACK at the median
-(bench/prior_shift.py: BBC wins, ko-help's unseen pages lose).
+(docs/notes/log.md, "Class-mix shift": BBC wins, ko-help's unseen pages lose).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ The final model trains on more rows and more steps than any fold model; an encod
 far from converged, so its scores on new texts are much sharper than the folds' were on theirs (MiniLM on 750 BBC
 sentences: mean top score out of fold 0.39, the final model on unseen rows 0.67). The calibrator fitted on the
 folds then maps those sharper scores to over-confident ones (unseen ECE 0.23 where the raw model read 0.09,
-bench/encoder_transfer.py with --blend off), and more rows clear the threshold than out of fold.
+bench/encoder_transfer.py with --blend off, removed: docs/notes/log.md), and more rows clear the threshold than out of fold.
 
 `--calibration-share S` keeps about S of the rows (stratified; whole groups with --group-column; gold rows with
 --teacher-column) from the final model and its baseline, scores them as served, and fits one factor tau >= 1:

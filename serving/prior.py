@@ -1,7 +1,7 @@
 """Served probabilities moved to the class mix the texts have now (Saerens et al. 2002; the EM and the test are
 textdata/prior_shift.py). The server's monitor estimates the mix over its window of answers and, with
 `--prior-correction`, puts a correction in force only where the measured rule says it wins (textdata/prior_shift.py
-`should_correct`: enough answers and a mix that moved by the likelihood-ratio test; bench/prior_shift.py); it takes
+`should_correct`: enough answers and a mix that moved by the likelihood-ratio test; docs/notes/log.md); it takes
 it away when the mix comes back. Single-label only: a multi-label model's labels are not one distribution.
 
 The correction is applied after the calibrator, so thresholds and "confident" read corrected scores; the monitor

@@ -1,7 +1,7 @@
 """INT8 recipes for the fused (Optimum O2) ONNX graph, tried in order by `serving.export --quantize`.
 
 Each recipe is one call into ONNX Runtime's quantization tools; which ones exist and in what order
-they are tried was chosen by measurement on fine-tuned MiniLM (bench/int8_recipes.py, docs/serving.md).
+they are tried was chosen by measurement on fine-tuned MiniLM (docs/notes/log.md, "INT8 recipes on a real model").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Class-mix shift: the class mix of the texts a model is served, estimated from its own probabilities, and the
 probabilities corrected to it (Saerens, Latinne & Decaestecker 2002, "Adjusting the outputs of a classifier to new
 a priori probabilities"). One EM for every stage that needs it: a teacher's rows (finetune/teacher_data.py), the
-served window (app/monitoring/monitor.py) and the measurement (bench/prior_shift.py). numpy and the standard library only:
+served window (app/monitoring/monitor.py) and the measurement (docs/notes/log.md). numpy and the standard library only:
 serving and the slim image import it.
 
 With p(c | x) calibrated for the training mix pi, the mix of new rows pi' is the fixed point of
@@ -20,12 +20,12 @@ import numpy as np
 EM_ROUNDS = 50
 TOLERANCE = 1e-6  # a mix that moves less than this in a round has converged
 # the accelerated EM's stop: its steps are cheap, and where a class heads to 0 (40 flat classes) plain EM moving
-# under 1e-6 a round is still ~1e-3 (TV) from its fixed point; 1e-8 lands within ~1e-5 (bench/prior_shift.py)
+# under 1e-6 a round is still ~1e-3 (TV) from its fixed point; 1e-8 lands within ~1e-5 (docs/notes/log.md)
 SQUAREM_TOLERANCE = 1e-8
 SQUAREM_STEPS = 600  # EM steps at most (plain EM: 200 rounds)
 GAP = 1e-4  # ... and once the log-likelihood is provably within this of its best
-SHIFT_LEVEL = 0.001  # the test's level: the mix moved where p < this (bench/prior_shift.py: 0 of 40 unmoved BBC windows)
-MIN_ROWS = 200  # answers in the window before a correction is put in force (bench/prior_shift.py)
+SHIFT_LEVEL = 0.001  # the test's level: the mix moved where p < this (docs/notes/log.md: 0 of 40 unmoved BBC windows)
+MIN_ROWS = 200  # answers in the window before a correction is put in force (docs/notes/log.md)
 _FLOOR = 1e-6  # a class the training rows never show still gets a prior the ratio can divide by
 
 

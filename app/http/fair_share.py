@@ -5,7 +5,7 @@ The queue was first come, first served: 16 clients sending 64 texts each kept it
 in the last WINDOW_S seconds (never less than --max-texts, so a full request always fits): alone, an address
 may fill the queue as before; while others are about, what it holds past its share is refused (429) and the
 others always find room. The floor lets the shares add up to more than the queue (16 addresses x 64 texts
-filled a 512-text queue and the small client still got 57% 429s, measured with bench/queue_share.py), so the
+filled a 512-text queue and the small client still got 57% 429s, measured by bench/queue_share.py, removed; git history), so the
 queue's last --max-texts places go only to requests within their address's fair slice (max_queue / k): a
 request past its slice waits for the queue to have room beyond them. Clients behind one proxy (or one NAT) count as one address unless the proxy is
 trusted (--forwarded-allow-ips), and all loopback clients are one address.

@@ -55,7 +55,7 @@ def mix_estimate(w) -> dict | None:
     if base.sum() <= 0:
         return None
     # warm start from this window's last estimate, accelerated (SQUAREM): the same fixed point in a fraction of plain
-    # EM's cost (bench/prior_shift.py --cost-only), and reached where plain EM's 200 rounds stop short of it
+    # EM's cost (docs/notes/log.md, "Class-mix shift"), and reached where plain EM's 200 rounds stop short of it
     got = estimate(np.array(probs, np.float64), base / base.sum(), w.em_start, accelerated=True)
     w.em_start = got["prior"]
     return {**got, "fitted": base / base.sum()}

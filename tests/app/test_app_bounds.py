@@ -118,7 +118,7 @@ def test_the_sign_in_form_is_not_parsed_at_two_megabytes(engine):
 
 def test_the_queues_last_places_are_kept_for_requests_within_their_fair_slice():
     """16 addresses x 64 texts filled a 512-text queue although each kept to its share (the floor of --max-texts):
-    a 17th address sending one text got 57% 429s (bench/queue_share.py)."""
+    a 17th address sending one text got 57% 429s (bench/queue_share.py, removed; git history)."""
     from app.http.fair_share import FairShare
 
     shares = FairShare(max_queue=512, min_share=64, window_s=10)

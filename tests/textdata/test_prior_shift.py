@@ -92,7 +92,7 @@ def test_a_warm_start_from_the_last_window_reaches_the_cold_estimate_in_fewer_ro
 
 
 def flat_window(classes, seed, rows=1600):
-    """Rows as bench/prior_shift.py's cost section draws them: flat Dirichlet(1) probabilities moved to a
+    """Rows as the removed bench/prior_shift.py's cost section drew them: flat Dirichlet(1) probabilities moved to a
     Dirichlet(5) mix (at 40 classes the fixed point puts classes at 0, where plain EM crawls)."""
     rng = np.random.default_rng(seed)
     p = rng.dirichlet(np.ones(classes), rows) * rng.dirichlet(np.ones(classes) * 5)
