@@ -7,16 +7,14 @@
 The model is harness.build_model's random ELECTRA (`small`: ELECTRA-Small's shape; `mini`: so small that
 per-request overhead dominates): backend `onnx` serves its INT8 export, `torch` the transformers folder. Each mode
 is one `python -m app` (`--no-batching` for "off") under --clients closed-loop clients sending one ko-help
-paragraph each; with --rounds N the modes alternate and the median run is kept. The engine ceiling, in-process in
-the same run, is the most batching can give: texts/s in passes of --clients/2 texts over one text a pass.
-Targets: on/off >= 3x, p99/p50 <= 5, zero errors; --monitor on/off >= 0.97x; --swap 0 errors, p99 <= 2x steady.
+paragraph each; with --rounds N the modes alternate and the median run is kept. (The engine's in-process ceiling,
+measured here until issue 60, is in git history.) Targets: on/off >= 3x, p99/p50 <= 5, zero errors; --monitor on/off >= 0.97x; --swap 0 errors, p99 <= 2x steady.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import random
 import shutil
 import sys
 import time
@@ -37,26 +35,6 @@ def run_mode(name: str, model: Path | None, extra: list[str], texts: list[str], 
     result["mean_batch_texts"] = h.ratio(after[0] - before[0], after[1] - before[1], 2)
     result["p99_over_p50"] = h.ratio(result["p99_ms"], result["p50_ms"], 2)
     return {"mode": name, "server_flags": extra, **result}
-
-
-def engine_ceiling(model: Path, texts: list[str], batch: int, seconds: float, threads: int | None) -> dict:
-    """Texts/s through the engine alone (token ids ready, no HTTP), one text a call vs `batch` a call."""
-    from serving.engine import Classifier
-
-    clf = Classifier.load(model, batch_tokens=512, threads=threads)  # the server's default engine budget
-    seqs = clf.encode(texts[:3000])
-    rng = random.Random(2)
-
-    def rate(size: int) -> float:
-        done, start = 0, time.perf_counter()
-        while time.perf_counter() - start < seconds:
-            clf.predict_encoded(rng.sample(seqs, size))
-            done += size
-        return done / (time.perf_counter() - start)
-
-    single, batched = rate(1), rate(batch)
-    return {"batch": batch, "single_texts_per_s": round(single, 1), "batched_texts_per_s": round(batched, 1),
-            "ratio": h.ratio(batched, single, 2), "call_overhead_tokens": round(clf.call_overhead_tokens, 1)}
 
 
 def swap_run(model: Path, texts: list[str], args) -> dict:
@@ -114,9 +92,6 @@ def median_run(runs: list[dict]) -> dict:
 
 def backend_run(backend: str, model: Path, texts: list[str], args) -> dict:
     common = args.server_args.split()
-    threads = next((int(common[i + 1]) for i, f in enumerate(common[:-1]) if f == "--threads"), None)
-    print(f"[{backend}] engine ceiling...", flush=True)
-    ceiling = engine_ceiling(model, texts, max(2, args.clients // 2), args.ceiling_seconds, threads)
     modes = ((("monitor on", [*common, "--audit-rate", "0.05", "--data-dir", str(args.work / "app-data")]),
               ("monitor off", [*common, "--no-monitor"])) if args.monitor else
              (("batching on", common), ("batching off", [*common, "--no-batching"])))
@@ -129,9 +104,8 @@ def backend_run(backend: str, model: Path, texts: list[str], args) -> dict:
     for r in (on, off):
         print(f"  {r['mode']:<20} {r['rps']:>7} req/s  p50 {r['p50_ms']} ms  p99 {r['p99_ms']} ms  batch "
               f"{r['mean_batch_texts']}  errors {r['errors']}  unanswered {r['unanswered']}")
-    out = {"engine_ceiling": ceiling, "results": [on, off], "throughput_ratio": h.ratio(on["rps"], off["rps"], 2)}
-    print(f"[{backend}] {modes[0][0]} / off: {out['throughput_ratio']}x; engine ceiling {ceiling['ratio']}x "
-          f"({ceiling['single_texts_per_s']} -> {ceiling['batched_texts_per_s']} texts/s)")
+    out = {"results": [on, off], "throughput_ratio": h.ratio(on["rps"], off["rps"], 2)}
+    print(f"[{backend}] {modes[0][0]} / off: {out['throughput_ratio']}x")
     return out
 
 
@@ -144,7 +118,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--timeout", type=float, default=60, help="client timeout per request")
     ap.add_argument("--backends", default="onnx,torch", help="comma-separated: onnx (INT8 export), torch")
     ap.add_argument("--rounds", type=int, default=1, help="alternate on/off this many times; medians reported")
-    ap.add_argument("--ceiling-seconds", type=float, default=8, help="seconds per engine-ceiling measurement")
     ap.add_argument("--shape", choices=sorted(h.SHAPES), default="small", help="small: ELECTRA-Small (the target)")
     ap.add_argument("--server-args", default="", help="extra flags for both servers, e.g. '--max-wait-ms 2'")
     ap.add_argument("--work", type=Path, default=Path("/tmp/bench-api"))

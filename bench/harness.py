@@ -231,6 +231,24 @@ class Connection:
         self.reader = self.writer = None
 
 
+async def sequential(url: str, body: bytes, n: int, warmup: int) -> tuple[list[float], list[bytes]]:
+    """One client posting `body` to /v1/classify warmup + n times, each after the last answer: the seconds and the
+    response heads of the last n; SystemExit on an answer other than 200."""
+    conn, times, heads = Connection.to(url, timeout=60), [], []
+    try:
+        for i in range(warmup + n):
+            start = time.perf_counter()
+            status = await conn.post_json("/v1/classify", body)
+            if status != 200:
+                raise SystemExit(f"HTTP {status} from {url}")
+            if i >= warmup:
+                times.append(time.perf_counter() - start)
+                heads.append(conn.last_headers)
+    finally:
+        conn.close()
+    return times, heads
+
+
 def percentiles(latencies_s: list[float], qs=(50, 99), digits: int = 1) -> dict:
     import numpy as np
 

@@ -18,7 +18,6 @@ import asyncio
 import json
 import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -31,18 +30,8 @@ MODES = {"before": ["--max-wait-ms", "5"], "after": []}
 
 
 async def sequential(url: str, text: str, n: int, warmup: int) -> dict:
-    conn = h.Connection.to(url, timeout=60)
-    body = json.dumps({"text": text}, ensure_ascii=False).encode()
-    lat = []
-    for i in range(warmup + n):
-        t0 = time.perf_counter()
-        status = await conn.post_json("/v1/classify", body)
-        if status != 200:
-            raise SystemExit(f"HTTP {status} from {url}")
-        if i >= warmup:
-            lat.append((time.perf_counter() - t0) * 1000)
-    conn.close()
-    return {f"p{q}_ms": round(float(np.percentile(lat, q)), 2) for q in (50, 90, 99)}
+    times, _ = await h.sequential(url, json.dumps({"text": text}, ensure_ascii=False).encode(), n, warmup)
+    return h.percentiles(times, (50, 90, 99), 2)
 
 
 def run_mode(mode: str, args, text: str, texts: list[str]) -> dict:

@@ -161,16 +161,6 @@ def prepare_finetuned(args, onnx_dir: Path):
     return args.finetuned, tok, info
 
 
-def percentiles(times: list[float]) -> tuple[float, float]:
-    got = h.percentiles(times, (50, 95), 4)
-    return got["p50_ms"], got["p95_ms"]
-
-
-def time_calls(fn, n: int, warmup: int = 20) -> list[float]:
-    h.timed(fn, warmup)
-    return h.timed(fn, n)
-
-
 def latency_round(model, tok, fp32, default, n: int) -> dict:
     import torch
 
@@ -179,7 +169,7 @@ def latency_round(model, tok, fp32, default, n: int) -> dict:
             logits = model(**tok([SHORT_TEXT], return_tensors="pt", truncation=True)).logits
             return torch.softmax(logits, -1)
 
-    return {name: percentiles(time_calls(fn, n)) for name, fn in (
+    return {name: tuple(h.percentiles((h.timed(fn, 20), h.timed(fn, n))[1], (50, 95), 4).values()) for name, fn in (
         ("pytorch_eager", eager),
         ("onnx_fp32", lambda: fp32.predict([SHORT_TEXT])),
         ("onnx_default", lambda: default.predict([SHORT_TEXT])),

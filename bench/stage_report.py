@@ -92,21 +92,8 @@ def timing_of(headers: bytes) -> dict[str, float]:
 
 
 async def sequential(url: str, body: bytes, n: int, warmup: int) -> tuple[list[float], list[dict]]:
-    conn = h.Connection.to(url, timeout=60)
-    times, stages = [], []
-    try:
-        for i in range(warmup + n):
-            start = time.perf_counter()
-            status = await conn.post_json("/v1/classify", body)
-            took = time.perf_counter() - start
-            if status != 200:
-                raise SystemExit(f"HTTP {status} from {url}")
-            if i >= warmup:
-                times.append(took)
-                stages.append(timing_of(conn.last_headers))
-    finally:
-        conn.close()
-    return times, stages
+    times, heads = await h.sequential(url, body, n, warmup)
+    return times, [timing_of(x) for x in heads]
 
 
 def echo_server(work: Path) -> tuple[subprocess.Popen, str]:
