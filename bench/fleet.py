@@ -75,20 +75,32 @@ def promote_cmd(url: str, models: Path, version: str, timeout: float = 20) -> li
             "--models-dir", str(models), "--timeout", str(timeout), "--why", "bench/fleet.py"]
 
 
-async def clients(url: str, texts: list[str], n: int, stop: asyncio.Event, log: list, ports: dict) -> None:
+def header(head: bytes, name: str) -> str | None:
+    m = re.search(rb"(?im)^" + name.encode() + rb": *([^\r\n]*)", head)
+    return m.group(1).decode() if m else None
+
+
+async def clients(url: str, texts: list[str], n: int, running, log: list, ports=None, bursty: float = 0.0) -> None:
+    """n closed-loop clients until running() is false, each answer appended to `log` as (start, end, replica,
+    version, status, has Retry-After), a transport error's status its name. A `bursty` share pauses 4-6 s after a
+    third of its requests, so nginx's pooled connections age past the replicas' 5 s keep-alive."""
+    bodies, rng = [json.dumps({"text": t}, ensure_ascii=False).encode() for t in texts], random.Random(0)
+
     async def one(i: int):
-        async with httpx.AsyncClient(timeout=60) as c:
-            k = i
-            while not stop.is_set():
-                k += n
-                t0 = time.time()
-                try:
-                    r = await c.post(url + "/v1/classify", json={"text": texts[k % len(texts)]})
-                    status, version = r.status_code, r.headers.get("x-model-version")
-                    upstream = r.headers.get("x-upstream", "").split(",")[-1].strip()
-                except httpx.HTTPError as e:
-                    status, version, upstream = type(e).__name__, None, ""
-                log.append((t0, time.time(), ports.get(upstream.rsplit(":", 1)[-1], upstream), version, status))
+        conn, k = h.Connection.to(url, timeout=60), i
+        while running():
+            k += n
+            t0 = time.time()
+            try:
+                status, head = await conn.post_json("/v1/classify", bodies[k % len(bodies)]), conn.last_headers
+            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError) as e:
+                status, head = type(e).__name__, b""
+            upstream = (header(head, "x-upstream") or "").split(",")[-1].strip()
+            log.append((t0, time.time(), (ports or {}).get(upstream.rsplit(":", 1)[-1], upstream),
+                        header(head, "x-model-version"), status, header(head, "retry-after") is not None))
+            if i < bursty * n and rng.random() < 1 / 3:
+                await asyncio.sleep(rng.uniform(4.0, 6.0))
+        conn.close()
     await asyncio.gather(*(one(i) for i in range(n)))
 
 
@@ -299,7 +311,7 @@ async def load_and_drive(lb: str, url, models, engine, replicas, args, order, te
             except httpx.TransportError:
                 await asyncio.sleep(0.1)
     stop, log, out = asyncio.Event(), [], {}
-    load = asyncio.create_task(clients(lb, texts, args.clients, stop, log, ports))
+    load = asyncio.create_task(clients(lb, texts, args.clients, lambda: not stop.is_set(), log, ports))
     await asyncio.sleep(10)  # steady state before the first flip
     t_start = time.time()
     await asyncio.to_thread(drive, url, models, engine, replicas, args, order, out)
@@ -334,29 +346,6 @@ http {{
 """
 
 
-async def shed_clients(url: str, texts: list[str], n: int, seconds: float, bursty: float) -> list[tuple]:
-    """(status, has Retry-After, seconds) per answer, a transport error's status its name; a `bursty` share pauses
-    4-6 s after a third of its requests, so nginx's pooled connections age past the replicas' 5 s keep-alive."""
-    out, stop, rng = [], time.monotonic() + seconds, random.Random(0)
-    bodies = [json.dumps({"text": t}, ensure_ascii=False).encode() for t in texts]
-
-    async def one(i: int):
-        conn, k = h.Connection.to(url, timeout=60), i
-        while time.monotonic() < stop:
-            k += n
-            t0 = time.monotonic()
-            try:
-                status = await conn.post_json("/v1/classify", bodies[k % len(bodies)])
-                out.append((status, b"\r\nretry-after:" in conn.last_headers.lower(), time.monotonic() - t0))
-            except (OSError, asyncio.IncompleteReadError, asyncio.TimeoutError, ValueError) as e:
-                out.append((type(e).__name__, False, time.monotonic() - t0))
-            if i < bursty * n and rng.random() < 1 / 3:
-                await asyncio.sleep(rng.uniform(4.0, 6.0))
-        conn.close()
-    await asyncio.gather(*(one(i) for i in range(n)))
-    return out
-
-
 def nginx_causes(error_log: Path) -> dict[str, int]:
     said = (re.sub(r"^\S+ \S+ \[\w+\] \d+#\d+: (\*\d+ )?", "", line).split(",")[0]
             for line in (error_log.read_text(errors="replace").splitlines() if error_log.exists() else []))
@@ -383,16 +372,17 @@ def overload_phase(args, conf: str, work: Path, port: int, url: str, models: Pat
         replicas[-1].proc.wait()
         crashes.append({"replica": replicas[-1].id, "restart_to_ready_s": round(replicas[-1].start(), 1)})
 
-    async def together():
-        movers = [asyncio.to_thread(flipper), *([asyncio.to_thread(crash)] if args.kill else [])]
-        return (await asyncio.gather(shed_clients(f"http://127.0.0.1:{port}", texts, args.clients, args.duration,
-                                                  args.bursty), *movers))[0]
+    async def together(answers: list):
+        await asyncio.gather(clients(f"http://127.0.0.1:{port}", texts, args.clients, lambda: time.monotonic() < stop,
+                                     answers, bursty=args.bursty),
+                             asyncio.to_thread(flipper), *([asyncio.to_thread(crash)] if args.kill else []))
+        return answers
     with running_nginx(conf, work, port):
-        answers = asyncio.run(together())
-    ok = [s for status, _, s in answers if status == 200]
-    statuses = collections.Counter(str(status) for status, _, _ in answers)
+        answers = asyncio.run(together([]))
+    ok = [x[1] - x[0] for x in answers if x[4] == 200]
+    statuses = collections.Counter(str(x[4]) for x in answers)
     return {"requests": len(answers), "statuses": dict(sorted(statuses.items())), "502": statuses.get("502", 0),
-            "non_200_without_retry_after": sum(1 for status, retry, _ in answers if status != 200 and not retry),
+            "non_200_without_retry_after": sum(1 for x in answers if x[4] != 200 and not x[5]),
             **{f"{k}_200": v for k, v in h.percentiles(ok, (50, 99)).items()},
             "nginx_errors": nginx_causes(work / "error.log"), "promotions": len(flips),
             "promotions_failed": [f for f in flips if f["rc"]], "crashes": crashes,
