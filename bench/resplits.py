@@ -77,14 +77,9 @@ def fit_proba(texts, y, train, score, n_classes, seed):
     return baseline_proba(model, [texts[i] for i in score], n_classes)
 
 
-def out_of_fold(texts, y, groups, n_classes, folds, seed, extra=()):
-    """(k-fold out-of-fold probabilities of the rows, fold of each row, each fold model's probabilities of
-    `extra` texts)."""
-    oof, fold_of, on_extra = np.zeros((len(y), n_classes)), np.zeros(len(y), int), []
-    every = list(texts) + list(extra)
+def out_of_fold(texts, y, groups, n_classes, folds, seed):
+    """(k-fold out-of-fold probabilities of the rows, fold of each row)."""
+    oof, fold_of = np.zeros((len(y), n_classes)), np.zeros(len(y), int)
     for k, (a, b) in enumerate(folds_of(y, groups, folds, seed)):
-        p = fit_proba(every, np.r_[y, np.zeros(len(extra), int)], a, np.r_[b, len(y) + np.arange(len(extra))],
-                      n_classes, seed)
-        oof[b], fold_of[b] = p[: len(b)], k
-        on_extra.append(p[len(b):])
-    return oof, fold_of, on_extra
+        oof[b], fold_of[b] = fit_proba(texts, y, a, b, n_classes, seed), k
+    return oof, fold_of

@@ -217,12 +217,11 @@ def main(argv=None) -> int:
                 {(plan[n][0], plan[n][1] is not None) for n in args.runs.split(",")}]
         report["runs"] = kept + runs
     base = next((r["label_saves_per_s"] for r in runs if r["k"] == 1), None)
-    for r in runs:
-        against = f" ({h.ratio(r['label_saves_per_s'], base, 2)}x k=1)" if base else ""
-        print(f"k={r['k']}{' kill' if r['killed_after_acknowledged'] else ''}: {r['label_saves_per_s']} saves/s{against}, "
-              f"label p99 {r['label_ms']['p99_ms']} ms, lost {r['lost']}, duplicates {r['duplicates']}, records with exactly k {r['records_with_exactly_k']}")
-    h.write_record(args.output, report)
-    return 0
+    print("\n".join(f"k={r['k']}{' kill' if r['killed_after_acknowledged'] else ''}: {r['label_saves_per_s']} saves/s"
+                    + (f" ({h.ratio(r['label_saves_per_s'], base, 2)}x k=1)" if base else "")
+                    + f", label p99 {r['label_ms']['p99_ms']} ms, lost {r['lost']}, duplicates {r['duplicates']}, "
+                    f"records with exactly k {r['records_with_exactly_k']}" for r in runs))
+    return 0 if h.write_record(args.output, report) else 1
 
 
 if __name__ == "__main__":

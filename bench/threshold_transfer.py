@@ -66,7 +66,7 @@ def fitted(texts, y, groups, n_classes, folds, seed, cache: Path | None = None) 
             return {k: f[k] for k in f.files}
     tr, un = resplit(y, groups, seed)
     t_texts, t_y = [texts[i] for i in tr], y[tr]
-    oof, fold_of, _ = out_of_fold(t_texts, t_y, None if groups is None else groups[tr], n_classes, folds, seed)
+    oof, fold_of = out_of_fold(t_texts, t_y, None if groups is None else groups[tr], n_classes, folds, seed)
     every = np.r_[np.arange(len(tr)), len(tr) + np.arange(len(un))]
     p_all = fit_proba(t_texts + [texts[i] for i in un], np.r_[t_y, y[un]], np.arange(len(tr)), every, n_classes, seed)
     out = {"train": tr, "unseen": un, "oof": oof, "fold_of": fold_of, "final": p_all}
