@@ -2,6 +2,7 @@
 
     OMP_NUM_THREADS=1 nice -n 10 python -m bench teacher [--seeds 5]   # ~1-3 min on 2 shared cores
     python -m bench teacher --data ko-help|debtags --seeds 3
+    python -m bench teacher --gold-weights 1 5 0   # --gold-weight's choice: gold rows x1, x5 and auto
 
 The teacher errs as an LLM does, systematically: deterministic per text; errors on the texts a reference model
 (TF-IDF + LR, out of fold) finds hardest, to its likeliest wrong class; one class never answered (`tech` as
@@ -9,8 +10,8 @@ The teacher errs as an LLM does, systematically: deterministic per text; errors 
 labels a class, the teacher labels the others. The student (word TF-IDF + SGD logistic regression) trained on: the
 teacher's labels as if gold (today, the baseline of every ratio), gold only, gold + corrected teacher
 (finetune/teacher_data.py, what --teacher-column does), truth (ceiling). The cascade: the student answers its surest
-70%, the teacher the rest. Medians over seeds. (A random-error teacher, fixed gold weights, --student baseline and
---groups were measured until issue 60: docs/notes/log.md, git history.)
+70%, the teacher the rest. Medians over seeds. (A random-error teacher, --student baseline and --groups were
+measured until issue 60: docs/notes/log.md, git history.)
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ DEBTAGS = KO_HELP.parents[1] / "debtags" / "train.csv"
 DATASETS = {"bbcnews": ("tech", "business", "word"), "ko-help": ("sdraw", "simpress", "char"),
             "debtags": ("role::data", "role::app-data", "char")}
 ANALYZER = "word"
+GOLD_WEIGHTS = (0,)  # gold rows repeated W times (0: auto, what --teacher-column does); --gold-weights
 
 
 def use(name: str) -> None:
@@ -148,8 +150,9 @@ def methods(X, y, teacher, gold, rest, seed, n) -> dict:
     out = {"gold only": on_gold,
            "today": fit(X, rows, np.concatenate([y[gold], teacher[rest]]), seed),
            "truth (ceiling)": fit(X, rows, y[rows], seed)}
-    reps = np.concatenate([np.full(len(gold), td.gold_repeats(len(gold), len(rest), 0)), np.ones(len(rest), int)])
-    out[PRODUCT] = fit(X, rows, np.concatenate([y[gold], fixed]), seed, reps)
+    for w in GOLD_WEIGHTS:
+        reps = np.concatenate([np.full(len(gold), td.gold_repeats(len(gold), len(rest), w)), np.ones(len(rest), int)])
+        out[f"gold x{'auto' if w == 0 else w} + corrected"] = fit(X, rows, np.concatenate([y[gold], fixed]), seed, reps)
     return {name: proba(m, X, n) for name, m in out.items()}, choice
 
 
@@ -278,8 +281,14 @@ def main(argv=None) -> int:
                    help=f"ko-help: {KO_HELP}; debtags: {DEBTAGS}, its role facet (set BENCH_DATA to their folder "
                         "elsewhere)")
     p.add_argument("--output", default=None, help="default: bench/results/teacher.json (teacher-ko-help.json)")
+    p.add_argument("--gold-weights", type=int, nargs="+", default=[0],
+                   help="gold rows repeated W times, each a student of its own (0: auto, what --teacher-column does)")
     a = p.parse_args(argv)
+    if 0 not in a.gold_weights:
+        p.error("--gold-weights: 0 (auto, what --teacher-column does) must be among them")
     use(a.data)
+    global GOLD_WEIGHTS
+    GOLD_WEIGHTS = tuple(a.gold_weights)
     a.output = a.output or h.RESULTS / ("teacher.json" if a.data == "bbcnews" else f"teacher-{a.data}.json")
     started = time.time()
     texts, y, labels = load(a.data)

@@ -57,9 +57,9 @@ def _retryable(error: sa.exc.DBAPIError) -> bool:
 # SQLite takes one writer at a time. Writers queue on a lock here rather than in SQLite's busy handler, which
 # polls with sleeps growing to 100 ms: measured with 16 threads, p99 of an answer 1,187 ms without this lock
 # (p50 1.9 ms). Threads of one process queue on a threading.Lock; processes sharing the file (a fleet's
-# replicas, bench/team_labels.py --servers) on an flock of the file beside it, which the kernel hands to the
-# next waiter at once and releases with a killed process. The busy timeout still covers other writers (the
-# users command).
+# replicas; bench/team_labels.py --servers until issue 60, git history) on an flock of the file beside it,
+# which the kernel hands to the next waiter at once and releases with a killed process. The busy timeout still
+# covers other writers (the users command).
 _WRITERS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 

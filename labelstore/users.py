@@ -4,7 +4,7 @@ A token is 256 random bits (secrets.token_urlsafe), so it is stored as its SHA-2
 argon2 exists to slow the guessing of low-entropy passwords, which a random 256-bit token is not, and a
 salted argon2 hash cannot be looked up: every request would verify against every user's hash. pwdlib's
 recommended argon2 measured 0.47 s a verify on these 2 shared cores (load 4.8) against 1.4 us for SHA-256
-(bench/team_labels.py prints both): with 20 users a request would cost seconds. SHA-256 of the token is an
+(bench/team_labels.py printed both until issue 60; docs/notes/log.md, "Team labeling"): with 20 users a request would cost seconds. SHA-256 of the token is an
 indexed lookup. GitHub and PyPI store API tokens the same way.
 """
 
