@@ -128,6 +128,37 @@ def training_server(model: Path, encoder: Path, rows, root: Path, *args: str) ->
         server.stop()
 
 
+@contextmanager
+def team_server(model: Path, root: Path, people: dict[str, str], ready_as: str) -> Iterator[tuple[Server, dict]]:
+    """A server on a fresh label store in `root` whose users are `people` ({name: role}): (server, {name: token}),
+    ready once `ready_as` may read it."""
+    from labelstore import open_store, users
+
+    engine = open_store(f"sqlite:///{root / 'app-data' / 'app.db'}")
+    tokens = {name: users.add_user(engine, name, role) for name, role in people.items()}
+    engine.dispose()
+    server = start_server(model, root, "--no-monitor")
+    try:
+        server.wait_ready(headers={"Authorization": f"Bearer {tokens[ready_as]}"})
+        yield server, tokens
+    finally:
+        server.stop()
+
+
+@contextmanager
+def chromium(executable: Path, args: list[str]):
+    """Debian's chromium through Playwright (the browser tests skip without Playwright)."""
+    import pytest
+
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=str(executable), args=args)
+        try:
+            yield browser
+        finally:
+            browser.close()
+
+
 def metric(text: str, name: str, **labels) -> float:
     """Value of one Prometheus sample (0 when absent)."""
     want = ",".join(f'{k}="{v}"' for k, v in labels.items())

@@ -16,39 +16,26 @@ from pathlib import Path
 
 import httpx
 import pytest
-from app_testkit import start_server
+from app_testkit import chromium, team_server
 from test_app_ui_browser import ARGS, CHROMIUM, download, pytestmark, shown_text, start_session  # noqa: F401
-
-from labelstore import open_store, users
 
 TEXTS = ["꿈에서 봤다 오늘", "에러 발생했다 회의", "메모 약속 내일", "좋은 날씨 일기", "오류 기록"]
 
 
 @pytest.fixture(scope="module")
 def team(spread_model_dir, tmp_path_factory):
-    root = tmp_path_factory.mktemp("team-ui")
-    engine = open_store(f"sqlite:///{root / 'app-data' / 'app.db'}")
-    tokens = {name: users.add_user(engine, name, role)
-              for name, role in (("ann", "annotator"), ("bob", "annotator"), ("boss", "admin"))}
-    engine.dispose()
-    server = start_server(spread_model_dir, root, "--no-monitor")
-    try:
-        server.wait_ready(headers={"Authorization": f"Bearer {tokens['boss']}"})
+    people = {"ann": "annotator", "bob": "annotator", "boss": "admin"}
+    with team_server(spread_model_dir, tmp_path_factory.mktemp("team-ui"), people, "boss") as (server, tokens):
         made = httpx.post(server.url + "/v1/datasets", headers={"Authorization": f"Bearer {tokens['boss']}"},
                           json={"name": "diary", "texts": TEXTS, "overlap": 2}, timeout=60)
         assert made.status_code == 201, made.text
         yield server, tokens, made.json()["id"]
-    finally:
-        server.stop()
 
 
 @pytest.fixture(scope="module")
 def browser(team):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+    with chromium(CHROMIUM, ARGS) as b:
         yield b
-        b.close()
 
 
 def signed_in(browser, server, token, size=(1280, 900)):

@@ -12,10 +12,10 @@ import time
 import httpx
 import pytest
 import sqlalchemy as sa
-from app_testkit import start_server
+from app_testkit import chromium, team_server
 from test_app_ui_browser import ARGS, CHROMIUM, pytestmark  # noqa: F401
 
-from labelstore import open_store, users
+from labelstore import open_store
 from labelstore.schema import adjudications, records
 from labelstore.schema import users as users_table
 
@@ -30,20 +30,12 @@ SETS = {"ann": ["memo"], "bob": ["error", "dream"]}
 def team(spread_model_dir, tmp_path_factory):
     """A server with users, two annotators' answers on a single-label and a multi-label dataset: (server,
     tokens, {name: dataset id})."""
-    root = tmp_path_factory.mktemp("team-review")
-    engine = open_store(f"sqlite:///{root / 'app-data' / 'app.db'}")
-    tokens = {name: users.add_user(engine, name, role)
-              for name, role in (("ann", "annotator"), ("bob", "annotator"), ("rev", "reviewer"))}
-    engine.dispose()
-    server = start_server(spread_model_dir, root, "--no-monitor")
-    try:
-        server.wait_ready(headers={"Authorization": f"Bearer {tokens['rev']}"})
+    people = {"ann": "annotator", "bob": "annotator", "rev": "reviewer"}
+    with team_server(spread_model_dir, tmp_path_factory.mktemp("team-review"), people, "rev") as (server, tokens):
         made = {"split": _dataset(server, tokens, "split", 12, False, SPLIT),
                 "fast": _dataset(server, tokens, "fast", 12, False, SPLIT),
                 "tags": _dataset(server, tokens, "tags", 3, True, SETS)}
         yield server, tokens, made
-    finally:
-        server.stop()
 
 
 def _dataset(server, tokens, name: str, n: int, multi: bool, answers: dict) -> int:
@@ -67,11 +59,8 @@ def _dataset(server, tokens, name: str, n: int, multi: bool, answers: dict) -> i
 
 @pytest.fixture(scope="module")
 def browser(team):
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as p:
-        b = p.chromium.launch(executable_path=str(CHROMIUM), args=ARGS)
+    with chromium(CHROMIUM, ARGS) as b:
         yield b
-        b.close()
 
 
 def signed_in(browser, server, token, trouble: list | None = None):
