@@ -41,7 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
-from baseline.ood import save_ood
+from baseline.blend import load_baseline
+from baseline.ood import read_as, save_ood
 from finetune import label_issues, sharpness, teacher_data, teacher_report, unknown_tokens
 from finetune.adapt import adapt
 from finetune.confidence import save_calibration
@@ -353,6 +354,8 @@ def final_model(cfg: Config, prep: Prepared, report: dict, accelerator, on_progr
     # baseline/ with a kept blend (multi-label: and thresholds.json), the held-out rows scored as served
     trained = rows_at(data, train_pos) if len(share_pos) else data  # the baseline trains on the same rows
     blend = prep.task.final_extras(folder, Path(cfg.output), trained, held, proba, cfg, report)
+    if ood is not None and blend is not None and len(share_pos):  # the baseline saw fewer rows: read as it reads
+        ood = read_as(ood, load_baseline(folder)[0], data.texts, data.targets, len(data.labels))
     if len(share_pos):
         share_proba = predict_proba(model, [prep.ids[i] for i in share_pos], tokenizer.pad_token_id or 0,
                                     accelerator.device, cfg.train.precision)

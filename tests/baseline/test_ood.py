@@ -96,6 +96,28 @@ def test_reads_like_the_baseline_fitted_on_the_same_rows(fitted, toy_rows, tmp_p
     np.testing.assert_allclose(baseline_proba(same, fresh, 3, read.weights), baseline_proba(same, fresh, 3))
 
 
+def test_read_as_a_baseline_of_fewer_rows_shares_its_read(fitted, toy_rows, tmp_path):
+    """--final's baseline without the --calibration-share rows reads unlike the detector of every row; read_as
+    indexes the same rows in the baseline's vocabulary: one read serves both, the percentiles and cut unchanged,
+    and a text's typicality near what it was."""
+    from baseline.blend import Blend, fit_baseline, load_baseline, save_baseline
+    from baseline.ood import read_as
+
+    typ, _, fresh = fitted
+    rows = toy_rows(n_per_class=20, seed=2)  # the fixture's rows
+    texts, y = rows["text"].tolist(), rows["label"].map(sorted(set(rows["label"])).index).to_numpy()
+    save_baseline(fit_baseline(texts[: len(texts) * 9 // 10], y[: len(texts) * 9 // 10], 0), tmp_path, 3,
+                  Blend(1.0, 1.0), {})
+    fewer = load_baseline(tmp_path)[0]
+    assert not typ.reads_like(fewer)
+    shared = read_as(typ, fewer, texts, y, 3)
+    assert shared.reads_like(fewer) and shared.cut == typ.cut
+    np.testing.assert_array_equal(shared.neighbours_q, typ.neighbours_q)
+    np.testing.assert_allclose(shared.typicality(fresh, fewer.read(fresh)), shared.typicality(fresh), atol=1e-12)
+    drift = np.abs(shared.typicality(fresh) - typ.typicality(fresh))
+    assert np.median(drift) < 0.05  # 60 toy rows: a tenth fewer for the vocabulary moves a few texts by 0.1
+
+
 def test_multi_label_rows_get_a_centroid_per_label(toy_rows):
     """Multi-label rows (rows x labels, 0/1; a row may carry none or two): the detector fits with a centroid per
     label and tells the rows' kind from off-topic texts as the single-label one does."""
