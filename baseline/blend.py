@@ -26,7 +26,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from baseline.tfidf import OvrTfidfLogreg, TfidfLogreg, check_settings
+from baseline.tfidf import OvrTfidfLogreg, TfidfLogreg, check_settings, grams
 from textdata.labels import KIND_KEY, LabelSpace
 from textdata.model_files import BASELINE_DIR  # baseline/: tfidf.json, weights, blend.json
 from textdata.model_files import BLEND as BLEND_FILE
@@ -211,15 +211,12 @@ def write_baseline(folder: str | Path, vec, n_classes: int, classes: list[int], 
 
     from textdata.tables import atomic_path, write_json
 
-    vocab = [""] * len(vec.vocabulary_)
-    for gram, i in vec.vocabulary_.items():
-        vocab[i] = gram
     params = vec.get_params()
     target = Path(folder) / BASELINE_DIR
     target.mkdir(parents=True, exist_ok=True)
     write_json(target / "tfidf.json", {
         "vectorizer": {k: params[k] for k in _VECTORIZER_KEYS}, "n_classes": int(n_classes),
-        "classes": classes, **blend.kind_fields, "vocabulary": vocab})
+        "classes": classes, **blend.kind_fields, "vocabulary": grams(vec.vocabulary_)})
     with atomic_path(target / "weights.safetensors") as tmp:
         save_file({"idf": np.ascontiguousarray(vec.idf_, np.float64),
                    "coef": np.ascontiguousarray(coef, np.float64),

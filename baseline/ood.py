@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from baseline.tfidf import CharTfidf, Read
+from baseline.tfidf import CharTfidf, Read, grams
 from textdata.nested import nested
 
 OOD_DIR = "ood"  # inside a model folder: ood.json (settings, vocabulary, percentiles, cut), index.safetensors
@@ -125,10 +125,7 @@ def build_index(texts: list[str], y: np.ndarray, n_classes: int) -> Index:
     settings = vectorizer_settings()
     vec = TfidfVectorizer(**{k: tuple(v) if k == "ngram_range" else v for k, v in settings.items()},
                           min_df=2, max_features=200_000).fit(texts)
-    vocab = [""] * len(vec.vocabulary_)
-    for gram, i in vec.vocabulary_.items():
-        vocab[i] = gram
-    return index_rows(CharTfidf(settings, vocab, vec.idf_), texts, y, n_classes)
+    return index_rows(CharTfidf(settings, grams(vec.vocabulary_), vec.idf_), texts, y, n_classes)
 
 
 def index_rows(tf: CharTfidf, texts: list[str], y: np.ndarray, n_classes: int) -> Index:
@@ -288,8 +285,7 @@ def read_as(typ: Typicality, tfidf: CharTfidf, texts: list[str], y: np.ndarray, 
     Why: --final fits its baseline on the rows left after --calibration-share and the detector on every row, so
     their vocabularies differed and a served text was read twice, once for each (0.2 ms a read of one text, a
     third of the side work beside the pass; issue 61). Read alike, one read serves both (`reads_like`)."""
-    vocab = [g for g, _ in sorted(tfidf.vocabulary.items(), key=lambda kv: kv[1])]
-    shared = CharTfidf(tfidf.settings, vocab, tfidf.idf)
+    shared = CharTfidf(tfidf.settings, grams(tfidf.vocabulary), tfidf.idf)
     return dataclasses.replace(typ, index=index_rows(shared, texts, y, n_classes))
 
 
@@ -308,9 +304,6 @@ def save_ood(folder: str | Path, typ: Typicality | None) -> Path | None:
         return None
     ix = typ.index
     target.mkdir(parents=True, exist_ok=True)
-    vocab = [""] * len(ix.tfidf.vocabulary)
-    for gram, i in ix.tfidf.vocabulary.items():
-        vocab[i] = gram
     arrays = {"idf": ix.tfidf.idf, "centroids_t": ix.centroids_t, "ptr": ix.ptr, "post_row": ix.post_row,
               "post_val": ix.post_val, "neighbours_q": typ.neighbours_q, "centroid_q": typ.centroid_q}
     spec = {"settings": ix.tfidf.settings, "n_rows": ix.n_rows, "cut": typ.cut, "combine": typ.combine}
@@ -320,7 +313,7 @@ def save_ood(folder: str | Path, typ: Typicality | None) -> Path | None:
     with atomic_path(target / "index.safetensors") as tmp:
         save_file(arrays, str(tmp))
         tmp.chmod(0o644)
-    write_json(target / "ood.json", {**spec, "meta": typ.meta, "vocabulary": vocab})
+    write_json(target / "ood.json", {**spec, "meta": typ.meta, "vocabulary": grams(ix.tfidf.vocabulary)})
     return target
 
 

@@ -43,6 +43,15 @@ def check_settings(settings: dict) -> None:
                          + ", ".join(bad + [f"{k} missing" for k in missing]))
 
 
+def grams(vocabulary: dict[str, int]) -> list[str]:
+    """A vocabulary ({n-gram: column}, sklearn's `vocabulary_` or `CharTfidf.vocabulary`) as its n-grams in column
+    order: what tfidf.json and ood.json store and `CharTfidf` takes."""
+    out = [""] * len(vocabulary)
+    for gram, i in vocabulary.items():
+        out[i] = gram
+    return out
+
+
 class CharTfidf:
     """A fitted char_wb TfidfVectorizer: `features(texts)` as sklearn's transform computes them."""
 
